@@ -1,0 +1,1 @@
+"""Device profiles (YAML), shipped as package data humming.device_profiles."""

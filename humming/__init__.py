@@ -1,0 +1,55 @@
+"""humming: quantized GEMM kernels for LLM inference, generated for any device a YAML profile describes.
+
+Public API (imported lazily so that `import humming` stays cheap and works without a GPU):
+  humming.device.info()                 what this device (or a named profile) can do, and why
+  humming.quantize / QuantizedWeight    reference quantization (see humming.schemes, humming.formats)
+  humming.reference_gemm                the oracle every kernel is checked against
+  humming.plan / humming.gemm           plan, compile and run a kernel for the current device
+  humming.nn.QuantLinear                a drop-in torch module
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from humming.errors import (  # noqa: F401  (re-exported)
+    CompileError,
+    HummingError,
+    LaunchError,
+    ProfileError,
+    SchemeError,
+    ShapeError,
+    UnsupportedOnDevice,
+)
+
+__version__ = "0.1.0"
+
+# name -> (module, attribute or None for the module itself)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "device": ("humming.device", None),
+    "formats": ("humming.formats", None),
+    "schemes": ("humming.schemes", None),
+    "checkpoints": ("humming.checkpoints", None),
+    "nn": ("humming.nn", None),
+    "Scheme": ("humming.core.schemes", "Scheme"),
+    "QuantizedWeight": ("humming.core.quantize", "QuantizedWeight"),
+    "quantize": ("humming.core.quantize", "quantize"),
+    "quantize_activation": ("humming.core.quantize", "quantize_activation"),
+    "reference_gemm": ("humming.core.reference", "reference_gemm"),
+    "plan": ("humming.api", "plan"),
+    "gemm": ("humming.api", "gemm"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'humming' has no attribute {name!r}")
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_LAZY))

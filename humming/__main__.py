@@ -1,0 +1,5 @@
+import sys
+
+from humming.cli import main
+
+sys.exit(main())
