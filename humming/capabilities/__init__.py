@@ -10,7 +10,7 @@ No torch and no CUDA here: pure data, strict validation, a registry and device m
 from __future__ import annotations
 
 from humming.capabilities.detected import DetectedDevice
-from humming.capabilities.matching import DeviceMatch, match_device, name_matches
+from humming.capabilities.matching import DeviceMatch, match_device, name_matches, specialize
 from humming.capabilities.model import (
     Capabilities,
     Formats,
@@ -54,4 +54,5 @@ __all__ = [
     "match_device",
     "name_matches",
     "reload_profiles",
+    "specialize",
 ]

@@ -4,7 +4,7 @@ Rules: mappings (target, memory, limits, formats) merge key by key, the child wi
 `target.arch` resets the inherited family and min_nvrtc to the new target's defaults. Instruction
 lists accumulate; `remove` / `kinds_remove` take inherited ones away (and must remove something);
 tcgen05 kinds and vendor extensions replace the parent's of the same name. Notes and sources
-accumulate. `name`, `abstract`, `display_name` and `match` are never inherited.
+accumulate, the child's first. `name`, `abstract`, `display_name` and `match` are never inherited.
 """
 from __future__ import annotations
 
@@ -96,9 +96,8 @@ def apply(merged: Merged, doc: ProfileDoc) -> None:
     merged.extensions.update(doc.extensions)
     for key, into in (("notes", merged.notes), ("sources", merged.sources)):
         value = raw.get(key, [])
-        for text in [value] if isinstance(value, str) else value:
-            if text not in into:
-                into.append(text)
+        own = [t for t in ([value] if isinstance(value, str) else value) if t not in into]
+        into[:0] = own  # the most specific profile's notes come first
 
 
 def merge(chain: list[ProfileDoc]) -> Merged:

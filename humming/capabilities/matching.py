@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from humming.capabilities.detected import DetectedDevice
 from humming.capabilities.model import Capabilities
@@ -108,3 +108,12 @@ def match_device(device: DetectedDevice, registry: Registry | None = None) -> De
     if not candidates:
         return DeviceMatch(device, None, "none", f"no profile for vendor {device.vendor!r}")
     return _fallback(device, candidates, registry)
+
+
+def specialize(profile: Capabilities, device: DetectedDevice) -> Capabilities:
+    """The profile with what the live device reports about itself (its SM count) taking precedence."""
+    if device.sms is None or device.sms == profile.limits.sms:
+        return profile
+    before = "unknown" if profile.limits.sms is None else str(profile.limits.sms)
+    note = f"sms: {device.sms} as reported by the driver for {device.name!r} (profile declares {before})"
+    return replace(profile, limits=replace(profile.limits, sms=device.sms), notes=profile.notes + (note,))

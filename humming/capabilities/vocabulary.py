@@ -46,3 +46,8 @@ TYPE_CLASSES: dict[str, tuple[str, ...]] = {
 def known(words: tuple[str, ...] | list[str]) -> str:
     """'(known: a, b, c)' for error messages."""
     return "(known: " + ", ".join(words) + ")"
+
+# The tcgen05 kind that would carry each operand class (for "why is this a legacy path" messages).
+TCGEN05_KIND_FOR_CLASS: dict[str, str] = {
+    "f16": "f16", "bf16": "f16", "tf32": "tf32", "fp8": "f8f6f4", "fp6": "f8f6f4", "fp4": "f8f6f4", "int8": "i8",
+}
