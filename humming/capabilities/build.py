@@ -94,7 +94,8 @@ def _memory(m: Merged, rule: TargetRule | None, rules: Rules, locate: _Locator) 
         for key, (value, where) in m.memory.items():
             word = "tmem" if key == "tmem_kb" else key
             if value and word not in rule.memory:
-                locate(where).fail(f"{key}: {value} is impossible on target {rule.arch} "
+                shown = "true" if value is True else value
+                locate(where).fail(f"{key}: {shown} is impossible on target {rule.arch} "
                                    f"({word} exists on: {', '.join(rules.targets_with_memory(word)) or 'none'})")
     return Memory(**values)
 

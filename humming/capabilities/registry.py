@@ -97,8 +97,9 @@ class Registry:
             if parent_name not in docs:
                 where.fail(f"unknown parent profile {parent_name!r}{closest(parent_name, docs)}")
             names = [d.name for d in chain]
-            if parent_name in names:
-                where.fail("extends cycle: " + " -> ".join(names[names.index(parent_name):] + [parent_name]))
+            if parent_name in names:  # reported at the profile where the cycle starts
+                start = names.index(parent_name)
+                chain[start].where.key("extends").fail("extends cycle: " + " -> ".join(names[start:] + [parent_name]))
             chain.append(docs[parent_name])
         return list(reversed(chain))
 

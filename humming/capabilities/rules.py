@@ -47,8 +47,8 @@ class Rules:
 
     def target(self, arch: str, where: Where) -> TargetRule:
         if arch not in self.targets:
-            where.fail(f"unknown target {arch!r} (known: {', '.join(self.targets)}){closest(arch, self.targets)}; "
-                       f"a new target needs an entry in a {RULES_FILE} next to the profile")
+            where.fail(f"unknown target {arch!r}{closest(arch, self.targets)} (known: {', '.join(self.targets)}; "
+                       f"a new target needs an entry in a {RULES_FILE} next to the profile)")
         return self.targets[arch]
 
     def targets_with(self, family: str, kind: str | None = None) -> list[str]:
