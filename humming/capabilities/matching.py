@@ -7,8 +7,9 @@ over the whole name ("*810E*"); any other pattern is a phrase of whole words ("H
 Order of preference:
   1. a device profile whose name pattern matches (cc equal, or unknown on either side);
   2. a device profile without name patterns whose compute capability is equal;
-  3. fallback, with a warning: the closest profile whose compiled code runs on this device:
-     a family profile of equal cc, then a device profile of equal cc, then the nearest lower cc.
+  3. fallback, with a warning: the closest family profile whose compiled code runs on this device
+     (equal cc, else the nearest lower one of the same major); if no family's code can run there, the
+     profile of another device with the same compute capability.
 """
 from __future__ import annotations
 
@@ -73,8 +74,8 @@ def _fallback(device: DetectedDevice, candidates: list[Capabilities], registry: 
             return DeviceMatch(device, None, "none",
                                f"no {device.vendor} profile matches {device.name!r} ({_cc(cc)}) and none of the "
                                "known targets produces code it can run")
-        # nearest cc first; at equal cc a family profile (conservative values) before a device profile
-        best = max(usable, key=lambda p: (p.match.compute_capability, p.abstract, -len(p.name)))
+        # a family profile (conservative values) before another device's profile; then the nearest cc
+        best = max(usable, key=lambda p: (p.abstract, p.match.compute_capability, -len(p.name)))
     kind = "family profile" if best.abstract else "profile of another device"
     warning = (f"no profile matches {device.name!r} ({_cc(cc)}); using the {kind} {best.name!r} "
                f"(target {best.target.arch}, {_cc(best.match.compute_capability)}). Limits such as SM count and "
