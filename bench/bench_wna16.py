@@ -1,0 +1,181 @@
+"""W4A16 benchmark against cuBLAS fp16 on the shapes of shared/FACTS.md section 5.
+
+Method: CUDA-graph replay of a sequence of GEMMs that rotate over several weight copies (together
+past the 60 MB L2), median over replays, CUDA events. Also: effective weight bandwidth, cold compile
+time of the first kernel (empty cache), host overhead per eager call.
+
+    python bench/bench_wna16.py --out OUTDIR [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import humming  # noqa: E402
+from humming import api  # noqa: E402
+
+SHAPES = [(8192, 8192), (28672, 8192), (4096, 14336)]
+MS = [1, 16, 64, 128, 256, 1024, 4096]
+L2_BYTES = 60 * 2**20
+
+
+def graph_time_us(calls, reps: int = 20) -> float:
+    """Median time of one call, from graph replays of the whole rotating sequence."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for f in calls:
+            f()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for f in calls:
+            f()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / len(calls))
+    return statistics.median(times)
+
+
+def copies_for(nbytes: int) -> int:
+    return max(2, math.ceil(2 * L2_BYTES / nbytes))
+
+
+def cold_start(scheme: str = "w4a16") -> dict:
+    """First call of a new layer with an empty kernel cache: quantize excluded, prepare+plan+compile+launch."""
+    with tempfile.TemporaryDirectory() as d:
+        os.environ["HUMMING_CACHE_DIR"] = d
+        from humming.core import cache
+
+        if hasattr(cache, "clear_memory_caches"):
+            cache.clear_memory_caches()
+        api._compiled.clear()
+        qw = humming.quantize(torch.randn(4096, 4096, device="cuda") * 0.05, scheme)
+        x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        mods = api.warmup(qw, torch.float16, [1, 16, 33, 64, 128, 256, 1024])
+        all_buckets = time.perf_counter() - t0
+        del os.environ["HUMMING_CACHE_DIR"]
+    return {"first_call_s": first, "all_buckets_s": all_buckets, "kernels": len(mods),
+            "compile_s": [round(m.compile_seconds, 3) for m in mods]}
+
+
+def host_overhead_us(n_calls: int = 2000) -> float:
+    qw = humming.quantize(torch.randn(256, 1024, device="cuda") * 0.05, "w4a16")
+    x = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
+    for _ in range(20):
+        humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n_calls):
+        humming.gemm(x, qw)
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n_calls * 1e6
+
+
+def run(out_dir: str, quick: bool) -> dict:
+    torch.manual_seed(0)
+    results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": []}
+    results["cold_start"] = cold_start()
+    results["host_overhead_us"] = host_overhead_us()
+    shapes = SHAPES[:1] if quick else SHAPES
+    ms = [1, 16, 128] if quick else MS
+    for n, k in shapes:
+        w_bytes16 = n * k * 2
+        n16 = copies_for(w_bytes16)
+        w16 = [torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.05 for _ in range(n16)]
+        nq = copies_for(n * k // 2)
+        qws = [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16") for _ in range(nq)]
+        for qw in qws:
+            api.warmup(qw, torch.float16, ms)
+        q_bytes = None
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            t_cublas = graph_time_us([lambda w=w, x=x: torch.matmul(x, w.t()) for w in w16])
+            t_hm = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
+            err = float((humming.gemm(x, qws[0]).double() - humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()).norm()
+                        / humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double().norm())
+            if q_bytes is None:
+                prep = api._registry[api.prepared(qws[0], torch.float16, x.device)].packed
+                q_bytes = sum(t.numel() * t.element_size() for t in prep.tensors() if t is not None)
+            plan = api.plan_for(api.prepared(qws[0], torch.float16, x.device), m)
+            row = {
+                "n": n, "k": k, "m": m, "cublas_fp16_us": round(t_cublas, 2), "humming_w4a16_us": round(t_hm, 2),
+                "speedup_vs_cublas": round(t_cublas / t_hm, 3), "weight_tb_s": round(q_bytes / t_hm / 1e6, 3),
+                "tflops": round(2 * m * n * k / t_hm / 1e6, 1), "rel_err": err, "plan": plan.summary(),
+            }
+            results["rows"].append(row)
+            print(f"  {n}x{k} M={m}: cuBLAS {t_cublas:8.1f} us  humming {t_hm:8.1f} us  x{t_cublas / t_hm:5.2f}  "
+                  f"{row['weight_tb_s']:.2f} TB/s  err {err:.1e}", flush=True)
+        del w16, qws
+        torch.cuda.empty_cache()
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "bench_wna16.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    plot(results, os.path.join(out_dir, "bench_wna16.png"))
+    return results
+
+
+def plot(results: dict, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for n, k in sorted({(r["n"], r["k"]) for r in results["rows"]}):
+        rows = [r for r in results["rows"] if (r["n"], r["k"]) == (n, k)]
+        ax.plot([r["m"] for r in rows], [r["speedup_vs_cublas"] for r in rows], marker="o", label=f"{n}x{k}")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("M (tokens)")
+    ax.set_ylabel("speed-up vs cuBLAS fp16")
+    ax.set_title(f"humming W4A16 g128, {results['device']}, {results['date']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.environ.get("OUT", "out"))
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    res = run(args.out, args.quick)
+    print("\n| N x K | M | cuBLAS fp16 us | humming W4A16 us | x cuBLAS | weight TB/s |")
+    print("|---|---|---|---|---|---|")
+    for r in res["rows"]:
+        print(f"| {r['n']}x{r['k']} | {r['m']} | {r['cublas_fp16_us']} | {r['humming_w4a16_us']} | "
+              f"{r['speedup_vs_cublas']} | {r['weight_tb_s']} |")
+    cs = res["cold_start"]
+    print(f"cold start (empty cache): first call {cs['first_call_s']:.2f} s; all {cs['kernels']} bucket kernels "
+          f"{cs['all_buckets_s']:.2f} s; host overhead {res['host_overhead_us']:.1f} us/call")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""Public entry points: plan, compile and run quantized GEMMs for the current device or a named profile."""
+from __future__ import annotations
+
+import math
+import os
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from humming.core.generator import kernel_source
+from humming.core.layout import PackedWeight, act_name, layout_for, prepare
+from humming.core.planner import Plan, plan_wna16
+from humming.errors import SchemeError, ShapeError, UnsupportedOnDevice
+
+_lock = threading.Lock()
+_POISON = os.environ.get("HUMMING_POISON_OUTPUT", "0") == "1"  # tests: fill outputs with NaN before each launch
+
+
+def resolve_profile(profile=None):
+    """A Capabilities object from a profile, a profile name, or (None) the current device."""
+    if profile is None:
+        from humming.device import current_profile
+
+        return current_profile()
+    if isinstance(profile, str):
+        from humming.capabilities import get_profile
+
+        return get_profile(profile)
+    return profile
+
+
+def _scheme(scheme):
+    if isinstance(scheme, str):
+        from humming.schemes import get
+
+        return get(scheme)
+    return scheme
+
+
+def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_size: int | None = None) -> Plan:
+    """Plan C[M, N] = A[M, K] @ W[N, K]^T for a scheme on a profile (default: the current device)."""
+    caps = resolve_profile(profile)
+    sch = _scheme(scheme)
+    if group_size is not None:
+        sch = sch.with_(group_size=group_size)
+    layout = layout_for(sch, n, k, act)
+    return plan_wna16(caps, layout, m, act, scheme=sch.name)
+
+
+def source(p: Plan, profile=None) -> str:
+    """The generated CUDA C++ of a plan."""
+    from humming.devices import get_backend
+
+    caps = resolve_profile(profile or p.profile)
+    return kernel_source(p, get_backend(caps))
+
+
+# ---------------------------------------------------------------- compile
+_compiled: dict[tuple[str, str], object] = {}
+
+
+def live_arch() -> str | None:
+    """The compile target of the GPU this process runs on (None without one)."""
+    from humming.capabilities import match_device
+    from humming.device import current_device
+
+    dev = current_device()
+    return None if dev is None else match_device(dev).profile.target.arch
+
+
+def compile_plan(p: Plan, profile=None, run_arch: str | None = None):
+    """Generate, compile (NVRTC, cached) and wrap the kernel of a plan. Returns (LoadedKernel, CompiledModule).
+
+    ``run_arch`` compiles the plan's source for another target: used to *emulate* a profile on the live GPU
+    (a kernel planned for the T4 profile, spelled with its instructions, compiled to run on an H200)."""
+    from humming.core.compiler import compile_cuda
+    from humming.core.runtime import LoadedKernel
+    from humming.devices import get_backend
+
+    caps = resolve_profile(profile or p.profile)
+    key = (caps.name, p.kernel_name, run_arch)
+    hit = _compiled.get(key)
+    if hit is not None:
+        return hit
+    backend = get_backend(caps)
+    route = backend.compile_route(caps)
+    if route.compiler != "nvrtc":
+        raise UnsupportedOnDevice(f"{caps.name}: compile route {route.compiler} has no runner here ({route.reason})")
+    arch = run_arch or route.arch
+    module = compile_cuda(
+        kernel_source(p, backend), [p.kernel_name], arch, options=route.options,
+        min_nvrtc=None if run_arch else route.min_nvrtc,
+    )
+    entry = (LoadedKernel(module.cubin, p.kernel_name, p.smem_bytes), module)
+    with _lock:
+        _compiled[key] = entry
+    return entry
+
+
+# ---------------------------------------------------------------- run
+@dataclass
+class _Prepared:
+    packed: PackedWeight
+    caps: object
+    plans: dict
+    run_arch: str | None = None
+
+
+_registry: list[_Prepared] = []
+_workspaces: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _workspace(device: torch.device, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    ws, cnt = _workspaces.get(idx, (None, None))
+    if ws is None or ws.numel() < floats or cnt.numel() < counters:
+        floats = max(floats, 0 if ws is None else ws.numel(), 1 << 20)
+        counters = max(counters, 0 if cnt is None else cnt.numel(), 1 << 14)
+        ws = torch.empty(floats, dtype=torch.float32, device=device)
+        cnt = torch.zeros(counters, dtype=torch.int32, device=device)  # counters reset themselves after use
+        _workspaces[idx] = (ws, cnt)
+    return ws, cnt
+
+
+def plan_for(handle: int, m: int) -> Plan:
+    prep = _registry[handle]
+    p = prep.plans.get(m)
+    if p is None:
+        p = plan_wna16(prep.caps, prep.packed.layout, m, prep.packed.layout.decode.act)
+        prep.plans[m] = p
+    return p
+
+
+def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias) -> torch.Tensor:
+    import ctypes
+
+    from humming.core.runtime import ptr
+
+    prep = _registry[handle]
+    m, k = x.shape
+    n = prep.packed.layout.n
+    p = plan_for(handle, m)
+    kernel, _ = compile_plan(p, prep.caps, prep.run_arch)
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if _POISON:
+        out.fill_(float("nan"))
+    grid = p.grid
+    ws, cnt = _workspace(x.device, grid[2] * grid[0] * p.tiles.bm * n if grid[2] > 1 else 0, grid[0] * grid[1])
+    args = [
+        ptr(x), ptr(qweight), ptr(scales), ptr(zeros), ptr(chan), ptr(bias), ptr(out), ptr(ws), ptr(cnt),
+        ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k), ctypes.c_int(k // grid[2]),
+        ctypes.c_float(prep.packed.out_scale),
+    ]
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    kernel.launch(x.device.index if x.device.index is not None else torch.cuda.current_device(), grid, p.threads, stream, args)
+    return out
+
+
+@torch.library.custom_op("humming::wna16_gemm", mutates_args=())
+def _wna16_gemm_op(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor | None,
+    zeros: torch.Tensor | None,
+    chan: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    handle: int,
+) -> torch.Tensor:
+    return _launch(handle, x, qweight, scales, zeros, chan, bias)
+
+
+@_wna16_gemm_op.register_fake
+def _(x, qweight, scales, zeros, chan, bias, handle):
+    return x.new_empty((x.shape[0], _registry[handle].packed.layout.n))
+
+
+def prepared(qw, dtype: torch.dtype, device: torch.device, profile=None) -> int:
+    """Repack (once per dtype and device) and register a QuantizedWeight; returns a handle."""
+    cache = qw.__dict__.setdefault("_humming_prepared", {})
+    key = (dtype, str(device), None if profile is None else str(profile))
+    handle = cache.get(key)
+    if handle is None:
+        caps = resolve_profile(profile)
+        live = live_arch()
+        run_arch = live if live and live != caps.target.arch else None
+        packed = prepare(qw.to(device), dtype)
+        with _lock:
+            _registry.append(_Prepared(packed, caps, {}, run_arch))
+            handle = len(_registry) - 1
+        cache[key] = handle
+    return handle
+
+
+def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) -> torch.Tensor:
+    """y = x @ dequantize(qw)^T (+ bias). CUDA tensors run the generated kernel for the current device
+    (or the profile forced by HUMMING_DEVICE_PROFILE / ``profile``); CPU tensors run the reference."""
+    n, k = qw.shape
+    if x.shape[-1] != k:
+        raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={k}")
+    if not x.is_cuda:
+        from humming.core.reference import reference_gemm
+
+        return reference_gemm(x, qw, bias=bias)
+    if getattr(qw.scheme, "act", None):
+        raise UnsupportedOnDevice(
+            f"{qw.scheme.name} quantizes activations; its kernels are not available yet, use humming.reference_gemm"
+        )
+    act_name(x.dtype)
+    handle = prepared(qw, x.dtype, x.device, profile)
+    packed = _registry[handle].packed
+    x2 = x.reshape(-1, k)
+    if not x2.is_contiguous() or x2.data_ptr() % 16:
+        x2 = x2.contiguous()
+    if packed.perm is not None:
+        x2 = x2.index_select(1, packed.perm)
+    b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
+    out = torch.ops.humming.wna16_gemm(x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b, handle)
+    return out.view(*x.shape[:-1], n)
+
+
+# ---------------------------------------------------------------- path table (humming.device.info)
+def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
+    """For each preset scheme: the instruction family this profile would use, or why it is refused."""
+    from humming import schemes
+
+    rows = []
+    for name in schemes.names():
+        sch = schemes.get(name)
+        row = {"scheme": name}
+        try:
+            if getattr(sch, "act", None):
+                raise UnsupportedOnDevice(
+                    f"quantized-activation kernels ({sch.act}) are not implemented yet; the reference backend runs it"
+                )
+            act = "f16" if caps.find_mma(family="mma_sync", a_type="f16") else "bf16"
+            gs = sch.weight_scale.group_size
+            kk = k if not gs else max(k, gs) // gs * gs
+            p = plan_wna16(caps, layout_for(sch, n, math.lcm(kk, 64), act), m, act, scheme=name)
+            shape = "x".join(map(str, p.instruction.shape))
+            row.update(family=p.family, instruction=f"mma.sync m{shape} {act}", reason=p.reasons[0])
+        except (UnsupportedOnDevice, SchemeError, ShapeError) as exc:
+            row.update(family=None, instruction=None, reason=str(exc))
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- ahead-of-time builds
+def warmup(qw, dtype: torch.dtype, ms, device=None, profile=None, workers: int | None = None) -> list:
+    """Plan every M in ``ms`` for a weight and compile the distinct kernels in parallel (NVRTC releases the GIL).
+    Returns the CompiledModules (cache hits included)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    device = torch.device(device or "cuda")
+    handle = prepared(qw, dtype, device, profile)
+    prep = _registry[handle]
+    unique: dict[str, Plan] = {}
+    for m in ms:
+        p = plan_for(handle, int(m))
+        unique.setdefault(p.kernel_name, p)
+    with ThreadPoolExecutor(max_workers=workers or min(16, os.cpu_count() or 1)) as pool:
+        results = list(pool.map(lambda p: compile_plan(p, prep.caps, prep.run_arch)[1], unique.values()))
+    return results

@@ -1,0 +1,325 @@
+"""Generates the CUDA C++ of a WnA16 mma-family kernel from a Plan.
+
+The kernel body below is written only in terms of named helpers (mma_k16, ldmatrix_x4,
+copy_16_async, dq_raw, act2_add, ...); the device backend supplies their definitions.
+
+Work split. Block (x, y, z) computes rows [x*BM, +BM) and columns [y*BN, +BN) of C over the K
+range of split z. Warp (wm, wn, wk) owns a (TM*16) x (TA*64) sub-tile and every WARPS_K-th
+64-wide k atom of each stage; warps with wk > 0 fold their sums into wk == 0 at the end.
+Split-K partials go to a fp32 workspace; the last block of a tile (found with a self-resetting
+counter) adds them in a fixed order, so results are deterministic.
+"""
+from __future__ import annotations
+
+from humming.devices.base import HelperRequest
+
+
+def _c(v: float) -> str:
+    return repr(float(v)) + "f"
+
+
+def kernel_source(plan, backend) -> str:
+    t = plan.tiles
+    lay = plan.layout
+    dec = lay.decode
+    cb = dec.container
+    ppw = 16 // cb
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=dec, async_copy=plan.async_copy)
+    prelude = backend.prelude(request)
+
+    s_group = lay.scale_group
+    z_group = lay.zero_group
+    s_rows = 0 if not s_group else max(1, t.bk // s_group)
+    z_rows = 0 if z_group == 0 else (1 if z_group < 0 else max(1, t.bk // z_group))
+    const_zero = 0 if dec.kind != "int" or z_group != 0 else 1
+
+    def row_expr(group: int, rows: int, what: str) -> str:
+        # global row of a scale/zero table for local row r of stage starting at k0
+        if group < 0:
+            return "0"
+        return f"(k0 / {group} + r)" if rows > 1 else f"(k0 / {group})"
+
+    def local_row(group: int) -> str:
+        if group < 0 or group >= t.bk:
+            return "0"
+        return f"(kk / {group})"
+
+    # ---- decode of one pair into b[r] (names: w = word, ss/zz = per-tile duplicated scale/zero)
+    decode_lines = []
+    if dec.kind == "int":
+        decode_lines.append("v = act2_add(v, zz);")
+    if s_group:
+        decode_lines.append("v = act2_mul(v, ss);")
+    decode_body = " ".join(decode_lines)
+
+    zero_const_bits = ""
+    if const_zero:
+        zero_const_bits = f"  const uint32_t zz_const = f32x2_to_act2({_c(lay.zero_const)}, {_c(lay.zero_const)});\n"
+
+    src = f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+{prelude}
+
+namespace cfg {{
+constexpr int BM = {t.bm}, BN = {t.bn}, BK = {t.bk}, STAGES = {t.stages};
+constexpr int WARPS_M = {t.warps_m}, WARPS_N = {t.warps_n}, WARPS_K = {t.warps_k};
+constexpr int TM = BM / (16 * WARPS_M);        // m16 tiles per warp
+constexpr int TA = BN / (64 * WARPS_N);        // n64 atoms per warp
+constexpr int THREADS = 32 * WARPS_M * WARPS_N * WARPS_K;
+constexpr int CB = {cb};                         // container bits per code
+constexpr int ATOM_WORDS = 128 * CB;             // 32-bit words per 64x64 weight atom
+constexpr int KATOMS = BK / 64, NATOMS = BN / 64;
+constexpr int S_ROWS = {s_rows}, Z_ROWS = {z_rows};
+constexpr int A_BYTES = BM * BK * 2;
+constexpr int B_BYTES = KATOMS * NATOMS * ATOM_WORDS * 4;
+constexpr int S_BYTES = S_ROWS * BN * 2;
+constexpr int Z_BYTES = Z_ROWS * BN * 2;
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES + S_BYTES + Z_BYTES;
+static_assert(KATOMS % WARPS_K == 0, "k atoms per stage must split evenly across warps");
+static_assert(STAGE_BYTES % 128 == 0, "stages stay 128-byte aligned");
+}}
+
+extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
+    const uint16_t* __restrict__ A,      // activations [M, K], row-major
+    const uint32_t* __restrict__ B,      // weights, atom layout
+    const uint16_t* __restrict__ S,      // group scales [K/group, N] (permuted columns) or null
+    const uint16_t* __restrict__ Z,      // -(magic + zero) [rows, N] (permuted columns) or null
+    const float* __restrict__ CS,        // per-column fp32 scale or null
+    const uint16_t* __restrict__ BIAS,   // [N] or null
+    uint16_t* __restrict__ C,            // output [M, N], row-major
+    float* __restrict__ WS,              // split-K partials [splits, gridDim.x*BM, N]
+    int* __restrict__ CNT,               // one counter per output tile, zero between launches
+    int M, int N, int K, int k_per_split, float out_scale) {{
+  using namespace cfg;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ int last_block;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wk = warp % WARPS_K, wn = (warp / WARPS_K) % WARPS_N, wm = warp / (WARPS_K * WARPS_N);
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int k_begin = blockIdx.z * k_per_split;
+  const int ktiles = k_per_split / BK;
+  const int katoms_total = K / 64;
+  const uint32_t smem0 = smem_u32(smem);
+
+  auto load_stage = [&](int stage, int kt) {{
+    const uint32_t base = smem0 + stage * STAGE_BYTES;
+    const int k0 = k_begin + kt * BK;
+    // activations: BM rows x BK/8 chunks of 16 bytes, chunk index XOR-swizzled by row (conflict-free ldmatrix)
+    #pragma unroll
+    for (int c = tid; c < BM * (BK / 8); c += THREADS) {{
+      const int r = c / (BK / 8), ch = c % (BK / 8);
+      const bool ok = m0 + r < M;
+      const uint16_t* src = A + (size_t)(ok ? m0 + r : 0) * K + k0 + ch * 8;
+      copy_16_async(base + r * BK * 2 + ((ch ^ (r & 7)) * 16), src, ok);
+    }}
+    // weights: NATOMS x KATOMS atoms, each contiguous in global memory
+    #pragma unroll
+    for (int c = tid; c < NATOMS * KATOMS * (ATOM_WORDS / 4); c += THREADS) {{
+      const int a = c / (ATOM_WORDS / 4), w = c % (ATOM_WORDS / 4);
+      const int na = a / KATOMS, ka = a % KATOMS;
+      const uint32_t* src = B + ((size_t)(n0 / 64 + na) * katoms_total + k0 / 64 + ka) * ATOM_WORDS + w * 4;
+      copy_16_async(base + A_BYTES + ((ka * NATOMS + na) * ATOM_WORDS + w * 4) * 4, src, true);
+    }}
+{_table_load("S", "S_ROWS", "A_BYTES + B_BYTES", row_expr(s_group, s_rows, "S")) if s_rows else ""}\
+{_table_load("Z", "Z_ROWS", "A_BYTES + B_BYTES + S_BYTES", row_expr(z_group, z_rows, "Z")) if z_rows else ""}\
+  }};
+
+  float acc[TM][TA * 8][4];
+  #pragma unroll
+  for (int i = 0; i < TM; ++i)
+    #pragma unroll
+    for (int j = 0; j < TA * 8; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+{zero_const_bits}
+  #pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {{
+    if (s < ktiles) load_stage(s, s);
+    copy_commit();
+  }}
+
+  for (int kt = 0; kt < ktiles; ++kt) {{
+    copy_wait<STAGES - 2>();
+    __syncthreads();
+    {{
+      const int next = kt + STAGES - 1;
+      if (next < ktiles) load_stage(next % STAGES, next);
+      copy_commit();
+    }}
+    const uint32_t base = smem0 + (kt % STAGES) * STAGE_BYTES;
+    #pragma unroll
+    for (int i = 0; i < KATOMS / WARPS_K; ++i) {{
+      const int ka = i * WARPS_K + wk;
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {{
+        const int kk = ka * 64 + ks * 16;  // k offset inside the stage
+        uint32_t a[TM][4];
+        #pragma unroll
+        for (int tm = 0; tm < TM; ++tm) {{
+          const int row = (wm * TM + tm) * 16 + (lane & 15);
+          const int ch = kk / 8 + (lane >> 4);
+          ldmatrix_x4(a[tm], base + row * BK * 2 + ((ch ^ (row & 7)) * 16));
+        }}
+        #pragma unroll
+        for (int ta = 0; ta < TA; ++ta) {{
+          const int na = wn * TA + ta;
+          // this lane's codes for step ks: words [ks*CB, ks*CB + CB) of its stream
+          uint32_t words[CB >= 4 ? CB : 4];
+          {{
+            const uint32_t atom = base + A_BYTES + (ka * NATOMS + na) * ATOM_WORDS * 4 + lane * 16;
+            #pragma unroll
+            for (int c = 0; c < (CB >= 4 ? CB / 4 : 1); ++c) {{
+              uint32_t q[4];
+              lds_128(q, atom + ((ks * CB) / 4 + c) * 512);
+              #pragma unroll
+              for (int e = 0; e < 4; ++e) words[c * 4 + e] = q[e];
+            }}
+          }}
+{_per_tile_table("S", "ss", "A_BYTES + B_BYTES", local_row(s_group)) if s_rows else ""}\
+{_per_tile_table("Z", "zz", "A_BYTES + B_BYTES + S_BYTES", local_row(z_group)) if z_rows else ""}\
+          #pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {{
+            uint32_t b[2];
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {{
+              const int p = nt * 2 + r;                       // pair index within the step
+              const int wi = (CB >= 4 ? 0 : (ks * CB) % 4) + p / {ppw};
+              uint32_t v = dq_raw(words[wi], p % {ppw});
+              {_pair_names(s_rows, z_rows, const_zero)}
+              {decode_body}
+              b[r] = v;
+            }}
+            #pragma unroll
+            for (int tm = 0; tm < TM; ++tm) mma_k16(acc[tm][ta * 8 + nt], a[tm], b[0], b[1]);
+          }}
+        }}
+      }}
+    }}
+  }}
+  copy_wait<0>();
+  __syncthreads();
+
+  // fold the k-split across warps into the wk == 0 warps (smem is free now)
+  if (WARPS_K > 1) {{
+    float* red = reinterpret_cast<float*>(smem);
+    const int slot = wm * WARPS_N + wn;
+    constexpr int PER_WARP = TM * TA * 8 * 4 * 32;
+    if (wk > 0) {{
+      #pragma unroll
+      for (int i = 0; i < TM; ++i)
+        #pragma unroll
+        for (int j = 0; j < TA * 8; ++j)
+          #pragma unroll
+          for (int e = 0; e < 4; ++e)
+            red[((wk - 1) * WARPS_M * WARPS_N + slot) * PER_WARP + ((i * TA * 8 + j) * 4 + e) * 32 + lane] = acc[i][j][e];
+    }}
+    __syncthreads();
+    if (wk == 0) {{
+      #pragma unroll
+      for (int w = 1; w < WARPS_K; ++w)
+        #pragma unroll
+        for (int i = 0; i < TM; ++i)
+          #pragma unroll
+          for (int j = 0; j < TA * 8; ++j)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e)
+              acc[i][j][e] += red[((w - 1) * WARPS_M * WARPS_N + slot) * PER_WARP + ((i * TA * 8 + j) * 4 + e) * 32 + lane];
+    }}
+  }}
+
+  const int splits = gridDim.z;
+  const int m_pad = gridDim.x * BM;
+  if (splits > 1) {{
+    if (wk == 0) {{
+      #pragma unroll
+      for (int i = 0; i < TM; ++i)
+        #pragma unroll
+        for (int j = 0; j < TA * 8; ++j)
+          #pragma unroll
+          for (int h = 0; h < 2; ++h) {{
+            const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;
+            const int col = n0 + (wn * TA + j / 8) * 64 + (j % 8) * 8 + (lane & 3) * 2;
+            store_f32x2(WS + ((size_t)blockIdx.z * m_pad + row) * N + col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+          }}
+    }}
+    fence_device();
+    __syncthreads();
+    if (tid == 0) {{
+      int* counter = CNT + blockIdx.y * gridDim.x + blockIdx.x;
+      const int ticket = atomic_add_i32(counter, 1);
+      last_block = ticket == splits - 1;
+      if (last_block) store_i32(counter, 0);  // ready for the next launch
+    }}
+    __syncthreads();
+    if (!last_block) return;
+    fence_device();
+    if (wk == 0) {{
+      #pragma unroll
+      for (int i = 0; i < TM; ++i)
+        #pragma unroll
+        for (int j = 0; j < TA * 8; ++j)
+          #pragma unroll
+          for (int h = 0; h < 2; ++h) {{
+            const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;
+            const int col = n0 + (wn * TA + j / 8) * 64 + (j % 8) * 8 + (lane & 3) * 2;
+            float s0 = 0.0f, s1 = 0.0f;
+            for (int z = 0; z < splits; ++z) {{  // fixed order: deterministic
+              float p0, p1;
+              load_f32x2_l2(p0, p1, WS + ((size_t)z * m_pad + row) * N + col);
+              s0 += p0; s1 += p1;
+            }}
+            acc[i][j][2 * h] = s0; acc[i][j][2 * h + 1] = s1;
+          }}
+    }}
+  }}
+
+  if (wk != 0) return;
+  #pragma unroll
+  for (int i = 0; i < TM; ++i)
+    #pragma unroll
+    for (int j = 0; j < TA * 8; ++j)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h) {{
+        const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;
+        const int col = n0 + (wn * TA + j / 8) * 64 + (j % 8) * 8 + (lane & 3) * 2;
+        if (row < M) {{
+          float v0 = acc[i][j][2 * h] * out_scale, v1 = acc[i][j][2 * h + 1] * out_scale;
+          if (CS) {{ v0 *= load_f32(CS + col); v1 *= load_f32(CS + col + 1); }}
+          if (BIAS) {{ v0 += act_to_f32(load_u16(BIAS + col)); v1 += act_to_f32(load_u16(BIAS + col + 1)); }}
+          store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
+        }}
+      }}
+}}
+"""
+    return src
+
+
+def _table_load(ptr: str, rows: str, offset: str, row_expr: str) -> str:
+    """cp.async of the scale or zero rows a stage needs (BN values each, 16 bytes per copy)."""
+    return f"""\
+    #pragma unroll
+    for (int c = tid; c < {rows} * (BN / 8); c += THREADS) {{
+      const int r = c / (BN / 8), ch = c % (BN / 8);
+      const uint16_t* src = {ptr} + (size_t){row_expr} * N + n0 + ch * 8;
+      copy_16_async(base + {offset} + (r * BN + ch * 8) * 2, src, true);
+    }}
+"""
+
+
+def _per_tile_table(name: str, var: str, offset: str, row: str) -> str:
+    """16-byte shared load of the eight per-n8-tile values (scales or zeros) this lane needs."""
+    return f"""\
+          uint32_t {var}8[4];
+          lds_128({var}8, base + {offset} + ({row} * BN + na * 64 + (lane >> 2) * 8) * 2);
+"""
+
+
+def _pair_names(s_rows: int, z_rows: int, const_zero: int) -> str:
+    parts = []
+    if s_rows:
+        parts.append("const uint32_t ss = (nt & 1) ? dup_hi(ss8[nt >> 1]) : dup_lo(ss8[nt >> 1]);")
+    if z_rows:
+        parts.append("const uint32_t zz = (nt & 1) ? dup_hi(zz8[nt >> 1]) : dup_lo(zz8[nt >> 1]);")
+    elif const_zero:
+        parts.append("const uint32_t zz = zz_const;")
+    return " ".join(parts)

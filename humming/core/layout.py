@@ -1,0 +1,203 @@
+"""Repacking a canonical QuantizedWeight into the layout the mma-family kernels read.
+
+Atoms. The weight matrix W[N, K] is cut into atoms of 64 (n) x 64 (k). Within an atom, each of
+the 32 lanes of a warp owns exactly the B-operand fragments it needs for the MMA m16n8k16
+(see ``mma_fragment``): for k16 step ``ks`` (0..3), n8 tile ``nt`` (0..7) and register ``r``
+(0: rows k..k+1, 1: rows k+8..k+9) a lane holds one *pair* of codes (h = 0, 1), both in one
+column n. Pair p = (ks*8 + nt)*2 + r of a lane is stored in word p // ppw at bit
+(p % ppw)*cb + 16*h, where cb is the container width and ppw = 16 // cb: so one shift and one
+mask yield both codes of a pair, one per 16-bit half. A lane's words for the atom form ``cb``
+chunks of 16 bytes; memory order is [n_atom][k_atom][chunk][lane][4 words], so a block streams
+each 64-wide column slab contiguously along K and a warp reads a chunk with one conflict-free
+16-byte shared-memory load per lane.
+
+Scales and zeros are stored [rows][N/64][8 (n % 8)][8 (n8 tile)], so a lane finds the eight
+values of its eight n8 tiles in one 16-byte load.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+
+from humming.core.decode import WeightDecode, weight_decode
+from humming.errors import SchemeError, ShapeError, UnsupportedOnDevice
+
+ATOM_N = 64
+ATOM_K = 64
+_ACT_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def act_name(dtype: torch.dtype) -> str:
+    for name, dt in _ACT_DTYPES.items():
+        if dt == dtype:
+            return name
+    raise ShapeError(f"activations must be float16 or bfloat16, got {dtype}")
+
+
+@dataclass(frozen=True)
+class WeightLayout:
+    """The part of a prepared weight that the kernel source depends on (hashable)."""
+
+    decode: WeightDecode
+    n: int
+    k: int
+    scale_group: int  # 0: no in-loop scales; >0: group size along K
+    zero_group: int  # 0: constant zero; >0: group size; -1: one zero per column (a single row)
+    zero_const: float  # when zero_group == 0: the constant added to every raw value
+    channel_scale: bool  # fp32 per-column scale applied in the epilogue
+    act_order: bool
+
+
+@dataclass
+class PackedWeight:
+    layout: WeightLayout
+    qweight: torch.Tensor  # int32, atom layout
+    scales: torch.Tensor | None  # act dtype [rows, N] permuted
+    zeros: torch.Tensor | None  # act dtype [rows, N] permuted, holds -(zero_bias + z)
+    channel_scale: torch.Tensor | None  # fp32 [N]
+    bias: torch.Tensor | None  # act dtype [N]
+    out_scale: float  # global factor applied to the fp32 accumulator
+    perm: torch.Tensor | None  # int64 [K]: x[:, perm] when act-order
+
+    def tensors(self) -> list[torch.Tensor | None]:
+        return [self.qweight, self.scales, self.zeros, self.channel_scale, self.bias, self.perm]
+
+
+def check_shape(n: int, k: int) -> None:
+    if n % ATOM_N:
+        raise ShapeError(f"N={n} is not a multiple of {ATOM_N}; pad the output features to a multiple of {ATOM_N}")
+    if k % ATOM_K:
+        raise ShapeError(f"K={k} is not a multiple of {ATOM_K}; pad the input features to a multiple of {ATOM_K}")
+
+
+def pack_codes(codes: torch.Tensor, decode: WeightDecode) -> torch.Tensor:
+    """uint8 kernel codes [N, K] -> int32 atom layout (see module docstring)."""
+    n, k = codes.shape
+    check_shape(n, k)
+    cb, ppw = decode.container, decode.pairs_per_word
+    c = codes.to(torch.int64)
+    # n = na*64 + nt*8 + g ; k = ka*64 + ks*16 + r*8 + q*2 + h ; lane = g*4 + q
+    c = c.view(n // 64, 8, 8, k // 64, 4, 2, 4, 2)  # na nt g ka ks r q h
+    c = c.permute(0, 3, 2, 6, 4, 1, 5, 7)  # na ka g q ks nt r h
+    c = c.reshape(n // 64, k // 64, 32, 64 // ppw, ppw, 2)  # .. lane word j h
+    shifts = (torch.arange(ppw, device=c.device).view(ppw, 1) * cb + torch.tensor([0, 16], device=c.device)).to(
+        torch.int64
+    )
+    words = (c << shifts).sum(dim=(-1, -2))  # [na, ka, lane, 4*cb]
+    words = words.view(n // 64, k // 64, 32, cb, 4).permute(0, 1, 3, 2, 4).contiguous()
+    words = torch.where(words >= 2**31, words - 2**32, words)
+    return words.to(torch.int32).reshape(-1)
+
+
+def permute_columns(t: torch.Tensor) -> torch.Tensor:
+    """[rows, N] -> [rows, N/64, 8 (n % 8), 8 (n8 tile)] flattened back to [rows, N]."""
+    rows, n = t.shape
+    return t.view(rows, n // 64, 8, 8).transpose(-1, -2).contiguous().view(rows, n)
+
+
+def layout_for(scheme, n: int, k: int, act: str, *, act_order: bool = False) -> WeightLayout:
+    """The kernel-visible layout of a scheme's weights, without needing the weights themselves."""
+    from humming.core.formats import get as get_format
+
+    if getattr(scheme, "act", None):
+        raise UnsupportedOnDevice(
+            f"scheme {scheme.name} quantizes activations ({scheme.act}); the WnA16 kernels take 16-bit activations"
+        )
+    check_shape(n, k)
+    fmt = get_format(scheme.weight)
+    decode = weight_decode(fmt, act)
+    spec = scheme.weight_scale
+    group = 0
+    if spec.granularity == "group":
+        group = int(spec.group_size)
+        if k % group:
+            raise ShapeError(f"group_size {group} does not divide K={k}; use a group size that divides K")
+        if group % 16:
+            raise UnsupportedOnDevice(f"group_size {group} is not a multiple of 16, which the mma kernels need")
+    elif spec.granularity == "block":
+        raise UnsupportedOnDevice("2-D block weight scales are not supported by the WnA16 kernels; use group scales")
+    elif spec.granularity not in ("channel", "tensor"):
+        raise SchemeError(f"unknown weight scale granularity {spec.granularity!r}")
+    zero_group, zero_const = 0, 0.0
+    if decode.kind == "int":
+        if scheme.zero_point == "float":
+            raise UnsupportedOnDevice("float zero points are not supported by the WnA16 kernels; use integer zeros")
+        if scheme.zero_point == "int":
+            zero_group = group if group else -1
+        elif getattr(fmt, "signed", False):
+            zero_const = -(decode.zero_bias + float(1 << (decode.bits - 1)))
+        else:
+            zero_const = -decode.zero_bias
+    return WeightLayout(
+        decode=decode, n=n, k=k, scale_group=group, zero_group=zero_group, zero_const=zero_const,
+        channel_scale=spec.granularity == "channel", act_order=act_order,
+    )
+
+
+def _range_shift(values: torch.Tensor, max_raw: float, act: str) -> int:
+    """Power of two k such that values / 2**k times the largest raw code stays well inside fp16."""
+    if act != "f16":
+        return 0
+    peak = float(values.abs().max()) * max_raw
+    if peak == 0.0 or not math.isfinite(peak):
+        return 0
+    return math.ceil(math.log2(peak / 16384.0))
+
+
+def prepare(qw, act_dtype: torch.dtype) -> PackedWeight:
+    """Repack a canonical QuantizedWeight for the mma-family WnA16 kernels."""
+    from humming.core.formats import get as get_format
+
+    act = act_name(act_dtype)
+    n, k = qw.shape
+    layout = layout_for(qw.scheme, n, k, act)
+    decode = layout.decode
+    fmt = get_format(qw.scheme.weight)
+    device = qw.packed.device
+    codes = qw.codes()
+    if decode.kind == "int" and getattr(fmt, "signed", False):
+        codes = codes ^ (1 << (decode.bits - 1))  # two's complement -> offset binary: value = u - 2**(b-1)
+
+    out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
+    fix = 2.0**decode.exponent_fix if decode.kind == "float" else 1.0
+    max_raw = float(fmt.max) if decode.kind == "float" else float(2**decode.bits)
+    scale_vals = qw.scale_values().to(torch.float32)
+    group = layout.scale_group
+
+    perm = None
+    if group and qw.g_idx is not None:
+        g_idx = qw.g_idx.to(device=device, dtype=torch.int64)
+        natural = torch.arange(k, device=device) // group
+        if not torch.equal(g_idx, natural):
+            perm = torch.argsort(g_idx, stable=True)
+            if not torch.equal(g_idx[perm], natural):
+                raise ShapeError(f"act-order g_idx does not form groups of exactly {group} columns")
+            codes = codes[:, perm]
+
+    scales_t = chan = zeros_t = None
+    if group:
+        s = scale_vals * fix  # fold the exponent fix of float codes into the scales
+        shift = _range_shift(s, max_raw, act)
+        out_scale *= 2.0**shift
+        scales_t = permute_columns((s / 2.0**shift).t().contiguous()).to(act_dtype)
+    elif layout.channel_scale:
+        chan = (scale_vals.reshape(n) * fix).contiguous()
+    else:  # one scale for the whole tensor
+        out_scale *= float(scale_vals.reshape(-1)[0]) * fix
+
+    if layout.zero_group:
+        if qw.zeros is None:
+            raise SchemeError(f"scheme {qw.scheme.name} has integer zero points but the weight carries none")
+        negz = -(decode.zero_bias + qw.zeros.to(device=device, dtype=torch.float32))  # [N, G]
+        if layout.zero_group < 0:
+            negz = negz[:, :1]
+        zeros_t = permute_columns(negz.t().contiguous()).to(act_dtype)
+
+    qweight = pack_codes(codes.to(torch.uint8), decode)
+    bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
+    if perm is not None:
+        layout = dataclasses.replace(layout, act_order=True)
+    return PackedWeight(layout, qweight, scales_t, zeros_t, chan, bias, out_scale, perm)

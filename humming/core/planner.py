@@ -1,0 +1,236 @@
+"""The planner: (weight layout, problem size, device capabilities) -> an execution Plan that explains itself.
+
+Every choice records its reason. The planner asks the capabilities what is declared (an MMA of
+these operand types, cp.async, the shared-memory limit, the SM count); it never tests an
+architecture number or a device name.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import asdict, dataclass, field
+
+from humming.core.layout import WeightLayout
+from humming.errors import ShapeError, UnsupportedOnDevice
+
+# k16 steps are spelled from the largest declared shape first
+_K16_SHAPES = ((16, 8, 16), (16, 8, 8))
+_DEFAULT_SMS = 80  # used only when a profile does not know its SM count (said in the reasons)
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    warps_m: int
+    warps_n: int
+    warps_k: int
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n * self.warps_k
+
+    def stage_bytes(self, layout: WeightLayout) -> int:
+        a = self.bm * self.bk * 2
+        b = self.bk * self.bn * layout.decode.container // 8
+        rows = 0
+        if layout.scale_group:
+            rows += max(1, self.bk // layout.scale_group)
+        if layout.zero_group:
+            rows += 1 if layout.zero_group < 0 else max(1, self.bk // layout.zero_group)
+        return a + b + rows * self.bn * 2
+
+    def smem_bytes(self, layout: WeightLayout) -> int:
+        pipeline = self.stages * self.stage_bytes(layout)
+        reduction = (self.warps_k - 1) * self.bm * self.bn * 4
+        return max(pipeline, reduction)
+
+
+@dataclass(frozen=True)
+class Plan:
+    scheme: str
+    profile: str
+    m: int
+    n: int
+    k: int
+    act: str
+    out: str
+    family: str
+    instruction: object  # MmaInstruction
+    path: str
+    layout: WeightLayout
+    tiles: TileConfig
+    splits: int
+    async_copy: bool
+    smem_bytes: int
+    reasons: tuple[str, ...] = field(default=())
+
+    @property
+    def threads(self) -> int:
+        return self.tiles.threads
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (math.ceil(self.m / self.tiles.bm), self.n // self.tiles.bn, self.splits)
+
+    @property
+    def kernel_key(self) -> str:
+        """What the kernel source depends on (not M or the split count, which are launch arguments)."""
+        t, d = self.tiles, self.layout.decode
+        parts = (
+            self.family, tuple(self.instruction.shape), self.act, d, self.layout.scale_group,
+            self.layout.zero_group, self.layout.zero_const, t, self.async_copy,
+        )
+        return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
+
+    @property
+    def kernel_name(self) -> str:
+        t, d = self.tiles, self.layout.decode
+        w = f"{d.kind}{d.bits}"
+        return f"hm_wna16_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}_{self.kernel_key}"
+
+    def summary(self) -> str:
+        t = self.tiles
+        shape = "x".join(str(v) for v in self.instruction.shape)
+        return (
+            f"{self.scheme} M={self.m} N={self.n} K={self.k} on {self.profile}: {self.family} m{shape} "
+            f"{self.instruction.a_type}x{self.instruction.b_type}->f32, {self.path}, tile {t.bm}x{t.bn}x{t.bk}, "
+            f"{t.stages} stages, {t.threads} threads (warps {t.warps_m}x{t.warps_n}x{t.warps_k}), split-K {self.splits}, "
+            f"smem {self.smem_bytes // 1024} KiB"
+        )
+
+    def explain(self) -> str:
+        return self.summary() + "\n" + "\n".join(f"  - {r}" for r in self.reasons)
+
+    def to_dict(self) -> dict:
+        return {
+            "scheme": self.scheme, "profile": self.profile, "m": self.m, "n": self.n, "k": self.k,
+            "act": self.act, "out": self.out, "family": self.family,
+            "instruction": {"shape": list(self.instruction.shape), "a": self.instruction.a_type,
+                            "b": self.instruction.b_type},
+            "path": self.path, "tiles": asdict(self.tiles), "splits": self.splits, "grid": list(self.grid),
+            "threads": self.threads, "smem_bytes": self.smem_bytes, "async_copy": self.async_copy,
+            "kernel": self.kernel_name, "reasons": list(self.reasons),
+        }
+
+
+def choose_mma(caps, act: str) -> tuple[object, str]:
+    """The mma.sync instruction used for one k16 step with act x act operands and fp32 accumulation."""
+    found = caps.find_mma(family="mma_sync", a_type=act, b_type=act, acc_type="f32")
+    by_shape = {tuple(i.shape): i for i in found}
+    for shape in _K16_SHAPES:
+        if shape in by_shape:
+            how = "one instruction per k16 step" if shape[2] == 16 else "two m16n8k8 per k16 step"
+            return by_shape[shape], f"mma.sync m{shape[0]}n{shape[1]}k{shape[2]} {act} declared: {how}"
+    have = sorted({i.a_type for i in caps.find_mma(family="mma_sync")})
+    alt = " use float16 activations" if act == "bf16" and "f16" in have else ""
+    raise UnsupportedOnDevice(
+        f"{caps.name} declares no mma.sync m16n8k16/m16n8k8 with {act} operands and fp32 accumulation "
+        f"(declared mma.sync A types: {', '.join(have) or 'none'});{alt or ' no WnA16 path'}"
+    )
+
+
+def _tile_candidates(m: int, k: int, layout: WeightLayout) -> list[tuple[TileConfig, str]]:
+    """Tile shapes for an M bucket, best first; the caller keeps the first that fits shared memory."""
+    groups = [g for g in (layout.scale_group, layout.zero_group) if g > 0]
+
+    def fits(bk: int) -> bool:
+        return k % bk == 0 and all(g % bk == 0 or bk % g == 0 for g in groups)
+
+    out = []
+    if m <= 64:
+        tm = math.ceil(m / 16)
+        for warps_k in (4, 2, 1):
+            if fits(64 * warps_k):
+                for stages in (4, 3):
+                    out.append((
+                        TileConfig(16 * tm, 64, 64 * warps_k, stages, 1, 1, warps_k),
+                        f"M={m} <= 64: memory-bound; {tm} m16 tile(s), 64-wide column slabs, "
+                        f"{warps_k} warp(s) split each stage's K",
+                    ))
+    else:
+        bm = 64 if m <= 96 else 128
+        if fits(64):
+            for stages in (4, 3, 2):
+                out.append((TileConfig(bm, 128, 64, stages, bm // 64, 2, 1), f"M={m} > 64: {bm}x128 block tile, 4 warps"))
+    if not out:
+        raise ShapeError(
+            f"no k tile fits K={k} with group sizes {groups}: K must be a multiple of 64 and each group size a "
+            f"multiple or a divisor of 64"
+        )
+    return out
+
+
+def _occupancy(tiles: TileConfig, smem: int, caps) -> int:
+    limit = caps.limits.smem_per_block_kb * 1024
+    per_sm_smem = max(limit, 1)
+    by_smem = max(1, per_sm_smem // max(smem, 1))
+    by_threads = max(1, 2048 // tiles.threads)
+    return int(min(by_smem, by_threads, 4))
+
+
+def _choose_splits(tiles_mn: int, k: int, bk: int, stages: int, sms: int, occ: int, memory_bound: bool) -> tuple[int, str]:
+    best, best_score = 1, -1.0
+    for s in range(1, 17):
+        if k % (bk * s) or k // (bk * s) < 2 and s > 1:
+            continue
+        per_sm = tiles_mn * s / sms
+        tail = per_sm / math.ceil(per_sm)
+        target = occ if memory_bound else 1
+        conc = min(1.0, per_sm / target)
+        score = tail * math.sqrt(conc) / (1.0 + 0.03 * (s - 1))
+        if score > best_score + 1e-9:
+            best, best_score = s, score
+    why = f"split-K {best}: {tiles_mn} output tiles x {best} splits over {sms} SMs (score {best_score:.2f})"
+    return best, why
+
+
+def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", scheme: str = "") -> Plan:
+    """Plan a WnA16 GEMM C[M, N] = A[M, K] @ W[N, K]^T for a prepared weight layout on a profile."""
+    if m < 1:
+        raise ShapeError(f"M={m}: a GEMM needs at least one row")
+    n, k = layout.n, layout.k
+    reasons: list[str] = []
+    instruction, why = choose_mma(caps, act)
+    reasons.append(why)
+    reasons.append(f"path dequant-to-activation: {layout.decode.kind}{layout.decode.bits} codes widened to {act} in registers")
+    async_copy = bool(caps.memory.cp_async)
+    reasons.append("cp.async declared: multi-stage asynchronous pipeline" if async_copy
+                   else "cp.async not declared: synchronous global->shared copies")
+    if not caps.memory.ldmatrix:
+        raise UnsupportedOnDevice(f"{caps.name} does not declare ldmatrix, which the mma.sync kernels use for A")
+    limit = caps.limits.smem_per_block_kb * 1024
+    candidates = _tile_candidates(m, k, layout)
+    fitting = [c for c in candidates if c[0].smem_bytes(layout) <= limit]
+    if not fitting:
+        t0 = candidates[-1][0]
+        raise UnsupportedOnDevice(
+            f"the smallest tile {t0.bm}x{t0.bn}x{t0.bk} needs {t0.smem_bytes(layout)} B of shared memory; "
+            f"{caps.name} allows {limit}"
+        )
+    tiles, why = fitting[0]
+    reasons.append(why)
+    smem = tiles.smem_bytes(layout)
+    reasons.append(f"{tiles.stages} stages: {smem // 1024} KiB of {caps.limits.smem_per_block_kb} KiB shared memory per block")
+    if n % tiles.bn:
+        if tiles.bn == 128 and n % 64 == 0:
+            tiles = TileConfig(tiles.bm, 64, tiles.bk, tiles.stages, tiles.warps_m, 1, tiles.warps_k)
+            smem = tiles.smem_bytes(layout)
+            reasons.append(f"N={n} is not a multiple of 128: 64-wide block tile")
+        else:
+            raise ShapeError(f"N={n} must be a multiple of 64")
+    sms = caps.limits.sms
+    if not sms:
+        sms = _DEFAULT_SMS
+        reasons.append(f"the profile does not know its SM count; split-K assumes {sms}")
+    occ = _occupancy(tiles, smem, caps)
+    tiles_mn = math.ceil(m / tiles.bm) * (n // tiles.bn)
+    splits, why = _choose_splits(tiles_mn, k, tiles.bk, tiles.stages, sms, occ, m <= 64)
+    reasons.append(why)
+    return Plan(
+        scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=out or act, family="mma_sync",
+        instruction=instruction, path="dequant-to-activation", layout=layout, tiles=tiles, splits=splits,
+        async_copy=async_copy, smem_bytes=smem, reasons=tuple(reasons),
+    )

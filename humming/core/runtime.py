@@ -1,0 +1,83 @@
+"""Loads CUBINs through the CUDA driver API (cuda-python) and launches them on torch's current stream.
+
+Context-independent libraries (cuLibraryLoadData) are loaded once per process; the function handle
+for each device is fetched on first use. Launches never synchronise the host.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from humming.errors import LaunchError
+
+_lock = threading.Lock()
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:  # pragma: no cover - cuda-python is a dependency
+        from cuda import cuda as driver  # type: ignore[no-redef]
+    return driver
+
+
+def _check(result, what: str):
+    driver = _driver()
+    err = result[0] if isinstance(result, tuple) else result
+    if int(err) != int(driver.CUresult.CUDA_SUCCESS):
+        _, name = driver.cuGetErrorName(err)
+        _, text = driver.cuGetErrorString(err)
+        name = name.decode() if isinstance(name, bytes) else name
+        text = text.decode() if isinstance(text, bytes) else text
+        raise LaunchError(f"{what} failed: {name}: {text}")
+    if isinstance(result, tuple):
+        return result[1] if len(result) == 2 else result[1:]
+    return None
+
+
+class LoadedKernel:
+    """One kernel of one CUBIN; launch(grid, block, smem, stream, args)."""
+
+    def __init__(self, cubin: bytes, name: str, smem_bytes: int):
+        self.cubin = cubin
+        self.name = name
+        self.smem_bytes = int(smem_bytes)
+        self._library = None
+        self._kernel = None
+        self._functions: dict[int, object] = {}
+
+    def _function(self, device: int):
+        fn = self._functions.get(device)
+        if fn is not None:
+            return fn
+        driver = _driver()
+        with _lock:
+            if self._library is None:
+                _check(driver.cuInit(0), "cuInit")
+                self._library = _check(
+                    driver.cuLibraryLoadData(self.cubin, None, None, 0, None, None, 0), f"loading {self.name}"
+                )
+                self._kernel = _check(driver.cuLibraryGetKernel(self._library, self.name.encode()), f"finding {self.name}")
+            dev = _check(driver.cuDeviceGet(device), "cuDeviceGet")
+            if self.smem_bytes > 48 * 1024:
+                attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                _check(driver.cuKernelSetAttribute(attr, self.smem_bytes, self._kernel, dev), f"smem limit of {self.name}")
+            fn = _check(driver.cuKernelGetFunction(self._kernel), f"function of {self.name}")
+            self._functions[device] = fn
+        return fn
+
+    def launch(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args: list) -> None:
+        """args: a list of ctypes values (c_void_p, c_int, c_float) in the kernel's parameter order."""
+        driver = _driver()
+        fn = self._function(device)
+        pointers = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
+        err = driver.cuLaunchKernel(
+            fn, grid[0], grid[1], grid[2], block, 1, 1, self.smem_bytes, stream, ctypes.addressof(pointers), 0
+        )
+        if int(err[0]) != 0:
+            _check(err, f"launching {self.name} grid={grid} block={block} smem={self.smem_bytes}")
+
+
+def ptr(t) -> ctypes.c_void_p:
+    """Device pointer of a tensor, or NULL for None."""
+    return ctypes.c_void_p(0 if t is None else t.data_ptr())

@@ -1,0 +1,61 @@
+"""The backend contract: what a device backend must provide to the core kernel generator.
+
+The core generator writes kernel bodies in terms of *named device helpers* (``mma_m16n8k16``,
+``ldmatrix_x4``, ``copy_16_async``, ``dequant_pair`` ...). A backend supplies the definitions of
+those helpers, spelled in the instructions its profile declares. The generator never writes an
+``asm`` statement itself; every hardware instruction comes from here.
+
+Backends are looked up by the profile's ``backend`` field (see ``humming.devices.get_backend``).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CompileRoute:
+    """How sources for a profile become binaries: which compiler, for which target, with which flags."""
+
+    compiler: str  # "nvrtc" | "vendor_nvcc"
+    arch: str  # e.g. "sm_90a"
+    min_nvrtc: tuple[int, int] | None = None
+    options: tuple[str, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class HelperRequest:
+    """What the generator needs spelled for one kernel.
+
+    mma: the MmaInstruction the planner chose (its shape decides how a 16x8x16 step is spelled);
+    act: activation element type ("f16" | "bf16"); weight: a WeightDecode describing the codes.
+    """
+
+    mma: Any
+    act: str
+    weight: Any
+    async_copy: bool
+    extras: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Backend(ABC):
+    """A device backend. Subclasses are stateless; one instance serves every profile it supports."""
+
+    name: str = "abstract"
+
+    @abstractmethod
+    def supports(self, caps: Any) -> bool:
+        """True when this backend can spell instructions for the profile."""
+
+    @abstractmethod
+    def compile_route(self, caps: Any) -> CompileRoute:
+        """Which compiler and target to use for this profile, and why."""
+
+    @abstractmethod
+    def prelude(self, request: HelperRequest) -> str:
+        """CUDA C++ source defining every device helper the generated kernel calls."""
+
+    def describe(self) -> str:
+        return self.name

@@ -1,0 +1,192 @@
+"""The NVIDIA backend: spells every device helper the generated kernels call in PTX.
+
+Which spelling is used comes from the profile's declarations (an MMA shape that is declared, a
+memory feature that is declared), never from an architecture number.
+"""
+from __future__ import annotations
+
+from humming.devices.base import Backend, CompileRoute, HelperRequest
+
+COMMON = r"""
+typedef unsigned int uint32_t;
+typedef unsigned short uint16_t;
+typedef unsigned long long uint64_t;
+
+// shared-memory address of a generic pointer (32-bit, as ldmatrix/cp.async want it)
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  uint32_t r;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ void lds_128(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+// (a & mask) | bits in one instruction
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t mask, uint32_t bits) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "r"(mask), "r"(bits));
+  return r;
+}
+// {lo, lo} and {hi, hi} from the two 16-bit halves of a word
+__device__ __forceinline__ uint32_t dup_lo(uint32_t a) {
+  uint32_t r; asm("prmt.b32 %0, %1, %1, 0x1010;\n" : "=r"(r) : "r"(a)); return r;
+}
+__device__ __forceinline__ uint32_t dup_hi(uint32_t a) {
+  uint32_t r; asm("prmt.b32 %0, %1, %1, 0x3232;\n" : "=r"(r) : "r"(a)); return r;
+}
+__device__ __forceinline__ void fence_device() { asm volatile("membar.gl;\n" ::: "memory"); }
+__device__ __forceinline__ int atomic_add_i32(int* p, int v) {
+  int r; asm volatile("atom.global.add.s32 %0, [%1], %2;\n" : "=r"(r) : "l"(p), "r"(v) : "memory"); return r;
+}
+__device__ __forceinline__ void store_i32(int* p, int v) { asm volatile("st.global.s32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory"); }
+// L2-coherent loads/stores of split-K partials (other blocks wrote them)
+__device__ __forceinline__ void load_f32x2_l2(float& a, float& b, const float* p) {
+  asm volatile("ld.global.cg.v2.f32 {%0,%1}, [%2];\n" : "=f"(a), "=f"(b) : "l"(p));
+}
+__device__ __forceinline__ void store_f32x2(float* p, float a, float b) {
+  asm volatile("st.global.v2.f32 [%0], {%1,%2};\n" :: "l"(p), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void store_u32(void* p, uint32_t v) { asm volatile("st.global.b32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory"); }
+__device__ __forceinline__ uint16_t load_u16(const void* p) {
+  uint16_t r; asm("ld.global.nc.u16 %0, [%1];\n" : "=h"(r) : "l"(p)); return r;
+}
+__device__ __forceinline__ float load_f32(const float* p) {
+  float r; asm("ld.global.nc.f32 %0, [%1];\n" : "=f"(r) : "l"(p)); return r;
+}
+__device__ __forceinline__ float u32_as_f32(uint32_t a) { float r; asm("mov.b32 %0, %1;\n" : "=f"(r) : "r"(a)); return r; }
+"""
+
+ASYNC_COPY = r"""
+// global -> shared, 16 bytes, asynchronous; zero-filled when !valid
+__device__ __forceinline__ void copy_16_async(uint32_t dst, const void* src, bool valid) {
+  int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void copy_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
+"""
+
+SYNC_COPY = r"""
+// no cp.async on this profile: the copy is synchronous (loads land before the barrier that follows)
+__device__ __forceinline__ void copy_16_async(uint32_t dst, const void* src, bool valid) {
+  uint32_t a = 0, b = 0, c = 0, d = 0;
+  if (valid) asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(src));
+  asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" :: "r"(dst), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+__device__ __forceinline__ void copy_commit() {}
+template <int N> __device__ __forceinline__ void copy_wait() {}
+"""
+
+# 16-bit float pair arithmetic, per activation type
+ACT2 = {
+    "f16": r"""
+__device__ __forceinline__ uint32_t act2_add(uint32_t a, uint32_t b) { uint32_t r; asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ uint32_t act2_mul(uint32_t a, uint32_t b) { uint32_t r; asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ float act_to_f32(uint16_t a) { float r; asm("cvt.f32.f16 %0, %1;\n" : "=f"(r) : "h"(a)); return r; }
+__device__ __forceinline__ uint32_t f32x2_to_act2(float lo, float hi) {
+  uint16_t l, h; uint32_t r;
+  asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(l) : "f"(lo));
+  asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(hi));
+  asm("mov.b32 %0, {%1,%2};\n" : "=r"(r) : "h"(l), "h"(h));
+  return r;
+}
+""",
+    "bf16": r"""
+// bf16x2 add/mul are spelled as fma (fma.rn.bf16x2 exists wherever bf16 MMA does); -0 keeps a*b exact
+__device__ __forceinline__ uint32_t act2_add(uint32_t a, uint32_t b) { uint32_t r; asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(0x3F803F80u), "r"(b)); return r; }
+__device__ __forceinline__ uint32_t act2_mul(uint32_t a, uint32_t b) { uint32_t r; asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u)); return r; }
+__device__ __forceinline__ float act_to_f32(uint16_t a) { return u32_as_f32(((uint32_t)a) << 16); }
+__device__ __forceinline__ uint32_t f32x2_to_act2(float lo, float hi) {
+  uint32_t r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+}
+""",
+}
+
+MMA_TYPE = {"f16": "f16", "bf16": "bf16"}
+
+
+def _mma_helper(shape: tuple[int, int, int], act: str) -> str:
+    t = MMA_TYPE[act]
+    if tuple(shape) == (16, 8, 16):
+        return rf"""
+// one m16n8k16 step: D += A(16x16, row) * B(16x8, col), fp32 accumulate
+__device__ __forceinline__ void mma_k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {{
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}}
+"""
+    if tuple(shape) == (16, 8, 8):
+        return rf"""
+// the profile declares only m16n8k8: a k16 step is two of them (A regs 0,1 hold k 0..7; 2,3 hold k 8..15)
+__device__ __forceinline__ void mma_k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {{
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.{t}.{t}.f32 {{%0,%1,%2,%3}}, {{%4,%5}}, {{%6}}, {{%0,%1,%2,%3}};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(b0));
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.{t}.{t}.f32 {{%0,%1,%2,%3}}, {{%4,%5}}, {{%6}}, {{%0,%1,%2,%3}};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[2]), "r"(a[3]), "r"(b1));
+}}
+"""
+    raise ValueError(f"no k16 spelling for mma shape {shape}")
+
+
+def _decode_helper(decode) -> str:
+    """dq_raw<J>(word): the J-th code pair of a word as two activation-typed raw values."""
+    cb = decode.container
+    mask2 = decode.code_mask * 0x10001
+    if decode.kind == "int" and decode.int_path == "magic":
+        magic2 = decode.magic_bits * 0x10001
+        return rf"""
+// pair J of a word (J is a constant after unrolling, so the shift folds): codes at bits J*{cb} and 16+J*{cb}; OR-ed into the mantissa of the magic number
+// (raw = magic + code, exact); the zero point and magic are removed by one add with -(magic + zero)
+__device__ __forceinline__ uint32_t dq_raw(uint32_t w, int J) {{
+  return lop3_and_or(w >> (J * {cb}), 0x{mask2:08X}u, 0x{magic2:08X}u);
+}}
+"""
+    if decode.kind == "int":
+        return rf"""
+// 8-bit codes into bf16: through fp32 (2^23 + code is exact), then one packed conversion
+__device__ __forceinline__ uint32_t dq_raw(uint32_t w, int J) {{
+  float lo = u32_as_f32(0x4B000000u | ((w >> (J * {cb})) & 0xFFu)) - 8388608.0f;
+  float hi = u32_as_f32(0x4B000000u | ((w >> (16 + J * {cb})) & 0xFFu)) - 8388608.0f;
+  return f32x2_to_act2(lo, hi);
+}}
+"""
+    target_man = 10 if decode.act == "f16" else 7
+    em_bits = decode.exp_bits + decode.man_bits
+    em_mask = ((1 << em_bits) - 1) << (target_man - decode.man_bits)
+    em_mask2 = em_mask * 0x10001
+    return rf"""
+// float codes e{decode.exp_bits}m{decode.man_bits}: exponent+mantissa bits placed under the {decode.act} mantissa,
+// sign moved to bit 15; raw = value * 2^-{decode.exponent_fix} exactly (the repacker folds 2^{decode.exponent_fix} into the scales)
+__device__ __forceinline__ uint32_t dq_raw(uint32_t w, int J) {{
+  uint32_t x = w >> (J * {cb});
+  uint32_t em = (x << {target_man - decode.man_bits}) & 0x{em_mask2:08X}u;
+  uint32_t sg = (x << {15 - em_bits}) & 0x80008000u;
+  return em | sg;
+}}
+"""
+
+
+class NvidiaBackend(Backend):
+    name = "nvidia"
+
+    def supports(self, caps) -> bool:
+        return caps.backend == "nvidia"
+
+    def compile_route(self, caps) -> CompileRoute:
+        return CompileRoute(
+            compiler="nvrtc",
+            arch=caps.target.arch,
+            min_nvrtc=tuple(caps.target.min_nvrtc) if caps.target.min_nvrtc else None,
+            reason=f"NVRTC to CUBIN for {caps.target.arch} (the profile's target)",
+        )
+
+    def prelude(self, request: HelperRequest) -> str:
+        parts = [COMMON, ASYNC_COPY if request.async_copy else SYNC_COPY, ACT2[request.act]]
+        parts.append(_mma_helper(tuple(request.mma.shape), request.act))
+        parts.append(_decode_helper(request.weight))
+        return "\n".join(parts)

@@ -1,0 +1,50 @@
+"""torch modules backed by humming kernels."""
+from __future__ import annotations
+
+import torch
+
+from humming.errors import ShapeError
+
+
+class QuantLinear(torch.nn.Module):
+    """A linear layer whose weight is a humming QuantizedWeight: y = x @ W^T + b.
+
+    CUDA inputs run the generated kernel for the current device (traceable by torch.compile through the
+    ``humming::wna16_gemm`` custom op); CPU inputs run the reference."""
+
+    def __init__(self, qweight, bias: torch.Tensor | None = None):
+        super().__init__()
+        self.qweight = qweight
+        self.out_features, self.in_features = qweight.shape
+        if bias is not None and bias.shape != (self.out_features,):
+            raise ShapeError(f"bias must have shape ({self.out_features},), got {tuple(bias.shape)}")
+        self.bias = None if bias is None else torch.nn.Parameter(bias.detach().clone(), requires_grad=False)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, scheme, **quantize_kwargs) -> QuantLinear:
+        """Quantize an nn.Linear with a scheme (a Scheme or a preset name such as 'w4a16')."""
+        from humming.core.quantize import quantize
+
+        qw = quantize(linear.weight.detach(), scheme, **quantize_kwargs)
+        return cls(qw, linear.bias)
+
+    @classmethod
+    def from_quantized(cls, qweight, bias: torch.Tensor | None = None) -> QuantLinear:
+        """Wrap an imported checkpoint (see humming.checkpoints) or any QuantizedWeight."""
+        return cls(qweight, bias if bias is not None else qweight.bias)
+
+    def _apply(self, fn, recurse=True):  # .cuda() / .to() move the quantized tensors too
+        super()._apply(fn, recurse)
+        probe = fn(torch.empty(0, device=self.qweight.packed.device))
+        if probe.device != self.qweight.packed.device:
+            self.qweight = self.qweight.to(probe.device)
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from humming.api import gemm
+
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return gemm(x, self.qweight, bias=bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, scheme={self.qweight.scheme}"
