@@ -38,10 +38,11 @@ amax/min/max are taken over each group (row segment, row, block or the whole ten
   ``mean -/+ mad`` (mad = mean absolute deviation from the mean): ``scale = 2 * mad``,
   ``zero = -(mean - mad) / scale``, so ``code = w > mean``.
 * float formats: ``scale = amax / fmt.max`` and ``code = encode(w / scale)`` (saturating).
-* ``scale`` is then rounded to its scale format (round to nearest even, saturating), and the codes are
-  computed with the rounded scale. ue8m0 scales are instead rounded *up* to a power of two
-  (``2**ceil(log2(amax / fmt.max))``, i.e. ``cvt.rp`` of the fp32 quotient) so that no element clips; the
-  OCP MX reference rule ``2**(floor(log2(amax)) - emax)`` can clip up to half a binade of values.
+* ``scale`` is then rounded to its scale format and the codes are computed with the rounded scale.
+  f16/bf16 scales round *up* (toward +inf) so that no element clips; ue4m3 scales round to nearest even
+  (saturating), as the NVFP4 recipe does; ue8m0 scales round *up* to a power of two
+  (``2**ceil(log2(amax / fmt.max))``, i.e. ``cvt.rp`` of the fp32 quotient) so that no element clips (the
+  OCP MX reference rule ``2**(floor(log2(amax)) - emax)`` can clip up to half a binade of values).
 * a group whose amax is 0 gets scale 1; a scale that rounds to 0 becomes the scale format's smallest value.
 * global scale (two-level): ``gs = amax(W) / (fmt.max * scale_fmt.max)`` (1 if 0), block scales
   ``encode((amax / fmt.max) / gs)``, codes ``encode(w / (scale * gs))``.
@@ -91,8 +92,10 @@ def scale_storage_dtype(fmt: str) -> torch.dtype:
 def encode_scales(s: torch.Tensor, fmt: str, *, pow2_rounding: str = "ceil") -> tuple[torch.Tensor, torch.Tensor]:
     """Round float32 scales ``s`` (> 0) to scale format ``fmt``; returns (storage tensor, float32 values).
 
-    Zeros, negatives and NaN become 1 (a zero group); positive values that round to 0 become the smallest
-    positive scale. ue8m0 rounds ``pow2_rounding`` ("ceil": no element clips, "floor", or "nearest").
+    Zeros, negatives and NaN become 1 (a zero group). f16/bf16 round *up* to the next representable value
+    (so that amax / scale never exceeds the element maximum and no element clips; this also keeps tiny scales
+    off zero); ue4m3 rounds to nearest even (the NVFP4 recipe; a result of 0 becomes the smallest subnormal);
+    ue8m0 rounds ``pow2_rounding`` ("ceil": no element clips, "floor", or "nearest"); f32 is exact.
     """
     f = formats.get(fmt)
     s = s.to(torch.float32)
@@ -103,8 +106,10 @@ def encode_scales(s: torch.Tensor, fmt: str, *, pow2_rounding: str = "ceil") -> 
     if name in ("f16", "bf16"):
         dt = _SCALE_DTYPES[name]
         stored = s.clamp(max=f.max).to(dt)
-        tiny = torch.tensor(f.min_subnormal, dtype=dt, device=s.device)
-        stored = torch.where(stored == 0, tiny, stored)
+        # round up: the next representable value where the cast rounded down (so no element clips)
+        bits = stored.view(torch.int16)
+        up = (stored.to(torch.float32) < s.clamp(max=f.max)) & (bits < 0x7C00 if name == "f16" else bits < 0x7F80)
+        stored = torch.where(up, (bits + 1).view(dt), stored)
         return stored, stored.to(torch.float32)
     if name == "ue4m3":
         codes = f.encode(s, saturate=True)
@@ -462,8 +467,10 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
     ws = sch.weight_scale
     if ws.granularity == "group" and k % ws.group_size:
         options = valid_group_sizes(k)
-        raise ShapeError(f"group_size {ws.group_size} does not divide K={k}; "
-                         f"use one of {options[:8] if options else 'none (pad K)'} or per-channel scales")
+        fix = f"use group_size {', '.join(map(str, options))}" if options else \
+            "no allowed group size divides it: pad K to a multiple of 16"
+        raise ShapeError(f"group_size {ws.group_size} does not divide K={k}; {fix}, or per-channel scales "
+                         f"(group_size=None)")
     w = weight.detach().to(torch.float32)
     if not bool(torch.isfinite(w).all()):
         raise ShapeError("weight contains NaN or infinity; quantization needs finite values")
@@ -489,7 +496,7 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
             mu = wg.mean(-1)
             mad = (wg - mu[..., None]).abs().mean(-1)
             s_raw = torch.where(mad > 0, 2 * mad, torch.ones_like(mad))
-            lo = mu - s_raw / 2
+            lo = torch.where(mad > 0, mu - s_raw / 2, mu)  # a constant group is exact: level 0 is the mean
         stored, s = encode_scales(s_raw, ws.format)
         if sch.zero_point == "int":
             z = torch.round(-lo / s).clamp(0, qmax_code)

@@ -183,7 +183,8 @@ class Scheme:
         if self.act is not None:
             set_(self, "act", _canonical_format(self.act, "act"))
         a = self.act_scale
-        set_(self, "act_scale", dataclasses.replace(a, format=_canonical_format(a.format, "act scale")))
+        set_(self, "act_scale", dataclasses.replace(a, mode="none" if a.mode is None else a.mode,
+                                                    format=_canonical_format(a.format, "act scale")))
         for field in ("weight_global_scale", "act_order"):
             if not isinstance(getattr(self, field), bool):
                 raise SchemeError(f"{field} must be True or False, got {getattr(self, field)!r}")
@@ -513,6 +514,8 @@ def _fmt_value(v: Any) -> str:
 def _parse_value(key: str, text: str) -> Any:
     t = text.strip()
     low = t.lower()
+    if key == "act_scale":
+        return "none" if low in ("none", "null", "") else low
     if low in ("none", "null", ""):
         return None
     if key in ("global_scale", "act_global_scale", "act_order"):
