@@ -30,7 +30,8 @@ from humming.capabilities import (
 from humming.capabilities import summary as S
 from humming.errors import UnsupportedOnDevice
 
-NO_DEVICE = "no device found (no CUDA driver, or no GPU/PPU visible)"
+NO_DEVICE_WHY = "no CUDA driver, or no GPU/PPU visible"
+NO_DEVICE = f"no device found ({NO_DEVICE_WHY})"
 HOW_TO_FORCE = (f"set {FORCE_ENV}=<profile name> to use a profile anyway (list them with `python -m humming "
                 f"profiles`), or add a YAML profile in a directory named by {PATH_ENV}")
 
@@ -131,7 +132,7 @@ def _render(info: DeviceInfo) -> list[str]:
     if info.detected:
         lines += [f"  detected:  {d.describe()}" for d in info.detected]
     else:
-        lines.append(f"  detected:  none ({NO_DEVICE[len('no device found ('):-1]})")
+        lines.append(f"  detected:  none ({NO_DEVICE_WHY})")
     caps = info.profile
     if caps is None:
         lines.append(f"  profile:   none: {info.reason}")
