@@ -121,6 +121,19 @@ def encode_scales(s: torch.Tensor, fmt: str, *, pow2_rounding: str = "ceil") -> 
     raise SchemeError(f"{fmt} is not a scale format; use one of {formats.SCALE_FORMATS}")
 
 
+def _check_scale_range(s_raw: torch.Tensor, scheme: Scheme) -> None:
+    fmt = scheme.weight_scale.format
+    if fmt in ("f16", "bf16") or (fmt == "ue4m3" and not scheme.weight_global_scale):
+        top = float(formats.get(fmt).max)
+        worst = float(s_raw.max()) if s_raw.numel() else 0.0
+        if worst > top:
+            fix = "use scale_format='bf16' or 'f32'" if fmt == "f16" else "use scale_format='f32'"
+            if fmt == "ue4m3":
+                fix = "use a global scale (weight_global_scale=True) or f16/f32 scales"
+            raise SchemeError(f"a weight scale of {worst:.4g} exceeds the largest {fmt} value {top:g} (the weights "
+                              f"are too large for {fmt} scales); {fix}, or rescale the weight")
+
+
 def decode_scales(stored: torch.Tensor, fmt: str) -> torch.Tensor:
     """float32 values of stored scales of format ``fmt``."""
     name = formats.get(fmt).name
@@ -491,6 +504,7 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
             lo, hi = lo.clamp(max=0), hi.clamp(min=0)
         rng = hi - lo
         s_raw = torch.where(rng > 0, rng / qmax_code, torch.ones_like(rng))
+        _check_scale_range(s_raw, sch)
         if sch.zero_point == "float" and fmt.bits == 1:
             # 1 bit: levels mean -/+ mean absolute deviation (min/max would spend both levels on outliers)
             mu = wg.mean(-1)
@@ -522,6 +536,7 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
             if gs_t is not None:
                 s_raw = s_raw / gs_t
             s_raw = torch.where(amax > 0, s_raw, torch.ones_like(s_raw))
+            _check_scale_range(s_raw, sch)
             stored, s = encode_scales(s_raw, ws.format)
         denom = s if gs_t is None else s * gs_t
         codes = fmt.encode(wg / denom[..., None], saturate=True)
