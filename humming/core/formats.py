@@ -318,17 +318,17 @@ class FloatFormat(Format):
         a = xf.abs()
         n_pos = pos.numel()
         if rounding == "nearest":
-            idx = torch.searchsorted(mids, a.reshape(-1)).reshape(a.shape)  # count of midpoints < a
+            idx = torch.searchsorted(mids, a.reshape(-1), out_int32=True).reshape(a.shape)  # midpoints < a
             tie = (idx < n_pos - 1) & (mids[idx.clamp(max=n_pos - 2)] == a)
             if self.ties == "even":
                 idx = idx + (tie & (idx % 2 == 1)).to(idx.dtype)
             else:
                 idx = idx + tie.to(idx.dtype)
         elif rounding == "floor":
-            idx = torch.searchsorted(pos, a.reshape(-1), right=True).reshape(a.shape) - 1
+            idx = torch.searchsorted(pos, a.reshape(-1), right=True, out_int32=True).reshape(a.shape) - 1
             idx = idx.clamp(min=0)
         else:
-            idx = torch.searchsorted(pos, a.reshape(-1)).reshape(a.shape).clamp(max=n_pos - 1)
+            idx = torch.searchsorted(pos, a.reshape(-1), out_int32=True).reshape(a.shape).clamp(max=n_pos - 1)
         codes = idx.to(torch.int32)
 
         negative = torch.signbit(xf)

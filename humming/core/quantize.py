@@ -227,6 +227,8 @@ class QuantizedWeight:
         dt = scale_storage_dtype(ws.format)
         if self.scales.dtype != dt:
             raise ShapeError(f"{ws.format} scales must be stored as {dt}, got {self.scales.dtype}")
+        if ws.format == "ue4m3" and bool((self.scales.view(torch.uint8) & 0x80).any()):
+            raise ShapeError("ue4m3 scales must be non-negative (the sign bit of a float8_e4m3fn scale is set)")
         g = want_scales[1]
         if s.zero_point is None:
             if self.zeros is not None:
