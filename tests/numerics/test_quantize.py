@@ -240,7 +240,8 @@ def test_from_codes_validates():
     with pytest.raises(ShapeError, match="global scale"):
         QuantizedWeight.from_codes(codes, "w4a16-nvfp4", torch.ones(8, 8, dtype=torch.float8_e4m3fn))
     with pytest.raises(ShapeError, match="non-negative"):
-        QuantizedWeight.from_codes(codes, "w4a16-nvfp4", -torch.ones(8, 8).to(torch.float8_e4m3fn), global_scale=1.0)
+        QuantizedWeight.from_codes(codes, "w4a16-nvfp4", (-torch.ones(8, 8)).to(torch.float8_e4m3fn),
+                                   global_scale=1.0)
 
 
 def test_to_and_with_activations():
