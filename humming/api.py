@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -105,6 +105,16 @@ class _Prepared:
     caps: object
     plans: dict
     run_arch: str | None = None
+    launches: dict = field(default_factory=dict)  # m -> _LaunchSpec
+
+
+@dataclass
+class _LaunchSpec:
+    """Everything a launch for one M needs, computed once: the hot path only fills in three pointers."""
+
+    plan: Plan
+    kernel: object
+    static_args: list  # ctypes values after the output pointer
 
 
 _registry: list[_Prepared] = []
@@ -132,28 +142,41 @@ def plan_for(handle: int, m: int) -> Plan:
     return p
 
 
-def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias) -> torch.Tensor:
+def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
     import ctypes
 
     from humming.core.runtime import ptr
 
     prep = _registry[handle]
-    m, k = x.shape
-    n = prep.packed.layout.n
-    p = plan_for(handle, m)
-    kernel, _ = compile_plan(p, prep.caps, prep.run_arch)
-    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    spec = prep.launches.get(m)
+    if spec is None:
+        p = plan_for(handle, m)
+        kernel, _ = compile_plan(p, prep.caps, prep.run_arch)
+        n, k = p.n, p.k
+        grid = p.grid
+        ws, cnt = _workspace(device, grid[2] * grid[0] * p.tiles.bm * n if grid[2] > 1 else 0, grid[0] * grid[1])
+        packed = prep.packed
+        static = [
+            ptr(ws), ptr(cnt), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k), ctypes.c_int(k // grid[2]),
+            ctypes.c_float(packed.out_scale),
+        ]
+        spec = _LaunchSpec(p, kernel, static)
+        prep.launches[m] = spec
+    return spec
+
+
+def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias) -> torch.Tensor:
+    from humming.core.runtime import ptr
+
+    m = x.shape[0]
+    spec = _launch_spec(handle, m, x.device)
+    p = spec.plan
+    out = torch.empty((m, p.n), dtype=x.dtype, device=x.device)
     if _POISON:
         out.fill_(float("nan"))
-    grid = p.grid
-    ws, cnt = _workspace(x.device, grid[2] * grid[0] * p.tiles.bm * n if grid[2] > 1 else 0, grid[0] * grid[1])
-    args = [
-        ptr(x), ptr(qweight), ptr(scales), ptr(zeros), ptr(chan), ptr(bias), ptr(out), ptr(ws), ptr(cnt),
-        ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k), ctypes.c_int(k // grid[2]),
-        ctypes.c_float(prep.packed.out_scale),
-    ]
-    stream = torch.cuda.current_stream(x.device).cuda_stream
-    kernel.launch(x.device.index if x.device.index is not None else torch.cuda.current_device(), grid, p.threads, stream, args)
+    args = [ptr(x), ptr(qweight), ptr(scales), ptr(zeros), ptr(chan), ptr(bias), ptr(out), *spec.static_args]
+    device = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    spec.kernel.launch(device, p.grid, p.threads, torch.cuda.current_stream().cuda_stream, args)
     return out
 
 
@@ -178,7 +201,10 @@ def _(x, qweight, scales, zeros, chan, bias, handle):
 def prepared(qw, dtype: torch.dtype, device: torch.device, profile=None) -> int:
     """Repack (once per dtype and device) and register a QuantizedWeight; returns a handle."""
     cache = qw.__dict__.setdefault("_humming_prepared", {})
-    key = (dtype, str(device), None if profile is None else str(profile))
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    key = (dtype, device, profile)
     handle = cache.get(key)
     if handle is None:
         caps = resolve_profile(profile)
@@ -192,31 +218,47 @@ def prepared(qw, dtype: torch.dtype, device: torch.device, profile=None) -> int:
     return handle
 
 
-def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) -> torch.Tensor:
-    """y = x @ dequantize(qw)^T (+ bias). CUDA tensors run the generated kernel for the current device
-    (or the profile forced by HUMMING_DEVICE_PROFILE / ``profile``); CPU tensors run the reference."""
-    n, k = qw.shape
-    if x.shape[-1] != k:
-        raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={k}")
-    if not x.is_cuda:
-        from humming.core.reference import reference_gemm
-
-        return reference_gemm(x, qw, bias=bias)
-    if getattr(qw.scheme, "act", None):
-        raise UnsupportedOnDevice(
-            f"{qw.scheme.name} quantizes activations; its kernels are not available yet, use humming.reference_gemm"
-        )
-    act_name(x.dtype)
-    handle = prepared(qw, x.dtype, x.device, profile)
+def gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The hot path once a weight is prepared: reshape, optional act-order gather, one kernel launch.
+    Under torch.compile it goes through the ``humming::wna16_gemm`` custom op, which traces."""
     packed = _registry[handle].packed
+    n, k = packed.layout.n, packed.layout.k
     x2 = x.reshape(-1, k)
-    if not x2.is_contiguous() or x2.data_ptr() % 16:
-        x2 = x2.contiguous()
     if packed.perm is not None:
         x2 = x2.index_select(1, packed.perm)
     b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
-    out = torch.ops.humming.wna16_gemm(x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b, handle)
+    if torch.compiler.is_compiling():
+        x2 = x2.contiguous()
+        out = torch.ops.humming.wna16_gemm(x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b, handle)
+    else:
+        if not x2.is_contiguous() or x2.data_ptr() % 16:
+            x2 = x2.contiguous()
+        out = _launch(handle, x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b)
     return out.view(*x.shape[:-1], n)
+
+
+def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) -> torch.Tensor:
+    """y = x @ dequantize(qw)^T (+ bias). CUDA tensors run the generated kernel for the current device
+    (or the profile forced by HUMMING_DEVICE_PROFILE / ``profile``); CPU tensors run the reference."""
+    cache = qw.__dict__.get("_humming_prepared")
+    handle = cache.get((x.dtype, x.device, profile)) if cache else None
+    if handle is None:
+        n, k = qw.shape
+        if x.shape[-1] != k:
+            raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={k}")
+        if not x.is_cuda:
+            from humming.core.reference import reference_gemm
+
+            return reference_gemm(x, qw, bias=bias)
+        if getattr(qw.scheme, "act", None):
+            raise UnsupportedOnDevice(
+                f"{qw.scheme.name} quantizes activations; its kernels are not available yet, use humming.reference_gemm"
+            )
+        act_name(x.dtype)
+        handle = prepared(qw, x.dtype, x.device, profile)
+    elif x.shape[-1] != qw.shape[1]:
+        raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={qw.shape[1]}")
+    return gemm_prepared(x, handle, bias)
 
 
 # ---------------------------------------------------------------- path table (humming.device.info)

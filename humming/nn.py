@@ -40,10 +40,26 @@ class QuantLinear(torch.nn.Module):
             self.qweight = self.qweight.to(probe.device)
         return self
 
+    def prepare(self, dtype: torch.dtype, device: torch.device | str = "cuda") -> int:
+        """Repack the weight for the kernels of this device and activation dtype (done on first use anyway;
+        call it before torch.compile if the module has not run eagerly)."""
+        from humming.api import prepared
+
+        self._handle = prepared(self.qweight, dtype, torch.device(device))
+        self._handle_key = (dtype, torch.device(device).type)
+        return self._handle
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from humming.api import gemm
+        from humming.api import gemm, gemm_prepared
 
         bias = None if self.bias is None else self.bias.to(x.dtype)
+        if torch.compiler.is_compiling():
+            handle = getattr(self, "_handle", None)
+            if handle is None:
+                raise RuntimeError("QuantLinear: call .prepare(dtype, device) (or run once eagerly) before torch.compile")
+            return gemm_prepared(x, handle, bias)
+        if x.is_cuda and getattr(self, "_handle_key", None) != (x.dtype, "cuda"):
+            self.prepare(x.dtype, x.device)
         return gemm(x, self.qweight, bias=bias)
 
     def extra_repr(self) -> str:

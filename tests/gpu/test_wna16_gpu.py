@@ -88,9 +88,9 @@ def test_other_profiles_run_here(profile):
     p = api.plan("w4a16", 16, 512, 2048, profile=profile)
     src = api.source(p)
     if profile == "nvidia-t4":
-        assert "m16n8k8" in src and "cp.async" not in src
+        assert "m16n8k8" in src and "cp.async.cg" not in src
     else:
-        assert "m16n8k16" in src and "cp.async" in src
+        assert "m16n8k16" in src and "cp.async.cg" in src
 
 
 def test_cuda_graph_replay_matches_eager():

@@ -1,0 +1,42 @@
+"""`python -m humming plan`: show the execution plan (and optionally the generated CUDA) for a GEMM."""
+from __future__ import annotations
+
+import json
+
+HELP = "plan a quantized GEMM for a profile: instructions, tiles, and why"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--scheme", default="w4a16", help="preset or scheme string (see humming.schemes.names())")
+    p.add_argument("--m", type=int, default=16)
+    p.add_argument("--n", type=int, default=4096)
+    p.add_argument("--k", type=int, default=4096)
+    p.add_argument("--profile", default=None, help="profile name (default: this device or HUMMING_DEVICE_PROFILE)")
+    p.add_argument("--act", default="f16", choices=["f16", "bf16"], help="activation type")
+    p.add_argument("--group-size", type=int, default=None)
+    p.add_argument("--source", action="store_true", help="print the generated CUDA C++")
+    p.add_argument("--compile", action="store_true", help="also compile it with NVRTC and report time and registers")
+    p.add_argument("--json", action="store_true")
+
+
+def main(args) -> int:
+    from humming import api
+
+    plan = api.plan(args.scheme, args.m, args.n, args.k, profile=args.profile, act=args.act, group_size=args.group_size)
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=1))
+    else:
+        print(plan.explain())
+    if args.source:
+        print(api.source(plan))
+    if args.compile:
+        from humming.core.compiler import compile_cuda
+        from humming.devices import get_backend
+
+        caps = api.resolve_profile(plan.profile)
+        route = get_backend(caps).compile_route(caps)
+        mod = compile_cuda(api.source(plan), [plan.kernel_name], route.arch, min_nvrtc=route.min_nvrtc)
+        print(f"compiled {plan.kernel_name} for {mod.arch} with NVRTC {mod.nvrtc_version[0]}.{mod.nvrtc_version[1]}: "
+              f"{len(mod.cubin)} B cubin, {mod.original_compile_seconds:.2f} s"
+              + (" (cache hit)" if mod.cache_hit else ""))
+    return 0
