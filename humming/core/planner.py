@@ -132,35 +132,56 @@ def choose_mma(caps, act: str) -> tuple[object, str]:
     )
 
 
-def _tile_candidates(m: int, k: int, layout: WeightLayout) -> list[tuple[TileConfig, str]]:
-    """Tile shapes for an M bucket, best first; the caller keeps the first that fits shared memory."""
+def _tile_candidates(m: int, n: int, k: int, layout: WeightLayout, sms: int) -> list[tuple[TileConfig, str]]:
+    """Tile shapes for an M bucket, best first; the caller keeps the first that fits shared memory.
+    The orders come from measured sweeps (bench/sweep_wna16.py, docs/performance.md)."""
     groups = [g for g in (layout.scale_group, layout.zero_group) if g > 0]
 
-    def fits(bk: int) -> bool:
-        return k % bk == 0 and all(g % bk == 0 or bk % g == 0 for g in groups)
+    def fits(t: TileConfig) -> bool:
+        return k % t.bk == 0 and n % t.bn == 0 and all(g % t.bk == 0 or t.bk % g == 0 for g in groups)
 
-    out = []
+    out: list[tuple[TileConfig, str]] = []
     if m <= 64:
         tm = math.ceil(m / 16)
         for warps_k in (4, 2, 1):
-            if fits(64 * warps_k):
-                for stages in (4, 3):
-                    out.append((
-                        TileConfig(16 * tm, 64, 64 * warps_k, stages, 1, 1, warps_k),
-                        f"M={m} <= 64: memory-bound; {tm} m16 tile(s), 64-wide column slabs, "
-                        f"{warps_k} warp(s) split each stage's K",
-                    ))
+            for stages in (3, 4, 2):
+                out.append((
+                    TileConfig(16 * tm, 64, 64 * warps_k, stages, 1, 1, warps_k),
+                    f"M={m} <= 64: memory-bound; {tm} m16 tile(s), 64-wide column slabs, "
+                    f"{warps_k} warp(s) split each stage's K",
+                ))
     else:
-        bm = 64 if m <= 96 else 128
-        if fits(64):
-            for stages in (4, 3, 2):
-                out.append((TileConfig(bm, 128, 64, stages, bm // 64, 2, 1), f"M={m} > 64: {bm}x128 block tile, 4 warps"))
+        big = TileConfig(128, 256, 64, 4, 2, 4, 1)
+        tiles_big = math.ceil(m / 128) * (n // 256) if n % 256 == 0 else 0
+        if m <= 128 and tiles_big < sms:
+            out.append((TileConfig(64, 128, 128, 4, 1, 2, 2), f"M={m} <= 128 on {n // 128} column tiles: 64x128 tile, 4 warps (2 split K)"))
+        if tiles_big >= sms or m > 128:
+            out.append((big, f"M={m}: 128x256 block tile, 8 warps of 64x64 ({tiles_big} tiles for {sms} SMs)"))
+        for stages in (3, 2):
+            out.append((TileConfig(128, 128, 64, stages, 2, 2, 1), f"M={m}: 128x128 block tile, 4 warps of 64x64"))
+            out.append((TileConfig(64, 64, 64, stages, 2, 1, 1), f"M={m}: 64x64 block tile, 2 warps"))
+    out = [c for c in out if fits(c[0])]
     if not out:
         raise ShapeError(
-            f"no k tile fits K={k} with group sizes {groups}: K must be a multiple of 64 and each group size a "
-            f"multiple or a divisor of 64"
+            f"no tile fits N={n}, K={k} with group sizes {groups}: N and K must be multiples of 64 and each "
+            f"group size a multiple or a divisor of 64"
         )
     return out
+
+
+def _check_forced(t: TileConfig, m: int, n: int, k: int, layout: WeightLayout) -> None:
+    groups = [g for g in (layout.scale_group, layout.zero_group) if g > 0]
+    problems = []
+    if t.bm % (16 * t.warps_m) or t.bn % (64 * t.warps_n) or t.bk % (64 * t.warps_k):
+        problems.append("BM must be a multiple of 16*warps_m, BN of 64*warps_n, BK of 64*warps_k")
+    if k % t.bk or n % t.bn:
+        problems.append(f"BK={t.bk} must divide K={k} and BN={t.bn} must divide N={n}")
+    if any(not (g % t.bk == 0 or t.bk % g == 0) for g in groups):
+        problems.append(f"group sizes {groups} must divide or be multiples of BK={t.bk}")
+    if t.stages < 2 or t.threads > 1024:
+        problems.append("at least 2 stages and at most 1024 threads")
+    if problems:
+        raise ShapeError(f"tile {t} is not valid here: " + "; ".join(problems))
 
 
 def _occupancy(tiles: TileConfig, smem: int, caps) -> int:
@@ -187,8 +208,11 @@ def _choose_splits(tiles_mn: int, k: int, bk: int, stages: int, sms: int, occ: i
     return best, why
 
 
-def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", scheme: str = "") -> Plan:
-    """Plan a WnA16 GEMM C[M, N] = A[M, K] @ W[N, K]^T for a prepared weight layout on a profile."""
+def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", scheme: str = "",
+               tiles: TileConfig | None = None, splits: int | None = None) -> Plan:
+    """Plan a WnA16 GEMM C[M, N] = A[M, K] @ W[N, K]^T for a prepared weight layout on a profile.
+
+    ``tiles``/``splits`` force a configuration (measured tuning); it is still checked against the limits."""
     if m < 1:
         raise ShapeError(f"M={m}: a GEMM needs at least one row")
     n, k = layout.n, layout.k
@@ -202,7 +226,14 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
     if not caps.memory.ldmatrix:
         raise UnsupportedOnDevice(f"{caps.name} does not declare ldmatrix, which the mma.sync kernels use for A")
     limit = caps.limits.smem_per_block_kb * 1024
-    candidates = _tile_candidates(m, k, layout)
+    sms = caps.limits.sms
+    if not sms:
+        sms = _DEFAULT_SMS
+        reasons.append(f"the profile does not know its SM count; tiles and split-K assume {sms}")
+    candidates = _tile_candidates(m, n, k, layout, sms)
+    if tiles is not None:
+        _check_forced(tiles, m, n, k, layout)
+        candidates = [(tiles, f"tile {tiles.bm}x{tiles.bn}x{tiles.bk} forced (tuned)")]
     fitting = [c for c in candidates if c[0].smem_bytes(layout) <= limit]
     if not fitting:
         t0 = candidates[-1][0]
@@ -214,20 +245,14 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
     reasons.append(why)
     smem = tiles.smem_bytes(layout)
     reasons.append(f"{tiles.stages} stages: {smem // 1024} KiB of {caps.limits.smem_per_block_kb} KiB shared memory per block")
-    if n % tiles.bn:
-        if tiles.bn == 128 and n % 64 == 0:
-            tiles = TileConfig(tiles.bm, 64, tiles.bk, tiles.stages, tiles.warps_m, 1, tiles.warps_k)
-            smem = tiles.smem_bytes(layout)
-            reasons.append(f"N={n} is not a multiple of 128: 64-wide block tile")
-        else:
-            raise ShapeError(f"N={n} must be a multiple of 64")
-    sms = caps.limits.sms
-    if not sms:
-        sms = _DEFAULT_SMS
-        reasons.append(f"the profile does not know its SM count; split-K assumes {sms}")
     occ = _occupancy(tiles, smem, caps)
     tiles_mn = math.ceil(m / tiles.bm) * (n // tiles.bn)
-    splits, why = _choose_splits(tiles_mn, k, tiles.bk, tiles.stages, sms, occ, m <= 64)
+    if splits is not None:
+        if splits < 1 or k % (tiles.bk * splits):
+            raise ShapeError(f"split-K {splits} does not divide K={k} into multiples of BK={tiles.bk}")
+        why = f"split-K {splits} forced (tuned)"
+    else:
+        splits, why = _choose_splits(tiles_mn, k, tiles.bk, tiles.stages, sms, occ, m <= 64)
     reasons.append(why)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=out or act, family="mma_sync",

@@ -1,0 +1,90 @@
+"""CPU: WnA16 kernels are planned, generated and compiled with NVRTC for every shipped profile that has an
+mma.sync path; the PTX holds the intended instructions and nothing from other families."""
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import humming
+from humming import api
+from humming.capabilities import list_profiles
+from humming.core.compiler import compile_cuda
+from humming.core.nvrtc import select_toolchain
+from humming.devices import get_backend
+from humming.errors import UnsupportedOnDevice
+
+DEVICE_PROFILES = [p for p in list_profiles(include_abstract=False) if p.find_mma(family="mma_sync")]
+# (scheme, act, M): int4/int8 with and without zeros, fp4/fp8 floats, bf16, every M bucket
+GRID = [("w4a16", "f16", 1), ("w4a16-zp", "f16", 33), ("w8a16", "f16", 128), ("w4a16-fp4", "f16", 16),
+        ("w8a16-fp8", "bf16", 1), ("w2a16", "bf16", 200), ("w4a16-nvfp4", "bf16", 7)]
+
+
+def _compile(profile, scheme, act, m):
+    try:
+        plan = api.plan(scheme, m, 1024, 2048, profile=profile, act=act)
+    except UnsupportedOnDevice as exc:
+        return plan_refused(profile, act, exc)
+    route = get_backend(profile).compile_route(profile)
+    try:
+        select_toolchain(route.arch, route.min_nvrtc)
+    except UnsupportedOnDevice as exc:
+        return ("skip", f"{profile.name}: installed NVRTC cannot target {route.arch}: {exc}".splitlines()[0])
+    mod = compile_cuda(api.source(plan, profile), [plan.kernel_name], route.arch, min_nvrtc=route.min_nvrtc)
+    return ("ok", plan, mod)
+
+
+def plan_refused(profile, act, exc):
+    # the only acceptable refusal here: bf16 on a profile without bf16 mma.sync (Turing)
+    assert act == "bf16" and not profile.find_mma(family="mma_sync", a_type="bf16"), str(exc)
+    return ("refused", str(exc))
+
+
+@pytest.mark.parametrize("profile", DEVICE_PROFILES, ids=[p.name for p in DEVICE_PROFILES])
+def test_compiles_with_intended_instructions(profile):
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda g: _compile(profile, *g), GRID))
+    compiled = [r for r in results if r[0] == "ok"]
+    skipped = [r for r in results if r[0] == "skip"]
+    if skipped and not compiled:
+        pytest.skip(skipped[0][1])
+    assert compiled, results
+    k16 = bool(profile.find_mma(family="mma_sync", a_type="f16", shape=(16, 8, 16)))
+    for _, plan, mod in compiled:
+        ptx = mod.ptx
+        assert mod.cubin[:4] == b"\x7fELF"
+        mma = set(re.findall(r"mma\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))
+        assert mma == ({"m16n8k16"} if k16 else {"m16n8k8"}), (plan.kernel_name, mma)
+        assert "wgmma" not in ptx and "tcgen05" not in ptx
+        assert ("cp.async.cg" in ptx) == bool(profile.memory.cp_async)
+        assert "ldmatrix.sync.aligned.m8n8.x4" in ptx
+        assert f".target {mod.arch}" in ptx
+
+
+def test_turing_refuses_bf16_with_reason():
+    t4 = humming.capabilities.get_profile("nvidia-t4")
+    with pytest.raises(UnsupportedOnDevice, match="bf16"):
+        api.plan("w4a16", 16, 1024, 2048, profile=t4, act="bf16")
+
+
+def test_plan_explains_itself():
+    p = api.plan("w4a16", 1, 8192, 8192, profile="nvidia-h200")
+    text = p.explain()
+    assert "mma.sync m16n8k16 f16 declared" in text and "split-K" in text and "cp.async declared" in text
+    d = p.to_dict()
+    assert d["grid"][2] == p.splits and d["threads"] == p.tiles.threads
+
+
+@pytest.mark.parametrize("n,k,match", [(1000, 4096, "multiple of 64"), (4096, 4000, "multiple of 64"),
+                                       (4096, 4096 + 64, "group_size 128 does not divide K")])
+def test_shape_errors_name_the_constraint(n, k, match):
+    with pytest.raises(humming.ShapeError, match=match):
+        api.plan("w4a16", 1, n, k, profile="nvidia-h200")
+
+
+def test_generated_source_is_readable_and_spelled_by_backend():
+    p = api.plan("w4a16-zp", 16, 1024, 2048, profile="nvidia-a100")
+    src = api.source(p)
+    body = src[src.index("namespace cfg"):]
+    assert "asm" not in body, "the core kernel body must not spell instructions itself"
+    for helper in ("mma_k16(", "ldmatrix_x4(", "copy_16_async(", "dq_raw("):
+        assert helper in body
