@@ -26,7 +26,7 @@ from bench_wna16 import copies_for, graph_time_us  # noqa: E402
 def candidates(m: int):
     if m <= 64:
         tm = (m + 15) // 16
-        for ta, wk, stages in itertools.product((1, 2), (1, 2, 4), (3, 4, 6, 8)):
+        for ta, wk, stages in itertools.product((1,), (1, 4), (3, 4)):
             yield TileConfig(16 * tm, 64 * ta, 64 * wk, stages, 1, 1, wk)
     else:
         for bm, wm, wn, wk, bk, stages in [(64, 2, 2, 1, 64, 4), (64, 2, 2, 2, 128, 3), (128, 2, 2, 1, 64, 4),
@@ -58,6 +58,14 @@ def main() -> None:
                         plans.append(plan_wna16(caps, layout, m, "f16", tiles=t, splits=s))
                     except Exception:
                         pass
+            if m <= 16:
+                for wk in (1, 2, 4, 8):
+                    for s in (1, 2, 4, 8, 16):
+                        try:
+                            plans.append(plan_wna16(caps, layout, m, "f16", splits=s, path="stream",
+                                                    tiles=TileConfig(8 if m <= 8 else 16, 64, 64 * wk, 2, 1, 1, wk)))
+                        except Exception:
+                            pass
             # compile all in parallel first
             from concurrent.futures import ThreadPoolExecutor
 

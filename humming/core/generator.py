@@ -19,6 +19,10 @@ def _c(v: float) -> str:
 
 
 def kernel_source(plan, backend) -> str:
+    if plan.path == "stream":
+        from humming.core.generator_stream import stream_kernel_source
+
+        return stream_kernel_source(plan, backend)
     t = plan.tiles
     lay = plan.layout
     dec = lay.decode

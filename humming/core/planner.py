@@ -42,7 +42,9 @@ class TileConfig:
             rows += 1 if layout.zero_group < 0 else max(1, self.bk // layout.zero_group)
         return a + b + rows * self.bn * 2
 
-    def smem_bytes(self, layout: WeightLayout) -> int:
+    def smem_bytes(self, layout: WeightLayout, path: str = "tile") -> int:
+        if path == "stream":  # registers only; shared memory folds the warps' sums
+            return (self.warps_k - 1) * 4 * (self.bm // 8) * 4 * 32 * 4
         pipeline = self.stages * self.stage_bytes(layout)
         reduction = (self.warps_k - 1) * self.bm * self.bn * 4
         return max(pipeline, reduction)
@@ -80,7 +82,7 @@ class Plan:
         """What the kernel source depends on (not M or the split count, which are launch arguments)."""
         t, d = self.tiles, self.layout.decode
         parts = (
-            self.family, tuple(self.instruction.shape), self.act, d, self.layout.scale_group,
+            self.family, self.path, tuple(self.instruction.shape), self.act, d, self.layout.scale_group,
             self.layout.zero_group, self.layout.zero_const, t, self.async_copy,
         )
         return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
@@ -89,11 +91,19 @@ class Plan:
     def kernel_name(self) -> str:
         t, d = self.tiles, self.layout.decode
         w = f"{d.kind}{d.bits}"
-        return f"hm_wna16_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}_{self.kernel_key}"
+        kind = "stream" if self.path == "stream" else "tile"
+        return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}_"
+                f"{self.kernel_key}")
 
     def summary(self) -> str:
         t = self.tiles
         shape = "x".join(str(v) for v in self.instruction.shape)
+        if self.path == "stream":
+            return (
+                f"{self.scheme} M={self.m} N={self.n} K={self.k} on {self.profile}: {self.family} m{shape} "
+                f"{self.instruction.a_type}x{self.instruction.b_type}->f32, stream (weights as A, registers only), "
+                f"{t.bm // 8} token tile(s), {t.warps_k} warps per 64-channel slab, split-K {self.splits}"
+            )
         return (
             f"{self.scheme} M={self.m} N={self.n} K={self.k} on {self.profile}: {self.family} m{shape} "
             f"{self.instruction.a_type}x{self.instruction.b_type}->f32, {self.path}, tile {t.bm}x{t.bn}x{t.bk}, "
@@ -208,8 +218,24 @@ def _choose_splits(tiles_mn: int, k: int, bk: int, stages: int, sms: int, occ: i
     return best, why
 
 
+STREAM_MAX_M = 16
+
+
+def _stream_splits(n: int, k: int, warps_k: int, sms: int, warps_per_sm: int = 24) -> tuple[int, str]:
+    slabs = n // 64
+    atoms_per_split_warp = k // 64 // warps_k
+    best = 1
+    for s in range(1, 33):
+        if atoms_per_split_warp % s or atoms_per_split_warp // s < 2:
+            continue
+        if slabs * warps_k * s <= sms * warps_per_sm or s == 1:
+            best = s
+    warps = slabs * warps_k * best
+    return best, f"split-K {best}: {slabs} slabs x {warps_k} warps x {best} splits = {warps} warps for {sms} SMs"
+
+
 def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", scheme: str = "",
-               tiles: TileConfig | None = None, splits: int | None = None) -> Plan:
+               tiles: TileConfig | None = None, splits: int | None = None, path: str | None = None) -> Plan:
     """Plan a WnA16 GEMM C[M, N] = A[M, K] @ W[N, K]^T for a prepared weight layout on a profile.
 
     ``tiles``/``splits`` force a configuration (measured tuning); it is still checked against the limits."""
@@ -230,6 +256,30 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
     if not sms:
         sms = _DEFAULT_SMS
         reasons.append(f"the profile does not know its SM count; tiles and split-K assume {sms}")
+    if path is None:
+        path = "stream" if m <= STREAM_MAX_M and tiles is None else "tile"
+    if path == "stream":
+        if m > STREAM_MAX_M:
+            raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}, got M={m}")
+        warps_k = tiles.warps_k if tiles is not None else next(
+            (w for w in (4, 2, 1) if k % (64 * w) == 0 and k // (64 * w) >= 2), 1)
+        if k % (64 * warps_k):
+            raise ShapeError(f"K={k} must be a multiple of {64 * warps_k} for {warps_k} warps per slab")
+        st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, 2, 1, 1, warps_k)
+        reasons.append(f"M={m} <= {STREAM_MAX_M}: stream path: weights are the MMA's A operand, loaded straight "
+                       f"into registers (16-byte loads, the next 64x64 atom in flight), {warps_k} warps per slab")
+        if splits is None:
+            splits, why = _stream_splits(n, k, warps_k, sms)
+        else:
+            if (k // 64 // warps_k) % splits:
+                raise ShapeError(f"split-K {splits} does not divide the {k // 64 // warps_k} atoms per warp")
+            why = f"split-K {splits} forced (tuned)"
+        reasons.append(why)
+        return Plan(
+            scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=out or act, family="mma_sync",
+            instruction=instruction, path="stream", layout=layout, tiles=st, splits=splits,
+            async_copy=async_copy, smem_bytes=st.smem_bytes(layout, "stream"), reasons=tuple(reasons),
+        )
     candidates = _tile_candidates(m, n, k, layout, sms)
     if tiles is not None:
         _check_forced(tiles, m, n, k, layout)

@@ -31,6 +31,8 @@ class HelperRequest:
 
     mma: the MmaInstruction the planner chose (its shape decides how a 16x8x16 step is spelled);
     act: activation element type ("f16" | "bf16"); weight: a WeightDecode describing the codes.
+    caps: the profile's Capabilities, for backends whose spellings depend on declared data (vendor
+    extensions and their layout data); None when the caller does not pass it (portable spelling only).
     """
 
     mma: Any
@@ -38,6 +40,7 @@ class HelperRequest:
     weight: Any
     async_copy: bool
     extras: tuple[str, ...] = field(default_factory=tuple)
+    caps: Any = None
 
 
 class Backend(ABC):

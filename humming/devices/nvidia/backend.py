@@ -47,6 +47,9 @@ __device__ __forceinline__ void store_i32(int* p, int v) { asm volatile("st.glob
 __device__ __forceinline__ void load_f32x2_l2(float& a, float& b, const float* p) {
   asm volatile("ld.global.cg.v2.f32 {%0,%1}, [%2];\n" : "=f"(a), "=f"(b) : "l"(p));
 }
+__device__ __forceinline__ float load_f32_l2(const float* p) {
+  float r; asm volatile("ld.global.cg.f32 %0, [%1];\n" : "=f"(r) : "l"(p)); return r;
+}
 __device__ __forceinline__ void store_f32x2(float* p, float a, float b) {
   asm volatile("st.global.v2.f32 [%0], {%1,%2};\n" :: "l"(p), "f"(a), "f"(b) : "memory");
 }
@@ -56,6 +59,16 @@ __device__ __forceinline__ uint16_t load_u16(const void* p) {
 }
 __device__ __forceinline__ float load_f32(const float* p) {
   float r; asm("ld.global.nc.f32 %0, [%1];\n" : "=f"(r) : "l"(p)); return r;
+}
+// read-only global loads (weights streamed once; activations and scales shared through L1)
+__device__ __forceinline__ void load_g128(uint32_t (&r)[4], const void* p) {
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
+}
+__device__ __forceinline__ void load_g128_cached(uint32_t (&r)[4], const void* p) {
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
+}
+__device__ __forceinline__ uint32_t load_g32(const void* p) {
+  uint32_t r; asm volatile("ld.global.nc.u32 %0, [%1];\n" : "=r"(r) : "l"(p)); return r;
 }
 __device__ __forceinline__ float u32_as_f32(uint32_t a) { float r; asm("mov.b32 %0, %1;\n" : "=f"(r) : "r"(a)); return r; }
 """
@@ -87,6 +100,10 @@ ACT2 = {
 __device__ __forceinline__ uint32_t act2_add(uint32_t a, uint32_t b) { uint32_t r; asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b)); return r; }
 __device__ __forceinline__ uint32_t act2_mul(uint32_t a, uint32_t b) { uint32_t r; asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b)); return r; }
 __device__ __forceinline__ float act_to_f32(uint16_t a) { float r; asm("cvt.f32.f16 %0, %1;\n" : "=f"(r) : "h"(a)); return r; }
+__device__ __forceinline__ void store_act(uint16_t* p, float v) {
+  uint16_t h; asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+  asm volatile("st.global.b16 [%0], %1;\n" :: "l"(p), "h"(h) : "memory");
+}
 __device__ __forceinline__ uint32_t f32x2_to_act2(float lo, float hi) {
   uint16_t l, h; uint32_t r;
   asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(l) : "f"(lo));
@@ -100,6 +117,10 @@ __device__ __forceinline__ uint32_t f32x2_to_act2(float lo, float hi) {
 __device__ __forceinline__ uint32_t act2_add(uint32_t a, uint32_t b) { uint32_t r; asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(0x3F803F80u), "r"(b)); return r; }
 __device__ __forceinline__ uint32_t act2_mul(uint32_t a, uint32_t b) { uint32_t r; asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u)); return r; }
 __device__ __forceinline__ float act_to_f32(uint16_t a) { return u32_as_f32(((uint32_t)a) << 16); }
+__device__ __forceinline__ void store_act(uint16_t* p, float v) {
+  uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+  asm volatile("st.global.b16 [%0], %1;\n" :: "l"(p), "h"(h) : "memory");
+}
 __device__ __forceinline__ uint32_t f32x2_to_act2(float lo, float hi) {
   uint32_t r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }

@@ -1,0 +1,236 @@
+"""Generates the *stream* WnA16 kernel: the decode path (M <= 16) that reads weights straight from
+global memory into registers, with no shared-memory staging and no block barriers in the main loop.
+
+Roles are swapped against the tile kernel: the weights are the MMA's A operand (16 output channels x
+16 k) and the activations its B operand (16 k x 8 tokens). The packed layout is the same one the tile
+kernel reads (humming.core.layout): a lane's pair (ks, n8 tile nt, r) holds channel nt*8 + g, so for
+the m16 tile t the A registers are pairs (nt=2t, r=0), (2t+1, 0), (2t, 1), (2t+1, 1).
+
+Block (y, z) owns the 64-channel slab y and the K range of split z; its WARPS_K warps take every
+WARPS_K-th 64-wide k atom of that range, each keeping the next atom's 16-byte loads in flight while
+it decodes and multiplies the current one. Warps fold their sums in shared memory at the end; split-K
+partials are added by the last block of the slab, in a fixed order.
+"""
+from __future__ import annotations
+
+from humming.devices.base import HelperRequest
+
+
+def _c(v: float) -> str:
+    return repr(float(v)) + "f"
+
+
+def stream_kernel_source(plan, backend) -> str:
+    t = plan.tiles
+    lay = plan.layout
+    dec = lay.decode
+    cb = dec.container
+    ppw = 16 // cb
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=dec, async_copy=plan.async_copy)
+    prelude = backend.prelude(request)
+    token_tiles = t.bm // 8
+    s_group, z_group = lay.scale_group, lay.zero_group
+    const_zero = dec.kind == "int" and z_group == 0
+
+    def table(ptr: str, var: str, group: int) -> str:
+        # 8 values (one per n8 tile) of this lane's channel g for the k16 step at k
+        row = "0" if group < 0 else f"(k / {group})"
+        return f"uint32_t {var}8[4]; load_g128_cached({var}8, {ptr} + (size_t){row} * N + n0 + (lane >> 2) * 8);"
+
+    per_step = []
+    if s_group:
+        per_step.append(table("S", "ss", s_group))
+    if z_group:
+        per_step.append(table("Z", "zz", z_group))
+    per_step_code = "\n          ".join(per_step)
+
+    pick = []
+    if s_group:
+        pick.append("const uint32_t ss = (nt & 1) ? dup_hi(ss8[nt >> 1]) : dup_lo(ss8[nt >> 1]);")
+    if z_group:
+        pick.append("const uint32_t zz = (nt & 1) ? dup_hi(zz8[nt >> 1]) : dup_lo(zz8[nt >> 1]);")
+    elif const_zero:
+        pick.append("const uint32_t zz = zz_const;")
+    decode = []
+    if dec.kind == "int":
+        decode.append("v = act2_add(v, zz);")
+    if s_group:
+        decode.append("v = act2_mul(v, ss);")
+    zero_const = (f"  const uint32_t zz_const = f32x2_to_act2({_c(lay.zero_const)}, {_c(lay.zero_const)});\n"
+                  if const_zero else "")
+
+    return f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+{prelude}
+
+namespace cfg {{
+constexpr int WARPS_K = {t.warps_k};
+constexpr int THREADS = 32 * WARPS_K;
+constexpr int TOKEN_TILES = {token_tiles};         // n8 tiles of activations (tokens)
+constexpr int CB = {cb};                            // container bits per code
+constexpr int ATOM_U4 = 32 * CB;                    // 16-byte words per 64x64 weight atom
+}}
+
+extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
+    const uint16_t* __restrict__ A, const uint32_t* __restrict__ B, const uint16_t* __restrict__ S,
+    const uint16_t* __restrict__ Z, const float* __restrict__ CS, const uint16_t* __restrict__ BIAS,
+    uint16_t* __restrict__ C, float* __restrict__ WS, int* __restrict__ CNT,
+    int M, int N, int K, int k_per_split, float out_scale) {{
+  using namespace cfg;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ int last_block;
+  const int lane = threadIdx.x & 31, wk = threadIdx.x >> 5;
+  const int n0 = blockIdx.y * 64;
+  const int katoms_total = K / 64;
+  const int atom0 = blockIdx.z * (k_per_split / 64);
+  const int natoms = k_per_split / 64 / WARPS_K;
+  const int g = lane >> 2, q = lane & 3;
+  // this lane's 16-byte words of atom a: chunk c at ((slab * katoms + a) * ATOM_U4 + c * 32 + lane) * 16 bytes
+  const uint32_t* wbase = B + ((size_t)blockIdx.y * katoms_total) * ATOM_U4 * 4 + lane * 4;
+
+  float acc[4][TOKEN_TILES][4];
+  #pragma unroll
+  for (int i = 0; i < 4; ++i)
+    #pragma unroll
+    for (int j = 0; j < TOKEN_TILES; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+{zero_const}
+  uint32_t cur[CB][4], nxt[CB][4];
+  {{
+    const uint32_t* p = wbase + (size_t)(atom0 + wk) * ATOM_U4 * 4;
+    #pragma unroll
+    for (int c = 0; c < CB; ++c) load_g128(cur[c], p + c * 128);
+  }}
+  for (int i = 0; i < natoms; ++i) {{
+    const int atom = atom0 + wk + i * WARPS_K;
+    if (i + 1 < natoms) {{
+      const uint32_t* p = wbase + (size_t)(atom + WARPS_K) * ATOM_U4 * 4;
+      #pragma unroll
+      for (int c = 0; c < CB; ++c) load_g128(nxt[c], p + c * 128);
+    }}
+    #pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {{
+      const int k = atom * 64 + ks * 16;
+      // activations as the B operand: token g + 8j, k pairs 2q and 2q + 8
+      uint32_t xb[TOKEN_TILES][2];
+      #pragma unroll
+      for (int j = 0; j < TOKEN_TILES; ++j) {{
+        const int tok = j * 8 + g;
+        const uint16_t* xp = A + (size_t)(tok < M ? tok : 0) * K + k + 2 * q;
+        xb[j][0] = tok < M ? load_g32(xp) : 0u;
+        xb[j][1] = tok < M ? load_g32(xp + 8) : 0u;
+      }}
+      {per_step_code}
+      uint32_t words[CB >= 4 ? CB : 4];
+      #pragma unroll
+      for (int c = 0; c < (CB >= 4 ? CB / 4 : 1); ++c)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) words[c * 4 + e] = cur[(ks * CB) / 4 + c][e];
+      #pragma unroll
+      for (int tt = 0; tt < 4; ++tt) {{
+        uint32_t a[4];
+        #pragma unroll
+        for (int h = 0; h < 2; ++h)
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {{
+            const int nt = 2 * tt + h;
+            const int p = nt * 2 + r;
+            const int wi = (CB >= 4 ? 0 : (ks * CB) % 4) + p / {ppw};
+            uint32_t v = dq_raw(words[wi], p % {ppw});
+            {" ".join(pick)}
+            {" ".join(decode)}
+            a[r * 2 + h] = v;
+          }}
+        #pragma unroll
+        for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(acc[tt][j], a, xb[j][0], xb[j][1]);
+      }}
+    }}
+    #pragma unroll
+    for (int c = 0; c < CB; ++c)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) cur[c][e] = nxt[c][e];
+  }}
+
+  // fold the warps' partial sums (shared memory), then split-K partials (workspace)
+  constexpr int PER_WARP = 4 * TOKEN_TILES * 4 * 32;
+  float* red = reinterpret_cast<float*>(smem);
+  if (WARPS_K > 1) {{
+    if (wk > 0) {{
+      #pragma unroll
+      for (int i = 0; i < 4; ++i)
+        #pragma unroll
+        for (int j = 0; j < TOKEN_TILES; ++j)
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) red[(wk - 1) * PER_WARP + ((i * TOKEN_TILES + j) * 4 + e) * 32 + lane] = acc[i][j][e];
+    }}
+    __syncthreads();
+    if (wk == 0) {{
+      for (int w = 1; w < WARPS_K; ++w)
+        #pragma unroll
+        for (int i = 0; i < 4; ++i)
+          #pragma unroll
+          for (int j = 0; j < TOKEN_TILES; ++j)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += red[(w - 1) * PER_WARP + ((i * TOKEN_TILES + j) * 4 + e) * 32 + lane];
+    }}
+  }}
+  const int splits = gridDim.z;
+  const int m_pad = TOKEN_TILES * 8;
+  if (splits > 1) {{
+    if (wk == 0) {{
+      #pragma unroll
+      for (int i = 0; i < 4; ++i)
+        #pragma unroll
+        for (int j = 0; j < TOKEN_TILES; ++j)
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) {{
+            const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q + (e & 1);
+            WS[((size_t)blockIdx.z * m_pad + tok) * N + ch] = acc[i][j][e];
+          }}
+    }}
+    fence_device();
+    __syncthreads();
+    if (threadIdx.x == 0) {{
+      int* counter = CNT + blockIdx.y;
+      const int ticket = atomic_add_i32(counter, 1);
+      last_block = ticket == splits - 1;
+      if (last_block) store_i32(counter, 0);
+    }}
+    __syncthreads();
+    if (!last_block) return;
+    fence_device();
+    if (wk == 0) {{
+      #pragma unroll
+      for (int i = 0; i < 4; ++i)
+        #pragma unroll
+        for (int j = 0; j < TOKEN_TILES; ++j)
+          #pragma unroll
+          for (int e = 0; e < 4; e += 2) {{
+            const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q;
+            float s0 = 0.0f, s1 = 0.0f;
+            for (int z = 0; z < splits; ++z) {{
+              s0 += load_f32_l2(WS + ((size_t)z * m_pad + tok) * N + ch);
+              s1 += load_f32_l2(WS + ((size_t)z * m_pad + tok + 1) * N + ch);
+            }}
+            acc[i][j][e] = s0; acc[i][j][e + 1] = s1;
+          }}
+    }}
+  }}
+  if (wk != 0) return;
+  #pragma unroll
+  for (int i = 0; i < 4; ++i)
+    #pragma unroll
+    for (int j = 0; j < TOKEN_TILES; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {{
+        const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q + (e & 1);
+        if (tok < M) {{
+          float v = acc[i][j][e] * out_scale;
+          if (CS) v *= load_f32(CS + ch);
+          if (BIAS) v += act_to_f32(load_u16(BIAS + ch));
+          store_act(C + (size_t)tok * N + ch, v);
+        }}
+      }}
+}}
+"""
