@@ -71,7 +71,7 @@ def main() -> None:
 
             uniq = {p.kernel_name: p for p in plans}
             with ThreadPoolExecutor(16) as pool:
-                list(pool.map(lambda p: api.compile_plan(p, caps), uniq.values()))
+                list(pool.map(lambda p, c=caps: api.compile_plan(p, c), uniq.values()))
             rows = []
             for p in plans:
                 for h in handles:

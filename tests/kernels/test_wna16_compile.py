@@ -16,7 +16,7 @@ from humming.errors import UnsupportedOnDevice
 DEVICE_PROFILES = [p for p in list_profiles(include_abstract=False) if p.find_mma(family="mma_sync")]
 # (scheme, act, M): int4/int8 with and without zeros, fp4/fp8 floats, bf16, every M bucket
 GRID = [("w4a16", "f16", 1), ("w4a16-zp", "f16", 33), ("w8a16", "f16", 128), ("w4a16-fp4", "f16", 16),
-        ("w8a16-fp8", "bf16", 1), ("w2a16", "bf16", 200), ("w4a16-nvfp4", "bf16", 7)]
+        ("w8a16-fp8", "bf16", 1), ("w2a16", "bf16", 200), ("w4a16-nvfp4", "bf16", 7), ("w4a16", "f16", 48)]
 
 
 def _compile(profile, scheme, act, m):
@@ -55,8 +55,11 @@ def test_compiles_with_intended_instructions(profile):
         mma = set(re.findall(r"mma\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))
         assert mma == ({"m16n8k16"} if k16 else {"m16n8k8"}), (plan.kernel_name, mma)
         assert "wgmma" not in ptx and "tcgen05" not in ptx
-        assert ("cp.async.cg" in ptx) == bool(profile.memory.cp_async)
-        assert "ldmatrix.sync.aligned.m8n8.x4" in ptx
+        if plan.path == "tile":  # the shared-memory pipeline; the stream path (M <= 16) uses registers only
+            assert ("cp.async.cg" in ptx) == bool(profile.memory.cp_async)
+            assert "ldmatrix.sync.aligned.m8n8.x4" in ptx
+        else:
+            assert "ld.global.nc.L1::no_allocate.v4.u32" in ptx and "ldmatrix" not in ptx
         assert f".target {mod.arch}" in ptx
 
 
@@ -87,4 +90,10 @@ def test_generated_source_is_readable_and_spelled_by_backend():
     body = src[src.index("namespace cfg"):]
     assert "asm" not in body, "the core kernel body must not spell instructions itself"
     for helper in ("mma_k16(", "ldmatrix_x4(", "copy_16_async(", "dq_raw("):
+        assert helper in body
+    p = api.plan("w4a16-zp", 1, 1024, 2048, profile="nvidia-a100")
+    src = api.source(p)
+    body = src[src.index("namespace cfg"):]
+    assert p.path == "stream" and "asm" not in body
+    for helper in ("mma_k16(", "load_g128(", "dq_raw("):
         assert helper in body
