@@ -148,6 +148,12 @@ def decode_scales(stored: torch.Tensor, fmt: str) -> torch.Tensor:
     return stored.to(torch.float32)
 
 
+def _div(a: torch.Tensor, b: float) -> torch.Tensor:
+    """a / b, correctly rounded on every device. (A Python-number divisor lets some backends multiply by the
+    rounded reciprocal instead, which differs in the last bit; a same-device tensor divisor does not.)"""
+    return a / torch.tensor(b, dtype=a.dtype, device=a.device)
+
+
 def _as_scheme(scheme: str | Scheme) -> Scheme:
     return scheme if isinstance(scheme, Scheme) else get_scheme(scheme)
 
@@ -435,7 +441,7 @@ def _symmetric_max(fmt: formats.Format) -> float:
 
 def _mx_ceil_scale(amax: torch.Tensor, elem_max: float) -> tuple[torch.Tensor, torch.Tensor]:
     """ue8m0 codes and values of 2**ceil(log2(amax / elem_max)) (cvt.rp of the fp32 quotient), saturated."""
-    r = amax.to(torch.float32) / elem_max
+    r = _div(amax.to(torch.float32), elem_max)
     zero = ~(r > 0)
     codes = formats.get("ue8m0").encode(torch.where(zero, torch.ones_like(r), r), saturate=True, rounding="ceil")
     return codes, formats.get("ue8m0").decode(codes)
@@ -505,12 +511,12 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
         if sch.zero_point == "int":
             lo, hi = lo.clamp(max=0), hi.clamp(min=0)
         rng = hi - lo
-        s_raw = torch.where(rng > 0, rng / qmax_code, torch.ones_like(rng))
+        s_raw = torch.where(rng > 0, _div(rng, qmax_code), torch.ones_like(rng))
         _check_scale_range(s_raw, sch)
         if sch.zero_point == "float" and fmt.bits == 1:
             # 1 bit: levels mean -/+ mean absolute deviation (min/max would spend both levels on outliers)
-            mu = wg.mean(-1)
-            mad = (wg - mu[..., None]).abs().mean(-1)
+            mu = wg.double().mean(-1).float()  # float64 sums: the same result on every device
+            mad = (wg - mu[..., None]).abs().double().mean(-1).float()
             s_raw = torch.where(mad > 0, 2 * mad, torch.ones_like(mad))
             lo = torch.where(mad > 0, mu - s_raw / 2, mu)  # a constant group is exact: level 0 is the mean
         stored, s = encode_scales(s_raw, ws.format)
@@ -529,12 +535,12 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
         if sch.weight_global_scale:
             sf = formats.get(ws.format)
             tensor_amax = w.abs().amax()
-            gs_t = tensor_amax / (elem_max * float(sf.max))
+            gs_t = _div(tensor_amax, elem_max * float(sf.max))
             gs_t = torch.where(gs_t > 0, gs_t, torch.ones_like(gs_t)).to(torch.float32)
         if ws.format == "ue8m0":
             stored, s = _mx_ceil_scale(amax, elem_max)
         else:
-            s_raw = amax / elem_max
+            s_raw = _div(amax, elem_max)
             if gs_t is not None:
                 s_raw = s_raw / gs_t
             s_raw = torch.where(amax > 0, s_raw, torch.ones_like(s_raw))
@@ -639,7 +645,7 @@ def quantize_activation(x: torch.Tensor, scheme: str | Scheme, *, scale=None, gl
     if a.mode == "static_tensor":
         if scale is None:
             amax = xf.abs().amax() if xf.numel() else torch.zeros((), device=xf.device)
-            s_raw = amax / elem_max
+            s_raw = _div(amax, elem_max)
         else:
             s_raw = _scalar(scale, "scale").to(xf.device)
         stored, s = encode_scales(s_raw.reshape(()), a.format)
@@ -650,7 +656,7 @@ def quantize_activation(x: torch.Tensor, scheme: str | Scheme, *, scale=None, gl
         if a.format == "ue8m0":
             stored, s = _mx_ceil_scale(amax, elem_max)
         else:
-            stored, s = encode_scales(amax / elem_max, a.format)
+            stored, s = encode_scales(_div(amax, elem_max), a.format)
         codes = fmt.encode(xf / s, saturate=True)
         return QuantizedActivation(codes, stored, None, fmt.name, a.format, a.mode, None, x.dtype)
     # dynamic_group
@@ -665,12 +671,12 @@ def quantize_activation(x: torch.Tensor, scheme: str | Scheme, *, scale=None, gl
         else:
             sf = formats.get(a.format)
             t_amax = xf.abs().amax() if xf.numel() else torch.zeros((), device=xf.device)
-            gs = t_amax / (elem_max * float(sf.max))
+            gs = _div(t_amax, elem_max * float(sf.max))
         gs = torch.where(gs > 0, gs, torch.ones_like(gs)).to(torch.float32)
     if a.format == "ue8m0":
         stored, s = _mx_ceil_scale(amax, elem_max)
     else:
-        s_raw = amax / elem_max
+        s_raw = _div(amax, elem_max)
         if gs is not None:
             s_raw = s_raw / gs
         s_raw = torch.where(amax > 0, s_raw, torch.ones_like(s_raw))

@@ -334,11 +334,17 @@ def test_encode_scales_guards():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["w4a16", "w4a16-zp", "w3a16", "w4a4-nvfp4", "w4a16-mxfp4", "w8a8-fp8-block"])
+@pytest.mark.parametrize("name", ["w4a16", "w4a16-zp", "w3a16", "w1a16", "w8a8-int8", "w4a4-nvfp4", "w4a16-mxfp4",
+                                  "w8a8-fp8-block", "mxfp6"])
 def test_device_results_equal_cpu(name):
+    """The oracle is device independent: codes, scales and activations agree bit for bit."""
     w = weights(256, 512, seed=11)
     cpu = humming.quantize(w, name)
     dev = humming.quantize(w.cuda(), name)
     assert torch.equal(dev.packed.cpu(), cpu.packed)
     assert torch.equal(dev.scales.cpu().view(torch.uint8), cpu.scales.view(torch.uint8))
     assert torch.equal(dev.dequantize().cpu(), cpu.dequantize())
+    if cpu.scheme.act is not None:
+        x = torch.randn(4, 512, dtype=torch.bfloat16)
+        xc, xg = humming.quantize_activation(x, name), humming.quantize_activation(x.cuda(), name)
+        assert torch.equal(xg.codes.cpu(), xc.codes) and torch.equal(xg.dequantize().cpu(), xc.dequantize())
