@@ -85,7 +85,7 @@ def test_shape_errors_name_the_constraint(n, k, match):
 
 
 def test_generated_source_is_readable_and_spelled_by_backend():
-    p = api.plan("w4a16-zp", 16, 1024, 2048, profile="nvidia-a100")
+    p = api.plan("w4a16-zp", 32, 1024, 2048, profile="nvidia-a100")
     src = api.source(p)
     body = src[src.index("namespace cfg"):]
     assert "asm" not in body, "the core kernel body must not spell instructions itself"
