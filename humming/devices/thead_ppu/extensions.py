@@ -29,12 +29,12 @@ _MMA_TYPE = {"f16": "f16", "bf16": "bf16"}
 _MNEMONIC = re.compile(r"^[A-Za-z_]\w*(\.[\w:]+)+$")
 
 
-def native_acc_position(lane: int, l: int) -> tuple[int, int]:
-    """(row, column) of accumulator register ``l`` (0..7) of ``lane`` in the native m16n16 accumulator.
+def native_acc_position(lane: int, reg: int) -> tuple[int, int]:
+    """(row, column) of accumulator register ``reg`` (0..7) of ``lane`` in the native m16n16 accumulator.
 
     The instruction's own layout, as two independent public sources use it (not profile data: it is the
     reason the B channel order exists). Columns of one lane are 4 apart, not adjacent as in mma.sync."""
-    return lane // 4 + 8 * ((l >> 2) & 1), lane % 4 + 4 * (l % 4)
+    return lane // 4 + 8 * ((reg >> 2) & 1), lane % 4 + 4 * (reg % 4)
 
 
 def native_operand_position(lane: int, reg: int) -> tuple[int, int]:
@@ -45,22 +45,22 @@ def native_operand_position(lane: int, reg: int) -> tuple[int, int]:
 
 def bridge_binding(b_channel_order: Sequence[int]) -> list[tuple[int, int]] | None:
     """Which mma.sync-layout accumulator (tile h in {0, 1}, element e in 0..3) each native accumulator register
-    l = 0..7 is, when every 8-column half of B carries its logical columns in ``b_channel_order`` (physical
+    0..7 is, when every 8-column half of B carries its logical columns in ``b_channel_order`` (physical
     column p holds logical column order[p]). None when no lane-independent binding exists for that order.
 
     The mma.sync m16n8 layout puts element e of a lane (g = lane/4, t = lane%4) at row g + 8*(e//2),
-    column 2t + e%2; the native layout puts register l at column t + 4*(l%4) (``native_acc_position``)."""
+    column 2t + e%2; the native layout puts register r at column t + 4*(r%4) (``native_acc_position``)."""
     order = [int(v) for v in b_channel_order]
     if sorted(order) != list(range(8)):
         return None
     binding = []
-    for l in range(8):
-        h = (l % 4) // 2  # which 8-column half the register's physical column falls in (t < 4)
+    for reg in range(8):
+        h = (reg % 4) // 2  # which 8-column half the register's physical column falls in (t < 4)
         found = None
         for e in range(4):
-            if e // 2 != (l >> 2) & 1:
+            if e // 2 != (reg >> 2) & 1:
                 continue
-            if all(order[(t + 4 * (l % 4)) % 8] == 2 * t + e % 2 for t in range(4)):
+            if all(order[(t + 4 * (reg % 4)) % 8] == 2 * t + e % 2 for t in range(4)):
                 found = (h, e)
         if found is None:
             return None
