@@ -59,11 +59,10 @@ def main() -> None:
                     except Exception:
                         pass
             if m <= 16:
-                for wk in (1, 2, 4, 8):
-                    for s in (1, 2, 4, 8, 16):
+                for wk, s, pf in itertools.product((2, 4, 8), (1, 2, 4, 8), (1, 2, 3)):
                         try:
                             plans.append(plan_wna16(caps, layout, m, "f16", splits=s, path="stream",
-                                                    tiles=TileConfig(8 if m <= 8 else 16, 64, 64 * wk, 2, 1, 1, wk)))
+                                                    tiles=TileConfig(8 if m <= 8 else 16, 64, 64 * wk, pf + 1, 1, 1, wk)))
                         except Exception:
                             pass
             # compile all in parallel first

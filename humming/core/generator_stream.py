@@ -32,17 +32,19 @@ def stream_kernel_source(plan, backend) -> str:
     s_group, z_group = lay.scale_group, lay.zero_group
     const_zero = dec.kind == "int" and z_group == 0
 
-    def table(ptr: str, var: str, group: int) -> str:
-        # 8 values (one per n8 tile) of this lane's channel g for the k16 step at k
-        row = "0" if group < 0 else f"(k / {group})"
+    def table(ptr: str, var: str, group: int, k: str) -> str:
+        # 8 values (one per n8 tile) of this lane's channel g, for k
+        row = "0" if group < 0 else f"({k} / {group})"
         return f"uint32_t {var}8[4]; load_g128_cached({var}8, {ptr} + (size_t){row} * N + n0 + (lane >> 2) * 8);"
 
-    per_step = []
-    if s_group:
-        per_step.append(table("S", "ss", s_group))
-    if z_group:
-        per_step.append(table("Z", "zz", z_group))
+    per_step, per_atom = [], []  # groups of 64 or more (or one row) change at most once per atom
+    for ptr, var, group in (("S", "ss", s_group), ("Z", "zz", z_group)):
+        if group and (group < 0 or group >= 64):
+            per_atom.append(table(ptr, var, group, "atom * 64"))
+        elif group:
+            per_step.append(table(ptr, var, group, "k"))
     per_step_code = "\n          ".join(per_step)
+    per_atom_code = "\n      ".join(per_atom)
 
     pick = []
     if s_group:
@@ -69,6 +71,7 @@ constexpr int THREADS = 32 * WARPS_K;
 constexpr int TOKEN_TILES = {token_tiles};         // n8 tiles of activations (tokens)
 constexpr int CB = {cb};                            // container bits per code
 constexpr int ATOM_U4 = 32 * CB;                    // 16-byte words per 64x64 weight atom
+constexpr int PF = {t.stages - 1}, R = PF + 1;          // atoms in flight per warp, register ring size
 }}
 
 extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
@@ -96,60 +99,64 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
       #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 {zero_const}
-  uint32_t cur[CB][4], nxt[CB][4];
-  {{
-    const uint32_t* p = wbase + (size_t)(atom0 + wk) * ATOM_U4 * 4;
-    #pragma unroll
-    for (int c = 0; c < CB; ++c) load_g128(cur[c], p + c * 128);
-  }}
-  for (int i = 0; i < natoms; ++i) {{
-    const int atom = atom0 + wk + i * WARPS_K;
-    if (i + 1 < natoms) {{
-      const uint32_t* p = wbase + (size_t)(atom + WARPS_K) * ATOM_U4 * 4;
+  // ring of R = PF + 1 register buffers: atom j lives in buf[j % R]; PF atoms stay in flight
+  uint32_t buf[R][CB][4];
+  #pragma unroll
+  for (int s = 0; s < PF; ++s)
+    if (s < natoms) {{
+      const uint32_t* p = wbase + (size_t)(atom0 + wk + s * WARPS_K) * ATOM_U4 * 4;
       #pragma unroll
-      for (int c = 0; c < CB; ++c) load_g128(nxt[c], p + c * 128);
+      for (int c = 0; c < CB; ++c) load_g128(buf[s][c], p + c * 128);
     }}
+  for (int i = 0; i < natoms; i += R) {{
     #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {{
-      const int k = atom * 64 + ks * 16;
-      // activations as the B operand: token g + 8j, k pairs 2q and 2q + 8
-      uint32_t xb[TOKEN_TILES][2];
-      #pragma unroll
-      for (int j = 0; j < TOKEN_TILES; ++j) {{
-        const int tok = j * 8 + g;
-        const uint16_t* xp = A + (size_t)(tok < M ? tok : 0) * K + k + 2 * q;
-        xb[j][0] = tok < M ? load_g32(xp) : 0u;
-        xb[j][1] = tok < M ? load_g32(xp + 8) : 0u;
+    for (int s = 0; s < R; ++s) {{
+      const int j = i + s;
+      if (j >= natoms) break;
+      const int atom = atom0 + wk + j * WARPS_K;
+      if (j + PF < natoms) {{
+        const uint32_t* p = wbase + (size_t)(atom + PF * WARPS_K) * ATOM_U4 * 4;
+        #pragma unroll
+        for (int c = 0; c < CB; ++c) load_g128(buf[(s + PF) % R][c], p + c * 128);
       }}
-      {per_step_code}
-      uint32_t words[CB >= 4 ? CB : 4];
-      #pragma unroll
-      for (int c = 0; c < (CB >= 4 ? CB / 4 : 1); ++c)
+      {per_atom_code}
         #pragma unroll
-        for (int e = 0; e < 4; ++e) words[c * 4 + e] = cur[(ks * CB) / 4 + c][e];
-      #pragma unroll
-      for (int tt = 0; tt < 4; ++tt) {{
-        uint32_t a[4];
-        #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int ks = 0; ks < 4; ++ks) {{
+          const int k = atom * 64 + ks * 16;
+          // activations as the B operand: token g + 8j, k pairs 2q and 2q + 8
+          uint32_t xb[TOKEN_TILES][2];
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {{
-            const int nt = 2 * tt + h;
-            const int p = nt * 2 + r;
-            const int wi = (CB >= 4 ? 0 : (ks * CB) % 4) + p / {ppw};
-            uint32_t v = dq_raw(words[wi], p % {ppw});
-            {" ".join(pick)}
-            {" ".join(decode)}
-            a[r * 2 + h] = v;
+          for (int j = 0; j < TOKEN_TILES; ++j) {{
+            const int tok = j * 8 + g;
+            const uint16_t* xp = A + (size_t)(tok < M ? tok : 0) * K + k + 2 * q;
+            xb[j][0] = tok < M ? load_g32(xp) : 0u;
+            xb[j][1] = tok < M ? load_g32(xp + 8) : 0u;
           }}
-        #pragma unroll
-        for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(acc[tt][j], a, xb[j][0], xb[j][1]);
-      }}
-    }}
-    #pragma unroll
-    for (int c = 0; c < CB; ++c)
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) cur[c][e] = nxt[c][e];
+          {per_step_code}
+          uint32_t words[CB >= 4 ? CB : 4];
+          #pragma unroll
+          for (int c = 0; c < (CB >= 4 ? CB / 4 : 1); ++c)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) words[c * 4 + e] = buf[s][(ks * CB) / 4 + c][e];
+          #pragma unroll
+          for (int tt = 0; tt < 4; ++tt) {{
+            uint32_t a[4];
+            #pragma unroll
+            for (int h = 0; h < 2; ++h)
+              #pragma unroll
+              for (int r = 0; r < 2; ++r) {{
+                const int nt = 2 * tt + h;
+                const int p = nt * 2 + r;
+                const int wi = (CB >= 4 ? 0 : (ks * CB) % 4) + p / {ppw};
+                uint32_t v = dq_raw(words[wi], p % {ppw});
+                {" ".join(pick)}
+                {" ".join(decode)}
+                a[r * 2 + h] = v;
+              }}
+            #pragma unroll
+            for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(acc[tt][j], a, xb[j][0], xb[j][1]);
+          }}
+        }}    }}
   }}
 
   // fold the warps' partial sums (shared memory), then split-K partials (workspace)

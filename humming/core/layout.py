@@ -138,9 +138,8 @@ def layout_for(scheme, n: int, k: int, act: str, *, act_order: bool = False) -> 
 
 
 def _range_shift(values: torch.Tensor, max_raw: float, act: str) -> int:
-    """Power of two k such that values / 2**k times the largest raw code stays well inside fp16."""
-    if act != "f16":
-        return 0
+    """Power of two k such that values / 2**k times the largest raw code is about 2**14: well inside fp16,
+    and away from bf16 overflow when a float format's exponent fix (up to 2**126) is folded in."""
     peak = float(values.abs().max()) * max_raw
     if peak == 0.0 or not math.isfinite(peak):
         return 0

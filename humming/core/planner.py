@@ -221,17 +221,23 @@ def _choose_splits(tiles_mn: int, k: int, bk: int, stages: int, sms: int, occ: i
 STREAM_MAX_M = 16
 
 
-def _stream_splits(n: int, k: int, warps_k: int, sms: int, warps_per_sm: int = 24) -> tuple[int, str]:
+def _stream_config(n: int, k: int, m: int, container: int, sms: int) -> tuple[int, int, int, str]:
+    """(warps per slab, atoms in flight per warp, split-K, why) for the stream path. Measured on an H200
+    (bench/sweep_wna16.py): 8-16 warps per SM with two atoms in flight per warp stream best."""
     slabs = n // 64
-    atoms_per_split_warp = k // 64 // warps_k
-    best = 1
-    for s in range(1, 33):
-        if atoms_per_split_warp % s or atoms_per_split_warp // s < 2:
-            continue
-        if slabs * warps_k * s <= sms * warps_per_sm or s == 1:
-            best = s
-    warps = slabs * warps_k * best
-    return best, f"split-K {best}: {slabs} slabs x {warps_k} warps x {best} splits = {warps} warps for {sms} SMs"
+    warps_k = 8 if slabs <= sms else 4
+    while warps_k > 1 and (k % (64 * warps_k) or k // (64 * warps_k) < 2):
+        warps_k //= 2
+    in_flight = 2 if m <= 8 and container <= 4 else 1
+    atoms = k // 64 // warps_k
+    splits = 1
+    while slabs * warps_k * splits < 6 * sms and atoms % (splits * 2) == 0 and atoms // (splits * 2) >= 2:
+        splits *= 2
+    warps = slabs * warps_k * splits
+    return warps_k, in_flight, splits, (
+        f"{warps_k} warps per 64-channel slab, {in_flight} atom(s) in flight per warp, split-K {splits}: "
+        f"{warps} warps for {sms} SMs"
+    )
 
 
 def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", scheme: str = "",
@@ -261,19 +267,21 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
     if path == "stream":
         if m > STREAM_MAX_M:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}, got M={m}")
-        warps_k = tiles.warps_k if tiles is not None else next(
-            (w for w in (4, 2, 1) if k % (64 * w) == 0 and k // (64 * w) >= 2), 1)
+        warps_k, in_flight, auto_splits, why = _stream_config(n, k, m, layout.decode.container, sms)
+        if tiles is not None:
+            warps_k, in_flight = tiles.warps_k, tiles.stages - 1
+            why = f"{warps_k} warps per slab, {in_flight} atom(s) in flight forced (tuned)"
         if k % (64 * warps_k):
             raise ShapeError(f"K={k} must be a multiple of {64 * warps_k} for {warps_k} warps per slab")
-        st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, 2, 1, 1, warps_k)
+        st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight + 1, 1, 1, warps_k)
         reasons.append(f"M={m} <= {STREAM_MAX_M}: stream path: weights are the MMA's A operand, loaded straight "
-                       f"into registers (16-byte loads, the next 64x64 atom in flight), {warps_k} warps per slab")
+                       f"into registers with 16-byte loads; no shared-memory staging")
         if splits is None:
-            splits, why = _stream_splits(n, k, warps_k, sms)
+            splits = auto_splits
+        elif (k // 64 // warps_k) % splits:
+            raise ShapeError(f"split-K {splits} does not divide the {k // 64 // warps_k} atoms per warp")
         else:
-            if (k // 64 // warps_k) % splits:
-                raise ShapeError(f"split-K {splits} does not divide the {k // 64 // warps_k} atoms per warp")
-            why = f"split-K {splits} forced (tuned)"
+            why += f"; split-K {splits} forced (tuned)"
         reasons.append(why)
         return Plan(
             scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=out or act, family="mma_sync",
