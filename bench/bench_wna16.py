@@ -96,13 +96,15 @@ def host_overhead_us(n_calls: int = 2000) -> float:
     return (t1 - t0) / n_calls * 1e6
 
 
-def run(out_dir: str, quick: bool) -> dict:
+def run(out_dir: str, quick: bool, ms_arg: str | None = None) -> dict:
     torch.manual_seed(0)
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": []}
     results["cold_start"] = cold_start()
     results["host_overhead_us"] = host_overhead_us()
     shapes = SHAPES[:1] if quick else SHAPES
     ms = [1, 16, 128] if quick else MS
+    if ms_arg:
+        ms = [int(v) for v in ms_arg.split(",")]
     for n, k in shapes:
         w_bytes16 = n * k * 2
         n16 = copies_for(w_bytes16)
@@ -165,8 +167,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.environ.get("OUT", "out"))
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--ms", default=None, help="comma-separated M values (default: all)")
     args = parser.parse_args()
-    res = run(args.out, args.quick)
+    res = run(args.out, args.quick, args.ms)
     print("\n| N x K | M | cuBLAS fp16 us | humming W4A16 us | x cuBLAS | weight TB/s |")
     print("|---|---|---|---|---|---|")
     for r in res["rows"]:
