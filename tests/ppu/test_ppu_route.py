@@ -142,6 +142,7 @@ def test_compile_with_vendor_nvcc_runs_the_sdk_compiler(caps, tmp_path, monkeypa
     source = ppu_source(plan, caps)
     cubin = compile_with_vendor_nvcc(source, caps)
     assert cubin_machine(cubin) == 0x10E
+    assert get_backend(caps).compile_source(source, caps) == cubin  # what api.compile_plan would call
     call = json.loads(log.read_text())
     assert call["source"] == source
     argv = call["argv"]

@@ -121,6 +121,11 @@ class PPUBackend(Backend):
             tail = extension_block(request.caps, request.act)
         return head + _PORTABLE.prelude(request) + tail
 
+    def compile_source(self, source: str, caps, route: CompileRoute | None = None) -> bytes:
+        """The cubin of ``source`` by the vendor route (see ``compile_with_vendor_nvcc``), for callers that hold
+        only the backend (``humming.api.compile_plan`` when ``route.compiler == "vendor_nvcc"``)."""
+        return compile_with_vendor_nvcc(source, caps, route=route)
+
     def describe(self) -> str:
         return "thead_ppu (portable sm_80 PTX; vendor extensions when declared)"
 
