@@ -53,7 +53,7 @@ def source(p: Plan, profile=None) -> str:
     from humming.devices import get_backend
 
     caps = resolve_profile(profile or p.profile)
-    return kernel_source(p, get_backend(caps))
+    return kernel_source(p, get_backend(caps), caps)
 
 
 # ---------------------------------------------------------------- compile
@@ -85,14 +85,18 @@ def compile_plan(p: Plan, profile=None, run_arch: str | None = None):
         return hit
     backend = get_backend(caps)
     route = backend.compile_route(caps)
-    if route.compiler != "nvrtc":
-        raise UnsupportedOnDevice(f"{caps.name}: compile route {route.compiler} has no runner here ({route.reason})")
-    arch = run_arch or route.arch
-    module = compile_cuda(
-        kernel_source(p, backend), [p.kernel_name], arch, options=route.options,
-        min_nvrtc=None if run_arch else route.min_nvrtc,
-    )
-    entry = (LoadedKernel(module.cubin, p.kernel_name, p.smem_bytes), module)
+    source = kernel_source(p, backend, caps)
+    if route.compiler == "vendor_nvcc" and not run_arch:
+        entry = (LoadedKernel(backend.compile_source(source, caps, route), p.kernel_name, p.smem_bytes), None)
+    else:
+        if route.compiler != "nvrtc" and not run_arch:
+            raise UnsupportedOnDevice(f"{caps.name}: compile route {route.compiler} has no runner here ({route.reason})")
+        module = compile_cuda(
+            source, [p.kernel_name], run_arch or route.arch,
+            options=route.options if route.compiler == "nvrtc" else (),
+            min_nvrtc=None if run_arch else route.min_nvrtc,
+        )
+        entry = (LoadedKernel(module.cubin, p.kernel_name, p.smem_bytes), module)
     with _lock:
         _compiled[key] = entry
     return entry
@@ -272,6 +276,13 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
         row = {"scheme": name}
         try:
             if getattr(sch, "act", None):
+                mma_type = {"int8": "s8", "int4": "s4"}.get(sch.act, sch.act)
+                if not caps.find_mma(a_type=mma_type):
+                    have = ", ".join(sorted({i.a_type for i in caps.mma})) or "none"
+                    raise UnsupportedOnDevice(
+                        f"{caps.name} declares no tensor-core instruction taking {sch.act} activations "
+                        f"(declared operand types: {have})"
+                    )
                 raise UnsupportedOnDevice(
                     f"quantized-activation kernels ({sch.act}) are not implemented yet; the reference backend runs it"
                 )
@@ -302,4 +313,5 @@ def warmup(qw, dtype: torch.dtype, ms, device=None, profile=None, workers: int |
         unique.setdefault(p.kernel_name, p)
     with ThreadPoolExecutor(max_workers=workers or min(16, os.cpu_count() or 1)) as pool:
         results = list(pool.map(lambda p: compile_plan(p, prep.caps, prep.run_arch)[1], unique.values()))
+    results = [r for r in results if r is not None]  # vendor-compiled kernels carry no NVRTC module
     return results

@@ -18,17 +18,17 @@ def _c(v: float) -> str:
     return repr(float(v)) + "f"
 
 
-def kernel_source(plan, backend) -> str:
+def kernel_source(plan, backend, caps=None) -> str:
     if plan.path == "stream":
         from humming.core.generator_stream import stream_kernel_source
 
-        return stream_kernel_source(plan, backend)
+        return stream_kernel_source(plan, backend, caps)
     t = plan.tiles
     lay = plan.layout
     dec = lay.decode
     cb = dec.container
     ppw = 16 // cb
-    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=dec, async_copy=plan.async_copy)
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=dec, async_copy=plan.async_copy, caps=caps)
     prelude = backend.prelude(request)
 
     s_group = lay.scale_group

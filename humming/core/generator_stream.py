@@ -20,13 +20,13 @@ def _c(v: float) -> str:
     return repr(float(v)) + "f"
 
 
-def stream_kernel_source(plan, backend) -> str:
+def stream_kernel_source(plan, backend, caps=None) -> str:
     t = plan.tiles
     lay = plan.layout
     dec = lay.decode
     cb = dec.container
     ppw = 16 // cb
-    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=dec, async_copy=plan.async_copy)
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=dec, async_copy=plan.async_copy, caps=caps)
     prelude = backend.prelude(request)
     token_tiles = t.bm // 8
     s_group, z_group = lay.scale_group, lay.zero_group

@@ -117,6 +117,10 @@ def layout_for(scheme, n: int, k: int, act: str, *, act_order: bool = False) -> 
             raise ShapeError(f"group_size {group} does not divide K={k}; use a group size that divides K")
         if group % 16:
             raise UnsupportedOnDevice(f"group_size {group} is not a multiple of 16, which the mma kernels need")
+    elif spec.granularity == "channel" and decode.kind == "float":
+        # float codes are placed at 2**-fix (down to 2**-126 in bf16): scaling them in the activation type,
+        # as one group spanning K, keeps the fp32 accumulators away from underflow
+        group = k
     elif spec.granularity == "block":
         raise UnsupportedOnDevice("2-D block weight scales are not supported by the WnA16 kernels; use group scales")
     elif spec.granularity not in ("channel", "tensor"):
@@ -133,17 +137,27 @@ def layout_for(scheme, n: int, k: int, act: str, *, act_order: bool = False) -> 
             zero_const = -decode.zero_bias
     return WeightLayout(
         decode=decode, n=n, k=k, scale_group=group, zero_group=zero_group, zero_const=zero_const,
-        channel_scale=spec.granularity == "channel", act_order=act_order,
+        channel_scale=spec.granularity == "channel" and not group, act_order=act_order,
     )
 
 
-def _range_shift(values: torch.Tensor, max_raw: float, act: str) -> int:
-    """Power of two k such that values / 2**k times the largest raw code is about 2**14: well inside fp16,
-    and away from bf16 overflow when a float format's exponent fix (up to 2**126) is folded in."""
-    peak = float(values.abs().max()) * max_raw
-    if peak == 0.0 or not math.isfinite(peak):
+_ACT_MAX_EXP = {"f16": 15, "bf16": 127}  # largest power of two below each type's maximum
+
+
+def _range_shift(scales: torch.Tensor, fix_exp: int, max_value: float, act: str) -> int:
+    """Power of two 2**k by which the group scales (times the float codes' exponent fix 2**fix_exp) are
+    divided, the fp32 epilogue multiplying it back.
+
+    Two limits: the scales themselves must fit the activation type (a float code's raw value is tiny, down to
+    2**-126 in bf16, so its fixed scale is huge), and the dequantized weights (value * scale / 2**k) should sit
+    near 2**14, far from overflow and from subnormals. k is the smallest shift that meets both. Worked in
+    log2 so that 2**126-sized intermediates never exist as fp32."""
+    s_max = float(scales.abs().max())
+    if s_max == 0.0 or not math.isfinite(s_max):
         return 0
-    return math.ceil(math.log2(peak / 16384.0))
+    k_scale = math.ceil(math.log2(s_max) + fix_exp) - (_ACT_MAX_EXP[act] - 2)
+    k_weight = math.ceil(math.log2(s_max * max_value / 16384.0))
+    return max(k_scale, k_weight)
 
 
 def prepare(qw, act_dtype: torch.dtype) -> PackedWeight:
@@ -162,9 +176,12 @@ def prepare(qw, act_dtype: torch.dtype) -> PackedWeight:
 
     out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
     fix = 2.0**decode.exponent_fix if decode.kind == "float" else 1.0
-    max_raw = float(fmt.max) if decode.kind == "float" else float(2**decode.bits)
+    fix_exp = decode.exponent_fix if decode.kind == "float" else 0
+    max_value = float(fmt.max) if decode.kind == "float" else float(2**decode.bits)  # largest |code value|
     scale_vals = qw.scale_values().to(torch.float32)
     group = layout.scale_group
+    if group and scale_vals.shape[1] == 1 and k != group * scale_vals.shape[1]:
+        raise ShapeError(f"scales of shape {tuple(scale_vals.shape)} do not match group size {group} and K={k}")
 
     perm = None
     if group and qw.g_idx is not None:
@@ -178,10 +195,11 @@ def prepare(qw, act_dtype: torch.dtype) -> PackedWeight:
 
     scales_t = chan = zeros_t = None
     if group:
-        s = scale_vals * fix  # fold the exponent fix of float codes into the scales
-        shift = _range_shift(s, max_raw, act)
+        # fold the exponent fix of float codes into the scales and move a power of two to the epilogue
+        shift = _range_shift(scale_vals, fix_exp, max_value, act)
         out_scale *= 2.0**shift
-        scales_t = permute_columns((s / 2.0**shift).t().contiguous()).to(act_dtype)
+        scaled = scale_vals.double() * 2.0 ** (fix_exp - shift)  # float64: the constant may exceed fp32
+        scales_t = permute_columns(scaled.t().contiguous()).to(act_dtype)
     elif layout.channel_scale:
         chan = (scale_vals.reshape(n) * fix).contiguous()
     else:  # one scale for the whole tensor

@@ -1,0 +1,98 @@
+"""CPU emulation of what the WnA16 kernels compute from a prepared weight: unpack the atom layout with the
+kernel's own indexing, widen codes with the same bit placement, add zeros and multiply scales in the
+activation type (round-to-nearest, as add.rn/mul.rn do), then accumulate in fp32 and apply the epilogue.
+It must agree with humming.reference_gemm, and no dequantized weight may overflow or fall subnormal."""
+import pytest
+import torch
+
+import humming
+from humming.core.layout import prepare
+
+ACT = {torch.float16: "f16", torch.bfloat16: "bf16"}
+TOL = {torch.float16: 1e-3, torch.bfloat16: 5e-3}
+SCHEMES = ["w4a16", "w4a16-zp", "w8a16", "w8a16-zp", "w3a16", "w2a16", "w2a16-zp", "w1a16-ternary",
+           "w4a16-fp4", "w8a16-fp8", "w4a16-nvfp4", "w4a16-mxfp4", "mxint4"]
+
+
+def unpack_atoms(qweight: torch.Tensor, n: int, k: int, cb: int) -> torch.Tensor:
+    """Kernel indexing: lane l, k16 step ks, n8 tile nt, register r, half h -> (n, k)."""
+    ppw = 16 // cb
+    words = qweight.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    words = words.view(n // 64, k // 64, cb, 32, 4).permute(0, 1, 3, 2, 4).reshape(n // 64, k // 64, 32, 4 * cb)
+    codes = torch.empty(n, k, dtype=torch.int64)
+    for lane in range(32):
+        g, q = lane // 4, lane % 4
+        for ks in range(4):
+            for nt in range(8):
+                for r in range(2):
+                    p = (ks * 8 + nt) * 2 + r
+                    w = words[:, :, lane, p // ppw]  # [na, ka]
+                    for h in range(2):
+                        code = (w >> ((p % ppw) * cb + 16 * h)) & ((1 << cb) - 1)
+                        nn = torch.arange(n // 64) * 64 + nt * 8 + g
+                        kk = torch.arange(k // 64) * 64 + ks * 16 + r * 8 + q * 2 + h
+                        codes[nn[:, None], kk[None, :]] = code
+    return codes
+
+
+def unpermute(t: torch.Tensor) -> torch.Tensor:
+    rows, n = t.shape
+    return t.view(rows, n // 64, 8, 8).transpose(-1, -2).reshape(rows, n)
+
+
+def widen(codes: torch.Tensor, dec, dtype) -> torch.Tensor:
+    """The backend's dq_raw in torch: raw activation-typed values."""
+    if dec.kind == "int":
+        if dec.int_path == "magic":
+            bits = (codes & dec.code_mask) | dec.magic_bits
+            return bits.to(torch.int16).view(dtype) if bits.max() < 2**15 else bits.to(torch.int32).to(torch.int16).view(dtype)
+        return (codes & 0xFF).to(torch.float32).to(dtype)
+    man = 10 if dtype == torch.float16 else 7
+    em_bits = dec.exp_bits + dec.man_bits
+    em = (codes & ((1 << em_bits) - 1)) << (man - dec.man_bits)
+    sign = ((codes >> em_bits) & 1) << 15
+    bits = em | sign
+    bits = torch.where(bits >= 2**15, bits - 2**16, bits)
+    return bits.to(torch.int16).view(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_emulated_kernel_matches_reference(scheme, dtype):
+    torch.manual_seed(hash(scheme) % 1000)
+    n, k = 128, 256
+    qw = humming.quantize(torch.randn(n, k) * 0.05, scheme)
+    pk = prepare(qw, dtype)
+    lay, dec = pk.layout, pk.layout.decode
+    codes = unpack_atoms(pk.qweight, n, k, dec.container)
+    expect = qw.codes().to(torch.int64)
+    if dec.kind == "int" and humming.formats.get(qw.scheme.weight).signed:
+        expect = expect ^ (1 << (dec.bits - 1))
+    if pk.perm is not None:
+        expect = expect[:, pk.perm]
+    assert torch.equal(codes, expect), "atom layout does not round-trip through the kernel's indexing"
+
+    w = widen(codes, dec, dtype)
+    if dec.kind == "int":
+        if lay.zero_group:
+            z = unpermute(pk.zeros.float()).to(dtype)  # [rows, N] of -(magic + zero)
+            zk = z.t().repeat_interleave(k // z.shape[0], dim=1) if lay.zero_group > 0 else z.t().expand(n, k)
+        else:
+            zk = torch.full((n, k), lay.zero_const).to(dtype)
+        w = w + zk
+    if lay.scale_group:
+        s = unpermute(pk.scales.float()).to(dtype)
+        w = w * s.t().repeat_interleave(lay.scale_group, dim=1)
+    finfo = torch.finfo(dtype)
+    nz = w.float().abs()[w.float() != 0]
+    assert torch.isfinite(w.float()).all(), "a dequantized weight overflowed"
+    if lay.scale_group:  # products rounded in the activation type must stay normal (raw codes are exact anyway)
+        assert (nz >= finfo.tiny).all(), f"dequantized weights fall subnormal (min {float(nz.min()):.3g})"
+    x = torch.randn(5, k).to(dtype)
+    xk = x if pk.perm is None else x[:, pk.perm]
+    y = (xk.double() @ w.double().t()) * pk.out_scale
+    if pk.channel_scale is not None:
+        y = y * pk.channel_scale.double()
+    ref = humming.reference_gemm(x, qw, out_dtype=torch.float32).double()
+    err = float((y - ref).norm() / ref.norm())
+    assert err <= TOL[dtype], f"relative error {err:.2e}"
