@@ -21,6 +21,9 @@ NVRTC 12.9.86 and 13.5.37. Base architecture numbers come from ``nvrtcGetSupport
 say which bases take the ``a`` / ``f`` suffixes and, for error messages, which NVRTC release added or removed
 a base. A base that is missing from the suffix tables is probed once with a tiny compile.
 """
+# hal: allow-file (NVRTC's own vocabulary: which compiler release accepts which `sm_XX[a|f]` target string.
+# This is toolchain knowledge, not device policy: targets come from profiles, and nothing here chooses a path.)
+
 from __future__ import annotations
 
 import ctypes
