@@ -18,6 +18,31 @@ def _c(v: float) -> str:
     return repr(float(v)) + "f"
 
 
+def pair_decode(layout, scales: bool, zeros: bool) -> tuple[str, str, str]:
+    """The statements that turn one code pair (``v = dq_raw(...)``) into activation-typed weights, shared by
+    both kernel shapes: (names of the per-tile scale/zero pairs ``ss``/``zz``, the arithmetic, the
+    declaration of a constant zero). ``ss8``/``zz8`` hold eight per-n8-tile values loaded by the caller."""
+    dec = layout.decode
+    const_zero = dec.kind == "int" and layout.zero_group == 0
+    pick = []
+    if scales:
+        pick.append("const uint32_t ss = (nt & 1) ? dup_hi(ss8[nt >> 1]) : dup_lo(ss8[nt >> 1]);")
+    if zeros:
+        pick.append("const uint32_t zz = (nt & 1) ? dup_hi(zz8[nt >> 1]) : dup_lo(zz8[nt >> 1]);")
+    elif const_zero:
+        pick.append("const uint32_t zz = zz_const;")
+    math = []
+    if dec.kind == "int":
+        math.append("v = act2_add(v, zz);")  # -(magic + zero): exact small integers
+    if scales:
+        math.append("v = act2_mul(v, ss);")
+    zero_decl = ""
+    if const_zero:
+        z = _c(layout.zero_const)
+        zero_decl = f"  const uint32_t zz_const = f32x2_to_act2({z}, {z});\n"
+    return " ".join(pick), " ".join(math), zero_decl
+
+
 def kernel_source(plan, backend, caps=None) -> str:
     if plan.path == "stream":
         from humming.core.generator_stream import stream_kernel_source
@@ -35,7 +60,6 @@ def kernel_source(plan, backend, caps=None) -> str:
     z_group = lay.zero_group
     s_rows = 0 if not s_group else max(1, t.bk // s_group)
     z_rows = 0 if z_group == 0 else (1 if z_group < 0 else max(1, t.bk // z_group))
-    const_zero = 0 if dec.kind != "int" or z_group != 0 else 1
 
     def row_expr(group: int, rows: int, what: str) -> str:
         # global row of a scale/zero table for local row r of stage starting at k0
@@ -48,17 +72,7 @@ def kernel_source(plan, backend, caps=None) -> str:
             return "0"
         return f"(kk / {group})"
 
-    # ---- decode of one pair into b[r] (names: w = word, ss/zz = per-tile duplicated scale/zero)
-    decode_lines = []
-    if dec.kind == "int":
-        decode_lines.append("v = act2_add(v, zz);")
-    if s_group:
-        decode_lines.append("v = act2_mul(v, ss);")
-    decode_body = " ".join(decode_lines)
-
-    zero_const_bits = ""
-    if const_zero:
-        zero_const_bits = f"  const uint32_t zz_const = f32x2_to_act2({_c(lay.zero_const)}, {_c(lay.zero_const)});\n"
+    pick, decode_body, zero_const_bits = pair_decode(lay, bool(s_rows), bool(z_rows))
 
     src = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
@@ -189,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
               const int p = nt * 2 + r;                       // pair index within the step
               const int wi = (CB >= 4 ? 0 : (ks * CB) % 4) + p / {ppw};
               uint32_t v = dq_raw(words[wi], p % {ppw});
-              {_pair_names(s_rows, z_rows, const_zero)}
+              {pick}
               {decode_body}
               b[r] = v;
             }}
@@ -316,14 +330,3 @@ def _per_tile_table(name: str, var: str, offset: str, row: str) -> str:
           uint32_t {var}8[4];
           lds_128({var}8, base + {offset} + ({row} * BN + na * 64 + (lane >> 2) * 8) * 2);
 """
-
-
-def _pair_names(s_rows: int, z_rows: int, const_zero: int) -> str:
-    parts = []
-    if s_rows:
-        parts.append("const uint32_t ss = (nt & 1) ? dup_hi(ss8[nt >> 1]) : dup_lo(ss8[nt >> 1]);")
-    if z_rows:
-        parts.append("const uint32_t zz = (nt & 1) ? dup_hi(zz8[nt >> 1]) : dup_lo(zz8[nt >> 1]);")
-    elif const_zero:
-        parts.append("const uint32_t zz = zz_const;")
-    return " ".join(parts)

@@ -13,11 +13,8 @@ partials are added by the last block of the slab, in a fixed order.
 """
 from __future__ import annotations
 
+from humming.core.generator import pair_decode
 from humming.devices.base import HelperRequest
-
-
-def _c(v: float) -> str:
-    return repr(float(v)) + "f"
 
 
 def stream_kernel_source(plan, backend, caps=None) -> str:
@@ -30,7 +27,6 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     prelude = backend.prelude(request)
     token_tiles = t.bm // 8
     s_group, z_group = lay.scale_group, lay.zero_group
-    const_zero = dec.kind == "int" and z_group == 0
 
     def table(ptr: str, var: str, group: int, k: str) -> str:
         # 8 values (one per n8 tile) of this lane's channel g, for k
@@ -46,20 +42,7 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     per_step_code = "\n          ".join(per_step)
     per_atom_code = "\n      ".join(per_atom)
 
-    pick = []
-    if s_group:
-        pick.append("const uint32_t ss = (nt & 1) ? dup_hi(ss8[nt >> 1]) : dup_lo(ss8[nt >> 1]);")
-    if z_group:
-        pick.append("const uint32_t zz = (nt & 1) ? dup_hi(zz8[nt >> 1]) : dup_lo(zz8[nt >> 1]);")
-    elif const_zero:
-        pick.append("const uint32_t zz = zz_const;")
-    decode = []
-    if dec.kind == "int":
-        decode.append("v = act2_add(v, zz);")
-    if s_group:
-        decode.append("v = act2_mul(v, ss);")
-    zero_const = (f"  const uint32_t zz_const = f32x2_to_act2({_c(lay.zero_const)}, {_c(lay.zero_const)});\n"
-                  if const_zero else "")
+    pick, decode, zero_const = pair_decode(lay, bool(s_group), bool(z_group))
 
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
@@ -149,8 +132,8 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
                 const int p = nt * 2 + r;
                 const int wi = (CB >= 4 ? 0 : (ks * CB) % 4) + p / {ppw};
                 uint32_t v = dq_raw(words[wi], p % {ppw});
-                {" ".join(pick)}
-                {" ".join(decode)}
+                {pick}
+                {decode}
                 a[r * 2 + h] = v;
               }}
             #pragma unroll
