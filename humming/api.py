@@ -169,7 +169,7 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
     return spec
 
 
-def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias) -> torch.Tensor:
+def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gscale=None) -> torch.Tensor:
     from humming.core.runtime import ptr
 
     m = x.shape[0]
@@ -178,7 +178,8 @@ def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias) ->
     out = torch.empty((m, p.n), dtype=x.dtype, device=x.device)
     if _POISON:
         out.fill_(float("nan"))
-    args = [ptr(x), ptr(qweight), ptr(scales), ptr(zeros), ptr(chan), ptr(bias), ptr(out), *spec.static_args]
+    args = [ptr(x), ptr(qweight), ptr(scales), ptr(zeros), ptr(chan), ptr(bias), ptr(out), *spec.static_args,
+            ptr(gscale)]
     device = x.device.index if x.device.index is not None else torch.cuda.current_device()
     spec.kernel.launch(device, p.grid, p.threads, torch.cuda.current_stream().cuda_stream, args)
     return out
@@ -192,13 +193,14 @@ def _wna16_gemm_op(
     zeros: torch.Tensor | None,
     chan: torch.Tensor | None,
     bias: torch.Tensor | None,
+    gscale: torch.Tensor | None,
     handle: int,
 ) -> torch.Tensor:
-    return _launch(handle, x, qweight, scales, zeros, chan, bias)
+    return _launch(handle, x, qweight, scales, zeros, chan, bias, gscale)
 
 
 @_wna16_gemm_op.register_fake
-def _(x, qweight, scales, zeros, chan, bias, handle):
+def _(x, qweight, scales, zeros, chan, bias, gscale, handle):
     return x.new_empty((x.shape[0], _registry[handle].packed.layout.n))
 
 
@@ -222,7 +224,8 @@ def prepared(qw, dtype: torch.dtype, device: torch.device, profile=None) -> int:
     return handle
 
 
-def gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+def gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None = None,
+                  gscale: torch.Tensor | None = None) -> torch.Tensor:
     """The hot path once a weight is prepared: reshape, optional act-order gather, one kernel launch.
     Under torch.compile it goes through the ``humming::wna16_gemm`` custom op, which traces."""
     packed = _registry[handle].packed
@@ -233,11 +236,12 @@ def gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None = None
     b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
     if torch.compiler.is_compiling():
         x2 = x2.contiguous()
-        out = torch.ops.humming.wna16_gemm(x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b, handle)
+        out = torch.ops.humming.wna16_gemm(x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b,
+                                           gscale, handle)
     else:
         if not x2.is_contiguous() or x2.data_ptr() % 16:
             x2 = x2.contiguous()
-        out = _launch(handle, x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b)
+        out = _launch(handle, x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b, gscale)
     return out.view(*x.shape[:-1], n)
 
 
@@ -255,14 +259,43 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) ->
 
             return reference_gemm(x, qw, bias=bias)
         if getattr(qw.scheme, "act", None):
-            raise UnsupportedOnDevice(
-                f"{qw.scheme.name} quantizes activations; its kernels are not available yet, use humming.reference_gemm"
-            )
+            return _gemm_quantized_act(x, qw, bias, profile)
         act_name(x.dtype)
         handle = prepared(qw, x.dtype, x.device, profile)
     elif x.shape[-1] != qw.shape[1]:
         raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={qw.shape[1]}")
     return gemm_prepared(x, handle, bias)
+
+
+def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
+    """Schemes that quantize activations. Today the *upconvert* path runs (NVFP4/MX where no block-scaled
+    MMA is declared): activations are quantized exactly as the reference does, widened to bf16/f16 without
+    their global scale (exact), and multiplied by the weight-only kernel of the same weights; the global
+    activation scale is applied in the fp32 epilogue. Other paths are planned but not generated yet."""
+    from humming.core.paths import choose_path
+    from humming.core.quantize import quantize_activation
+
+    caps = resolve_profile(profile)
+    choice = choose_path(caps, qw.scheme)
+    if choice.path != "upconvert":
+        raise UnsupportedOnDevice(
+            f"{qw.scheme.name} on {caps.name}: planned path {choice.path} ({choice.describe()}); this kernel is not "
+            f"generated yet, humming.reference_gemm runs the scheme"
+        )
+    act_dtype = torch.bfloat16 if choice.a_type == "bf16" else torch.float16
+    qa = quantize_activation(x, qw.scheme)
+    gscale = qa.global_scale
+    if gscale is not None:
+        qa.global_scale = None  # widen without it: code x block scale is exact in 16 bits
+    x16 = qa.dequantize(act_dtype)
+    if gscale is not None:
+        gscale = gscale.to(device=x.device, dtype=torch.float32).reshape(1)
+    weights = qw.with_scheme(qw.scheme.with_(act=None))
+    cache = qw.__dict__.setdefault("_humming_weight_only", {})
+    wq = cache.setdefault("qw", weights)
+    handle = prepared(wq, act_dtype, x.device, profile)
+    out = gemm_prepared(x16, handle, None if bias is None else bias.to(act_dtype), gscale)
+    return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
 # ---------------------------------------------------------------- path table (humming.device.info)
@@ -276,16 +309,14 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
         row = {"scheme": name}
         try:
             if getattr(sch, "act", None):
-                mma_type = {"int8": "s8", "int4": "s4"}.get(sch.act, sch.act)
-                if not caps.find_mma(a_type=mma_type):
-                    have = ", ".join(sorted({i.a_type for i in caps.mma})) or "none"
-                    raise UnsupportedOnDevice(
-                        f"{caps.name} declares no tensor-core instruction taking {sch.act} activations "
-                        f"(declared operand types: {have})"
-                    )
-                raise UnsupportedOnDevice(
-                    f"quantized-activation kernels ({sch.act}) are not implemented yet; the reference backend runs it"
-                )
+                from humming.core.paths import choose_path
+
+                choice = choose_path(caps, sch)
+                status = "executes on the WnA16 kernel" if choice.path == "upconvert" else "kernel not generated yet"
+                row.update(family=choice.family, instruction=choice.describe(), path=choice.path,
+                           reason=f"{choice.reasons[-1]} [{status}]")
+                rows.append(row)
+                continue
             act = "f16" if caps.find_mma(family="mma_sync", a_type="f16") else "bf16"
             gs = sch.weight_scale.group_size
             kk = k if not gs else max(k, gs) // gs * gs

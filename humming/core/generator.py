@@ -107,7 +107,9 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     uint16_t* __restrict__ C,            // output [M, N], row-major
     float* __restrict__ WS,              // split-K partials [splits, gridDim.x*BM, N]
     int* __restrict__ CNT,               // one counter per output tile, zero between launches
-    int M, int N, int K, int k_per_split, float out_scale) {{
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS) {{        // an fp32 device scalar multiplying the output (activation global scale) or null
+
   using namespace cfg;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int last_block;
@@ -292,6 +294,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
   }}
 
   if (wk != 0) return;
+  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
   #pragma unroll
   for (int i = 0; i < TM; ++i)
     #pragma unroll
@@ -301,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
         const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;
         const int col = n0 + (wn * TA + j / 8) * 64 + (j % 8) * 8 + (lane & 3) * 2;
         if (row < M) {{
-          float v0 = acc[i][j][2 * h] * out_scale, v1 = acc[i][j][2 * h + 1] * out_scale;
+          float v0 = acc[i][j][2 * h] * scale, v1 = acc[i][j][2 * h + 1] * scale;
           if (CS) {{ v0 *= load_f32(CS + col); v1 *= load_f32(CS + col + 1); }}
           if (BIAS) {{ v0 += act_to_f32(load_u16(BIAS + col)); v1 += act_to_f32(load_u16(BIAS + col + 1)); }}
           store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));

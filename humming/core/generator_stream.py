@@ -61,7 +61,9 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     const uint16_t* __restrict__ A, const uint32_t* __restrict__ B, const uint16_t* __restrict__ S,
     const uint16_t* __restrict__ Z, const float* __restrict__ CS, const uint16_t* __restrict__ BIAS,
     uint16_t* __restrict__ C, float* __restrict__ WS, int* __restrict__ CNT,
-    int M, int N, int K, int k_per_split, float out_scale) {{
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS) {{        // an fp32 device scalar multiplying the output (activation global scale) or null
+
   using namespace cfg;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int last_block;
@@ -208,6 +210,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     }}
   }}
   if (wk != 0) return;
+  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
   #pragma unroll
   for (int i = 0; i < 4; ++i)
     #pragma unroll
@@ -216,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
       for (int e = 0; e < 4; ++e) {{
         const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q + (e & 1);
         if (tok < M) {{
-          float v = acc[i][j][e] * out_scale;
+          float v = acc[i][j][e] * scale;
           if (CS) v *= load_f32(CS + ch);
           if (BIAS) v += act_to_f32(load_u16(BIAS + ch));
           store_act(C + (size_t)tok * N + ch, v);

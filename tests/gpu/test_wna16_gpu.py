@@ -121,3 +121,23 @@ def test_torch_compile_fullgraph():
     out = compiled(x)
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
+
+
+@pytest.mark.parametrize("scheme,dtype", [("w4a4-nvfp4", torch.bfloat16), ("w4a4-nvfp4", torch.float16),
+                                          ("w4a4-mxfp4", torch.bfloat16), ("mxfp8", torch.bfloat16),
+                                          ("mxfp6", torch.bfloat16)])
+def test_upconvert_paths(scheme, dtype):
+    """NVFP4/MX activations where no block-scaled MMA is declared (Hopper): quantized as the reference does,
+    widened exactly to bf16, multiplied by the WnA16 kernel, global scale in the epilogue."""
+    from humming.core.paths import choose_path
+
+    assert choose_path(humming.device.current_profile(), humming.schemes.get(scheme)).path == "upconvert"
+    qw = _weight(scheme, 512, 2048, dtype)
+    for m in (1, 16, 128):
+        x = torch.randn(m, 2048, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        assert out.dtype == dtype and not torch.isnan(out).any()
+        ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+        err = rel_error(out, ref)
+        assert err <= 5e-3, f"{scheme} M={m}: relative error {err:.2e}"
