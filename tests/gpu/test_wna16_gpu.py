@@ -62,6 +62,16 @@ def test_group_sizes(scheme, group):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("weight", ["uint1", "uint3", "int5", "int6", "int7"])
+def test_other_integer_widths(weight, dtype):
+    """int1..int8 (containers of 1, 2, 4 and 8 bits) with and without zero points."""
+    base = "w2a16-zp" if weight.startswith("u") else "w4a16"
+    qw = _weight(humming.schemes.get(base).with_(weight=weight), 512, 2048, dtype)
+    for m in (1, 16, 128):
+        _check(qw, m, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 def test_bias_and_act_order(dtype):
     qw = _weight("w4a16", 512, 2048, dtype, act_order=True, bias=True)
     assert qw.g_idx is not None
