@@ -110,6 +110,7 @@ class _Prepared:
     plans: dict
     run_arch: str | None = None
     launches: dict = field(default_factory=dict)  # m -> _LaunchSpec
+    plan_fn: object = None  # m -> Plan, for kernels other than WnA16
 
 
 @dataclass
@@ -141,7 +142,10 @@ def plan_for(handle: int, m: int) -> Plan:
     prep = _registry[handle]
     p = prep.plans.get(m)
     if p is None:
-        p = plan_wna16(prep.caps, prep.packed.layout, m, prep.packed.layout.decode.act)
+        if prep.plan_fn is not None:
+            p = prep.plan_fn(m)
+        else:
+            p = plan_wna16(prep.caps, prep.packed.layout, m, prep.packed.layout.decode.act)
         prep.plans[m] = p
     return p
 
@@ -169,13 +173,14 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
     return spec
 
 
-def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gscale=None) -> torch.Tensor:
+def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gscale=None,
+            out_dtype: torch.dtype | None = None) -> torch.Tensor:
     from humming.core.runtime import ptr
 
     m = x.shape[0]
     spec = _launch_spec(handle, m, x.device)
     p = spec.plan
-    out = torch.empty((m, p.n), dtype=x.dtype, device=x.device)
+    out = torch.empty((m, p.n), dtype=out_dtype or x.dtype, device=x.device)
     if _POISON:
         out.fill_(float("nan"))
     args = [ptr(x), ptr(qweight), ptr(scales), ptr(zeros), ptr(chan), ptr(bias), ptr(out), *spec.static_args,
@@ -277,6 +282,8 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
 
     caps = resolve_profile(profile)
     choice = choose_path(caps, qw.scheme)
+    if _runs_on_w8a8(choice, qw.scheme):
+        return _gemm_w8a8(x, qw, bias, caps, choice)
     if choice.path != "upconvert":
         raise UnsupportedOnDevice(
             f"{qw.scheme.name} on {caps.name}: planned path {choice.path} ({choice.describe()}); this kernel is not "
@@ -298,6 +305,55 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
+def _runs_on_w8a8(choice, scheme) -> bool:
+    """True when the 8-bit mma.sync kernel executes this path: both operands 8-bit as stored, per-channel
+    or per-tensor weight scales, per-token or per-tensor activation scales."""
+    return (choice.family == "mma_sync" and choice.path in ("native", "legacy")
+            and choice.a_type in ("s8", "e4m3") and choice.b_type == choice.a_type
+            and scheme.weight_scale.granularity in ("channel", "tensor") and not scheme.zero_point
+            and scheme.act_scale.mode in ("dynamic_token", "static_tensor"))
+
+
+def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
+    """W8A8 on the 8-bit mma.sync kernel: activations quantized as the reference does (per token or per
+    tensor), then int8 x int8 -> int32 or e4m3 x e4m3 -> fp32, scales and bias in the fp32 epilogue."""
+    from humming.core.layout import prepare_w8a8
+    from humming.core.planner import plan_w8a8
+    from humming.core.quantize import quantize_activation
+
+    n, k = qw.shape
+    cache = qw.__dict__.setdefault("_humming_prepared", {})
+    key = ("w8a8", x.dtype, x.device, caps.name)
+    handle = cache.get(key)
+    if handle is None:
+        packed = prepare_w8a8(qw.to(x.device), x.dtype, choice.a_type)
+        live = live_arch()
+        run_arch = live if live and live != caps.target.arch else None
+        act = act_name(x.dtype)
+
+        def plan_fn(m, packed=packed, caps=caps, choice=choice, act=act, name=qw.scheme.name):
+            return plan_w8a8(caps, packed.layout, m, act, choice, scheme=name)
+
+        with _lock:
+            _registry.append(_Prepared(packed, caps, {}, run_arch, plan_fn=plan_fn))
+            handle = len(_registry) - 1
+        cache[key] = handle
+    packed = _registry[handle].packed
+    x2 = x.reshape(-1, k)
+    qa = quantize_activation(x2, qw.scheme)
+    codes = qa.codes.contiguous()
+    token_scale = gscale = None
+    if qa.mode == "dynamic_token":
+        token_scale = qa.scale_values().reshape(-1).to(torch.float32).contiguous()
+    elif qa.mode == "static_tensor":
+        gscale = qa.scale_values().reshape(1).to(device=x.device, dtype=torch.float32)
+    else:
+        raise UnsupportedOnDevice(f"{qw.scheme.name}: {qa.mode} activation scales are not supported by the 8-bit kernel")
+    b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
+    out = _launch(handle, codes, packed.qweight, token_scale, None, packed.channel_scale, b, gscale, out_dtype=x.dtype)
+    return out.view(*x.shape[:-1], n)
+
+
 # ---------------------------------------------------------------- path table (humming.device.info)
 def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
     """For each preset scheme: the instruction family this profile would use, or why it is refused."""
@@ -312,7 +368,12 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
                 from humming.core.paths import choose_path
 
                 choice = choose_path(caps, sch)
-                status = "executes on the WnA16 kernel" if choice.path == "upconvert" else "kernel not generated yet"
+                if choice.path == "upconvert":
+                    status = "executes on the WnA16 kernel"
+                elif _runs_on_w8a8(choice, sch):
+                    status = "executes on the 8-bit mma_sync kernel"
+                else:
+                    status = "kernel not generated yet"
                 row.update(family=choice.family, instruction=choice.describe(), path=choice.path,
                            reason=f"{choice.reasons[-1]} [{status}]")
                 rows.append(row)

@@ -14,6 +14,8 @@ COMMANDS: dict[str, str] = {
     "profile": "humming.cli.profile",
     "plan": "humming.cli.plan",
     "run": "humming.cli.run",
+    "tune": "humming.cli.tune",
+    "build": "humming.cli.build",
 }
 
 

@@ -44,6 +44,10 @@ def pair_decode(layout, scales: bool, zeros: bool) -> tuple[str, str, str]:
 
 
 def kernel_source(plan, backend, caps=None) -> str:
+    if plan.is_8bit:
+        from humming.core.generator_w8a8 import w8a8_kernel_source
+
+        return w8a8_kernel_source(plan, backend, caps)
     if plan.path == "stream":
         from humming.core.generator_stream import stream_kernel_source
 
@@ -219,7 +223,18 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
   copy_wait<0>();
   __syncthreads();
 
-  // fold the k-split across warps into the wk == 0 warps (smem is free now)
+{splitk_epilogue('acc')}}}
+"""
+    return src
+
+
+def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
+    """The shared tail of the tile kernels: fold the warps' K split (shared memory), add split-K partials
+    (workspace, last block of a tile, fixed order), then scale, bias and store. ``acc`` names an fp32
+    accumulator array [TM][TA*8][4]; ``row_scale`` a per-row fp32 scale pointer (per-token), if any."""
+    row_mul = (f"\n          if ({row_scale}) {{{{ const float rs = load_f32({row_scale} + row); v0 *= rs; v1 *= rs; }}}}"
+               if row_scale else "")
+    text = f"""  // fold the k-split across warps into the wk == 0 warps (smem is free now)
   if (WARPS_K > 1) {{
     float* red = reinterpret_cast<float*>(smem);
     const int slot = wm * WARPS_N + wn;
@@ -231,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
         for (int j = 0; j < TA * 8; ++j)
           #pragma unroll
           for (int e = 0; e < 4; ++e)
-            red[((wk - 1) * WARPS_M * WARPS_N + slot) * PER_WARP + ((i * TA * 8 + j) * 4 + e) * 32 + lane] = acc[i][j][e];
+            red[((wk - 1) * WARPS_M * WARPS_N + slot) * PER_WARP + ((i * TA * 8 + j) * 4 + e) * 32 + lane] = {acc}[i][j][e];
     }}
     __syncthreads();
     if (wk == 0) {{
@@ -243,7 +258,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
           for (int j = 0; j < TA * 8; ++j)
             #pragma unroll
             for (int e = 0; e < 4; ++e)
-              acc[i][j][e] += red[((w - 1) * WARPS_M * WARPS_N + slot) * PER_WARP + ((i * TA * 8 + j) * 4 + e) * 32 + lane];
+              {acc}[i][j][e] += red[((w - 1) * WARPS_M * WARPS_N + slot) * PER_WARP + ((i * TA * 8 + j) * 4 + e) * 32 + lane];
     }}
   }}
 
@@ -259,7 +274,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
           for (int h = 0; h < 2; ++h) {{
             const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;
             const int col = n0 + (wn * TA + j / 8) * 64 + (j % 8) * 8 + (lane & 3) * 2;
-            store_f32x2(WS + ((size_t)blockIdx.z * m_pad + row) * N + col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+            store_f32x2(WS + ((size_t)blockIdx.z * m_pad + row) * N + col, {acc}[i][j][2 * h], {acc}[i][j][2 * h + 1]);
           }}
     }}
     fence_device();
@@ -288,7 +303,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
               load_f32x2_l2(p0, p1, WS + ((size_t)z * m_pad + row) * N + col);
               s0 += p0; s1 += p1;
             }}
-            acc[i][j][2 * h] = s0; acc[i][j][2 * h + 1] = s1;
+            {acc}[i][j][2 * h] = s0; {acc}[i][j][2 * h + 1] = s1;
           }}
     }}
   }}
@@ -304,15 +319,14 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
         const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;
         const int col = n0 + (wn * TA + j / 8) * 64 + (j % 8) * 8 + (lane & 3) * 2;
         if (row < M) {{
-          float v0 = acc[i][j][2 * h] * scale, v1 = acc[i][j][2 * h + 1] * scale;
-          if (CS) {{ v0 *= load_f32(CS + col); v1 *= load_f32(CS + col + 1); }}
+          float v0 = {acc}[i][j][2 * h] * scale, v1 = {acc}[i][j][2 * h + 1] * scale;
+          if (CS) {{ v0 *= load_f32(CS + col); v1 *= load_f32(CS + col + 1); }}@ROWSCALE@
           if (BIAS) {{ v0 += act_to_f32(load_u16(BIAS + col)); v1 += act_to_f32(load_u16(BIAS + col + 1)); }}
           store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
         }}
       }}
-}}
 """
-    return src
+    return text.replace("@ROWSCALE@", row_mul)
 
 
 def _table_load(ptr: str, rows: str, offset: str, row_expr: str) -> str:

@@ -218,3 +218,67 @@ def prepare(qw, act_dtype: torch.dtype) -> PackedWeight:
     if perm is not None:
         layout = dataclasses.replace(layout, act_order=True)
     return PackedWeight(layout, qweight, scales_t, zeros_t, chan, bias, out_scale, perm)
+
+
+# ---------------------------------------------------------------- 8-bit operands (W8A8: mma 16x8x32)
+@dataclass(frozen=True)
+class W8A8Layout:
+    """Weights used as stored by an 8-bit MMA (int8 or e4m3), in the k32 atom layout."""
+
+    a_type: str  # "s8" | "e4m3"
+    n: int
+    k: int
+    weight_scale: str  # "channel" | "tensor"
+
+
+@dataclass
+class PackedW8A8:
+    layout: W8A8Layout
+    qweight: torch.Tensor  # int32, k32 atom layout
+    channel_scale: torch.Tensor | None  # fp32 [N]
+    bias: torch.Tensor | None
+    out_scale: float
+
+
+def pack_codes_k32(codes: torch.Tensor) -> torch.Tensor:
+    """uint8 codes [N, K] -> int32 k32 atom layout: per 64x64 atom, [chunk s*4 + t/2][lane][(t%2)*2 + r] words,
+    word = 4 consecutive k (k = s*32 + r*16 + (lane%4)*4 + e, byte e) of column t*8 + lane/4."""
+    n, k = codes.shape
+    check_shape(n, k)
+    c = codes.contiguous().view(n // 64, 8, 8, k // 64, 2, 2, 4, 4)  # na t g ka s r q e
+    c = c.view(n // 64, 4, 2, 8, k // 64, 2, 2, 4, 4)  # na t2 th g ka s r q e   (t = t2*2 + th)
+    c = c.permute(0, 4, 5, 1, 3, 7, 2, 6, 8)  # na ka s t2 g q th r e
+    return c.contiguous().view(torch.int32).reshape(-1)
+
+
+def prepare_w8a8(qw, act_dtype: torch.dtype, a_type: str) -> PackedW8A8:
+    """Repack int8 / e4m3 weights (per-channel or per-tensor scales) for the 8-bit tile kernel."""
+    from humming.core.formats import get as get_format
+
+    act_name(act_dtype)
+    scheme = qw.scheme
+    fmt = get_format(scheme.weight)
+    want = {"s8": ("int", 8), "e4m3": ("float", 8)}[a_type]
+    if (fmt.kind, int(fmt.bits)) != want or (a_type == "s8" and not fmt.signed) or (
+            a_type == "e4m3" and (fmt.exp_bits, fmt.man_bits) != (4, 3)):
+        raise UnsupportedOnDevice(f"{scheme.name}: {fmt.name} weights are not {a_type} codes for the 8-bit kernel")
+    if scheme.zero_point:
+        raise UnsupportedOnDevice(f"{scheme.name}: zero points are not supported by the 8-bit kernel")
+    granularity = scheme.weight_scale.granularity
+    if granularity not in ("channel", "tensor"):
+        raise UnsupportedOnDevice(
+            f"{scheme.name}: {granularity} weight scales are not supported by the 8-bit kernel yet "
+            f"(per-channel and per-tensor are)"
+        )
+    n, k = qw.shape
+    scale_vals = qw.scale_values().to(torch.float32)
+    out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
+    chan = None
+    if granularity == "channel":
+        chan = scale_vals.reshape(n).contiguous()
+    else:
+        out_scale *= float(scale_vals.reshape(-1)[0])
+    device = qw.packed.device
+    bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
+    layout = W8A8Layout(a_type, n, k, granularity)
+    return PackedW8A8(layout, pack_codes_k32(qw.codes().to(torch.uint8)), chan, bias, out_scale)

@@ -78,9 +78,18 @@ class Plan:
         return (math.ceil(self.m / self.tiles.bm), self.n // self.tiles.bn, self.splits)
 
     @property
+    def is_8bit(self) -> bool:
+        return getattr(self.instruction, "a_type", "") in ("s8", "e4m3", "e5m2")
+
+    @property
     def kernel_key(self) -> str:
-        """What the kernel source depends on (not M or the split count, which are launch arguments)."""
-        t, d = self.tiles, self.layout.decode
+        """What the kernel source depends on (not M, N, K or the split count, which are launch arguments)."""
+        t = self.tiles
+        if self.is_8bit:
+            parts8 = (self.family, self.path, tuple(self.instruction.shape), self.instruction.a_type, self.act, t,
+                      self.async_copy)
+            return hashlib.sha1(repr(parts8).encode()).hexdigest()[:10]
+        d = self.layout.decode
         parts = (
             self.family, self.path, tuple(self.instruction.shape), self.act, d, self.layout.scale_group,
             self.layout.zero_group, self.layout.zero_const, t, self.async_copy,
@@ -89,7 +98,11 @@ class Plan:
 
     @property
     def kernel_name(self) -> str:
-        t, d = self.tiles, self.layout.decode
+        t = self.tiles
+        if self.is_8bit:
+            return (f"hm_w8a8_{self.instruction.a_type}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}"
+                    f"w{t.warps_m}{t.warps_n}{t.warps_k}_{self.kernel_key}")
+        d = self.layout.decode
         w = f"{d.kind}{d.bits}"
         kind = "stream" if self.path == "stream" else "tile"
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}_"
@@ -316,4 +329,52 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=out or act, family="mma_sync",
         instruction=instruction, path="dequant-to-activation", layout=layout, tiles=tiles, splits=splits,
         async_copy=async_copy, smem_bytes=smem, reasons=tuple(reasons),
+    )
+
+
+def plan_w8a8(caps, layout, m: int, act: str, choice, scheme: str = "",
+              tiles: TileConfig | None = None, splits: int | None = None) -> Plan:
+    """Plan the 8-bit tile kernel (mma.sync 16x8x32 on int8 or e4m3 operands as stored) for a path choice
+    from humming.core.paths (native or legacy mma_sync)."""
+    if m < 1:
+        raise ShapeError(f"M={m}: a GEMM needs at least one row")
+    if choice.family != "mma_sync" or choice.a_type not in ("s8", "e4m3") or choice.b_type != choice.a_type:
+        raise UnsupportedOnDevice(f"{scheme}: the 8-bit kernel runs mma_sync s8/e4m3 paths, not {choice.describe()}")
+    n, k = layout.n, layout.k
+    if k % 128:
+        raise ShapeError(f"K={k} must be a multiple of 128 for the 8-bit kernel")
+    reasons = list(choice.reasons)
+    async_copy = bool(caps.memory.cp_async)
+    if not caps.memory.ldmatrix:
+        raise UnsupportedOnDevice(f"{caps.name} does not declare ldmatrix, which the 8-bit kernel uses for A")
+    limit = caps.limits.smem_per_block_kb * 1024
+    sms = caps.limits.sms or _DEFAULT_SMS
+    if tiles is None:
+        tm = math.ceil(m / 16)
+        cands = ([TileConfig(16 * tm, 64, 128, st, 1, 1, 2) for st in (4, 3, 2)] if m <= 64 else
+                 [TileConfig(128, 128, 128, st, 2, 2, 1) for st in (3, 2)] + [TileConfig(64, 128, 128, 2, 1, 2, 1)])
+        cands = [t for t in cands if n % t.bn == 0]
+
+        def smem(t: TileConfig) -> int:
+            return max(t.stages * (t.bm * t.bk + t.bk * t.bn), (t.warps_k - 1) * t.bm * t.bn * 4)
+
+        fitting = [t for t in cands if smem(t) <= limit]
+        if not fitting:
+            raise UnsupportedOnDevice(f"no 8-bit tile fits {caps.name}'s {limit} B of shared memory with N={n}")
+        tiles = fitting[0]
+        reasons.append(f"8-bit tile {tiles.bm}x{tiles.bn}x{tiles.bk}, {tiles.stages} stages")
+    else:
+        reasons.append(f"tile {tiles.bm}x{tiles.bn}x{tiles.bk} forced (tuned)")
+    smem_bytes = max(tiles.stages * (tiles.bm * tiles.bk + tiles.bk * tiles.bn), (tiles.warps_k - 1) * tiles.bm * tiles.bn * 4)
+    if splits is None:
+        tiles_mn = math.ceil(m / tiles.bm) * (n // tiles.bn)
+        occ = max(1, min(limit // max(smem_bytes, 1), 2048 // tiles.threads, 4))
+        splits, why = _choose_splits(tiles_mn, k, tiles.bk, tiles.stages, sms, occ, m <= 64)
+        reasons.append(why)
+    elif k % (tiles.bk * splits):
+        raise ShapeError(f"split-K {splits} does not divide K={k} into multiples of BK={tiles.bk}")
+    return Plan(
+        scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="mma_sync",
+        instruction=choice.instruction, path=choice.path, layout=layout, tiles=tiles, splits=splits,
+        async_copy=async_copy, smem_bytes=smem_bytes, reasons=tuple(reasons),
     )

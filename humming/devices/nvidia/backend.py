@@ -154,6 +154,47 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const uint32_t (&a)[4], u
     raise ValueError(f"no k16 spelling for mma shape {shape}")
 
 
+def _mma8_helper(ins) -> str:
+    """mma_k32(d, a, b0, b1): one 16x8x32 step on 8-bit operands (A row-major, B column-major).
+    s8 accumulates in int32 and e4m3 in fp32; a profile that declares only m8n8k16 s8 (Turing) gets four of
+    those, whose register layouts tile the 16x8x32 step exactly (rows g / g+8, k 0..15 / 16..31)."""
+    t = ins.a_type
+    if t == "s8" and tuple(ins.shape) == (16, 8, 32):
+        return r"""
+typedef int acc_t;
+__device__ __forceinline__ float acc_to_f32(int v) { float r; asm("cvt.rn.f32.s32 %0, %1;\n" : "=f"(r) : "r"(v)); return r; }
+__device__ __forceinline__ void mma_k32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+"""
+    if t == "s8" and tuple(ins.shape) == (8, 8, 16):
+        return r"""
+typedef int acc_t;
+__device__ __forceinline__ float acc_to_f32(int v) { float r; asm("cvt.rn.f32.s32 %0, %1;\n" : "=f"(r) : "r"(v)); return r; }
+__device__ __forceinline__ void mma_m8k16(int& d0, int& d1, uint32_t a, uint32_t b) {
+  asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0,%1}, {%2}, {%3}, {%0,%1};\n" : "+r"(d0), "+r"(d1) : "r"(a), "r"(b));
+}
+// the profile declares only m8n8k16 s8: a 16x8x32 step is four of them
+__device__ __forceinline__ void mma_k32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  mma_m8k16(d[0], d[1], a[0], b0); mma_m8k16(d[0], d[1], a[2], b1);
+  mma_m8k16(d[2], d[3], a[1], b0); mma_m8k16(d[2], d[3], a[3], b1);
+}
+"""
+    if t in ("e4m3", "e5m2") and tuple(ins.shape) == (16, 8, 32):
+        return rf"""
+typedef float acc_t;
+__device__ __forceinline__ float acc_to_f32(float v) {{ return v; }}
+__device__ __forceinline__ void mma_k32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {{
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.{t}.{t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}}
+"""
+    raise ValueError(f"no 8-bit k32 spelling for mma {t} {ins.shape}")
+
+
 def _decode_helper(decode) -> str:
     """dq_raw<J>(word): the J-th code pair of a word as two activation-typed raw values."""
     cb = decode.container
@@ -208,6 +249,9 @@ class NvidiaBackend(Backend):
 
     def prelude(self, request: HelperRequest) -> str:
         parts = [COMMON, ASYNC_COPY if request.async_copy else SYNC_COPY, ACT2[request.act]]
-        parts.append(_mma_helper(tuple(request.mma.shape), request.act))
-        parts.append(_decode_helper(request.weight))
+        if request.mma.a_type in ("s8", "e4m3", "e5m2"):  # 8-bit operands as stored: no weight decode
+            parts.append(_mma8_helper(request.mma))
+        else:
+            parts.append(_mma_helper(tuple(request.mma.shape), request.act))
+            parts.append(_decode_helper(request.weight))
         return "\n".join(parts)

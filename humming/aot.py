@@ -1,0 +1,183 @@
+"""Ahead-of-time builds: compile the kernels a model's layers will need before the first request arrives.
+
+    shapes = model_shapes(json.load(open("config.json")))          # [(name, N, K), ...] of a Llama-like decoder
+    report = build_kernels([(n, k) for _, n, k in shapes], "w4a16", profile="nvidia-h200")
+
+Which kernels: for every layer shape and every M of the chosen M buckets (``humming.core.tuning.buckets()``;
+the open bucket above 1024 is sampled), the plan the runtime will make (a tuned entry, else the planner's
+rules: ``tuning.choose_plan``); distinct kernels are compiled once, in parallel threads (NVRTC releases the
+GIL), through the disk cache, so the runtime and a second build find them all there.
+Works without a GPU: kernels are compiled for the profile's target.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+
+from humming.errors import HummingError, ShapeError, UnsupportedOnDevice
+
+
+# ------------------------------------------------------------------------------------------------ model shapes
+def _text_config(config: dict) -> dict:
+    for key in ("text_config", "llm_config", "language_config"):
+        if "hidden_size" not in config and isinstance(config.get(key), dict):
+            return config[key]
+    return config
+
+
+def model_shapes(config: dict, fused: bool = False) -> list[tuple[str, int, int]]:
+    """(name, N, K) of the linear layers of a Llama-like decoder layer from a HuggingFace config.json dict:
+    q/k/v/o projections from hidden_size, num_attention_heads, num_key_value_heads, head_dim and gate/up/down
+    from intermediate_size. ``fused``: qkv and gate_up as one GEMM each (how vLLM runs them)."""
+    cfg = _text_config(config)
+    try:
+        hidden = int(cfg["hidden_size"])
+        heads = int(cfg["num_attention_heads"])
+    except (KeyError, TypeError, ValueError):
+        raise ShapeError("the model config needs integer hidden_size and num_attention_heads "
+                         "(a Llama-like HuggingFace config.json)") from None
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    inter = cfg.get("intermediate_size")
+    q, kv = heads * head_dim, kv_heads * head_dim
+    shapes: list[tuple[str, int, int]]
+    if fused:
+        shapes = [("qkv_proj", q + 2 * kv, hidden), ("o_proj", hidden, q)]
+    else:
+        shapes = [("q_proj", q, hidden), ("k_proj", kv, hidden), ("v_proj", kv, hidden), ("o_proj", hidden, q)]
+    if inter:
+        inter = int(inter)
+        if fused:
+            shapes += [("gate_up_proj", 2 * inter, hidden), ("down_proj", hidden, inter)]
+        else:
+            shapes += [("gate_proj", inter, hidden), ("up_proj", inter, hidden), ("down_proj", hidden, inter)]
+    return shapes
+
+
+def unique_shapes(named: Iterable[tuple[str, int, int]]) -> list[tuple[tuple[int, int], list[str]]]:
+    """((N, K), [layer names]) in first-seen order."""
+    out: dict[tuple[int, int], list[str]] = {}
+    for name, n, k in named:
+        out.setdefault((n, k), []).append(name)
+    return list(out.items())
+
+
+# ------------------------------------------------------------------------------------------------ plans
+def ms_for(ms: Iterable[int] | None = None, exact: bool = False) -> list[int]:
+    """The M values to plan: every M of the buckets holding ``ms`` (all buckets when None), or ``ms`` as given."""
+    from humming.core import tuning
+
+    if exact and ms is not None:
+        return sorted(set(int(m) for m in ms))
+    chosen = tuning.buckets() if ms is None else sorted({tuning.bucket_of(int(m)) for m in ms}, key=lambda b: b.lo)
+    return [m for b in chosen for m in b.ms()]
+
+
+def kernel_plans(caps, shapes: Iterable[tuple[int, int]], scheme, ms: Iterable[int], act: str = "f16") -> dict:
+    """{kernel name: a plan that uses it} over every shape and M: what the runtime would compile.
+    Raises ShapeError for a shape the scheme's layout rejects."""
+    from humming.core import tuning
+    from humming.core.layout import layout_for
+
+    plans: dict = {}
+    ms = list(ms)
+    for n, k in shapes:
+        layout = layout_for(scheme, n, k, act)
+        for m in ms:
+            p = tuning.choose_plan(caps, layout, m, act, scheme=str(scheme))
+            plans.setdefault(p.kernel_name, p)
+    return plans
+
+
+# ------------------------------------------------------------------------------------------------ build
+@dataclass
+class BuildReport:
+    profile: str
+    arch: str
+    shapes: list[tuple[int, int]]
+    kernels: int = 0
+    compiled: int = 0
+    cache_hits: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (kernel or shape, why)
+    skipped_shapes: list[tuple[tuple[int, int], str]] = field(default_factory=list)
+    seconds: float = 0.0
+    compile_seconds: float = 0.0  # NVRTC time summed over the kernels compiled now
+    names: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.skipped_shapes
+
+
+def build_kernels(shapes: Iterable[tuple[int, int]], scheme="w4a16", profile=None, ms: Iterable[int] | None = None,
+                  *, act: str = "f16", exact: bool = False, jobs: int | None = None,
+                  progress: Callable[[int, int, str, bool], None] | None = None) -> BuildReport:
+    """Compile every distinct kernel of ``shapes`` x M buckets for a profile (default: this device's) through
+    the kernel cache. ``progress(done, total, kernel_name, cache_hit)`` is called after each kernel."""
+    from humming import api
+    from humming.core.nvrtc import select_toolchain
+    from humming.devices import get_backend
+
+    t_start = time.perf_counter()
+    explicit = profile is not None
+    try:
+        caps = api.resolve_profile(profile)
+    except UnsupportedOnDevice as exc:
+        raise UnsupportedOnDevice(f"{exc}; or name the target with --profile NAME") from None
+    sch = api._scheme(scheme)
+    if getattr(sch, "act", None):
+        raise UnsupportedOnDevice(f"{sch.name} quantizes activations; only WnA16 kernels can be built ahead of time yet")
+    live = None if explicit else api.live_arch()
+    run_arch = live if live and live != caps.target.arch else None  # what api.prepared does for a forced profile
+    route = get_backend(caps).compile_route(caps)
+    arch = run_arch or route.arch
+    if route.compiler == "nvrtc" or run_arch:
+        select_toolchain(arch, None if run_arch else route.min_nvrtc)  # fail early, naming what to install
+    shapes = list(dict.fromkeys((int(n), int(k)) for n, k in shapes))
+    report = BuildReport(caps.name, arch, shapes)
+    m_values = ms_for(ms, exact)
+    plans: dict = {}
+    for n, k in shapes:
+        try:
+            found = kernel_plans(caps, [(n, k)], sch, m_values, act)
+        except ShapeError as exc:
+            report.skipped_shapes.append(((n, k), str(exc)))
+            continue
+        for name, p in found.items():
+            plans.setdefault(name, p)
+    report.kernels = len(plans)
+    report.names = sorted(plans)
+
+    def one(p):
+        key = (caps.name, p.kernel_name, run_arch)
+        if key in api._compiled:  # compiled earlier in this process
+            return p, True, 0.0
+        _, module = api.compile_plan(p, caps, run_arch)
+        if module is None:  # vendor compiler route: no NVRTC module to ask
+            return p, False, 0.0
+        return p, module.cache_hit, module.compile_seconds
+
+    done = 0
+    with ThreadPoolExecutor(max_workers=max(1, jobs or min(16, os.cpu_count() or 1))) as pool:
+        futures = {pool.submit(one, p): p for p in plans.values()}
+        for fut in as_completed(futures):
+            done += 1
+            name, hit = futures[fut].kernel_name, False
+            try:
+                _, hit, seconds = fut.result()
+            except HummingError as exc:
+                report.failed.append((name, f"{type(exc).__name__}: {exc}"))
+            else:
+                report.cache_hits += int(hit)
+                report.compiled += int(not hit)
+                report.compile_seconds += seconds
+            if progress is not None:
+                progress(done, len(futures), name, hit)
+    report.seconds = time.perf_counter() - t_start
+    return report
+
+
+__all__ = ["BuildReport", "build_kernels", "kernel_plans", "model_shapes", "ms_for", "unique_shapes"]

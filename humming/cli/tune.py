@@ -1,0 +1,89 @@
+"""`python -m humming tune`: time candidate plans on the live GPU and store the winners.
+
+    python -m humming tune --scheme w4a16 --shapes 8192x8192,28672x8192 --m 1,16,128,1024
+
+For each layer shape and M: quantize random weights (enough copies to stream past the L2), time the planner's
+default and every candidate configuration with CUDA-graph replay, print the fastest, and record the winner
+per (profile, scheme, layout, N, K, M bucket) in the tuning file (``humming.core.tuning.tune_file()``), which
+the planner reads from then on. Needs a CUDA GPU; without one it says so and exits with status 2.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+HELP = "time candidate kernel configurations on this GPU and store the winners for the planner"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--scheme", default="w4a16", help="preset or scheme string (see humming.schemes.names())")
+    p.add_argument("--group-size", type=int, default=None)
+    p.add_argument("--shapes", default="8192x8192,28672x8192,4096x14336", help="NxK,... (output x input features)")
+    p.add_argument("--m", default="1,16,128,1024", help="comma-separated M values; each is stored for its M bucket")
+    p.add_argument("--dtype", default="f16", choices=["f16", "bf16"], help="activation type")
+    p.add_argument("--reps", type=int, default=10, help="graph replays per candidate (median)")
+    p.add_argument("--jobs", type=int, default=None, help="parallel NVRTC compiles (default: CPUs, at most 16)")
+    p.add_argument("--top", type=int, default=5, help="rows of the table per (shape, M)")
+    p.add_argument("--min-gain", type=float, default=0.01,
+                   help="keep the planner's default unless a candidate is this fraction faster (default 0.01)")
+    p.add_argument("--stream-only", action="store_true", help="for M <= 16 time only stream-path candidates")
+    p.add_argument("--file", default=None, help="tuning file to write (default: $HUMMING_TUNE_FILE or <cache>/tuning.json)")
+    p.add_argument("--no-record", action="store_true", help="only print; store nothing")
+    p.add_argument("--json", default=None, help="also write every timing to this JSON file")
+
+
+def _row(rank, t, default_us) -> str:
+    p = t.plan
+    tl = p.tiles
+    ratio = f"x{default_us / t.us:5.2f}" if default_us else "     -"
+    kind = "stream" if p.path == "stream" else "tile"
+    return (f"  {rank:>4} {t.us:9.1f} {ratio}  {kind:6} {tl.bm:>3}x{tl.bn:<3}x{tl.bk:<4} s{tl.stages} "
+            f"w{tl.warps_m}{tl.warps_n}{tl.warps_k} split {p.splits}")
+
+
+def main(args) -> int:
+    from humming import tuner
+    from humming.cli._args import parse_ms, parse_shapes, unique
+    from humming.core import tuning
+
+    shapes = unique(parse_shapes(args.shapes))
+    ms = unique(parse_ms(args.m))
+    tuner.require_gpu("`python -m humming tune`")  # UnsupportedOnDevice -> exit status 2 with the message
+    from humming import api
+
+    scheme = api._scheme(args.scheme)
+    if args.group_size is not None:
+        scheme = scheme.with_(group_size=args.group_size)
+    target = tuning.tune_file() if args.file is None else args.file
+    dump = []
+    for n, k in shapes:
+        results = tuner.tune_layer(scheme, n, k, ms, dtype=args.dtype, reps=args.reps, jobs=args.jobs,
+                                   include_tile_for_stream=not args.stream_only,
+                                   progress=lambda text: print(text, flush=True))
+        for res in results:
+            d_us = res.default.us
+            win = res.winner(args.min_gain)
+            print(f"{n}x{k} M={res.m} (bucket {tuning.m_bucket(res.m)}): default "
+                  f"{'failed' if d_us is None else f'{d_us:.1f} us'}, best {res.best.us:.1f} us"
+                  + (f" (x{d_us / res.best.us:.2f})" if d_us else ""))
+            print("  rank   time us  vs def  path   tile            stages warps  split")
+            for i, t in enumerate(res.timings[: max(1, args.top)], 1):
+                print(_row(i, t, d_us) + ("   <- default" if t is res.default else ""))
+            if res.failed:
+                print(f"  {len(res.failed)} candidate(s) failed; first: {res.failed[0].error}")
+            dump.append({"n": n, "k": k, "m": res.m, "scheme": res.scheme, "device": res.device,
+                         "default_us": d_us, "winner_us": win.us,
+                         "rows": [{"us": t.us, "path": t.plan.path, "tiles": t.plan.tiles.__dict__,
+                                   "splits": t.plan.splits} for t in res.timings]})
+            if args.no_record:
+                continue
+            if res.emulated:
+                print("  not recorded: the profile's kernels ran compiled for another GPU (HUMMING_DEVICE_PROFILE)",
+                      file=sys.stderr)
+                continue
+            key = tuning.record(win.plan, win.us, device=res.device, default_us=d_us, path=target)
+            print(f"  recorded {key}: {win.plan.path}, {win.us:.1f} us -> {target}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dump, f, indent=1)
+    return 0

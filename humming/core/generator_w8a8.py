@@ -1,0 +1,146 @@
+"""Generates the 8-bit tile kernel: W8A8 (int8 x int8 -> int32, e4m3 x e4m3 -> fp32) with mma.sync 16x8x32
+steps, both operands used as stored.
+
+Operands. A: activation codes [M, K] bytes (row-major), staged through shared memory and read with
+ldmatrix (a 16x32-byte tile is an m16n8k32 A fragment). B: weight codes in the k32 atom layout of
+``humming.core.layout.pack_codes_k32``: per 64x64 atom, lane l holds for k32 step s and n8 tile t the
+two registers (k 4q..4q+3 and 16+4q..16+4q+3 of column t*8 + l/4), in 8 chunks of 16 bytes
+[chunk = s*4 + t/2][lane][(t%2)*2 + r]. Epilogue: acc (as fp32) x per-token scale x per-channel scale
+x out_scale (x device scalar), plus bias; split-K as in the 16-bit tile kernel.
+"""
+from __future__ import annotations
+
+from humming.core.generator import splitk_epilogue
+from humming.devices.base import HelperRequest
+
+
+def w8a8_kernel_source(plan, backend, caps=None) -> str:
+    t = plan.tiles
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=plan.async_copy, caps=caps)
+    prelude = backend.prelude(request)
+    return f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+{prelude}
+
+namespace cfg {{
+constexpr int BM = {t.bm}, BN = {t.bn}, BK = {t.bk}, STAGES = {t.stages};   // BK in bytes = elements
+constexpr int WARPS_M = {t.warps_m}, WARPS_N = {t.warps_n}, WARPS_K = {t.warps_k};
+constexpr int TM = BM / (16 * WARPS_M);
+constexpr int TA = BN / (64 * WARPS_N);
+constexpr int THREADS = 32 * WARPS_M * WARPS_N * WARPS_K;
+constexpr int ATOM_WORDS = 1024;                 // 64x64 bytes
+constexpr int KATOMS = BK / 64, NATOMS = BN / 64;
+constexpr int A_BYTES = BM * BK;
+constexpr int B_BYTES = KATOMS * NATOMS * ATOM_WORDS * 4;
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+static_assert(KATOMS % WARPS_K == 0, "k atoms per stage must split evenly across warps");
+static_assert(BK >= 128, "the A swizzle needs 8 chunks of 16 bytes per row");
+}}
+
+extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
+    const unsigned char* __restrict__ A,  // activation codes [M, K]
+    const uint32_t* __restrict__ B,       // weight codes, k32 atom layout
+    const float* __restrict__ TS,         // per-token activation scale [M] or null
+    const void* __restrict__ unused,
+    const float* __restrict__ CS,         // per-channel weight scale [N] or null
+    const uint16_t* __restrict__ BIAS,    // [N] or null
+    uint16_t* __restrict__ C,             // output [M, N]
+    float* __restrict__ WS, int* __restrict__ CNT,
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null
+  using namespace cfg;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ int last_block;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wk = warp % WARPS_K, wn = (warp / WARPS_K) % WARPS_N, wm = warp / (WARPS_K * WARPS_N);
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int k_begin = blockIdx.z * k_per_split;
+  const int ktiles = k_per_split / BK;
+  const int katoms_total = K / 64;
+  const uint32_t smem0 = smem_u32(smem);
+
+  auto load_stage = [&](int stage, int kt) {{
+    const uint32_t base = smem0 + stage * STAGE_BYTES;
+    const int k0 = k_begin + kt * BK;
+    #pragma unroll
+    for (int c = tid; c < BM * (BK / 16); c += THREADS) {{
+      const int r = c / (BK / 16), ch = c % (BK / 16);
+      const bool ok = m0 + r < M;
+      const unsigned char* src = A + (size_t)(ok ? m0 + r : 0) * K + k0 + ch * 16;
+      copy_16_async(base + r * BK + ((ch ^ (r & 7)) * 16), src, ok);
+    }}
+    #pragma unroll
+    for (int c = tid; c < NATOMS * KATOMS * (ATOM_WORDS / 4); c += THREADS) {{
+      const int a = c / (ATOM_WORDS / 4), w = c % (ATOM_WORDS / 4);
+      const int na = a / KATOMS, ka = a % KATOMS;
+      const uint32_t* src = B + ((size_t)(n0 / 64 + na) * katoms_total + k0 / 64 + ka) * ATOM_WORDS + w * 4;
+      copy_16_async(base + A_BYTES + ((ka * NATOMS + na) * ATOM_WORDS + w * 4) * 4, src, true);
+    }}
+  }};
+
+  acc_t acc[TM][TA * 8][4];
+  #pragma unroll
+  for (int i = 0; i < TM; ++i)
+    #pragma unroll
+    for (int j = 0; j < TA * 8; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
+
+  #pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {{
+    if (s < ktiles) load_stage(s, s);
+    copy_commit();
+  }}
+  for (int kt = 0; kt < ktiles; ++kt) {{
+    copy_wait<STAGES - 2>();
+    __syncthreads();
+    {{
+      const int next = kt + STAGES - 1;
+      if (next < ktiles) load_stage(next % STAGES, next);
+      copy_commit();
+    }}
+    const uint32_t base = smem0 + (kt % STAGES) * STAGE_BYTES;
+    #pragma unroll
+    for (int i = 0; i < KATOMS / WARPS_K; ++i) {{
+      const int ka = i * WARPS_K + wk;
+      #pragma unroll
+      for (int ks = 0; ks < 2; ++ks) {{
+        const int kk = ka * 64 + ks * 32;  // byte offset inside the stage
+        uint32_t a[TM][4];
+        #pragma unroll
+        for (int tm = 0; tm < TM; ++tm) {{
+          const int row = (wm * TM + tm) * 16 + (lane & 15);
+          const int ch = kk / 16 + (lane >> 4);
+          ldmatrix_x4(a[tm], base + row * BK + ((ch ^ (row & 7)) * 16));
+        }}
+        #pragma unroll
+        for (int ta = 0; ta < TA; ++ta) {{
+          const int na = wn * TA + ta;
+          const uint32_t atom = base + A_BYTES + (ka * NATOMS + na) * ATOM_WORDS * 4 + lane * 16;
+          #pragma unroll
+          for (int c = 0; c < 4; ++c) {{   // chunk c: n8 tiles 2c and 2c + 1
+            uint32_t q[4];
+            lds_128(q, atom + (ks * 4 + c) * 512);
+            #pragma unroll
+            for (int tm = 0; tm < TM; ++tm) {{
+              mma_k32(acc[tm][ta * 8 + 2 * c], a[tm], q[0], q[1]);
+              mma_k32(acc[tm][ta * 8 + 2 * c + 1], a[tm], q[2], q[3]);
+            }}
+          }}
+        }}
+      }}
+    }}
+  }}
+  copy_wait<0>();
+  __syncthreads();
+
+  float facc[TM][TA * 8][4];
+  #pragma unroll
+  for (int i = 0; i < TM; ++i)
+    #pragma unroll
+    for (int j = 0; j < TA * 8; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) facc[i][j][e] = acc_to_f32(acc[i][j][e]);
+{splitk_epilogue("facc", row_scale="TS")}
+}}
+"""

@@ -1,0 +1,357 @@
+"""Measured tuning: the winners of timed candidate plans, stored per (profile, scheme, weight layout, N, K, M
+bucket), and the planner hook that applies them.
+
+    entry = lookup(caps, layout, n, k, m)        # dict or None
+    plan = tuned_plan(caps, layout, m, act)      # a Plan with the measured config forced, or None
+    plan = choose_plan(caps, layout, m, act)     # tuned_plan(...) or the planner's rules
+    record(plan, measured_us, device="NVIDIA H200")
+
+Files. Lookups read the user file and the shipped defaults; a user entry wins over a shipped one.
+
+- user file: ``$HUMMING_TUNE_FILE``, else ``<kernel cache dir>/tuning.json`` (``humming.core.cache.cache_dir()``);
+  ``python -m humming tune`` writes it (read-modify-write under a lock file, then an atomic rename).
+- shipped defaults: ``humming/core/tuned_*.json`` (package data), measured with ``bench/sweep_wna16.py``.
+- ``HUMMING_TUNE=0`` turns lookups off (the planner's rules only).
+
+Format (one JSON object)::
+
+    {"format": 1, "entries": {"<profile>|<scheme>|<layout>|<N>x<K>|<bucket>": {
+        "profile": ..., "scheme": ..., "layout": ..., "n": ..., "k": ..., "m_bucket": "9-16",
+        "path": "stream" | "dequant-to-activation", "tiles": {bm, bn, bk, stages, warps_m, warps_n, warps_k},
+        "splits": 1, "measured_us": 27.2, "default_us": 38.9, "m": 16, "date": "2026-11-29",
+        "device": "NVIDIA H200"}}}
+
+The layout key (``layout_key``) names what the kernel depends on: decode kind and bits, activation type, scale
+group and zero group. The scheme is part of the key, but two schemes with the same layout run the same kernel,
+so a lookup without a scheme (the runtime knows only the prepared layout) takes any entry of that layout.
+
+A stored config is only a request: ``tuned_plan`` passes it to ``plan_wna16`` as forced tiles/splits/path, which
+checks it against the shape and the profile's limits; a config that is no longer valid is ignored (logged).
+This module imports no torch and no CUDA.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from humming.core import cache as _cache
+from humming.core.planner import STREAM_MAX_M, Plan, TileConfig, plan_wna16
+from humming.errors import HummingError, ShapeError, UnsupportedOnDevice
+
+log = logging.getLogger("humming.tuning")
+
+ENV_FILE = "HUMMING_TUNE_FILE"
+ENV_ENABLE = "HUMMING_TUNE"
+FORMAT_VERSION = 1
+FILE_NAME = "tuning.json"
+SHIPPED_DIR = Path(__file__).resolve().parent
+SHIPPED_GLOB = "tuned_*.json"
+
+# ------------------------------------------------------------------------------------------------ M buckets
+#: Upper bounds of the M buckets; M above the last bound falls in one open bucket.
+M_BUCKET_BOUNDS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 512, 1024)
+#: M values that stand for the open bucket when something must be done per M (``python -m humming build``).
+OPEN_BUCKET_SAMPLES: tuple[int, ...] = (1025, 2048, 4096, 8192, 16384)
+DECODE_MAX_M = 64  # buckets up to here are "decode", above "prefill" (for reports)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bucket:
+    lo: int
+    hi: int | None  # None: open above lo
+
+    @property
+    def label(self) -> str:
+        if self.hi is None:
+            return f">{self.lo - 1}"
+        return str(self.lo) if self.lo == self.hi else f"{self.lo}-{self.hi}"
+
+    def __contains__(self, m: int) -> bool:
+        return m >= self.lo and (self.hi is None or m <= self.hi)
+
+    def ms(self) -> tuple[int, ...]:
+        """Every M of a closed bucket; samples of the open one."""
+        if self.hi is None:
+            return tuple(v for v in OPEN_BUCKET_SAMPLES if v >= self.lo)
+        return tuple(range(self.lo, self.hi + 1))
+
+
+def buckets() -> tuple[Bucket, ...]:
+    out, lo = [], 1
+    for hi in M_BUCKET_BOUNDS:
+        out.append(Bucket(lo, hi))
+        lo = hi + 1
+    out.append(Bucket(lo, None))
+    return tuple(out)
+
+
+def bucket_of(m: int) -> Bucket:
+    """The M bucket holding ``m`` (1, 2-8, 9-16, 17-32, ..., 513-1024, >1024)."""
+    if m < 1:
+        raise ShapeError(f"M={m}: a GEMM needs at least one row")
+    for b in buckets():
+        if m in b:
+            return b
+    raise AssertionError("the open bucket holds every M")  # pragma: no cover
+
+
+def m_bucket(m: int) -> str:
+    """The label of M's bucket: '1', '2-8', '9-16', ..., '513-1024', '>1024'."""
+    return bucket_of(m).label
+
+
+# ------------------------------------------------------------------------------------------------ keys
+def layout_key(layout) -> str:
+    """What a measured config depends on besides N and K: decode kind/bits, activation, scale and zero groups."""
+    d = layout.decode
+    return f"{d.kind}{d.bits}.{d.act}.g{layout.scale_group}.z{layout.zero_group}"
+
+
+def _profile_name(caps) -> str:
+    return caps if isinstance(caps, str) else caps.name
+
+
+def entry_key(profile: str, scheme: str, layout: str, n: int, k: int, bucket: str) -> str:
+    return f"{profile}|{scheme}|{layout}|{n}x{k}|{bucket}"
+
+
+# ------------------------------------------------------------------------------------------------ files
+def tune_file() -> Path:
+    """The user tuning file: $HUMMING_TUNE_FILE, else <kernel cache dir>/tuning.json."""
+    explicit = os.environ.get(ENV_FILE, "").strip()
+    if explicit:
+        return Path(explicit).expanduser()
+    return _cache.cache_dir() / FILE_NAME
+
+
+def shipped_files() -> list[Path]:
+    return sorted(SHIPPED_DIR.glob(SHIPPED_GLOB))
+
+
+def tuning_enabled() -> bool:
+    return os.environ.get(ENV_ENABLE, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+_load_lock = threading.Lock()
+_loaded: dict[str, tuple[tuple[int, int], dict]] = {}  # path -> ((mtime_ns, size), entries)
+
+
+def read_entries(path: Path) -> dict:
+    """The entries of one tuning file ({} if missing; a malformed file is logged and ignored)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return {}
+    stamp = (st.st_mtime_ns, st.st_size)
+    key = str(path)
+    with _load_lock:
+        hit = _loaded.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION or not isinstance(data.get("entries"), dict):
+            raise ValueError(f"not a format-{FORMAT_VERSION} tuning file")
+        entries = {k: v for k, v in data["entries"].items() if isinstance(v, dict)}
+    except (OSError, ValueError) as exc:
+        log.warning("humming tuning: ignoring %s (%s)", path, exc)
+        entries = {}
+    with _load_lock:
+        _loaded[key] = (stamp, entries)
+    return entries
+
+
+def clear_memory() -> None:
+    """Forget parsed files (they are re-read when their modification time or size changes anyway)."""
+    with _load_lock:
+        _loaded.clear()
+
+
+def _sources() -> list[tuple[str, dict]]:
+    """(origin, entries), highest priority first: the user file, then the shipped defaults."""
+    user = tune_file()
+    out = [(str(user), read_entries(user))]
+    out += [(f"shipped {p.name}", read_entries(p)) for p in shipped_files()]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ lookup
+def lookup(caps, layout, n: int, k: int, m: int, scheme: str = "") -> dict | None:
+    """The stored winner for (profile, scheme, layout, N, K, bucket of M), or None.
+
+    Files are searched in priority order (user file, then shipped); within a file an entry of ``scheme`` is
+    preferred, any entry of the same layout is taken otherwise (the layout, not the scheme's name, decides
+    the kernel). The returned dict is a copy with ``origin``
+    (which file it came from) added."""
+    if not tuning_enabled():
+        return None
+    profile, lk, bucket = _profile_name(caps), layout_key(layout), m_bucket(m)
+    exact = entry_key(profile, scheme, lk, n, k, bucket) if scheme else None
+    suffix = f"|{lk}|{n}x{k}|{bucket}"
+    prefix = f"{profile}|"
+    for origin, found in _sources():
+        if exact and exact in found:
+            return dict(found[exact], origin=origin)
+        same_layout = sorted(key for key in found if key.startswith(prefix) and key.endswith(suffix))
+        if same_layout:
+            return dict(found[same_layout[0]], origin=origin)
+    return None
+
+
+def _forced(entry: dict) -> tuple[TileConfig, int, str]:
+    tiles = TileConfig(**{f.name: int(entry["tiles"][f.name]) for f in dataclasses.fields(TileConfig)})
+    splits = int(entry["splits"])
+    path = "stream" if entry["path"] == "stream" else "tile"
+    return tiles, splits, path
+
+
+def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
+    """The planner's plan with the measured configuration of M's bucket forced, or None on a miss or when the
+    stored configuration is not valid here any more (a changed profile, planner or hand-edited file)."""
+    entry = lookup(caps, layout, layout.n, layout.k, m, scheme)
+    if entry is None:
+        return None
+    try:
+        tiles, splits, path = _forced(entry)
+        if path == "stream" and m > STREAM_MAX_M:
+            raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}")
+        plan = plan_wna16(caps, layout, m, act, scheme=scheme, tiles=tiles, splits=splits, path=path)
+    except (ShapeError, UnsupportedOnDevice, KeyError, TypeError, ValueError) as exc:
+        log.info("humming tuning: stored config for %s bucket %s from %s ignored: %s",
+                 layout_key(layout), m_bucket(m), entry.get("origin"), exc)
+        return None
+    why = (f"tuned for M bucket {m_bucket(m)}: {entry.get('measured_us', '?')} us measured"
+           + (f" (the default plan of that run: {entry['default_us']} us)" if entry.get("default_us") else "")
+           + f" on {entry.get('device') or 'an unnamed device'}, {entry.get('date') or 'undated'} ({entry['origin']})")
+    return dataclasses.replace(plan, reasons=plan.reasons + (why,))
+
+
+def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
+    """What the runtime should run for M: the tuned plan on a hit, else the planner's rules."""
+    return tuned_plan(caps, layout, m, act, scheme) or plan_wna16(caps, layout, m, act, scheme=scheme)
+
+
+# ------------------------------------------------------------------------------------------------ record
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """An exclusive advisory lock on <file>.lock for read-modify-write (best effort where fcntl is missing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(path.with_name(path.name + ".lock"), "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def make_entry(plan: Plan, measured_us: float, *, scheme: str | None = None, device: str = "",
+               default_us: float | None = None, date: str | None = None, **extra) -> tuple[str, dict]:
+    """(key, entry) for a measured plan; the bucket is that of ``plan.m``."""
+    scheme = plan.scheme if scheme is None else scheme
+    lk, bucket = layout_key(plan.layout), m_bucket(plan.m)
+    entry = {
+        "profile": plan.profile, "scheme": scheme, "layout": lk, "n": plan.n, "k": plan.k, "m_bucket": bucket,
+        "m": plan.m, "path": plan.path, "tiles": dataclasses.asdict(plan.tiles), "splits": plan.splits,
+        "measured_us": round(float(measured_us), 2),
+        "default_us": None if default_us is None else round(float(default_us), 2),
+        "date": date or time.strftime("%Y-%m-%d"), "device": device,
+    }
+    entry.update(extra)
+    return entry_key(plan.profile, scheme, lk, plan.n, plan.k, bucket), entry
+
+
+def record(plan: Plan, measured_us: float, *, scheme: str | None = None, device: str = "",
+           default_us: float | None = None, date: str | None = None, path: Path | str | None = None,
+           **extra) -> str:
+    """Store a measured winner (replacing the entry of the same key) in the user file; returns its key."""
+    key, entry = make_entry(plan, measured_us, scheme=scheme, device=device, default_us=default_us, date=date, **extra)
+    target = Path(path) if path is not None else tune_file()
+    with _file_lock(target):
+        entries = dict(read_entries(target))
+        entries[key] = entry
+        write_entries(target, entries)
+    return key
+
+
+def write_entries(path: Path, entries: dict, note: str | None = None) -> None:
+    data = {"format": FORMAT_VERSION}
+    if note:
+        data["note"] = note
+    data["entries"] = dict(sorted(entries.items()))
+    _cache.atomic_write(Path(path), (json.dumps(data, indent=1) + "\n").encode())
+    with _load_lock:
+        _loaded.pop(str(path), None)
+
+
+def entries() -> list[dict]:
+    """Every visible entry (user file first, then shipped), each with its key and origin."""
+    out = []
+    for origin, found in _sources():
+        out += [dict(v, key=k, origin=origin) for k, v in sorted(found.items())]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ candidates
+_STREAM_WARPS_K = (2, 4, 8)
+_STREAM_SPLITS = (1, 2, 4, 8)
+_STREAM_IN_FLIGHT = (1, 2, 3)
+_TILE_SPLITS = (1, 2, 3, 4, 6, 8)
+_SMALL_M_TILES = ((1, 3), (1, 4), (4, 3), (4, 4))  # (warps_k, stages) of the 64-wide slab tiles, M <= 64
+# (bm, warps_m, warps_n, warps_k, bk, stages), M > 64
+_LARGE_M_TILES = ((64, 2, 2, 1, 64, 4), (64, 2, 2, 2, 128, 3), (128, 2, 2, 1, 64, 4), (128, 2, 2, 2, 128, 3),
+                  (128, 2, 4, 1, 64, 4), (64, 1, 2, 2, 128, 4), (128, 4, 2, 1, 64, 4), (128, 2, 2, 1, 64, 3),
+                  (64, 1, 2, 2, 128, 3))
+
+
+def candidate_configs(m: int) -> list[tuple[str, TileConfig, int]]:
+    """(path, tiles, splits) to time for M (the search space of bench/sweep_wna16.py)."""
+    out: list[tuple[str, TileConfig, int]] = []
+    if m <= STREAM_MAX_M:
+        bm = 8 if m <= 8 else 16
+        for wk in _STREAM_WARPS_K:
+            for splits in _STREAM_SPLITS:
+                for in_flight in _STREAM_IN_FLIGHT:
+                    out.append(("stream", TileConfig(bm, 64, 64 * wk, in_flight + 1, 1, 1, wk), splits))
+    if m <= 64:
+        tm = (m + 15) // 16
+        tiles = [TileConfig(16 * tm, 64, 64 * wk, stages, 1, 1, wk) for wk, stages in _SMALL_M_TILES]
+    else:
+        tiles = [TileConfig(bm, 64 * wn, bk, stages, wm, wn, wk) for bm, wm, wn, wk, bk, stages in _LARGE_M_TILES]
+    out += [("tile", t, s) for t in tiles for s in _TILE_SPLITS]
+    return out
+
+
+def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile_for_stream: bool = True) -> list[Plan]:
+    """The planner's default plan first, then every valid candidate plan for M (duplicates removed)."""
+    default = plan_wna16(caps, layout, m, act, scheme=scheme)
+    plans, seen = [default], {(default.path, default.tiles, default.splits)}
+    for path, tiles, splits in candidate_configs(m):
+        if path == "tile" and m <= STREAM_MAX_M and not include_tile_for_stream:
+            continue
+        try:
+            p = plan_wna16(caps, layout, m, act, scheme=scheme, tiles=tiles, splits=splits, path=path)
+        except HummingError:
+            continue
+        sig = (p.path, p.tiles, p.splits)
+        if sig not in seen:
+            seen.add(sig)
+            plans.append(p)
+    return plans
+
+
+__all__ = [
+    "M_BUCKET_BOUNDS", "Bucket", "bucket_of", "buckets", "candidate_configs", "candidates", "choose_plan",
+    "clear_memory", "entries", "layout_key", "lookup", "m_bucket", "make_entry", "read_entries", "record",
+    "shipped_files", "tune_file", "tuned_plan", "tuning_enabled", "write_entries",
+]

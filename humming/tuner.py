@@ -1,0 +1,188 @@
+"""Timing candidate plans on the live GPU: the measuring half of `python -m humming tune` and bench/.
+
+Method (the same as bench/bench_wna16.py): one CUDA graph replays the GEMM over several weight copies that
+together exceed the L2 cache twice, so every call streams its weights from memory; the median over replays,
+divided by the number of GEMMs in the graph, is one call's time.
+
+    result = tune_layer("w4a16", 8192, 8192, [1, 16, 128])   # -> list[TuneResult], nothing recorded
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+L2_BYTES = 60 * 2**20  # the H200's L2; a larger weight set is not cached between calls on current GPUs
+
+
+def require_gpu(what: str = "tuning"):
+    """torch with a visible CUDA GPU, else UnsupportedOnDevice saying what to do instead."""
+    import torch
+
+    from humming.errors import UnsupportedOnDevice
+
+    if not torch.cuda.is_available():
+        raise UnsupportedOnDevice(
+            f"{what} times kernels on the live GPU, and torch sees no CUDA device here (torch "
+            f"{torch.__version__}, CUDA {torch.version.cuda or 'not built in'}). Run it on the machine that will serve "
+            f"the model; to only precompile kernels without a GPU use `python -m humming build --profile NAME`"
+        )
+    return torch
+
+
+def graph_time_us(calls, reps: int = 20) -> float:
+    """Median time of one call, from CUDA-graph replays of the whole sequence of ``calls``."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for f in calls:
+            f()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for f in calls:
+            f()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / len(calls))
+    return statistics.median(times)
+
+
+def copies_for(nbytes: int) -> int:
+    """How many copies of ``nbytes`` of weights together exceed twice the L2 (at least 2)."""
+    return max(2, math.ceil(2 * L2_BYTES / max(nbytes, 1)))
+
+
+@dataclass
+class Timing:
+    plan: object  # Plan
+    us: float | None  # None: the device rejected it
+    error: str = ""
+
+
+@dataclass
+class TuneResult:
+    scheme: str
+    n: int
+    k: int
+    m: int
+    default: Timing
+    timings: list[Timing] = field(default_factory=list)  # measured ones, fastest first (default included)
+    failed: list[Timing] = field(default_factory=list)
+    device: str = ""  # torch's name of the GPU that ran it
+    emulated: bool = False  # the profile's kernels ran compiled for another target (HUMMING_DEVICE_PROFILE)
+
+    @property
+    def best(self) -> Timing:
+        return self.timings[0]
+
+    def winner(self, min_gain: float = 0.0) -> Timing:
+        """The fastest plan, unless it beats the planner's default by less than ``min_gain`` (a fraction):
+        then the default, so that noise does not replace a rule with an equal config."""
+        if self.default.us is not None and self.best.us > self.default.us * (1.0 - min_gain):
+            return self.default
+        return self.best
+
+
+def _set_plan(api, handles, m: int, plan) -> None:
+    for h in handles:
+        api._registry[h].plans[m] = plan
+        api._registry[h].launches.pop(m, None)
+
+
+def _clear_plan(api, handles, m: int) -> None:
+    for h in handles:
+        api._registry[h].plans.pop(m, None)
+        api._registry[h].launches.pop(m, None)
+
+
+def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10, jobs: int | None = None,
+               include_tile_for_stream: bool = True, progress=None, seed: int = 0) -> list[TuneResult]:
+    """Time the planner's default and every candidate plan for each M on the live GPU (random weights).
+    ``progress(text)`` is called with one line per step. Nothing is recorded here."""
+    torch = require_gpu()
+    import humming
+    from humming import api
+    from humming.core import tuning
+
+    say = progress or (lambda text: None)
+    torch.manual_seed(seed)
+    sch = api._scheme(scheme)
+    scheme_str = str(sch)
+    torch_dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    device = torch.device("cuda", torch.cuda.current_device())
+    first = humming.quantize(torch.randn(n, k, device=device) * 0.05, sch)
+    h0 = api.prepared(first, torch_dtype, device)
+    packed = api._registry[h0].packed
+    nbytes = sum(t.numel() * t.element_size() for t in packed.tensors() if t is not None)
+    qws = [first] + [humming.quantize(torch.randn(n, k, device=device) * 0.05, sch) for _ in range(copies_for(nbytes) - 1)]
+    handles = [api.prepared(qw, torch_dtype, device) for qw in qws]
+    prep = api._registry[h0]
+    caps, layout = prep.caps, packed.layout
+    say(f"{n}x{k} {scheme_str} {dtype}: {len(qws)} weight copies of {nbytes / 2**20:.1f} MiB on "
+        f"{torch.cuda.get_device_name()} (profile {caps.name})")
+    results = []
+    workers = jobs or min(16, os.cpu_count() or 1)
+    try:
+        for m in ms:
+            m = int(m)
+            plans = tuning.candidates(caps, layout, m, dtype, scheme_str, include_tile_for_stream=include_tile_for_stream)
+            default = plans[0]  # the planner's rules (plan_wna16 without forcing), never a tuned entry
+            t0 = time.perf_counter()
+            unique = {p.kernel_name: p for p in plans}
+            with ThreadPoolExecutor(workers) as pool:
+                compiled = list(pool.map(lambda p: _try_compile(api, p, prep), unique.values()))
+            bad = {name: err for name, err in zip(unique, compiled) if err}
+            say(f"  M={m}: {len(plans)} candidates, {len(unique)} kernels compiled in {time.perf_counter() - t0:.1f} s"
+                + (f" ({len(bad)} rejected)" if bad else ""))
+            x = torch.randn(m, k, device=device, dtype=torch_dtype)
+            result = TuneResult(scheme_str, n, k, m, Timing(default, None), device=torch.cuda.get_device_name(),
+                                emulated=prep.run_arch is not None)
+            for p in plans:
+                timing = Timing(p, None, bad.get(p.kernel_name, ""))
+                if not timing.error:
+                    _set_plan(api, handles, m, p)
+                    try:
+                        timing.us = graph_time_us([lambda h=h, x=x: api.gemm_prepared(x, h) for h in handles], reps=reps)
+                    except Exception as exc:  # noqa: BLE001 - a config the device rejects is a result, not a crash
+                        timing.error = f"{type(exc).__name__}: {exc}"
+                        torch.cuda.synchronize()
+                (result.failed if timing.us is None else result.timings).append(timing)
+                if p is default:
+                    result.default = timing
+            _clear_plan(api, handles, m)
+            if not result.timings:
+                raise RuntimeError(f"{n}x{k} M={m}: every candidate failed; first error: {result.failed[0].error}")
+            result.timings.sort(key=lambda t: t.us)
+            results.append(result)
+    finally:
+        for m in ms:
+            _clear_plan(api, handles, int(m))
+        del qws
+        torch.cuda.empty_cache()
+    return results
+
+
+def _try_compile(api, plan, prep) -> str:
+    from humming.errors import HummingError
+
+    try:
+        api.compile_plan(plan, prep.caps, prep.run_arch)
+    except HummingError as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return ""
+
+
+__all__ = ["L2_BYTES", "Timing", "TuneResult", "copies_for", "graph_time_us", "require_gpu", "tune_layer"]
