@@ -119,7 +119,8 @@ class _LaunchSpec:
 
     plan: Plan
     kernel: object
-    static_args: list  # ctypes values after the output pointer
+    static_args: object  # runtime.ArgBlock with every parameter; tensor slots are rewritten per call
+    keep: tuple = ()
 
 
 _registry: list[_Prepared] = []
@@ -150,10 +151,13 @@ def plan_for(handle: int, m: int) -> Plan:
     return p
 
 
-def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
-    import ctypes
+# kernel parameters: A B S Z CS BIAS C WS CNT M N K k_per_split out_scale GS
+_PARAM_KINDS = "ppppppppp" + "iiii" + "f" + "p"
+_DYNAMIC = (0, 1, 2, 3, 4, 5, 6, 14)  # the tensor slots rewritten on every call
 
-    from humming.core.runtime import ptr
+
+def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
+    from humming.core.runtime import ArgBlock
 
     prep = _registry[handle]
     spec = prep.launches.get(m)
@@ -163,30 +167,29 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
         n, k = p.n, p.k
         grid = p.grid
         ws, cnt = _workspace(device, grid[2] * grid[0] * p.tiles.bm * n if grid[2] > 1 else 0, grid[0] * grid[1])
-        packed = prep.packed
-        static = [
-            ptr(ws), ptr(cnt), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k), ctypes.c_int(k // grid[2]),
-            ctypes.c_float(packed.out_scale),
-        ]
-        spec = _LaunchSpec(p, kernel, static)
+        values = [0] * 7 + [ws.data_ptr(), cnt.data_ptr(), m, n, k, k // grid[2], prep.packed.out_scale, 0]
+        spec = _LaunchSpec(p, kernel, ArgBlock(_PARAM_KINDS, values))
+        spec.keep = (ws, cnt)  # the workspace outlives the spec that points at it
         prep.launches[m] = spec
     return spec
 
 
 def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gscale=None,
             out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    from humming.core.runtime import ptr
-
     m = x.shape[0]
     spec = _launch_spec(handle, m, x.device)
     p = spec.plan
     out = torch.empty((m, p.n), dtype=out_dtype or x.dtype, device=x.device)
     if _POISON:
         out.fill_(float("nan"))
-    args = [ptr(x), ptr(qweight), ptr(scales), ptr(zeros), ptr(chan), ptr(bias), ptr(out), *spec.static_args,
-            ptr(gscale)]
     device = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    spec.kernel.launch(device, p.grid, p.threads, torch.cuda.current_stream().cuda_stream, args)
+    stream = torch.cuda.current_stream().cuda_stream
+    block = spec.static_args
+    tensors = (x, qweight, scales, zeros, chan, bias, out, gscale)
+    with block.lock:
+        for slot, t in zip(_DYNAMIC, tensors):
+            block.set(slot, None if t is None else t.data_ptr())
+        spec.kernel.launch(device, p.grid, p.threads, stream, block)
     return out
 
 

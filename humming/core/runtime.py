@@ -66,16 +66,40 @@ class LoadedKernel:
             self._functions[device] = fn
         return fn
 
-    def launch(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args: list) -> None:
-        """args: a list of ctypes values (c_void_p, c_int, c_float) in the kernel's parameter order."""
+    def launch(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args) -> None:
+        """args: an ArgBlock, or a list of ctypes values (c_void_p, c_int, c_float) in parameter order."""
         driver = _driver()
         fn = self._function(device)
-        pointers = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
-        err = driver.cuLaunchKernel(
-            fn, grid[0], grid[1], grid[2], block, 1, 1, self.smem_bytes, stream, ctypes.addressof(pointers), 0
-        )
+        if isinstance(args, ArgBlock):
+            params = args.address
+        else:
+            pointers = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
+            params = ctypes.addressof(pointers)
+        err = driver.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block, 1, 1, self.smem_bytes, stream, params, 0)
         if int(err[0]) != 0:
             _check(err, f"launching {self.name} grid={grid} block={block} smem={self.smem_bytes}")
+
+
+class ArgBlock:
+    """Kernel parameters built once per launch configuration: one ctypes slot per parameter and the array
+    of their addresses that cuLaunchKernel reads (it copies the values at launch, so slots may be reused
+    right after). The hot path only rewrites the slots that change between calls (under a lock)."""
+
+    _CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int, "f": ctypes.c_float}
+
+    def __init__(self, kinds: str, values: list):
+        if len(kinds) != len(values):
+            raise ValueError("one kind per value")
+        self.slots = [self._CTYPES[k](v) for k, v in zip(kinds, values)]
+        self._array = (ctypes.c_void_p * len(self.slots))(*[ctypes.addressof(v) for v in self.slots])
+        self.address = ctypes.addressof(self._array)
+        self.lock = threading.Lock()
+
+    def set(self, index: int, value) -> None:
+        self.slots[index].value = value
+
+    def values(self) -> list:
+        return [s.value for s in self.slots]
 
 
 def ptr(t) -> ctypes.c_void_p:
