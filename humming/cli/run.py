@@ -25,6 +25,25 @@ def _rel(out, ref) -> float:
     return float((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30))
 
 
+def _plan(api, qw, m, args, caps):
+    """The plan of the kernel that runs this scheme on the profile, or None (after saying why)."""
+    if not qw.scheme.act:
+        return api.plan(qw.scheme, m, args.n, args.k, profile=caps, act=args.dtype)
+    from humming.core.layout import W8A8Layout
+    from humming.core.paths import choose_path
+    from humming.core.planner import plan_w8a8
+
+    choice = choose_path(caps, qw.scheme)
+    print(f"path: {choice.path}, {choice.describe()}: {choice.reasons[-1]}")
+    if api._runs_on_w8a8(choice, qw.scheme):
+        layout = W8A8Layout(choice.a_type, args.n, args.k, qw.scheme.weight_scale.granularity)
+        return plan_w8a8(caps, layout, m, args.dtype, choice, scheme=qw.scheme.name)
+    if choice.path == "upconvert":
+        return api.plan(qw.scheme.with_(act=None), m, args.n, args.k, profile=caps, act=choice.a_type)
+    print(f"  M={m}: the {choice.path} kernel for {choice.describe()} is not generated yet")
+    return None
+
+
 def main(args) -> int:
     import torch
 
@@ -48,7 +67,12 @@ def main(args) -> int:
     qw = humming.quantize(w, args.scheme)
     print(f"quantized in {time.perf_counter() - t0:.3f} s: {qw}")
     for m in args.m:
-        plan = api.plan(qw.scheme, m, args.n, args.k, profile=caps, act=args.dtype)
+        plan = _plan(api, qw, m, args, caps)
+        if plan is None:  # a planned path whose kernel is not generated yet: the reference runs it
+            x = torch.randn(m, args.k, device=device, dtype=dtype)
+            out = humming.reference_gemm(x, qw)
+            print(f"  ran the reference backend instead; output {tuple(out.shape)} {out.dtype}")
+            continue
         print(plan.explain())
         x = torch.randn(m, args.k, device=device, dtype=dtype)
         ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
