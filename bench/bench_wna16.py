@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -23,39 +21,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
+from humming.tuner import copies_for, graph_time_us  # noqa: E402  (the timing method, shared with `humming tune`)
 
 SHAPES = [(8192, 8192), (28672, 8192), (4096, 14336)]
 MS = [1, 16, 64, 128, 256, 1024, 4096]
-L2_BYTES = 60 * 2**20
-
-
-def graph_time_us(calls, reps: int = 20) -> float:
-    """Median time of one call, from graph replays of the whole rotating sequence."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for f in calls:
-            f()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for f in calls:
-            f()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / len(calls))
-    return statistics.median(times)
-
-
-def copies_for(nbytes: int) -> int:
-    return max(2, math.ceil(2 * L2_BYTES / nbytes))
 
 
 def cold_start(scheme: str = "w4a16") -> dict:

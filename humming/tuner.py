@@ -121,6 +121,10 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
     torch.manual_seed(seed)
     sch = api._scheme(scheme)
     scheme_str = str(sch)
+    if getattr(sch, "act", None):
+        from humming.errors import UnsupportedOnDevice
+
+        raise UnsupportedOnDevice(f"{scheme_str} quantizes activations; tuning covers the WnA16 kernels for now")
     torch_dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     device = torch.device("cuda", torch.cuda.current_device())
     first = humming.quantize(torch.randn(n, k, device=device) * 0.05, sch)

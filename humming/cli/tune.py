@@ -33,12 +33,15 @@ def add_arguments(p) -> None:
 
 
 def _row(rank, t, default_us) -> str:
-    p = t.plan
-    tl = p.tiles
-    ratio = f"x{default_us / t.us:5.2f}" if default_us else "     -"
+    p, tl = t.plan, t.plan.tiles
+    ratio = f"x{default_us / t.us:.2f}" if default_us else "-"
     kind = "stream" if p.path == "stream" else "tile"
-    return (f"  {rank:>4} {t.us:9.1f} {ratio}  {kind:6} {tl.bm:>3}x{tl.bn:<3}x{tl.bk:<4} s{tl.stages} "
-            f"w{tl.warps_m}{tl.warps_n}{tl.warps_k} split {p.splits}")
+    tile = f"{tl.bm}x{tl.bn}x{tl.bk}"
+    return (f"  {rank:>4} {t.us:9.1f} {ratio:>7}  {kind:6} {tile:<12} {tl.stages:>6} "
+            f"{tl.warps_m}x{tl.warps_n}x{tl.warps_k:<3} {p.splits:>5}")
+
+
+_HEADER = "  rank   time us  vs def  path   tile         stages warps  split"
 
 
 def main(args) -> int:
@@ -66,9 +69,10 @@ def main(args) -> int:
             print(f"{n}x{k} M={res.m} (bucket {tuning.m_bucket(res.m)}): default "
                   f"{'failed' if d_us is None else f'{d_us:.1f} us'}, best {res.best.us:.1f} us"
                   + (f" (x{d_us / res.best.us:.2f})" if d_us else ""))
-            print("  rank   time us  vs def  path   tile            stages warps  split")
-            for i, t in enumerate(res.timings[: max(1, args.top)], 1):
-                print(_row(i, t, d_us) + ("   <- default" if t is res.default else ""))
+            print(_HEADER)
+            for i, t in enumerate(res.timings, 1):
+                if i <= max(1, args.top) or t is res.default:  # the default's row is always shown
+                    print(_row(i, t, d_us) + ("   <- default" if t is res.default else ""))
             if res.failed:
                 print(f"  {len(res.failed)} candidate(s) failed; first: {res.failed[0].error}")
             dump.append({"n": n, "k": k, "m": res.m, "scheme": res.scheme, "device": res.device,

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -130,8 +131,14 @@ def tune_file() -> Path:
     return _cache.cache_dir() / FILE_NAME
 
 
+@functools.lru_cache(maxsize=1)
+def _shipped() -> tuple[Path, ...]:
+    return tuple(sorted(SHIPPED_DIR.glob(SHIPPED_GLOB)))
+
+
 def shipped_files() -> list[Path]:
-    return sorted(SHIPPED_DIR.glob(SHIPPED_GLOB))
+    """The tuning files shipped as package data (humming/core/tuned_*.json)."""
+    return list(_shipped())
 
 
 def tuning_enabled() -> bool:

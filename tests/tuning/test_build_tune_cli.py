@@ -1,0 +1,199 @@
+"""CPU: `python -m humming build` compiles each distinct kernel once and a second build is all cache hits;
+model configs become layer shapes; `python -m humming tune` without a GPU exits 2 with a clear message."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from humming import aot, api, schemes
+from humming.capabilities import get_profile
+from humming.cli import main as cli
+from humming.core import cache, tuning
+from humming.core.layout import layout_for
+from humming.errors import UnsupportedOnDevice
+
+SHAPES = [(256, 512), (512, 1024)]
+
+
+def _need_nvrtc(caps):
+    from humming.core.nvrtc import select_toolchain
+    from humming.devices import get_backend
+
+    route = get_backend(caps).compile_route(caps)
+    try:
+        select_toolchain(route.arch, route.min_nvrtc)
+    except UnsupportedOnDevice as exc:
+        pytest.skip(f"installed NVRTC cannot target {route.arch}: {str(exc).splitlines()[0]}")
+
+
+def _expected_kernels(caps, ms):
+    names = set()
+    for n, k in SHAPES:
+        layout = layout_for(schemes.get("w4a16"), n, k, "f16")
+        names |= {tuning.choose_plan(caps, layout, m, "f16", "w4a16").kernel_name for m in ms}
+    return names
+
+
+def _forget_in_process():
+    api._compiled.clear()
+    cache.clear_memory_caches()
+
+
+def test_build_twice_second_is_all_cache_hits(capsys, tmp_path):
+    caps = get_profile("nvidia-a100")
+    _need_nvrtc(caps)
+    _forget_in_process()
+    args = ["build", "--shapes", ",".join(f"{n}x{k}" for n, k in SHAPES), "--profile", "nvidia-a100",
+            "--m", "1,16", "--jobs", "2"]
+    expected = _expected_kernels(caps, [1, *range(9, 17)])  # the buckets of 1 and 16: M = 1 and 9..16
+    assert len(expected) == 4  # two stream kernels (bm 8 and 16) per K, the two shapes' Ks differ
+
+    assert cli(args) == 0
+    out = capsys.readouterr().out
+    assert f"built {len(expected)} kernel(s) for nvidia-a100 (sm_80): {len(expected)} compiled, 0 cache hit(s)" in out
+    assert "[" + "#" * 30 + "]" in out  # the progress bar reached the end
+    entries = list((tmp_path / "kernels").glob("*/*.hkc"))
+    assert len(entries) == len(expected)
+
+    _forget_in_process()  # as a new process: only the disk cache remains
+    assert cli(args) == 0
+    out = capsys.readouterr().out
+    assert f"built {len(expected)} kernel(s) for nvidia-a100 (sm_80): 0 compiled, {len(expected)} cache hit(s)" in out
+    assert not (tmp_path / "tuning.json").exists()  # build reads tuning, never writes it
+
+
+def test_build_report_names_the_kernels_the_runtime_plans():
+    caps = get_profile("nvidia-a100")
+    _need_nvrtc(caps)
+    _forget_in_process()
+    report = aot.build_kernels(SHAPES, "w4a16", "nvidia-a100", [1, 16], jobs=2)
+    assert set(report.names) == _expected_kernels(caps, [1, *range(9, 17)])
+    assert report.ok and report.compiled == report.kernels == 4 and report.cache_hits == 0
+    again = aot.build_kernels(SHAPES, "w4a16", "nvidia-a100", [1, 16], jobs=2)  # in-process: memo hits
+    assert again.cache_hits == 4 and again.compiled == 0
+
+
+def test_build_plans_every_bucket_by_default():
+    caps = get_profile("nvidia-h200")
+    ms = aot.ms_for(None)
+    assert ms[:16] == list(range(1, 17)) and max(ms) > 1024 and 1024 in ms
+    plans = aot.kernel_plans(caps, [(8192, 8192)], schemes.get("w4a16"), ms)
+    layout = layout_for(schemes.get("w4a16"), 8192, 8192, "f16")
+    assert set(plans) == {tuning.choose_plan(caps, layout, m, "f16", "w4a16").kernel_name for m in ms}
+    assert any("tuned" in p.reasons[-1] for p in plans.values())  # the shipped H200 entries are used
+    assert aot.ms_for([1, 20], exact=True) == [1, 20]
+    assert aot.ms_for([20]) == list(range(17, 33))
+
+
+def test_build_bad_shape_is_reported_not_fatal(capsys):
+    caps = get_profile("nvidia-a100")
+    _need_nvrtc(caps)
+    assert cli(["build", "--shapes", "256x512,100x512", "--profile", "nvidia-a100", "--m", "1", "--exact"]) == 1
+    captured = capsys.readouterr()
+    assert "skipped 100x512" in captured.err and "multiple of 64" in captured.err
+    assert "built 1 kernel(s)" in captured.out
+
+
+LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32}
+
+
+def test_model_shapes_llama():
+    shapes = aot.model_shapes(LLAMA_8B)
+    assert shapes == [("q_proj", 4096, 4096), ("k_proj", 1024, 4096), ("v_proj", 1024, 4096),
+                      ("o_proj", 4096, 4096), ("gate_proj", 14336, 4096), ("up_proj", 14336, 4096),
+                      ("down_proj", 4096, 14336)]
+    assert [s for s, _ in aot.unique_shapes(shapes)] == [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336)]
+    fused = aot.model_shapes(LLAMA_8B, fused=True)
+    assert fused == [("qkv_proj", 6144, 4096), ("o_proj", 4096, 4096), ("gate_up_proj", 28672, 4096),
+                     ("down_proj", 4096, 14336)]
+    # explicit head_dim (Qwen3/Gemma style) and a nested text config (multimodal)
+    qwen = {"text_config": dict(LLAMA_8B, head_dim=128, num_attention_heads=40, hidden_size=5120)}
+    assert aot.model_shapes(qwen)[0] == ("q_proj", 5120, 5120)
+    assert aot.model_shapes(qwen)[3] == ("o_proj", 5120, 5120)
+
+
+def test_build_model_config_plans_its_shapes(tmp_path, capsys, monkeypatch):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(LLAMA_8B))
+    seen = {}
+
+    def fake_build(shapes, scheme, profile, ms, **kw):
+        seen.update(shapes=shapes, profile=profile, ms=ms, jobs=kw["jobs"])
+        return aot.BuildReport("nvidia-h200", "sm_90a", list(shapes))
+
+    monkeypatch.setattr(aot, "build_kernels", fake_build)
+    assert cli(["build", "--model-config", str(cfg), "--profile", "nvidia-h200", "--jobs", "3"]) == 0
+    assert seen["shapes"] == [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336)]
+    assert seen["profile"].name == "nvidia-h200" and seen["ms"] is None and seen["jobs"] == 3
+    assert "q_proj, o_proj" in capsys.readouterr().out
+
+
+def test_build_without_device_or_profile_says_what_to_do(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    assert cli(["build", "--shapes", "256x512"]) == 2
+    err = capsys.readouterr().err
+    assert "UnsupportedOnDevice" in err and "--profile" in err and "Traceback" not in err
+
+
+def test_build_needs_shapes(capsys):
+    assert cli(["build", "--profile", "nvidia-a100"]) == 2
+    assert "--shapes" in capsys.readouterr().err
+
+
+def test_tune_without_gpu_exits_2_with_message(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: tune would run")
+    assert cli(["tune", "--shapes", "256x512", "--m", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: UnsupportedOnDevice:")
+    assert "no CUDA device" in err and "humming build --profile" in err and "Traceback" not in err
+    assert not tuning.tune_file().exists()
+
+
+def test_tune_rejects_bad_arguments_before_looking_for_a_gpu(capsys):
+    assert cli(["tune", "--shapes", "8192by8192"]) == 2
+    assert "NxK" in capsys.readouterr().err
+    assert cli(["tune", "--m", "0"]) == 2
+
+
+def test_tune_cli_records_the_winner(monkeypatch, capsys, tmp_path):
+    """The CLI's table and recording, with the GPU timing replaced by fixed numbers."""
+    from humming import tuner
+
+    caps = get_profile("nvidia-h200")
+
+    def fake_tune_layer(scheme, n, k, ms, **kw):
+        layout = layout_for(scheme, n, k, kw["dtype"])
+        out = []
+        for m in ms:
+            plans = tuning.candidates(caps, layout, m, kw["dtype"], str(scheme))
+            timings = [tuner.Timing(p, 100.0 - i * (0.5 if m == 1 else 0.001)) for i, p in enumerate(plans[:6])]
+            res = tuner.TuneResult(str(scheme), n, k, m, timings[0], device="Fake GPU")
+            res.timings = sorted(timings, key=lambda t: t.us)
+            out.append(res)
+        return out
+
+    monkeypatch.setattr(tuner, "require_gpu", lambda what="": None)
+    monkeypatch.setattr(tuner, "tune_layer", fake_tune_layer)
+    json_out = tmp_path / "timings.json"
+    assert cli(["tune", "--shapes", "1024x2048", "--m", "1,128", "--json", str(json_out)]) == 0
+    out = capsys.readouterr().out
+    assert "1024x2048 M=1 (bucket 1): default 100.0 us, best 97.5 us" in out
+    assert "<- default" in out and "recorded nvidia-h200|w4a16|int4.f16.g128.z0|1024x2048|1" in out
+    layout = layout_for(schemes.get("w4a16"), 1024, 2048, "f16")
+    m1 = tuning.lookup(caps, layout, 1024, 2048, 1)
+    assert m1["measured_us"] == 97.5 and m1["default_us"] == 100.0 and m1["device"] == "Fake GPU"
+    # M=128: the best is within --min-gain (1%) of the default, so the default's config is kept
+    m128 = tuning.lookup(caps, layout, 1024, 2048, 100)
+    default128 = tuning.candidates(caps, layout, 128, "f16")[0]
+    assert m128["measured_us"] == 100.0 and m128["tiles"] == default128.tiles.__dict__
+    assert len(json.loads(json_out.read_text())) == 2
+    assert cli(["tune", "--shapes", "1024x2048", "--m", "16", "--no-record"]) == 0
+    assert tuning.lookup(caps, layout, 1024, 2048, 16) is None

@@ -1,0 +1,225 @@
+"""CPU: M buckets, the tuning file (record/lookup round trip, priorities, invalid entries), the planner hook and
+the shipped H200 defaults."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from humming import schemes
+from humming.capabilities import get_profile
+from humming.core import tuning
+from humming.core.layout import layout_for
+from humming.core.planner import TileConfig, plan_wna16
+from humming.errors import ShapeError
+
+A100 = get_profile("nvidia-a100")
+H200 = get_profile("nvidia-h200")
+W4 = schemes.get("w4a16")
+
+
+def _layout(n=1024, k=2048, scheme=W4, act="f16"):
+    return layout_for(scheme, n, k, act)
+
+
+# ---------------------------------------------------------------------------------------------- buckets
+@pytest.mark.parametrize("m, label", [
+    (1, "1"), (2, "2-8"), (8, "2-8"), (9, "9-16"), (16, "9-16"), (17, "17-32"), (33, "33-64"), (64, "33-64"),
+    (65, "65-128"), (128, "65-128"), (129, "129-256"), (300, "257-512"), (1024, "513-1024"), (1025, ">1024"),
+    (10**6, ">1024"),
+])
+def test_bucket_labels(m, label):
+    assert tuning.m_bucket(m) == label
+    assert m in tuning.bucket_of(m)
+
+
+def test_buckets_cover_every_m_once():
+    bs = tuning.buckets()
+    assert bs[0].lo == 1 and bs[-1].hi is None
+    for a, b in zip(bs, bs[1:]):
+        assert b.lo == a.hi + 1
+    for m in range(1, 3000):
+        assert sum(m in b for b in bs) == 1
+    assert tuning.bucket_of(20).ms() == tuple(range(17, 33))
+    assert all(m > 1024 for m in tuning.bucket_of(5000).ms())
+    with pytest.raises(ShapeError):
+        tuning.bucket_of(0)
+
+
+def test_layout_key_names_decode_act_and_groups():
+    assert tuning.layout_key(_layout()) == "int4.f16.g128.z0"
+    assert tuning.layout_key(_layout(scheme=schemes.get("w4a16-zp"), act="bf16")) == "int4.bf16.g128.z128"
+    assert tuning.layout_key(_layout(scheme=schemes.get("w8a16-fp8"))).startswith("float8.f16.")
+
+
+# ---------------------------------------------------------------------------------------------- round trip
+def _forced_tile(m=40):
+    return plan_wna16(A100, _layout(), m, "f16", scheme="w4a16", tiles=TileConfig(48, 64, 64, 4, 1, 1, 1),
+                      splits=2, path="tile")
+
+
+def test_record_lookup_round_trip(tmp_path):
+    plan = _forced_tile(40)
+    default = plan_wna16(A100, _layout(), 40, "f16")
+    assert (default.tiles, default.splits) != (plan.tiles, plan.splits)  # the test forces something else
+    key = tuning.record(plan, 12.345, device="Test GPU", default_us=20.0)
+    assert key == "nvidia-a100|w4a16|int4.f16.g128.z0|1024x2048|33-64"
+    data = json.loads((tmp_path / "tuning.json").read_text())
+    assert data["format"] == 1 and list(data["entries"]) == [key]
+    e = data["entries"][key]
+    assert e["path"] == "dequant-to-activation" and e["tiles"]["bm"] == 48 and e["splits"] == 2
+    assert e["measured_us"] == 12.35 and e["device"] == "Test GPU" and e["date"]
+
+    for m in (33, 40, 64):  # any M of the bucket
+        hit = tuning.lookup(A100, _layout(), 1024, 2048, m)
+        assert hit is not None and hit["tiles"] == dataclasses.asdict(plan.tiles) and hit["splits"] == 2
+        tp = tuning.tuned_plan(A100, _layout(), m, "f16")
+        assert tp.tiles == plan.tiles and tp.splits == 2 and tp.path == plan.path and tp.m == m
+        assert "tuned for M bucket 33-64" in tp.reasons[-1] and "Test GPU" in tp.reasons[-1]
+        assert tuning.choose_plan(A100, _layout(), m, "f16").tiles == plan.tiles
+    # other buckets, shapes, profiles, layouts miss
+    assert tuning.lookup(A100, _layout(), 1024, 2048, 32) is None
+    assert tuning.lookup(A100, _layout(2048, 2048), 2048, 2048, 40) is None
+    assert tuning.lookup(H200, _layout(), 1024, 2048, 40) is None
+    assert tuning.lookup(A100, _layout(act="bf16"), 1024, 2048, 40) is None
+    assert tuning.tuned_plan(A100, _layout(), 100, "f16") is None
+    assert tuning.choose_plan(A100, _layout(), 100, "f16") == plan_wna16(A100, _layout(), 100, "f16")
+
+
+def test_record_keeps_other_entries_and_replaces_same_key():
+    tuning.record(_forced_tile(40), 10.0)
+    stream = plan_wna16(A100, _layout(), 1, "f16", scheme="w4a16", tiles=TileConfig(8, 64, 128, 2, 1, 1, 2),
+                        splits=4, path="stream")
+    tuning.record(stream, 5.0)
+    tuning.record(_forced_tile(50), 9.0)  # same bucket: replaces
+    keys = [e["key"] for e in tuning.entries() if e["origin"] == str(tuning.tune_file())]
+    assert len(keys) == 2
+    assert tuning.lookup(A100, _layout(), 1024, 2048, 33)["measured_us"] == 9.0
+    tp = tuning.tuned_plan(A100, _layout(), 1, "f16")
+    assert tp.path == "stream" and tp.tiles.warps_k == 2 and tp.tiles.stages == 2 and tp.splits == 4
+
+
+def test_scheme_is_preferred_but_layout_decides(monkeypatch):
+    tuning.record(_forced_tile(40), 10.0, scheme="w4a16")
+    other = plan_wna16(A100, _layout(), 40, "f16", tiles=TileConfig(48, 64, 128, 3, 1, 1, 2), splits=1, path="tile")
+    tuning.record(other, 11.0, scheme="w4a16[name=mine]")
+    assert tuning.lookup(A100, _layout(), 1024, 2048, 40, scheme="w4a16")["measured_us"] == 10.0
+    assert tuning.lookup(A100, _layout(), 1024, 2048, 40, scheme="w4a16[name=mine]")["measured_us"] == 11.0
+    assert tuning.lookup(A100, _layout(), 1024, 2048, 40, scheme="unknown")["measured_us"] in (10.0, 11.0)
+    assert tuning.lookup(A100, _layout(), 1024, 2048, 40)["measured_us"] in (10.0, 11.0)  # the runtime: no scheme
+    monkeypatch.setenv("HUMMING_TUNE", "0")
+    assert tuning.lookup(A100, _layout(), 1024, 2048, 40) is None
+    assert tuning.tuned_plan(A100, _layout(), 40, "f16") is None
+
+
+def test_default_location_is_the_kernel_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("HUMMING_TUNE_FILE")
+    assert tuning.tune_file() == tmp_path / "kernels" / "tuning.json"
+    tuning.record(_forced_tile(40), 10.0)
+    assert (tmp_path / "kernels" / "tuning.json").is_file()
+    assert tuning.lookup(A100, _layout(), 1024, 2048, 40) is not None
+
+
+# ---------------------------------------------------------------------------------------------- invalid entries
+def _write(path, entries):
+    path.write_text(json.dumps({"format": 1, "entries": entries}))
+
+
+def _entry(**changes):
+    key, e = tuning.make_entry(_forced_tile(40), 10.0)
+    e.update(changes)
+    return key, e
+
+
+@pytest.mark.parametrize("change", [
+    {"tiles": {"bm": 48, "bn": 96, "bk": 64, "stages": 4, "warps_m": 1, "warps_n": 1, "warps_k": 1}},  # BN 96
+    {"tiles": {"bm": 48, "bn": 64, "bk": 192, "stages": 4, "warps_m": 1, "warps_n": 1, "warps_k": 3}},  # BK vs K
+    {"tiles": {"bm": 128, "bn": 256, "bk": 64, "stages": 12, "warps_m": 2, "warps_n": 4, "warps_k": 1}},  # smem
+    {"splits": 7},                       # does not divide K / BK
+    {"path": "stream"},                  # stream path above M = 16
+    {"tiles": {"bm": 48}},               # malformed: missing fields
+    {"splits": "many"},                  # malformed: not a number
+])
+def test_invalid_stored_config_is_ignored(tmp_path, change):
+    key, e = _entry(**change)
+    _write(tmp_path / "tuning.json", {key: e})
+    assert tuning.lookup(A100, _layout(), 1024, 2048, 40) is not None
+    assert tuning.tuned_plan(A100, _layout(), 40, "f16") is None
+    assert tuning.choose_plan(A100, _layout(), 40, "f16") == plan_wna16(A100, _layout(), 40, "f16")
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"format": 99, "entries": {}}', '{"format": 1}'])
+def test_unreadable_file_is_ignored(tmp_path, text):
+    (tmp_path / "tuning.json").write_text(text)
+    assert tuning.lookup(A100, _layout(), 1024, 2048, 40) is None
+    tuning.record(_forced_tile(40), 10.0)  # and recording replaces it with a good file
+    assert tuning.lookup(A100, _layout(), 1024, 2048, 40)["measured_us"] == 10.0
+
+
+# ---------------------------------------------------------------------------------------------- shipped defaults
+def _shipped():
+    out = []
+    for path in tuning.shipped_files():
+        out += list(tuning.read_entries(path).items())
+    return out
+
+
+def test_shipped_h200_defaults_load():
+    names = [p.name for p in tuning.shipped_files()]
+    assert "tuned_h200.json" in names
+    shipped = _shipped()
+    assert len(shipped) >= 8
+    buckets = {e["m_bucket"] for _, e in shipped}
+    assert {"1", "9-16", "65-128", "513-1024"} <= buckets
+
+
+@pytest.mark.parametrize("key, entry", _shipped(), ids=[k for k, _ in _shipped()])
+def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
+    assert entry["profile"] == "nvidia-h200" and entry["device"] == "NVIDIA H200"
+    caps = get_profile(entry["profile"])
+    layout = layout_for(schemes.get(entry["scheme"]), entry["n"], entry["k"], "f16")
+    assert tuning.layout_key(layout) == entry["layout"]
+    assert key == tuning.entry_key(entry["profile"], entry["scheme"], entry["layout"], entry["n"], entry["k"],
+                                   entry["m_bucket"])
+    bucket = tuning.bucket_of(entry["m"])
+    assert bucket.label == entry["m_bucket"]
+    for m in (bucket.lo, entry["m"], bucket.hi):
+        p = tuning.tuned_plan(caps, layout, m, "f16")
+        assert p is not None, (key, m)
+        assert p.path == entry["path"] and p.splits == entry["splits"]
+        t = entry["tiles"]
+        assert (p.tiles.warps_k, p.tiles.stages, p.tiles.bk) == (t["warps_k"], t["stages"], t["bk"])
+        if p.path == "stream":
+            assert p.tiles.bm == (8 if m <= 8 else 16) and m <= 16
+        else:
+            assert dataclasses.asdict(p.tiles) == t
+            assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024
+        assert "shipped tuned_h200.json" in p.reasons[-1]
+
+
+def test_user_entry_overrides_shipped():
+    key, shipped = next((k, e) for k, e in _shipped() if e["path"] != "stream")
+    caps = get_profile("nvidia-h200")
+    layout = layout_for(schemes.get(shipped["scheme"]), shipped["n"], shipped["k"], "f16")
+    other = plan_wna16(caps, layout, shipped["m"], "f16", scheme=shipped["scheme"],
+                       tiles=TileConfig(128, 128, 64, 2, 2, 2, 1), splits=1, path="tile")
+    assert dataclasses.asdict(other.tiles) != shipped["tiles"]
+    assert tuning.record(other, 1.0) == key
+    p = tuning.tuned_plan(caps, layout, shipped["m"], "f16")
+    assert p.tiles == other.tiles and "shipped" not in p.reasons[-1]
+
+
+# ---------------------------------------------------------------------------------------------- candidates
+def test_candidates_default_first_valid_and_unique():
+    for m, paths in ((1, {"stream", "dequant-to-activation"}), (16, {"stream", "dequant-to-activation"}),
+                     (40, {"dequant-to-activation"}), (128, {"dequant-to-activation"})):
+        layout = _layout(8192, 8192)
+        plans = tuning.candidates(H200, layout, m, "f16", "w4a16")
+        assert plans[0] == plan_wna16(H200, layout, m, "f16", scheme="w4a16")
+        sigs = [(p.path, p.tiles, p.splits) for p in plans]
+        assert len(sigs) == len(set(sigs)) and len(plans) > 10
+        assert {p.path for p in plans} == paths
+        assert all(p.smem_bytes <= H200.limits.smem_per_block_kb * 1024 for p in plans)
+    only = tuning.candidates(H200, _layout(8192, 8192), 1, "f16", include_tile_for_stream=False)
+    assert {p.path for p in only[1:]} == {"stream"}
