@@ -11,6 +11,7 @@ import torch
 from humming.core.generator import kernel_source
 from humming.core.layout import PackedWeight, act_name, layout_for, prepare
 from humming.core.planner import Plan, plan_wna16
+from humming.core.tuning import choose_plan
 from humming.errors import SchemeError, ShapeError, UnsupportedOnDevice
 
 _lock = threading.Lock()
@@ -45,7 +46,7 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
     if group_size is not None:
         sch = sch.with_(group_size=group_size)
     layout = layout_for(sch, n, k, act)
-    return plan_wna16(caps, layout, m, act, scheme=sch.name)
+    return choose_plan(caps, layout, m, act, scheme=sch.name)
 
 
 def source(p: Plan, profile=None) -> str:
@@ -146,7 +147,7 @@ def plan_for(handle: int, m: int) -> Plan:
         if prep.plan_fn is not None:
             p = prep.plan_fn(m)
         else:
-            p = plan_wna16(prep.caps, prep.packed.layout, m, prep.packed.layout.decode.act)
+            p = choose_plan(prep.caps, prep.packed.layout, m, prep.packed.layout.decode.act)
         prep.plans[m] = p
     return p
 
