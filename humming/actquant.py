@@ -68,19 +68,17 @@ def _spelling(caps):
     raise UnsupportedOnDevice(f"backend {backend.name} spells no activation-quantization helpers")
 
 
-def _resolve(profile, device_index: int | None):
+def _resolve(profile, device_index: int):
     """(Capabilities, run_arch): run_arch compiles a named profile's source for the live GPU when they differ."""
-    key = (profile if isinstance(profile, (str, type(None))) else id(profile), device_index,
-           os.environ.get("HUMMING_DEVICE_PROFILE", ""))
+    key = (profile, device_index, os.environ.get("HUMMING_DEVICE_PROFILE", ""))  # Capabilities are hashable
     hit = _profiles.get(key)
     if hit is None:
         from humming.api import live_arch, resolve_profile
 
-        caps = resolve_profile(profile)
-        run_arch = None
-        if device_index is not None:
+        with torch.cuda.device(device_index):  # the profile and live target of x's device
+            caps = resolve_profile(profile)
             live = live_arch()
-            run_arch = live if live and live != caps.target.arch else None
+        run_arch = live if live and live != caps.target.arch else None
         hit = _profiles[key] = (caps, run_arch)
     return hit
 
@@ -239,7 +237,7 @@ def quantize_activation_cuda(x: torch.Tensor, scheme, *, scale=None, global_scal
         gs = torch.empty((), dtype=torch.float32, device=x.device) if a.global_scale else None
         if _POISON:
             codes.fill_(0xFF)
-            scales.view(torch.uint8).fill_(0xFF)
+            scales.reshape(-1).view(torch.uint8).fill_(0xFF)
             if gs is not None:
                 gs.fill_(float("nan"))
 

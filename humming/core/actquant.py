@@ -45,7 +45,7 @@ _SCALE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "ue4m3": 1, "ue8m0": 1}
 WARPS = 8  # warps per block of the warp-layout and elementwise kernels
 ROW_LOADS_IN_WARP = 128  # dynamic_token rows of at most this many loads use the warp layout
 BLOCK_LOADS_PER_THREAD = 4  # block-per-row kernels aim at this many loads per thread
-MAX_LOADS_PER_THREAD = 16  # beyond this, a row does not fit in registers (refused)
+MAX_LOADS_PER_THREAD = 8  # beyond this a row does not fit in registers without spilling (refused)
 ELEMENTWISE_UNROLL = 4  # loads in flight per thread in the elementwise and amax kernels
 
 
@@ -210,59 +210,54 @@ def plan_actquant(scheme: Scheme, dtype: str, k: int, *, vec: int | None = None,
 
 
 # ------------------------------------------------------------------------------------------- source
-def _load_code(dtype: str, vec: int, dst: str, ptr: str) -> str:
-    nbytes = vec * _ELSIZE[dtype]
-    if nbytes == 16:
-        return f"ld_b128({dst}, {ptr});"
-    if nbytes == 8:
-        return f"ld_b64({dst}, {ptr});"
-    if nbytes == 4:
-        return f"{dst}[0] = ld_b32({ptr});"
-    return f"{dst}[0] = ld_b16({ptr});"
-
-
 def _words(dtype: str, vec: int) -> int:
     return max(1, vec * _ELSIZE[dtype] // 4)
 
 
-def _elem(dtype: str, word: str, i: int) -> str:
-    """C expression: element i of a load held in the u32 array ``word`` as float."""
-    if dtype == "f32":
-        return f"bits_f32({word}[{i}])"
-    half = f"({word}[{i // 2}] >> 16)" if i % 2 else f"{word}[{i // 2}]"
-    return f"{'f16' if dtype == 'f16' else 'bf16'}_to_f32({half})"
-
-
-def _abs_max_code(dtype: str, vec: int, word: str, acc: str) -> str:
-    """Fold |elements| of one load into ``acc``: the max of the magnitude bits (monotonic; NaN > inf)."""
-    lines = []
-    for i in range(_words(dtype, vec)):
-        if dtype == "f32":
-            lines.append(f"{acc} = umax({acc}, {word}[{i}] & 0x7FFFFFFFu);")
-        elif vec == 1:
-            lines.append(f"{acc} = umax({acc}, {word}[0] & 0x7FFFu);")
-        else:
-            lines.append(f"{acc} = umax({acc}, umax({word}[{i}] & 0x7FFFu, ({word}[{i}] >> 16) & 0x7FFFu));")
-    return " ".join(lines)
-
-
-def _amax_to_f32(dtype: str, acc: str) -> str:
-    return {"f32": f"bits_f32({acc})", "f16": f"f16_to_f32({acc})", "bf16": f"bf16_to_f32({acc})"}[dtype]
-
-
-def _encode_store(p: ActQuantPlan, word: str, dst: str, denom: str) -> str:
-    """Encode one load's elements with ``x / denom`` and store the codes (one byte each) at ``dst``."""
-    v = p.vec
-    q = [f"div_rn({_elem(p.dtype, word, i)}, {denom})" for i in range(v)]
+def _vector_functions(p: ActQuantPlan) -> str:
+    """Per (dtype, VEC) helpers of the kernel bodies: load one vector, fold its |x| into a max, encode and store it.
+    A vector is VEC elements held in WORDS u32 registers (two 16-bit elements per word, low half first)."""
+    v, dt, el = p.vec, p.dtype, _ELSIZE[p.dtype]
+    words = _words(dt, v)
+    nbytes = v * el
+    load = {16: "ld_b128(w, p);", 8: "ld_b64(w, p);", 4: "w[0] = ld_b32(p);", 2: "w[0] = ld_b16(p);"}[nbytes]
+    if dt == "f32":
+        unpack = "  #pragma unroll\n  for (int i = 0; i < aq::VEC; ++i) f[i] = bits_f32(w[i]);"
+        fold = "  #pragma unroll\n  for (int i = 0; i < aq::VEC; ++i) m = umax(m, w[i] & 0x7FFFFFFFu);"
+    elif v == 1:
+        unpack = f"  f[0] = {dt}_to_f32(w[0]);"
+        fold = "  m = umax(m, w[0] & 0x7FFFu);"
+    else:
+        unpack = (f"  #pragma unroll\n  for (int i = 0; i < aq::WORDS; ++i) {{ f[2 * i] = {dt}_to_f32(w[i]); "
+                  f"f[2 * i + 1] = {dt}_to_f32(w[i] >> 16); }}")
+        fold = ("  #pragma unroll\n  for (int i = 0; i < aq::WORDS; ++i) m = umax(m, umax(w[i] & 0x7FFFu, "
+                "(w[i] >> 16) & 0x7FFFu));")
     if v == 1:
-        return f"st_b8({dst}, aq_encode2({q[0]}, 0.0f) & 0xFFu);"
-    pairs = [f"aq_encode2({q[2 * j]}, {q[2 * j + 1]})" for j in range(v // 2)]
-    if v == 2:
-        return f"st_b16({dst}, {pairs[0]});"
-    if v == 4:
-        return f"st_b32({dst}, {pairs[0]} | ({pairs[1]} << 16));"
-    return (f"st_b64({dst}, {pairs[0]} | ({pairs[1]} << 16),\n"
-            f"                 {pairs[2]} | ({pairs[3]} << 16));")
+        store = "  st_b8(d, aq_encode2(q[0], 0.0f) & 0xFFu);"
+    else:
+        pairs = "\n".join(["  uint32_t c[aq::VEC / 2];", "  #pragma unroll",
+                           "  for (int i = 0; i < aq::VEC / 2; ++i) c[i] = aq_encode2(q[2 * i], q[2 * i + 1]);"])
+        st = {2: "st_b16(d, c[0]);", 4: "st_b32(d, c[0] | (c[1] << 16));",
+              8: "st_b64(d, c[0] | (c[1] << 16), c[2] | (c[3] << 16));"}[v]
+        store = pairs + "\n  " + st
+    to_f32 = {"f32": "bits_f32(m)", "f16": "f16_to_f32(m)", "bf16": "bf16_to_f32(m)"}[dt]
+    return f"""// ---- one vector: {v} {dt} elements ({nbytes} bytes) in {words} registers
+__device__ __forceinline__ void load_vec(uint32_t (&w)[aq::WORDS], const unsigned char* p) {{ {load} }}
+// |x| folded into a running max of magnitude bits (monotonic in |x|; a NaN is above infinity, so it wins)
+__device__ __forceinline__ uint32_t fold_abs_max(uint32_t m, const uint32_t (&w)[aq::WORDS]) {{
+{fold}
+  return m;
+}}
+__device__ __forceinline__ float abs_max_value(uint32_t m) {{ return {to_f32}; }}
+// codes of x / denom (IEEE division, as the reference), one byte per element, in one store
+__device__ __forceinline__ void encode_store(unsigned char* d, const uint32_t (&w)[aq::WORDS], float denom) {{
+  float f[aq::VEC], q[aq::VEC];
+{unpack}
+  #pragma unroll
+  for (int i = 0; i < aq::VEC; ++i) q[i] = div_rn(f[i], denom);
+{store}
+}}
+"""
 
 
 def _round_scale(sf: str) -> str:
@@ -348,7 +343,6 @@ _SIGNATURE = """const void* __restrict__ x, unsigned char* __restrict__ codes, v
 
 
 def _warp_kernel(p: ActQuantPlan, elem_max: float) -> str:
-    words = _words(p.dtype, p.vec)
     el = _ELSIZE[p.dtype]
     gs_setup = ""
     gs_arg = "1.0f"
@@ -372,19 +366,19 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
 {gs_setup}
   // loads j = 0 .. VPL-1 of this lane: vector j * LPG + li of the {what} (the LPG lanes read contiguously)
   const unsigned char* src = (const unsigned char*)x + g * (long long)(aq::GROUP * {el});
-  uint32_t w[aq::VPL][{words}];
+  uint32_t w[aq::VPL][aq::WORDS];
   #pragma unroll
   for (int j = 0; j < aq::VPL; ++j) {{
     #pragma unroll
-    for (int i = 0; i < {words}; ++i) w[j][i] = 0u;
-    if (active) {{ {_load_code(p.dtype, p.vec, "w[j]", f"src + (j * aq::LPG + li) * {p.vec * el}")} }}
+    for (int i = 0; i < aq::WORDS; ++i) w[j][i] = 0u;
+    if (active) load_vec(w[j], src + (j * aq::LPG + li) * {p.vec * el});
   }}
   uint32_t m = 0u;                                     // max |x| bits of this lane
   #pragma unroll
-  for (int j = 0; j < aq::VPL; ++j) {{ {_abs_max_code(p.dtype, p.vec, "w[j]", "m")} }}
+  for (int j = 0; j < aq::VPL; ++j) m = fold_abs_max(m, w[j]);
   #pragma unroll
   for (int o = aq::LPG / 2; o > 0; o >>= 1) m = umax(m, shfl_xor_u32(m, o));
-  const float amax = {_amax_to_f32(p.dtype, "m")};
+  const float amax = abs_max_value(m);
 
   uint32_t stored;
   const float s = aq_scale(amax, {gs_arg}, stored);
@@ -394,15 +388,13 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
   unsigned char* dst = codes + g * (long long)aq::GROUP;
   #pragma unroll
   for (int j = 0; j < aq::VPL; ++j) {{
-    unsigned char* d = dst + (j * aq::LPG + li) * {p.vec};
-    {_encode_store(p, "w[j]", "d", "denom")}
+    encode_store(dst + (j * aq::LPG + li) * aq::VEC, w[j], denom);
   }}
 }}
 """
 
 
 def _block_kernel(p: ActQuantPlan, elem_max: float) -> str:
-    words = _words(p.dtype, p.vec)
     el = _ELSIZE[p.dtype]
     loads = p.k // p.vec
     return f"""
@@ -414,24 +406,24 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long long row = blockIdx.x;
   const unsigned char* src = (const unsigned char*)x + row * (long long)(aq::K * {el});
-  uint32_t w[aq::VPL][{words}];
+  uint32_t w[aq::VPL][aq::WORDS];
   uint32_t m = 0u;
   #pragma unroll
   for (int j = 0; j < aq::VPL; ++j) {{
     #pragma unroll
-    for (int i = 0; i < {words}; ++i) w[j][i] = 0u;
+    for (int i = 0; i < aq::WORDS; ++i) w[j][i] = 0u;
     const int v = j * aq::THREADS + tid;
-    if (v < {loads}) {{ {_load_code(p.dtype, p.vec, "w[j]", f"src + v * {p.vec * el}")} }}
+    if (v < {loads}) load_vec(w[j], src + v * {p.vec * el});
   }}
   #pragma unroll
-  for (int j = 0; j < aq::VPL; ++j) {{ {_abs_max_code(p.dtype, p.vec, "w[j]", "m")} }}
+  for (int j = 0; j < aq::VPL; ++j) m = fold_abs_max(m, w[j]);
   #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = umax(m, shfl_xor_u32(m, o));
   if (lane == 0) warp_max[warp] = m;
   __syncthreads();
   #pragma unroll
   for (int i = 0; i < aq::THREADS / 32; ++i) m = umax(m, warp_max[i]);
-  const float amax = {_amax_to_f32(p.dtype, "m")};
+  const float amax = abs_max_value(m);
 
   uint32_t stored;
   const float s = aq_scale(amax, 1.0f, stored);
@@ -441,8 +433,7 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
   for (int j = 0; j < aq::VPL; ++j) {{
     const int v = j * aq::THREADS + tid;
     if (v < {loads}) {{
-      unsigned char* d = dst + v * {p.vec};
-      {_encode_store(p, "w[j]", "d", "s")}
+      encode_store(dst + v * aq::VEC, w[j], s);
     }}
   }}
 }}
@@ -450,7 +441,6 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
 
 
 def _elementwise_kernel(p: ActQuantPlan, elem_max: float) -> str:
-    words = _words(p.dtype, p.vec)
     el = _ELSIZE[p.dtype]
     return f"""
 // {p.summary()}
@@ -463,18 +453,17 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
   if (blockIdx.x == 0 && threadIdx.x == 0) {_store_scale(p, "scales", "0")}
   const long long step = (long long)gridDim.x * aq::THREADS * aq::UNROLL;
   for (long long base = (long long)blockIdx.x * aq::THREADS * aq::UNROLL; base < count; base += step) {{
-    uint32_t w[aq::UNROLL][{words}];
+    uint32_t w[aq::UNROLL][aq::WORDS];
     #pragma unroll
     for (int u = 0; u < aq::UNROLL; ++u) {{
       const long long v = base + u * aq::THREADS + threadIdx.x;
-      if (v < count) {{ {_load_code(p.dtype, p.vec, "w[u]", f"(const unsigned char*)x + v * {p.vec * el}")} }}
+      if (v < count) load_vec(w[u], (const unsigned char*)x + v * {p.vec * el});
     }}
     #pragma unroll
     for (int u = 0; u < aq::UNROLL; ++u) {{
       const long long v = base + u * aq::THREADS + threadIdx.x;
       if (v < count) {{
-        unsigned char* d = codes + v * {p.vec};
-        {_encode_store(p, "w[u]", "d", "s")}
+        encode_store(codes + v * aq::VEC, w[u], s);
       }}
     }}
   }}
@@ -483,7 +472,6 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
 
 
 def _amax_kernel(p: ActQuantPlan) -> str:
-    words = _words(p.dtype, p.vec)
     el = _ELSIZE[p.dtype]
     return f"""
 // amax(|x|) of the whole tensor as fp32 bits, folded into *amax_out (zeroed by the caller) with one atomic
@@ -494,16 +482,16 @@ extern "C" __global__ void __launch_bounds__(aq::WARPS * 32) {p.amax_kernel_name
   uint32_t m = 0u;
   const long long step = (long long)gridDim.x * aq::WARPS * 32 * aq::UNROLL;
   for (long long base = (long long)blockIdx.x * aq::WARPS * 32 * aq::UNROLL; base < count; base += step) {{
-    uint32_t w[aq::UNROLL][{words}];
+    uint32_t w[aq::UNROLL][aq::WORDS];
     #pragma unroll
     for (int u = 0; u < aq::UNROLL; ++u) {{
       #pragma unroll
-      for (int i = 0; i < {words}; ++i) w[u][i] = 0u;
+      for (int i = 0; i < aq::WORDS; ++i) w[u][i] = 0u;
       const long long v = base + u * aq::WARPS * 32 + threadIdx.x;
-      if (v < count) {{ {_load_code(p.dtype, p.vec, "w[u]", f"(const unsigned char*)x + v * {p.vec * el}")} }}
+      if (v < count) load_vec(w[u], (const unsigned char*)x + v * {p.vec * el});
     }}
     #pragma unroll
-    for (int u = 0; u < aq::UNROLL; ++u) {{ {_abs_max_code(p.dtype, p.vec, "w[u]", "m")} }}
+    for (int u = 0; u < aq::UNROLL; ++u) m = fold_abs_max(m, w[u]);
   }}
   #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = umax(m, shfl_xor_u32(m, o));
@@ -512,7 +500,7 @@ extern "C" __global__ void __launch_bounds__(aq::WARPS * 32) {p.amax_kernel_name
   if (threadIdx.x == 0) {{
     #pragma unroll
     for (int i = 1; i < aq::WARPS; ++i) m = umax(m, warp_max[i]);
-    red_max_u32(amax_out, f32_bits({_amax_to_f32(p.dtype, "m")}));
+    red_max_u32(amax_out, f32_bits(abs_max_value(m)));
   }}
 }}
 """
@@ -537,7 +525,8 @@ def actquant_source(p: ActQuantPlan, prelude: str) -> str:
              f"// {p.summary()}",
              prelude,
              "__device__ __forceinline__ uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }",
-             "namespace aq {\n" + "\n".join(consts) + "\n}"]
+             "namespace aq {\n" + "\n".join(consts) + f"\nconstexpr int WORDS = {_words(p.dtype, p.vec)};"
+             "       // registers per vector\n}", _vector_functions(p)]
     if p.mode == "static_tensor":
         parts += [_static_scale_function(p), _elementwise_kernel(p, elem_max)]
     elif p.layout == "warp":
