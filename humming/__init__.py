@@ -35,6 +35,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "QuantizedWeight": ("humming.core.quantize", "QuantizedWeight"),
     "quantize": ("humming.core.quantize", "quantize"),
     "quantize_activation": ("humming.core.quantize", "quantize_activation"),
+    "quantize_activation_cuda": ("humming.actquant", "quantize_activation_cuda"),
     "reference_gemm": ("humming.core.reference", "reference_gemm"),
     "plan": ("humming.api", "plan"),
     "gemm": ("humming.api", "gemm"),
