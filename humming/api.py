@@ -282,7 +282,6 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     their global scale (exact), and multiplied by the weight-only kernel of the same weights; the global
     activation scale is applied in the fp32 epilogue. Other paths are planned but not generated yet."""
     from humming.core.paths import choose_path
-    from humming.core.quantize import quantize_activation
 
     caps = resolve_profile(profile)
     choice = choose_path(caps, qw.scheme)
@@ -294,7 +293,7 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
             f"generated yet, humming.reference_gemm runs the scheme"
         )
     act_dtype = torch.bfloat16 if choice.a_type == "bf16" else torch.float16
-    qa = quantize_activation(x, qw.scheme)
+    qa = _quantize_act(x, qw.scheme, caps)
     gscale = qa.global_scale
     if gscale is not None:
         qa.global_scale = None  # widen without it: code x block scale is exact in 16 bits
@@ -307,6 +306,18 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     handle = prepared(wq, act_dtype, x.device, profile)
     out = gemm_prepared(x16, handle, None if bias is None else bias.to(act_dtype), gscale)
     return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+def _quantize_act(x: torch.Tensor, scheme, caps):
+    """Activation quantization for the quantized-activation paths: the generated kernel (bit-exact with the
+    reference by design), or the torch reference when HUMMING_ACTQUANT=reference."""
+    if os.environ.get("HUMMING_ACTQUANT", "kernel") == "reference":
+        from humming.core.quantize import quantize_activation
+
+        return quantize_activation(x, scheme)
+    from humming.actquant import quantize_activation_cuda
+
+    return quantize_activation_cuda(x, scheme, profile=caps)
 
 
 def _runs_on_w8a8(choice, scheme) -> bool:
@@ -323,7 +334,6 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     tensor), then int8 x int8 -> int32 or e4m3 x e4m3 -> fp32, scales and bias in the fp32 epilogue."""
     from humming.core.layout import prepare_w8a8
     from humming.core.planner import plan_w8a8
-    from humming.core.quantize import quantize_activation
 
     n, k = qw.shape
     cache = qw.__dict__.setdefault("_humming_prepared", {})
@@ -344,7 +354,7 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
         cache[key] = handle
     packed = _registry[handle].packed
     x2 = x.reshape(-1, k)
-    qa = quantize_activation(x2, qw.scheme)
+    qa = _quantize_act(x2, qw.scheme, caps)
     codes = qa.codes.contiguous()
     token_scale = gscale = None
     if qa.mode == "dynamic_token":
