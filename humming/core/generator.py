@@ -156,22 +156,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
       #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 {zero_const_bits}
-  #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {{
-    if (s < ktiles) load_stage(s, s);
-    copy_commit();
-  }}
-
-  for (int kt = 0; kt < ktiles; ++kt) {{
-    copy_wait<STAGES - 2>();
-    __syncthreads();
-    {{
-      const int next = kt + STAGES - 1;
-      if (next < ktiles) load_stage(next % STAGES, next);
-      copy_commit();
-    }}
-    const uint32_t base = smem0 + (kt % STAGES) * STAGE_BYTES;
-    #pragma unroll
+{PIPELINE_HEAD}    #pragma unroll
     for (int i = 0; i < KATOMS / WARPS_K; ++i) {{
       const int ka = i * WARPS_K + wk;
       #pragma unroll
@@ -226,6 +211,27 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
 {splitk_epilogue('acc')}}}
 """
     return src
+
+
+# The multi-stage copy pipeline of the tile kernels: STAGES-1 stages in flight, one consumed per iteration;
+# the barrier after the wait also guarantees that the stage about to be refilled was consumed by all warps.
+PIPELINE_HEAD = """\
+  #pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < ktiles) load_stage(s, s);
+    copy_commit();
+  }
+
+  for (int kt = 0; kt < ktiles; ++kt) {
+    copy_wait<STAGES - 2>();
+    __syncthreads();
+    {
+      const int next = kt + STAGES - 1;
+      if (next < ktiles) load_stage(next % STAGES, next);
+      copy_commit();
+    }
+    const uint32_t base = smem0 + (kt % STAGES) * STAGE_BYTES;
+"""
 
 
 def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:

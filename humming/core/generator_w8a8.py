@@ -10,7 +10,7 @@ x out_scale (x device scalar), plus bias; split-K as in the 16-bit tile kernel.
 """
 from __future__ import annotations
 
-from humming.core.generator import splitk_epilogue
+from humming.core.generator import PIPELINE_HEAD, splitk_epilogue
 from humming.devices.base import HelperRequest
 
 
@@ -86,21 +86,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
       #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
 
-  #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {{
-    if (s < ktiles) load_stage(s, s);
-    copy_commit();
-  }}
-  for (int kt = 0; kt < ktiles; ++kt) {{
-    copy_wait<STAGES - 2>();
-    __syncthreads();
-    {{
-      const int next = kt + STAGES - 1;
-      if (next < ktiles) load_stage(next % STAGES, next);
-      copy_commit();
-    }}
-    const uint32_t base = smem0 + (kt % STAGES) * STAGE_BYTES;
-    #pragma unroll
+{PIPELINE_HEAD}    #pragma unroll
     for (int i = 0; i < KATOMS / WARPS_K; ++i) {{
       const int ka = i * WARPS_K + wk;
       #pragma unroll
