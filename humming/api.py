@@ -323,16 +323,20 @@ def _quantize_act(x: torch.Tensor, scheme, caps):
 def _runs_on_w8a8(choice, scheme) -> bool:
     """True when the 8-bit mma.sync kernel executes this path: both operands 8-bit as stored, per-channel
     or per-tensor weight scales, per-token or per-tensor activation scales."""
-    return (choice.family == "mma_sync" and choice.path in ("native", "legacy")
+    if choice.family != "mma_sync" or scheme.zero_point or scheme.act_scale.mode not in ("dynamic_token", "static_tensor"):
+        return False
+    if scheme.weight == "int4":  # W4A8-INT8: signed int4 widened to s8 in registers, group (or channel) scales
+        return (choice.path in ("dequant-to-activation", "legacy") and choice.a_type == choice.b_type == "s8"
+                and scheme.weight_scale.granularity in ("group", "channel"))
+    return (choice.path in ("native", "legacy")  # W8A8: both operands as stored
             and choice.a_type in ("s8", "e4m3") and choice.b_type == choice.a_type
-            and scheme.weight_scale.granularity in ("channel", "tensor") and not scheme.zero_point
-            and scheme.act_scale.mode in ("dynamic_token", "static_tensor"))
+            and scheme.weight_scale.granularity in ("channel", "tensor"))
 
 
 def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     """W8A8 on the 8-bit mma.sync kernel: activations quantized as the reference does (per token or per
     tensor), then int8 x int8 -> int32 or e4m3 x e4m3 -> fp32, scales and bias in the fp32 epilogue."""
-    from humming.core.layout import prepare_w8a8
+    from humming.core.layout import prepare_w4a8, prepare_w8a8
     from humming.core.planner import plan_w8a8
 
     n, k = qw.shape
@@ -340,7 +344,10 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     key = ("w8a8", x.dtype, x.device, caps.name)
     handle = cache.get(key)
     if handle is None:
-        packed = prepare_w8a8(qw.to(x.device), x.dtype, choice.a_type)
+        if qw.scheme.weight == "int4":
+            packed = prepare_w4a8(qw.to(x.device), x.dtype)
+        else:
+            packed = prepare_w8a8(qw.to(x.device), x.dtype, choice.a_type)
         live = live_arch()
         run_arch = live if live and live != caps.target.arch else None
         act = act_name(x.dtype)
@@ -364,7 +371,9 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     else:
         raise UnsupportedOnDevice(f"{qw.scheme.name}: {qa.mode} activation scales are not supported by the 8-bit kernel")
     b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
-    out = _launch(handle, codes, packed.qweight, token_scale, None, packed.channel_scale, b, gscale, out_dtype=x.dtype)
+    group_scales = getattr(packed, "scales", None)  # W4A8: the fp32 group-scale table
+    out = _launch(handle, codes, packed.qweight, token_scale, group_scales, packed.channel_scale, b, gscale,
+                  out_dtype=x.dtype)
     return out.view(*x.shape[:-1], n)
 
 

@@ -29,14 +29,18 @@ def _plan(api, qw, m, args, caps):
     """The plan of the kernel that runs this scheme on the profile, or None (after saying why)."""
     if not qw.scheme.act:
         return api.plan(qw.scheme, m, args.n, args.k, profile=caps, act=args.dtype)
-    from humming.core.layout import W8A8Layout
+    from humming.core.layout import W4A8Layout, W8A8Layout
     from humming.core.paths import choose_path
     from humming.core.planner import plan_w8a8
 
     choice = choose_path(caps, qw.scheme)
     print(f"path: {choice.path}, {choice.describe()}: {choice.reasons[-1]}")
     if api._runs_on_w8a8(choice, qw.scheme):
-        layout = W8A8Layout(choice.a_type, args.n, args.k, qw.scheme.weight_scale.granularity)
+        if qw.scheme.weight == "int4":
+            group = qw.scheme.weight_scale.group_size or args.k
+            layout = W4A8Layout("s8", args.n, args.k, group)
+        else:
+            layout = W8A8Layout(choice.a_type, args.n, args.k, qw.scheme.weight_scale.granularity)
         return plan_w8a8(caps, layout, m, args.dtype, choice, scheme=qw.scheme.name)
     if choice.path == "upconvert":
         return api.plan(qw.scheme.with_(act=None), m, args.n, args.k, profile=caps, act=choice.a_type)

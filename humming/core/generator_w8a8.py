@@ -18,6 +18,12 @@ def w8a8_kernel_source(plan, backend, caps=None) -> str:
     t = plan.tiles
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=plan.async_copy, caps=caps)
     prelude = backend.prelude(request)
+    int4 = getattr(plan.layout, "weight_bits", 8) == 4
+    group = getattr(plan.layout, "group", 0)
+    if int4:
+        prelude += _INT4_HELPERS
+    step_body = _int4_step(group) if int4 else _INT8_STEP
+    atom_tail = _group_rescale("atom", group) if int4 and group >= 64 else ""
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -28,10 +34,10 @@ constexpr int WARPS_M = {t.warps_m}, WARPS_N = {t.warps_n}, WARPS_K = {t.warps_k
 constexpr int TM = BM / (16 * WARPS_M);
 constexpr int TA = BN / (64 * WARPS_N);
 constexpr int THREADS = 32 * WARPS_M * WARPS_N * WARPS_K;
-constexpr int ATOM_WORDS = 1024;                 // 64x64 bytes
+constexpr int ATOM_WORDS = {512 if int4 else 1024};  // 32-bit words per 64x64 weight atom
 constexpr int KATOMS = BK / 64, NATOMS = BN / 64;
 constexpr int A_BYTES = BM * BK;
-constexpr int B_BYTES = KATOMS * NATOMS * ATOM_WORDS * 4;
+constexpr int B_BYTES = KATOMS * NATOMS * ATOM_WORDS * 4;   // ATOM_WORDS * 4 bytes per atom
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 static_assert(KATOMS % WARPS_K == 0, "k atoms per stage must split evenly across warps");
 static_assert(BK >= 128, "the A swizzle needs 8 chunks of 16 bytes per row");
@@ -41,7 +47,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     const unsigned char* __restrict__ A,  // activation codes [M, K]
     const uint32_t* __restrict__ B,       // weight codes, k32 atom layout
     const float* __restrict__ TS,         // per-token activation scale [M] or null
-    const void* __restrict__ unused,
+    const float* __restrict__ S,          // W4A8: fp32 group scales [K/group, N] (permuted columns), else null
     const float* __restrict__ CS,         // per-channel weight scale [N] or null
     const uint16_t* __restrict__ BIAS,    // [N] or null
     uint16_t* __restrict__ C,             // output [M, N]
@@ -85,10 +91,11 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     for (int j = 0; j < TA * 8; ++j)
       #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
-
+{_FACC_INIT if int4 else ""}
 {PIPELINE_HEAD}    #pragma unroll
     for (int i = 0; i < KATOMS / WARPS_K; ++i) {{
       const int ka = i * WARPS_K + wk;
+      const int katom = (k_begin + kt * BK) / 64 + ka;  // global index of this 64-wide k atom
       #pragma unroll
       for (int ks = 0; ks < 2; ++ks) {{
         const int kk = ka * 64 + ks * 32;  // byte offset inside the stage
@@ -99,27 +106,20 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
           const int ch = kk / 16 + (lane >> 4);
           ldmatrix_x4(a[tm], base + row * BK + ((ch ^ (row & 7)) * 16));
         }}
-        #pragma unroll
-        for (int ta = 0; ta < TA; ++ta) {{
-          const int na = wn * TA + ta;
-          const uint32_t atom = base + A_BYTES + (ka * NATOMS + na) * ATOM_WORDS * 4 + lane * 16;
-          #pragma unroll
-          for (int c = 0; c < 4; ++c) {{   // chunk c: n8 tiles 2c and 2c + 1
-            uint32_t q[4];
-            lds_128(q, atom + (ks * 4 + c) * 512);
-            #pragma unroll
-            for (int tm = 0; tm < TM; ++tm) {{
-              mma_k32(acc[tm][ta * 8 + 2 * c], a[tm], q[0], q[1]);
-              mma_k32(acc[tm][ta * 8 + 2 * c + 1], a[tm], q[2], q[3]);
-            }}
-          }}
-        }}
+{step_body}
       }}
+{atom_tail}
     }}
   }}
   copy_wait<0>();
   __syncthreads();
 
+{"" if int4 else _TO_FLOAT}{splitk_epilogue("facc", row_scale="TS")}
+}}
+"""
+
+
+_TO_FLOAT = """\
   float facc[TM][TA * 8][4];
   #pragma unroll
   for (int i = 0; i < TM; ++i)
@@ -127,6 +127,91 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     for (int j = 0; j < TA * 8; ++j)
       #pragma unroll
       for (int e = 0; e < 4; ++e) facc[i][j][e] = acc_to_f32(acc[i][j][e]);
-{splitk_epilogue("facc", row_scale="TS")}
+"""
+
+_FACC_INIT = """\
+  float facc[TM][TA * 8][4];  // fp32 sums of the int32 group partials times their group scales
+  #pragma unroll
+  for (int i = 0; i < TM; ++i)
+    #pragma unroll
+    for (int j = 0; j < TA * 8; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) facc[i][j][e] = 0.0f;
+"""
+
+# 8-bit weights as stored: chunk c of step ks holds n8 tiles 2c and 2c + 1 (b0, b1 each)
+_INT8_STEP = """\
+        #pragma unroll
+        for (int ta = 0; ta < TA; ++ta) {
+          const int na = wn * TA + ta;
+          const uint32_t atom = base + A_BYTES + (ka * NATOMS + na) * ATOM_WORDS * 4 + lane * 16;
+          #pragma unroll
+          for (int c = 0; c < 4; ++c) {   // chunk c: n8 tiles 2c and 2c + 1
+            uint32_t q[4];
+            lds_128(q, atom + (ks * 4 + c) * 512);
+            #pragma unroll
+            for (int tm = 0; tm < TM; ++tm) {
+              mma_k32(acc[tm][ta * 8 + 2 * c], a[tm], q[0], q[1]);
+              mma_k32(acc[tm][ta * 8 + 2 * c + 1], a[tm], q[2], q[3]);
+            }
+          }
+        }"""
+
+_INT4_HELPERS = r"""
+// four 4-bit two's-complement codes (one per byte, low nibbles) -> four s8: OR in 0xF0 where bit 3 is set
+// (0x08 * 0x1E = 0xF0 stays inside its byte, so one multiply extends all four)
+__device__ __forceinline__ uint32_t sext4x4(uint32_t t) { return t | ((t & 0x08080808u) * 0x1Eu); }
+"""
+
+
+def _int4_step(group: int) -> str:
+    """int4 weights: chunk c of step ks holds n8 tiles 4c..4c+3, one word each (b0 low nibbles, b1 high)."""
+    per_step = _group_rescale("step", group) if group < 64 else ""
+    return """\
+        #pragma unroll
+        for (int ta = 0; ta < TA; ++ta) {
+          const int na = wn * TA + ta;
+          const uint32_t atom = base + A_BYTES + (ka * NATOMS + na) * ATOM_WORDS * 4 + lane * 16;
+          #pragma unroll
+          for (int c = 0; c < 2; ++c) {   // chunk c: n8 tiles 4c .. 4c + 3
+            uint32_t q[4];
+            lds_128(q, atom + (ks * 2 + c) * 512);
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const uint32_t b0 = sext4x4(q[e] & 0x0F0F0F0Fu), b1 = sext4x4((q[e] >> 4) & 0x0F0F0F0Fu);
+              #pragma unroll
+              for (int tm = 0; tm < TM; ++tm) mma_k32(acc[tm][ta * 8 + 4 * c + e], a[tm], b0, b1);
+            }
+          }
+        }
+""" + per_step
+
+
+def _group_rescale(where: str, group: int) -> str:
+    """facc += float(acc) * scale of the group (this lane's 8 columns), then acc = 0."""
+    k = "katom * 64" if where == "atom" else "(katom * 64 + ks * 32)"
+    indent = "      " if where == "atom" else "        "
+    body = f"""\
+{{
+  const int grow = {k} / {group};
+  #pragma unroll
+  for (int ta = 0; ta < TA; ++ta) {{
+    const float* srow = S + (size_t)grow * N + n0 + (wn * TA + ta) * 64 + (lane >> 2) * 8;
+    uint32_t s03[4], s47[4];
+    load_g128_cached(s03, srow);
+    load_g128_cached(s47, srow + 4);
+    #pragma unroll
+    for (int t = 0; t < 8; ++t) {{
+      const float sc = u32_as_f32(t < 4 ? s03[t] : s47[t - 4]);
+      #pragma unroll
+      for (int tm = 0; tm < TM; ++tm)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {{
+          facc[tm][ta * 8 + t][e] += acc_to_f32(acc[tm][ta * 8 + t][e]) * sc;
+          acc[tm][ta * 8 + t][e] = 0;
+        }}
+    }}
+  }}
 }}
 """
+    return "\n".join(indent + line if line else line for line in body.splitlines()) + "\n"

@@ -282,3 +282,63 @@ def prepare_w8a8(qw, act_dtype: torch.dtype, a_type: str) -> PackedW8A8:
     bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
     layout = W8A8Layout(a_type, n, k, granularity)
     return PackedW8A8(layout, pack_codes_k32(qw.codes().to(torch.uint8)), chan, bias, out_scale)
+
+
+@dataclass(frozen=True)
+class W4A8Layout:
+    """int4 weights widened to s8 in registers for the 8-bit kernel (W4A8-INT8), with group scales along K."""
+
+    a_type: str  # "s8"
+    n: int
+    k: int
+    group: int  # scale group along K (a multiple of 32 dividing K; K itself for per-channel)
+    weight_bits: int = 4
+
+
+@dataclass
+class PackedW4A8:
+    layout: W4A8Layout
+    qweight: torch.Tensor  # int32, k32 nibble layout
+    scales: torch.Tensor  # fp32 [K/group, N], permuted columns
+    channel_scale: None
+    bias: torch.Tensor | None
+    out_scale: float
+
+
+def pack_codes_k32_int4(codes: torch.Tensor) -> torch.Tensor:
+    """4-bit two's-complement codes [N, K] -> int32 k32 nibble layout: per 64x64 atom, [chunk s*2 + t/4][lane]
+    [t%4] words; byte e of a word holds k = s*32 + 4q + e in its low nibble (register b0) and k + 16 in its
+    high nibble (b1), for column t*8 + lane/4."""
+    n, k = codes.shape
+    check_shape(n, k)
+    c = (codes.to(torch.int32) & 0xF).view(n // 64, 8, 8, k // 64, 2, 2, 4, 4)  # na t g ka s r q e
+    byte = c[:, :, :, :, :, 0] | (c[:, :, :, :, :, 1] << 4)  # na t g ka s q e
+    byte = byte.view(n // 64, 2, 4, 8, k // 64, 2, 4, 4)  # na t2 t4 g ka s q e
+    byte = byte.permute(0, 4, 5, 1, 3, 6, 2, 7)  # na ka s t2 g q t4 e
+    return byte.to(torch.uint8).contiguous().view(torch.int32).reshape(-1)
+
+
+def prepare_w4a8(qw, act_dtype: torch.dtype) -> PackedW4A8:
+    """Repack signed int4 weights with group (or channel) scales for the 8-bit kernel's W4A8 variant."""
+    from humming.core.formats import get as get_format
+
+    act_name(act_dtype)
+    scheme = qw.scheme
+    fmt = get_format(scheme.weight)
+    if fmt.kind != "int" or int(fmt.bits) != 4 or not fmt.signed or scheme.zero_point:
+        raise UnsupportedOnDevice(f"{scheme.name}: the W4A8 kernel takes signed int4 weights without zero points")
+    n, k = qw.shape
+    spec = scheme.weight_scale
+    group = int(spec.group_size) if spec.granularity == "group" else k if spec.granularity == "channel" else 0
+    if not group or k % group or group % 32:
+        raise UnsupportedOnDevice(f"{scheme.name}: W4A8 needs group scales of a multiple of 32 dividing K={k}")
+    codes = qw.codes()
+    if qw.g_idx is not None and not torch.equal(qw.g_idx.to(torch.int64).cpu(), torch.arange(k) // group):
+        raise UnsupportedOnDevice(f"{scheme.name}: act-order is not supported by the W4A8 kernel yet")
+    scales = qw.scale_values().to(torch.float32).reshape(n, -1)
+    table = permute_columns(scales.t().contiguous())  # [K/group, N]
+    out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
+    device = qw.packed.device
+    bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
+    layout = W4A8Layout("s8", n, k, group)
+    return PackedW4A8(layout, pack_codes_k32_int4(codes), table, None, bias, out_scale)

@@ -87,7 +87,7 @@ class Plan:
         t = self.tiles
         if self.is_8bit:
             parts8 = (self.family, self.path, tuple(self.instruction.shape), self.instruction.a_type, self.act, t,
-                      self.async_copy)
+                      self.async_copy, getattr(self.layout, "weight_bits", 8), getattr(self.layout, "group", 0))
             return hashlib.sha1(repr(parts8).encode()).hexdigest()[:10]
         d = self.layout.decode
         parts = (
@@ -100,7 +100,8 @@ class Plan:
     def kernel_name(self) -> str:
         t = self.tiles
         if self.is_8bit:
-            return (f"hm_w8a8_{self.instruction.a_type}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}"
+            w = "w4a8" if getattr(self.layout, "weight_bits", 8) == 4 else "w8a8"
+            return (f"hm_{w}_{self.instruction.a_type}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}"
                     f"w{t.warps_m}{t.warps_n}{t.warps_k}_{self.kernel_key}")
         d = self.layout.decode
         w = f"{d.kind}{d.bits}"
@@ -338,6 +339,7 @@ def plan_w8a8(caps, layout, m: int, act: str, choice, scheme: str = "",
     from humming.core.paths (native or legacy mma_sync)."""
     if m < 1:
         raise ShapeError(f"M={m}: a GEMM needs at least one row")
+    int4 = getattr(layout, "weight_bits", 8) == 4
     if choice.family != "mma_sync" or choice.a_type not in ("s8", "e4m3") or choice.b_type != choice.a_type:
         raise UnsupportedOnDevice(f"{scheme}: the 8-bit kernel runs mma_sync s8/e4m3 paths, not {choice.describe()}")
     n, k = layout.n, layout.k
@@ -351,12 +353,17 @@ def plan_w8a8(caps, layout, m: int, act: str, choice, scheme: str = "",
     sms = caps.limits.sms or _DEFAULT_SMS
     if tiles is None:
         tm = math.ceil(m / 16)
-        cands = ([TileConfig(16 * tm, 64, 128, st, 1, 1, 2) for st in (4, 3, 2)] if m <= 64 else
-                 [TileConfig(128, 128, 128, st, 2, 2, 1) for st in (3, 2)] + [TileConfig(64, 128, 128, 2, 1, 2, 1)])
+        if int4:  # int32 group partials and fp32 sums both live in registers: at most 2 m16 tiles per warp
+            cands = ([TileConfig(16 * tm, 64, 128, st, 1, 1, 2) for st in (4, 3, 2)] if m <= 32 else
+                     [TileConfig(64, 128, 128, st, 2, 2, 1) for st in (4, 3, 2)])
+        else:
+            cands = ([TileConfig(16 * tm, 64, 128, st, 1, 1, 2) for st in (4, 3, 2)] if m <= 64 else
+                     [TileConfig(128, 128, 128, st, 2, 2, 1) for st in (3, 2)] + [TileConfig(64, 128, 128, 2, 1, 2, 1)])
         cands = [t for t in cands if n % t.bn == 0]
 
         def smem(t: TileConfig) -> int:
-            return max(t.stages * (t.bm * t.bk + t.bk * t.bn), (t.warps_k - 1) * t.bm * t.bn * 4)
+            b = t.bk * t.bn // (2 if int4 else 1)
+            return max(t.stages * (t.bm * t.bk + b), (t.warps_k - 1) * t.bm * t.bn * 4)
 
         fitting = [t for t in cands if smem(t) <= limit]
         if not fitting:
@@ -365,7 +372,11 @@ def plan_w8a8(caps, layout, m: int, act: str, choice, scheme: str = "",
         reasons.append(f"8-bit tile {tiles.bm}x{tiles.bn}x{tiles.bk}, {tiles.stages} stages")
     else:
         reasons.append(f"tile {tiles.bm}x{tiles.bn}x{tiles.bk} forced (tuned)")
-    smem_bytes = max(tiles.stages * (tiles.bm * tiles.bk + tiles.bk * tiles.bn), (tiles.warps_k - 1) * tiles.bm * tiles.bn * 4)
+    b_bytes = tiles.bk * tiles.bn // (2 if int4 else 1)
+    smem_bytes = max(tiles.stages * (tiles.bm * tiles.bk + b_bytes), (tiles.warps_k - 1) * tiles.bm * tiles.bn * 4)
+    group = getattr(layout, "group", 0)
+    if int4 and not (group % tiles.bk == 0 or tiles.bk % group == 0):
+        raise ShapeError(f"group size {group} must divide or be a multiple of the {tiles.bk}-wide k tile")
     if splits is None:
         tiles_mn = math.ceil(m / tiles.bm) * (n // tiles.bn)
         occ = max(1, min(limit // max(smem_bytes, 1), 2048 // tiles.threads, 4))

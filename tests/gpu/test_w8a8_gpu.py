@@ -11,7 +11,8 @@ pytestmark = pytest.mark.gpu
 
 CASES = [("nvidia-l40s", "w8a8-int8"), ("nvidia-l40s", "w8a8-fp8"), ("nvidia-l40s", "w8a8-fp8-tensor"),
          ("nvidia-a100", "w8a8-int8"), ("nvidia-t4", "w8a8-int8"), ("nvidia-b300", "w8a8-int8"),
-         ("nvidia-rtx-5090", "w8a8-fp8")]
+         ("nvidia-rtx-5090", "w8a8-fp8"), ("nvidia-a100", "w4a8-int8"), ("nvidia-t4", "w4a8-int8"),
+         ("nvidia-b300", "w4a8-int8"), ("nvidia-l40s", "w4a8-int8[group_size=32]")]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
@@ -21,7 +22,7 @@ def test_w8a8(profile, scheme, dtype):
         pytest.skip("the T4 profile declares no bf16")
     n, k = 512, 2048
     bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, scheme, bias=bias)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(scheme), bias=bias)
     for m in (1, 7, 33, 200):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw, profile=profile)

@@ -10,14 +10,14 @@ import torch
 import humming
 from humming import api
 from humming.capabilities import list_profiles
-from humming.core.layout import W8A8Layout, pack_codes_k32
+from humming.core.layout import W4A8Layout, W8A8Layout, pack_codes_k32, pack_codes_k32_int4, prepare_w4a8
 from humming.core.nvrtc import select_toolchain
 from humming.core.paths import choose_path
 from humming.core.planner import plan_w8a8
 from humming.devices import get_backend
 from humming.errors import UnsupportedOnDevice
 
-SCHEMES = ["w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor"]
+SCHEMES = ["w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w4a8-int8"]
 CASES = []
 for caps in list_profiles(include_abstract=False):
     for name in SCHEMES:
@@ -33,6 +33,7 @@ def test_the_cases_cover_the_legacy_int8_devices():
     names = {(c.name, s) for c, s, _ in CASES}
     assert {("nvidia-b300", "w8a8-int8"), ("nvidia-rubin", "w8a8-int8"), ("nvidia-t4", "w8a8-int8"),
             ("nvidia-l40s", "w8a8-fp8"), ("thead-zhenwu-810e", "w8a8-int8")} <= names
+    assert ("nvidia-b300", "w4a8-int8") in names and ("nvidia-a100", "w4a8-int8") in names
     assert not any(c.name in ("nvidia-h200", "nvidia-b200") for c, _, _ in CASES)  # wgmma / tcgen05 planned there
 
 
@@ -43,8 +44,10 @@ def test_compiles_with_the_intended_mma(caps, scheme, choice):
         select_toolchain(route.arch, route.min_nvrtc)
     except UnsupportedOnDevice as exc:
         pytest.skip(str(exc).splitlines()[0])
+    int4 = humming.schemes.get(scheme).weight == "int4"
+    layout = W4A8Layout("s8", 1024, 2048, 128) if int4 else W8A8Layout(choice.a_type, 1024, 2048, "channel")
     for m in (1, 200):
-        p = plan_w8a8(caps, W8A8Layout(choice.a_type, 1024, 2048, "channel"), m, "f16", choice, scheme=scheme)
+        p = plan_w8a8(caps, layout, m, "f16", choice, scheme=scheme)
         _, mod = api.compile_plan(p, caps)
         mma = set(re.findall(r"mma\.sync\.aligned\.(m\d+n\d+k\d+)\.row\.col\.(\w+)\.(\w+)", mod.ptx))
         if choice.a_type == "s8":
@@ -53,6 +56,8 @@ def test_compiles_with_the_intended_mma(caps, scheme, choice):
         else:
             assert mma == {("m16n8k32", "f32", "e4m3")}
         assert "tcgen05" not in mod.ptx and "kind::i8" not in mod.ptx and "wgmma" not in mod.ptx
+        if int4:
+            assert "mul.lo.s32" in mod.ptx or "mul.lo.u32" in mod.ptx or "mad.lo" in mod.ptx  # the sign extension
         if caps.name in ("nvidia-b300", "nvidia-rubin"):
             assert p.path == "legacy" and "kind::i8 not available" in p.explain()
 
@@ -70,8 +75,52 @@ def test_k32_atom_layout_matches_the_kernel_indexing():
 
 def test_w8a8_refuses_what_it_does_not_run():
     caps = api.resolve_profile("nvidia-l40s")
-    choice = choose_path(caps, humming.schemes.get("w4a8-int8"))
-    assert not api._runs_on_w8a8(choice, humming.schemes.get("w4a8-int8"))
+    choice = choose_path(caps, humming.schemes.get("w4a8-fp8"))
+    assert not api._runs_on_w8a8(choice, humming.schemes.get("w4a8-fp8"))
     with pytest.raises(humming.ShapeError, match="multiple of 128"):
         plan_w8a8(caps, W8A8Layout("s8", 1024, 1088, "channel"), 1, "f16",
                   choose_path(caps, humming.schemes.get("w8a8-int8")))
+
+
+def test_k32_nibble_layout_matches_the_kernel_indexing():
+    n, k = 128, 128
+    codes = torch.randint(0, 16, (n, k), dtype=torch.uint8)
+    words = pack_codes_k32_int4(codes).view(n // 64, k // 64, 4, 32, 4)
+    for na, ka, s, t, lane in itertools.product(range(2), range(2), range(2), range(8), (0, 13, 31)):
+        word = int(words[na, ka, s * 2 + t // 4, lane, t % 4]) & 0xFFFFFFFF
+        g, q = lane // 4, lane % 4
+        for e in range(4):
+            kk, nn = ka * 64 + s * 32 + 4 * q + e, na * 64 + t * 8 + g
+            assert (word >> (8 * e)) & 0xF == int(codes[nn, kk])
+            assert (word >> (8 * e + 4)) & 0xF == int(codes[nn, kk + 16])
+
+
+@pytest.mark.parametrize("group", [128, 32])
+def test_w4a8_emulated_arithmetic_matches_reference(group):
+    """What the W4A8 kernel computes, in torch: sign-extended nibbles from the packed layout, int32 sums per
+    group times the fp32 group scales, per-token activation scales; must equal the reference."""
+    torch.manual_seed(group)
+    n, k, m = 128, 256, 5
+    qw = humming.quantize(torch.randn(n, k) * 0.05, humming.schemes.get("w4a8-int8").with_(group_size=group))
+    pk = prepare_w4a8(qw, torch.float16)
+    words = pk.qweight.view(n // 64, k // 64, 4, 32, 4).to(torch.int64) & 0xFFFFFFFF
+    codes = torch.empty(n, k, dtype=torch.int64)
+    for s, t, lane, e in itertools.product(range(2), range(8), range(32), range(4)):
+        w = words[:, :, s * 2 + t // 4, lane, t % 4]
+        g, q = lane // 4, lane % 4
+        nn = torch.arange(n // 64)[:, None] * 64 + t * 8 + g
+        kk = torch.arange(k // 64)[None, :] * 64 + s * 32 + 4 * q + e
+        codes[nn, kk] = (w >> (8 * e)) & 0xF
+        codes[nn, kk + 16] = (w >> (8 * e + 4)) & 0xF
+    wq = torch.where(codes >= 8, codes - 16, codes)  # the kernel's sign extension
+    scales = pk.scales.view(k // group, n // 64, 8, 8).transpose(-1, -2).reshape(k // group, n)  # un-permute
+    x = torch.randn(m, k)
+    qa = humming.quantize_activation(x, qw.scheme)
+    xa = qa.codes.view(torch.int8).to(torch.int64)
+    out = torch.zeros(m, n, dtype=torch.float64)
+    for gi in range(k // group):
+        sl = slice(gi * group, (gi + 1) * group)
+        out += (xa[:, sl] @ wq[:, sl].t()).double() * scales[gi].double()
+    out *= qa.scale_values().reshape(m, 1).double() * pk.out_scale
+    ref = humming.reference_gemm(x, qw, out_dtype=torch.float32).double()
+    assert float((out - ref).norm() / ref.norm()) < 1e-5
