@@ -325,9 +325,9 @@ def _runs_on_w8a8(choice, scheme) -> bool:
     or per-tensor weight scales, per-token or per-tensor activation scales."""
     if choice.family != "mma_sync" or scheme.zero_point or scheme.act_scale.mode not in ("dynamic_token", "static_tensor"):
         return False
-    if scheme.weight == "int4":  # W4A8-INT8: signed int4 widened to s8 in registers, group (or channel) scales
-        return (choice.path in ("dequant-to-activation", "legacy") and choice.a_type == choice.b_type == "s8"
-                and scheme.weight_scale.granularity in ("group", "channel"))
+    if scheme.weight in ("int4", "e2m1"):  # W4A8: widened exactly to s8 / e4m3 in registers, group scales
+        return (choice.path in ("dequant-to-activation", "legacy") and choice.a_type == choice.b_type
+                and choice.a_type in ("s8", "e4m3") and scheme.weight_scale.granularity in ("group", "channel"))
     return (choice.path in ("native", "legacy")  # W8A8: both operands as stored
             and choice.a_type in ("s8", "e4m3") and choice.b_type == choice.a_type
             and scheme.weight_scale.granularity in ("channel", "tensor"))
@@ -344,8 +344,8 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     key = ("w8a8", x.dtype, x.device, caps.name)
     handle = cache.get(key)
     if handle is None:
-        if qw.scheme.weight == "int4":
-            packed = prepare_w4a8(qw.to(x.device), x.dtype)
+        if qw.scheme.weight in ("int4", "e2m1"):
+            packed = prepare_w4a8(qw.to(x.device), x.dtype, choice.a_type)
         else:
             packed = prepare_w8a8(qw.to(x.device), x.dtype, choice.a_type)
         live = live_arch()

@@ -36,9 +36,9 @@ def _plan(api, qw, m, args, caps):
     choice = choose_path(caps, qw.scheme)
     print(f"path: {choice.path}, {choice.describe()}: {choice.reasons[-1]}")
     if api._runs_on_w8a8(choice, qw.scheme):
-        if qw.scheme.weight == "int4":
+        if qw.scheme.weight in ("int4", "e2m1"):
             group = qw.scheme.weight_scale.group_size or args.k
-            layout = W4A8Layout("s8", args.n, args.k, group)
+            layout = W4A8Layout(choice.a_type, args.n, args.k, group, weight_format=qw.scheme.weight)
         else:
             layout = W8A8Layout(choice.a_type, args.n, args.k, qw.scheme.weight_scale.granularity)
         return plan_w8a8(caps, layout, m, args.dtype, choice, scheme=qw.scheme.name)

@@ -20,9 +20,11 @@ def w8a8_kernel_source(plan, backend, caps=None) -> str:
     prelude = backend.prelude(request)
     int4 = getattr(plan.layout, "weight_bits", 8) == 4
     group = getattr(plan.layout, "group", 0)
+    widen = None
     if int4:
         prelude += _INT4_HELPERS
-    step_body = _int4_step(group) if int4 else _INT8_STEP
+        widen = _WIDEN[(plan.layout.weight_format, plan.layout.a_type)]
+    step_body = _int4_step(group, widen) if int4 else _INT8_STEP
     atom_tail = _group_rescale("atom", group) if int4 and group >= 64 else ""
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
@@ -161,10 +163,32 @@ _INT4_HELPERS = r"""
 // four 4-bit two's-complement codes (one per byte, low nibbles) -> four s8: OR in 0xF0 where bit 3 is set
 // (0x08 * 0x1E = 0xF0 stays inside its byte, so one multiply extends all four)
 __device__ __forceinline__ uint32_t sext4x4(uint32_t t) { return t | ((t & 0x08080808u) * 0x1Eu); }
+// the four low-nibble codes of t as a 16-bit byte-permute selector (nibble i = code of byte i)
+__device__ __forceinline__ uint32_t nibble_selector(uint32_t t) {
+  const uint32_t u = t | (t >> 4);             // bytes 0 and 2 now hold two codes each
+  return (u & 0xFFu) | ((u >> 8) & 0xFF00u);
+}
+// int4 (two's complement) -> e4m3, exactly: 16-entry table in two byte permutes, chosen by the code's bit 3
+__device__ __forceinline__ uint32_t int4x4_to_e4m3x4(uint32_t t) {
+  const uint32_t sel = nibble_selector(t) & 0x7777u;
+  const uint32_t pos = prmt_b32(0x44403800u, 0x4E4C4A48u, sel);   // 0 1 2 3 | 4 5 6 7
+  const uint32_t neg = prmt_b32(0xCACCCED0u, 0xB8C0C4C8u, sel);   // -8 -7 -6 -5 | -4 -3 -2 -1
+  const uint32_t m = ((t >> 3) & 0x01010101u) * 0xFFu;            // 0xFF where the code is negative
+  return (neg & m) | (pos & ~m);
+}
+// e2m1 (sign | 3-bit magnitude) -> e4m3, exactly: magnitudes through one byte permute, sign to bit 7
+__device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t t) {
+  const uint32_t sel = nibble_selector(t) & 0x7777u;
+  const uint32_t mag = prmt_b32(0x3C383000u, 0x4C484440u, sel);   // 0 .5 1 1.5 | 2 3 4 6
+  return mag | ((t & 0x08080808u) << 4);
+}
 """
 
+# (weight format, MMA type) -> the widening of four codes (low nibbles of the bytes of t)
+_WIDEN = {("int4", "s8"): "sext4x4", ("int4", "e4m3"): "int4x4_to_e4m3x4", ("e2m1", "e4m3"): "e2m1x4_to_e4m3x4"}
 
-def _int4_step(group: int) -> str:
+
+def _int4_step(group: int, widen: str) -> str:
     """int4 weights: chunk c of step ks holds n8 tiles 4c..4c+3, one word each (b0 low nibbles, b1 high)."""
     per_step = _group_rescale("step", group) if group < 64 else ""
     return """\
@@ -178,13 +202,13 @@ def _int4_step(group: int) -> str:
             lds_128(q, atom + (ks * 2 + c) * 512);
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const uint32_t b0 = sext4x4(q[e] & 0x0F0F0F0Fu), b1 = sext4x4((q[e] >> 4) & 0x0F0F0F0Fu);
+              const uint32_t b0 = WIDEN(q[e] & 0x0F0F0F0Fu), b1 = WIDEN((q[e] >> 4) & 0x0F0F0F0Fu);
               #pragma unroll
               for (int tm = 0; tm < TM; ++tm) mma_k32(acc[tm][ta * 8 + 4 * c + e], a[tm], b0, b1);
             }
           }
         }
-""" + per_step
+""".replace("WIDEN", widen) + per_step
 
 
 def _group_rescale(where: str, group: int) -> str:

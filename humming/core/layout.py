@@ -286,13 +286,15 @@ def prepare_w8a8(qw, act_dtype: torch.dtype, a_type: str) -> PackedW8A8:
 
 @dataclass(frozen=True)
 class W4A8Layout:
-    """int4 weights widened to s8 in registers for the 8-bit kernel (W4A8-INT8), with group scales along K."""
+    """4-bit weights widened exactly to the 8-bit MMA type in registers (W4A8): int4 -> s8 or e4m3,
+    e2m1 -> e4m3; group scales along K applied to fp32 partial sums."""
 
-    a_type: str  # "s8"
+    a_type: str  # "s8" | "e4m3"
     n: int
     k: int
     group: int  # scale group along K (a multiple of 32 dividing K; K itself for per-channel)
     weight_bits: int = 4
+    weight_format: str = "int4"  # "int4" | "e2m1"
 
 
 @dataclass
@@ -318,15 +320,21 @@ def pack_codes_k32_int4(codes: torch.Tensor) -> torch.Tensor:
     return byte.to(torch.uint8).contiguous().view(torch.int32).reshape(-1)
 
 
-def prepare_w4a8(qw, act_dtype: torch.dtype) -> PackedW4A8:
-    """Repack signed int4 weights with group (or channel) scales for the 8-bit kernel's W4A8 variant."""
+def prepare_w4a8(qw, act_dtype: torch.dtype, a_type: str = "s8") -> PackedW4A8:
+    """Repack 4-bit weights (signed int4, or e2m1 for e4m3 activations) with group (or channel) scales for the
+    8-bit kernel's W4A8 variant."""
     from humming.core.formats import get as get_format
 
     act_name(act_dtype)
     scheme = qw.scheme
     fmt = get_format(scheme.weight)
-    if fmt.kind != "int" or int(fmt.bits) != 4 or not fmt.signed or scheme.zero_point:
-        raise UnsupportedOnDevice(f"{scheme.name}: the W4A8 kernel takes signed int4 weights without zero points")
+    is_int4 = fmt.kind == "int" and int(fmt.bits) == 4 and fmt.signed
+    is_e2m1 = fmt.kind == "float" and (fmt.exp_bits, fmt.man_bits) == (2, 1)
+    if scheme.zero_point or not (is_int4 or (is_e2m1 and a_type == "e4m3")):
+        raise UnsupportedOnDevice(
+            f"{scheme.name}: the W4A8 kernel takes signed int4 (to s8 or e4m3) or e2m1 (to e4m3) weights without "
+            f"zero points, not {fmt.name} to {a_type}"
+        )
     n, k = qw.shape
     spec = scheme.weight_scale
     group = int(spec.group_size) if spec.granularity == "group" else k if spec.granularity == "channel" else 0
@@ -340,5 +348,5 @@ def prepare_w4a8(qw, act_dtype: torch.dtype) -> PackedW4A8:
     out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
     device = qw.packed.device
     bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
-    layout = W4A8Layout("s8", n, k, group)
+    layout = W4A8Layout(a_type, n, k, group, weight_format="int4" if is_int4 else "e2m1")
     return PackedW4A8(layout, pack_codes_k32_int4(codes), table, None, bias, out_scale)

@@ -17,7 +17,7 @@ from humming.core.planner import plan_w8a8
 from humming.devices import get_backend
 from humming.errors import UnsupportedOnDevice
 
-SCHEMES = ["w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w4a8-int8"]
+SCHEMES = ["w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w4a8-int8", "w4a8-fp8", "w4a8-mxfp4"]
 CASES = []
 for caps in list_profiles(include_abstract=False):
     for name in SCHEMES:
@@ -44,8 +44,10 @@ def test_compiles_with_the_intended_mma(caps, scheme, choice):
         select_toolchain(route.arch, route.min_nvrtc)
     except UnsupportedOnDevice as exc:
         pytest.skip(str(exc).splitlines()[0])
-    int4 = humming.schemes.get(scheme).weight == "int4"
-    layout = W4A8Layout("s8", 1024, 2048, 128) if int4 else W8A8Layout(choice.a_type, 1024, 2048, "channel")
+    sch = humming.schemes.get(scheme)
+    int4 = sch.weight in ("int4", "e2m1")
+    layout = (W4A8Layout(choice.a_type, 1024, 2048, sch.weight_scale.group_size, weight_format=sch.weight) if int4
+              else W8A8Layout(choice.a_type, 1024, 2048, "channel"))
     for m in (1, 200):
         p = plan_w8a8(caps, layout, m, "f16", choice, scheme=scheme)
         _, mod = api.compile_plan(p, caps)
@@ -56,8 +58,10 @@ def test_compiles_with_the_intended_mma(caps, scheme, choice):
         else:
             assert mma == {("m16n8k32", "f32", "e4m3")}
         assert "tcgen05" not in mod.ptx and "kind::i8" not in mod.ptx and "wgmma" not in mod.ptx
-        if int4:
+        if int4 and choice.a_type == "s8":
             assert "mul.lo.s32" in mod.ptx or "mul.lo.u32" in mod.ptx or "mad.lo" in mod.ptx  # the sign extension
+        if int4 and choice.a_type == "e4m3":
+            assert "prmt.b32" in mod.ptx  # the table widening
         if caps.name in ("nvidia-b300", "nvidia-rubin"):
             assert p.path == "legacy" and "kind::i8 not available" in p.explain()
 
@@ -75,8 +79,8 @@ def test_k32_atom_layout_matches_the_kernel_indexing():
 
 def test_w8a8_refuses_what_it_does_not_run():
     caps = api.resolve_profile("nvidia-l40s")
-    choice = choose_path(caps, humming.schemes.get("w4a8-fp8"))
-    assert not api._runs_on_w8a8(choice, humming.schemes.get("w4a8-fp8"))
+    choice = choose_path(caps, humming.schemes.get("w8a8-fp8-block"))
+    assert not api._runs_on_w8a8(choice, humming.schemes.get("w8a8-fp8-block"))
     with pytest.raises(humming.ShapeError, match="multiple of 128"):
         plan_w8a8(caps, W8A8Layout("s8", 1024, 1088, "channel"), 1, "f16",
                   choose_path(caps, humming.schemes.get("w8a8-int8")))
@@ -95,14 +99,18 @@ def test_k32_nibble_layout_matches_the_kernel_indexing():
             assert (word >> (8 * e + 4)) & 0xF == int(codes[nn, kk + 16])
 
 
-@pytest.mark.parametrize("group", [128, 32])
-def test_w4a8_emulated_arithmetic_matches_reference(group):
-    """What the W4A8 kernel computes, in torch: sign-extended nibbles from the packed layout, int32 sums per
-    group times the fp32 group scales, per-token activation scales; must equal the reference."""
-    torch.manual_seed(group)
+@pytest.mark.parametrize("scheme", ["w4a8-int8", "w4a8-int8[group_size=32]", "w4a8-fp8", "w4a8-mxfp4"])
+def test_w4a8_emulated_arithmetic_matches_reference(scheme):
+    """What the W4A8 kernel computes, in torch: codes from the packed nibble layout, widened (int4 sign
+    extension; int4/e2m1 -> e4m3 are exact, so their values), partial sums per group times the fp32 group
+    scales, per-token activation scales; must equal the reference."""
+    sch = humming.schemes.get(scheme)
+    torch.manual_seed(len(scheme))
     n, k, m = 128, 256, 5
-    qw = humming.quantize(torch.randn(n, k) * 0.05, humming.schemes.get("w4a8-int8").with_(group_size=group))
-    pk = prepare_w4a8(qw, torch.float16)
+    group = sch.weight_scale.group_size
+    qw = humming.quantize(torch.randn(n, k) * 0.05, sch)
+    a_type = "s8" if sch.act == "int8" else "e4m3"
+    pk = prepare_w4a8(qw, torch.float16, a_type)
     words = pk.qweight.view(n // 64, k // 64, 4, 32, 4).to(torch.int64) & 0xFFFFFFFF
     codes = torch.empty(n, k, dtype=torch.int64)
     for s, t, lane, e in itertools.product(range(2), range(8), range(32), range(4)):
@@ -112,15 +120,15 @@ def test_w4a8_emulated_arithmetic_matches_reference(group):
         kk = torch.arange(k // 64)[None, :] * 64 + s * 32 + 4 * q + e
         codes[nn, kk] = (w >> (8 * e)) & 0xF
         codes[nn, kk + 16] = (w >> (8 * e + 4)) & 0xF
-    wq = torch.where(codes >= 8, codes - 16, codes)  # the kernel's sign extension
+    wq = humming.formats.get(sch.weight).decode(codes.to(torch.uint8)).double()
     scales = pk.scales.view(k // group, n // 64, 8, 8).transpose(-1, -2).reshape(k // group, n)  # un-permute
     x = torch.randn(m, k)
     qa = humming.quantize_activation(x, qw.scheme)
-    xa = qa.codes.view(torch.int8).to(torch.int64)
+    xa = humming.formats.get(sch.act).decode(qa.codes).double()
     out = torch.zeros(m, n, dtype=torch.float64)
     for gi in range(k // group):
         sl = slice(gi * group, (gi + 1) * group)
-        out += (xa[:, sl] @ wq[:, sl].t()).double() * scales[gi].double()
+        out += (xa[:, sl] @ wq[:, sl].t()) * scales[gi].double()
     out *= qa.scale_values().reshape(m, 1).double() * pk.out_scale
     ref = humming.reference_gemm(x, qw, out_dtype=torch.float32).double()
     assert float((out - ref).norm() / ref.norm()) < 1e-5

@@ -38,6 +38,10 @@ __device__ __forceinline__ uint32_t dup_lo(uint32_t a) {
 __device__ __forceinline__ uint32_t dup_hi(uint32_t a) {
   uint32_t r; asm("prmt.b32 %0, %1, %1, 0x3232;\n" : "=r"(r) : "r"(a)); return r;
 }
+// byte permute: output byte i = byte sel.nibble(i) of the 8-byte value {b, a}
+__device__ __forceinline__ uint32_t prmt_b32(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r; asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel)); return r;
+}
 __device__ __forceinline__ void fence_device() { asm volatile("membar.gl;\n" ::: "memory"); }
 __device__ __forceinline__ int atomic_add_i32(int* p, int v) {
   int r; asm volatile("atom.global.add.s32 %0, [%1], %2;\n" : "=r"(r) : "l"(p), "r"(v) : "memory"); return r;
