@@ -132,3 +132,31 @@ def test_w4a8_emulated_arithmetic_matches_reference(scheme):
     out *= qa.scale_values().reshape(m, 1).double() * pk.out_scale
     ref = humming.reference_gemm(x, qw, out_dtype=torch.float32).double()
     assert float((out - ref).norm() / ref.norm()) < 1e-5
+
+
+def _prmt(a: int, b: int, sel: int) -> int:
+    """PTX prmt.b32 (default mode, selector nibbles < 8): output byte i = byte sel[i] of {b, a}."""
+    pool = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+    return sum(pool[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
+
+
+def test_widening_tables_are_exact():
+    """The byte-permute tables of the int4 -> e4m3 and e2m1 -> e4m3 helpers, simulated bit for bit."""
+    from humming.core.generator_w8a8 import _INT4_HELPERS
+
+    tables = [int(h, 16) for h in re.findall(r"prmt_b32\(0x([0-9A-F]{8})u, 0x[0-9A-F]{8}u", _INT4_HELPERS)]
+    highs = [int(h, 16) for h in re.findall(r"prmt_b32\(0x[0-9A-F]{8}u, 0x([0-9A-F]{8})u", _INT4_HELPERS)]
+    (pos_a, neg_a, mag_a), (pos_b, neg_b, mag_b) = tables, highs
+    e4m3, e2m1, int4 = (humming.formats.get(f) for f in ("e4m3", "e2m1", "int4"))
+    for codes in itertools.product(range(16), repeat=2):
+        codes = codes + (codes[0] ^ 8, codes[1] ^ 15)
+        t = sum(c << (8 * i) for i, c in enumerate(codes))
+        u = t | (t >> 4)
+        sel = ((u & 0xFF) | ((u >> 8) & 0xFF00)) & 0x7777
+        mask = ((t >> 3) & 0x01010101) * 0xFF
+        as_int4 = (_prmt(neg_a, neg_b, sel) & mask) | (_prmt(pos_a, pos_b, sel) & ~mask & 0xFFFFFFFF)
+        as_e2m1 = _prmt(mag_a, mag_b, sel) | ((t & 0x08080808) << 4)
+        for i, c in enumerate(codes):
+            code = torch.tensor([c], dtype=torch.uint8)
+            assert e4m3.decode(torch.tensor([(as_int4 >> (8 * i)) & 0xFF], dtype=torch.uint8)) == int4.decode(code)
+            assert e4m3.decode(torch.tensor([(as_e2m1 >> (8 * i)) & 0xFF], dtype=torch.uint8)) == e2m1.decode(code)
