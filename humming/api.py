@@ -281,10 +281,10 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     MMA is declared): activations are quantized exactly as the reference does, widened to bf16/f16 without
     their global scale (exact), and multiplied by the weight-only kernel of the same weights; the global
     activation scale is applied in the fp32 epilogue. Other paths are planned but not generated yet."""
-    from humming.core.paths import choose_path
+    from humming.core.paths import runnable_path
 
     caps = resolve_profile(profile)
-    choice = choose_path(caps, qw.scheme)
+    choice = runnable_path(caps, qw.scheme)
     if _runs_on_w8a8(choice, qw.scheme):
         return _gemm_w8a8(x, qw, bias, caps, choice)
     if choice.path != "upconvert":
@@ -388,9 +388,9 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
         row = {"scheme": name}
         try:
             if getattr(sch, "act", None):
-                from humming.core.paths import choose_path
+                from humming.core.paths import runnable_path
 
-                choice = choose_path(caps, sch)
+                choice = runnable_path(caps, sch)
                 if choice.path == "upconvert":
                     status = "executes on the WnA16 kernel"
                 elif _runs_on_w8a8(choice, sch):

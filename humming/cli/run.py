@@ -30,10 +30,10 @@ def _plan(api, qw, m, args, caps):
     if not qw.scheme.act:
         return api.plan(qw.scheme, m, args.n, args.k, profile=caps, act=args.dtype)
     from humming.core.layout import W4A8Layout, W8A8Layout
-    from humming.core.paths import choose_path
+    from humming.core.paths import runnable_path
     from humming.core.planner import plan_w8a8
 
-    choice = choose_path(caps, qw.scheme)
+    choice = runnable_path(caps, qw.scheme)
     print(f"path: {choice.path}, {choice.describe()}: {choice.reasons[-1]}")
     if api._runs_on_w8a8(choice, qw.scheme):
         if qw.scheme.weight in ("int4", "e2m1"):

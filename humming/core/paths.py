@@ -58,11 +58,11 @@ def _block_scaled(scheme) -> str | None:
     return None
 
 
-def _find(caps, a: str, b: str, scale_format: str | None = None) -> list:
+def _find(caps, a: str, b: str, scale_format: str | None = None, families: tuple[str, ...] = FAMILY_ORDER) -> list:
     """(family, form) per declared family, newest family first; within a family the form doing the most
     work per instruction (largest K, then M x N: m16n8k32 over m8n8k16, kind::mxf4 over kind::mxf8f6f4)."""
     found = []
-    for family in FAMILY_ORDER:
+    for family in families:
         forms = caps.find_mma(family=family, a_type=a, b_type=b)
         forms = [f for f in forms if (f.scale_format or None) == scale_format]
         if forms:
@@ -75,8 +75,24 @@ def _declared_types(caps) -> str:
     return ", ".join(sorted({i.a_type for i in caps.mma})) or "none"
 
 
-def choose_path(caps, scheme) -> PathChoice:
-    """The execution path for a quantized-activation scheme on a profile, or UnsupportedOnDevice."""
+GENERATED_FAMILIES = ("mma_sync",)  # instruction families humming generates kernels for today
+
+
+def runnable_path(caps, scheme) -> PathChoice:
+    """The best path among the kernel families humming generates today (see GENERATED_FAMILIES); its
+    reasons say when the device's preferred family is not generated yet."""
+    ideal = choose_path(caps, scheme)
+    if ideal.family in GENERATED_FAMILIES:
+        return ideal
+    run = choose_path(caps, scheme, families=GENERATED_FAMILIES)
+    note = f"{ideal.describe()} is preferred on {caps.name} but its kernel is not generated yet; runs {run.describe()}"
+    return PathChoice(run.scheme, run.path, run.family, run.instruction, run.a_type, run.b_type,
+                      run.reasons + (note,))
+
+
+def choose_path(caps, scheme, families: tuple[str, ...] = FAMILY_ORDER) -> PathChoice:
+    """The execution path for a quantized-activation scheme on a profile, or UnsupportedOnDevice.
+    ``families`` restricts the instruction families considered (newest first)."""
     name = getattr(scheme, "name", str(scheme))
     act = _MMA_TYPE.get(scheme.act, scheme.act)
     weight = _MMA_TYPE.get(scheme.weight, scheme.weight)
@@ -92,7 +108,7 @@ def choose_path(caps, scheme) -> PathChoice:
 
     scale = _block_scaled(scheme)
     if scale:
-        hits = _find(caps, act, weight, scale)
+        hits = _find(caps, act, weight, scale, families)
         if hits:
             family, ins = hits[0]
             reasons.append(f"block-scaled MMA declared: {family} kind::{ins.kind} {act}x{weight} with {scale} "
@@ -120,7 +136,7 @@ def choose_path(caps, scheme) -> PathChoice:
         )
     if b != weight:
         reasons.append(f"dequant-to-activation: {weight} weights widened exactly to {b} in registers")
-    hits = _find(caps, act, b)
+    hits = _find(caps, act, b, families=families)
     if not hits:
         raise UnsupportedOnDevice(
             f"{caps.name} declares no tensor-core instruction taking {act} x {b} "
@@ -129,14 +145,16 @@ def choose_path(caps, scheme) -> PathChoice:
                else "use a WnA16 scheme on this device")
         )
     family, ins = hits[0]
+    # legacy is a hardware fact: the newest declared family lacks these operand types (not a missing generator)
     newest = next((f for f in FAMILY_ORDER if caps.find_mma(family=f)), family)
+    best_declared = _find(caps, act, b)[0][0]
     path = "dequant-to-activation" if b != weight else "native"
-    if family != newest:
+    if best_declared != newest:
         path = "legacy"
         kind = "i8" if act in ("s8", "u8") else "f8f6f4" if act.startswith("e") else act
         missing = (f"tcgen05 kind::{kind} not available on {caps.target.arch}" if newest == "tcgen05"
                    else f"{newest} has no {act}x{b} form on {caps.target.arch}")
-        reasons.append(f"{missing} -> legacy {family} m{'x'.join(map(str, ins.shape))} {act}")
+        reasons.append(f"{missing} -> legacy {best_declared} m{'x'.join(map(str, ins.shape))} {act}")
     else:
         reasons.append(f"{family} m{'x'.join(map(str, ins.shape))} {act}x{b} declared")
     if scheme.weight_scale.granularity == "block":

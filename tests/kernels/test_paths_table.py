@@ -94,3 +94,26 @@ def test_info_shows_the_b300_int8_fallback():
 
     text = str(info("nvidia-b300"))
     assert "kind::i8 not available on sm_103a -> legacy mma_sync" in text
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_runnable_path_uses_generated_families_and_says_so(profile):
+    from humming.core.paths import GENERATED_FAMILIES, runnable_path
+
+    caps = PROFILES[profile]
+    for scheme in ACT_PRESETS:
+        sch = humming.schemes.get(scheme)
+        try:
+            ideal = choose_path(caps, sch)
+        except UnsupportedOnDevice:
+            with pytest.raises(UnsupportedOnDevice):
+                runnable_path(caps, sch)
+            continue
+        run = runnable_path(caps, sch)
+        assert run.family in GENERATED_FAMILIES
+        if ideal.family not in GENERATED_FAMILIES:
+            assert "not generated yet" in run.reasons[-1] and ideal.describe() in run.reasons[-1]
+        else:
+            assert run == ideal
+        if ideal.path == "legacy":
+            assert run.path == "legacy"
