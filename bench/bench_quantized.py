@@ -1,0 +1,115 @@
+"""Quantized-activation benchmark (issue 5): W8A8-FP8 vs cuBLASLt FP8 (torch._scaled_mm, row-wise scales),
+W8A8-INT8 vs torch._int_mm, W4A8-FP8 / W4A8-INT8 vs cuBLAS fp16, on the shapes of shared/FACTS.md section 5.
+Activation quantization is included in every quantized time (humming's and the baselines').
+
+    python bench/bench_quantized.py --out OUTDIR [--ms 1,16,128,1024,4096] [--shapes 8192x8192,28672x8192]
+Same method as bench_wna16.py: CUDA-graph replay over weight copies rotated past L2, median.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import humming  # noqa: E402
+from humming.tuner import copies_for, graph_time_us  # noqa: E402
+
+SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8"]
+
+
+def _fp8_rowwise(x: torch.Tensor):
+    amax = x.abs().amax(dim=-1, keepdim=True).float().clamp_min(1e-12)
+    scale = amax / 448.0
+    return (x.float() / scale).to(torch.float8_e4m3fn), scale
+
+
+def _int8_rowwise(x: torch.Tensor):
+    amax = x.abs().amax(dim=-1, keepdim=True).float().clamp_min(1e-12)
+    scale = amax / 127.0
+    return torch.round(x.float() / scale).clamp(-127, 127).to(torch.int8), scale
+
+
+def baselines(x: torch.Tensor, n: int, k: int) -> dict:
+    """Times of cuBLAS fp16, cuBLASLt FP8 row-wise and torch._int_mm (with their activation quantization)."""
+    m = x.shape[0]
+    out = {}
+    w16 = [torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.05 for _ in range(copies_for(n * k * 2))]
+    out["cublas_fp16_us"] = graph_time_us([lambda w=w: x @ w.t() for w in w16])
+    del w16
+    w8 = [(torch.randn(n, k, device="cuda") * 0.05).to(torch.float8_e4m3fn) for _ in range(copies_for(n * k))]
+    sb = torch.ones(1, n, device="cuda")
+
+    def fp8(w):
+        a, sa = _fp8_rowwise(x)
+        return torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float16)
+
+    try:
+        out["cublaslt_fp8_rowwise_us"] = graph_time_us([lambda w=w: fp8(w) for w in w8])
+    except (RuntimeError, TypeError) as exc:
+        out["cublaslt_fp8_rowwise_us"] = None
+        out["cublaslt_fp8_error"] = str(exc).splitlines()[0]
+    del w8
+    if m > 16:
+        wi = [torch.randint(-127, 128, (k, n), device="cuda", dtype=torch.int8) for _ in range(copies_for(n * k))]
+
+        def int8(w):
+            a, sa = _int8_rowwise(x)
+            return (torch._int_mm(a, w).float() * sa).half()
+
+        out["torch_int_mm_us"] = graph_time_us([lambda w=w: int8(w) for w in wi])
+        del wi
+    torch.cuda.empty_cache()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--ms", default="1,16,128,1024,4096")
+    ap.add_argument("--shapes", default="8192x8192,28672x8192")
+    args = ap.parse_args()
+    rows = []
+    for shape in args.shapes.split(","):
+        n, k = map(int, shape.split("x"))
+        weights = {s: [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, s) for _ in range(copies_for(n * k))]
+                   for s in SCHEMES}
+        for m in map(int, args.ms.split(",")):
+            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            row = {"n": n, "k": k, "m": m, **baselines(x, n, k)}
+            for s, qws in weights.items():
+                try:
+                    for qw in qws:
+                        humming.gemm(x, qw)  # plan, compile, prepare outside the graph
+                    row[f"{s}_us"] = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
+                    ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
+                    row[f"{s}_err"] = float((humming.gemm(x, qws[0]).double() - ref).norm() / ref.norm())
+                except humming.HummingError as exc:
+                    row[f"{s}_us"] = None
+                    row[f"{s}_why"] = str(exc).splitlines()[0]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        del weights
+        torch.cuda.empty_cache()
+    os.makedirs(args.out, exist_ok=True)
+    result = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": rows}
+    with open(os.path.join(args.out, "bench_quantized.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print("\n| N x K | M | fp16 | FP8 cuBLASLt | int_mm | W8A8-FP8 | W8A8-INT8 | W4A8-FP8 | W4A8-INT8 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+
+    def f(v):
+        return "-" if v is None else f"{v:.1f}"
+
+    for r in rows:
+        print(f"| {r['n']}x{r['k']} | {r['m']} | {f(r['cublas_fp16_us'])} | {f(r.get('cublaslt_fp8_rowwise_us'))} | "
+              f"{f(r.get('torch_int_mm_us'))} | " + " | ".join(f(r.get(f'{s}_us')) for s in SCHEMES) + " |")
+
+
+if __name__ == "__main__":
+    main()
