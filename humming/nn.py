@@ -53,6 +53,11 @@ class QuantLinear(torch.nn.Module):
         from humming.api import gemm, gemm_prepared
 
         bias = None if self.bias is None else self.bias.to(x.dtype)
+        if getattr(self.qweight.scheme, "act", None):  # quantized activations: eager paths only for now
+            if torch.compiler.is_compiling():
+                raise RuntimeError(f"QuantLinear: {self.qweight.scheme.name} (quantized activations) is not "
+                                   f"traceable by torch.compile yet; use a WnA16 scheme or run it eagerly")
+            return gemm(x, self.qweight, bias=bias)
         if torch.compiler.is_compiling():
             handle = getattr(self, "_handle", None)
             if handle is None:
