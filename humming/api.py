@@ -361,6 +361,8 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
         cache[key] = handle
     packed = _registry[handle].packed
     x2 = x.reshape(-1, k)
+    if getattr(packed, "perm", None) is not None:  # act-order weights: gather the activations to match
+        x2 = x2.index_select(1, packed.perm)
     qa = _quantize_act(x2, qw.scheme, caps)
     codes = qa.codes.contiguous()
     token_scale = gscale = None

@@ -305,6 +305,21 @@ class PackedW4A8:
     channel_scale: None
     bias: torch.Tensor | None
     out_scale: float
+    perm: torch.Tensor | None = None  # act-order: activations are gathered x[:, perm] before quantization
+
+
+def _act_order_perm(g_idx: torch.Tensor | None, k: int, group: int, device) -> torch.Tensor | None:
+    """The K permutation that makes act-order groups contiguous (None when g_idx is the natural order)."""
+    if g_idx is None:
+        return None
+    g_idx = g_idx.to(device=device, dtype=torch.int64)
+    natural = torch.arange(k, device=device) // group
+    if torch.equal(g_idx, natural):
+        return None
+    perm = torch.argsort(g_idx, stable=True)
+    if not torch.equal(g_idx[perm], natural):
+        raise ShapeError(f"act-order g_idx does not form groups of exactly {group} columns")
+    return perm
 
 
 def pack_codes_k32_int4(codes: torch.Tensor) -> torch.Tensor:
@@ -341,12 +356,13 @@ def prepare_w4a8(qw, act_dtype: torch.dtype, a_type: str = "s8") -> PackedW4A8:
     if not group or k % group or group % 32:
         raise UnsupportedOnDevice(f"{scheme.name}: W4A8 needs group scales of a multiple of 32 dividing K={k}")
     codes = qw.codes()
-    if qw.g_idx is not None and not torch.equal(qw.g_idx.to(torch.int64).cpu(), torch.arange(k) // group):
-        raise UnsupportedOnDevice(f"{scheme.name}: act-order is not supported by the W4A8 kernel yet")
+    perm = _act_order_perm(qw.g_idx, k, group, codes.device) if spec.granularity == "group" else None
+    if perm is not None:  # per-token activation quantization is permutation-invariant: gather x instead
+        codes = codes[:, perm]
     scales = qw.scale_values().to(torch.float32).reshape(n, -1)
     table = permute_columns(scales.t().contiguous())  # [K/group, N]
     out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
     device = qw.packed.device
     bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
     layout = W4A8Layout(a_type, n, k, group, weight_format="int4" if is_int4 else "e2m1")
-    return PackedW4A8(layout, pack_codes_k32_int4(codes), table, None, bias, out_scale)
+    return PackedW4A8(layout, pack_codes_k32_int4(codes), table, None, bias, out_scale, perm)

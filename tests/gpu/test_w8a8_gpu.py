@@ -14,7 +14,8 @@ CASES = [("nvidia-l40s", "w8a8-int8"), ("nvidia-l40s", "w8a8-fp8"), ("nvidia-l40
          ("nvidia-rtx-5090", "w8a8-fp8"), ("nvidia-a100", "w4a8-int8"), ("nvidia-t4", "w4a8-int8"),
          ("nvidia-b300", "w4a8-int8"), ("nvidia-l40s", "w4a8-int8[group_size=32]"), ("nvidia-l40s", "w4a8-fp8"),
          ("nvidia-l40s", "w4a8-mxfp4"), ("nvidia-rtx-5090", "w4a8-fp8"),
-         (None, "w8a8-int8"), (None, "w8a8-fp8"), (None, "w4a8-int8"), (None, "w4a8-fp8"), (None, "w4a8-mxfp4")]
+         (None, "w8a8-int8"), (None, "w8a8-fp8"), (None, "w4a8-int8"), (None, "w4a8-fp8"), (None, "w4a8-mxfp4"),
+         (None, "w4a8-int8[act_order=true]")]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])

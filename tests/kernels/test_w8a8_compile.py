@@ -99,7 +99,8 @@ def test_k32_nibble_layout_matches_the_kernel_indexing():
             assert (word >> (8 * e + 4)) & 0xF == int(codes[nn, kk + 16])
 
 
-@pytest.mark.parametrize("scheme", ["w4a8-int8", "w4a8-int8[group_size=32]", "w4a8-fp8", "w4a8-mxfp4"])
+@pytest.mark.parametrize("scheme", ["w4a8-int8", "w4a8-int8[group_size=32]", "w4a8-fp8", "w4a8-mxfp4",
+                                    "w4a8-int8[act_order=true]"])
 def test_w4a8_emulated_arithmetic_matches_reference(scheme):
     """What the W4A8 kernel computes, in torch: codes from the packed nibble layout, widened (int4 sign
     extension; int4/e2m1 -> e4m3 are exact, so their values), partial sums per group times the fp32 group
@@ -111,6 +112,7 @@ def test_w4a8_emulated_arithmetic_matches_reference(scheme):
     qw = humming.quantize(torch.randn(n, k) * 0.05, sch)
     a_type = "s8" if sch.act == "int8" else "e4m3"
     pk = prepare_w4a8(qw, torch.float16, a_type)
+    assert (pk.perm is not None) == sch.act_order
     words = pk.qweight.view(n // 64, k // 64, 4, 32, 4).to(torch.int64) & 0xFFFFFFFF
     codes = torch.empty(n, k, dtype=torch.int64)
     for s, t, lane, e in itertools.product(range(2), range(8), range(32), range(4)):
@@ -123,7 +125,7 @@ def test_w4a8_emulated_arithmetic_matches_reference(scheme):
     wq = humming.formats.get(sch.weight).decode(codes.to(torch.uint8)).double()
     scales = pk.scales.view(k // group, n // 64, 8, 8).transpose(-1, -2).reshape(k // group, n)  # un-permute
     x = torch.randn(m, k)
-    qa = humming.quantize_activation(x, qw.scheme)
+    qa = humming.quantize_activation(x if pk.perm is None else x[:, pk.perm], qw.scheme)
     xa = humming.formats.get(sch.act).decode(qa.codes).double()
     out = torch.zeros(m, n, dtype=torch.float64)
     for gi in range(k // group):
