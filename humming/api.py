@@ -276,6 +276,9 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) ->
     return gemm_prepared(x, handle, bias)
 
 
+_choices: dict = {}
+
+
 def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     """Schemes that quantize activations. Today the *upconvert* path runs (NVFP4/MX where no block-scaled
     MMA is declared): activations are quantized exactly as the reference does, widened to bf16/f16 without
@@ -284,7 +287,10 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     from humming.core.paths import runnable_path
 
     caps = resolve_profile(profile)
-    choice = runnable_path(caps, qw.scheme)
+    key = (caps.name, str(qw.scheme))
+    choice = _choices.get(key)
+    if choice is None:  # planned once per (profile, scheme), not on every call
+        choice = _choices[key] = runnable_path(caps, qw.scheme)
     if _runs_on_w8a8(choice, qw.scheme):
         return _gemm_w8a8(x, qw, bias, caps, choice)
     if choice.path != "upconvert":
