@@ -1,18 +1,36 @@
 #!/usr/bin/env bash
-# All GPU tests plus the benchmark, in one call (for the device machine). Full logs under $OUT.
-#   bash scripts/gpu_suite.sh [pytest -k expression] [--quick]
+# All GPU tests plus the benchmarks, for the device machine. Full logs under $OUT; a short table last.
+#   bash scripts/gpu_suite.sh            # everything (may exceed one 10-minute device call)
+#   bash scripts/gpu_suite.sh wna16      # WnA16 + upconvert GPU tests, then the W4A16 benchmark
+#   bash scripts/gpu_suite.sh quant      # W8A8/W4A8 + activation-quantization GPU tests, quantized benchmark
+#   bash scripts/gpu_suite.sh ppu        # the GPU tests with the Zhenwu 810E profile forced (emulation)
+#   bash scripts/gpu_suite.sh tests      # every GPU test, no benchmark
+# Extra arguments go to pytest (e.g. -k "w4a16 and not bf16").
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-$PWD/out}"; mkdir -p "$OUT"
-export HUMMING_CACHE_DIR="${HUMMING_CACHE_DIR:-$OUT/kcache}"
-K="${1:-}"; QUICK="${2:-}"
+export HUMMING_CACHE_DIR="${HUMMING_CACHE_DIR:-/tmp/humming-kcache}"
+PART="${1:-all}"; shift || true
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-python3 -m humming info | head -20
-python3 -m pytest tests -m gpu -q -p no:cacheprovider ${K:+-k "$K"} --junitxml="$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1
-rc=$?
-tail -25 "$OUT/gpu-tests.log"
-python3 bench/bench_quantized.py --out "$OUT" --ms 1,16,128,1024 2>&1 | tee "$OUT/bench_quantized.log" | tail -12
-python3 bench/bench_wna16.py --out "$OUT" $QUICK 2>&1 | tee "$OUT/bench.log" | tail -40
-rm -rf "$OUT/kcache"
-echo "gpu tests exit code: $rc"
+python3 -m humming info | head -12
+rc=0
+run_tests() {  # name, pytest args...
+  local name="$1"; shift
+  python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$OUT/$name.xml" "$@" >"$OUT/$name.log" 2>&1 || rc=1
+  echo "== $name: $(tail -1 "$OUT/$name.log")"
+  grep -E "^FAILED" "$OUT/$name.log" | head -20
+}
+case "$PART" in
+  wna16) run_tests gpu-wna16 tests/gpu/test_wna16_gpu.py "$@" ;;
+  quant) run_tests gpu-quant tests/gpu/test_w8a8_gpu.py tests/gpu/test_actquant_gpu.py "$@" ;;
+  ppu) HUMMING_DEVICE_PROFILE=thead-zhenwu-810e run_tests gpu-810e tests/gpu/test_wna16_gpu.py -k "not upconvert and not profiles_run_here" "$@" ;;
+  tests|all) run_tests gpu-tests tests/gpu "$@" ;;
+esac
+case "$PART" in
+  wna16|all) python3 bench/bench_wna16.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
+esac
+case "$PART" in
+  quant|all) python3 bench/bench_quantized.py --out "$OUT" --ms 1,16,128,1024,4096 2>&1 | tee "$OUT/bench_quantized.log" | tail -14 ;;
+esac
+echo "gpu suite ($PART) exit code: $rc"
 exit $rc
