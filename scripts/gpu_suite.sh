@@ -23,7 +23,9 @@ run_tests() {  # name, pytest args...
 case "$PART" in
   wna16) run_tests gpu-wna16 tests/gpu/test_wna16_gpu.py "$@" ;;
   quant) run_tests gpu-quant tests/gpu/test_w8a8_gpu.py tests/gpu/test_actquant_gpu.py "$@" ;;
-  ppu) HUMMING_DEVICE_PROFILE=thead-zhenwu-810e run_tests gpu-810e tests/gpu/test_wna16_gpu.py -k "not upconvert and not profiles_run_here" "$@" ;;
+  ppu) export HUMMING_DEVICE_PROFILE=thead-zhenwu-810e
+       run_tests gpu-810e tests/gpu/test_wna16_gpu.py -k "not upconvert and not profiles_run_here" "$@"
+       unset HUMMING_DEVICE_PROFILE ;;
   tests|all) run_tests gpu-tests tests/gpu "$@" ;;
 esac
 case "$PART" in
