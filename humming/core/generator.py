@@ -32,11 +32,17 @@ def pair_decode(layout, scales: bool, zeros: bool) -> tuple[str, str, str]:
     elif const_zero:
         pick.append("const uint32_t zz = zz_const;")
     math = []
-    if dec.kind == "int":
-        math.append("v = act2_add(v, zz);")  # -(magic + zero): exact small integers
-    if scales:
-        math.append("v = act2_mul(v, ss);")
     zero_decl = ""
+    if getattr(layout, "zero_float", False):  # (q - z) * s = q * s + (-z * s): exact q, then one fma
+        if dec.zero_bias:
+            math.append("v = act2_add(v, zm_const);")
+            zero_decl = f"  const uint32_t zm_const = f32x2_to_act2({_c(-dec.zero_bias)}, {_c(-dec.zero_bias)});\n"
+        math.append("v = act2_fma(v, ss, zz);")
+    else:
+        if dec.kind == "int":
+            math.append("v = act2_add(v, zz);")  # -(magic + zero): exact small integers
+        if scales:
+            math.append("v = act2_mul(v, ss);")
     if const_zero:
         z = _c(layout.zero_const)
         zero_decl = f"  const uint32_t zz_const = f32x2_to_act2({z}, {z});\n"

@@ -49,6 +49,7 @@ class WeightLayout:
     zero_const: float  # when zero_group == 0: the constant added to every raw value
     channel_scale: bool  # fp32 per-column scale applied in the epilogue
     act_order: bool
+    zero_float: bool = False  # float zero points: the zero table holds -zero * scale, applied by one fma
 
 
 @dataclass
@@ -126,10 +127,13 @@ def layout_for(scheme, n: int, k: int, act: str, *, act_order: bool = False) -> 
     elif spec.granularity not in ("channel", "tensor"):
         raise SchemeError(f"unknown weight scale granularity {spec.granularity!r}")
     zero_group, zero_const = 0, 0.0
+    zero_float = False
     if decode.kind == "int":
         if scheme.zero_point == "float":
-            raise UnsupportedOnDevice("float zero points are not supported by the WnA16 kernels; use integer zeros")
-        if scheme.zero_point == "int":
+            if not group or spec.granularity != "group":
+                raise UnsupportedOnDevice("float zero points need group scales in the WnA16 kernels")
+            zero_group, zero_float = group, True
+        elif scheme.zero_point == "int":
             zero_group = group if group else -1
         elif getattr(fmt, "signed", False):
             zero_const = -(decode.zero_bias + float(1 << (decode.bits - 1)))
@@ -137,7 +141,7 @@ def layout_for(scheme, n: int, k: int, act: str, *, act_order: bool = False) -> 
             zero_const = -decode.zero_bias
     return WeightLayout(
         decode=decode, n=n, k=k, scale_group=group, zero_group=zero_group, zero_const=zero_const,
-        channel_scale=spec.granularity == "channel" and not group, act_order=act_order,
+        channel_scale=spec.granularity == "channel" and not group, act_order=act_order, zero_float=zero_float,
     )
 
 
@@ -207,8 +211,11 @@ def prepare(qw, act_dtype: torch.dtype) -> PackedWeight:
 
     if layout.zero_group:
         if qw.zeros is None:
-            raise SchemeError(f"scheme {qw.scheme.name} has integer zero points but the weight carries none")
-        negz = -(decode.zero_bias + qw.zeros.to(device=device, dtype=torch.float32))  # [N, G]
+            raise SchemeError(f"scheme {qw.scheme.name} has zero points but the weight carries none")
+        if layout.zero_float:  # w = (q - z) * s = q * s + (-z * s): the table holds -z * s (scaled like s)
+            negz = -(qw.zeros.to(device=device, dtype=torch.float64) * scaled).to(torch.float32)
+        else:
+            negz = -(decode.zero_bias + qw.zeros.to(device=device, dtype=torch.float32))  # [N, G]
         if layout.zero_group < 0:
             negz = negz[:, :1]
         zeros_t = permute_columns(negz.t().contiguous()).to(act_dtype)

@@ -93,6 +93,7 @@ class Plan:
         parts = (
             self.family, self.path, tuple(self.instruction.shape), self.act, d, self.layout.scale_group,
             self.layout.zero_group, self.layout.zero_const, t, self.async_copy,
+            *((True,) if getattr(self.layout, "zero_float", False) else ()),
         )
         return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
 

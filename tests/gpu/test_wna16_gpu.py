@@ -10,7 +10,7 @@ from .conftest import rel_error
 pytestmark = pytest.mark.gpu
 
 SCHEMES = [
-    "w4a16", "w4a16-zp", "w8a16", "w8a16-zp", "w3a16", "w2a16", "w2a16-zp", "w1a16-ternary",
+    "w4a16", "w4a16-zp", "w8a16", "w8a16-zp", "w3a16", "w2a16", "w2a16-zp", "w1a16", "w1a16-ternary",
     "w4a16-fp4", "w8a16-fp8", "w4a16-nvfp4", "w4a16-mxfp4", "mxint4",
 ]
 GROUPS = [("w4a16", 32), ("w4a16", 64), ("w4a16", 256), ("w4a16-zp", 64), ("w8a16", 128), ("w4a16", None)]

@@ -10,7 +10,7 @@ from humming.core.layout import prepare
 
 ACT = {torch.float16: "f16", torch.bfloat16: "bf16"}
 TOL = {torch.float16: 1e-3, torch.bfloat16: 5e-3}
-SCHEMES = ["w4a16", "w4a16-zp", "w8a16", "w8a16-zp", "w3a16", "w2a16", "w2a16-zp", "w1a16-ternary",
+SCHEMES = ["w1a16", "w4a16", "w4a16-zp", "w8a16", "w8a16-zp", "w3a16", "w2a16", "w2a16-zp", "w1a16-ternary",
            "w4a16-fp4", "w8a16-fp8", "w4a16-nvfp4", "w4a16-mxfp4", "mxint4",
            "w2a16-zp[weight=uint1]", "w2a16-zp[weight=uint3]", "w4a16[weight=int5]", "w4a16[weight=int6]",
            "w4a16[weight=int7]"]
@@ -75,14 +75,20 @@ def test_emulated_kernel_matches_reference(scheme, dtype):
     assert torch.equal(codes, expect), "atom layout does not round-trip through the kernel's indexing"
 
     w = widen(codes, dec, dtype)
-    if dec.kind == "int":
+    if lay.zero_float:  # exact q, then one fma with -z * s from the zero table
+        if dec.zero_bias:
+            w = w + torch.tensor(-dec.zero_bias).to(dtype)
+        s = unpermute(pk.scales.float()).to(dtype).t().repeat_interleave(lay.scale_group, dim=1)
+        z = unpermute(pk.zeros.float()).to(dtype).t().repeat_interleave(lay.zero_group, dim=1)
+        w = (w.float() * s.float() + z.float()).to(dtype)  # one rounding, as fma does
+    elif dec.kind == "int":
         if lay.zero_group:
             z = unpermute(pk.zeros.float()).to(dtype)  # [rows, N] of -(magic + zero)
             zk = z.t().repeat_interleave(k // z.shape[0], dim=1) if lay.zero_group > 0 else z.t().expand(n, k)
         else:
             zk = torch.full((n, k), lay.zero_const).to(dtype)
         w = w + zk
-    if lay.scale_group:
+    if lay.scale_group and not lay.zero_float:
         s = unpermute(pk.scales.float()).to(dtype)
         w = w * s.t().repeat_interleave(lay.scale_group, dim=1)
     finfo = torch.finfo(dtype)

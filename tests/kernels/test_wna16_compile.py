@@ -16,7 +16,8 @@ from humming.errors import UnsupportedOnDevice
 DEVICE_PROFILES = [p for p in list_profiles(include_abstract=False) if p.find_mma(family="mma_sync")]
 # (scheme, act, M): int4/int8 with and without zeros, fp4/fp8 floats, bf16, every M bucket
 GRID = [("w4a16", "f16", 1), ("w4a16-zp", "f16", 33), ("w8a16", "f16", 128), ("w4a16-fp4", "f16", 16),
-        ("w8a16-fp8", "bf16", 1), ("w2a16", "bf16", 200), ("w4a16-nvfp4", "bf16", 7), ("w4a16", "f16", 48)]
+        ("w8a16-fp8", "bf16", 1), ("w2a16", "bf16", 200), ("w4a16-nvfp4", "bf16", 7), ("w4a16", "f16", 48),
+        ("w1a16", "f16", 1), ("w1a16", "f16", 100)]
 
 
 def _compile(profile, scheme, act, m):

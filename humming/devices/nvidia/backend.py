@@ -103,6 +103,7 @@ ACT2 = {
     "f16": r"""
 __device__ __forceinline__ uint32_t act2_add(uint32_t a, uint32_t b) { uint32_t r; asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b)); return r; }
 __device__ __forceinline__ uint32_t act2_mul(uint32_t a, uint32_t b) { uint32_t r; asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ uint32_t act2_fma(uint32_t a, uint32_t b, uint32_t c) { uint32_t r; asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
 __device__ __forceinline__ float act_to_f32(uint16_t a) { float r; asm("cvt.f32.f16 %0, %1;\n" : "=f"(r) : "h"(a)); return r; }
 __device__ __forceinline__ void store_act(uint16_t* p, float v) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
@@ -120,6 +121,7 @@ __device__ __forceinline__ uint32_t f32x2_to_act2(float lo, float hi) {
 // bf16x2 add/mul are spelled as fma (fma.rn.bf16x2 exists wherever bf16 MMA does); -0 keeps a*b exact
 __device__ __forceinline__ uint32_t act2_add(uint32_t a, uint32_t b) { uint32_t r; asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(0x3F803F80u), "r"(b)); return r; }
 __device__ __forceinline__ uint32_t act2_mul(uint32_t a, uint32_t b) { uint32_t r; asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u)); return r; }
+__device__ __forceinline__ uint32_t act2_fma(uint32_t a, uint32_t b, uint32_t c) { uint32_t r; asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
 __device__ __forceinline__ float act_to_f32(uint16_t a) { return u32_as_f32(((uint32_t)a) << 16); }
 __device__ __forceinline__ void store_act(uint16_t* p, float v) {
   uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
