@@ -40,13 +40,39 @@ def _scheme(scheme):
 
 
 def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_size: int | None = None) -> Plan:
-    """Plan C[M, N] = A[M, K] @ W[N, K]^T for a scheme on a profile (default: the current device)."""
+    """Plan C[M, N] = A[M, K] @ W[N, K]^T for a scheme on a profile (default: the current device).
+    ``act`` is the 16-bit type of the activations (and of the output). Schemes that quantize activations
+    get the plan of the kernel that runs their path, or UnsupportedOnDevice saying which path is planned
+    but not generated yet."""
     caps = resolve_profile(profile)
     sch = _scheme(scheme)
     if group_size is not None:
         sch = sch.with_(group_size=group_size)
+    if getattr(sch, "act", None):
+        return _plan_quantized_act(caps, sch, m, n, k, act)
     layout = layout_for(sch, n, k, act)
     return choose_plan(caps, layout, m, act, scheme=sch.name)
+
+
+def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
+    from humming.core.layout import W4A8Layout, W8A8Layout
+    from humming.core.paths import runnable_path
+    from humming.core.planner import plan_w8a8
+
+    choice = runnable_path(caps, sch)
+    if _runs_on_w8a8(choice, sch):
+        if sch.weight in ("int4", "e2m1"):
+            layout = W4A8Layout(choice.a_type, n, k, sch.weight_scale.group_size or k, weight_format=sch.weight)
+        else:
+            layout = W8A8Layout(choice.a_type, n, k, sch.weight_scale.granularity)
+        return plan_w8a8(caps, layout, m, act, choice, scheme=sch.name)
+    if choice.path == "upconvert":
+        p = choose_plan(caps, layout_for(sch.with_(act=None), n, k, choice.a_type), m, choice.a_type, scheme=sch.name)
+        return Plan(**{**p.__dict__, "reasons": choice.reasons + p.reasons})
+    raise UnsupportedOnDevice(
+        f"{sch.name} on {caps.name}: planned path {choice.path} ({choice.describe()}); this kernel is not generated "
+        f"yet, humming.reference_gemm runs the scheme"
+    )
 
 
 def source(p: Plan, profile=None) -> str:

@@ -27,25 +27,15 @@ def _rel(out, ref) -> float:
 
 def _plan(api, qw, m, args, caps):
     """The plan of the kernel that runs this scheme on the profile, or None (after saying why)."""
-    if not qw.scheme.act:
-        return api.plan(qw.scheme, m, args.n, args.k, profile=caps, act=args.dtype)
-    from humming.core.layout import W4A8Layout, W8A8Layout
-    from humming.core.paths import runnable_path
-    from humming.core.planner import plan_w8a8
+    from humming.errors import UnsupportedOnDevice
 
-    choice = runnable_path(caps, qw.scheme)
-    print(f"path: {choice.path}, {choice.describe()}: {choice.reasons[-1]}")
-    if api._runs_on_w8a8(choice, qw.scheme):
-        if qw.scheme.weight in ("int4", "e2m1"):
-            group = qw.scheme.weight_scale.group_size or args.k
-            layout = W4A8Layout(choice.a_type, args.n, args.k, group, weight_format=qw.scheme.weight)
-        else:
-            layout = W8A8Layout(choice.a_type, args.n, args.k, qw.scheme.weight_scale.granularity)
-        return plan_w8a8(caps, layout, m, args.dtype, choice, scheme=qw.scheme.name)
-    if choice.path == "upconvert":
-        return api.plan(qw.scheme.with_(act=None), m, args.n, args.k, profile=caps, act=choice.a_type)
-    print(f"  M={m}: the {choice.path} kernel for {choice.describe()} is not generated yet")
-    return None
+    try:
+        return api.plan(qw.scheme, m, args.n, args.k, profile=caps, act=args.dtype)
+    except UnsupportedOnDevice as exc:
+        if not qw.scheme.act:
+            raise
+        print(f"  M={m}: {exc}")
+        return None
 
 
 def main(args) -> int:

@@ -78,6 +78,10 @@ class Plan:
         return (math.ceil(self.m / self.tiles.bm), self.n // self.tiles.bn, self.splits)
 
     @property
+    def acc_type(self) -> str:
+        return "s32" if getattr(self.instruction, "a_type", "") in ("s8", "u8") else "f32"
+
+    @property
     def is_8bit(self) -> bool:
         return getattr(self.instruction, "a_type", "") in ("s8", "e4m3", "e5m2")
 
@@ -116,12 +120,12 @@ class Plan:
         if self.path == "stream":
             return (
                 f"{self.scheme} M={self.m} N={self.n} K={self.k} on {self.profile}: {self.family} m{shape} "
-                f"{self.instruction.a_type}x{self.instruction.b_type}->f32, stream (weights as A, registers only), "
+                f"{self.instruction.a_type}x{self.instruction.b_type}->{self.acc_type}, stream (weights as A, registers only), "
                 f"{t.bm // 8} token tile(s), {t.warps_k} warps per 64-channel slab, split-K {self.splits}"
             )
         return (
             f"{self.scheme} M={self.m} N={self.n} K={self.k} on {self.profile}: {self.family} m{shape} "
-            f"{self.instruction.a_type}x{self.instruction.b_type}->f32, {self.path}, tile {t.bm}x{t.bn}x{t.bk}, "
+            f"{self.instruction.a_type}x{self.instruction.b_type}->{self.acc_type}, {self.path}, tile {t.bm}x{t.bn}x{t.bk}, "
             f"{t.stages} stages, {t.threads} threads (warps {t.warps_m}x{t.warps_n}x{t.warps_k}), split-K {self.splits}, "
             f"smem {self.smem_bytes // 1024} KiB"
         )
