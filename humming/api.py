@@ -266,6 +266,8 @@ def gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None = None
     packed = _registry[handle].packed
     n, k = packed.layout.n, packed.layout.k
     x2 = x.reshape(-1, k)
+    if x2.shape[0] == 0:  # no tokens (an empty batch in a server): nothing to launch
+        return x.new_empty((*x.shape[:-1], n))
     if packed.perm is not None:
         x2 = x2.index_select(1, packed.perm)
     b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
@@ -312,6 +314,8 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     activation scale is applied in the fp32 epilogue. Other paths are planned but not generated yet."""
     from humming.core.paths import runnable_path
 
+    if x.numel() == 0:
+        return x.new_empty((*x.shape[:-1], qw.shape[0]))
     caps = resolve_profile(profile)
     key = (caps.name, str(qw.scheme))
     choice = _choices.get(key)

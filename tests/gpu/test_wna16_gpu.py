@@ -151,3 +151,10 @@ def test_upconvert_paths(scheme, dtype):
         ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
         err = rel_error(out, ref)
         assert err <= 5e-3, f"{scheme} M={m}: relative error {err:.2e}"
+
+
+def test_empty_batch():
+    qw = _weight("w4a16", 256, 1024, torch.float16)
+    assert humming.gemm(torch.empty(0, 1024, device="cuda", dtype=torch.float16), qw).shape == (0, 256)
+    qw8 = humming.quantize(torch.randn(256, 1024, device="cuda"), "w8a8-int8")
+    assert humming.gemm(torch.empty(3, 0, 1024, device="cuda", dtype=torch.float16), qw8).shape == (3, 0, 256)
