@@ -63,8 +63,7 @@ def kernel_source(plan, backend, caps=None) -> str:
     dec = lay.decode
     cb = dec.container
     ppw = 16 // cb
-    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=dec, async_copy=plan.async_copy, caps=caps)
-    prelude = backend.prelude(request)
+    prelude = helper_prelude(plan, backend, caps, dec)
 
     s_group = lay.scale_group
     z_group = lay.zero_group
@@ -120,21 +119,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     int M, int N, int K, int k_per_split, float out_scale,
     const float* __restrict__ GS) {{        // an fp32 device scalar multiplying the output (activation global scale) or null
 
-  using namespace cfg;
-  extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ int last_block;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wk = warp % WARPS_K, wn = (warp / WARPS_K) % WARPS_N, wm = warp / (WARPS_K * WARPS_N);
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int k_begin = blockIdx.z * k_per_split;
-  const int ktiles = k_per_split / BK;
-  const int katoms_total = K / 64;
-  const uint32_t smem0 = smem_u32(smem);
-
-  auto load_stage = [&](int stage, int kt) {{
-    const uint32_t base = smem0 + stage * STAGE_BYTES;
-    const int k0 = k_begin + kt * BK;
-    // activations: BM rows x BK/8 chunks of 16 bytes, chunk index XOR-swizzled by row (conflict-free ldmatrix)
+{TILE_PREAMBLE}    // activations: BM rows x BK/8 chunks of 16 bytes, chunk index XOR-swizzled by row (conflict-free ldmatrix)
     #pragma unroll
     for (int c = tid; c < BM * (BK / 8); c += THREADS) {{
       const int r = c / (BK / 8), ch = c % (BK / 8);
@@ -217,6 +202,31 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
 {splitk_epilogue('acc')}}}
 """
     return src
+
+
+# Shared by the tile kernels: where this block and warp sit in the GEMM, and the head of the stage loader.
+TILE_PREAMBLE = """\
+  using namespace cfg;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ int last_block;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wk = warp % WARPS_K, wn = (warp / WARPS_K) % WARPS_N, wm = warp / (WARPS_K * WARPS_N);
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int k_begin = blockIdx.z * k_per_split;
+  const int ktiles = k_per_split / BK;
+  const int katoms_total = K / 64;
+  const uint32_t smem0 = smem_u32(smem);
+
+  auto load_stage = [&](int stage, int kt) {
+    const uint32_t base = smem0 + stage * STAGE_BYTES;
+    const int k0 = k_begin + kt * BK;
+"""
+
+
+def helper_prelude(plan, backend, caps, weight) -> str:
+    """The backend's definitions of every helper a kernel for this plan calls."""
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=weight, async_copy=plan.async_copy, caps=caps)
+    return backend.prelude(request)
 
 
 # The multi-stage copy pipeline of the tile kernels: STAGES-1 stages in flight, one consumed per iteration;

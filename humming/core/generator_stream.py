@@ -13,8 +13,7 @@ partials are added by the last block of the slab, in a fixed order.
 """
 from __future__ import annotations
 
-from humming.core.generator import pair_decode
-from humming.devices.base import HelperRequest
+from humming.core.generator import helper_prelude, pair_decode
 
 
 def stream_kernel_source(plan, backend, caps=None) -> str:
@@ -23,8 +22,7 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     dec = lay.decode
     cb = dec.container
     ppw = 16 // cb
-    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=dec, async_copy=plan.async_copy, caps=caps)
-    prelude = backend.prelude(request)
+    prelude = helper_prelude(plan, backend, caps, dec)
     token_tiles = t.bm // 8
     s_group, z_group = lay.scale_group, lay.zero_group
 

@@ -10,14 +10,12 @@ x out_scale (x device scalar), plus bias; split-K as in the 16-bit tile kernel.
 """
 from __future__ import annotations
 
-from humming.core.generator import PIPELINE_HEAD, splitk_epilogue
-from humming.devices.base import HelperRequest
+from humming.core.generator import PIPELINE_HEAD, TILE_PREAMBLE, helper_prelude, splitk_epilogue
 
 
 def w8a8_kernel_source(plan, backend, caps=None) -> str:
     t = plan.tiles
-    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=plan.async_copy, caps=caps)
-    prelude = backend.prelude(request)
+    prelude = helper_prelude(plan, backend, caps, None)
     int4 = getattr(plan.layout, "weight_bits", 8) == 4
     group = getattr(plan.layout, "group", 0)
     widen = None
@@ -56,21 +54,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     float* __restrict__ WS, int* __restrict__ CNT,
     int M, int N, int K, int k_per_split, float out_scale,
     const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null
-  using namespace cfg;
-  extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ int last_block;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wk = warp % WARPS_K, wn = (warp / WARPS_K) % WARPS_N, wm = warp / (WARPS_K * WARPS_N);
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int k_begin = blockIdx.z * k_per_split;
-  const int ktiles = k_per_split / BK;
-  const int katoms_total = K / 64;
-  const uint32_t smem0 = smem_u32(smem);
-
-  auto load_stage = [&](int stage, int kt) {{
-    const uint32_t base = smem0 + stage * STAGE_BYTES;
-    const int k0 = k_begin + kt * BK;
-    #pragma unroll
+{TILE_PREAMBLE}    #pragma unroll
     for (int c = tid; c < BM * (BK / 16); c += THREADS) {{
       const int r = c / (BK / 16), ch = c % (BK / 16);
       const bool ok = m0 + r < M;
