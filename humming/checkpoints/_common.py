@@ -53,6 +53,18 @@ def check_ndim(t: torch.Tensor, ndim: int, what: str, layout: str, layout_hint: 
         raise ShapeError(f"{layout}: {what} must be {ndim}-D {layout_hint}, got shape {list(t.shape)}")
 
 
+def check_nvfp4_pair(codes: torch.Tensor, scales: torch.Tensor, codes_name: str, scales_name: str, layout: str,
+                     codes_hint: str) -> tuple[int, int]:
+    """NVFP4 weights: uint8 [N, K/2] (two e2m1 codes a byte) and float8_e4m3fn [N, K/16]; returns (N, K)."""
+    check_dtype(codes, (torch.uint8,), codes_name, layout)
+    check_ndim(codes, 2, codes_name, layout, codes_hint)
+    n, half_k = codes.shape
+    k = 2 * half_k
+    check_dtype(scales, (torch.float8_e4m3fn,), scales_name, layout)
+    check_shape(scales, (n, k // 16), scales_name, layout, "one e4m3 scale per 16 weights")
+    return n, k
+
+
 def scale_format(t: torch.Tensor, what: str, layout: str) -> str:
     check_dtype(t, tuple(FLOAT_SCALE_FORMATS), what, layout)
     return FLOAT_SCALE_FORMATS[t.dtype]

@@ -32,7 +32,7 @@ import torch
 from humming.checkpoints._common import (
     check_dtype,
     check_ndim,
-    check_shape,
+    check_nvfp4_pair,
     infer_group,
     lookup,
     make_scheme,
@@ -120,12 +120,7 @@ def _nibbles(packed: torch.Tensor, k: int) -> torch.Tensor:
 def from_nvfp4(weight_packed: torch.Tensor, weight_scale: torch.Tensor, weight_global_scale: torch.Tensor, *,
                input_global_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> QuantizedWeight:
     layout = "compressed-tensors nvfp4"
-    check_dtype(weight_packed, (torch.uint8,), "weight_packed", layout)
-    check_ndim(weight_packed, 2, "weight_packed", layout, "[N, K / 2]")
-    n, half_k = weight_packed.shape
-    k = 2 * half_k
-    check_dtype(weight_scale, (torch.float8_e4m3fn,), "weight_scale", layout)
-    check_shape(weight_scale, (n, k // 16), "weight_scale", layout, "one e4m3 scale per 16 weights")
+    n, k = check_nvfp4_pair(weight_packed, weight_scale, "weight_packed", "weight_scale", layout, "[N, K / 2]")
     check_dtype(weight_global_scale, (torch.float32,), "weight_global_scale", layout)
     if weight_global_scale.numel() != 1:
         raise ShapeError(f"{layout}: weight_global_scale must hold one value, got {list(weight_global_scale.shape)}")

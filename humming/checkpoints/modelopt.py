@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import torch
 
-from humming.checkpoints._common import check_dtype, check_ndim, check_shape, lookup, make_scheme
+from humming.checkpoints._common import check_dtype, check_ndim, check_nvfp4_pair, lookup, make_scheme
 from humming.core.packing import unpack_bits
 from humming.core.quantize import QuantizedWeight
 from humming.core.schemes import get as get_scheme
@@ -39,12 +39,8 @@ def _scalar(t: torch.Tensor, what: str, layout: str) -> torch.Tensor:
 def from_nvfp4(weight: torch.Tensor, weight_scale: torch.Tensor, weight_scale_2: torch.Tensor, *,
                input_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> QuantizedWeight:
     layout = "ModelOpt NVFP4"
-    check_dtype(weight, (torch.uint8,), "weight", layout)
-    check_ndim(weight, 2, "weight", layout, "[N, K / 2] (two e2m1 codes per byte)")
-    n, half_k = weight.shape
-    k = 2 * half_k
-    check_dtype(weight_scale, (torch.float8_e4m3fn,), "weight_scale", layout)
-    check_shape(weight_scale, (n, k // 16), "weight_scale", layout, "one e4m3 scale per 16 weights")
+    n, k = check_nvfp4_pair(weight, weight_scale, "weight", "weight_scale", layout,
+                            "[N, K / 2] (two e2m1 codes per byte)")
     gs = _scalar(weight_scale_2, "weight_scale_2", layout)
     scheme = make_scheme("e2m1", group=16, scale_fmt="ue4m3", global_scale=True)
     ins = None
