@@ -196,7 +196,8 @@ def _int4_step(group: int, widen: str) -> str:
 
 
 def _group_rescale(where: str, group: int) -> str:
-    """facc += float(acc) * scale of the group (this lane's 8 columns), then acc = 0."""
+    """facc += float(acc) * scale of the group, then acc = 0. The scales multiply accumulators, so the lane
+    reads its accumulator columns t*8 + 2*(lane % 4) + {0, 1}: 16 floats, contiguous in the table's order."""
     k = "katom * 64" if where == "atom" else "(katom * 64 + ks * 32)"
     indent = "      " if where == "atom" else "        "
     body = f"""\
@@ -204,21 +205,21 @@ def _group_rescale(where: str, group: int) -> str:
   const int grow = {k} / {group};
   #pragma unroll
   for (int ta = 0; ta < TA; ++ta) {{
-    const float* srow = S + (size_t)grow * N + n0 + (wn * TA + ta) * 64 + (lane >> 2) * 8;
-    uint32_t s03[4], s47[4];
-    load_g128_cached(s03, srow);
-    load_g128_cached(s47, srow + 4);
+    const float* srow = S + (size_t)grow * N + n0 + (wn * TA + ta) * 64 + (lane & 3) * 16;
+    uint32_t s4[4][4];  // s4[t / 2][(t % 2) * 2 + j]: scale of column t*8 + 2*(lane % 4) + j
     #pragma unroll
-    for (int t = 0; t < 8; ++t) {{
-      const float sc = u32_as_f32(t < 4 ? s03[t] : s47[t - 4]);
+    for (int v = 0; v < 4; ++v) load_g128_cached(s4[v], srow + 4 * v);
+    #pragma unroll
+    for (int t = 0; t < 8; ++t)
       #pragma unroll
-      for (int tm = 0; tm < TM; ++tm)
+      for (int e = 0; e < 4; ++e) {{
+        const float sc = u32_as_f32(s4[t / 2][(t % 2) * 2 + (e & 1)]);
         #pragma unroll
-        for (int e = 0; e < 4; ++e) {{
+        for (int tm = 0; tm < TM; ++tm) {{
           facc[tm][ta * 8 + t][e] += acc_to_f32(acc[tm][ta * 8 + t][e]) * sc;
           acc[tm][ta * 8 + t][e] = 0;
         }}
-    }}
+      }}
   }}
 }}
 """

@@ -99,6 +99,14 @@ def permute_columns(t: torch.Tensor) -> torch.Tensor:
     return t.view(rows, n // 64, 8, 8).transpose(-1, -2).contiguous().view(rows, n)
 
 
+def permute_columns_accum(t: torch.Tensor) -> torch.Tensor:
+    """[rows, N] -> [rows, N/64, 4 ((n % 8) / 2), 8 (n8 tile), 2 (n % 2)] flattened back to [rows, N]: the
+    order of an mma accumulator fragment, where lane l holds columns t*8 + 2*(l % 4) + {0, 1} of each n8 tile t,
+    so its 16 columns of an atom are contiguous."""
+    rows, n = t.shape
+    return t.view(rows, n // 64, 8, 4, 2).permute(0, 1, 3, 2, 4).contiguous().view(rows, n)
+
+
 def layout_for(scheme, n: int, k: int, act: str, *, act_order: bool = False) -> WeightLayout:
     """The kernel-visible layout of a scheme's weights, without needing the weights themselves."""
     from humming.core.formats import get as get_format
@@ -308,7 +316,7 @@ class W4A8Layout:
 class PackedW4A8:
     layout: W4A8Layout
     qweight: torch.Tensor  # int32, k32 nibble layout
-    scales: torch.Tensor  # fp32 [K/group, N], permuted columns
+    scales: torch.Tensor  # fp32 [K/group, N], columns in accumulator order (permute_columns_accum)
     channel_scale: None
     bias: torch.Tensor | None
     out_scale: float
@@ -367,7 +375,7 @@ def prepare_w4a8(qw, act_dtype: torch.dtype, a_type: str = "s8") -> PackedW4A8:
     if perm is not None:  # per-token activation quantization is permutation-invariant: gather x instead
         codes = codes[:, perm]
     scales = qw.scale_values().to(torch.float32).reshape(n, -1)
-    table = permute_columns(scales.t().contiguous())  # [K/group, N]
+    table = permute_columns_accum(scales.t().contiguous())  # [K/group, N], applied to the accumulators
     out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
     device = qw.packed.device
     bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()

@@ -123,7 +123,11 @@ def test_w4a8_emulated_arithmetic_matches_reference(scheme):
         codes[nn, kk] = (w >> (8 * e)) & 0xF
         codes[nn, kk + 16] = (w >> (8 * e + 4)) & 0xF
     wq = humming.formats.get(sch.weight).decode(codes.to(torch.uint8)).double()
-    scales = pk.scales.view(k // group, n // 64, 8, 8).transpose(-1, -2).reshape(k // group, n)  # un-permute
+    # the kernel's scale read: accumulator column t*8 + 2*(lane % 4) + j of atom a takes the table entry at
+    # a*64 + (lane % 4)*16 + t*2 + j
+    scales = torch.empty(k // group, n, dtype=pk.scales.dtype)
+    for a, lane, t, j in itertools.product(range(n // 64), range(4), range(8), range(2)):
+        scales[:, a * 64 + t * 8 + 2 * lane + j] = pk.scales[:, a * 64 + lane * 16 + t * 2 + j]
     x = torch.randn(m, k)
     qa = humming.quantize_activation(x if pk.perm is None else x[:, pk.perm], qw.scheme)
     xa = humming.formats.get(sch.act).decode(qa.codes).double()
