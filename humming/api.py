@@ -56,13 +56,20 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
 
 def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
     from humming.core.layout import W4A8Layout, W8A8Layout
-    from humming.core.paths import runnable_path
+    from humming.core.paths import choose_path, runnable_path
     from humming.core.planner import plan_w8a8
 
     choice = runnable_path(caps, sch)
     if _runs_on_w8a8(choice, sch):
         if sch.weight in ("int4", "e2m1"):
             layout = W4A8Layout(choice.a_type, n, k, sch.weight_scale.group_size or k, weight_format=sch.weight)
+        elif _wgmma_eligible(caps, choice, sch, m, n, k):  # HUMMING_WGMMA=1: the plan that gemm runs
+            from humming.core.layout_wgmma import WgmmaW8A8Layout
+            from humming.core.planner_wgmma import plan_w8a8_wgmma
+
+            layout = WgmmaW8A8Layout(choice.a_type, n, k, sch.weight_scale.granularity)
+            p = plan_w8a8_wgmma(caps, layout, m, act, scheme=sch.name)
+            return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         else:
             layout = W8A8Layout(choice.a_type, n, k, sch.weight_scale.granularity)
         return plan_w8a8(caps, layout, m, act, choice, scheme=sch.name)
@@ -201,6 +208,16 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
     return spec
 
 
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(device: int) -> int:
+    """The handle of torch's current stream on ``device`` (the raw accessor skips building a Stream object)."""
+    if _raw_stream is not None:
+        return _raw_stream(device)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
 def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gscale=None,
             out_dtype: torch.dtype | None = None) -> torch.Tensor:
     m = x.shape[0]
@@ -210,7 +227,7 @@ def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gs
     if _POISON:
         out.fill_(float("nan"))
     device = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    stream = torch.cuda.current_stream().cuda_stream
+    stream = _current_stream(device)
     block = spec.static_args
     tensors = (x, qweight, scales, zeros, chan, bias, out, gscale)
     with block.lock:
@@ -369,9 +386,50 @@ def _runs_on_w8a8(choice, scheme) -> bool:
             and scheme.weight_scale.granularity in ("channel", "tensor"))
 
 
+WGMMA_ENV = "HUMMING_WGMMA"  # "1": W8A8 prefill (M >= 64) runs the wgmma kernel where a profile declares it
+
+
+def _wgmma_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
+    """True when the wgmma W8A8 kernel runs this call: opted in with HUMMING_WGMMA=1 (until validated on a GPU),
+    8-bit weights as stored (per-channel/per-tensor scales), a declared wgmma k32 form for the operand type,
+    N % 128 == 0, K % 128 == 0 and M >= 64."""
+    if os.environ.get(WGMMA_ENV, "") != "1":
+        return False
+    from humming.core.planner_wgmma import wgmma_form
+
+    return (m >= 64 and n % 128 == 0 and k % 128 == 0 and scheme.weight not in ("int4", "e2m1")
+            and choice.path in ("native", "legacy") and choice.a_type == choice.b_type
+            and wgmma_form(caps, choice.a_type) is not None)
+
+
+def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
+    """The prepared handle of the wgmma W8A8 kernel for (dtype, device, profile): weights as stored [N, K]."""
+    from humming.core.layout_wgmma import prepare_w8a8_wgmma
+    from humming.core.planner_wgmma import plan_w8a8_wgmma
+
+    cache = qw.__dict__.setdefault("_humming_prepared", {})
+    key = ("w8a8-wgmma", x.dtype, x.device, caps.name)
+    handle = cache.get(key)
+    if handle is None:
+        packed = prepare_w8a8_wgmma(qw.to(x.device), x.dtype, choice.a_type)
+        live = live_arch()
+        run_arch = live if live and live != caps.target.arch else None
+        act = act_name(x.dtype)
+
+        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
+            return plan_w8a8_wgmma(caps, packed.layout, m, act, scheme=name)
+
+        with _lock:
+            _registry.append(_Prepared(packed, caps, {}, run_arch, plan_fn=plan_fn))
+            handle = len(_registry) - 1
+        cache[key] = handle
+    return handle
+
+
 def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
-    """W8A8 on the 8-bit mma.sync kernel: activations quantized as the reference does (per token or per
-    tensor), then int8 x int8 -> int32 or e4m3 x e4m3 -> fp32, scales and bias in the fp32 epilogue."""
+    """W8A8 on the 8-bit mma.sync kernel (or, with HUMMING_WGMMA=1 and M >= 64 on a profile declaring wgmma,
+    the wgmma kernel): activations quantized as the reference does (per token or per tensor), then
+    int8 x int8 -> int32 or e4m3 x e4m3 -> fp32, scales and bias in the fp32 epilogue."""
     from humming.core.layout import prepare_w4a8, prepare_w8a8
     from humming.core.planner import plan_w8a8
 
@@ -379,7 +437,9 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     cache = qw.__dict__.setdefault("_humming_prepared", {})
     key = ("w8a8", x.dtype, x.device, caps.name)
     handle = cache.get(key)
-    if handle is None:
+    if _wgmma_eligible(caps, choice, qw.scheme, x.numel() // k, n, k):
+        handle = _w8a8_wgmma_handle(x, qw, caps, choice)
+    elif handle is None:
         if qw.scheme.weight in ("int4", "e2m1"):
             packed = prepare_w4a8(qw.to(x.device), x.dtype, choice.a_type)
         else:

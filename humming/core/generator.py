@@ -50,6 +50,10 @@ def pair_decode(layout, scales: bool, zeros: bool) -> tuple[str, str, str]:
 
 
 def kernel_source(plan, backend, caps=None) -> str:
+    if plan.family == "wgmma":
+        from humming.core.generator_wgmma import wgmma_w8a8_kernel_source
+
+        return wgmma_w8a8_kernel_source(plan, backend, caps)
     if plan.is_8bit:
         from humming.core.generator_w8a8 import w8a8_kernel_source
 

@@ -106,6 +106,8 @@ class Plan:
         t = self.tiles
         if self.is_8bit:
             w = "w4a8" if getattr(self.layout, "weight_bits", 8) == 4 else "w8a8"
+            if self.family != "mma_sync":
+                w += "_" + self.family  # e.g. hm_w8a8_wgmma_...
             return (f"hm_{w}_{self.instruction.a_type}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}"
                     f"w{t.warps_m}{t.warps_n}{t.warps_k}_{self.kernel_key}")
         d = self.layout.decode

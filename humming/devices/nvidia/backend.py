@@ -239,6 +239,63 @@ __device__ __forceinline__ uint32_t dq_raw(uint32_t w, int J) {{
 """
 
 
+WGMMA_COMMON = r"""
+// ---- wgmma (sm_90a): a warpgroup (4 warps, 128 threads) multiplies operands read from shared memory
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// wait until at most N committed wgmma groups of this warpgroup are still pending
+template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+// this thread's generic-proxy shared-memory writes (cp.async included) become visible to the async proxy (wgmma)
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// byte offset of 16-byte chunk ch (0..7) of row r in a K-major tile of 128-byte rows, 128-byte swizzle:
+// the chunk index is XOR-ed with (r mod 8); the pattern repeats every 8 rows = 1024 bytes (tiles 1024-aligned)
+__device__ __forceinline__ uint32_t swz128(int r, int ch) { return (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4)); }
+// shared-memory matrix descriptor of a K-major operand with 128-byte swizzle (PTX ISA, matrix descriptor):
+// bits 0-13 start address >> 4; 16-29 leading byte offset >> 4 (unused for swizzled K-major, 1 by convention);
+// 32-45 stride byte offset >> 4 = 1024 B between groups of 8 rows; 49-51 base offset 0 (1024-aligned tiles);
+// 62-63 swizzle mode 1 = 128 B. A k step of 32 bytes inside the swizzled row adds 32 to the start address.
+__device__ __forceinline__ uint64_t make_smem_desc(uint32_t addr) {
+  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+"""
+
+
+def _wgmma_k32_helper(a_type: str, n: int) -> str:
+    """wgmma_k32(d, desc_a, desc_b): D(64 x n) += A(64 x 32) * B(32 x n), both operands K-major in shared memory.
+    e4m3 accumulates in fp32, s8 in int32; d holds n/2 registers per thread: for n8 chunk j, d[4j..4j+1] are row
+    16*warp + lane/4, columns 8j + 2*(lane%4) + {0, 1}, and d[4j+2..4j+3] the same columns 8 rows below."""
+    regs = n // 2
+    dlist = ",".join(f"%{i}" for i in range(regs))
+    da, db, sd = regs, regs + 1, regs + 2
+    if a_type == "s8":
+        acc, con, cast = "int", "+r", "int"
+        ins = f"wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8 {{{dlist}}}, %{da}, %{db}, p;"
+        conv = 'float r; asm("cvt.rn.f32.s32 %0, %1;\\n" : "=f"(r) : "r"(v)); return r;'
+    elif a_type in ("e4m3", "e5m2"):
+        acc, con, cast = "float", "+f", "float"
+        ins = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{a_type}.{a_type} {{{dlist}}}, %{da}, %{db}, p, 1, 1;"
+        conv = "return v;"
+    else:
+        raise ValueError(f"no wgmma k32 spelling for {a_type}")
+    outs = ", ".join(f'"{con}"(d[{i}])' for i in range(regs))
+    return rf"""
+typedef {acc} wg_acc_t;
+constexpr int WG_ACC_REGS = {regs};   // accumulator registers per thread of an m64n{n} tile
+__device__ __forceinline__ float wg_acc_to_f32({cast} v) {{ {conv} }}
+// the accumulators are written asynchronously: keep the compiler from moving their uses across the waits
+__device__ __forceinline__ void wgmma_fence_operand(wg_acc_t (&d)[{regs}]) {{
+  #pragma unroll
+  for (int i = 0; i < {regs}; ++i) asm volatile("" : "{con}"(d[i]) :: "memory");
+}}
+// one m64n{n}k32 {a_type} step (scale-d = 1: accumulate into d)
+__device__ __forceinline__ void wgmma_k32(wg_acc_t (&d)[{regs}], uint64_t desc_a, uint64_t desc_b) {{
+  asm volatile("{{\n .reg .pred p;\n setp.ne.b32 p, %{sd}, 0;\n {ins}\n}}\n"
+               : {outs}
+               : "l"(desc_a), "l"(desc_b), "r"(1));
+}}
+"""
+
+
 class NvidiaBackend(Backend):
     name = "nvidia"
 
@@ -261,3 +318,13 @@ class NvidiaBackend(Backend):
             parts.append(_mma_helper(tuple(request.mma.shape), request.act))
             parts.append(_decode_helper(request.weight))
         return "\n".join(parts)
+
+    def wgmma_prelude(self, request: HelperRequest, n: int) -> str:
+        """Helpers of the wgmma 8-bit kernel: copies, epilogue arithmetic, fences/commit/wait, the shared-memory
+        descriptor and one m64n{n}k32 step for the plan's operand type (request.mma, a wgmma form)."""
+        if request.mma.family != "wgmma":
+            raise ValueError(f"wgmma_prelude needs a wgmma form, got {request.mma.family}")
+        if n not in request.mma.n_values:
+            raise ValueError(f"wgmma n={n} is not a declared N of {request.mma.describe()}")
+        return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON,
+                          _wgmma_k32_helper(request.mma.a_type, n)])

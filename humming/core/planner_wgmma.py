@@ -1,0 +1,79 @@
+"""Planning the wgmma W8A8 kernel (e4m3 x e4m3 -> f32, s8 x s8 -> s32) from declared capabilities only:
+a wgmma m64nNk32 form for the operand types, cp.async, and the shared-memory limit."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
+from humming.errors import ShapeError, UnsupportedOnDevice
+
+BM, BK = 128, 128  # two warpgroups of m64; 128-byte K-major rows (one 128-byte swizzle row per tile row)
+_ACC = {"s8": "s32", "e4m3": "f32"}
+
+
+def wgmma_form(caps, a_type: str):
+    """The declared wgmma form with k32 for a_type x a_type and the kernel's accumulator, or None."""
+    acc = _ACC.get(a_type)
+    if acc is None:
+        return None
+    forms = [f for f in caps.find_mma(family="wgmma", a_type=a_type, b_type=a_type, acc_type=acc)
+             if f.shape[0] == 64 and f.shape[2] == 32]
+    return forms[0] if forms else None
+
+
+def wgmma_smem_bytes(bn: int, stages: int) -> int:
+    """Pipeline stages (A and B tiles) plus 1 KiB to round the dynamic shared memory up to 1024 bytes."""
+    return stages * (BM * BK + bn * BK) + 1024
+
+
+def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
+    """Plan the wgmma W8A8 kernel for ``layout`` (a ``WgmmaW8A8Layout``), or UnsupportedOnDevice / ShapeError
+    naming what is missing."""
+    if m < 1:
+        raise ShapeError(f"M={m}: a GEMM needs at least one row")
+    a_type = layout.a_type
+    form = wgmma_form(caps, a_type)
+    if form is None:
+        have = sorted({i.a_type for i in caps.find_mma(family="wgmma")})
+        raise UnsupportedOnDevice(
+            f"{caps.name} declares no wgmma m64nNk32 {a_type} x {a_type} -> {_ACC.get(a_type, '?')} "
+            f"(declared wgmma A types: {', '.join(have) or 'none'}); the 8-bit mma.sync kernel runs W8A8 there"
+        )
+    if not caps.memory.cp_async:
+        raise UnsupportedOnDevice(f"{caps.name} does not declare cp.async, which the wgmma kernel's pipeline uses")
+    n, k = layout.n, layout.k
+    if k % BK:
+        raise ShapeError(f"K={k} must be a multiple of {BK} for the wgmma kernel")
+    limit = caps.limits.smem_per_block_kb * 1024
+    sms = caps.limits.sms or _DEFAULT_SMS
+    reasons = [f"wgmma m64n{{N}}k32 {a_type} declared ({caps.target.arch}); {a_type} x {a_type} -> {_ACC[a_type]}, "
+               f"both operands K-major in shared memory (128-byte swizzle)"]
+    bns = [bn for bn in (256, 128) if n % bn == 0 and bn in form.n_values]
+    if not bns:
+        raise ShapeError(f"N={n} must be a multiple of 128 for the wgmma kernel")
+    bn = bns[0]
+    if len(bns) > 1:  # 256 does more work per byte of shared memory read; 128 when 256 leaves SMs idle
+        def waves(b: int) -> float:  # fraction of the launched SM slots that hold a tile
+            tiles = math.ceil(m / BM) * (n // b)
+            return tiles / (math.ceil(tiles / sms) * sms)
+
+        if waves(128) > 1.25 * waves(256):
+            bn = 128
+            reasons.append(f"BN=128: {math.ceil(m / BM) * (n // 256)} tiles of 128x256 would leave most of {sms} SMs idle")
+        else:
+            reasons.append(f"BN=256: the widest m64n256 step; {math.ceil(m / BM) * (n // 256)} tiles on {sms} SMs")
+    stages = next((s for s in range(6, 2, -1) if wgmma_smem_bytes(bn, s) <= limit), None)
+    if stages is None:
+        raise UnsupportedOnDevice(f"no wgmma tile 128x{bn}x128 with 3 stages fits {caps.name}'s {limit} B of shared memory")
+    reasons[0] = reasons[0].replace("{N}", str(bn))
+    reasons.append(f"tile {BM}x{bn}x{BK}: 2 warpgroups x m64n{bn}k32, 4 k32 steps per stage; {stages} stages "
+                   f"(cp.async, {stages - 2} in flight + 1 stage under wgmma), "
+                   f"{wgmma_smem_bytes(bn, stages) // 1024} KiB of {limit // 1024} KiB shared memory")
+    reasons.append("no split-K: one K loop per output tile")
+    tiles = TileConfig(BM, bn, BK, stages, 8, 1, 1)
+    return Plan(
+        scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
+        instruction=replace(form, shape=(64, bn, 32)), path="native", layout=layout, tiles=tiles, splits=1, async_copy=True,
+        smem_bytes=wgmma_smem_bytes(bn, stages), reasons=tuple(reasons),
+    )
