@@ -3,6 +3,8 @@ W8A8-INT8 vs torch._int_mm, W4A8-FP8 / W4A8-INT8 vs cuBLAS fp16, on the shapes o
 Activation quantization is included in every quantized time (humming's and the baselines').
 
     python bench/bench_quantized.py --out OUTDIR [--ms 1,16,128,1024,4096] [--shapes 8192x8192,28672x8192]
+        [--schemes w8a8-fp8,w8a8-int8] [--no-wgmma]
+W8A8 schemes are also timed with HUMMING_WGMMA=1 (the wgmma kernel, M >= 64; columns "... wgmma").
 Same method as bench_wna16.py: CUDA-graph replay over weight copies rotated past L2, median.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ import humming  # noqa: E402
 from humming.tuner import copies_for, graph_time_us  # noqa: E402
 
 SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8"]
+WGMMA_SCHEMES = ["w8a8-fp8", "w8a8-int8"]  # also timed with HUMMING_WGMMA=1 (the wgmma kernel, M >= 64)
 
 
 def _fp8_rowwise(x: torch.Tensor):
@@ -68,30 +71,43 @@ def baselines(x: torch.Tensor, n: int, k: int) -> dict:
     return out
 
 
+def _time_scheme(row: dict, scheme: str, key: str, qws: list, x: torch.Tensor) -> None:
+    """row[key_us]: graph-replay time of humming.gemm over the weight copies; row[key_err]: error vs reference."""
+    try:
+        for qw in qws:
+            humming.gemm(x, qw)  # plan, compile, prepare outside the graph
+        row[f"{key}_us"] = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
+        ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
+        row[f"{key}_err"] = float((humming.gemm(x, qws[0]).double() - ref).norm() / ref.norm())
+    except humming.HummingError as exc:
+        row[f"{key}_us"] = None
+        row[f"{key}_why"] = str(exc).splitlines()[0]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--ms", default="1,16,128,1024,4096")
     ap.add_argument("--shapes", default="8192x8192,28672x8192")
+    ap.add_argument("--schemes", default=",".join(SCHEMES))
+    ap.add_argument("--no-wgmma", action="store_true", help="skip the HUMMING_WGMMA=1 (wgmma kernel) timings")
     args = ap.parse_args()
     rows = []
     for shape in args.shapes.split(","):
         n, k = map(int, shape.split("x"))
         weights = {s: [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, s) for _ in range(copies_for(n * k))]
-                   for s in SCHEMES}
+                   for s in args.schemes.split(",")}
         for m in map(int, args.ms.split(",")):
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
             row = {"n": n, "k": k, "m": m, **baselines(x, n, k)}
             for s, qws in weights.items():
-                try:
-                    for qw in qws:
-                        humming.gemm(x, qw)  # plan, compile, prepare outside the graph
-                    row[f"{s}_us"] = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
-                    ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
-                    row[f"{s}_err"] = float((humming.gemm(x, qws[0]).double() - ref).norm() / ref.norm())
-                except humming.HummingError as exc:
-                    row[f"{s}_us"] = None
-                    row[f"{s}_why"] = str(exc).splitlines()[0]
+                _time_scheme(row, s, s, qws, x)
+                if s in WGMMA_SCHEMES and m >= 64 and not args.no_wgmma:
+                    os.environ["HUMMING_WGMMA"] = "1"
+                    try:
+                        _time_scheme(row, s, f"{s}_wgmma", qws, x)
+                    finally:
+                        os.environ.pop("HUMMING_WGMMA", None)
             rows.append(row)
             print(json.dumps(row), flush=True)
         del weights
@@ -100,16 +116,22 @@ def main() -> None:
     result = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": rows}
     with open(os.path.join(args.out, "bench_quantized.json"), "w") as f:
         json.dump(result, f, indent=1)
-    print("\n| N x K | M | fp16 | FP8 cuBLASLt | int_mm | W8A8-FP8 | W8A8-INT8 | W4A8-FP8 | W4A8-INT8 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| N x K | M | fp16 | FP8 cuBLASLt | int_mm | W8A8-FP8 | W8A8-INT8 | W4A8-FP8 | W4A8-INT8 |"
+          " W8A8-FP8 wgmma | wgmma / cuBLASLt | W8A8-INT8 wgmma | wgmma / int_mm |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def f(v):
         return "-" if v is None else f"{v:.1f}"
 
-    for r in rows:
-        print(f"| {r['n']}x{r['k']} | {r['m']} | {f(r['cublas_fp16_us'])} | {f(r.get('cublaslt_fp8_rowwise_us'))} | "
-              f"{f(r.get('torch_int_mm_us'))} | " + " | ".join(f(r.get(f'{s}_us')) for s in SCHEMES) + " |")
+    def speedup(base, v):  # > 1: humming faster
+        return "-" if base is None or v is None else f"{base / v:.2f}x"
 
+    for r in rows:
+        fp8w, i8w = r.get("w8a8-fp8_wgmma_us"), r.get("w8a8-int8_wgmma_us")
+        print(f"| {r['n']}x{r['k']} | {r['m']} | {f(r['cublas_fp16_us'])} | {f(r.get('cublaslt_fp8_rowwise_us'))} | "
+              f"{f(r.get('torch_int_mm_us'))} | " + " | ".join(f(r.get(f'{s}_us')) for s in SCHEMES) + " | "
+              f"{f(fp8w)} | {speedup(r.get('cublaslt_fp8_rowwise_us'), fp8w)} | "
+              f"{f(i8w)} | {speedup(r.get('torch_int_mm_us'), i8w)} |")
 
 if __name__ == "__main__":
     main()
