@@ -6,6 +6,7 @@ for each device is fetched on first use. Launches never synchronise the host.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 
 from humming.errors import LaunchError
@@ -45,6 +46,7 @@ class LoadedKernel:
         self._library = None
         self._kernel = None
         self._functions: dict[int, object] = {}
+        self._handles: dict[int, int] = {}  # device -> CUfunction as an integer, for the ctypes launch
 
     def _function(self, device: int):
         fn = self._functions.get(device)
@@ -63,21 +65,55 @@ class LoadedKernel:
                 attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
                 _check(driver.cuKernelSetAttribute(attr, self.smem_bytes, self._kernel, dev), f"smem limit of {self.name}")
             fn = _check(driver.cuKernelGetFunction(self._kernel), f"function of {self.name}")
+            self._handles[device] = int(fn)
             self._functions[device] = fn
         return fn
 
     def launch(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args) -> None:
         """args: an ArgBlock, or a list of ctypes values (c_void_p, c_int, c_float) in parameter order."""
-        driver = _driver()
         fn = self._function(device)
         if isinstance(args, ArgBlock):
             params = args.address
+            raw = _raw_launch()
+            if raw is not None:  # the hot path: the driver entry point called through ctypes
+                err = raw(self._handles[device], grid[0], grid[1], grid[2], block, 1, 1, self.smem_bytes, stream,
+                          params, None)
+                if err:
+                    _check(_driver().CUresult(err), f"launching {self.name} grid={grid} block={block} smem={self.smem_bytes}")
+                return
         else:
             pointers = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
             params = ctypes.addressof(pointers)
+        driver = _driver()
         err = driver.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block, 1, 1, self.smem_bytes, stream, params, 0)
         if int(err[0]) != 0:
             _check(err, f"launching {self.name} grid={grid} block={block} smem={self.smem_bytes}")
+
+
+_RAW_UNSET = object()
+_raw = _RAW_UNSET
+
+
+def _raw_launch():
+    """libcuda's cuLaunchKernel as a ctypes function (None where the library cannot be opened, or with
+    HUMMING_RAW_LAUNCH=0). cuda-bindings' wrapper converts every argument to an object on each call; this
+    costs a few microseconds of host time per launch, which a decode step pays once per layer."""
+    global _raw
+    if _raw is _RAW_UNSET:
+        fn = None
+        if os.environ.get("HUMMING_RAW_LAUNCH", "1") != "0":
+            for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+                try:
+                    lib = ctypes.CDLL(name)
+                except OSError:
+                    continue
+                fn = lib.cuLaunchKernel
+                u = ctypes.c_uint
+                fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+                fn.restype = ctypes.c_int
+                break
+        _raw = fn
+    return _raw
 
 
 class ArgBlock:

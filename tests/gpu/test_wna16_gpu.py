@@ -1,4 +1,6 @@
 """WnA16 kernels on a real GPU against the reference (fresh random data, poisoned outputs)."""
+import os
+
 import pytest
 import torch
 
@@ -14,7 +16,8 @@ SCHEMES = [
     "w4a16-fp4", "w8a16-fp8", "w4a16-nvfp4", "w4a16-mxfp4", "mxint4",
 ]
 GROUPS = [("w4a16", 32), ("w4a16", 64), ("w4a16", 256), ("w4a16-zp", 64), ("w8a16", 128), ("w4a16", None)]
-MS = [1, 7, 16, 33, 128, 1024]
+# HUMMING_GPU_MS narrows the M sweep for a quick device run (e.g. 1,7,16 after a decode-kernel change)
+MS = [int(v) for v in os.environ.get("HUMMING_GPU_MS", "1,7,16,33,128,1024").split(",")]
 SHAPES = [(256, 1024), (4096, 2048)]
 TOL = {torch.float16: 1e-3, torch.bfloat16: 5e-3}
 
