@@ -10,6 +10,7 @@ import torch
 
 import humming
 from humming import api
+from humming.capabilities import list_profiles
 from humming.core.compiler import compile_cuda
 from humming.core.layout_wgmma import WgmmaW8A8Layout, prepare_w8a8_wgmma
 from humming.core.nvrtc import select_toolchain
@@ -66,6 +67,21 @@ def test_compiles_with_wgmma(a_type, bn, act):
     if bn == 128:
         assert max(spills) == 0, log
     assert "serialized" not in log, log  # ptxas would serialize the wgmmas (accumulators touched in flight)
+
+
+WGMMA_PROFILES = [c.name for c in list_profiles(include_abstract=False) if c.find_mma(family="wgmma")]
+
+
+def test_every_profile_declaring_wgmma_compiles_it():
+    """Rule of the HAL: the kernel follows the declaration (H100, H200, H20), not a device name."""
+    _need_sm90a()
+    assert {"nvidia-h100", "nvidia-h200", "nvidia-h20"} <= set(WGMMA_PROFILES)
+    for name in WGMMA_PROFILES:
+        caps = _caps(name)
+        for a_type in ("e4m3", "s8"):
+            p = plan_w8a8_wgmma(caps, WgmmaW8A8Layout(a_type, 2048, 2048, "tensor"), 512, "bf16")
+            _, mod = api.compile_plan(p, caps)
+            assert f"wgmma.mma_async.sync.aligned.m64n{p.tiles.bn}k32.{ACC[a_type]}.{a_type}.{a_type}" in mod.ptx
 
 
 def test_compiles_through_the_api_cache_and_names():
