@@ -67,7 +67,8 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
             from humming.core.layout_wgmma import WgmmaW8A8Layout
             from humming.core.planner_wgmma import plan_w8a8_wgmma
 
-            layout = WgmmaW8A8Layout(choice.a_type, n, k, sch.weight_scale.granularity)
+            layout = WgmmaW8A8Layout(choice.a_type, n, k, sch.weight_scale.granularity,
+                                     fast_accum=_wgmma_fast_accum() and choice.a_type == "e4m3")
             p = plan_w8a8_wgmma(caps, layout, m, act, scheme=sch.name)
             return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         else:
@@ -387,6 +388,11 @@ def _runs_on_w8a8(choice, scheme) -> bool:
 
 
 WGMMA_ENV = "HUMMING_WGMMA"  # "1": W8A8 prefill (M >= 64) runs the wgmma kernel where a profile declares it
+WGMMA_FAST_ACCUM_ENV = "HUMMING_WGMMA_FAST_ACCUM"  # "1": e4m3 partial sums stay in the tensor core (no promotion)
+
+
+def _wgmma_fast_accum() -> bool:
+    return os.environ.get(WGMMA_FAST_ACCUM_ENV, "") == "1"
 
 
 def _wgmma_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
@@ -408,10 +414,11 @@ def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
     from humming.core.planner_wgmma import plan_w8a8_wgmma
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
-    key = ("w8a8-wgmma", x.dtype, x.device, caps.name)
+    fast = _wgmma_fast_accum()
+    key = ("w8a8-wgmma", x.dtype, x.device, caps.name) + (("fast_accum",) if fast else ())
     handle = cache.get(key)
     if handle is None:
-        packed = prepare_w8a8_wgmma(qw.to(x.device), x.dtype, choice.a_type)
+        packed = prepare_w8a8_wgmma(qw.to(x.device), x.dtype, choice.a_type, fast_accum=fast)
         live = live_arch()
         run_arch = live if live and live != caps.target.arch else None
         act = act_name(x.dtype)

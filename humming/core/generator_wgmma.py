@@ -11,8 +11,11 @@ descriptor of an operand points at its first row (+32 bytes per k32 step) with a
 between groups of 8 rows.
 
 Pipeline. cp.async, STAGES slots, STAGES-2 stages in flight ahead of the one being multiplied; wgmma groups
-are waited with one group left in flight, so the slot refilled at iteration kt (that of kt-2) is free once
-the barrier of iteration kt has passed. Before wgmma reads a stage: cp.async.wait_group, then
+are waited with at most one group left in flight, so the slot refilled at iteration kt (that of kt-2) is free
+once the barrier of iteration kt has passed. e4m3 (unless fast accumulation is asked for) promotes: each stage's
+4 k32 steps start from zero (scale-d = 0) and are waited and added into fp32 registers, because the tensor
+core's fp8 accumulation keeps fewer bits than fp32 (its error would grow with K); s8 accumulates exactly in
+int32 across the whole K. Before wgmma reads a stage: cp.async.wait_group, then
 fence.proxy.async (cp.async writes are generic-proxy, wgmma reads through the async proxy), then the barrier.
 
 Epilogue (registers -> global, no shared memory): accumulator as fp32 x per-token scale TS[m] x per-channel
@@ -30,7 +33,31 @@ def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
         raise ValueError(f"the wgmma kernel is written for 128x{t.bn}x128 tiles, 256 threads, >= 3 stages; got {t}")
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
     prelude = backend.wgmma_prelude(request, t.bn)
-    return f"""// ===== humming generated kernel: {plan.kernel_name}
+    promote = plan.instruction.a_type in ("e4m3", "e5m2") and not getattr(plan.layout, "fast_accum", False)
+    if promote:  # fp8: each stage's 128-deep partial goes into fp32 registers (the tensor core keeps fewer bits)
+        promote_decl = """\
+  float facc[WG_ACC_REGS];  // fp32 sums of the per-stage partials (promotion)
+  #pragma unroll
+  for (int i = 0; i < WG_ACC_REGS; ++i) facc[i] = 0.0f;
+"""
+        accumulate = "ks > 0"  # the first k32 step of a stage overwrites the partial (scale-d = 0)
+        wait_body = """\
+    wgmma_wait<0>();             // this stage's partial is complete (the other warpgroup keeps the tensor core busy)
+    wgmma_fence_operand(acc);
+    #pragma unroll
+    for (int i = 0; i < WG_ACC_REGS; ++i) facc[i] += acc[i];"""
+
+        def result(i: str) -> str:
+            return f"facc[{i}]"
+    else:
+        promote_decl, accumulate = "", "1"
+        wait_body = """\
+    wgmma_wait<1>();             // the group of kt-1 has finished reading its stage
+    wgmma_fence_operand(acc);"""
+
+        def result(i: str) -> str:
+            return f"wg_acc_to_f32(acc[{i}])"
+    src = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
 
@@ -90,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
   wg_acc_t acc[WG_ACC_REGS];
   #pragma unroll
   for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0;
-
+{promote_decl}
   #pragma unroll
   for (int s = 0; s < LOOKAHEAD; ++s) {{
     if (s < ktiles) load_stage(s, s);
@@ -113,14 +140,12 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
     wgmma_fence();
     #pragma unroll
     for (int ks = 0; ks < BK / 32; ++ks)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
-      wgmma_k32(acc, desc_a + 2 * ks, desc_b + 2 * ks);
+      wgmma_k32(acc, desc_a + 2 * ks, desc_b + 2 * ks, {accumulate});
     wgmma_commit();
-    wgmma_wait<1>();             // the group of kt-1 has finished reading its stage
-    wgmma_fence_operand(acc);
+{wait_body}
   }}
   wgmma_wait<0>();
   wgmma_fence_operand(acc);
-
   // accumulator fragment of m64nBN: warp w (of the warpgroup) holds rows 16w .. 16w+15; for n8 chunk j,
   // acc[4j + 2h + e] is row lane/4 + 8h, column 8j + 2*(lane%4) + e
   const float scale = GS ? out_scale * load_f32(GS) : out_scale;
@@ -142,11 +167,12 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
     for (int h = 0; h < 2; ++h) {{
       const int row = row0 + 8 * h;
       if (row < M) {{
-        const float v0 = wg_acc_to_f32(acc[4 * j + 2 * h]) * rs[h] * c0 + b0;
-        const float v1 = wg_acc_to_f32(acc[4 * j + 2 * h + 1]) * rs[h] * c1 + b1;
+        const float v0 = {result('4 * j + 2 * h')} * rs[h] * c0 + b0;
+        const float v1 = {result('4 * j + 2 * h + 1')} * rs[h] * c1 + b1;
         store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
       }}
     }}
   }}
 }}
 """
+    return src

@@ -24,6 +24,9 @@ class WgmmaW8A8Layout:
     weight_scale: str  # "channel" | "tensor"
     weight_bits: int = 8
     kmajor: bool = True  # marks the plain [N, K] layout (vs the k32 atoms of W8A8Layout)
+    # e4m3 only: keep every partial sum in the tensor core's accumulator (its fp32 additions keep fewer bits:
+    # error grows with K). Default False: the kernel adds each 128-deep partial into fp32 registers.
+    fast_accum: bool = False
 
 
 @dataclass
@@ -37,8 +40,9 @@ class PackedWgmmaW8A8:
     perm: None = None
 
 
-def prepare_w8a8_wgmma(qw, act_dtype: torch.dtype, a_type: str) -> PackedWgmmaW8A8:
-    """int8 / e4m3 weights with per-channel or per-tensor scales -> the wgmma kernel's operands."""
+def prepare_w8a8_wgmma(qw, act_dtype: torch.dtype, a_type: str, fast_accum: bool = False) -> PackedWgmmaW8A8:
+    """int8 / e4m3 weights with per-channel or per-tensor scales -> the wgmma kernel's operands.
+    ``fast_accum`` (e4m3): no promotion of partial sums to fp32 registers (see WgmmaW8A8Layout)."""
     from humming.core.formats import get as get_format
 
     act_name(act_dtype)
@@ -71,4 +75,5 @@ def prepare_w8a8_wgmma(qw, act_dtype: torch.dtype, a_type: str) -> PackedWgmmaW8
     device = qw.packed.device
     bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
     codes = qw.codes().to(torch.uint8).reshape(n, k).contiguous()
-    return PackedWgmmaW8A8(WgmmaW8A8Layout(a_type, n, k, granularity), codes, chan, bias, out_scale)
+    layout = WgmmaW8A8Layout(a_type, n, k, granularity, fast_accum=bool(fast_accum) and a_type == "e4m3")
+    return PackedWgmmaW8A8(layout, codes, chan, bias, out_scale)

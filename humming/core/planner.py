@@ -91,7 +91,8 @@ class Plan:
         t = self.tiles
         if self.is_8bit:
             parts8 = (self.family, self.path, tuple(self.instruction.shape), self.instruction.a_type, self.act, t,
-                      self.async_copy, getattr(self.layout, "weight_bits", 8), getattr(self.layout, "group", 0))
+                      self.async_copy, getattr(self.layout, "weight_bits", 8), getattr(self.layout, "group", 0),
+                      *(("fast_accum",) if getattr(self.layout, "fast_accum", False) else ()))
             return hashlib.sha1(repr(parts8).encode()).hexdigest()[:10]
         d = self.layout.decode
         parts = (

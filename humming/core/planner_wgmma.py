@@ -49,10 +49,17 @@ def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     sms = caps.limits.sms or _DEFAULT_SMS
     reasons = [f"wgmma m64n{{N}}k32 {a_type} declared ({caps.target.arch}); {a_type} x {a_type} -> {_ACC[a_type]}, "
                f"both operands K-major in shared memory (128-byte swizzle)"]
-    bns = [bn for bn in (256, 128) if n % bn == 0 and bn in form.n_values]
+    promote = a_type == "e4m3" and not getattr(layout, "fast_accum", False)
+    bns = [bn for bn in ((128,) if promote else (256, 128)) if n % bn == 0 and bn in form.n_values]
     if not bns:
         raise ShapeError(f"N={n} must be a multiple of 128 for the wgmma kernel")
     bn = bns[0]
+    if promote:
+        reasons.append("e4m3: each 128-deep partial sum is added into fp32 registers (the tensor core's fp8 "
+                       "accumulation keeps fewer bits); BN=128 leaves registers for both accumulators")
+    elif a_type == "e4m3":
+        reasons.append("e4m3 fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1): partial sums stay in the tensor core's "
+                       "accumulator for the whole K")
     if len(bns) > 1:  # 256 does more work per byte of shared memory read; 128 when 256 leaves SMs idle
         def waves(b: int) -> float:  # fraction of the launched SM slots that hold a tile
             tiles = math.ceil(m / BM) * (n // b)

@@ -77,3 +77,22 @@ def test_small_m_stays_on_mma_sync(monkeypatch):
     torch.cuda.synchronize()
     assert not torch.isnan(out).any()
     assert not any(key[0] == "w8a8-wgmma" for key in qw.__dict__["_humming_prepared"])
+
+
+def test_wgmma_fp8_fast_accumulation(monkeypatch):
+    """HUMMING_WGMMA_FAST_ACCUM=1: e4m3 partial sums stay in the tensor core's accumulator (BN may be 256);
+    the error is the hardware's, so this only checks it stays small at K=2048."""
+    caps = _require_wgmma()
+    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    monkeypatch.setenv(api.WGMMA_FAST_ACCUM_ENV, "1")
+    n, k, m = 1024, 2048, 1024
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get("w8a8-fp8"))
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    out = humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    key = ("w8a8-wgmma", x.dtype, x.device, caps.name, "fast_accum")
+    p = api._registry[qw.__dict__["_humming_prepared"][key]].launches[m].plan
+    assert p.family == "wgmma" and p.layout.fast_accum
+    assert not torch.isnan(out).any()
+    err = rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32))
+    assert err <= 5e-3, f"fast accumulation BN={p.tiles.bn}: relative error {err:.2e}"

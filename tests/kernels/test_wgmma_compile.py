@@ -45,7 +45,8 @@ def test_compiles_with_wgmma(a_type, bn, act):
     _need_sm90a()
     caps = _caps()
     m, n = BN_CASES[bn]
-    p = plan_w8a8_wgmma(caps, WgmmaW8A8Layout(a_type, n, 4096, "channel"), m, act, scheme="w8a8")
+    fast = a_type == "e4m3" and bn == 256  # promoted e4m3 (the default) runs BN=128 only (registers)
+    p = plan_w8a8_wgmma(caps, WgmmaW8A8Layout(a_type, n, 4096, "channel", fast_accum=fast), m, act, scheme="w8a8")
     assert p.family == "wgmma" and p.tiles.bn == bn and p.splits == 1 and p.threads == 256
     assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024
     assert "wgmma" in p.kernel_name and "wgmma" in p.explain()
@@ -55,8 +56,8 @@ def test_compiles_with_wgmma(a_type, bn, act):
     t = a_type
     shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.(\w+)\.(\w+)\.(\w+)", ptx))
     assert shapes == {(f"m64n{bn}k32", ACC[a_type], t, t)}
-    for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 1",
-                "wgmma.wait_group.sync.aligned 0", "fence.proxy.async.shared::cta", "cp.async.cg.shared.global"):
+    for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 0",
+                "fence.proxy.async.shared::cta", "cp.async.cg.shared.global"):
         assert ins in ptx, ins
     assert "mma.sync" not in ptx and "tcgen05" not in ptx and "ldmatrix" not in ptx
     log = mod.log
@@ -66,6 +67,9 @@ def test_compiles_with_wgmma(a_type, bn, act):
     assert spills and max(spills) <= 64, log  # BN=256 holds 128 accumulators per thread: at most a few words spill
     if bn == 128:
         assert max(spills) == 0, log
+    src_promotes = "facc[i] += acc[i]" in src
+    assert src_promotes == (a_type == "e4m3" and not fast)
+    assert ("wgmma.wait_group.sync.aligned 1" in ptx) == (not src_promotes)
     assert "serialized" not in log, log  # ptxas would serialize the wgmmas (accumulators touched in flight)
 
 
@@ -174,7 +178,7 @@ def _check_kernel_indexing(src: str) -> None:
                  "smem0 + stage * STAGE_BYTES + lswz, b_tile = a_tile + A_BYTES",
                  "(kt % STAGES) * STAGE_BYTES + wg * 64 * 128", "(kt % STAGES) * STAGE_BYTES + A_BYTES",
                  "desc_a = make_smem_desc(a_tile), desc_b = make_smem_desc(b_tile)",
-                 "wgmma_k32(acc, desc_a + 2 * ks, desc_b + 2 * ks)", "(smem_u32(smem) + 1023u) & ~1023u",
+                 "wgmma_k32(acc, desc_a + 2 * ks, desc_b + 2 * ks, ", "(smem_u32(smem) + 1023u) & ~1023u",
                  "const int row0 = m0 + warp * 16 + (lane >> 2);", "acc[4 * j + 2 * h]", "acc[4 * j + 2 * h + 1]",
                  "const int col = n0 + 8 * j + 2 * (lane & 3);"):
         assert text in src, text
@@ -216,7 +220,7 @@ def test_copy_loop_and_wgmma_descriptor_address_the_same_bytes(bn, stages):
     the byte the wgmma descriptor makes the tensor core read; and no two bytes collide."""
     caps = _caps()
     m, n = BN_CASES[bn]
-    p = plan_w8a8_wgmma(caps, WgmmaW8A8Layout("e4m3", n, 4096, "channel"), m, "f16")
+    p = plan_w8a8_wgmma(caps, WgmmaW8A8Layout("s8", n, 4096, "channel"), m, "f16")
     assert (p.tiles.bn, p.tiles.stages) == (bn, stages)
     _check_kernel_indexing(api.source(p, caps))
     a_bytes, stage_bytes = 128 * 128, 128 * 128 + bn * 128
@@ -300,7 +304,8 @@ def _emulate(p, packed, codes: torch.Tensor, ts, gs, dec) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("scheme,bn", [("w8a8-fp8", 128), ("w8a8-int8", 128), ("w8a8-fp8-tensor", 256)])
+@pytest.mark.parametrize("scheme,bn", [("w8a8-fp8", 128), ("w8a8-int8", 128), ("w8a8-int8", 256),
+                                       ("w8a8-fp8-tensor", 128)])
 def test_emulated_kernel_matches_reference(scheme, bn):
     sch = humming.schemes.get(scheme)
     torch.manual_seed(bn + len(scheme))

@@ -287,11 +287,11 @@ __device__ __forceinline__ void wgmma_fence_operand(wg_acc_t (&d)[{regs}]) {{
   #pragma unroll
   for (int i = 0; i < {regs}; ++i) asm volatile("" : "{con}"(d[i]) :: "memory");
 }}
-// one m64n{n}k32 {a_type} step (scale-d = 1: accumulate into d)
-__device__ __forceinline__ void wgmma_k32(wg_acc_t (&d)[{regs}], uint64_t desc_a, uint64_t desc_b) {{
+// one m64n{n}k32 {a_type} step: d = A * B + (accumulate ? d : 0)
+__device__ __forceinline__ void wgmma_k32(wg_acc_t (&d)[{regs}], uint64_t desc_a, uint64_t desc_b, int accumulate) {{
   asm volatile("{{\n .reg .pred p;\n setp.ne.b32 p, %{sd}, 0;\n {ins}\n}}\n"
                : {outs}
-               : "l"(desc_a), "l"(desc_b), "r"(1));
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }}
 """
 
