@@ -408,6 +408,18 @@ def _wgmma_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
             and wgmma_form(caps, choice.a_type) is not None)
 
 
+_wgmma_here: dict[str, bool] = {}
+
+
+def _wgmma_runs_here(caps) -> bool:
+    """wgmma kernels run only on the profile's own target (a forced profile emulated on another GPU keeps the
+    mma.sync kernel, which compiles for the live GPU)."""
+    ok = _wgmma_here.get(caps.name)
+    if ok is None:
+        ok = _wgmma_here[caps.name] = live_arch() in (None, caps.target.arch)
+    return ok
+
+
 def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
     """The prepared handle of the wgmma W8A8 kernel for (dtype, device, profile): weights as stored [N, K]."""
     from humming.core.layout_wgmma import prepare_w8a8_wgmma
@@ -444,7 +456,7 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     cache = qw.__dict__.setdefault("_humming_prepared", {})
     key = ("w8a8", x.dtype, x.device, caps.name)
     handle = cache.get(key)
-    if _wgmma_eligible(caps, choice, qw.scheme, x.numel() // k, n, k):
+    if _wgmma_eligible(caps, choice, qw.scheme, x.numel() // k, n, k) and _wgmma_runs_here(caps):
         handle = _w8a8_wgmma_handle(x, qw, caps, choice)
     elif handle is None:
         if qw.scheme.weight in ("int4", "e2m1"):
