@@ -31,37 +31,58 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
         row = "0" if group < 0 else f"({k} / {group})"
         return f"{ptr} + (size_t){row} * N + n0 + (lane >> 2) * 8"
 
-    # groups of 64 or more (or one row) change at most once per atom: their 8 values travel in the ring
-    # with the atom's weights; smaller groups are read per k16 step
-    per_step, ring_tables, ring_decl, ring_pick = [], [], [], []
+    # groups of 64 or more (or one row) change at most once per atom: read once per atom (with x_ring, they
+    # travel in the ring with the atom's weights); smaller groups are read per k16 step
+    ring = bool(t.x_ring)
+    per_step, ring_tables, ring_decl, per_atom = [], [], [], []
     for ptr, var, group in (("S", "ss", s_group), ("Z", "zz", z_group)):
         if group and (group < 0 or group >= 64):
-            ring_decl.append(f"uint32_t {var}r[R][4];  // {var} table of each atom in the ring")
-            ring_tables.append((var, table_addr(ptr, group, "ATOM * 64")))
-            ring_pick.append(f"const uint32_t (&{var}8)[4] = {var}r[s];")
+            if ring:
+                ring_decl.append(f"uint32_t {var}r[R][4];  // {var} table of each atom in the ring")
+                ring_tables.append((var, table_addr(ptr, group, "ATOM * 64")))
+                per_atom.append(f"const uint32_t (&{var}8)[4] = {var}r[s];")
+            else:
+                per_atom.append(f"uint32_t {var}8[4]; load_g128_cached({var}8, {table_addr(ptr, group, 'atom * 64')});")
         elif group:
             per_step.append(f"uint32_t {var}8[4]; load_g128_cached({var}8, {table_addr(ptr, group, 'k')});")
+    if ring:
+        ring_decl.insert(0, "uint32_t xr[R][4][TOKEN_TILES][2];  // activations as the MMA's B operand, per k16 step and token tile")
+        activations = "const uint32_t (&xb)[TOKEN_TILES][2] = xr[s][ks];"
+    else:
+        activations = """const int k = atom * 64 + ks * 16;
+          // activations as the B operand: token g + 8j, k pairs 2q and 2q + 8
+          uint32_t xb[TOKEN_TILES][2];
+          #pragma unroll
+          for (int j = 0; j < TOKEN_TILES; ++j) {
+            const int tok = j * 8 + g;
+            const uint16_t* xp = A + (size_t)(tok < M ? tok : 0) * K + k + 2 * q;
+            xb[j][0] = tok < M ? load_g32(xp) : 0u;
+            xb[j][1] = tok < M ? load_g32(xp + 8) : 0u;
+          }"""
     per_step_code = "\n          ".join(per_step)
-    ring_pick_code = "\n      ".join(ring_pick)
-    ring_decl_code = "\n  ".join(ring_decl)
+    per_atom_code = "\n      ".join(per_atom)
+    ring_decl_code = "".join("\n  " + line for line in ring_decl)
 
     def fetch(slot: str, atom: str, indent: str) -> str:
-        """Issue every global load atom `atom` needs into ring slot `slot`: its weights (16-byte loads), its
-        activations (k pairs 2q, 2q + 8 of each k16 step for token g + 8j) and its per-atom tables."""
+        """Issue the global loads of atom `atom` into ring slot `slot`: its weights (16-byte loads) and, with
+        x_ring, its activations (k pairs 2q, 2q + 8 of each k16 step for token g + 8j) and per-atom tables."""
         lines = [
             f"const uint32_t* p = wbase + (size_t)({atom}) * ATOM_U4 * 4;",
             "#pragma unroll",
             f"for (int c = 0; c < CB; ++c) load_g128(buf[{slot}][c], p + c * 128);",
-            "#pragma unroll",
-            "for (int ks = 0; ks < 4; ++ks)",
-            "  #pragma unroll",
-            "  for (int jt = 0; jt < TOKEN_TILES; ++jt) {",
-            "    const int tok = jt * 8 + g;",
-            f"    const uint16_t* xp = A + (size_t)(tok < M ? tok : 0) * K + ({atom}) * 64 + ks * 16 + 2 * q;",
-            f"    xr[{slot}][ks][jt][0] = tok < M ? load_g32(xp) : 0u;",
-            f"    xr[{slot}][ks][jt][1] = tok < M ? load_g32(xp + 8) : 0u;",
-            "  }",
         ]
+        if ring:
+            lines += [
+                "#pragma unroll",
+                "for (int ks = 0; ks < 4; ++ks)",
+                "  #pragma unroll",
+                "  for (int jt = 0; jt < TOKEN_TILES; ++jt) {",
+                "    const int tok = jt * 8 + g;",
+                f"    const uint16_t* xp = A + (size_t)(tok < M ? tok : 0) * K + ({atom}) * 64 + ks * 16 + 2 * q;",
+                f"    xr[{slot}][ks][jt][0] = tok < M ? load_g32(xp) : 0u;",
+                f"    xr[{slot}][ks][jt][1] = tok < M ? load_g32(xp + 8) : 0u;",
+                "  }",
+            ]
         for var, addr in ring_tables:
             lines.append(f"load_g128_cached({var}r[{slot}], {addr.replace('ATOM', '(' + atom + ')')});")
         return "\n".join(indent + line for line in lines)
@@ -108,11 +129,9 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
       #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 {zero_const}
-  // ring of R = PF + 1 register slots: atom j lives in slot j % R (weights, activations, per-atom tables);
-  // PF atoms stay in flight while the warp decodes and multiplies the current one
-  uint32_t buf[R][CB][4];
-  uint32_t xr[R][4][TOKEN_TILES][2];  // activations as the MMA's B operand, per k16 step and token tile
-  {ring_decl_code}
+  // ring of R = PF + 1 register slots: atom j lives in slot j % R; PF atoms stay in flight while the warp
+  // decodes and multiplies the current one
+  uint32_t buf[R][CB][4];{ring_decl_code}
   #pragma unroll
   for (int s = 0; s < PF; ++s)
     if (s < natoms) {{
@@ -127,11 +146,11 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
       if (j + PF < natoms) {{
 {fetch("(s + PF) % R", "atom + PF * WARPS_K", "        ")}
       }}
-      {ring_pick_code}
+      {per_atom_code}
         #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {{
-          const uint32_t (&xb)[TOKEN_TILES][2] = xr[s][ks];
-          {"const int k = atom * 64 + ks * 16;" if per_step else ""}
+          {activations}
+          {"const int k = atom * 64 + ks * 16;" if ring and per_step else ""}
           {per_step_code}
           uint32_t words[CB >= 4 ? CB : 4];
           #pragma unroll

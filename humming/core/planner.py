@@ -27,6 +27,7 @@ class TileConfig:
     warps_m: int
     warps_n: int
     warps_k: int
+    x_ring: int = 0  # stream path: 1 = activations also travel in the register ring (one atom ahead)
 
     @property
     def threads(self) -> int:
@@ -114,8 +115,8 @@ class Plan:
         d = self.layout.decode
         w = f"{d.kind}{d.bits}"
         kind = "stream" if self.path == "stream" else "tile"
-        return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}_"
-                f"{self.kernel_key}")
+        return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
+                f"{'x' if t.x_ring else ''}_{self.kernel_key}")
 
     def summary(self) -> str:
         t = self.tiles
@@ -212,6 +213,8 @@ def _check_forced(t: TileConfig, m: int, n: int, k: int, layout: WeightLayout) -
         problems.append(f"group sizes {groups} must divide or be multiples of BK={t.bk}")
     if t.stages < 2 or t.threads > 1024:
         problems.append("at least 2 stages and at most 1024 threads")
+    if t.x_ring:
+        problems.append("x_ring (activations in the register ring) is a stream-path option")
     if problems:
         raise ShapeError(f"tile {t} is not valid here: " + "; ".join(problems))
 
@@ -290,12 +293,15 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
         if m > STREAM_MAX_M:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}, got M={m}")
         warps_k, in_flight, auto_splits, why = _stream_config(n, k, m, layout.decode.container, sms)
+        x_ring = 0
         if tiles is not None:
-            warps_k, in_flight = tiles.warps_k, tiles.stages - 1
+            warps_k, in_flight, x_ring = tiles.warps_k, tiles.stages - 1, tiles.x_ring
             why = f"{warps_k} warps per slab, {in_flight} atom(s) in flight forced (tuned)"
+            if x_ring:
+                why += ", activations in flight with them"
         if k % (64 * warps_k):
             raise ShapeError(f"K={k} must be a multiple of {64 * warps_k} for {warps_k} warps per slab")
-        st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight + 1, 1, 1, warps_k)
+        st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight + 1, 1, 1, warps_k, x_ring)
         reasons.append(f"M={m} <= {STREAM_MAX_M}: stream path: weights are the MMA's A operand, loaded straight "
                        f"into registers with 16-byte loads; no shared-memory staging")
         if splits is None:

@@ -212,7 +212,7 @@ def lookup(caps, layout, n: int, k: int, m: int, scheme: str = "") -> dict | Non
 
 
 def _forced(entry: dict) -> tuple[TileConfig, int, str]:
-    tiles = TileConfig(**{f.name: int(entry["tiles"][f.name]) for f in dataclasses.fields(TileConfig)})
+    tiles = TileConfig(**{f.name: int(entry["tiles"].get(f.name, f.default)) for f in dataclasses.fields(TileConfig)})
     splits = int(entry["splits"])
     path = "stream" if entry["path"] == "stream" else "tile"
     return tiles, splits, path
@@ -329,7 +329,8 @@ def candidate_configs(m: int) -> list[tuple[str, TileConfig, int]]:
         for wk in _STREAM_WARPS_K:
             for splits in _STREAM_SPLITS:
                 for in_flight in _STREAM_IN_FLIGHT:
-                    out.append(("stream", TileConfig(bm, 64, 64 * wk, in_flight + 1, 1, 1, wk), splits))
+                    for x_ring in (0, 1):
+                        out.append(("stream", TileConfig(bm, 64, 64 * wk, in_flight + 1, 1, 1, wk, x_ring), splits))
     if m <= 64:
         tm = (m + 15) // 16
         tiles = [TileConfig(16 * tm, 64, 64 * wk, stages, 1, 1, wk) for wk, stages in _SMALL_M_TILES]
