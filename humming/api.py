@@ -283,7 +283,8 @@ def gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None = None
     Under torch.compile it goes through the ``humming::wna16_gemm`` custom op, which traces."""
     packed = _registry[handle].packed
     n, k = packed.layout.n, packed.layout.k
-    x2 = x.reshape(-1, k)
+    flat = x.dim() == 2  # the common case needs no reshape/view (each costs host time on every call)
+    x2 = x if flat else x.reshape(-1, k)
     if x2.shape[0] == 0:  # no tokens (an empty batch in a server): nothing to launch
         return x.new_empty((*x.shape[:-1], n))
     if packed.perm is not None:
@@ -297,7 +298,7 @@ def gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None = None
         if not x2.is_contiguous() or x2.data_ptr() % 16:
             x2 = x2.contiguous()
         out = _launch(handle, x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b, gscale)
-    return out.view(*x.shape[:-1], n)
+    return out if flat else out.view(*x.shape[:-1], n)
 
 
 def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) -> torch.Tensor:
