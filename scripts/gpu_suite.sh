@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # All GPU tests plus the benchmarks, for the device machine. Full logs under $OUT; a short table last.
 #   bash scripts/gpu_suite.sh            # everything (may exceed one 10-minute device call)
-#   bash scripts/gpu_suite.sh wna16      # WnA16 + upconvert GPU tests, then the W4A16 benchmark
-#   bash scripts/gpu_suite.sh quant      # W8A8/W4A8 + activation-quantization GPU tests, quantized benchmark
-#   bash scripts/gpu_suite.sh ppu        # the GPU tests with the Zhenwu 810E profile forced (emulation)
+#   bash scripts/gpu_suite.sh wna16      # WnA16 + upconvert (+ wgmma WnA16) GPU tests, then the W4A16 benchmark
+#   bash scripts/gpu_suite.sh quant      # W8A8/W4A8 (mma.sync and wgmma) + activation-quantization GPU tests,
+#                                        # then the quantized benchmark
+#   bash scripts/gpu_suite.sh ppu        # the GPU tests with the Zhenwu 810E profile forced (emulation), and
+#                                        # the YAML-only example device of docs/porting.md
 #   bash scripts/gpu_suite.sh tests      # every GPU test, no benchmark
 # Extra arguments go to pytest (e.g. -k "w4a16 and not bf16").
 set -uo pipefail
@@ -21,11 +23,12 @@ run_tests() {  # name, pytest args...
   grep -E "^FAILED" "$OUT/$name.log" | head -20
 }
 case "$PART" in
-  wna16) run_tests gpu-wna16 tests/gpu/test_wna16_gpu.py "$@" ;;
-  quant) run_tests gpu-quant tests/gpu/test_w8a8_gpu.py tests/gpu/test_actquant_gpu.py "$@" ;;
+  wna16) run_tests gpu-wna16 tests/gpu/test_wna16_gpu.py $(ls tests/gpu/test_wgmma_wna16_gpu.py 2>/dev/null) "$@" ;;
+  quant) run_tests gpu-quant tests/gpu/test_w8a8_gpu.py tests/gpu/test_wgmma_gpu.py tests/gpu/test_actquant_gpu.py "$@" ;;
   ppu) export HUMMING_DEVICE_PROFILE=thead-zhenwu-810e
        run_tests gpu-810e tests/gpu/test_wna16_gpu.py -k "not upconvert and not profiles_run_here" "$@"
-       unset HUMMING_DEVICE_PROFILE ;;
+       unset HUMMING_DEVICE_PROFILE
+       run_tests gpu-new-device tests/gpu/test_new_device_gpu.py "$@" ;;
   tests|all) run_tests gpu-tests tests/gpu "$@" ;;
 esac
 case "$PART" in
