@@ -110,8 +110,9 @@ def _clear_plan(api, handles, m: int) -> None:
 
 def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10, jobs: int | None = None,
                include_tile_for_stream: bool = True, progress=None, seed: int = 0) -> list[TuneResult]:
-    """Time the planner's default and every candidate plan for each M on the live GPU (random weights).
-    ``progress(text)`` is called with one line per step. Nothing is recorded here."""
+    """Time the planner's default and every candidate plan for each M on the live GPU (random weights), and
+    check each one's result against ``reference_gemm`` (a wrong candidate is reported as failed, never timed
+    as a winner). ``progress(text)`` is called with one line per step. Nothing is recorded here."""
     torch = require_gpu()
     import humming
     from humming import api
@@ -152,6 +153,8 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
             say(f"  M={m}: {len(plans)} candidates, {len(unique)} kernels compiled in {time.perf_counter() - t0:.1f} s"
                 + (f" ({len(bad)} rejected)" if bad else ""))
             x = torch.randn(m, k, device=device, dtype=torch_dtype)
+            ref = humming.reference_gemm(x, first, out_dtype=torch.float32).double()
+            tol = 2e-3 if torch_dtype == torch.float16 else 1e-2
             result = TuneResult(scheme_str, n, k, m, Timing(default, None), device=torch.cuda.get_device_name(),
                                 emulated=prep.run_arch is not None)
             for p in plans:
@@ -160,8 +163,13 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
                     _set_plan(api, handles, m, p)
                     try:
                         timing.us = graph_time_us([lambda h=h, x=x: api.gemm_prepared(x, h) for h in handles], reps=reps)
+                        # a candidate only counts if it is right: one more call, checked against the reference
+                        out = api.gemm_prepared(x, h0).double()
+                        err = float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+                        if not err <= tol:
+                            timing.us, timing.error = None, f"wrong result: relative error {err:.2e} > {tol:.0e}"
                     except Exception as exc:  # noqa: BLE001 - a config the device rejects is a result, not a crash
-                        timing.error = f"{type(exc).__name__}: {exc}"
+                        timing.us, timing.error = None, f"{type(exc).__name__}: {exc}"
                         torch.cuda.synchronize()
                 (result.failed if timing.us is None else result.timings).append(timing)
                 if p is default:

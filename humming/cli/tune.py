@@ -75,10 +75,13 @@ def main(args) -> int:
                     print(_row(i, t, d_us) + ("   <- default" if t is res.default else ""))
             if res.failed:
                 print(f"  {len(res.failed)} candidate(s) failed; first: {res.failed[0].error}")
+                for t in [t for t in res.failed if t.error.startswith("wrong result")][:10]:
+                    print(f"  WRONG {t.plan.kernel_name}: {t.error}")
             dump.append({"n": n, "k": k, "m": res.m, "scheme": res.scheme, "device": res.device,
                          "default_us": d_us, "winner_us": win.us,
                          "rows": [{"us": t.us, "path": t.plan.path, "tiles": t.plan.tiles.__dict__,
-                                   "splits": t.plan.splits} for t in res.timings]})
+                                   "splits": t.plan.splits} for t in res.timings],
+                         "failed": [{"kernel": t.plan.kernel_name, "error": t.error} for t in res.failed]})
             if args.no_record:
                 continue
             if res.emulated:

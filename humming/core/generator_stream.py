@@ -13,7 +13,7 @@ partials are added by the last block of the slab, in a fixed order.
 """
 from __future__ import annotations
 
-from humming.core.generator import helper_prelude, pair_decode
+from humming.core.generator import _c, helper_prelude, pair_decode
 
 
 def stream_kernel_source(plan, backend, caps=None) -> str:
@@ -88,6 +88,11 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
         return "\n".join(indent + line for line in lines)
 
     pick, decode, zero_const = pair_decode(lay, bool(s_group), bool(z_group))
+    fold = bool(t.fold)
+    if fold:  # the MMA takes the exact raw codes; (code + zz) * ss is applied per atom in fp32 (see fold_code)
+        pick, decode = "", ""
+    mma_acc = "tmp[tt][j]" if fold else "acc[tt][j]"
+    atom_head, ks_head, atom_tail = (_fold_parts(lay, bool(s_group), bool(z_group)) if fold else ("", "", ""))
 
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
@@ -146,12 +151,12 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
       if (j + PF < natoms) {{
 {fetch("(s + PF) % R", "atom + PF * WARPS_K", "        ")}
       }}
-      {per_atom_code}
+      {per_atom_code}{atom_head}
         #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {{
           {activations}
           {"const int k = atom * 64 + ks * 16;" if ring and per_step else ""}
-          {per_step_code}
+          {per_step_code}{ks_head}
           uint32_t words[CB >= 4 ? CB : 4];
           #pragma unroll
           for (int c = 0; c < (CB >= 4 ? CB / 4 : 1); ++c)
@@ -173,9 +178,9 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
                 a[r * 2 + h] = v;
               }}
             #pragma unroll
-            for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(acc[tt][j], a, xb[j][0], xb[j][1]);
+            for (int j = 0; j < TOKEN_TILES; ++j) mma_k16({mma_acc}, a, xb[j][0], xb[j][1]);
           }}
-        }}    }}
+        }}{atom_tail}    }}
   }}
 
   // fold the warps' partial sums (shared memory), then split-K partials (workspace)
@@ -261,3 +266,58 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
       }}
 }}
 """
+
+
+def fold_applies(layout) -> str:
+    """Why the *fold* variant cannot run this layout ("" when it can). Fold multiplies the raw codes (exact
+    act-typed ``magic + q``) and applies ``(sum + zz * sum(x)) * ss`` once per atom in fp32, so it needs integer
+    codes decoded as add-then-multiply, with scales and zeros constant over a 64-wide atom."""
+    dec = layout.decode
+    if dec.kind != "int" or getattr(layout, "zero_float", False):
+        return "fold needs integer codes with integer (or no) zero points"
+    for what, group in (("scale", layout.scale_group), ("zero", layout.zero_group)):
+        if 0 < group < 64:
+            return f"fold needs {what} groups of at least 64 (one value per atom), not {group}"
+    return ""
+
+
+def _fold_parts(lay, scales: bool, zeros: bool) -> tuple[str, str, str]:
+    """Code of the fold variant: per-atom partial sums ``tmp`` of raw codes x activations, the activations' sums
+    ``sx`` over the atom (one MMA with an all-ones A per k16 step), and the per-atom fp32 epilogue
+    acc += ss * (tmp + zz * sx) for the lane's channels tt*16 + g (+8) (zz = -(magic + zero), ss = scale)."""
+    if fold_applies(lay):
+        raise ValueError(fold_applies(lay))
+    head = """
+      float tmp[4][TOKEN_TILES][4], sx[TOKEN_TILES][4];  // this atom's raw sums and activation sums
+      #pragma unroll
+      for (int i = 0; i < 4; ++i)
+        #pragma unroll
+        for (int j = 0; j < TOKEN_TILES; ++j)
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) tmp[i][j][e] = sx[j][e] = 0.0f;"""
+    ks = """
+          {  // sum of the activations over k: rows of an all-ones A
+            const uint32_t one2 = f32x2_to_act2(1.0f, 1.0f);
+            const uint32_t ones[4] = {one2, one2, one2, one2};
+            #pragma unroll
+            for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(sx[j], ones, xb[j][0], xb[j][1]);
+          }"""
+    # the lane's accumulator rows: e >> 1 picks channel g or g + 8, i.e. n8 tile 2*tt + (e >> 1): half (e >> 1)
+    # of the tables' word tt
+    z = "act_to_f32((uint16_t)(zz8[tt] >> (16 * h)))" if zeros else _c(lay.zero_const)
+    sc = "act_to_f32((uint16_t)(ss8[tt] >> (16 * h)))" if scales else "1.0f"
+    tail = f"""
+        #pragma unroll
+        for (int tt = 0; tt < 4; ++tt)
+          #pragma unroll
+          for (int h = 0; h < 2; ++h) {{
+            const float zf = {z}, sf = {sc};
+            #pragma unroll
+            for (int j = 0; j < TOKEN_TILES; ++j)
+              #pragma unroll
+              for (int c = 0; c < 2; ++c) {{
+                const int e = h * 2 + c;
+                acc[tt][j][e] = fmaf(sf, fmaf(zf, sx[j][e], tmp[tt][j][e]), acc[tt][j][e]);
+              }}
+          }}"""
+    return head, ks, tail

@@ -28,6 +28,7 @@ class TileConfig:
     warps_n: int
     warps_k: int
     x_ring: int = 0  # stream path: 1 = activations also travel in the register ring (one atom ahead)
+    fold: int = 0  # stream path: 1 = MMA on raw codes, zero point and scale applied per atom in fp32
 
     @property
     def threads(self) -> int:
@@ -93,7 +94,8 @@ class Plan:
         if self.is_8bit:
             parts8 = (self.family, self.path, tuple(self.instruction.shape), self.instruction.a_type, self.act, t,
                       self.async_copy, getattr(self.layout, "weight_bits", 8), getattr(self.layout, "group", 0),
-                      *(("fast_accum",) if getattr(self.layout, "fast_accum", False) else ()))
+                      *(("fast_accum",) if getattr(self.layout, "fast_accum", False) else ()),
+                      *(("e2m1",) if getattr(self.layout, "weight_format", "") == "e2m1" else ()))
             return hashlib.sha1(repr(parts8).encode()).hexdigest()[:10]
         d = self.layout.decode
         parts = (
@@ -114,9 +116,9 @@ class Plan:
                     f"w{t.warps_m}{t.warps_n}{t.warps_k}_{self.kernel_key}")
         d = self.layout.decode
         w = f"{d.kind}{d.bits}"
-        kind = "stream" if self.path == "stream" else "tile"
+        kind = "wgmma" if self.family == "wgmma" else "stream" if self.path == "stream" else "tile"
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
-                f"{'x' if t.x_ring else ''}_{self.kernel_key}")
+                f"{'x' if t.x_ring else ''}{'f' if t.fold else ''}_{self.kernel_key}")
 
     def summary(self) -> str:
         t = self.tiles
@@ -213,8 +215,8 @@ def _check_forced(t: TileConfig, m: int, n: int, k: int, layout: WeightLayout) -
         problems.append(f"group sizes {groups} must divide or be multiples of BK={t.bk}")
     if t.stages < 2 or t.threads > 1024:
         problems.append("at least 2 stages and at most 1024 threads")
-    if t.x_ring:
-        problems.append("x_ring (activations in the register ring) is a stream-path option")
+    if t.x_ring or t.fold:
+        problems.append("x_ring and fold are stream-path options")
     if problems:
         raise ShapeError(f"tile {t} is not valid here: " + "; ".join(problems))
 
@@ -293,15 +295,21 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
         if m > STREAM_MAX_M:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}, got M={m}")
         warps_k, in_flight, auto_splits, why = _stream_config(n, k, m, layout.decode.container, sms)
-        x_ring = 0
+        x_ring = fold = 0
         if tiles is not None:
-            warps_k, in_flight, x_ring = tiles.warps_k, tiles.stages - 1, tiles.x_ring
+            warps_k, in_flight, x_ring, fold = tiles.warps_k, tiles.stages - 1, tiles.x_ring, tiles.fold
             why = f"{warps_k} warps per slab, {in_flight} atom(s) in flight forced (tuned)"
             if x_ring:
                 why += ", activations in flight with them"
+            if fold:
+                from humming.core.generator_stream import fold_applies
+
+                if fold_applies(layout):
+                    raise ShapeError(fold_applies(layout))
+                why += ", codes multiplied raw, zero point and scale applied per atom in fp32 (fold)"
         if k % (64 * warps_k):
             raise ShapeError(f"K={k} must be a multiple of {64 * warps_k} for {warps_k} warps per slab")
-        st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight + 1, 1, 1, warps_k, x_ring)
+        st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight + 1, 1, 1, warps_k, x_ring, fold)
         reasons.append(f"M={m} <= {STREAM_MAX_M}: stream path: weights are the MMA's A operand, loaded straight "
                        f"into registers with 16-byte loads; no shared-memory staging")
         if splits is None:

@@ -330,7 +330,9 @@ def candidate_configs(m: int) -> list[tuple[str, TileConfig, int]]:
             for splits in _STREAM_SPLITS:
                 for in_flight in _STREAM_IN_FLIGHT:
                     for x_ring in (0, 1):
-                        out.append(("stream", TileConfig(bm, 64, 64 * wk, in_flight + 1, 1, 1, wk, x_ring), splits))
+                        for fold in (0, 1):  # refused by the planner where the layout does not allow it
+                            out.append(("stream", TileConfig(bm, 64, 64 * wk, in_flight + 1, 1, 1, wk, x_ring, fold),
+                                        splits))
     if m <= 64:
         tm = (m + 15) // 16
         tiles = [TileConfig(16 * tm, 64, 64 * wk, stages, 1, 1, wk) for wk, stages in _SMALL_M_TILES]

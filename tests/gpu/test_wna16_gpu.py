@@ -161,3 +161,39 @@ def test_empty_batch():
     assert humming.gemm(torch.empty(0, 1024, device="cuda", dtype=torch.float16), qw).shape == (0, 256)
     qw8 = humming.quantize(torch.randn(256, 1024, device="cuda"), "w8a8-int8")
     assert humming.gemm(torch.empty(3, 0, 1024, device="cuda", dtype=torch.float16), qw8).shape == (3, 0, 256)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("scheme", ["w4a16", "w4a16-zp", "w8a16", "w4a16[group_size=-1]", "w4a16[group_size=32]"])
+def test_stream_variants(scheme, dtype):
+    """The stream path's tuner options (x_ring: activations in the register ring; fold: raw codes into the MMA,
+    zero point and scale per atom in fp32), forced one by one, against the reference."""
+    from humming.core.planner import TileConfig, plan_wna16
+    from humming.errors import ShapeError
+
+    n, k = 512, 4096
+    qw = _weight(humming.schemes.get(scheme), n, k, dtype)
+    handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
+    prep = api._registry[handle]
+    ran = 0
+    for m in (1, 7, 16):
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+        base = api.plan_for(handle, m)
+        for x_ring, fold, splits in ((1, 0, 1), (0, 1, 1), (1, 1, 2), (0, 1, 4)):
+            t = base.tiles
+            try:
+                p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream",
+                               splits=splits, tiles=TileConfig(t.bm, 64, t.bk, 2, 1, 1, t.warps_k, x_ring, fold))
+            except ShapeError:  # e.g. fold with groups of 32, or a split that does not divide the atoms
+                continue
+            prep.plans[m], _ = p, prep.launches.pop(m, None)
+            out = api.gemm_prepared(x, handle)
+            torch.cuda.synchronize()
+            assert not torch.isnan(out).any(), (p.kernel_name, "output not fully written")
+            err = rel_error(out, ref)
+            assert err <= TOL[dtype], f"{p.kernel_name} M={m}: relative error {err:.2e}"
+            ran += 1
+        prep.plans.pop(m, None)
+        prep.launches.pop(m, None)
+    assert ran

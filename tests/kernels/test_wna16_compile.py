@@ -102,24 +102,31 @@ def test_generated_source_is_readable_and_spelled_by_backend():
 
 @pytest.mark.parametrize("scheme", ["w4a16", "w4a16[group_size=32]", "w4a16-zp", "w8a16", "w4a16-nvfp4"])
 @pytest.mark.parametrize("m", [1, 16])
-def test_stream_x_ring_variant_compiles(scheme, m):
-    """The tuner's stream option x_ring=1 (activations and per-atom tables loaded one atom ahead, with the
-    weights) compiles without spills, and differs from the default only in where those loads sit."""
+@pytest.mark.parametrize("x_ring,fold", [(1, 0), (0, 1), (1, 1)])
+def test_stream_variants_compile(scheme, m, x_ring, fold):
+    """The tuner's stream options compile without spills: x_ring=1 (activations and per-atom tables loaded one
+    atom ahead, with the weights) and fold=1 (raw codes into the MMA, zero point and scale applied per atom in
+    fp32; integer codes with per-atom groups only, refused with the reason otherwise)."""
     from humming.core.planner import TileConfig, plan_wna16
     from humming.core.tuning import candidates
+    from humming.errors import ShapeError
 
     caps = api.resolve_profile("nvidia-h200")
     base = api.plan(scheme, m, 1024, 4096, profile=caps)
     t = base.tiles
-    ring = plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=1,
-                      tiles=TileConfig(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, 1))  # one atom in flight
-    assert ring.tiles.x_ring == 1 and ring.kernel_name != base.kernel_name
-    src = api.source(ring)
-    assert "xr[R][4][TOKEN_TILES][2]" in src and "xr[R]" not in api.source(base)
+    forced = TileConfig(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, x_ring, fold)  # one atom in flight
+    if fold and ("group_size=32" in scheme or "nvfp4" in scheme):
+        with pytest.raises(ShapeError, match="fold needs"):
+            plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=1, tiles=forced)
+        return
+    p = plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=1, tiles=forced)
+    assert (p.tiles.x_ring, p.tiles.fold) == (x_ring, fold) and p.kernel_name != base.kernel_name
+    src = api.source(p)
+    assert ("xr[R][4][TOKEN_TILES][2]" in src) == bool(x_ring) and "xr[R]" not in api.source(base)
+    assert ("sx[TOKEN_TILES][4]" in src) == bool(fold) and "sx[TOKEN_TILES]" not in api.source(base)
     route = get_backend(caps).compile_route(caps)
-    mod = compile_cuda(src, [ring.kernel_name], route.arch, options=[*route.options, "--ptxas-options=-v"],
-                       cache=False)
+    mod = compile_cuda(src, [p.kernel_name], route.arch, options=[*route.options, "--ptxas-options=-v"], cache=False)
     assert "ld.global.nc.L1::no_allocate.v4.u32" in mod.ptx
-    if ring.layout.scale_group >= 64 or m == 1:  # per-k16-step tables at M=16 spill a little: the tuner times it
+    if p.layout.scale_group >= 64 or m == 1:  # per-k16-step tables at M=16 spill a little: the tuner times it
         assert " 0 bytes spill stores" in mod.log, mod.log
-    assert any(p.tiles.x_ring for p in candidates(caps, base.layout, m, "f16", scheme=scheme))
+    assert any((c.tiles.x_ring, c.tiles.fold) == (x_ring, fold) for c in candidates(caps, base.layout, m, "f16", scheme=scheme))
