@@ -4,7 +4,8 @@ Activation quantization is included in every quantized time (humming's and the b
 
     python bench/bench_quantized.py --out OUTDIR [--ms 1,16,128,1024,4096] [--shapes 8192x8192,28672x8192]
         [--schemes w8a8-fp8,w8a8-int8] [--no-wgmma]
-W8A8 schemes are also timed with HUMMING_WGMMA=1 (the wgmma kernel, M >= 64; columns "... wgmma"), W8A8-FP8
+W8A8 and W4A8 schemes are also timed with HUMMING_WGMMA=1 (the wgmma kernels, M >= 64; columns "... wgmma";
+W4A8 wgmma is compared with cuBLAS fp16), W8A8-FP8
 also with HUMMING_WGMMA_FAST_ACCUM=1 (no fp32 promotion of partial sums; JSON key w8a8-fp8_wgmma_fast_us).
 Same method as bench_wna16.py: CUDA-graph replay over weight copies rotated past L2, median.
 """
@@ -24,7 +25,7 @@ import humming  # noqa: E402
 from humming.tuner import copies_for, graph_time_us  # noqa: E402
 
 SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8"]
-WGMMA_SCHEMES = ["w8a8-fp8", "w8a8-int8"]  # also timed with HUMMING_WGMMA=1 (the wgmma kernel, M >= 64)
+WGMMA_SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8"]  # also timed with HUMMING_WGMMA=1 (M >= 64)
 
 
 def _fp8_rowwise(x: torch.Tensor):
@@ -123,8 +124,8 @@ def main() -> None:
         json.dump(result, f, indent=1)
     print("\n| N x K | M | fp16 | FP8 cuBLASLt | int_mm | W8A8-FP8 | W8A8-INT8 | W4A8-FP8 | W4A8-INT8 |"
           " W8A8-FP8 wgmma | wgmma / cuBLASLt | FP8 wgmma fast-accum | fast / cuBLASLt | W8A8-INT8 wgmma |"
-          " wgmma / int_mm |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          " wgmma / int_mm | W4A8-FP8 wgmma | / fp16 | W4A8-INT8 wgmma | / fp16 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def f(v):
         return "-" if v is None else f"{v:.1f}"
@@ -135,11 +136,13 @@ def main() -> None:
     for r in rows:
         fp8w, i8w = r.get("w8a8-fp8_wgmma_us"), r.get("w8a8-int8_wgmma_us")
         fast = r.get("w8a8-fp8_wgmma_fast_us")
+        w4f, w4i = r.get("w4a8-fp8_wgmma_us"), r.get("w4a8-int8_wgmma_us")
         print(f"| {r['n']}x{r['k']} | {r['m']} | {f(r['cublas_fp16_us'])} | {f(r.get('cublaslt_fp8_rowwise_us'))} | "
               f"{f(r.get('torch_int_mm_us'))} | " + " | ".join(f(r.get(f'{s}_us')) for s in SCHEMES) + " | "
               f"{f(fp8w)} | {speedup(r.get('cublaslt_fp8_rowwise_us'), fp8w)} | "
               f"{f(fast)} | {speedup(r.get('cublaslt_fp8_rowwise_us'), fast)} | "
-              f"{f(i8w)} | {speedup(r.get('torch_int_mm_us'), i8w)} |")
+              f"{f(i8w)} | {speedup(r.get('torch_int_mm_us'), i8w)} | "
+              f"{f(w4f)} | {speedup(r['cublas_fp16_us'], w4f)} | {f(w4i)} | {speedup(r['cublas_fp16_us'], w4i)} |")
 
 if __name__ == "__main__":
     main()

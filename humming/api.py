@@ -61,6 +61,13 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
 
     choice = runnable_path(caps, sch)
     if _runs_on_w8a8(choice, sch):
+        if sch.weight in ("int4", "e2m1") and _wgmma_eligible(caps, choice, sch, m, n, k):  # W4A8 on wgmma
+            from humming.core.layout_wgmma import WgmmaW4A8Layout, wgmma_w4a8_group
+            from humming.core.planner_wgmma import plan_w4a8_wgmma
+
+            layout = WgmmaW4A8Layout(choice.a_type, n, k, wgmma_w4a8_group(sch, k), weight_format=sch.weight)
+            p = plan_w4a8_wgmma(caps, layout, m, act, scheme=sch.name)
+            return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         if sch.weight in ("int4", "e2m1"):
             layout = W4A8Layout(choice.a_type, n, k, sch.weight_scale.group_size or k, weight_format=sch.weight)
         elif _wgmma_eligible(caps, choice, sch, m, n, k):  # HUMMING_WGMMA=1: the plan that gemm runs
@@ -397,16 +404,26 @@ def _wgmma_fast_accum() -> bool:
 
 
 def _wgmma_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
-    """True when the wgmma W8A8 kernel runs this call: opted in with HUMMING_WGMMA=1 (until validated on a GPU),
-    8-bit weights as stored (per-channel/per-tensor scales), a declared wgmma k32 form for the operand type,
-    N % 128 == 0, K % 128 == 0 and M >= 64."""
+    """True when the wgmma 8-bit kernel runs this call: opted in with HUMMING_WGMMA=1 (until validated on a GPU),
+    8-bit weights as stored (per-channel/per-tensor scales) or W4A8 weights (int4/e2m1 widened exactly, groups of
+    32, 64 or a multiple of 128), a declared wgmma k32 form for the operand type, N % 128 == 0, K % 128 == 0
+    and M >= 64."""
     if os.environ.get(WGMMA_ENV, "") != "1":
         return False
     from humming.core.planner_wgmma import wgmma_form
 
-    return (m >= 64 and n % 128 == 0 and k % 128 == 0 and scheme.weight not in ("int4", "e2m1")
-            and choice.path in ("native", "legacy") and choice.a_type == choice.b_type
-            and wgmma_form(caps, choice.a_type) is not None)
+    if not (m >= 64 and n % 128 == 0 and k % 128 == 0 and choice.a_type == choice.b_type
+            and wgmma_form(caps, choice.a_type) is not None):
+        return False
+    if scheme.weight in ("int4", "e2m1"):  # W4A8 (the path the 8-bit mma.sync kernel would run)
+        from humming.core.layout_wgmma import wgmma_w4a8_group
+
+        try:
+            wgmma_w4a8_group(scheme, k)
+        except UnsupportedOnDevice:
+            return False
+        return choice.path in ("dequant-to-activation", "legacy")
+    return choice.path in ("native", "legacy")
 
 
 _wgmma_here: dict[str, bool] = {}
@@ -422,22 +439,28 @@ def _wgmma_runs_here(caps) -> bool:
 
 
 def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
-    """The prepared handle of the wgmma W8A8 kernel for (dtype, device, profile): weights as stored [N, K]."""
-    from humming.core.layout_wgmma import prepare_w8a8_wgmma
-    from humming.core.planner_wgmma import plan_w8a8_wgmma
+    """The prepared handle of the wgmma 8-bit kernel for (dtype, device, profile): weights as stored [N, K]
+    (W8A8) or packed 4-bit rows [N, K/2] widened in shared memory (W4A8)."""
+    from humming.core.layout_wgmma import prepare_w4a8_wgmma, prepare_w8a8_wgmma
+    from humming.core.planner_wgmma import plan_w4a8_wgmma, plan_w8a8_wgmma
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
-    fast = _wgmma_fast_accum()
+    w4 = qw.scheme.weight in ("int4", "e2m1")  # W4A8: no fast-accumulation variant (always promoted per group)
+    fast = _wgmma_fast_accum() and not w4
     key = ("w8a8-wgmma", x.dtype, x.device, caps.name) + (("fast_accum",) if fast else ())
     handle = cache.get(key)
     if handle is None:
-        packed = prepare_w8a8_wgmma(qw.to(x.device), x.dtype, choice.a_type, fast_accum=fast)
+        if w4:
+            packed = prepare_w4a8_wgmma(qw.to(x.device), x.dtype, choice.a_type)
+        else:
+            packed = prepare_w8a8_wgmma(qw.to(x.device), x.dtype, choice.a_type, fast_accum=fast)
         live = live_arch()
         run_arch = live if live and live != caps.target.arch else None
         act = act_name(x.dtype)
+        planner = plan_w4a8_wgmma if w4 else plan_w8a8_wgmma
 
-        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
-            return plan_w8a8_wgmma(caps, packed.layout, m, act, scheme=name)
+        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name, planner=planner):
+            return planner(caps, packed.layout, m, act, scheme=name)
 
         with _lock:
             _registry.append(_Prepared(packed, caps, {}, run_arch, plan_fn=plan_fn))
@@ -489,6 +512,8 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     else:
         raise UnsupportedOnDevice(f"{qw.scheme.name}: {qa.mode} activation scales are not supported by the 8-bit kernel")
     b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
+    if b is not None and b.data_ptr() % 4:  # the epilogues read the biases of two columns as one 32-bit load
+        b = b.clone()
     group_scales = getattr(packed, "scales", None)  # W4A8: the fp32 group-scale table
     out = _launch(handle, codes, packed.qweight, token_scale, group_scales, packed.channel_scale, b, gscale,
                   out_dtype=x.dtype)

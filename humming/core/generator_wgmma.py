@@ -28,6 +28,8 @@ from humming.devices.base import HelperRequest
 
 
 def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
+    if getattr(plan.layout, "weight_bits", 8) == 4:
+        return wgmma_w4a8_kernel_source(plan, backend, caps)
     t = plan.tiles
     if (t.bm, t.bk, t.threads) != (128, 128, 256) or t.stages < 3:
         raise ValueError(f"the wgmma kernel is written for 128x{t.bn}x128 tiles, 256 threads, >= 3 stages; got {t}")
@@ -176,3 +178,200 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
 }}
 """
     return src
+
+
+# (weight format, operand type) -> how one 32-bit word of 8 packed codes becomes two words of 4 widened codes
+# (k order); the packing of the word depends on the operand type (``humming.core.layout_wgmma.pack_int4_kmajor``)
+_W4A8_WIDEN = {
+    ("int4", "s8"): ("s8x16_lo(WORD)", "s8x16_hi(WORD)"),
+    ("int4", "e4m3"): ("int4n4_to_e4m3x4(WORD)", "int4n4_to_e4m3x4(WORD >> 16)"),
+    ("e2m1", "e4m3"): ("e2m1n4_to_e4m3x4(WORD)", "e2m1n4_to_e4m3x4(WORD >> 16)"),
+}
+
+
+def wgmma_w4a8_kernel_source(plan, backend, caps=None) -> str:
+    """The wgmma W4A8 kernel: the W8A8 kernel's A operand, tiles, descriptors and epilogue; B arrives as packed
+    4-bit rows ([N, K/2] bytes, see ``humming.core.layout_wgmma.pack_int4_kmajor``) and is widened per stage:
+    s8 as 16 x code with two masks per 8 codes, e4m3 with three byte permutes per 4 codes.
+
+    Shared memory: STAGES slots of (A tile 128 x 128 B, swizzled | raw B: BN rows x 64 B, linear), then two
+    widened B tiles (BN x 128 B, swizzled) used alternately. Thread tid copies raw 16-byte chunk tid % 4 of rows
+    tid / 4 + 64 i to raw + tid * 16 + i * 4096, and later widens exactly those bytes (its own cp.async group, so
+    no barrier between its wait and its reads) into chunks 2c, 2c + 1 of the same rows of the widened tile.
+
+    Iteration kt: barrier (widened tile kt and A kt visible; both warpgroups done with kt-1) -> refill the slot
+    of kt-1 with stage kt + STAGES - 1 -> wgmma of stage kt -> (while it runs) wait for stage kt+1's copies and
+    widen them into the other B tile, fence.proxy.async -> wait for the wgmma -> fp32 sums += partial x group
+    scale (per group: groups of 32 / 64 split the stage's four k32 steps into wgmma groups)."""
+    from humming.devices.nvidia.backend import wgmma_w4a8_prelude
+
+    t = plan.tiles
+    lay = plan.layout
+    if (t.bm, t.bn, t.bk, t.threads) != (128, 128, 128, 256) or t.stages < 3:
+        raise ValueError(f"the wgmma W4A8 kernel is written for 128x128x128 tiles, 256 threads, >= 3 stages; got {t}")
+    group = lay.group
+    if not (group in (32, 64) or group % 128 == 0):
+        raise ValueError(f"wgmma W4A8: group {group} must be 32, 64 or a multiple of 128")
+    gsteps = min(group, 128) // 32  # k32 steps per wgmma group (one promotion each)
+    lo, hi = _W4A8_WIDEN[(lay.weight_format, lay.a_type)]
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
+    prelude = wgmma_w4a8_prelude(backend, request, t.bn)
+    widen = "\n".join(
+        f"      o[{2 * w}] = {lo.replace('WORD', f'q[{w}]')}; o[{2 * w + 1}] = {hi.replace('WORD', f'q[{w}]')};"
+        for w in range(4))
+    return f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+{prelude}
+
+namespace cfg {{
+constexpr int BM = {t.bm}, BN = {t.bn}, BK = {t.bk}, STAGES = {t.stages};   // BK in bytes = elements
+constexpr int THREADS = 256;             // two warpgroups; warpgroup g owns tile rows 64g .. 64g+63
+constexpr int LOOKAHEAD = STAGES - 1;    // stages loading; the slot of kt-1 is refilled at iteration kt
+constexpr int GROUP = {group};             // weight-scale group along K
+constexpr int GSTEPS = {gsteps};             // k32 steps per wgmma group (one fp32 promotion each)
+constexpr int A_BYTES = BM * BK, RAW_BYTES = BN * BK / 2, SLOT_BYTES = A_BYTES + RAW_BYTES, B_BYTES = BN * BK;
+constexpr int WB_OFFSET = STAGES * SLOT_BYTES;   // the two widened B tiles follow the slots
+static_assert(BK == 128 && BN == 128, "one 128-byte swizzle row per tile row; 32 accumulator columns per thread");
+static_assert(SLOT_BYTES % 1024 == 0 && A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "1024-byte aligned tiles");
+static_assert(WG_ACC_REGS == BN / 2, "m64nBN accumulators: BN/2 registers per thread");
+static_assert(LOOKAHEAD >= 2, "at least three stages: one multiplied, one widened, one loading");
+static_assert(BK / 32 % GSTEPS == 0, "wgmma groups split the stage's k32 steps evenly");
+static_assert(RAW_BYTES == (BN / 64) * THREADS * 16, "each thread copies BN/64 raw chunks");
+}}
+
+extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
+    const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
+    const uint32_t* __restrict__ Bw,      // packed 4-bit weights [N, K/2] bytes, row-major (K-major)
+    const float* __restrict__ TS,         // per-token activation scale [M] or null
+    const float* __restrict__ S,          // fp32 group scales [K/GROUP, N], columns in accumulator order
+    const float* __restrict__ CS,         // per-channel weight scale [N] or null
+    const uint16_t* __restrict__ BIAS,    // [N] or null (4-byte aligned)
+    uint16_t* __restrict__ C,             // output [M, N]
+    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null
+  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int ktiles = K / BK;
+  const unsigned char* B = reinterpret_cast<const unsigned char*>(Bw);
+  const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
+
+  // A: thread tid copies chunk tid % 8 of rows tid / 8 + 32 i (swizzled, as the W8A8 kernel)
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
+  // raw B: thread tid copies chunk tid % 4 (k 32c .. 32c+31) of weight rows tid / 4 + 64 i, to raw + tid*16 + i*4096
+  const int brow = tid >> 2, bch = tid & 3;
+  const unsigned char* b_src = B + (size_t)(n0 + brow) * (K / 2) + bch * 16;
+  auto load_stage = [&](int slot, int kt) {{
+    const uint32_t a_tile = smem0 + slot * SLOT_BYTES + lswz, raw = smem0 + slot * SLOT_BYTES + A_BYTES + tid * 16;
+    const int k0 = kt * BK;
+    #pragma unroll
+    for (int i = 0; i < BM / 32; ++i) {{
+      const bool ok = m0 + lrow + 32 * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(a_tile + i * 32 * 128, ok ? a_src + (32 * i * K + k0) : A, ok);
+    }}
+    #pragma unroll
+    for (int i = 0; i < BN / 64; ++i)
+      copy_16_async(raw + i * THREADS * 16, b_src + ((size_t)64 * i * (K / 2) + k0 / 2), true);
+  }};
+  // widening: the 16 raw bytes this thread copied (32 codes, k 32c .. 32c+31 of a row) become chunks 2c and
+  // 2c + 1 (16 widened bytes each) of the same row of the swizzled B tile; rows + 64 i keep (row mod 8)
+  const uint32_t wswz0 = swz128(brow, 2 * bch), wswz1 = swz128(brow, 2 * bch + 1);
+  auto widen_stage = [&](int slot, int buf) {{
+    const uint32_t raw = smem0 + slot * SLOT_BYTES + A_BYTES + tid * 16;
+    const uint32_t wb = smem0 + WB_OFFSET + buf * B_BYTES;
+    #pragma unroll
+    for (int i = 0; i < BN / 64; ++i) {{
+      uint32_t q[4], o[8];
+      lds_128(q, raw + i * THREADS * 16);
+{widen}
+      st_shared_128(wb + i * 64 * 128 + wswz0, o[0], o[1], o[2], o[3]);
+      st_shared_128(wb + i * 64 * 128 + wswz1, o[4], o[5], o[6], o[7]);
+    }}
+  }};
+
+  wg_acc_t acc[WG_ACC_REGS];
+  float facc[WG_ACC_REGS];  // fp32 sums of the group partials times their scales
+  #pragma unroll
+  for (int i = 0; i < WG_ACC_REGS; ++i) {{ acc[i] = 0; facc[i] = 0.0f; }}
+  // this thread's accumulator columns 8j + 2*(lane%4) + e are the table's columns n0 + (lane%4)*32 + 2j + e
+  const float* s_col = S + n0 + (lane & 3) * (BN / 4);
+
+  #pragma unroll
+  for (int s = 0; s < LOOKAHEAD; ++s) {{
+    if (s < ktiles) load_stage(s, s);
+    copy_commit();
+  }}
+  copy_wait<LOOKAHEAD - 1>();  // stage 0 (this thread's copies)
+  widen_stage(0, 0);
+  fence_proxy_async();
+
+  for (int kt = 0; kt < ktiles; ++kt) {{
+    __syncthreads();  // widened tile kt and A kt written by everyone; both warpgroups done with the wgmmas of kt-1
+    {{
+      const int next = kt + LOOKAHEAD;  // refills the slot of kt-1
+      if (next < ktiles) load_stage(next % STAGES, next);
+      copy_commit();
+    }}
+    const uint32_t a_tile = smem0 + (kt % STAGES) * SLOT_BYTES + wg * 64 * 128;  // this warpgroup's 64 rows
+    const uint32_t b_tile = smem0 + WB_OFFSET + (kt & 1) * B_BYTES;
+    const uint64_t desc_a = make_smem_desc(a_tile), desc_b = make_smem_desc(b_tile);
+    #pragma unroll {1 if gsteps < 4 else 4}
+    for (int gi = 0; gi < BK / 32 / GSTEPS; ++gi) {{  // groups of 32 / 64: one loop (registers)
+      wgmma_fence_operand(acc);
+      wgmma_fence();
+      #pragma unroll
+      for (int s = 0; s < GSTEPS; ++s)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
+        wgmma_k32(acc, desc_a + 2 * (gi * GSTEPS + s), desc_b + 2 * (gi * GSTEPS + s), s > 0);
+      wgmma_commit();
+      uint32_t s4[BN / 16][4];  // this group's scales of the thread's 32 columns (loaded while the wgmma runs)
+      const float* srow = s_col + (size_t)((kt * BK + gi * GSTEPS * 32) / GROUP) * N;
+      #pragma unroll
+      for (int v = 0; v < BN / 16; ++v) load_g128_cached(s4[v], srow + 4 * v);
+      if (gi == 0 && kt + 1 < ktiles) {{  // widen stage kt+1 into the other tile while the tensor core works
+        copy_wait<LOOKAHEAD - 1>();   // this thread's copies of stage kt+1 have landed
+        widen_stage((kt + 1) % STAGES, (kt + 1) & 1);
+        fence_proxy_async();          // the widened bytes (and A kt+1) become visible to wgmma (async proxy)
+      }}
+      wgmma_wait<0>();
+      wgmma_fence_operand(acc);
+      #pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h)
+          #pragma unroll
+          for (int e = 0; e < 2; ++e)
+            facc[4 * j + 2 * h + e] += wg_acc_to_f32(acc[4 * j + 2 * h + e]) * u32_as_f32(s4[j / 2][(j % 2) * 2 + e]);
+    }}
+  }}
+  // accumulator fragment of m64nBN: warp w (of the warpgroup) holds rows 16w .. 16w+15; for n8 chunk j,
+  // facc[4j + 2h + e] is row lane/4 + 8h, column 8j + 2*(lane%4) + e
+  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  const int row0 = m0 + warp * 16 + (lane >> 2);
+  float rs[2];
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) rs[h] = (TS && row0 + 8 * h < M) ? scale * load_f32(TS + row0 + 8 * h) : scale;
+  #pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {{
+    const int col = n0 + 8 * j + 2 * (lane & 3);
+    float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
+    if (CS) {{ c0 = u32_as_f32(load_g32(CS + col)); c1 = u32_as_f32(load_g32(CS + col + 1)); }}
+    if (BIAS) {{
+      const uint32_t bb = load_g32(BIAS + col);  // the two 16-bit biases of columns col, col + 1
+      b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
+    }}
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {{
+      const int row = row0 + 8 * h;
+      if (row < M) {{
+        const float v0 = facc[4 * j + 2 * h] * rs[h] * c0 + b0;
+        const float v1 = facc[4 * j + 2 * h + 1] * rs[h] * c1 + b1;
+        store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
+      }}
+    }}
+  }}
+}}
+"""

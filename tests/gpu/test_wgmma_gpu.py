@@ -1,4 +1,4 @@
-"""W8A8 on the wgmma kernel (sm_90a, opted in with HUMMING_WGMMA=1), against the reference (activation
+"""W8A8 and W4A8 on the wgmma kernel (sm_90a, opted in with HUMMING_WGMMA=1), against the reference (activation
 quantization included), on a GPU whose profile declares wgmma (H100/H200/H20). Outputs are NaN-poisoned
 before each launch (conftest), and every case checks that the wgmma kernel really ran."""
 import pytest
@@ -96,3 +96,84 @@ def test_wgmma_fp8_fast_accumulation(monkeypatch):
     assert not torch.isnan(out).any()
     err = rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32))
     assert err <= 5e-3, f"fast accumulation BN={p.tiles.bn}: relative error {err:.2e}"
+
+
+# ----------------------------------------------------------------------------- W4A8 on the wgmma kernel
+W4A8_SCHEMES = ["w4a8-int8", "w4a8-fp8", "w4a8-mxfp4", "w4a8-int8[group_size=32]"]
+W4A8_MS = (64, 200, 1024)
+
+
+def _w4a8_scheme(name: str):
+    base, _, variant = name.partition("[")
+    sch = humming.schemes.get(base)
+    if variant:
+        sch = sch.with_(group_size=int(variant[len("group_size="):-1]))
+    return sch
+
+
+@pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("scheme", W4A8_SCHEMES)
+def test_wgmma_w4a8(scheme, dtype, n, k, monkeypatch):
+    """Packed int4 / e2m1 weights widened in shared memory (int4 -> 16 x s8, int4 -> e4m3, e2m1 -> e4m3), group
+    scales on fp32 partials, per-token activation scales and bias in the epilogue."""
+    caps = _require_wgmma()
+    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    torch.manual_seed(n + k + len(scheme))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _w4a8_scheme(scheme), bias=bias)
+    for m in W4A8_MS:
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        p = _wgmma_plan(qw, dtype, caps, m)
+        assert p.family == "wgmma" and p.kernel_name.startswith("hm_w4a8_wgmma_"), p.explain()
+        assert p.layout.group == qw.scheme.weight_scale.group_size
+        assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
+        ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+        err = rel_error(out, ref)
+        assert err <= 5e-3, f"{scheme} {dtype} M={m} N={n} K={k}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("scheme", W4A8_SCHEMES)
+def test_wgmma_w4a8_matches_mma_sync_kernel(scheme, monkeypatch):
+    """Same weights and activations through the mma.sync W4A8 kernel and the wgmma one: both multiply the same
+    exactly widened codes (int8: exact integer partials; fp8: fp32 partials per group)."""
+    _require_wgmma()
+    n, k, m = 1024, 2048, 256
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _w4a8_scheme(scheme))
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    monkeypatch.delenv(api.WGMMA_ENV, raising=False)
+    legacy = humming.gemm(x, qw)
+    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    new = humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    assert any(key[0] == "w8a8-wgmma" for key in qw.__dict__["_humming_prepared"])
+    assert not torch.isnan(new).any()
+    assert rel_error(new, legacy) <= (1e-3 if "int8" in scheme else 2e-3)
+
+
+def test_w4a8_small_m_stays_on_mma_sync(monkeypatch):
+    _require_wgmma()
+    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    qw = humming.quantize(torch.randn(512, 2048, device="cuda") * 0.05, humming.schemes.get("w4a8-fp8"))
+    out = humming.gemm(torch.randn(16, 2048, device="cuda", dtype=torch.float16), qw)
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any()
+    assert not any(key[0] == "w8a8-wgmma" for key in qw.__dict__["_humming_prepared"])
+
+
+@pytest.mark.parametrize("scheme", ["w8a8-fp8", "w4a8-fp8"])
+def test_wgmma_bias_not_4_byte_aligned(scheme, monkeypatch):
+    """The epilogue reads two 16-bit biases as one 32-bit load: a bias view at an odd 16-bit offset is copied."""
+    _require_wgmma()
+    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    n, k, m = 512, 2048, 128
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(scheme))
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    bias = torch.randn(n + 1, device="cuda", dtype=torch.float16)[1:]
+    assert bias.data_ptr() % 4 == 2
+    out = humming.gemm(x, qw, bias=bias)
+    torch.cuda.synchronize()
+    ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
+    assert rel_error(out, ref) <= 5e-3

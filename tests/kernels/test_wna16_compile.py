@@ -120,13 +120,25 @@ def test_stream_variants_compile(scheme, m, x_ring, fold):
             plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=1, tiles=forced)
         return
     p = plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=1, tiles=forced)
-    assert (p.tiles.x_ring, p.tiles.fold) == (x_ring, fold) and p.kernel_name != base.kernel_name
+    plain = plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=1,
+                       tiles=TileConfig(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, 0, 0))
+    assert (p.tiles.x_ring, p.tiles.fold) == (x_ring, fold) and p.kernel_name != plain.kernel_name
     src = api.source(p)
-    assert ("xr[R][4][TOKEN_TILES][2]" in src) == bool(x_ring) and "xr[R]" not in api.source(base)
-    assert ("sx[TOKEN_TILES][4]" in src) == bool(fold) and "sx[TOKEN_TILES]" not in api.source(base)
+    assert ("xr[R][4][TOKEN_TILES][2]" in src) == bool(x_ring) and "xr[R]" not in api.source(plain)
+    assert ("sx[TOKEN_TILES][4]" in src) == bool(fold) and "sx[TOKEN_TILES]" not in api.source(plain)
     route = get_backend(caps).compile_route(caps)
     mod = compile_cuda(src, [p.kernel_name], route.arch, options=[*route.options, "--ptxas-options=-v"], cache=False)
     assert "ld.global.nc.L1::no_allocate.v4.u32" in mod.ptx
     if p.layout.scale_group >= 64 or m == 1:  # per-k16-step tables at M=16 spill a little: the tuner times it
         assert " 0 bytes spill stores" in mod.log, mod.log
     assert any((c.tiles.x_ring, c.tiles.fold) == (x_ring, fold) for c in candidates(caps, base.layout, m, "f16", scheme=scheme))
+
+
+def test_stream_default_folds_at_small_m_where_it_can():
+    """Without a tuned entry, M <= 8 takes fold + x_ring where the layout allows it (measured faster at M=1 on the
+    H200), and says so; groups of 32 keep the plain decode."""
+    caps = api.resolve_profile("nvidia-a100")  # no tuned entries for this profile
+    p = api.plan("w4a16", 1, 4096, 4096, profile=caps)
+    assert (p.tiles.x_ring, p.tiles.fold) == (1, 1) and any("(fold)" in r for r in p.reasons)
+    assert api.plan("w4a16", 16, 4096, 4096, profile=caps).tiles.fold == 0
+    assert api.plan("w4a16[group_size=32]", 1, 4096, 4096, profile=caps).tiles.fold == 0

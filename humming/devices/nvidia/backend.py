@@ -328,3 +328,34 @@ class NvidiaBackend(Backend):
             raise ValueError(f"wgmma n={n} is not a declared N of {request.mma.describe()}")
         return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON,
                           _wgmma_k32_helper(request.mma.a_type, n)])
+
+WGMMA_W4A8 = r"""
+// ---- wgmma W4A8: 4-bit weights widened into the 8-bit B tile in shared memory
+// 16-byte shared-memory store (the widened codes of 16 k of one weight row)
+__device__ __forceinline__ void st_shared_128(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+// int4 -> s8 as 16 * code (exact, one AND each): the word's low nibbles moved up, then its high nibbles in place
+__device__ __forceinline__ uint32_t s8x16_lo(uint32_t w) { return (w << 4) & 0xF0F0F0F0u; }
+__device__ __forceinline__ uint32_t s8x16_hi(uint32_t w) { return w & 0xF0F0F0F0u; }
+// four 4-bit codes in the nibbles of the low 16 bits of w (nibble i -> output byte i) -> four e4m3, exactly:
+// two 8-entry lookups on the low 3 bits (the tables of the mma.sync W4A8 helpers), then one byte permute that
+// takes byte i from the second lookup where code i has bit 3 set (selector nibble i = i + 4 * bit 3)
+__device__ __forceinline__ uint32_t int4n4_to_e4m3x4(uint32_t w) {
+  const uint32_t sel = w & 0x7777u;
+  const uint32_t pos = prmt_b32(0x44403800u, 0x4E4C4A48u, sel);   // 0 1 2 3 | 4 5 6 7
+  const uint32_t neg = prmt_b32(0xCACCCED0u, 0xB8C0C4C8u, sel);   // -8 -7 -6 -5 | -4 -3 -2 -1
+  return prmt_b32(pos, neg, ((w >> 1) & 0x4444u) | 0x3210u);
+}
+// e2m1 (sign | 3-bit magnitude) -> e4m3, exactly: magnitudes through one lookup, the sign chosen the same way
+__device__ __forceinline__ uint32_t e2m1n4_to_e4m3x4(uint32_t w) {
+  const uint32_t mag = prmt_b32(0x3C383000u, 0x4C484440u, w & 0x7777u);   // 0 .5 1 1.5 | 2 3 4 6
+  return prmt_b32(mag, mag | 0x80808080u, ((w >> 1) & 0x4444u) | 0x3210u);
+}
+"""
+
+
+def wgmma_w4a8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -> str:
+    """Helpers of the wgmma W4A8 kernel: those of the wgmma 8-bit kernel, a 16-byte shared store and the
+    widenings (int4 -> 16 x s8 with masks; int4 / e2m1 -> e4m3 with byte permutes)."""
+    return backend.wgmma_prelude(request, n) + "\n" + WGMMA_W4A8
