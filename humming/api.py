@@ -50,6 +50,11 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
         sch = sch.with_(group_size=group_size)
     if getattr(sch, "act", None):
         return _plan_quantized_act(caps, sch, m, n, k, act)
+    if _wgmma_wna16_eligible(caps, sch, m, n, k, act):  # HUMMING_WGMMA_WNA16=1: the plan that gemm runs
+        from humming.core.layout_wgmma_wna16 import wgmma_wna16_layout
+        from humming.core.planner_wgmma_wna16 import plan_wna16_wgmma
+
+        return plan_wna16_wgmma(caps, wgmma_wna16_layout(sch, n, k, act), m, act, scheme=sch.name)
     layout = layout_for(sch, n, k, act)
     return choose_plan(caps, layout, m, act, scheme=sch.name)
 
@@ -163,6 +168,11 @@ class _LaunchSpec:
     kernel: object
     static_args: object  # runtime.ArgBlock with every parameter; tensor slots are rewritten per call
     keep: tuple = ()
+    grid: tuple = ()  # plan.grid and plan.threads, read once
+    threads: int = 0
+
+    def __post_init__(self):
+        self.grid, self.threads = self.plan.grid, self.plan.threads
 
 
 _registry: list[_Prepared] = []
@@ -229,19 +239,21 @@ def _current_stream(device: int) -> int:
 def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gscale=None,
             out_dtype: torch.dtype | None = None) -> torch.Tensor:
     m = x.shape[0]
-    spec = _launch_spec(handle, m, x.device)
+    dev = x.device
+    spec = _registry[handle].launches.get(m) or _launch_spec(handle, m, dev)
     p = spec.plan
-    out = torch.empty((m, p.n), dtype=out_dtype or x.dtype, device=x.device)
+    out = torch.empty((m, p.n), dtype=out_dtype or x.dtype, device=dev)
     if _POISON:
         out.fill_(float("nan"))
-    device = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    device = dev.index if dev.index is not None else torch.cuda.current_device()
     stream = _current_stream(device)
     block = spec.static_args
+    slots = block.slots
     tensors = (x, qweight, scales, zeros, chan, bias, out, gscale)
-    with block.lock:
+    with block.lock:  # the slots are shared by every call of this (weight, M); the driver copies them at launch
         for slot, t in zip(_DYNAMIC, tensors):
-            block.set(slot, None if t is None else t.data_ptr())
-        spec.kernel.launch(device, p.grid, p.threads, stream, block)
+            slots[slot].value = None if t is None else t.data_ptr()
+        spec.kernel.launch(device, spec.grid, spec.threads, stream, block)
     return out
 
 
@@ -327,6 +339,8 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) ->
         handle = prepared(qw, x.dtype, x.device, profile)
     elif x.shape[-1] != qw.shape[1]:
         raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={qw.shape[1]}")
+    if x.numel() >= WGMMA_WNA16_MIN_M * qw.shape[1] and os.environ.get(WGMMA_WNA16_ENV, "") == "1":
+        handle = _wna16_wgmma_handle(x, qw, profile, handle)
     return gemm_prepared(x, handle, bias)
 
 
@@ -424,6 +438,50 @@ def _wgmma_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
             return False
         return choice.path in ("dequant-to-activation", "legacy")
     return choice.path in ("native", "legacy")
+
+
+WGMMA_WNA16_ENV = "HUMMING_WGMMA_WNA16"  # "1": WnA16 prefill (M >= 128) runs the wgmma kernel where it applies
+WGMMA_WNA16_MIN_M = 128  # one full 128-row wgmma tile (planner_wgmma_wna16.MIN_M)
+
+
+def _wgmma_wna16_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
+    """True when the wgmma WnA16 kernel runs this call: opted in with HUMMING_WGMMA_WNA16=1 (until validated on a
+    GPU), M >= 128, a scheme it decodes (signed int4, no zero points, group 32 / multiples of 64, channel or tensor
+    scales), a declared wgmma k16 form for the activation type, cp.async, N % 128 == 0 and K % 64 == 0."""
+    if m < WGMMA_WNA16_MIN_M or os.environ.get(WGMMA_WNA16_ENV, "") != "1":
+        return False
+    from humming.core.layout_wgmma_wna16 import supports
+    from humming.core.planner_wgmma_wna16 import wgmma_k16_form
+
+    return (n % 128 == 0 and k % 64 == 0 and supports(scheme) is None and bool(caps.memory.cp_async)
+            and wgmma_k16_form(caps, act) is not None)
+
+
+def _wna16_wgmma_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
+    """The prepared handle of the wgmma WnA16 kernel for (dtype, device, profile), or ``fallback`` (the mma.sync
+    handle) when the kernel does not apply to this weight or this GPU; the decision is cached on the weight."""
+    cache = qw.__dict__.setdefault("_humming_prepared", {})
+    key = ("wna16-wgmma", x.dtype, x.device, profile)
+    handle = cache.get(key)
+    if handle is None:
+        caps = resolve_profile(profile)
+        n, k = qw.shape
+        act = act_name(x.dtype)
+        handle = -1
+        if _wgmma_wna16_eligible(caps, qw.scheme, WGMMA_WNA16_MIN_M, n, k, act) and _wgmma_runs_here(caps):
+            from humming.core.layout_wgmma_wna16 import prepare_wgmma_wna16
+            from humming.core.planner_wgmma_wna16 import plan_wna16_wgmma
+
+            packed = prepare_wgmma_wna16(qw.to(x.device), x.dtype)
+
+            def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
+                return plan_wna16_wgmma(caps, packed.layout, m, act, scheme=name)
+
+            with _lock:
+                _registry.append(_Prepared(packed, caps, {}, None, plan_fn=plan_fn))
+                handle = len(_registry) - 1
+        cache[key] = handle
+    return fallback if handle < 0 else handle
 
 
 _wgmma_here: dict[str, bool] = {}
