@@ -105,7 +105,33 @@ def host_overhead_parts(n_calls: int = 2000) -> dict:
     return out
 
 
-def run(out_dir: str, quick: bool, ms_arg: str | None = None) -> dict:
+WGMMA_MIN_M = 128  # the wgmma WnA16 kernel's threshold (api.WGMMA_WNA16_MIN_M)
+
+
+def wgmma_column(x: torch.Tensor, qws: list, m: int) -> dict:
+    """The opt-in wgmma WnA16 kernel (HUMMING_WGMMA_WNA16=1, set in-process around the calls): time, error and
+    plan, or {} when it does not run here (no wgmma f16 on this GPU's profile, M below its threshold)."""
+    if m < WGMMA_MIN_M:
+        return {}
+    old = os.environ.get(api.WGMMA_WNA16_ENV)
+    os.environ[api.WGMMA_WNA16_ENV] = "1"
+    try:
+        out = humming.gemm(x, qws[0])
+        handle = qws[0].__dict__["_humming_prepared"].get(("wna16-wgmma", x.dtype, x.device, None), -1)
+        if handle < 0:
+            return {}
+        t = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
+        ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
+        err = float((out.double() - ref).norm() / ref.norm())
+        return {"us": t, "err": err, "plan": api._registry[handle].launches[m].plan.summary()}
+    finally:
+        if old is None:
+            del os.environ[api.WGMMA_WNA16_ENV]
+        else:
+            os.environ[api.WGMMA_WNA16_ENV] = old
+
+
+def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True) -> dict:
     torch.manual_seed(0)
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": []}
     results["cold_start"] = cold_start()
@@ -139,9 +165,15 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None) -> dict:
                 "speedup_vs_cublas": round(t_cublas / t_hm, 3), "weight_tb_s": round(q_bytes / t_hm / 1e6, 3),
                 "tflops": round(2 * m * n * k / t_hm / 1e6, 1), "rel_err": err, "plan": plan.summary(),
             }
+            wg = wgmma_column(x, qws, m) if wgmma else {}
+            if wg:
+                row.update(humming_w4a16_wgmma_us=round(wg["us"], 2),
+                           wgmma_speedup_vs_cublas=round(t_cublas / wg["us"], 3), wgmma_rel_err=wg["err"],
+                           wgmma_plan=wg["plan"])
             results["rows"].append(row)
+            wg_text = f"  wgmma {wg['us']:8.1f} us  x{t_cublas / wg['us']:5.2f}  err {wg['err']:.1e}" if wg else ""
             print(f"  {n}x{k} M={m}: cuBLAS {t_cublas:8.1f} us  humming {t_hm:8.1f} us  x{t_cublas / t_hm:5.2f}  "
-                  f"{row['weight_tb_s']:.2f} TB/s  err {err:.1e}", flush=True)
+                  f"{row['weight_tb_s']:.2f} TB/s  err {err:.1e}{wg_text}", flush=True)
         del w16, qws
         torch.cuda.empty_cache()
     os.makedirs(out_dir, exist_ok=True)
@@ -178,13 +210,16 @@ def main() -> None:
     parser.add_argument("--out", default=os.environ.get("OUT", "out"))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--ms", default=None, help="comma-separated M values (default: all)")
+    parser.add_argument("--no-wgmma", action="store_true", help="skip the wgmma WnA16 column (M >= 128)")
     args = parser.parse_args()
-    res = run(args.out, args.quick, args.ms)
-    print("\n| N x K | M | cuBLAS fp16 us | humming W4A16 us | x cuBLAS | weight TB/s |")
-    print("|---|---|---|---|---|---|")
+    res = run(args.out, args.quick, args.ms, wgmma=not args.no_wgmma)
+    print("\n| N x K | M | cuBLAS fp16 us | humming W4A16 us | x cuBLAS | weight TB/s | humming W4A16 wgmma us | "
+          "x cuBLAS (wgmma) |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in res["rows"]:
         print(f"| {r['n']}x{r['k']} | {r['m']} | {r['cublas_fp16_us']} | {r['humming_w4a16_us']} | "
-              f"{r['speedup_vs_cublas']} | {r['weight_tb_s']} |")
+              f"{r['speedup_vs_cublas']} | {r['weight_tb_s']} | {r.get('humming_w4a16_wgmma_us', '-')} | "
+              f"{r.get('wgmma_speedup_vs_cublas', '-')} |")
     cs = res["cold_start"]
     print(f"cold start (empty cache): first call {cs['first_call_s']:.2f} s; {cs['decode_kernels']} decode-bucket "
           f"kernels {cs['decode_buckets_s']:.2f} s; all {cs['kernels']} bucket kernels "

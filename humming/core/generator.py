@@ -50,6 +50,10 @@ def pair_decode(layout, scales: bool, zeros: bool) -> tuple[str, str, str]:
 
 
 def kernel_source(plan, backend, caps=None) -> str:
+    if plan.family == "wgmma" and plan.path == "wgmma-dequant-smem":
+        from humming.core.generator_wgmma_wna16 import wgmma_wna16_kernel_source
+
+        return wgmma_wna16_kernel_source(plan, backend, caps)
     if plan.family == "wgmma":
         from humming.core.generator_wgmma import wgmma_w8a8_kernel_source
 

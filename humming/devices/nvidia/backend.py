@@ -329,6 +329,54 @@ class NvidiaBackend(Backend):
         return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON,
                           _wgmma_k32_helper(request.mma.a_type, n)])
 
+    def wgmma_wna16_prelude(self, request: HelperRequest, n: int) -> str:
+        """Helpers of the wgmma WnA16 kernel (16-bit activations, integer weights dequantized into shared
+        memory): copies, 16-bit pair arithmetic, the weight decode (dq_raw), 16-byte shared stores, fences and
+        descriptors, and one m64n{n}k16 step for the plan's activation type (request.mma, a wgmma f16/bf16 form)."""
+        if request.mma.family != "wgmma" or request.mma.a_type not in ("f16", "bf16"):
+            raise ValueError(f"wgmma_wna16_prelude needs a wgmma f16/bf16 form, got {request.mma.describe()}")
+        if n not in request.mma.n_values:
+            raise ValueError(f"wgmma n={n} is not a declared N of {request.mma.describe()}")
+        return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON, STS_128,
+                          _decode_helper(request.weight), _wgmma_k16_helper(request.mma.a_type, n)])
+
+
+STS_128 = r"""
+// 16-byte shared-memory store (four 32-bit registers)
+__device__ __forceinline__ void sts_128(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+"""
+
+
+def _wgmma_k16_helper(a_type: str, n: int) -> str:
+    """wgmma_k16(d, desc_a, desc_b, accumulate): D(64 x n) += A(64 x 16) * B(16 x n) on f16/bf16 operands, both
+    K-major in shared memory (no transpose: imm-trans-a = imm-trans-b = 0), fp32 accumulators; the register layout
+    of d is that of the k32 forms (see _wgmma_k32_helper). A k16 step spans 32 bytes of a 128-byte row."""
+    if a_type not in ("f16", "bf16"):
+        raise ValueError(f"no wgmma k16 spelling for {a_type}")
+    regs = n // 2
+    dlist = ",".join(f"%{i}" for i in range(regs))
+    da, db, sd = regs, regs + 1, regs + 2
+    ins = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{a_type}.{a_type} {{{dlist}}}, %{da}, %{db}, p, 1, 1, 0, 0;"
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    return rf"""
+typedef float wg_acc_t;
+constexpr int WG_ACC_REGS = {regs};   // accumulator registers per thread of an m64n{n} tile
+// the accumulators are written asynchronously: keep the compiler from moving their uses across the waits
+__device__ __forceinline__ void wgmma_fence_operand(float (&d)[{regs}]) {{
+  #pragma unroll
+  for (int i = 0; i < {regs}; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}}
+// one m64n{n}k16 {a_type} step: d = A * B + (accumulate ? d : 0)
+__device__ __forceinline__ void wgmma_k16(float (&d)[{regs}], uint64_t desc_a, uint64_t desc_b, int accumulate) {{
+  asm volatile("{{\n .reg .pred p;\n setp.ne.b32 p, %{sd}, 0;\n {ins}\n}}\n"
+               : {outs}
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}}
+"""
+
+
 WGMMA_W4A8 = r"""
 // ---- wgmma W4A8: 4-bit weights widened into the 8-bit B tile in shared memory
 // 16-byte shared-memory store (the widened codes of 16 k of one weight row)

@@ -1,0 +1,151 @@
+"""W4A16 on the wgmma kernel (sm_90a, int4 dequantized into shared memory; opted in with HUMMING_WGMMA_WNA16=1)
+against the reference, on a GPU whose profile declares wgmma f16/bf16 (H100/H200/H20). Outputs are NaN-poisoned
+before each launch (conftest), and every case checks that the wgmma kernel really ran."""
+import pytest
+import torch
+
+import humming
+from humming import api
+
+from .conftest import rel_error
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(512, 2048), (1024, 4096)]
+MS = (128, 200, 1024)
+GROUPS = [128, 32, None]  # None: per-channel scales (fp32, in the epilogue)
+TOL = {torch.float16: 1e-3, torch.bfloat16: 5e-3}
+
+
+def _require_wgmma(dtype=torch.float16):
+    caps = api.resolve_profile(None)
+    act = "f16" if dtype == torch.float16 else "bf16"
+    if not caps.find_mma(family="wgmma", a_type=act):
+        pytest.skip(f"{caps.name} declares no wgmma {act} (the wgmma WnA16 kernel needs an sm_90a device)")
+    if not api._wgmma_runs_here(caps):
+        pytest.skip(f"the live GPU is not {caps.name}'s own target")
+    return caps
+
+
+def _scheme(group):
+    sch = humming.schemes.get("w4a16")
+    return sch.with_(granularity="channel", group_size=None) if group is None else sch.with_(group_size=group)
+
+
+def _wgmma_handle(qw, dtype):
+    dev = torch.device("cuda", torch.cuda.current_device())
+    cache = qw.__dict__["_humming_prepared"]
+    handle = cache.get(("wna16-wgmma", dtype, dev, None))
+    if handle is None:  # gemm keys the cache by the tensor's own device object
+        handle = next(v for key, v in cache.items() if key[0] == "wna16-wgmma" and key[1] == dtype)
+    assert handle >= 0, "the wgmma WnA16 kernel was judged not eligible"
+    return handle
+
+
+@pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("group", GROUPS, ids=["g128", "g32", "channel"])
+def test_wgmma_w4a16(group, dtype, n, k, monkeypatch):
+    _require_wgmma(dtype)
+    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    torch.manual_seed(n + k + (group or 1))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(group), bias=bias)
+    for m in MS:
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        p = api._registry[_wgmma_handle(qw, dtype)].launches[m].plan
+        assert p.family == "wgmma" and p.kernel_name.startswith("hm_wna16_wgmma_"), p.explain()
+        assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
+        ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+        err = rel_error(out, ref)
+        assert err <= TOL[dtype], f"group {group} {dtype} M={m} N={n} K={k} BN={p.tiles.bn}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("bn", [128, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_both_tile_widths(bn, dtype, monkeypatch):
+    """BN=128 and BN=256 forced through the launcher (the planner picks one per shape)."""
+    caps = _require_wgmma(dtype)
+    from humming.core.planner_wgmma_wna16 import plan_wna16_wgmma
+
+    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    n, k, m = 1024, 2048, 300
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    humming.gemm(x, qw)
+    prep = api._registry[_wgmma_handle(qw, dtype)]
+    act = "f16" if dtype == torch.float16 else "bf16"
+    prep.plan_fn = lambda mm, lay=prep.packed.layout: plan_wna16_wgmma(caps, lay, mm, act, scheme="w4a16", bn=bn)
+    prep.plans.clear()
+    prep.launches.clear()
+    out = humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    assert prep.launches[m].plan.tiles.bn == bn
+    assert not torch.isnan(out).any()
+    assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_wgmma_matches_mma_sync_tile_kernel(dtype, monkeypatch):
+    """Same weights and activations through both WnA16 kernels: the same dequantized values and fp32 sums, so
+    the results agree closely (summation order differs)."""
+    _require_wgmma(dtype)
+    n, k, m = 1024, 4096, 512
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    monkeypatch.delenv(api.WGMMA_WNA16_ENV, raising=False)
+    legacy = humming.gemm(x, qw)
+    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    new = humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    assert api._registry[_wgmma_handle(qw, dtype)].launches[m].plan.family == "wgmma"
+    assert not torch.isnan(new).any() and not torch.isnan(legacy).any()
+    assert rel_error(new, legacy) <= (1e-3 if dtype == torch.float16 else 4e-3)
+
+
+def test_act_order_and_leading_dims(monkeypatch):
+    _require_wgmma()
+    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    n, k = 512, 2048
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16", act_order=True)
+    assert qw.g_idx is not None
+    x = torch.randn(2, 100, k, device="cuda", dtype=torch.float16)
+    out = humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    assert out.shape == (2, 100, n) and not torch.isnan(out).any()
+    assert api._registry[_wgmma_handle(qw, torch.float16)].launches[200].plan.family == "wgmma"
+    assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= 1e-3
+
+
+def test_small_m_and_other_schemes_stay_on_mma_sync(monkeypatch):
+    _require_wgmma()
+    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    n, k = 512, 2048
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
+    out = humming.gemm(torch.randn(64, k, device="cuda", dtype=torch.float16), qw)
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any()
+    assert not any(key[0] == "wna16-wgmma" for key in qw.__dict__["_humming_prepared"])
+    zp = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16-zp")
+    x = torch.randn(256, k, device="cuda", dtype=torch.float16)
+    out = humming.gemm(x, zp)
+    torch.cuda.synchronize()
+    assert all(v == -1 for key, v in zp.__dict__["_humming_prepared"].items() if key[0] == "wna16-wgmma")
+    assert rel_error(out, humming.reference_gemm(x, zp, out_dtype=torch.float32)) <= 1e-3
+
+
+def test_cuda_graph_replay(monkeypatch):
+    _require_wgmma()
+    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    qw = humming.quantize(torch.randn(1024, 4096, device="cuda") * 0.05, "w4a16")
+    x = torch.randn(256, 4096, device="cuda", dtype=torch.float16)
+    eager = humming.gemm(x, qw)
+    static_x = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = humming.gemm(static_x, qw)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, eager)
