@@ -214,6 +214,9 @@ def wgmma_w4a8_kernel_source(plan, backend, caps=None) -> str:
         raise ValueError(f"wgmma W4A8: group {group} must be 32, 64 or a multiple of 128")
     gsteps = min(group, 128) // 32  # k32 steps per wgmma group (one promotion each)
     lo, hi = _W4A8_WIDEN[(lay.weight_format, lay.a_type)]
+    # s8: a partial of <= 128 k is below 128 * 128 * (16 * 8) = 2^21 in magnitude, so the integer-to-float
+    # conversion is one integer add and one float subtraction instead of the conversion unit
+    to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
     prelude = wgmma_w4a8_prelude(backend, request, t.bn)
     widen = "\n".join(
@@ -344,7 +347,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
         for (int h = 0; h < 2; ++h)
           #pragma unroll
           for (int e = 0; e < 2; ++e)
-            facc[4 * j + 2 * h + e] += wg_acc_to_f32(acc[4 * j + 2 * h + e]) * u32_as_f32(s4[j / 2][(j % 2) * 2 + e]);
+            facc[4 * j + 2 * h + e] += {to_f32}(acc[4 * j + 2 * h + e]) * u32_as_f32(s4[j / 2][(j % 2) * 2 + e]);
     }}
   }}
   // accumulator fragment of m64nBN: warp w (of the warpgroup) holds rows 16w .. 16w+15; for n8 chunk j,

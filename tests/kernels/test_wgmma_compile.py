@@ -543,7 +543,7 @@ def _check_w4a8_indexing(src: str) -> None:
                  "const float* s_col = S + n0 + (lane & 3) * (BN / 4);",
                  "srow = s_col + (size_t)((kt * BK + gi * GSTEPS * 32) / GROUP) * N;",
                  "load_g128_cached(s4[v], srow + 4 * v);",
-                 "facc[4 * j + 2 * h + e] += wg_acc_to_f32(acc[4 * j + 2 * h + e]) * u32_as_f32(s4[j / 2][(j % 2) * 2 + e]);",
+                 "(acc[4 * j + 2 * h + e]) * u32_as_f32(s4[j / 2][(j % 2) * 2 + e]);",
                  "const int row0 = m0 + warp * 16 + (lane >> 2);", "const int col = n0 + 8 * j + 2 * (lane & 3);",
                  "facc[4 * j + 2 * h] * rs[h] * c0 + b0", "facc[4 * j + 2 * h + 1] * rs[h] * c1 + b1"):
         assert text in src, text
@@ -672,3 +672,21 @@ def test_w4a8_scale_table_order():
     p = permute_columns_wgmma(t)
     for block, q, j, e in itertools.product(range(2), range(4), range(16), range(2)):
         assert p[1, block * 128 + q * 32 + 2 * j + e] == t[1, block * 128 + 8 * j + 2 * q + e]
+
+
+def test_w4a8_s8_partials_convert_exactly():
+    """s8 partials (<= 128 k of s8 x 16 * int4) go to fp32 through 1.5 * 2^23 + v: exact for |v| < 2^22, which
+    bounds them; the kernel uses it for s8 only (e4m3 partials are fp32 already)."""
+    import struct
+
+    body = re.search(r"small_s32_to_f32\(int v\) \{ return (.*?); \}", nv.WGMMA_W4A8).group(1)
+    assert body == "u32_as_f32(0x4B400000u + (uint32_t)v) - 12582912.0f"
+    bound = 128 * 128 * 128  # |a| <= 128, |16 * code| <= 128, 128 k per promotion at most
+    assert bound < 2**22
+    for v in [0, 1, -1, 12345, -bound, bound, 2**22 - 1, -(2**22) + 1] + list(range(-300, 300, 7)):
+        f = struct.unpack("<f", struct.pack("<I", (0x4B400000 + v) & 0xFFFFFFFF))[0]
+        assert float(torch.tensor(f, dtype=torch.float32) - torch.tensor(12582912.0, dtype=torch.float32)) == v
+    caps = _caps()
+    for a_type, fmt in (("s8", "int4"), ("e4m3", "int4")):
+        src = api.source(plan_w4a8_wgmma(caps, WgmmaW4A8Layout(a_type, 1024, 1024, 128, fmt), 256, "f16"), caps)
+        assert ("+= small_s32_to_f32(acc[" in src) == (a_type == "s8")

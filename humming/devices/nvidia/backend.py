@@ -386,6 +386,9 @@ __device__ __forceinline__ void st_shared_128(uint32_t addr, uint32_t a, uint32_
 // int4 -> s8 as 16 * code (exact, one AND each): the word's low nibbles moved up, then its high nibbles in place
 __device__ __forceinline__ uint32_t s8x16_lo(uint32_t w) { return (w << 4) & 0xF0F0F0F0u; }
 __device__ __forceinline__ uint32_t s8x16_hi(uint32_t w) { return w & 0xF0F0F0F0u; }
+// an int32 partial with |v| < 2^22 as fp32, exactly, without the (eighth-rate) conversion unit: the bits of
+// 1.5 * 2^23 plus v hold 1.5 * 2^23 + v (v lands in the mantissa), then one subtraction
+__device__ __forceinline__ float small_s32_to_f32(int v) { return u32_as_f32(0x4B400000u + (uint32_t)v) - 12582912.0f; }
 // four 4-bit codes in the nibbles of the low 16 bits of w (nibble i -> output byte i) -> four e4m3, exactly:
 // two 8-entry lookups on the low 3 bits (the tables of the mma.sync W4A8 helpers), then one byte permute that
 // takes byte i from the second lookup where code i has bit 3 set (selector nibble i = i + 4 * bit 3)
