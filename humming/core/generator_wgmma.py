@@ -194,21 +194,22 @@ def wgmma_w4a8_kernel_source(plan, backend, caps=None) -> str:
     4-bit rows ([N, K/2] bytes, see ``humming.core.layout_wgmma.pack_int4_kmajor``) and is widened per stage:
     s8 as 16 x code with two masks per 8 codes, e4m3 with three byte permutes per 4 codes.
 
-    Shared memory: STAGES slots of (A tile 128 x 128 B, swizzled | raw B: BN rows x 64 B, linear), then two
-    widened B tiles (BN x 128 B, swizzled) used alternately. Thread tid copies raw 16-byte chunk tid % 4 of rows
+    Shared memory: STAGES slots of (A tile 128 x 128 B, swizzled | raw B: BN rows x 64 B, linear), then three
+    widened B tiles (BN x 128 B, swizzled) used in turn. Thread tid copies raw 16-byte chunk tid % 4 of rows
     tid / 4 + 64 i to raw + tid * 16 + i * 4096, and later widens exactly those bytes (its own cp.async group, so
     no barrier between its wait and its reads) into chunks 2c, 2c + 1 of the same rows of the widened tile.
 
-    Iteration kt: barrier (widened tile kt and A kt visible; both warpgroups done with kt-1) -> refill the slot
-    of kt-1 with stage kt + STAGES - 1 -> wgmma of stage kt -> (while it runs) wait for stage kt+1's copies and
-    widen them into the other B tile, fence.proxy.async -> wait for the wgmma -> fp32 sums += partial x group
-    scale (per group: groups of 32 / 64 split the stage's four k32 steps into wgmma groups)."""
+    Iteration kt: wgmma of stage kt -> (while it runs) refill the slot of kt-2 with stage kt + STAGES - 2, wait
+    for stage kt+1's copies and widen them into the next B tile, fence.proxy.async, barrier -> wait for the wgmma
+    -> fp32 sums += partial x group scale (groups of 32 / 64 split the stage's four k32 steps into wgmma groups)
+    -> next iteration. The barrier sits under the wgmma, not between the promotion and the next wgmma: with three
+    widened tiles, the one being overwritten was last read two stages ago."""
     from humming.devices.nvidia.backend import wgmma_w4a8_prelude
 
     t = plan.tiles
     lay = plan.layout
-    if (t.bm, t.bn, t.bk, t.threads) != (128, 128, 128, 256) or t.stages < 3:
-        raise ValueError(f"the wgmma W4A8 kernel is written for 128x128x128 tiles, 256 threads, >= 3 stages; got {t}")
+    if (t.bm, t.bn, t.bk, t.threads) != (128, 128, 128, 256) or t.stages < 4:
+        raise ValueError(f"the wgmma W4A8 kernel is written for 128x128x128 tiles, 256 threads, >= 4 slots; got {t}")
     group = lay.group
     if not (group in (32, 64) or group % 128 == 0):
         raise ValueError(f"wgmma W4A8: group {group} must be 32, 64 or a multiple of 128")
@@ -229,15 +230,16 @@ def wgmma_w4a8_kernel_source(plan, backend, caps=None) -> str:
 namespace cfg {{
 constexpr int BM = {t.bm}, BN = {t.bn}, BK = {t.bk}, STAGES = {t.stages};   // BK in bytes = elements
 constexpr int THREADS = 256;             // two warpgroups; warpgroup g owns tile rows 64g .. 64g+63
-constexpr int LOOKAHEAD = STAGES - 1;    // stages loading; the slot of kt-1 is refilled at iteration kt
+constexpr int LOOKAHEAD = STAGES - 2;    // stages loading; the slot of kt-2 is refilled at iteration kt
+constexpr int WBUFS = 3;                 // widened B tiles: kt multiplied, kt+1 being widened, kt-1 maybe still read
 constexpr int GROUP = {group};             // weight-scale group along K
 constexpr int GSTEPS = {gsteps};             // k32 steps per wgmma group (one fp32 promotion each)
 constexpr int A_BYTES = BM * BK, RAW_BYTES = BN * BK / 2, SLOT_BYTES = A_BYTES + RAW_BYTES, B_BYTES = BN * BK;
-constexpr int WB_OFFSET = STAGES * SLOT_BYTES;   // the two widened B tiles follow the slots
+constexpr int WB_OFFSET = STAGES * SLOT_BYTES;   // the WBUFS widened B tiles follow the slots
 static_assert(BK == 128 && BN == 128, "one 128-byte swizzle row per tile row; 32 accumulator columns per thread");
 static_assert(SLOT_BYTES % 1024 == 0 && A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "1024-byte aligned tiles");
 static_assert(WG_ACC_REGS == BN / 2, "m64nBN accumulators: BN/2 registers per thread");
-static_assert(LOOKAHEAD >= 2, "at least three stages: one multiplied, one widened, one loading");
+static_assert(LOOKAHEAD >= 2, "at least four slots: kt-1 (maybe still read), kt, kt+1 (widened), one loading");
 static_assert(BK / 32 % GSTEPS == 0, "wgmma groups split the stage's k32 steps evenly");
 static_assert(RAW_BYTES == (BN / 64) * THREADS * 16, "each thread copies BN/64 raw chunks");
 }}
@@ -311,16 +313,15 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
   copy_wait<LOOKAHEAD - 1>();  // stage 0 (this thread's copies)
   widen_stage(0, 0);
   fence_proxy_async();
+  __syncthreads();             // widened tile 0 and A 0 written by everyone
 
+  // Iteration kt: wgmma(kt) -> refill the slot of kt-2 -> widen kt+1 into tile (kt+1) % 3 -> barrier B(kt) (all
+  // overlapped with the wgmma) -> wait -> promote -> the next wgmma right away. Hazards: tile (kt+1) % 3 was last
+  // read by wgmma(kt-2), and the slot of kt-2 by wgmma(kt-2): every thread waited for it before B(kt-1), which
+  // this thread has passed. Tile kt+1 and A kt+1 are visible to wgmma(kt+1) by the fence before B(kt).
   for (int kt = 0; kt < ktiles; ++kt) {{
-    __syncthreads();  // widened tile kt and A kt written by everyone; both warpgroups done with the wgmmas of kt-1
-    {{
-      const int next = kt + LOOKAHEAD;  // refills the slot of kt-1
-      if (next < ktiles) load_stage(next % STAGES, next);
-      copy_commit();
-    }}
     const uint32_t a_tile = smem0 + (kt % STAGES) * SLOT_BYTES + wg * 64 * 128;  // this warpgroup's 64 rows
-    const uint32_t b_tile = smem0 + WB_OFFSET + (kt & 1) * B_BYTES;
+    const uint32_t b_tile = smem0 + WB_OFFSET + (kt % WBUFS) * B_BYTES;
     const uint64_t desc_a = make_smem_desc(a_tile), desc_b = make_smem_desc(b_tile);
     #pragma unroll {1 if gsteps < 4 else 4}
     for (int gi = 0; gi < BK / 32 / GSTEPS; ++gi) {{  // groups of 32 / 64: one loop (registers)
@@ -334,10 +335,16 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
       const float* srow = s_col + (size_t)((kt * BK + gi * GSTEPS * 32) / GROUP) * N;
       #pragma unroll
       for (int v = 0; v < BN / 16; ++v) load_g128_cached(s4[v], srow + 4 * v);
-      if (gi == 0 && kt + 1 < ktiles) {{  // widen stage kt+1 into the other tile while the tensor core works
-        copy_wait<LOOKAHEAD - 1>();   // this thread's copies of stage kt+1 have landed
-        widen_stage((kt + 1) % STAGES, (kt + 1) & 1);
-        fence_proxy_async();          // the widened bytes (and A kt+1) become visible to wgmma (async proxy)
+      if (gi == 0) {{  // while the tensor core works: refill, widen stage kt+1, barrier
+        const int next = kt + LOOKAHEAD;  // refills the slot of kt-2
+        if (next < ktiles) load_stage(next % STAGES, next);
+        copy_commit();
+        if (kt + 1 < ktiles) {{
+          copy_wait<LOOKAHEAD - 1>();   // this thread's copies of stage kt+1 have landed
+          widen_stage((kt + 1) % STAGES, (kt + 1) % WBUFS);
+          fence_proxy_async();          // the widened bytes (and A kt+1) become visible to wgmma (async proxy)
+        }}
+        __syncthreads();                // B(kt): tile kt+1 complete; everyone is past its wait of kt-1
       }}
       wgmma_wait<0>();
       wgmma_fence_operand(acc);

@@ -87,9 +87,9 @@ def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
 
 
 def wgmma_w4a8_smem_bytes(stages: int, bn: int = 128) -> int:
-    """W4A8: per stage the A tile and the packed 4-bit B rows (BK/2 bytes each); two widened 8-bit B tiles
-    (double buffer); 1 KiB to round the dynamic shared memory up to 1024 bytes."""
-    return stages * (BM * BK + bn * BK // 2) + 2 * bn * BK + 1024
+    """W4A8: per stage the A tile and the packed 4-bit B rows (BK/2 bytes each); three widened 8-bit B tiles;
+    1 KiB to round the dynamic shared memory up to 1024 bytes."""
+    return stages * (BM * BK + bn * BK // 2) + 3 * bn * BK + 1024
 
 
 def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
@@ -117,16 +117,17 @@ def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
         raise UnsupportedOnDevice(f"{scheme}: group {group}: the wgmma W4A8 kernel takes groups of 32, 64 or a "
                                   f"multiple of {BK} dividing K")
     limit = caps.limits.smem_per_block_kb * 1024
-    stages = next((s for s in range(6, 2, -1) if wgmma_w4a8_smem_bytes(s, bn) <= limit), None)
+    stages = next((s for s in range(7, 3, -1) if wgmma_w4a8_smem_bytes(s, bn) <= limit), None)
     if stages is None:
-        raise UnsupportedOnDevice(f"no wgmma W4A8 tile 128x{bn}x128 with 3 stages fits {caps.name}'s {limit} B "
+        raise UnsupportedOnDevice(f"no wgmma W4A8 tile 128x{bn}x128 with 4 slots fits {caps.name}'s {limit} B "
                                   f"of shared memory")
     src = {"s8": "int4 -> s8 (16 x code; the scales carry 1/16)", "e4m3": f"{layout.weight_format} -> e4m3"}[a_type]
     reasons = [
         f"wgmma m64n{bn}k32 {a_type} declared ({caps.target.arch}); {a_type} x {a_type} -> {_ACC[a_type]}, both "
         f"operands K-major in shared memory (128-byte swizzle)",
         f"W4A8: packed 4-bit weights [N, K/2] copied with cp.async, widened exactly ({src}) by the thread that "
-        f"copied them into a double-buffered swizzled B tile while the tensor core multiplies the previous stage",
+        f"copied them into one of three swizzled B tiles while the tensor core multiplies the previous stage "
+        f"(the barrier also sits under the wgmma)",
     ]
     if group >= BK:
         reasons.append(f"group {group}: each 128-deep partial is added into fp32 registers times its group scale")
@@ -134,7 +135,7 @@ def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
         reasons.append(f"group {group}: each stage is {BK // group} wgmma groups of {group // 32} k32 step(s), each "
                        f"partial waited and added into fp32 registers times its scale (the tensor core waits more)")
     reasons.append(f"tile {BM}x{bn}x{BK}: 2 warpgroups x m64n{bn}k32, 4 k32 steps per stage; {stages} stages "
-                   f"(cp.async, {stages - 1} in flight), 2 widened B tiles, "
+                   f"(cp.async, {stages - 2} in flight), 3 widened B tiles, "
                    f"{wgmma_w4a8_smem_bytes(stages, bn) // 1024} KiB of {limit // 1024} KiB shared memory")
     reasons.append("no split-K: one K loop per output tile")
     tiles = TileConfig(BM, bn, BK, stages, 8, 1, 1)

@@ -374,7 +374,7 @@ def test_w4a8_compiles_with_wgmma(a_type, fmt, group, act):
     caps = _caps()
     p = plan_w4a8_wgmma(caps, WgmmaW4A8Layout(a_type, 4096, 4096, group, fmt), 1024, act, scheme="w4a8")
     assert p.family == "wgmma" and p.tiles.bn == 128 and p.splits == 1 and p.threads == 256
-    assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024 and p.tiles.stages >= 3
+    assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024 and p.tiles.stages >= 4
     assert p.kernel_name.startswith(f"hm_w4a8_wgmma_{a_type}_{act}_m128n128k128") and "W4A8" in p.explain()
     src = api.source(p, caps)
     mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
@@ -536,8 +536,9 @@ def _check_w4a8_indexing(src: str) -> None:
                  "st_shared_128(wb + i * 64 * 128 + wswz0, o[0], o[1], o[2], o[3]);",
                  "st_shared_128(wb + i * 64 * 128 + wswz1, o[4], o[5], o[6], o[7]);",
                  "const uint32_t wb = smem0 + WB_OFFSET + buf * B_BYTES;",
-                 "widen_stage((kt + 1) % STAGES, (kt + 1) & 1);", "widen_stage(0, 0);",
-                 "(kt % STAGES) * SLOT_BYTES + wg * 64 * 128", "b_tile = smem0 + WB_OFFSET + (kt & 1) * B_BYTES;",
+                 "widen_stage((kt + 1) % STAGES, (kt + 1) % WBUFS);", "widen_stage(0, 0);", "WBUFS = 3;",
+                 "(kt % STAGES) * SLOT_BYTES + wg * 64 * 128", "b_tile = smem0 + WB_OFFSET + (kt % WBUFS) * B_BYTES;",
+                 "LOOKAHEAD = STAGES - 2;", "if (next < ktiles) load_stage(next % STAGES, next);",
                  "desc_a = make_smem_desc(a_tile), desc_b = make_smem_desc(b_tile)",
                  "wgmma_k32(acc, desc_a + 2 * (gi * GSTEPS + s), desc_b + 2 * (gi * GSTEPS + s), s > 0);",
                  "const float* s_col = S + n0 + (lane & 3) * (BN / 4);",
@@ -583,16 +584,16 @@ def test_w4a8_widened_tile_is_what_the_descriptor_reads(a_type, fmt):
     p = plan_w4a8_wgmma(caps, WgmmaW4A8Layout(a_type, 1024, 1024, 128, fmt), 256, "f16")
     _check_w4a8_indexing(api.source(p, caps))
     torch.manual_seed(7)
-    codes = torch.randint(0, 16, (128, 256), dtype=torch.int64)
+    codes = torch.randint(0, 16, (128, 384), dtype=torch.int64)
     packed = pack_int4_kmajor(codes, a_type)
     want = humming.formats.get(fmt).decode(codes.to(torch.uint8)).double() * (16 if a_type == "s8" else 1)
     stages = p.tiles.stages
     slot_bytes = 128 * 128 + 128 * 64
     wb_offset = stages * slot_bytes
     smem0 = 2048
-    smem = torch.zeros(smem0 + wb_offset + 2 * 128 * 128, dtype=torch.uint8)
-    for kt in range(2):  # two stages, into both widened tiles, from different slots
-        slot, buf = (kt + 3) % stages, kt & 1
+    smem = torch.zeros(smem0 + wb_offset + 3 * 128 * 128, dtype=torch.uint8)
+    for kt in range(3):  # three stages, into the three widened tiles, from different slots
+        slot, buf = (kt + 3) % stages, kt % 3
         raw = smem0 + slot * slot_bytes + 128 * 128
         wb = smem0 + wb_offset + buf * 128 * 128
         _w4a8_raw_copy_and_widen(smem, packed[:, kt * 64:(kt + 1) * 64], raw, wb, fmt, a_type)
@@ -609,7 +610,7 @@ def _emulate_w4a8(p, packed, codes: torch.Tensor, ts: torch.Tensor) -> torch.Ten
     stages, group = p.tiles.stages, lay.group
     gsteps = min(group, 128) // 32
     slot_bytes, wb_offset, smem0 = 128 * 128 + 128 * 64, stages * (128 * 128 + 128 * 64), 1024
-    smem = torch.zeros(smem0 + wb_offset + 2 * 128 * 128, dtype=torch.uint8)
+    smem = torch.zeros(smem0 + wb_offset + 3 * 128 * 128, dtype=torch.uint8)
     a_maps = {s: _store_map(128, smem0 + s * slot_bytes) for s in range(stages)}
     dec_a = (lambda c: c.view(torch.int8).double()) if lay.a_type == "s8" else humming.formats.get("e4m3").decode
     # the table columns a thread reads for its accumulator column 8j + 2*(lane%4) + e: n0 + (lane%4)*32 + 2j + e
@@ -618,7 +619,7 @@ def _emulate_w4a8(p, packed, codes: torch.Tensor, ts: torch.Tensor) -> torch.Ten
     for bx, by in itertools.product(range(-(-m // 128)), range(n // 128)):
         facc = torch.zeros(128, 128, dtype=torch.float64)
         for kt in range(k // 128):
-            slot, buf = kt % stages, kt & 1
+            slot, buf = kt % stages, kt % 3
             base, wb = smem0 + slot * slot_bytes, smem0 + wb_offset + buf * 128 * 128
             tile = torch.zeros(128, 128, dtype=torch.uint8)
             rows = codes[bx * 128:(bx + 1) * 128, kt * 128:(kt + 1) * 128]
@@ -649,7 +650,7 @@ def _emulate_w4a8(p, packed, codes: torch.Tensor, ts: torch.Tensor) -> torch.Ten
 def test_w4a8_emulated_kernel_matches_reference(scheme):
     sch = _w4a8_scheme(scheme)
     torch.manual_seed(len(scheme))
-    m, n, k = 136, 256, 256
+    m, n, k = 136, 256, 384  # three stages: all three widened tiles
     bias = torch.randn(n).to(torch.float16)
     qw = humming.quantize(torch.randn(n, k) * 0.05, sch, bias=bias)
     a_type = "s8" if sch.act == "int8" else "e4m3"
