@@ -95,6 +95,7 @@ def main() -> None:
     ap.add_argument("--no-wgmma", action="store_true", help="skip the HUMMING_WGMMA=1 (wgmma kernel) timings")
     args = ap.parse_args()
     rows = []
+    os.environ["HUMMING_WGMMA"] = "0"  # the plain columns time the mma.sync kernels; wgmma columns switch it on
     for shape in args.shapes.split(","):
         n, k = map(int, shape.split("x"))
         weights = {s: [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, s) for _ in range(copies_for(n * k))]
@@ -112,7 +113,7 @@ def main() -> None:
                             os.environ["HUMMING_WGMMA_FAST_ACCUM"] = "1"
                             _time_scheme(row, s, f"{s}_wgmma_fast", qws, x)
                     finally:
-                        os.environ.pop("HUMMING_WGMMA", None)
+                        os.environ["HUMMING_WGMMA"] = "0"  # the plain columns: the mma.sync kernels
                         os.environ.pop("HUMMING_WGMMA_FAST_ACCUM", None)
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -128,11 +128,12 @@ def wgmma_column(x: torch.Tensor, qws: list, m: int) -> dict:
         if old is None:
             del os.environ[api.WGMMA_WNA16_ENV]
         else:
-            os.environ[api.WGMMA_WNA16_ENV] = old
+            os.environ[api.WGMMA_WNA16_ENV] = old  # "0" during the run: the main column is the mma.sync kernels
 
 
 def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True) -> dict:
     torch.manual_seed(0)
+    os.environ[api.WGMMA_WNA16_ENV] = "0"  # the main column: mma.sync kernels; the wgmma column switches it on
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": []}
     results["cold_start"] = cold_start()
     results["host_overhead_parts_us"] = host_overhead_parts()

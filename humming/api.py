@@ -50,7 +50,7 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
         sch = sch.with_(group_size=group_size)
     if getattr(sch, "act", None):
         return _plan_quantized_act(caps, sch, m, n, k, act)
-    if _wgmma_wna16_eligible(caps, sch, m, n, k, act):  # HUMMING_WGMMA_WNA16=1: the plan that gemm runs
+    if _wgmma_wna16_eligible(caps, sch, m, n, k, act):  # unless HUMMING_WGMMA_WNA16=0: the plan that gemm runs
         from humming.core.layout_wgmma_wna16 import wgmma_wna16_layout
         from humming.core.planner_wgmma_wna16 import plan_wna16_wgmma
 
@@ -75,7 +75,7 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
             return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         if sch.weight in ("int4", "e2m1"):
             layout = W4A8Layout(choice.a_type, n, k, sch.weight_scale.group_size or k, weight_format=sch.weight)
-        elif _wgmma_eligible(caps, choice, sch, m, n, k):  # HUMMING_WGMMA=1: the plan that gemm runs
+        elif _wgmma_eligible(caps, choice, sch, m, n, k):  # unless HUMMING_WGMMA=0: the plan that gemm runs
             from humming.core.layout_wgmma import WgmmaW8A8Layout
             from humming.core.planner_wgmma import plan_w8a8_wgmma
 
@@ -339,7 +339,7 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) ->
         handle = prepared(qw, x.dtype, x.device, profile)
     elif x.shape[-1] != qw.shape[1]:
         raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={qw.shape[1]}")
-    if x.numel() >= WGMMA_WNA16_MIN_M * qw.shape[1] and os.environ.get(WGMMA_WNA16_ENV, "") == "1":
+    if x.numel() >= WGMMA_WNA16_MIN_M * qw.shape[1] and _switch_on(WGMMA_WNA16_ENV):
         handle = _wna16_wgmma_handle(x, qw, profile, handle)
     return gemm_prepared(x, handle, bias)
 
@@ -409,7 +409,13 @@ def _runs_on_w8a8(choice, scheme) -> bool:
             and scheme.weight_scale.granularity in ("channel", "tensor"))
 
 
-WGMMA_ENV = "HUMMING_WGMMA"  # "1": W8A8 prefill (M >= 64) runs the wgmma kernel where a profile declares it
+def _switch_on(name: str) -> bool:
+    """A kernel-family switch: on unless the variable is "0" (the wgmma kernels passed their H200 tests on
+    2026-11-30 and are the defaults where a profile declares wgmma; "0" keeps the mma.sync kernels)."""
+    return os.environ.get(name, "1") != "0"
+
+
+WGMMA_ENV = "HUMMING_WGMMA"  # "0": W8A8/W4A8 prefill (M >= 64) stays on mma.sync where wgmma is declared
 WGMMA_FAST_ACCUM_ENV = "HUMMING_WGMMA_FAST_ACCUM"  # "1": e4m3 partial sums stay in the tensor core (no promotion)
 
 
@@ -418,11 +424,11 @@ def _wgmma_fast_accum() -> bool:
 
 
 def _wgmma_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
-    """True when the wgmma 8-bit kernel runs this call: opted in with HUMMING_WGMMA=1 (until validated on a GPU),
+    """True when the wgmma 8-bit kernel runs this call: HUMMING_WGMMA not "0" (default on since the H200 run),
     8-bit weights as stored (per-channel/per-tensor scales) or W4A8 weights (int4/e2m1 widened exactly, groups of
     32, 64 or a multiple of 128), a declared wgmma k32 form for the operand type, N % 128 == 0, K % 128 == 0
     and M >= 64."""
-    if os.environ.get(WGMMA_ENV, "") != "1":
+    if not _switch_on(WGMMA_ENV):
         return False
     from humming.core.planner_wgmma import wgmma_form
 
@@ -440,15 +446,15 @@ def _wgmma_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
     return choice.path in ("native", "legacy")
 
 
-WGMMA_WNA16_ENV = "HUMMING_WGMMA_WNA16"  # "1": WnA16 prefill (M >= 128) runs the wgmma kernel where it applies
+WGMMA_WNA16_ENV = "HUMMING_WGMMA_WNA16"  # "0": WnA16 prefill (M >= 128) stays on the mma.sync tile kernel
 WGMMA_WNA16_MIN_M = 128  # one full 128-row wgmma tile (planner_wgmma_wna16.MIN_M)
 
 
 def _wgmma_wna16_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
-    """True when the wgmma WnA16 kernel runs this call: opted in with HUMMING_WGMMA_WNA16=1 (until validated on a
-    GPU), M >= 128, a scheme it decodes (signed int4, no zero points, group 32 / multiples of 64, channel or tensor
+    """True when the wgmma WnA16 kernel runs this call: HUMMING_WGMMA_WNA16 not "0" (default on since the H200
+    run), M >= 128, a scheme it decodes (signed int4, no zero points, group 32 / multiples of 64, channel or tensor
     scales), a declared wgmma k16 form for the activation type, cp.async, N % 128 == 0 and K % 64 == 0."""
-    if m < WGMMA_WNA16_MIN_M or os.environ.get(WGMMA_WNA16_ENV, "") != "1":
+    if m < WGMMA_WNA16_MIN_M or not _switch_on(WGMMA_WNA16_ENV):
         return False
     from humming.core.layout_wgmma_wna16 import supports
     from humming.core.planner_wgmma_wna16 import wgmma_k16_form
@@ -528,7 +534,7 @@ def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
 
 
 def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
-    """W8A8 on the 8-bit mma.sync kernel (or, with HUMMING_WGMMA=1 and M >= 64 on a profile declaring wgmma,
+    """W8A8 on the 8-bit mma.sync kernel (or, unless HUMMING_WGMMA=0, at M >= 64 on a profile declaring wgmma,
     the wgmma kernel): activations quantized as the reference does (per token or per tensor), then
     int8 x int8 -> int32 or e4m3 x e4m3 -> fp32, scales and bias in the fp32 epilogue."""
     from humming.core.layout import prepare_w4a8, prepare_w8a8

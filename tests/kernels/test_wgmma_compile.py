@@ -116,7 +116,7 @@ def test_selection_is_opt_in_and_gated(monkeypatch):
     caps = _caps()
     sch = humming.schemes.get("w8a8-fp8")
     choice = runnable_path(caps, sch)
-    monkeypatch.delenv(api.WGMMA_ENV, raising=False)
+    monkeypatch.setenv(api.WGMMA_ENV, "0")
     assert not api._wgmma_eligible(caps, choice, sch, 1024, 1024, 2048)
     assert humming.plan("w8a8-fp8", 1024, 1024, 2048, profile=H200).family == "mma_sync"
     monkeypatch.setenv(api.WGMMA_ENV, "1")
@@ -412,7 +412,7 @@ def test_w4a8_kernel_names_differ_by_weight_format():
 
 
 def test_w4a8_selection_is_opt_in_and_gated(monkeypatch):
-    monkeypatch.delenv(api.WGMMA_ENV, raising=False)
+    monkeypatch.setenv(api.WGMMA_ENV, "0")
     for scheme in ("w4a8-int8", "w4a8-fp8", "w4a8-mxfp4"):
         assert humming.plan(scheme, 1024, 1024, 2048, profile=H200).family == "mma_sync"
     monkeypatch.setenv(api.WGMMA_ENV, "1")

@@ -99,10 +99,11 @@ def test_every_profile_declaring_wgmma_compiles_it():
             assert f"wgmma.mma_async.sync.aligned.m64n{p.tiles.bn}k16.f32.{act}.{act}" in mod.ptx
 
 
-def test_names_and_keys_are_distinct():
+def test_names_and_keys_are_distinct(monkeypatch):
     p16, pb = _plan("f16", 128), _plan("bf16", 128)
     p32 = _plan("f16", 32)
     assert len({p16.kernel_name, pb.kernel_name, p32.kernel_name}) == 3
+    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "0")
     tile = humming.plan("w4a16", 1024, 1024, 4096, profile=H200)
     assert tile.family == "mma_sync" and tile.kernel_name != p16.kernel_name and tile.kernel_key != p16.kernel_key
     assert "wgmma" in p16.explain() and PATH in p16.explain()
@@ -121,7 +122,7 @@ def test_profiles_without_wgmma_get_no_wgmma_plan(profile, monkeypatch):
 def test_selection_is_opt_in_and_gated(monkeypatch):
     caps = _caps()
     sch = humming.schemes.get("w4a16")
-    monkeypatch.delenv(api.WGMMA_WNA16_ENV, raising=False)
+    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "0")
     assert not api._wgmma_wna16_eligible(caps, sch, 1024, 1024, 2048, "f16")
     assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).family == "mma_sync"
     monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
