@@ -170,6 +170,7 @@ class _LaunchSpec:
     keep: tuple = ()
     grid: tuple = ()  # plan.grid and plan.threads, read once
     threads: int = 0
+    weights: tuple = ()  # the weight-side tensors whose pointers are in the slots (compared by identity)
 
     def __post_init__(self):
         self.grid, self.threads = self.plan.grid, self.plan.threads
@@ -205,7 +206,8 @@ def plan_for(handle: int, m: int) -> Plan:
 
 # kernel parameters: A B S Z CS BIAS C WS CNT M N K k_per_split out_scale GS
 _PARAM_KINDS = "ppppppppp" + "iiii" + "f" + "p"
-_DYNAMIC = (0, 1, 2, 3, 4, 5, 6, 14)  # the tensor slots rewritten on every call
+_WEIGHT_SLOTS = (1, 2, 3, 4, 5)  # B S Z CS BIAS: rewritten only when other tensor objects are passed
+# (A, C and GS, slots 0, 6 and 14, are written on every call)
 
 
 def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
@@ -249,10 +251,15 @@ def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gs
     stream = _current_stream(device)
     block = spec.static_args
     slots = block.slots
-    tensors = (x, qweight, scales, zeros, chan, bias, out, gscale)
     with block.lock:  # the slots are shared by every call of this (weight, M); the driver copies them at launch
-        for slot, t in zip(_DYNAMIC, tensors):
-            slots[slot].value = None if t is None else t.data_ptr()
+        slots[0].value = x.data_ptr()
+        slots[6].value = out.data_ptr()
+        slots[14].value = None if gscale is None else gscale.data_ptr()
+        w = spec.weights  # the weight-side tensor objects of the last call (identity: they are kept alive here)
+        if not (w and w[0] is qweight and w[1] is scales and w[2] is zeros and w[3] is chan and w[4] is bias):
+            w = spec.weights = (qweight, scales, zeros, chan, bias)
+            for slot, t in zip(_WEIGHT_SLOTS, w):
+                slots[slot].value = None if t is None else t.data_ptr()
         spec.kernel.launch(device, spec.grid, spec.threads, stream, block)
     return out
 
