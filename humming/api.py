@@ -64,6 +64,14 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
     from humming.core.paths import choose_path, runnable_path
     from humming.core.planner import plan_w8a8
 
+    ideal = choose_path(caps, sch)
+    if ideal.family == "mma_sync" and ideal.path == "native" and getattr(ideal.instruction, "scale_format", None):
+        # W4A4 NVFP4/MXFP4 on the block-scaled mma.sync kernel (sm_120a/121a): planned always; run only with
+        # HUMMING_UNVERIFIED_KERNELS=1 (the plan's reasons say so)
+        from humming.core.layout_blockscaled import BlockScaledLayout, recipe_of
+        from humming.core.planner_blockscaled import plan_blockscaled
+
+        return plan_blockscaled(caps, BlockScaledLayout(recipe_of(sch), n, k), m, act, ideal, scheme=sch.name)
     choice = runnable_path(caps, sch)
     if _runs_on_w8a8(choice, sch):
         if sch.weight in ("int4", "e2m1") and _wgmma_eligible(caps, choice, sch, m, n, k):  # W4A8 on wgmma
@@ -370,6 +378,13 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
         choice = _choices[key] = runnable_path(caps, qw.scheme)
     if _runs_on_w8a8(choice, qw.scheme):
         return _gemm_w8a8(x, qw, bias, caps, choice)
+    if choice.path == "native" and choice.family == "mma_sync" and getattr(choice.instruction, "scale_format", None):
+        out = _gemm_blockscaled(x, qw, bias, caps)  # only reached with HUMMING_UNVERIFIED_KERNELS=1
+        if out is not None:
+            return out
+        from humming.core.paths import choose_path
+
+        choice = choose_path(caps, qw.scheme, families=("mma_sync",), block_scaled=False)
     if choice.path != "upconvert":
         raise UnsupportedOnDevice(
             f"{qw.scheme.name} on {caps.name}: planned path {choice.path} ({choice.describe()}); this kernel is not "
@@ -389,6 +404,45 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     handle = prepared(wq, act_dtype, x.device, profile)
     out = gemm_prepared(x16, handle, None if bias is None else bias.to(act_dtype), gscale)
     return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+def _gemm_blockscaled(x: torch.Tensor, qw, bias, caps) -> torch.Tensor | None:
+    """W4A4 NVFP4/MXFP4 on the block-scaled mma.sync kernel (compiled for sm_120a/121a, never run on hardware;
+    reached only with HUMMING_UNVERIFIED_KERNELS=1). None when it does not apply (shape, act-order, another GPU):
+    the caller runs the upconvert path."""
+    from humming.core.layout_blockscaled import STAGE_K, pack_e2m1, prepare_blockscaled
+    from humming.core.planner_blockscaled import plan_blockscaled
+
+    n, k = qw.shape
+    if n % 64 or k % STAGE_K or qw.g_idx is not None or live_arch() not in (None, caps.target.arch):
+        return None
+    cache = qw.__dict__.setdefault("_humming_prepared", {})
+    key = ("blockscaled", x.dtype, x.device, caps.name)
+    handle = cache.get(key)
+    if handle is None:
+        packed = prepare_blockscaled(qw.to(x.device), x.dtype)
+        act = act_name(x.dtype)
+
+        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
+            return plan_blockscaled(caps, packed.layout, m, act, scheme=name)
+
+        with _lock:
+            _registry.append(_Prepared(packed, caps, {}, None, plan_fn=plan_fn))
+            handle = len(_registry) - 1
+        cache[key] = handle
+    packed = _registry[handle].packed
+    x2 = x.reshape(-1, k)
+    qa = _quantize_act(x2, qw.scheme, caps)
+    codes = pack_e2m1(qa.codes).contiguous()
+    sa = qa.scales.view(torch.uint8).contiguous()
+    gscale = None
+    if qa.global_scale is not None:
+        gscale = qa.global_scale.to(device=x.device, dtype=torch.float32).reshape(1)
+    b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
+    if b is not None and b.data_ptr() % 4:
+        b = b.clone()
+    out = _launch(handle, codes, packed.qweight, sa, packed.scales, None, b, gscale, out_dtype=x.dtype)
+    return out.view(*x.shape[:-1], n)
 
 
 def _quantize_act(x: torch.Tensor, scheme, caps):
@@ -602,9 +656,20 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
         row = {"scheme": name}
         try:
             if getattr(sch, "act", None):
-                from humming.core.paths import runnable_path
+                from humming.core.paths import choose_path, runnable_path
 
                 choice = runnable_path(caps, sch)
+                ideal = choose_path(caps, sch)
+                if (ideal.path == "native" and ideal.family == "mma_sync"
+                        and getattr(ideal.instruction, "scale_format", None)):
+                    from humming.core.planner_blockscaled import unverified_enabled, unverified_note
+
+                    status = ("executes on the block-scaled mma_sync kernel (unverified)" if unverified_enabled()
+                              else unverified_note(caps) + "; meanwhile runs " + choice.describe() + " (upconvert)")
+                    row.update(family=ideal.family, instruction=ideal.describe(), path=ideal.path,
+                               reason=f"{ideal.reasons[-1]} [{status}]")
+                    rows.append(row)
+                    continue
                 if choice.path == "upconvert":
                     status = "executes on the WnA16 kernel"
                 elif _runs_on_w8a8(choice, sch):

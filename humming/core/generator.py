@@ -58,6 +58,10 @@ def kernel_source(plan, backend, caps=None) -> str:
         from humming.core.generator_wgmma import wgmma_w8a8_kernel_source
 
         return wgmma_w8a8_kernel_source(plan, backend, caps)
+    if plan.family == "mma_sync" and getattr(plan.instruction, "scale_format", None):  # block-scaled (sm_120a)
+        from humming.core.generator_blockscaled import blockscaled_kernel_source
+
+        return blockscaled_kernel_source(plan, backend, caps)
     if plan.is_8bit:
         from humming.core.generator_w8a8 import w8a8_kernel_source
 

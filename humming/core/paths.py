@@ -82,6 +82,13 @@ def runnable_path(caps, scheme) -> PathChoice:
     """The best path among the kernel families humming generates today (see GENERATED_FAMILIES); its
     reasons say when the device's preferred family is not generated yet."""
     ideal = choose_path(caps, scheme)
+    if ideal.family in GENERATED_FAMILIES and _is_block_scaled_native(ideal):
+        # the block-scaled mma.sync kernel is compiled but has never run on hardware: opt-in only
+        from humming.core.planner_blockscaled import unverified_enabled
+
+        if unverified_enabled():
+            return ideal
+        return choose_path(caps, scheme, families=GENERATED_FAMILIES, block_scaled=False)
     if ideal.family in GENERATED_FAMILIES:
         return ideal
     run = choose_path(caps, scheme, families=GENERATED_FAMILIES)
@@ -90,9 +97,14 @@ def runnable_path(caps, scheme) -> PathChoice:
                       run.reasons + (note,))
 
 
-def choose_path(caps, scheme, families: tuple[str, ...] = FAMILY_ORDER) -> PathChoice:
+def _is_block_scaled_native(choice: PathChoice) -> bool:
+    return choice.path == "native" and bool(getattr(choice.instruction, "scale_format", None))
+
+
+def choose_path(caps, scheme, families: tuple[str, ...] = FAMILY_ORDER, block_scaled: bool = True) -> PathChoice:
     """The execution path for a quantized-activation scheme on a profile, or UnsupportedOnDevice.
-    ``families`` restricts the instruction families considered (newest first)."""
+    ``families`` restricts the instruction families considered (newest first); ``block_scaled=False`` skips a
+    declared block-scaled mma.sync form (its kernel is not validated on hardware yet) and says so."""
     name = getattr(scheme, "name", str(scheme))
     act = _MMA_TYPE.get(scheme.act, scheme.act)
     weight = _MMA_TYPE.get(scheme.weight, scheme.weight)
@@ -109,12 +121,20 @@ def choose_path(caps, scheme, families: tuple[str, ...] = FAMILY_ORDER) -> PathC
     scale = _block_scaled(scheme)
     if scale:
         hits = _find(caps, act, weight, scale, families)
-        if hits:
+        if hits and not block_scaled and hits[0][0] == "mma_sync":
+            from humming.core.planner_blockscaled import unverified_note
+
+            family, ins = hits[0]
+            reasons.append(f"block-scaled MMA declared: {family} kind::{ins.kind} {act}x{weight} with {scale} scales; "
+                           + unverified_note(caps))
+            hits = []
+        elif hits:
             family, ins = hits[0]
             reasons.append(f"block-scaled MMA declared: {family} kind::{ins.kind} {act}x{weight} with {scale} "
                            f"scales per {scheme.weight_scale.group_size}")
             return PathChoice(name, "native", family, ins, act, weight, tuple(reasons))
-        reasons.append(f"no block-scaled MMA for {act}x{weight} with {scale} scales is declared")
+        else:
+            reasons.append(f"no block-scaled MMA for {act}x{weight} with {scale} scales is declared")
         for wide in ("bf16", "f16"):
             if (act, scale) in _UPCONVERT_EXACT[wide] and (weight, scale) in _UPCONVERT_EXACT[wide]:
                 try:  # the 16-bit GEMM is the WnA16 kernel (mma.sync family)

@@ -410,3 +410,56 @@ def wgmma_w4a8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -
     """Helpers of the wgmma W4A8 kernel: those of the wgmma 8-bit kernel, a 16-byte shared store and the
     widenings (int4 -> 16 x s8 with masks; int4 / e2m1 -> e4m3 with byte permutes)."""
     return backend.wgmma_prelude(request, n) + "\n" + WGMMA_W4A8
+
+
+# ---- block-scaled mma.sync (sm_120a/121a: kind::mxf4nvf4 / kind::mxf4, m16n8k64 e2m1 x e2m1 -> f32)
+BLOCKSCALED_COPY = r"""
+// global -> shared, 8 bytes, asynchronous; zero-filled when !valid (per-row activation scales of MXFP4)
+__device__ __forceinline__ void copy_8_async(uint32_t dst, const void* src, bool valid) {
+  int n = valid ? 8 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ uint32_t lds_32(uint32_t addr) {
+  uint32_t r; asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(r) : "r"(addr)); return r;
+}
+"""
+
+
+def blockscaled_mma_spelling(ins, scale_vec: int) -> str:
+    """The PTX mnemonic of a declared block-scaled mma.sync form (PTX ISA, "Block Scaling for mma.sync"):
+    mma.sync.aligned.m16n8k64.row.col.kind::{mxf4|mxf4nvf4}.block_scale.scale_vec::{2X|4X}.f32.e2m1.e2m1.f32.{ue8m0|ue4m3}."""
+    if ins.family != "mma_sync" or not ins.scale_format or tuple(ins.shape) != (16, 8, 64):
+        raise ValueError(f"not a block-scaled mma.sync m16n8k64 form: {ins.describe()}")
+    if scale_vec not in ins.scale_vec:
+        raise ValueError(f"scale_vec::{scale_vec}X is not declared for {ins.describe()}")
+    m, n, k = ins.shape
+    return (f"mma.sync.aligned.m{m}n{n}k{k}.row.col.kind::{ins.kind}.block_scale.scale_vec::{scale_vec}X"
+            f".f32.{ins.a_type}.{ins.b_type}.f32.{ins.scale_format}")
+
+
+def _blockscaled_mma_helper(ins, scale_vec: int) -> str:
+    """mma_bs<BYTE_ID>(d, a, b0, b1, sfa, sfb): one m16n8k64 e2m1 step with block scales. The selectors are
+    immediates: byte-id (0 for 4X; 0 or 2 for 2X: which byte pair of the scale registers) for A and B alike,
+    thread-id-a = 0 (lanes with %laneid % 4 in {0, 1} supply SF_A: row lane/4, then row lane/4 + 8),
+    thread-id-b = 0 (lane%4 == 0 supplies SF_B of column lane/4). The kernel fills every lane of a quad the
+    same way, so the choice of the thread selector does not matter to the data."""
+    mnemonic = blockscaled_mma_spelling(ins, scale_vec)
+    return rf"""
+template <int BYTE_ID>
+__device__ __forceinline__ void mma_bs(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                       uint32_t sfa, uint32_t sfb) {{
+  asm volatile("{mnemonic} "
+               "{{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}}, %10, {{%12, 0}}, %11, {{%12, 0}};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(sfa), "r"(sfb), "n"(BYTE_ID));
+}}
+"""
+
+
+def blockscaled_prelude(backend: NvidiaBackend, request: HelperRequest, scale_vec: int) -> str:
+    """Helpers of the block-scaled mma.sync kernel: copies (16- and 8-byte cp.async), shared loads, epilogue
+    arithmetic, and one m16n8k64 block-scaled step for the plan's declared form (request.mma)."""
+    if not request.async_copy:
+        raise ValueError("the block-scaled kernel needs cp.async (declared on every profile with the form)")
+    return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], BLOCKSCALED_COPY,
+                      _blockscaled_mma_helper(request.mma, scale_vec)])
