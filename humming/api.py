@@ -670,14 +670,19 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
                                reason=f"{ideal.reasons[-1]} [{status}]")
                     rows.append(row)
                     continue
+                reason = choice.reasons[-1]
                 if choice.path == "upconvert":
                     status = "executes on the WnA16 kernel"
                 elif _runs_on_w8a8(choice, sch):
                     status = "executes on the 8-bit mma_sync kernel"
+                    if _wgmma_eligible(caps, choice, sch, max(m, 1024), n, k):  # prefill: the wgmma kernel
+                        reason = ideal.reasons[-1]
+                        status = (f"M < 64 executes on the 8-bit mma_sync kernel ({choice.describe()}), "
+                                  f"M >= 64 on the wgmma kernel ({ideal.describe()})")
                 else:
                     status = "kernel not generated yet"
                 row.update(family=choice.family, instruction=choice.describe(), path=choice.path,
-                           reason=f"{choice.reasons[-1]} [{status}]")
+                           reason=f"{reason} [{status}]")
                 rows.append(row)
                 continue
             act = "f16" if caps.find_mma(family="mma_sync", a_type="f16") else "bf16"
@@ -685,7 +690,10 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
             kk = k if not gs else max(k, gs) // gs * gs
             p = plan_wna16(caps, layout_for(sch, n, math.lcm(kk, 64), act), m, act, scheme=name)
             shape = "x".join(map(str, p.instruction.shape))
-            row.update(family=p.family, instruction=f"mma.sync m{shape} {act}", reason=p.reasons[0])
+            reason = p.reasons[0]
+            if _wgmma_wna16_eligible(caps, sch, max(m, WGMMA_WNA16_MIN_M), n, k, act):
+                reason += f"; M >= {WGMMA_WNA16_MIN_M}: the wgmma kernel (int4 dequantized into shared memory)"
+            row.update(family=p.family, instruction=f"mma.sync m{shape} {act}", reason=reason)
         except (UnsupportedOnDevice, SchemeError, ShapeError) as exc:
             row.update(family=None, instruction=None, reason=str(exc))
         rows.append(row)
