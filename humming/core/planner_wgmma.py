@@ -2,10 +2,10 @@
 a wgmma m64nNk32 form for the operand types, cp.async, and the shared-memory limit."""
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
+from humming.core.wgmma_common import choose_tile_width, require_wgmma
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 BM, BK = 128, 128  # two warpgroups of m64; 128-byte K-major rows (one 128-byte swizzle row per tile row)
@@ -30,18 +30,10 @@ def wgmma_smem_bytes(bn: int, stages: int) -> int:
 def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     """Plan the wgmma W8A8 kernel for ``layout`` (a ``WgmmaW8A8Layout``), or UnsupportedOnDevice / ShapeError
     naming what is missing."""
-    if m < 1:
-        raise ShapeError(f"M={m}: a GEMM needs at least one row")
     a_type = layout.a_type
     form = wgmma_form(caps, a_type)
-    if form is None:
-        have = sorted({i.a_type for i in caps.find_mma(family="wgmma")})
-        raise UnsupportedOnDevice(
-            f"{caps.name} declares no wgmma m64nNk32 {a_type} x {a_type} -> {_ACC.get(a_type, '?')} "
-            f"(declared wgmma A types: {', '.join(have) or 'none'}); the 8-bit mma.sync kernel runs W8A8 there"
-        )
-    if not caps.memory.cp_async:
-        raise UnsupportedOnDevice(f"{caps.name} does not declare cp.async, which the wgmma kernel's pipeline uses")
+    require_wgmma(caps, m, form, f"m64nNk32 {a_type} x {a_type} -> {_ACC.get(a_type, '?')}",
+                  "the 8-bit mma.sync kernel runs W8A8 there", "wgmma kernel's pipeline")
     n, k = layout.n, layout.k
     if k % BK:
         raise ShapeError(f"K={k} must be a multiple of {BK} for the wgmma kernel")
@@ -53,23 +45,13 @@ def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     bns = [bn for bn in ((128,) if promote else (256, 128)) if n % bn == 0 and bn in form.n_values]
     if not bns:
         raise ShapeError(f"N={n} must be a multiple of 128 for the wgmma kernel")
-    bn = bns[0]
     if promote:
         reasons.append("e4m3: each 128-deep partial sum is added into fp32 registers (the tensor core's fp8 "
                        "accumulation keeps fewer bits); BN=128 leaves registers for both accumulators")
     elif a_type == "e4m3":
         reasons.append("e4m3 fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1): partial sums stay in the tensor core's "
                        "accumulator for the whole K")
-    if len(bns) > 1:  # 256 does more work per byte of shared memory read; 128 when 256 leaves SMs idle
-        def waves(b: int) -> float:  # fraction of the launched SM slots that hold a tile
-            tiles = math.ceil(m / BM) * (n // b)
-            return tiles / (math.ceil(tiles / sms) * sms)
-
-        if waves(128) > 1.25 * waves(256):
-            bn = 128
-            reasons.append(f"BN=128: {math.ceil(m / BM) * (n // 256)} tiles of 128x256 would leave most of {sms} SMs idle")
-        else:
-            reasons.append(f"BN=256: the widest m64n256 step; {math.ceil(m / BM) * (n // 256)} tiles on {sms} SMs")
+    bn = choose_tile_width(m, n, BM, sms, bns, reasons)
     stages = next((s for s in range(6, 2, -1) if wgmma_smem_bytes(bn, s) <= limit), None)
     if stages is None:
         raise UnsupportedOnDevice(f"no wgmma tile 128x{bn}x128 with 3 stages fits {caps.name}'s {limit} B of shared memory")
@@ -95,18 +77,10 @@ def wgmma_w4a8_smem_bytes(stages: int, bn: int = 128) -> int:
 def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     """Plan the wgmma W4A8 kernel for ``layout`` (a ``WgmmaW4A8Layout``): 4-bit weights widened exactly to
     the 8-bit operand type in shared memory, group scales on fp32 sums of the group partials."""
-    if m < 1:
-        raise ShapeError(f"M={m}: a GEMM needs at least one row")
     a_type = layout.a_type
     form = wgmma_form(caps, a_type)
-    if form is None:
-        have = sorted({i.a_type for i in caps.find_mma(family="wgmma")})
-        raise UnsupportedOnDevice(
-            f"{caps.name} declares no wgmma m64nNk32 {a_type} x {a_type} -> {_ACC.get(a_type, '?')} "
-            f"(declared wgmma A types: {', '.join(have) or 'none'}); the 8-bit mma.sync kernel runs W4A8 there"
-        )
-    if not caps.memory.cp_async:
-        raise UnsupportedOnDevice(f"{caps.name} does not declare cp.async, which the wgmma kernel's pipeline uses")
+    require_wgmma(caps, m, form, f"m64nNk32 {a_type} x {a_type} -> {_ACC.get(a_type, '?')}",
+                  "the 8-bit mma.sync kernel runs W4A8 there", "wgmma kernel's pipeline")
     n, k, group = layout.n, layout.k, layout.group
     bn = 128
     if k % BK:

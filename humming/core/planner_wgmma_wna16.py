@@ -3,10 +3,10 @@ declared capabilities only: a wgmma m64nNk16 form for the activation type with f
 the shared-memory limit."""
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
+from humming.core.wgmma_common import choose_tile_width, require_wgmma
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-dequant-smem"
@@ -42,17 +42,9 @@ def wgmma_wna16_smem_bytes(bn: int, stages: int, group: int) -> int:
 def plan_wna16_wgmma(caps, layout, m: int, act: str, scheme: str = "", bn: int | None = None) -> Plan:
     """Plan the wgmma WnA16 kernel for ``layout`` (a ``WgmmaWnA16Layout``), or UnsupportedOnDevice / ShapeError
     naming what is missing. ``bn`` forces the tile width (128 or 256)."""
-    if m < 1:
-        raise ShapeError(f"M={m}: a GEMM needs at least one row")
     form = wgmma_k16_form(caps, act)
-    if form is None:
-        have = sorted({i.a_type for i in caps.find_mma(family="wgmma")})
-        raise UnsupportedOnDevice(
-            f"{caps.name} declares no wgmma m64nNk16 {act} x {act} -> f32 (declared wgmma A types: "
-            f"{', '.join(have) or 'none'}); the mma.sync kernels run WnA16 there"
-        )
-    if not caps.memory.cp_async:
-        raise UnsupportedOnDevice(f"{caps.name} does not declare cp.async, which the wgmma WnA16 pipeline uses")
+    require_wgmma(caps, m, form, f"m64nNk16 {act} x {act} -> f32", "the mma.sync kernels run WnA16 there",
+                  "wgmma WnA16 pipeline")
     n, k = layout.n, layout.k
     if k % BK:
         raise ShapeError(f"K={k} must be a multiple of {BK} for the wgmma WnA16 kernel")
@@ -70,17 +62,7 @@ def plan_wna16_wgmma(caps, layout, m: int, act: str, scheme: str = "", bn: int |
     cands = [b for b in ((bn,) if bn else (256, 128)) if n % b == 0 and b in form.n_values]
     if not cands:
         raise ShapeError(f"N={n} must be a multiple of 128 for the wgmma WnA16 kernel")
-    bn = cands[0]
-    if len(cands) > 1:  # 256 reads each A byte of shared memory for twice the columns; 128 when 256 idles SMs
-        def waves(b: int) -> float:  # fraction of the launched SM slots that hold a tile
-            tiles = math.ceil(m / BM) * (n // b)
-            return tiles / (math.ceil(tiles / sms) * sms)
-
-        if waves(128) > 1.25 * waves(256):
-            bn = 128
-            reasons.append(f"BN=128: {math.ceil(m / BM) * (n // 256)} tiles of 128x256 would leave most of {sms} SMs idle")
-        else:
-            reasons.append(f"BN=256: the widest m64n256 step; {math.ceil(m / BM) * (n // 256)} tiles on {sms} SMs")
+    bn = choose_tile_width(m, n, BM, sms, cands, reasons)
     stages = next((s for s in range(MAX_STAGES, 3, -1) if wgmma_wna16_smem_bytes(bn, s, group) <= limit), None)
     if stages is None:
         raise UnsupportedOnDevice(
