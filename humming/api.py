@@ -72,7 +72,21 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
         from humming.core.planner_blockscaled import plan_blockscaled
 
         return plan_blockscaled(caps, BlockScaledLayout(recipe_of(sch), n, k), m, act, ideal, scheme=sch.name)
+    if ideal.family == "tcgen05":
+        # W8A8 on the tcgen05 kernel (Blackwell datacenter): planned always where it applies; run only with
+        # HUMMING_UNVERIFIED_KERNELS=1 (the plan's reasons say so)
+        from humming.core.planner_tcgen05 import tcgen05_generated
+
+        if tcgen05_generated(ideal, sch) and n % 128 == 0 and k % 128 == 0:
+            from humming.core.layout_wgmma import WgmmaW8A8Layout
+            from humming.core.planner_tcgen05 import plan_w8a8_tcgen05
+
+            p = plan_w8a8_tcgen05(caps, WgmmaW8A8Layout(ideal.a_type, n, k, sch.weight_scale.granularity), m, act,
+                                  scheme=sch.name)
+            return Plan(**{**p.__dict__, "reasons": ideal.reasons + p.reasons})
     choice = runnable_path(caps, sch)
+    if choice.family == "tcgen05":  # HUMMING_UNVERIFIED_KERNELS=1 but the shape does not fit the tcgen05 tile
+        choice = choose_path(caps, sch, families=("mma_sync",))
     if _runs_on_w8a8(choice, sch):
         if sch.weight in ("int4", "e2m1") and _wgmma_eligible(caps, choice, sch, m, n, k):  # W4A8 on wgmma
             from humming.core.layout_wgmma import WgmmaW4A8Layout, wgmma_w4a8_group
@@ -376,7 +390,11 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     choice = _choices.get(key)
     if choice is None:  # planned once per (profile, scheme), not on every call
         choice = _choices[key] = runnable_path(caps, qw.scheme)
-    if _runs_on_w8a8(choice, qw.scheme):
+    if choice.family == "tcgen05" and not _tcgen05_runs(caps, qw):  # (only with HUMMING_UNVERIFIED_KERNELS=1)
+        from humming.core.paths import choose_path
+
+        choice = choose_path(caps, qw.scheme, families=("mma_sync",))
+    if _runs_on_w8a8(choice, qw.scheme) or choice.family == "tcgen05":
         return _gemm_w8a8(x, qw, bias, caps, choice)
     if choice.path == "native" and choice.family == "mma_sync" and getattr(choice.instruction, "scale_format", None):
         out = _gemm_blockscaled(x, qw, bias, caps)  # only reached with HUMMING_UNVERIFIED_KERNELS=1
@@ -563,6 +581,35 @@ def _wgmma_runs_here(caps) -> bool:
     return ok
 
 
+def _tcgen05_runs(caps, qw) -> bool:
+    """The tcgen05 W8A8 kernel runs this weight: N and K multiples of 128, no act-order, and the live GPU is the
+    profile's own target (a forced profile emulated on another GPU keeps the mma.sync kernel)."""
+    n, k = qw.shape
+    return n % 128 == 0 and k % 128 == 0 and qw.g_idx is None and _wgmma_runs_here(caps)
+
+
+def _w8a8_tcgen05_handle(x: torch.Tensor, qw, caps, choice) -> int:
+    """The prepared handle of the tcgen05 8-bit kernel: weights as stored [N, K] (the wgmma kernel's layout)."""
+    from humming.core.layout_wgmma import prepare_w8a8_wgmma
+    from humming.core.planner_tcgen05 import plan_w8a8_tcgen05
+
+    cache = qw.__dict__.setdefault("_humming_prepared", {})
+    key = ("w8a8-tcgen05", x.dtype, x.device, caps.name)
+    handle = cache.get(key)
+    if handle is None:
+        packed = prepare_w8a8_wgmma(qw.to(x.device), x.dtype, choice.a_type)
+        act = act_name(x.dtype)
+
+        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
+            return plan_w8a8_tcgen05(caps, packed.layout, m, act, scheme=name)
+
+        with _lock:
+            _registry.append(_Prepared(packed, caps, {}, None, plan_fn=plan_fn))
+            handle = len(_registry) - 1
+        cache[key] = handle
+    return handle
+
+
 def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
     """The prepared handle of the wgmma 8-bit kernel for (dtype, device, profile): weights as stored [N, K]
     (W8A8) or packed 4-bit rows [N, K/2] widened in shared memory (W4A8)."""
@@ -605,7 +652,9 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     cache = qw.__dict__.setdefault("_humming_prepared", {})
     key = ("w8a8", x.dtype, x.device, caps.name)
     handle = cache.get(key)
-    if _wgmma_eligible(caps, choice, qw.scheme, x.numel() // k, n, k) and _wgmma_runs_here(caps):
+    if choice.family == "tcgen05":  # compiled, never validated: reached only with HUMMING_UNVERIFIED_KERNELS=1
+        handle = _w8a8_tcgen05_handle(x, qw, caps, choice)
+    elif _wgmma_eligible(caps, choice, qw.scheme, x.numel() // k, n, k) and _wgmma_runs_here(caps):
         handle = _w8a8_wgmma_handle(x, qw, caps, choice)
     elif handle is None:
         if qw.scheme.weight in ("int4", "e2m1"):
@@ -671,7 +720,9 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
                     rows.append(row)
                     continue
                 reason = choice.reasons[-1]
-                if choice.path == "upconvert":
+                if choice.family == "tcgen05":
+                    status = "executes on the tcgen05 kernel (unverified)"
+                elif choice.path == "upconvert":
                     status = "executes on the WnA16 kernel"
                 elif _runs_on_w8a8(choice, sch):
                     status = "executes on the 8-bit mma_sync kernel"

@@ -54,6 +54,10 @@ def kernel_source(plan, backend, caps=None) -> str:
         from humming.core.generator_wgmma_wna16 import wgmma_wna16_kernel_source
 
         return wgmma_wna16_kernel_source(plan, backend, caps)
+    if plan.family == "tcgen05":  # compiled for Blackwell datacenter targets, never run (HUMMING_UNVERIFIED_KERNELS=1)
+        from humming.core.generator_tcgen05 import tcgen05_w8a8_kernel_source
+
+        return tcgen05_w8a8_kernel_source(plan, backend, caps)
     if plan.family == "wgmma":
         from humming.core.generator_wgmma import wgmma_w8a8_kernel_source
 

@@ -91,6 +91,16 @@ def runnable_path(caps, scheme) -> PathChoice:
         return choose_path(caps, scheme, families=GENERATED_FAMILIES, block_scaled=False)
     if ideal.family in GENERATED_FAMILIES:
         return ideal
+    if ideal.family == "tcgen05":
+        # the tcgen05 W8A8 kernel is compiled but has never run on hardware: opt-in only
+        from humming.core.planner_tcgen05 import tcgen05_generated, unverified_enabled, unverified_note
+
+        if tcgen05_generated(ideal, scheme):
+            if unverified_enabled():
+                return ideal
+            run = choose_path(caps, scheme, families=GENERATED_FAMILIES)
+            return PathChoice(run.scheme, run.path, run.family, run.instruction, run.a_type, run.b_type,
+                              run.reasons + (f"{unverified_note(caps)}; meanwhile runs {run.describe()}",))
     run = choose_path(caps, scheme, families=GENERATED_FAMILIES)
     note = f"{ideal.describe()} is preferred on {caps.name} but its kernel is not generated yet; runs {run.describe()}"
     return PathChoice(run.scheme, run.path, run.family, run.instruction, run.a_type, run.b_type,

@@ -1,0 +1,193 @@
+"""Generates the tcgen05 W8A8 kernel (Blackwell datacenter targets): e4m3 x e4m3 -> fp32 with kind::f8f6f4, or
+s8 x s8 -> int32 with kind::i8 where the profile declares it. Compiled for the profile's target, never run on
+hardware (see ``humming.core.planner_tcgen05``: selected only with HUMMING_UNVERIFIED_KERNELS=1).
+
+Block tile 128 x BN x 128 bytes of K, one CTA (cta_group::1), 128 threads = 4 warps.
+
+Tensor Memory. Warp 0 allocates BN columns (a power of two >= 32) with tcgen05.alloc, which writes the TMEM address
+to shared memory, and gives up the allocation permit; the accumulator D (128 x BN, 32 bits per element) lives at
+lane = tile row, column = tile column. Warp 0 deallocates at the end.
+
+Shared memory. Both operands are K-major tiles of 128-byte rows (A: 128 activation rows, B: BN weight rows = output
+channels) with the 128-byte swizzle: chunk c (16 bytes) of row r lives at r*128 + ((c ^ (r % 8)) * 16). Tiles are
+1024-byte aligned (the swizzle acts on address bits 4-6 ^= 7-9). The tcgen05 shared-memory descriptor of an operand
+points at its first row (+32 bytes per k32 step), stride 1024 bytes between groups of 8 rows, swizzle mode 2.
+
+Pipeline. cp.async into STAGES slots, STAGES-1 stages ahead. Iteration kt: wait for this thread's copies of stage
+kt, fence.proxy.async (cp.async writes are generic-proxy; tcgen05.mma reads through the async proxy), barrier,
+tcgen05.fence::after_thread_sync; thread 0 issues the four k32 tcgen05.mma of the stage (the first of the whole K
+with enable-input-d = 0) and tcgen05.commit to the stage slot's mbarrier. Then every thread refills the slot of kt-1
+with stage kt+STAGES-1 after waiting (try_wait.parity) for that slot's previous commit: the MMAs that read it are done.
+
+Epilogue: wait for the last commit, tcgen05.fence::after_thread_sync; warp w loads TMEM lanes 32w..32w+31 (its 32
+output rows, one per thread) 32 columns at a time (tcgen05.ld.32x32b.x32, tcgen05.wait::ld), accumulator as fp32 x
+per-token scale TS[m] x per-channel scale CS[n] x out_scale (x *GS), + bias, stored as four 16-byte f16/bf16 pieces.
+The parameter list is the one of the 8-bit mma.sync kernel (S, WS, CNT and k_per_split are unused).
+"""
+from __future__ import annotations
+
+from humming.devices.base import HelperRequest
+
+
+def tcgen05_w8a8_kernel_source(plan, backend, caps=None) -> str:
+    from humming.core.planner_tcgen05 import KINDS
+    from humming.devices.nvidia.backend import tcgen05_idesc, tcgen05_prelude
+
+    t = plan.tiles
+    ins = plan.instruction
+    if (t.bm, t.bk, t.threads) != (128, 128, 128) or t.stages < 2 or t.bn not in (128, 256):
+        raise ValueError(f"the tcgen05 kernel is written for 128x(128|256)x128 tiles, 128 threads; got {t}")
+    a_type = ins.a_type
+    kind, acc = KINDS[a_type]
+    if ins.kind != kind:
+        raise ValueError(f"tcgen05 {a_type} is kind::{kind}, the plan says kind::{ins.kind}")
+    idesc = tcgen05_idesc(kind, a_type, a_type, acc, 128, t.bn)
+    request = HelperRequest(mma=ins, act=plan.act, weight=None, async_copy=True, caps=caps)
+    prelude = tcgen05_prelude(backend, request, acc)
+    return f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+{prelude}
+
+namespace cfg {{
+constexpr int BM = {t.bm}, BN = {t.bn}, BK = {t.bk}, STAGES = {t.stages};   // BK in bytes = elements
+constexpr int THREADS = 128;             // warp w reads accumulator rows (TMEM lanes) 32w .. 32w+31
+constexpr int LOOKAHEAD = STAGES - 1;    // stages loading while one is multiplied
+constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK;
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+constexpr uint32_t TMEM_COLS = BN;       // fp32/s32 accumulator: one column per output column
+constexpr uint32_t IDESC = {idesc:#010x}u;  // kind::{kind} {a_type} x {a_type} -> {acc}, K-major A and B, M=128, N=BN
+static_assert(BK == 128, "one 128-byte swizzle row per tile row");
+static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "tiles stay 1024-byte aligned (swizzle period)");
+static_assert(THREADS == 128 && BM % 16 == 0 && BN % 16 == 0, "128 threads copy 16 rows of 8 chunks at a time");
+static_assert((TMEM_COLS & (TMEM_COLS - 1)) == 0 && TMEM_COLS >= 32 && TMEM_COLS <= 512, "TMEM allocation size");
+}}
+
+extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
+    const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
+    const uint32_t* __restrict__ Bw,      // weight codes [N, K] bytes, row-major (K-major)
+    const float* __restrict__ TS,         // per-token activation scale [M] or null
+    const float* __restrict__ S,          // unused (group scales of W4A8)
+    const float* __restrict__ CS,         // per-channel weight scale [N] or null
+    const uint16_t* __restrict__ BIAS,    // [N] or null
+    uint16_t* __restrict__ C,             // output [M, N]
+    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null
+  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ __align__(8) uint64_t mma_bar[STAGES];  // completes once per commit of the stage using the slot
+  __shared__ uint32_t tmem_slot;                      // written by tcgen05.alloc
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int ktiles = K / BK;
+  const unsigned char* B = reinterpret_cast<const unsigned char*>(Bw);
+  // the swizzle repeats every 1024 bytes of address: start the stages on such a boundary (1 KiB is reserved)
+  const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;
+
+  if (warp == 0) {{               // one warp allocates the accumulator's columns and gives up the permit
+    tmem_alloc(smem_u32(&tmem_slot), TMEM_COLS);
+    tmem_relinquish();
+  }}
+  if (tid == 0) {{
+    #pragma unroll
+    for (int s = 0; s < STAGES; ++s) mbar_init(smem_u32(&mma_bar[s]), 1);
+    mbar_init_fence();
+  }}
+  tc_fence_before();
+  __syncthreads();
+  tc_fence_after();
+  const uint32_t tmem = tc_lds_32(smem_u32(&tmem_slot));  // lane 0, first allocated column
+
+  // stage layout: A tile (BM rows x 128 B) then B tile (BN rows x 128 B), both 128-byte swizzled.
+  // Thread tid copies chunk tid % 8 of rows tid / 8 + 16 i: (row mod 8) is the same for every i, so the
+  // swizzled offset inside a group of 16 rows is one constant and row i adds i * 16 * 128 bytes.
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
+  const unsigned char* b_src = B + (size_t)(n0 + lrow) * K + lch * 16;
+  auto load_stage = [&](int stage, int kt) {{
+    const uint32_t a_tile = smem0 + stage * STAGE_BYTES + lswz, b_tile = a_tile + A_BYTES;
+    const int k0 = kt * BK;
+    #pragma unroll
+    for (int i = 0; i < BM / 16; ++i) {{
+      const bool ok = m0 + lrow + 16 * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(a_tile + i * 16 * 128, ok ? a_src + (16 * i * K + k0) : A, ok);
+    }}
+    #pragma unroll
+    for (int i = 0; i < BN / 16; ++i)
+      copy_16_async(b_tile + i * 16 * 128, b_src + (16 * i * K + k0), true);
+  }};
+
+  #pragma unroll
+  for (int s = 0; s < LOOKAHEAD; ++s) {{
+    if (s < ktiles) load_stage(s, s);
+    copy_commit();
+  }}
+
+  for (int kt = 0; kt < ktiles; ++kt) {{
+    const int slot = kt % STAGES;
+    copy_wait<LOOKAHEAD - 1>();  // this thread's copies of stage kt have landed
+    fence_proxy_async();         // ... and are visible to tcgen05.mma (async proxy)
+    __syncthreads();             // everyone's copies
+    tc_fence_after();
+    if (tid == 0) {{              // one thread issues the stage's MMAs and the commit
+      const uint32_t a_tile = smem0 + slot * STAGE_BYTES, b_tile = a_tile + A_BYTES;
+      const uint64_t desc_a = tc_smem_desc(a_tile), desc_b = tc_smem_desc(b_tile);
+      #pragma unroll
+      for (int ks = 0; ks < BK / 32; ++ks)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
+        tc_mma(tmem, desc_a + 2 * ks, desc_b + 2 * ks, IDESC, (kt > 0 || ks > 0) ? 1 : 0);
+      tc_commit(smem_u32(&mma_bar[slot]));  // arrives when these (and all earlier) MMAs have completed
+    }}
+    __syncwarp();
+    {{
+      const int next = kt + LOOKAHEAD;  // refills the slot of kt-1
+      if (next < ktiles) {{
+        const int ns = next % STAGES;
+        if (next >= STAGES) mbar_wait(smem_u32(&mma_bar[ns]), (uint32_t)((next / STAGES - 1) & 1));
+        load_stage(ns, next);
+      }}
+      copy_commit();
+    }}
+  }}
+  {{
+    const int last = ktiles - 1;  // its commit covers every MMA of the tile
+    mbar_wait(smem_u32(&mma_bar[last % STAGES]), (uint32_t)((last / STAGES) & 1));
+  }}
+  tc_fence_after();
+
+  // epilogue: thread t of warp w holds output row 32w + t (TMEM lane), 32 columns per load
+  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  const int row = m0 + warp * 32 + lane;
+  const float rs = (TS && row < M) ? scale * load_f32(TS + row) : scale;
+  #pragma unroll 1
+  for (int c = 0; c < BN / 32; ++c) {{
+    uint32_t v[32];
+    tmem_ld32(v, tmem + ((uint32_t)(warp * 32) << 16) + (uint32_t)(c * 32));
+    tmem_ld_wait();
+    const int col0 = n0 + 32 * c;
+    uint32_t packed[16];
+    #pragma unroll
+    for (int j = 0; j < 32; j += 2) {{
+      float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
+      if (CS) {{ c0 = load_f32(CS + col0 + j); c1 = load_f32(CS + col0 + j + 1); }}
+      if (BIAS) {{
+        const uint32_t bb = load_g32(BIAS + col0 + j);  // the two 16-bit biases of columns j, j + 1
+        b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
+      }}
+      packed[j / 2] = f32x2_to_act2(tc_acc_to_f32(v[j]) * rs * c0 + b0, tc_acc_to_f32(v[j + 1]) * rs * c1 + b1);
+    }}
+    if (row < M) {{
+      uint16_t* out = C + (size_t)row * N + col0;
+      #pragma unroll
+      for (int q = 0; q < 4; ++q)
+        store_128(out + 8 * q, packed[4 * q], packed[4 * q + 1], packed[4 * q + 2], packed[4 * q + 3]);
+    }}
+  }}
+  tc_fence_before();
+  __syncthreads();               // every warp's loads are complete before the columns are freed
+  if (warp == 0) {{
+    tc_fence_after();
+    tmem_dealloc(tmem, TMEM_COLS);
+  }}
+}}
+"""
