@@ -94,6 +94,60 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     mma_acc = "tmp[tt][j]" if fold else "acc[tt][j]"
     atom_head, ks_head, atom_tail = (_fold_parts(lay, bool(s_group), bool(z_group)) if fold else ("", "", ""))
 
+    k_line = "const int k = atom * 64 + ks * 16;" if ring and per_step else ""
+    decode_pairs = f"""uint32_t a[4];
+            #pragma unroll
+            for (int h = 0; h < 2; ++h)
+              #pragma unroll
+              for (int r = 0; r < 2; ++r) {{
+                const int nt = 2 * tt + h;
+                const int p = nt * 2 + r;
+                const int wi = (CB >= 4 ? 0 : (ks * CB) % 4) + p / {ppw};
+                uint32_t v = dq_raw(words[wi], p % {ppw});
+                {pick}
+                {decode}
+                a[r * 2 + h] = v;
+              }}"""
+    load_words = """uint32_t words[CB >= 4 ? CB : 4];
+          #pragma unroll
+          for (int c = 0; c < (CB >= 4 ? CB / 4 : 1); ++c)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) words[c * 4 + e] = buf[s][(ks * CB) / 4 + c][e];"""
+    if t.fold == 2:
+        atom_body = _fold_tt_outer_body(per_atom_code, lay, bool(s_group), bool(z_group), decode_pairs, load_words)
+    else:
+        atom_body = f"""      {per_atom_code}{atom_head}
+        #pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {{
+          {activations}
+          {k_line}
+          {per_step_code}{ks_head}
+          uint32_t words[CB >= 4 ? CB : 4];
+          #pragma unroll
+          for (int c = 0; c < (CB >= 4 ? CB / 4 : 1); ++c)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) words[c * 4 + e] = buf[s][(ks * CB) / 4 + c][e];
+          #pragma unroll
+          for (int tt = 0; tt < 4; ++tt) {{
+            uint32_t a[4];
+            #pragma unroll
+            for (int h = 0; h < 2; ++h)
+              #pragma unroll
+              for (int r = 0; r < 2; ++r) {{
+                const int nt = 2 * tt + h;
+                const int p = nt * 2 + r;
+                const int wi = (CB >= 4 ? 0 : (ks * CB) % 4) + p / {ppw};
+                uint32_t v = dq_raw(words[wi], p % {ppw});
+                {pick}
+                {decode}
+                a[r * 2 + h] = v;
+              }}
+            #pragma unroll
+            for (int j = 0; j < TOKEN_TILES; ++j) mma_k16({mma_acc}, a, xb[j][0], xb[j][1]);
+          }}
+        }}{atom_tail}    }}
+"""
+
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -151,37 +205,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
       if (j + PF < natoms) {{
 {fetch("(s + PF) % R", "atom + PF * WARPS_K", "        ")}
       }}
-      {per_atom_code}{atom_head}
-        #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {{
-          {activations}
-          {"const int k = atom * 64 + ks * 16;" if ring and per_step else ""}
-          {per_step_code}{ks_head}
-          uint32_t words[CB >= 4 ? CB : 4];
-          #pragma unroll
-          for (int c = 0; c < (CB >= 4 ? CB / 4 : 1); ++c)
-            #pragma unroll
-            for (int e = 0; e < 4; ++e) words[c * 4 + e] = buf[s][(ks * CB) / 4 + c][e];
-          #pragma unroll
-          for (int tt = 0; tt < 4; ++tt) {{
-            uint32_t a[4];
-            #pragma unroll
-            for (int h = 0; h < 2; ++h)
-              #pragma unroll
-              for (int r = 0; r < 2; ++r) {{
-                const int nt = 2 * tt + h;
-                const int p = nt * 2 + r;
-                const int wi = (CB >= 4 ? 0 : (ks * CB) % 4) + p / {ppw};
-                uint32_t v = dq_raw(words[wi], p % {ppw});
-                {pick}
-                {decode}
-                a[r * 2 + h] = v;
-              }}
-            #pragma unroll
-            for (int j = 0; j < TOKEN_TILES; ++j) mma_k16({mma_acc}, a, xb[j][0], xb[j][1]);
-          }}
-        }}{atom_tail}    }}
-  }}
+{atom_body}  }}
 
   // fold the warps' partial sums (shared memory), then split-K partials (workspace)
   constexpr int PER_WARP = 4 * TOKEN_TILES * 4 * 32;
@@ -302,10 +326,7 @@ def _fold_parts(lay, scales: bool, zeros: bool) -> tuple[str, str, str]:
             #pragma unroll
             for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(sx[j], ones, xb[j][0], xb[j][1]);
           }"""
-    # the lane's accumulator rows: e >> 1 picks channel g or g + 8, i.e. n8 tile 2*tt + (e >> 1): half (e >> 1)
-    # of the tables' word tt
-    z = "act_to_f32((uint16_t)(zz8[tt] >> (16 * h)))" if zeros else _c(lay.zero_const)
-    sc = "act_to_f32((uint16_t)(ss8[tt] >> (16 * h)))" if scales else "1.0f"
+    z, sc = _fold_factors(lay, scales, zeros)
     tail = f"""
         #pragma unroll
         for (int tt = 0; tt < 4; ++tt)
@@ -321,3 +342,62 @@ def _fold_parts(lay, scales: bool, zeros: bool) -> tuple[str, str, str]:
               }}
           }}"""
     return head, ks, tail
+
+
+def _fold_factors(lay, scales: bool, zeros: bool) -> tuple[str, str]:
+    """C expressions of the zero term zz and the scale ss (as float) for the lane's accumulator rows: e >> 1 = h
+    picks channel g or g + 8, i.e. n8 tile 2*tt + h: half h of the tables' word tt."""
+    z = "act_to_f32((uint16_t)(zz8[tt] >> (16 * h)))" if zeros else _c(lay.zero_const)
+    sc = "act_to_f32((uint16_t)(ss8[tt] >> (16 * h)))" if scales else "1.0f"
+    return z, sc
+
+
+def _fold_tt_outer_body(per_atom_code: str, lay, scales: bool, zeros: bool, decode_pairs: str, load_words: str) -> str:
+    """fold == 2: the fold arithmetic with the 16-channel tiles outermost, so only one tile's raw sums are live
+    (4 x TOKEN_TILES registers instead of 16 x TOKEN_TILES). Every k16 step's activations must already be in
+    registers: it needs the x_ring option."""
+    z, sc = _fold_factors(lay, scales, zeros)
+    return f"""      {per_atom_code}
+      float sx[TOKEN_TILES][4];  // the activations' sums over this atom: rows of an all-ones A
+      {{
+        const uint32_t one2 = f32x2_to_act2(1.0f, 1.0f);
+        const uint32_t ones[4] = {{one2, one2, one2, one2}};
+        #pragma unroll
+        for (int j = 0; j < TOKEN_TILES; ++j)
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) sx[j][e] = 0.0f;
+        #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+          #pragma unroll
+          for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(sx[j], ones, xr[s][ks][j][0], xr[s][ks][j][1]);
+      }}
+      #pragma unroll
+      for (int tt = 0; tt < 4; ++tt) {{
+        float tmp[TOKEN_TILES][4];  // raw sums of channels tt*16 + g (+8) over this atom
+        #pragma unroll
+        for (int j = 0; j < TOKEN_TILES; ++j)
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) tmp[j][e] = 0.0f;
+        #pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {{
+          {load_words}
+          {{
+            {decode_pairs}
+            #pragma unroll
+            for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(tmp[j], a, xr[s][ks][j][0], xr[s][ks][j][1]);
+          }}
+        }}
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {{
+          const float zf = {z}, sf = {sc};
+          #pragma unroll
+          for (int j = 0; j < TOKEN_TILES; ++j)
+            #pragma unroll
+            for (int c = 0; c < 2; ++c) {{
+              const int e = h * 2 + c;
+              acc[tt][j][e] = fmaf(sf, fmaf(zf, sx[j][e], tmp[j][e]), acc[tt][j][e]);
+            }}
+        }}
+      }}
+    }}
+"""

@@ -28,7 +28,8 @@ class TileConfig:
     warps_n: int
     warps_k: int
     x_ring: int = 0  # stream path: 1 = activations also travel in the register ring (one atom ahead)
-    fold: int = 0  # stream path: 1 = MMA on raw codes, zero point and scale applied per atom in fp32
+    fold: int = 0  # stream path: 1 = MMA on raw codes, zero point and scale applied per atom in fp32; 2 = the same
+    #                with the 16-channel tiles outermost (fewer live registers; needs x_ring)
 
     @property
     def threads(self) -> int:
@@ -118,7 +119,7 @@ class Plan:
         w = f"{d.kind}{d.bits}"
         kind = "wgmma" if self.family == "wgmma" else "stream" if self.path == "stream" else "tile"
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
-                f"{'x' if t.x_ring else ''}{'f' if t.fold else ''}_{self.kernel_key}")
+                f"{'x' if t.x_ring else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}_{self.kernel_key}")
 
     def summary(self) -> str:
         t = self.tiles
@@ -312,6 +313,10 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
 
                 if fold_applies(layout):
                     raise ShapeError(fold_applies(layout))
+                if fold == 2 and not x_ring:
+                    raise ShapeError("fold=2 (channel tiles outermost) needs x_ring: every k16 step's activations in registers")
+                if fold == 2:
+                    why += " with the channel tiles outermost (fewer live registers)"
                 why += ", codes multiplied raw, zero point and scale applied per atom in fp32 (fold)"
         if k % (64 * warps_k):
             raise ShapeError(f"K={k} must be a multiple of {64 * warps_k} for {warps_k} warps per slab")

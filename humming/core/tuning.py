@@ -330,7 +330,7 @@ def candidate_configs(m: int) -> list[tuple[str, TileConfig, int]]:
             for splits in _STREAM_SPLITS:
                 for in_flight in _STREAM_IN_FLIGHT:
                     for x_ring in (0, 1):
-                        for fold in (0, 1):  # refused by the planner where the layout does not allow it
+                        for fold in ((0, 1, 2) if x_ring else (0, 1)):  # the planner refuses what a layout cannot take
                             out.append(("stream", TileConfig(bm, 64, 64 * wk, in_flight + 1, 1, 1, wk, x_ring, fold),
                                         splits))
     if m <= 64:

@@ -180,7 +180,7 @@ def test_stream_variants(scheme, dtype):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
         base = api.plan_for(handle, m)
-        for x_ring, fold, splits in ((1, 0, 1), (0, 1, 1), (1, 1, 2), (0, 1, 4)):
+        for x_ring, fold, splits in ((1, 0, 1), (0, 1, 1), (1, 1, 2), (0, 1, 4), (1, 2, 1), (1, 2, 2)):
             t = base.tiles
             try:
                 p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream",

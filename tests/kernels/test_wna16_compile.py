@@ -102,7 +102,7 @@ def test_generated_source_is_readable_and_spelled_by_backend():
 
 @pytest.mark.parametrize("scheme", ["w4a16", "w4a16[group_size=32]", "w4a16-zp", "w8a16", "w4a16-nvfp4"])
 @pytest.mark.parametrize("m", [1, 16])
-@pytest.mark.parametrize("x_ring,fold", [(1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("x_ring,fold", [(1, 0), (0, 1), (1, 1), (1, 2)])
 def test_stream_variants_compile(scheme, m, x_ring, fold):
     """The tuner's stream options compile without spills: x_ring=1 (activations and per-atom tables loaded one
     atom ahead, with the weights) and fold=1 (raw codes into the MMA, zero point and scale applied per atom in
@@ -126,6 +126,7 @@ def test_stream_variants_compile(scheme, m, x_ring, fold):
     src = api.source(p)
     assert ("xr[R][4][TOKEN_TILES][2]" in src) == bool(x_ring) and "xr[R]" not in api.source(plain)
     assert ("sx[TOKEN_TILES][4]" in src) == bool(fold) and "sx[TOKEN_TILES]" not in api.source(plain)
+    assert ("float tmp[TOKEN_TILES][4];" in src) == (fold == 2)  # fold 2: one channel tile's sums live at a time
     route = get_backend(caps).compile_route(caps)
     mod = compile_cuda(src, [p.kernel_name], route.arch, options=[*route.options, "--ptxas-options=-v"], cache=False)
     assert "ld.global.nc.L1::no_allocate.v4.u32" in mod.ptx
@@ -142,3 +143,15 @@ def test_stream_default_folds_at_small_m_where_it_can():
     assert (p.tiles.x_ring, p.tiles.fold) == (1, 1) and any("(fold)" in r for r in p.reasons)
     assert api.plan("w4a16", 16, 4096, 4096, profile=caps).tiles.fold == 0
     assert api.plan("w4a16[group_size=32]", 1, 4096, 4096, profile=caps).tiles.fold == 0
+
+
+def test_fold_tt_outer_needs_the_activation_ring():
+    from humming.core.planner import TileConfig, plan_wna16
+    from humming.errors import ShapeError
+
+    caps = api.resolve_profile("nvidia-h200")
+    base = api.plan("w4a16", 16, 1024, 4096, profile=caps)
+    t = base.tiles
+    with pytest.raises(ShapeError, match="needs x_ring"):
+        plan_wna16(caps, base.layout, 16, "f16", scheme="w4a16", path="stream", splits=1,
+                   tiles=TileConfig(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, 0, 2))
