@@ -377,10 +377,12 @@ _choices: dict = {}
 
 
 def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
-    """Schemes that quantize activations. Today the *upconvert* path runs (NVFP4/MX where no block-scaled
-    MMA is declared): activations are quantized exactly as the reference does, widened to bf16/f16 without
-    their global scale (exact), and multiplied by the weight-only kernel of the same weights; the global
-    activation scale is applied in the fp32 epilogue. Other paths are planned but not generated yet."""
+    """Schemes that quantize activations, on the path ``runnable_path`` picks for the profile: the 8-bit kernels
+    (W8A8/W4A8: mma.sync, wgmma at M >= 64 on sm_90a, tcgen05 only with HUMMING_UNVERIFIED_KERNELS=1), the
+    block-scaled mma.sync kernel (sm_120a, only with HUMMING_UNVERIFIED_KERNELS=1), or *upconvert* (NVFP4/MX):
+    activations quantized exactly as the reference does, widened to bf16/f16 without their global scale (exact),
+    multiplied by the weight-only kernel of the same weights, global activation scale in the fp32 epilogue.
+    A planned path without a kernel (e.g. 128x128-block FP8) raises UnsupportedOnDevice saying so."""
     from humming.core.paths import runnable_path
 
     if x.numel() == 0:
