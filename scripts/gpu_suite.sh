@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # All GPU tests plus the benchmarks, for the device machine. Full logs under $OUT; a short table last.
 #   bash scripts/gpu_suite.sh            # everything (may exceed one 10-minute device call)
-#   bash scripts/gpu_suite.sh wna16      # WnA16 + upconvert (+ wgmma WnA16) GPU tests, then the W4A16 benchmark
-#   bash scripts/gpu_suite.sh quant      # W8A8/W4A8 (mma.sync and wgmma) + activation-quantization GPU tests,
-#                                        # then the quantized benchmark
+#   bash scripts/gpu_suite.sh wna16      # WnA16 + upconvert (+ wgmma WnA16) GPU tests
+#   bash scripts/gpu_suite.sh quant      # W8A8/W4A8 (mma.sync and wgmma) + activation-quantization GPU tests
+#   bash scripts/gpu_suite.sh bench      # the W4A16 and the quantized benchmarks (tables last)
 #   bash scripts/gpu_suite.sh ppu        # the GPU tests with the Zhenwu 810E profile forced (emulation), and
 #                                        # the YAML-only example device of docs/porting.md
 #   bash scripts/gpu_suite.sh tests      # every GPU test, no benchmark
@@ -30,12 +30,13 @@ case "$PART" in
        unset HUMMING_DEVICE_PROFILE
        run_tests gpu-new-device tests/gpu/test_new_device_gpu.py "$@" ;;
   tests|all) run_tests gpu-tests tests/gpu "$@" ;;
+  bench) ;;
 esac
 case "$PART" in
-  wna16|all) python3 bench/bench_wna16.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
+  bench|all) python3 bench/bench_wna16.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
 esac
 case "$PART" in
-  quant|all) python3 bench/bench_quantized.py --out "$OUT" --ms 1,16,128,1024,4096 2>&1 | tee "$OUT/bench_quantized.log" | tail -14 ;;
+  bench|all) python3 bench/bench_quantized.py --out "$OUT" --ms 1,16,128,1024,4096 2>&1 | tee "$OUT/bench_quantized.log" | tail -14 ;;
 esac
 echo "gpu suite ($PART) exit code: $rc"
 exit $rc
