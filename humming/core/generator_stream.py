@@ -122,26 +122,10 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
           {activations}
           {k_line}
           {per_step_code}{ks_head}
-          uint32_t words[CB >= 4 ? CB : 4];
-          #pragma unroll
-          for (int c = 0; c < (CB >= 4 ? CB / 4 : 1); ++c)
-            #pragma unroll
-            for (int e = 0; e < 4; ++e) words[c * 4 + e] = buf[s][(ks * CB) / 4 + c][e];
+          {load_words}
           #pragma unroll
           for (int tt = 0; tt < 4; ++tt) {{
-            uint32_t a[4];
-            #pragma unroll
-            for (int h = 0; h < 2; ++h)
-              #pragma unroll
-              for (int r = 0; r < 2; ++r) {{
-                const int nt = 2 * tt + h;
-                const int p = nt * 2 + r;
-                const int wi = (CB >= 4 ? 0 : (ks * CB) % 4) + p / {ppw};
-                uint32_t v = dq_raw(words[wi], p % {ppw});
-                {pick}
-                {decode}
-                a[r * 2 + h] = v;
-              }}
+            {decode_pairs}
             #pragma unroll
             for (int j = 0; j < TOKEN_TILES; ++j) mma_k16({mma_acc}, a, xb[j][0], xb[j][1]);
           }}
