@@ -266,25 +266,35 @@ def pack_codes_k32(codes: torch.Tensor) -> torch.Tensor:
     return c.contiguous().view(torch.int32).reshape(-1)
 
 
-def prepare_w8a8(qw, act_dtype: torch.dtype, a_type: str) -> PackedW8A8:
-    """Repack int8 / e4m3 weights (per-channel or per-tensor scales) for the 8-bit tile kernel."""
+def check_8bit_weights(scheme, a_type: str, kernel: str) -> str:
+    """The weights of a W8A8 kernel (``kernel`` names it in errors): s8 or e4m3 codes used as stored, no zero
+    points, per-channel or per-tensor scales. Returns the scale granularity."""
     from humming.core.formats import get as get_format
 
-    act_name(act_dtype)
-    scheme = qw.scheme
     fmt = get_format(scheme.weight)
-    want = {"s8": ("int", 8), "e4m3": ("float", 8)}[a_type]
+    want = {"s8": ("int", 8), "e4m3": ("float", 8)}.get(a_type)
+    if want is None:
+        raise UnsupportedOnDevice(f"{scheme.name}: the {kernel} multiplies s8 or e4m3, not {a_type}")
     if (fmt.kind, int(fmt.bits)) != want or (a_type == "s8" and not fmt.signed) or (
             a_type == "e4m3" and (fmt.exp_bits, fmt.man_bits) != (4, 3)):
-        raise UnsupportedOnDevice(f"{scheme.name}: {fmt.name} weights are not {a_type} codes for the 8-bit kernel")
+        raise UnsupportedOnDevice(f"{scheme.name}: {fmt.name} weights are not {a_type} codes for the {kernel}")
     if scheme.zero_point:
-        raise UnsupportedOnDevice(f"{scheme.name}: zero points are not supported by the 8-bit kernel")
+        raise UnsupportedOnDevice(f"{scheme.name}: zero points are not supported by the {kernel}")
     granularity = scheme.weight_scale.granularity
     if granularity not in ("channel", "tensor"):
         raise UnsupportedOnDevice(
-            f"{scheme.name}: {granularity} weight scales are not supported by the 8-bit kernel yet "
+            f"{scheme.name}: {granularity} weight scales are not supported by the {kernel} "
             f"(per-channel and per-tensor are)"
         )
+    return granularity
+
+
+def prepare_w8a8(qw, act_dtype: torch.dtype, a_type: str) -> PackedW8A8:
+    """Repack int8 / e4m3 weights (per-channel or per-tensor scales) for the 8-bit tile kernel."""
+
+    act_name(act_dtype)
+    scheme = qw.scheme
+    granularity = check_8bit_weights(scheme, a_type, "8-bit kernel")
     n, k = qw.shape
     scale_vals = qw.scale_values().to(torch.float32)
     out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)

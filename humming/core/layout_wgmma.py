@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from humming.core.layout import act_name
+from humming.core.layout import act_name, check_8bit_weights
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 
@@ -43,25 +43,10 @@ class PackedWgmmaW8A8:
 def prepare_w8a8_wgmma(qw, act_dtype: torch.dtype, a_type: str, fast_accum: bool = False) -> PackedWgmmaW8A8:
     """int8 / e4m3 weights with per-channel or per-tensor scales -> the wgmma kernel's operands.
     ``fast_accum`` (e4m3): no promotion of partial sums to fp32 registers (see WgmmaW8A8Layout)."""
-    from humming.core.formats import get as get_format
 
     act_name(act_dtype)
     scheme = qw.scheme
-    fmt = get_format(scheme.weight)
-    want = {"s8": ("int", 8), "e4m3": ("float", 8)}.get(a_type)
-    if want is None:
-        raise UnsupportedOnDevice(f"{scheme.name}: the wgmma 8-bit kernel multiplies s8 or e4m3, not {a_type}")
-    if (fmt.kind, int(fmt.bits)) != want or (a_type == "s8" and not fmt.signed) or (
-            a_type == "e4m3" and (fmt.exp_bits, fmt.man_bits) != (4, 3)):
-        raise UnsupportedOnDevice(f"{scheme.name}: {fmt.name} weights are not {a_type} codes for the wgmma kernel")
-    if scheme.zero_point:
-        raise UnsupportedOnDevice(f"{scheme.name}: zero points are not supported by the wgmma kernel")
-    granularity = scheme.weight_scale.granularity
-    if granularity not in ("channel", "tensor"):
-        raise UnsupportedOnDevice(
-            f"{scheme.name}: {granularity} weight scales are not supported by the wgmma kernel "
-            f"(per-channel and per-tensor are)"
-        )
+    granularity = check_8bit_weights(scheme, a_type, "wgmma kernel")
     n, k = qw.shape
     if k % 16:
         raise ShapeError(f"K={k} must be a multiple of 16 (16-byte copies of weight rows)")
