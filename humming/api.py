@@ -305,6 +305,19 @@ def _(x, qweight, scales, zeros, chan, bias, gscale, handle):
     return x.new_empty((x.shape[0], _registry[handle].packed.layout.n))
 
 
+def _register(packed, caps, run_arch: str | None, plan_fn=None) -> int:
+    """Add a repacked weight to the registry (thread-safe); returns its handle."""
+    with _lock:
+        _registry.append(_Prepared(packed, caps, {}, run_arch, plan_fn=plan_fn))
+        return len(_registry) - 1
+
+
+def _emulation_arch(caps) -> str | None:
+    """The live GPU's target when it is not the profile's own (the profile is emulated there), else None."""
+    live = live_arch()
+    return live if live and live != caps.target.arch else None
+
+
 def prepared(qw, dtype: torch.dtype, device: torch.device, profile=None) -> int:
     """Repack (once per dtype and device) and register a QuantizedWeight; returns a handle."""
     cache = qw.__dict__.setdefault("_humming_prepared", {})
@@ -315,12 +328,9 @@ def prepared(qw, dtype: torch.dtype, device: torch.device, profile=None) -> int:
     handle = cache.get(key)
     if handle is None:
         caps = resolve_profile(profile)
-        live = live_arch()
-        run_arch = live if live and live != caps.target.arch else None
+        run_arch = _emulation_arch(caps)
         packed = prepare(qw.to(device), dtype)
-        with _lock:
-            _registry.append(_Prepared(packed, caps, {}, run_arch))
-            handle = len(_registry) - 1
+        handle = _register(packed, caps, run_arch)
         cache[key] = handle
     return handle
 
@@ -446,9 +456,7 @@ def _gemm_blockscaled(x: torch.Tensor, qw, bias, caps) -> torch.Tensor | None:
         def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
             return plan_blockscaled(caps, packed.layout, m, act, scheme=name)
 
-        with _lock:
-            _registry.append(_Prepared(packed, caps, {}, None, plan_fn=plan_fn))
-            handle = len(_registry) - 1
+        handle = _register(packed, caps, None, plan_fn)
         cache[key] = handle
     packed = _registry[handle].packed
     x2 = x.reshape(-1, k)
@@ -564,9 +572,7 @@ def _wna16_wgmma_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
             def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
                 return plan_wna16_wgmma(caps, packed.layout, m, act, scheme=name)
 
-            with _lock:
-                _registry.append(_Prepared(packed, caps, {}, None, plan_fn=plan_fn))
-                handle = len(_registry) - 1
+            handle = _register(packed, caps, None, plan_fn)
         cache[key] = handle
     return fallback if handle < 0 else handle
 
@@ -605,9 +611,7 @@ def _w8a8_tcgen05_handle(x: torch.Tensor, qw, caps, choice) -> int:
         def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
             return plan_w8a8_tcgen05(caps, packed.layout, m, act, scheme=name)
 
-        with _lock:
-            _registry.append(_Prepared(packed, caps, {}, None, plan_fn=plan_fn))
-            handle = len(_registry) - 1
+        handle = _register(packed, caps, None, plan_fn)
         cache[key] = handle
     return handle
 
@@ -628,17 +632,14 @@ def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
             packed = prepare_w4a8_wgmma(qw.to(x.device), x.dtype, choice.a_type)
         else:
             packed = prepare_w8a8_wgmma(qw.to(x.device), x.dtype, choice.a_type, fast_accum=fast)
-        live = live_arch()
-        run_arch = live if live and live != caps.target.arch else None
+        run_arch = _emulation_arch(caps)
         act = act_name(x.dtype)
         planner = plan_w4a8_wgmma if w4 else plan_w8a8_wgmma
 
         def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name, planner=planner):
             return planner(caps, packed.layout, m, act, scheme=name)
 
-        with _lock:
-            _registry.append(_Prepared(packed, caps, {}, run_arch, plan_fn=plan_fn))
-            handle = len(_registry) - 1
+        handle = _register(packed, caps, run_arch, plan_fn)
         cache[key] = handle
     return handle
 
@@ -663,16 +664,13 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
             packed = prepare_w4a8(qw.to(x.device), x.dtype, choice.a_type)
         else:
             packed = prepare_w8a8(qw.to(x.device), x.dtype, choice.a_type)
-        live = live_arch()
-        run_arch = live if live and live != caps.target.arch else None
+        run_arch = _emulation_arch(caps)
         act = act_name(x.dtype)
 
         def plan_fn(m, packed=packed, caps=caps, choice=choice, act=act, name=qw.scheme.name):
             return plan_w8a8(caps, packed.layout, m, act, choice, scheme=name)
 
-        with _lock:
-            _registry.append(_Prepared(packed, caps, {}, run_arch, plan_fn=plan_fn))
-            handle = len(_registry) - 1
+        handle = _register(packed, caps, run_arch, plan_fn)
         cache[key] = handle
     packed = _registry[handle].packed
     x2 = x.reshape(-1, k)
