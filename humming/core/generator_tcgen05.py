@@ -26,6 +26,7 @@ The parameter list is the one of the 8-bit mma.sync kernel (S, WS, CNT and k_per
 """
 from __future__ import annotations
 
+from humming.core.generator_wgmma import swizzled_stage_loader
 from humming.devices.base import HelperRequest
 
 
@@ -98,26 +99,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
   tc_fence_after();
   const uint32_t tmem = tc_lds_32(smem_u32(&tmem_slot));  // lane 0, first allocated column
 
-  // stage layout: A tile (BM rows x 128 B) then B tile (BN rows x 128 B), both 128-byte swizzled.
-  // Thread tid copies chunk tid % 8 of rows tid / 8 + 16 i: (row mod 8) is the same for every i, so the
-  // swizzled offset inside a group of 16 rows is one constant and row i adds i * 16 * 128 bytes.
-  const int lrow = tid >> 3, lch = tid & 7;
-  const uint32_t lswz = swz128(lrow, lch);
-  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
-  const unsigned char* b_src = B + (size_t)(n0 + lrow) * K + lch * 16;
-  auto load_stage = [&](int stage, int kt) {{
-    const uint32_t a_tile = smem0 + stage * STAGE_BYTES + lswz, b_tile = a_tile + A_BYTES;
-    const int k0 = kt * BK;
-    #pragma unroll
-    for (int i = 0; i < BM / 16; ++i) {{
-      const bool ok = m0 + lrow + 16 * i < M;  // rows past M are zero-filled (the source stays a valid address)
-      copy_16_async(a_tile + i * 16 * 128, ok ? a_src + (16 * i * K + k0) : A, ok);
-    }}
-    #pragma unroll
-    for (int i = 0; i < BN / 16; ++i)
-      copy_16_async(b_tile + i * 16 * 128, b_src + (16 * i * K + k0), true);
-  }};
-
+{swizzled_stage_loader(16)}
   #pragma unroll
   for (int s = 0; s < LOOKAHEAD; ++s) {{
     if (s < ktiles) load_stage(s, s);

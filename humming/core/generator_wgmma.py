@@ -96,26 +96,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
   // the swizzle repeats every 1024 bytes of address: start the stages on such a boundary (1 KiB is reserved)
   const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;
 
-  // stage layout: A tile (BM rows x 128 B) then B tile (BN rows x 128 B), both 128-byte swizzled.
-  // Thread tid copies chunk tid % 8 of rows tid / 8 + 32 i: (row mod 8) is the same for every i, so the
-  // swizzled offset inside a group of 32 rows is one constant and row i adds i * 32 * 128 bytes.
-  const int lrow = tid >> 3, lch = tid & 7;
-  const uint32_t lswz = swz128(lrow, lch);
-  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
-  const unsigned char* b_src = B + (size_t)(n0 + lrow) * K + lch * 16;
-  auto load_stage = [&](int stage, int kt) {{
-    const uint32_t a_tile = smem0 + stage * STAGE_BYTES + lswz, b_tile = a_tile + A_BYTES;
-    const int k0 = kt * BK;
-    #pragma unroll
-    for (int i = 0; i < BM / 32; ++i) {{
-      const bool ok = m0 + lrow + 32 * i < M;  // rows past M are zero-filled (the source stays a valid address)
-      copy_16_async(a_tile + i * 32 * 128, ok ? a_src + (32 * i * K + k0) : A, ok);
-    }}
-    #pragma unroll
-    for (int i = 0; i < BN / 32; ++i)
-      copy_16_async(b_tile + i * 32 * 128, b_src + (32 * i * K + k0), true);
-  }};
-
+{swizzled_stage_loader(32)}
   wg_acc_t acc[WG_ACC_REGS];
   #pragma unroll
   for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0;
@@ -384,4 +365,31 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
     }}
   }}
 }}
+"""
+
+
+def swizzled_stage_loader(rows_per_pass: int) -> str:
+    """CUDA of ``load_stage(stage, kt)``: one stage's A tile (BM rows x 128 B) then B tile (BN rows x 128 B) of
+    8-bit K-major operands, copied with cp.async into 128-byte-swizzled shared memory by THREADS = 8 x
+    ``rows_per_pass`` threads (shared by the wgmma and tcgen05 8-bit kernels)."""
+    r = rows_per_pass
+    return f"""  // stage layout: A tile (BM rows x 128 B) then B tile (BN rows x 128 B), both 128-byte swizzled.
+  // Thread tid copies chunk tid % 8 of rows tid / 8 + {r} i: (row mod 8) is the same for every i, so the
+  // swizzled offset inside a group of {r} rows is one constant and row i adds i * {r} * 128 bytes.
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
+  const unsigned char* b_src = B + (size_t)(n0 + lrow) * K + lch * 16;
+  auto load_stage = [&](int stage, int kt) {{
+    const uint32_t a_tile = smem0 + stage * STAGE_BYTES + lswz, b_tile = a_tile + A_BYTES;
+    const int k0 = kt * BK;
+    #pragma unroll
+    for (int i = 0; i < BM / {r}; ++i) {{
+      const bool ok = m0 + lrow + {r} * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(a_tile + i * {r} * 128, ok ? a_src + ({r} * i * K + k0) : A, ok);
+    }}
+    #pragma unroll
+    for (int i = 0; i < BN / {r}; ++i)
+      copy_16_async(b_tile + i * {r} * 128, b_src + ({r} * i * K + k0), true);
+  }};
 """
