@@ -55,9 +55,9 @@ def kernel_source(plan, backend, caps=None) -> str:
 
         return wgmma_wna16_kernel_source(plan, backend, caps)
     if plan.family == "tcgen05":  # compiled for Blackwell datacenter targets, never run (HUMMING_UNVERIFIED_KERNELS=1)
-        from humming.core.generator_tcgen05 import tcgen05_w8a8_kernel_source
+        from humming.core.generator_tcgen05 import tcgen05_kernel_source
 
-        return tcgen05_w8a8_kernel_source(plan, backend, caps)
+        return tcgen05_kernel_source(plan, backend, caps)
     if plan.family == "wgmma":
         from humming.core.generator_wgmma import wgmma_w8a8_kernel_source
 
@@ -288,7 +288,7 @@ def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
     }}
     __syncthreads();
     if (wk == 0) {{
-      #pragma unroll
+      #pragma unroll 1  // cold: one pass per other warp; the body (every accumulator) stays unrolled
       for (int w = 1; w < WARPS_K; ++w)
         #pragma unroll
         for (int i = 0; i < TM; ++i)
@@ -327,22 +327,29 @@ def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
     if (!last_block) return;
     fence_device();
     if (wk == 0) {{
+      // accumulators = the partials of splits 0, 1, ... added in that order (deterministic whichever block is
+      // last). The split loop stays rolled (compile time); the loads of one pass do not depend on each
+      // other, so they overlap: one L2 round trip per split (a rolled loop per accumulator paid one per add).
       #pragma unroll
       for (int i = 0; i < TM; ++i)
         #pragma unroll
         for (int j = 0; j < TA * 8; ++j)
           #pragma unroll
-          for (int h = 0; h < 2; ++h) {{
-            const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;
-            const int col = n0 + (wn * TA + j / 8) * 64 + (j % 8) * 8 + (lane & 3) * 2;
-            float s0 = 0.0f, s1 = 0.0f;
-            for (int z = 0; z < splits; ++z) {{  // fixed order: deterministic
+          for (int e = 0; e < 4; ++e) {acc}[i][j][e] = 0.0f;
+      #pragma unroll 1
+      for (int z = 0; z < splits; ++z)
+        #pragma unroll
+        for (int i = 0; i < TM; ++i)
+          #pragma unroll
+          for (int j = 0; j < TA * 8; ++j)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {{
+              const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;
+              const int col = n0 + (wn * TA + j / 8) * 64 + (j % 8) * 8 + (lane & 3) * 2;
               float p0, p1;
               load_f32x2_l2(p0, p1, WS + ((size_t)z * m_pad + row) * N + col);
-              s0 += p0; s1 += p1;
+              {acc}[i][j][2 * h] += p0; {acc}[i][j][2 * h + 1] += p1;
             }}
-            {acc}[i][j][2 * h] = s0; {acc}[i][j][2 * h + 1] = s1;
-          }}
     }}
   }}
 

@@ -240,20 +240,26 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     if (!last_block) return;
     fence_device();
     if (wk == 0) {{
+      // acc = the partials of splits 0, 1, ... added in that order (deterministic whichever block is last).
+      // The split loop stays rolled (compile time); the loads of one pass do not depend on each
+      // other, so they overlap: one L2 round trip per split (a rolled loop per accumulator paid one per add).
       #pragma unroll
       for (int i = 0; i < 4; ++i)
         #pragma unroll
         for (int j = 0; j < TOKEN_TILES; ++j)
           #pragma unroll
-          for (int e = 0; e < 4; e += 2) {{
-            const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q;
-            float s0 = 0.0f, s1 = 0.0f;
-            for (int z = 0; z < splits; ++z) {{
-              s0 += load_f32_l2(WS + ((size_t)z * m_pad + tok) * N + ch);
-              s1 += load_f32_l2(WS + ((size_t)z * m_pad + tok + 1) * N + ch);
+          for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+      #pragma unroll 1
+      for (int z = 0; z < splits; ++z)
+        #pragma unroll
+        for (int i = 0; i < 4; ++i)
+          #pragma unroll
+          for (int j = 0; j < TOKEN_TILES; ++j)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {{
+              const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q + (e & 1);
+              acc[i][j][e] += load_f32_l2(WS + ((size_t)z * m_pad + tok) * N + ch);
             }}
-            acc[i][j][e] = s0; acc[i][j][e + 1] = s1;
-          }}
     }}
   }}
   if (wk != 0) return;
