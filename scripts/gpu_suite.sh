@@ -8,6 +8,8 @@
 #                                        # the YAML-only example device of docs/porting.md
 #   bash scripts/gpu_suite.sh tests      # every GPU test, no benchmark
 # Extra arguments go to pytest (e.g. -k "w4a16 and not bf16").
+# HUMMING_GPU_WORKERS=N runs the tests in N pytest-xdist processes sharing the GPU (the kernel compiles, most of the
+# wall time, then run in parallel); needs pytest-xdist importable (e.g. unpacked wheels on PYTHONPATH).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-$PWD/out}"; mkdir -p "$OUT"
@@ -16,9 +18,11 @@ PART="${1:-all}"; shift || true
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 python3 -m humming info | head -12
 rc=0
+XDIST=()
+if [ -n "${HUMMING_GPU_WORKERS:-}" ] && python3 -c "import xdist" 2>/dev/null; then XDIST=(-n "$HUMMING_GPU_WORKERS"); fi
 run_tests() {  # name, pytest args...
   local name="$1"; shift
-  python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$OUT/$name.xml" "$@" >"$OUT/$name.log" 2>&1 || rc=1
+  python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$OUT/$name.xml" "${XDIST[@]}" "$@" >"$OUT/$name.log" 2>&1 || rc=1
   echo "== $name: $(tail -1 "$OUT/$name.log")"
   grep -E "^FAILED" "$OUT/$name.log" | head -20
 }
