@@ -73,17 +73,24 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
 
         return plan_blockscaled(caps, BlockScaledLayout(recipe_of(sch), n, k), m, act, ideal, scheme=sch.name)
     if ideal.family == "tcgen05":
-        # W8A8 on the tcgen05 kernel (Blackwell datacenter): planned always where it applies; run only with
-        # HUMMING_UNVERIFIED_KERNELS=1 (the plan's reasons say so)
-        from humming.core.planner_tcgen05 import tcgen05_generated
+        # W8A8 and W4A4 (NVFP4/MXFP4) on the tcgen05 kernels (Blackwell datacenter): planned always where they
+        # apply; run only with HUMMING_UNVERIFIED_KERNELS=1 (the plan's reasons say so)
+        from humming.core.planner_tcgen05 import tcgen05_kernel
 
-        if tcgen05_generated(ideal, sch) and n % 128 == 0 and k % 128 == 0:
+        which = tcgen05_kernel(ideal, sch)
+        if which == "w8a8" and n % 128 == 0 and k % 128 == 0:
             from humming.core.layout_wgmma import WgmmaW8A8Layout
             from humming.core.planner_tcgen05 import plan_w8a8_tcgen05
 
             p = plan_w8a8_tcgen05(caps, WgmmaW8A8Layout(ideal.a_type, n, k, sch.weight_scale.granularity), m, act,
                                   scheme=sch.name)
             return Plan(**{**p.__dict__, "reasons": ideal.reasons + p.reasons})
+        if which == "blockscaled" and n % 128 == 0 and k % 256 == 0:
+            from humming.core.layout_blockscaled import Tcgen05BlockScaledLayout, recipe_of
+            from humming.core.planner_tcgen05 import plan_blockscaled_tcgen05
+
+            return plan_blockscaled_tcgen05(caps, Tcgen05BlockScaledLayout(recipe_of(sch), n, k), m, act, ideal,
+                                            scheme=sch.name)
     choice = runnable_path(caps, sch)
     if choice.family == "tcgen05":  # HUMMING_UNVERIFIED_KERNELS=1 but the shape does not fit the tcgen05 tile
         choice = choose_path(caps, sch, families=("mma_sync",))
@@ -402,10 +409,12 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     choice = _choices.get(key)
     if choice is None:  # planned once per (profile, scheme), not on every call
         choice = _choices[key] = runnable_path(caps, qw.scheme)
-    if choice.family == "tcgen05" and not _tcgen05_runs(caps, qw):  # (only with HUMMING_UNVERIFIED_KERNELS=1)
+    if choice.family == "tcgen05" and not _tcgen05_runs(caps, qw, choice):  # (only with HUMMING_UNVERIFIED_KERNELS=1)
         from humming.core.paths import choose_path
 
         choice = choose_path(caps, qw.scheme, families=("mma_sync",))
+    if choice.family == "tcgen05" and getattr(choice.instruction, "scale_format", None):
+        return _gemm_blockscaled_tcgen05(x, qw, bias, caps)  # W4A4 NVFP4/MXFP4 (only with HUMMING_UNVERIFIED_KERNELS=1)
     if _runs_on_w8a8(choice, qw.scheme) or choice.family == "tcgen05":
         return _gemm_w8a8(x, qw, bias, caps, choice)
     if choice.path == "native" and choice.family == "mma_sync" and getattr(choice.instruction, "scale_format", None):
@@ -589,11 +598,47 @@ def _wgmma_runs_here(caps) -> bool:
     return ok
 
 
-def _tcgen05_runs(caps, qw) -> bool:
-    """The tcgen05 W8A8 kernel runs this weight: N and K multiples of 128, no act-order, and the live GPU is the
-    profile's own target (a forced profile emulated on another GPU keeps the mma.sync kernel)."""
+def _tcgen05_runs(caps, qw, choice=None) -> bool:
+    """A tcgen05 kernel runs this weight: N a multiple of 128, K of 128 (W8A8) or 256 (W4A4 block-scaled), no
+    act-order, and the live GPU is the profile's own target (a forced profile emulated on another GPU keeps the
+    mma.sync or upconvert path)."""
     n, k = qw.shape
-    return n % 128 == 0 and k % 128 == 0 and qw.g_idx is None and _wgmma_runs_here(caps)
+    kk = 256 if getattr(getattr(choice, "instruction", None), "scale_format", None) else 128
+    return n % 128 == 0 and k % kk == 0 and qw.g_idx is None and _wgmma_runs_here(caps)
+
+
+def _gemm_blockscaled_tcgen05(x: torch.Tensor, qw, bias, caps) -> torch.Tensor:
+    """W4A4 NVFP4/MXFP4 on the tcgen05 block-scaled kernel (compiled for sm_100a/103a/107a/110a, never run on
+    hardware; reached only with HUMMING_UNVERIFIED_KERNELS=1 and a weight ``_tcgen05_runs`` accepts)."""
+    from humming.core.layout_blockscaled import pack_e2m1, prepare_blockscaled_tcgen05
+    from humming.core.planner_tcgen05 import plan_blockscaled_tcgen05
+
+    n, k = qw.shape
+    cache = qw.__dict__.setdefault("_humming_prepared", {})
+    key = ("blockscaled-tcgen05", x.dtype, x.device, caps.name)
+    handle = cache.get(key)
+    if handle is None:
+        packed = prepare_blockscaled_tcgen05(qw.to(x.device), x.dtype)
+        act = act_name(x.dtype)
+
+        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
+            return plan_blockscaled_tcgen05(caps, packed.layout, m, act, scheme=name)
+
+        handle = _register(packed, caps, None, plan_fn)
+        cache[key] = handle
+    packed = _registry[handle].packed
+    x2 = x.reshape(-1, k)
+    qa = _quantize_act(x2, qw.scheme, caps)
+    codes = pack_e2m1(qa.codes).contiguous()  # [M, K/2]
+    sa = qa.scales.view(torch.uint8).contiguous()  # [M, K/vec], gathered into tcgen05.cp blocks by the kernel
+    gscale = None
+    if qa.global_scale is not None:
+        gscale = qa.global_scale.to(device=x.device, dtype=torch.float32).reshape(1)
+    b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
+    if b is not None and b.data_ptr() % 4:
+        b = b.clone()
+    out = _launch(handle, codes, packed.qweight, sa, packed.scales, None, b, gscale, out_dtype=x.dtype)
+    return out.view(*x.shape[:-1], n)
 
 
 def _w8a8_tcgen05_handle(x: torch.Tensor, qw, caps, choice) -> int:

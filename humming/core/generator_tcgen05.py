@@ -173,3 +173,226 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
   }}
 }}
 """
+
+
+def tcgen05_kernel_source(plan, backend, caps=None) -> str:
+    """The tcgen05 kernel of a plan: W4A4 block-scaled (``Tcgen05BlockScaledLayout``) or W8A8."""
+    from humming.core.layout_blockscaled import Tcgen05BlockScaledLayout
+
+    if isinstance(plan.layout, Tcgen05BlockScaledLayout):
+        return tcgen05_blockscaled_kernel_source(plan, backend, caps)
+    return tcgen05_w8a8_kernel_source(plan, backend, caps)
+
+
+def tcgen05_blockscaled_kernel_source(plan, backend, caps=None) -> str:
+    """The tcgen05 W4A4 kernel: NVFP4 (kind::mxf4nvf4, scale_vec::4X, ue4m3 per 16) or MXFP4 (kind::mxf4,
+    scale_vec::2X, ue8m0 per 32), e2m1 x e2m1 -> f32 in Tensor Memory. Compiled only, never run on hardware.
+
+    The body is the W8A8 kernel's with K counted in packed bytes (one 128-byte swizzled row = 256 e2m1 elements per
+    stage, four k64 MMAs of 32 bytes each), plus the block scales. Scale factors: an MMA reads SF_A of tile row m from
+    TMEM lane m % 32 (any of the four 32-lane partitions: they are duplicated there), column sfa + m / 32, and SF_B of
+    tile column n from lane n % 32, column sfb + n / 32; the bytes of the 32-bit word are the row's consecutive block
+    scales, selected by the scale-factor IDs of the instruction descriptor (4X: ID 0, all four; 2X: ID 0 or 2, a byte
+    pair). A stage's scales are staged in shared memory as 512-byte blocks (one per 32-bit word of a row: row r at
+    byte (r % 32) * 16 + (r / 32) * 4), copied to the stage slot's TMEM columns by tcgen05.cp .32x128b.warpx4 (row r
+    of the block -> lane r of every partition, its four words -> four columns) issued by thread 0 before its MMAs
+    (tcgen05.cp -> tcgen05.mma is pipelined in issue order). Activation scale words are gathered into the blocks with
+    4-byte cp.async; the weight's are repacked ahead (``pack_weight_scales_tcgen05``) and copied as 16-byte chunks.
+    A slot's TMEM scale columns are rewritten only after the mbarrier of the commit of the MMAs that read them.
+
+    Epilogue: fp32 accumulator x out_scale (the weight's global scale) x *GS (the activation's, a device scalar) +
+    bias. Parameter list of the block-scaled mma.sync kernel (CS, WS, CNT and k_per_split unused)."""
+    from humming.core.layout_blockscaled import Tcgen05BlockScaledLayout
+    from humming.core.planner_blockscaled import FORMS
+    from humming.core.planner_tcgen05 import BS_BK, BS_MMA_K, tcgen05_bs_form, tcgen05_bs_tmem_cols
+    from humming.devices.nvidia.backend import tcgen05_blockscaled_prelude, tcgen05_idesc_block_scaled
+
+    t = plan.tiles
+    lay = plan.layout
+    ins = plan.instruction
+    if not isinstance(lay, Tcgen05BlockScaledLayout):
+        raise ValueError(f"the tcgen05 block-scaled kernel needs a Tcgen05BlockScaledLayout, got {type(lay).__name__}")
+    if (t.bm, t.bk, t.threads) != (128, BS_BK, 128) or t.stages < 2 or t.bn not in (128, 256):
+        raise ValueError(f"the tcgen05 block-scaled kernel is written for 128x(128|256)x{BS_BK} tiles, 128 threads; got {t}")
+    kind, elem, fmt, scale_vec = FORMS[lay.recipe]
+    if (ins.kind, ins.scale_format, ins.a_type, ins.b_type) != (kind, fmt, elem, elem):
+        raise ValueError(f"{lay.recipe} is kind::{kind} {elem} with {fmt} scales, the plan says {ins.describe()}")
+    if caps is not None and tcgen05_bs_form(caps, lay.recipe) is None:
+        raise ValueError(f"{caps.name} declares no block-scaled tcgen05 form for {lay.recipe}")
+    spm = BS_MMA_K // lay.vec  # scale bytes per row per MMA: 4 (4X) or 2 (2X)
+    steps = []
+    for ks in range(BS_BK // BS_MMA_K):
+        sid = (ks * spm) % 4  # byte offset of this MMA's scales inside the 32-bit TMEM word
+        steps.append(tcgen05_idesc_block_scaled(kind, elem, elem, fmt, 128, t.bn, sfa_id=sid, sfb_id=sid))
+    idescs = ", ".join(f"{d:#010x}u" for d in steps)
+    tmem_cols = tcgen05_bs_tmem_cols(t.bn, t.stages, lay)
+    request = HelperRequest(mma=ins, act=plan.act, weight=None, async_copy=True, caps=caps)
+    prelude = tcgen05_blockscaled_prelude(backend, request, scale_vec)
+    return f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+// compiled only: not yet validated on hardware (HUMMING_UNVERIFIED_KERNELS=1 selects it at run time)
+{prelude}
+
+namespace cfg {{
+constexpr int BM = {t.bm}, BN = {t.bn}, BK = 128, STAGES = {t.stages};   // BK in bytes of packed codes = {BS_BK} e2m1
+constexpr int THREADS = 128;             // warp w reads accumulator rows (TMEM lanes) 32w .. 32w+31
+constexpr int LOOKAHEAD = STAGES - 1;    // stages loading while one is multiplied
+constexpr int VEC = {lay.vec};                  // e2m1 elements per block scale ({fmt})
+constexpr int WORDS = {lay.words_per_stage};                // 32-bit scale words per row per stage ({BS_BK} / VEC / 4)
+constexpr int SPM = {spm};                  // scale bytes per row per k64 MMA (scale_vec::{scale_vec}X)
+constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK;
+constexpr int SA_BYTES = WORDS * 512, SB_BYTES = (BN / 128) * WORDS * 512;   // 512-byte tcgen05.cp blocks
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
+constexpr uint32_t SFA_COLS = 4 * WORDS, SFB_COLS = (BN / 32) * WORDS;      // TMEM columns of one stage's scales
+constexpr uint32_t TMEM_COLS = {tmem_cols};       // accumulator (BN) + STAGES x (SFA_COLS + SFB_COLS), a power of two
+// kind::{kind} e2m1 x e2m1 -> f32, {fmt} scales, K-major, M=128, N=BN; scale-factor IDs (A and B) of k64 step 0..3
+constexpr uint32_t IDESC[4] = {{{idescs}}};
+static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "tiles stay 1024-byte aligned (swizzle period)");
+static_assert(THREADS == 128 && BM == 128 && BN % 128 == 0, "one scale block per 128 rows of A and of B");
+static_assert((BM * WORDS) % THREADS == 0, "activation scale words split evenly across the threads");
+static_assert(BN + STAGES * (SFA_COLS + SFB_COLS) <= TMEM_COLS && TMEM_COLS <= 512, "Tensor Memory columns");
+}}
+
+extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
+    const unsigned char* __restrict__ A,   // packed e2m1 activation codes [M, K/2] (element 2i in the low nibble)
+    const uint32_t* __restrict__ Bw,       // packed e2m1 weight codes [N, K/2], row-major (K-major)
+    const unsigned char* __restrict__ SA,  // activation block scales [M, K/VEC] as stored ({fmt})
+    const unsigned char* __restrict__ SB,  // weight block scales, 512-byte blocks [N/128][K/(4 VEC)][32][4][4]
+    const float* __restrict__ CS,          // unused (null)
+    const uint16_t* __restrict__ BIAS,     // [N] or null
+    uint16_t* __restrict__ C,              // output [M, N]
+    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
+    int M, int N, int K_el, int k_per_split, float out_scale,   // K_el: K in e2m1 elements; out_scale: weight global scale
+    const float* __restrict__ GS) {{        // the activation's global scale (device scalar) or null
+  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ __align__(8) uint64_t mma_bar[STAGES];  // completes once per commit of the stage using the slot
+  __shared__ uint32_t tmem_slot;                      // written by tcgen05.alloc
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int K = K_el / 2;                // bytes of packed codes per row (the row stride of A and B)
+  const int ktiles = K / BK;
+  const int sa_row = K_el / VEC;         // activation scale bytes per row
+  const int sb_blocks = K_el / (4 * VEC);  // 512-byte weight scale blocks per 128 channels
+  const unsigned char* B = reinterpret_cast<const unsigned char*>(Bw);
+  // the swizzle repeats every 1024 bytes of address: start the stages on such a boundary (1 KiB is reserved)
+  const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;
+
+  if (warp == 0) {{               // one warp allocates the accumulator's and the scale factors' columns
+    tmem_alloc(smem_u32(&tmem_slot), TMEM_COLS);
+    tmem_relinquish();
+  }}
+  if (tid == 0) {{
+    #pragma unroll
+    for (int s = 0; s < STAGES; ++s) mbar_init(smem_u32(&mma_bar[s]), 1);
+    mbar_init_fence();
+  }}
+  tc_fence_before();
+  __syncthreads();
+  tc_fence_after();
+  const uint32_t tmem = tc_lds_32(smem_u32(&tmem_slot));  // lane 0, first allocated column: the accumulator
+
+{swizzled_stage_loader(16)}
+  // a stage's block scales: activation row r's word w (4 scale bytes) to byte (r % 32) * 16 + (r / 32) * 4 of block w;
+  // the weight's blocks are stored that way already (BN / 128 runs of WORDS blocks)
+  auto load_scales = [&](int stage, int kt) {{
+    const uint32_t sa_tile = smem0 + stage * STAGE_BYTES + A_BYTES + B_BYTES, sb_tile = sa_tile + SA_BYTES;
+    #pragma unroll
+    for (int i = 0; i < BM * WORDS / THREADS; ++i) {{
+      const int c = tid + i * THREADS, r = c / WORDS, w = c % WORDS;
+      const bool ok = m0 + r < M;  // rows past M get zero scales (their codes are zero-filled too)
+      copy_4_async(sa_tile + w * 512 + (r & 31) * 16 + (r >> 5) * 4,
+                   ok ? SA + (size_t)(m0 + r) * sa_row + kt * (WORDS * 4) + w * 4 : SA, ok);
+    }}
+    #pragma unroll
+    for (int c = tid; c < (BN / 128) * WORDS * 32; c += THREADS) {{
+      const int j = c / (WORDS * 32), q = c % (WORDS * 32);
+      copy_16_async(sb_tile + c * 16, SB + ((size_t)(n0 / 128 + j) * sb_blocks + kt * WORDS) * 512 + q * 16, true);
+    }}
+  }};
+  #pragma unroll
+  for (int s = 0; s < LOOKAHEAD; ++s) {{
+    if (s < ktiles) {{ load_stage(s, s); load_scales(s, s); }}
+    copy_commit();
+  }}
+
+  for (int kt = 0; kt < ktiles; ++kt) {{
+    const int slot = kt % STAGES;
+    copy_wait<LOOKAHEAD - 1>();  // this thread's copies of stage kt have landed
+    fence_proxy_async();         // ... and are visible to tcgen05.cp / tcgen05.mma (async proxy)
+    __syncthreads();             // everyone's copies
+    tc_fence_after();
+    if (tid == 0) {{              // one thread moves the stage's scales to TMEM, issues its MMAs and the commit
+      const uint32_t a_tile = smem0 + slot * STAGE_BYTES, b_tile = a_tile + A_BYTES;
+      const uint32_t sa_tile = b_tile + B_BYTES, sb_tile = sa_tile + SA_BYTES;
+      // the slot's scale columns; the MMAs that read them last (stage kt - STAGES) completed before this stage's
+      // copies were issued (everyone waited for that commit)
+      const uint32_t sfa = tmem + BN + slot * (SFA_COLS + SFB_COLS), sfb = sfa + SFA_COLS;
+      #pragma unroll
+      for (int w = 0; w < WORDS; ++w) tc_cp_sf(sfa + 4 * w, tc_sf_desc(sa_tile + 512 * w));
+      #pragma unroll
+      for (int j = 0; j < BN / 128; ++j)
+        #pragma unroll
+        for (int w = 0; w < WORDS; ++w)  // word w of the channel block j: columns sfb + w * BN/32 + 4j .. + 3
+          tc_cp_sf(sfb + w * (BN / 32) + 4 * j, tc_sf_desc(sb_tile + 512 * (j * WORDS + w)));
+      const uint64_t desc_a = tc_smem_desc(a_tile), desc_b = tc_smem_desc(b_tile);
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {{  // k64 steps: +32 bytes inside the swizzled rows = +2 in the address field
+        const int word = ks * SPM / 4;  // the 32-bit scale word of this step (its bytes: IDESC's scale-factor IDs)
+        tc_mma_bs(tmem, desc_a + 2 * ks, desc_b + 2 * ks, IDESC[ks], sfa + 4 * word, sfb + (BN / 32) * word,
+                  (kt > 0 || ks > 0) ? 1 : 0);
+      }}
+      tc_commit(smem_u32(&mma_bar[slot]));  // arrives when these (and all earlier) MMAs and copies have completed
+    }}
+    __syncwarp();
+    {{
+      const int next = kt + LOOKAHEAD;  // refills the slot of kt-1
+      if (next < ktiles) {{
+        const int ns = next % STAGES;
+        if (next >= STAGES) mbar_wait(smem_u32(&mma_bar[ns]), (uint32_t)((next / STAGES - 1) & 1));
+        load_stage(ns, next);
+        load_scales(ns, next);
+      }}
+      copy_commit();
+    }}
+  }}
+  {{
+    const int last = ktiles - 1;  // its commit covers every MMA of the tile
+    mbar_wait(smem_u32(&mma_bar[last % STAGES]), (uint32_t)((last / STAGES) & 1));
+  }}
+  tc_fence_after();
+
+  // epilogue: thread t of warp w holds output row 32w + t (TMEM lane), 32 columns per load
+  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  const int row = m0 + warp * 32 + lane;
+  #pragma unroll 1
+  for (int c = 0; c < BN / 32; ++c) {{
+    uint32_t v[32];
+    tmem_ld32(v, tmem + ((uint32_t)(warp * 32) << 16) + (uint32_t)(c * 32));
+    tmem_ld_wait();
+    const int col0 = n0 + 32 * c;
+    uint32_t packed[16];
+    #pragma unroll
+    for (int j = 0; j < 32; j += 2) {{
+      float b0 = 0.0f, b1 = 0.0f;
+      if (BIAS) {{
+        const uint32_t bb = load_g32(BIAS + col0 + j);  // the two 16-bit biases of columns j, j + 1
+        b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
+      }}
+      packed[j / 2] = f32x2_to_act2(tc_acc_to_f32(v[j]) * scale + b0, tc_acc_to_f32(v[j + 1]) * scale + b1);
+    }}
+    if (row < M) {{
+      uint16_t* out = C + (size_t)row * N + col0;
+      #pragma unroll
+      for (int q = 0; q < 4; ++q)
+        store_128(out + 8 * q, packed[4 * q], packed[4 * q + 1], packed[4 * q + 2], packed[4 * q + 3]);
+    }}
+  }}
+  tc_fence_before();
+  __syncthreads();               // every warp's loads are complete before the columns are freed
+  if (warp == 0) {{
+    tc_fence_after();
+    tmem_dealloc(tmem, TMEM_COLS);
+  }}
+}}
+"""

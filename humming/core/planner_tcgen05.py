@@ -1,16 +1,20 @@
-"""Planning the tcgen05 W8A8 kernel (Blackwell datacenter: e4m3 x e4m3 -> f32 with kind::f8f6f4, s8 x s8 -> s32
-with kind::i8 where a profile declares it) from declared capabilities only.
+"""Planning the tcgen05 kernels (Blackwell datacenter) from declared capabilities only: W8A8 (e4m3 x e4m3 -> f32 with
+kind::f8f6f4, s8 x s8 -> s32 with kind::i8 where a profile declares it) and W4A4 block-scaled (NVFP4 with
+kind::mxf4nvf4 scale_vec::4X ue4m3, MXFP4 with kind::mxf4 scale_vec::2X ue8m0; e2m1 x e2m1 -> f32).
 
-The kernel is compiled for the profile's target (sm_100a, sm_103a, sm_107a, sm_110a, family targets) but has never
+The kernels are compiled for the profile's target (sm_100a, sm_103a, sm_107a, sm_110a, family targets) but have never
 run on hardware: ``humming.plan`` returns its plan with a reason saying so, and the runtime selects it only with
 HUMMING_UNVERIFIED_KERNELS=1 (``humming.core.paths.runnable_path``)."""
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 from dataclasses import replace
 
+from humming.core.layout_blockscaled import TC_STAGE_K, Tcgen05BlockScaledLayout
 from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
-from humming.core.planner_blockscaled import UNVERIFIED_ENV, unverified_enabled
+from humming.core.planner_blockscaled import FORMS, UNVERIFIED_ENV, unverified_enabled
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 BM, BK = 128, 128  # one tcgen05.mma M=128 (cta_group::1); 128-byte K-major rows (one swizzle row per tile row)
@@ -18,8 +22,9 @@ BM, BK = 128, 128  # one tcgen05.mma M=128 (cta_group::1); 128-byte K-major rows
 KINDS = {"e4m3": ("f8f6f4", "f32"), "s8": ("i8", "s32")}
 STATIC_SMEM = 1024  # mbarriers and the TMEM address slot; ptxas reports 1024 bytes of static smem on sm_100a
 
-__all__ = ["KINDS", "UNVERIFIED_ENV", "plan_w8a8_tcgen05", "tcgen05_form", "tcgen05_generated",
-           "tcgen05_smem_bytes", "unverified_enabled", "unverified_note"]
+__all__ = ["KINDS", "UNVERIFIED_ENV", "Tcgen05BlockScaledPlan", "plan_blockscaled_tcgen05", "plan_w8a8_tcgen05",
+           "tcgen05_bs_form", "tcgen05_bs_smem_bytes", "tcgen05_bs_tmem_cols", "tcgen05_form", "tcgen05_generated",
+           "tcgen05_kernel", "tcgen05_smem_bytes", "unverified_enabled", "unverified_note"]
 
 
 def unverified_note(caps) -> str:
@@ -37,15 +42,35 @@ def tcgen05_form(caps, a_type: str):
     return forms[0] if forms else None
 
 
-def tcgen05_generated(choice, scheme) -> bool:
-    """True when the path a profile prefers is one the tcgen05 W8A8 kernel executes: tcgen05 native, both operands
-    8-bit as stored (e4m3/s8), per-channel or per-tensor weight scales, per-token or per-tensor activation scales."""
+def tcgen05_kernel(choice, scheme) -> str | None:
+    """Which generated tcgen05 kernel executes the path a profile prefers: "w8a8" (tcgen05 native, both operands 8-bit
+    as stored (e4m3/s8), per-channel or per-tensor weight scales, per-token or per-tensor activation scales),
+    "blockscaled" (tcgen05 native block-scaled e2m1 x e2m1: the NVFP4 / MXFP4 W4A4 recipes), or None."""
     ins = choice.instruction
-    return (choice.family == "tcgen05" and choice.path == "native" and not getattr(ins, "scale_format", None)
-            and choice.a_type == choice.b_type and choice.a_type in KINDS and ins.kind == KINDS[choice.a_type][0]
+    if choice.family != "tcgen05" or choice.path != "native":
+        return None
+    if getattr(ins, "scale_format", None):
+        from humming.core.layout_blockscaled import recipe_of
+        from humming.errors import UnsupportedOnDevice
+
+        if choice.a_type != "e2m1" or choice.b_type != "e2m1" or ins.kind not in ("mxf4", "mxf4nvf4"):
+            return None
+        try:
+            recipe_of(scheme)
+        except UnsupportedOnDevice:
+            return None
+        return "blockscaled"
+    if (choice.a_type == choice.b_type and choice.a_type in KINDS and ins.kind == KINDS[choice.a_type][0]
             and not scheme.zero_point and scheme.weight in ("int8", "e4m3")
             and scheme.weight_scale.granularity in ("channel", "tensor")
-            and scheme.act_scale.mode in ("dynamic_token", "static_tensor"))
+            and scheme.act_scale.mode in ("dynamic_token", "static_tensor")):
+        return "w8a8"
+    return None
+
+
+def tcgen05_generated(choice, scheme) -> bool:
+    """True when the path a profile prefers is executed by a generated tcgen05 kernel (``tcgen05_kernel``)."""
+    return tcgen05_kernel(choice, scheme) is not None
 
 
 def tcgen05_smem_bytes(bn: int, stages: int) -> int:
@@ -111,4 +136,142 @@ def plan_w8a8_tcgen05(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="tcgen05",
         instruction=replace(form, shape=(128, bn, 32)), path="native", layout=layout, tiles=tiles, splits=1,
         async_copy=True, smem_bytes=tcgen05_smem_bytes(bn, stages), reasons=tuple(reasons),
+    )
+
+
+# ---- W4A4 block-scaled (NVFP4 kind::mxf4nvf4 scale_vec::4X ue4m3, MXFP4 kind::mxf4 scale_vec::2X ue8m0) -------------
+BS_BK = TC_STAGE_K  # e2m1 elements per stage: 128 bytes of codes per tile row (one 128-byte swizzle row)
+BS_MMA_K = 64  # e2m1 elements per tcgen05.mma of the mxf4 kinds (256 bits of A)
+
+
+def tcgen05_bs_form(caps, recipe: str):
+    """The declared block-scaled tcgen05 form (M=128, K=64) of a recipe, or None."""
+    kind, elem, fmt, vec = FORMS[recipe]
+    for ins in caps.find_mma(family="tcgen05", kind=kind, a_type=elem, b_type=elem):
+        if ins.scale_format == fmt and vec in ins.scale_vec and ins.shape[0] == 128 and ins.shape[2] == BS_MMA_K:
+            return ins
+    return None
+
+
+def _bs_cols(bn: int, layout: Tcgen05BlockScaledLayout) -> tuple[int, int]:
+    """TMEM columns of one stage's scale factors: (SF_A, SF_B) = (4, BN / 32) per 32-bit scale word of a row."""
+    w = layout.words_per_stage
+    return 4 * w, bn // 32 * w
+
+
+def tcgen05_bs_tmem_cols(bn: int, stages: int, layout: Tcgen05BlockScaledLayout) -> int:
+    """Columns to allocate: the fp32 accumulator (BN) plus every stage's scale factors, as a power of two >= 32."""
+    sfa, sfb = _bs_cols(bn, layout)
+    need = bn + stages * (sfa + sfb)
+    return max(32, 1 << (need - 1).bit_length())
+
+
+def tcgen05_bs_stage_bytes(bn: int, layout: Tcgen05BlockScaledLayout) -> int:
+    """A and B code tiles (128-byte rows), then the stage's scale blocks (512 bytes per word: SF_A, then BN/128 x SF_B)."""
+    w = layout.words_per_stage
+    return BM * 128 + bn * 128 + w * 512 + bn // 128 * w * 512
+
+
+def tcgen05_bs_smem_bytes(bn: int, stages: int, layout: Tcgen05BlockScaledLayout) -> int:
+    return stages * tcgen05_bs_stage_bytes(bn, layout) + 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Tcgen05BlockScaledPlan(Plan):
+    """A Plan of the tcgen05 block-scaled kernel (name, key and summary do not depend on a WnA16 decode)."""
+
+    @property
+    def scale_vec(self) -> int:
+        return self.layout.scale_vec
+
+    @property
+    def kernel_key(self) -> str:
+        ins = self.instruction
+        parts = (self.family, self.path, tuple(ins.shape), ins.kind, ins.scale_format, self.layout.scale_vec,
+                 self.layout.recipe, self.act, self.tiles, self.async_copy)
+        return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
+
+    @property
+    def kernel_name(self) -> str:
+        t = self.tiles
+        return f"hm_w4a4_{self.layout.recipe}_tcgen05_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}_{self.kernel_key}"
+
+    def summary(self) -> str:
+        t = self.tiles
+        ins = self.instruction
+        return (f"{self.scheme} M={self.m} N={self.n} K={self.k} on {self.profile}: tcgen05 m128n{t.bn}k64 "
+                f"kind::{ins.kind}.block_scale.scale_vec::{self.layout.scale_vec}X e2m1xe2m1->f32 "
+                f"({ins.scale_format} per {self.layout.vec}), {self.path}, tile {t.bm}x{t.bn}x{t.bk}, {t.stages} stages, "
+                f"{t.threads} threads, TMEM {tcgen05_bs_tmem_cols(t.bn, t.stages, self.layout)} columns, "
+                f"smem {self.smem_bytes // 1024} KiB")
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d["instruction"].update(kind=self.instruction.kind, scale_format=self.instruction.scale_format,
+                                scale_vec=self.layout.scale_vec)
+        return d
+
+
+def plan_blockscaled_tcgen05(caps, layout: Tcgen05BlockScaledLayout, m: int, act: str, choice=None,
+                             scheme: str = "") -> Tcgen05BlockScaledPlan:
+    """Plan C[M, N] = A[M, K] @ W[N, K]^T with e2m1 operands and block scales multiplied by the declared block-scaled
+    tcgen05.mma (native path), or UnsupportedOnDevice / ShapeError naming what is missing. ``choice`` (a
+    paths.PathChoice) contributes its reasons."""
+    if m < 1:
+        raise ShapeError(f"M={m}: a GEMM needs at least one row")
+    if act not in ("f16", "bf16"):
+        raise ShapeError(f"the output type must be f16 or bf16, got {act}")
+    kind, elem, fmt, vec = FORMS[layout.recipe]
+    form = tcgen05_bs_form(caps, layout.recipe)
+    if form is None:
+        have = sorted({i.kind for i in caps.find_mma(family="tcgen05")})
+        raise UnsupportedOnDevice(
+            f"{caps.name} declares no tcgen05 kind::{kind}.block_scale.scale_vec::{vec}X m128 {elem} x {elem} with {fmt} "
+            f"scales (declared tcgen05 kinds: {', '.join(have) or 'none'}); {scheme or layout.recipe} runs another path")
+    if not caps.memory.cp_async or not caps.memory.mbarrier or not caps.memory.tmem_kb:
+        raise UnsupportedOnDevice(f"{caps.name}: the tcgen05 kernel needs cp.async, mbarrier and Tensor Memory")
+    n, k = layout.n, layout.k
+    if n % 128 or k % BS_BK:
+        raise ShapeError(f"the tcgen05 block-scaled kernel needs N % 128 == 0 and K % {BS_BK} == 0 (N={n}, K={k})")
+    reasons = list(getattr(choice, "reasons", ()) or ())
+    reasons.append(f"native: tcgen05 kind::{kind}.block_scale.scale_vec::{vec}X m128nBNk64 {elem} x {elem} -> f32 declared "
+                   f"({caps.target.arch}; {fmt} scale per {layout.vec} elements of K); one CTA (cta_group::1), packed "
+                   f"codes K-major in 128-byte-swizzled shared memory, block scales copied to Tensor Memory (tcgen05.cp "
+                   f"32x128b.warpx4), accumulator in Tensor Memory, global scales in the fp32 epilogue")
+    sms = caps.limits.sms or _DEFAULT_SMS
+    bns = [bn for bn in (256, 128) if n % bn == 0 and bn in form.n_values]
+    if not bns:
+        raise ShapeError(f"N={n}: no declared tcgen05 N of 128 or 256 divides it")
+    bn = bns[0]
+    if len(bns) > 1:
+        def waves(b: int) -> float:  # fraction of the launched SM slots that hold a tile
+            tiles = math.ceil(m / BM) * (n // b)
+            return tiles / (math.ceil(tiles / sms) * sms)
+
+        if waves(128) > 1.25 * waves(256):
+            bn = 128
+            reasons.append(f"BN=128: {math.ceil(m / BM) * (n // 256)} tiles of 128x256 would leave most of {sms} SMs idle")
+        else:
+            reasons.append(f"BN=256: the widest cta_group::1 N; {math.ceil(m / BM) * (n // 256)} tiles on {sms} SMs")
+    limit = caps.limits.smem_per_block_kb * 1024 - STATIC_SMEM
+    tmem_limit = caps.memory.tmem_kb * 1024 // (128 * 4)  # 32-bit columns of 128 lanes
+    stages = next((s for s in range(6, 1, -1) if tcgen05_bs_smem_bytes(bn, s, layout) <= limit
+                   and tcgen05_bs_tmem_cols(bn, s, layout) <= tmem_limit), None)
+    if stages is None:
+        raise UnsupportedOnDevice(f"no tcgen05 block-scaled tile 128x{bn}x{BS_BK} with 2 stages fits {caps.name}'s "
+                                  f"shared or Tensor Memory")
+    sfa, sfb = _bs_cols(bn, layout)
+    reasons.append(f"tile {BM}x{bn}x{BS_BK} e2m1: per stage thread 0 copies the scale factors to Tensor Memory "
+                   f"({sfa} + {sfb} columns per stage slot) and issues 4 tcgen05.mma k64 (scale IDs per step), "
+                   f"{stages} stages (cp.async {stages - 1} ahead; a slot's shared and Tensor Memory are refilled once "
+                   f"the mbarrier of its tcgen05.commit completes), {tcgen05_bs_tmem_cols(bn, stages, layout)} TMEM "
+                   f"columns, {tcgen05_bs_smem_bytes(bn, stages, layout) // 1024} KiB of shared memory")
+    reasons.append("no split-K: one K loop per output tile; epilogue tcgen05.ld 32x32b (warp w reads rows 32w..32w+31)")
+    if not unverified_enabled():
+        reasons.append(unverified_note(caps))
+    tiles = TileConfig(BM, bn, BS_BK, stages, 4, 1, 1)
+    return Tcgen05BlockScaledPlan(
+        scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="tcgen05",
+        instruction=replace(form, shape=(128, bn, BS_MMA_K)), path="native", layout=layout, tiles=tiles, splits=1,
+        async_copy=True, smem_bytes=tcgen05_bs_smem_bytes(bn, stages, layout), reasons=tuple(reasons),
     )

@@ -583,3 +583,95 @@ def tcgen05_prelude(backend: NvidiaBackend, request: HelperRequest, acc: str) ->
     if not request.async_copy:
         raise ValueError("the tcgen05 kernel copies with cp.async")
     return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], TCGEN05_COMMON, _tcgen05_mma_helper(request.mma, acc)])
+
+
+# ---- tcgen05 block-scaled (W4A4 NVFP4 kind::mxf4nvf4 4X ue4m3, MXFP4 kind::mxf4 2X ue8m0) ---------------------
+# PTX ISA, "Instruction descriptor format for .kind::mxf8f6f4" and "... for .kind::mxf4 and .kind::mxf4nvf4":
+# bit 2 sparsity; 4-5 scale factor B ID; 7-9 atype; 10-12 btype (10-11 for the mxf4 kinds); 13/14 negate; 15/16
+# transpose (must be 0 for the mxf4 kinds); 17-22 N >> 3; 23 scale type (ue4m3 0, ue8m0 1); 24-26 reserved; 27-28
+# M >> 7; 29-30 scale factor A ID; 31 K dimension for the mxf4 kinds (dense K=64: 0).
+TCGEN05_BS_OPERAND = {"mxf4": {"e2m1": 1}, "mxf4nvf4": {"e2m1": 1}, "mxf8f6f4": TCGEN05_OPERAND["f8f6f4"]}
+TCGEN05_BS_SCALE = {"mxf4": {"ue8m0": 1}, "mxf4nvf4": {"ue4m3": 0, "ue8m0": 1}, "mxf8f6f4": {"ue8m0": 1}}
+
+
+def tcgen05_idesc_block_scaled(kind: str, a_type: str, b_type: str, scale_format: str, m: int, n: int,
+                               sfa_id: int = 0, sfb_id: int = 0) -> int:
+    """The 32-bit instruction descriptor of a block-scaled tcgen05.mma (cta_group::1, dense, K-major A and B)."""
+    if kind not in TCGEN05_BS_OPERAND:
+        raise ValueError(f"kind::{kind} is not a block-scaled tcgen05 kind")
+    codes, scales = TCGEN05_BS_OPERAND[kind], TCGEN05_BS_SCALE[kind]
+    if a_type not in codes or b_type not in codes or scale_format not in scales:
+        raise ValueError(f"kind::{kind}: no encoding for {a_type} x {b_type} with {scale_format} scales")
+    ids = (0, 2) if kind in ("mxf4", "mxf4nvf4") else (0, 1, 2, 3)
+    if sfa_id not in ids or sfb_id not in ids:
+        raise ValueError(f"kind::{kind}: scale factor IDs must be in {ids}")
+    if m != 128 or n % 16 or not 16 <= n <= 256:  # cta_group::1, M=128 (M >> 7 = 1), N 16..256 step 16
+        raise ValueError(f"tcgen05 block-scaled cta_group::1 shape m{m}n{n} is not legal here")
+    return ((sfb_id << 4) | (codes[a_type] << 7) | (codes[b_type] << 10) | ((n >> 3) << 17)
+            | (scales[scale_format] << 23) | ((m >> 7) << 27) | (sfa_id << 29))
+
+
+def tcgen05_block_scale_spelling(ins, scale_vec: int, arch: str | None) -> str:
+    """The PTX mnemonic of a declared block-scaled tcgen05 form for the compile target ``arch``:
+    tcgen05.mma.cta_group::1.kind::{mxf4|mxf4nvf4|mxf8f6f4}.block_scale.{scale_vec::NX | blockNN}. Architecture-
+    specific targets (sm_100a/103a/107a/110a) take scale_vec::NX (PTX 8.6 on); family targets (sm_100f, ...) accept
+    only the .block16/.block32 aliases (NVRTC 12.9 and 13.5 reject scale_vec::NX there; FACTS.md section 1)."""
+    if ins.family != "tcgen05" or not ins.scale_format or ins.kind not in TCGEN05_BS_OPERAND:
+        raise ValueError(f"not a block-scaled tcgen05 form: {ins.describe()}")
+    if scale_vec not in ins.scale_vec:
+        raise ValueError(f"scale_vec::{scale_vec}X is not declared for {ins.describe()}")
+    family_target = bool(arch) and arch.startswith("sm_") and arch.endswith("f")
+    vec = ".block16" if scale_vec == 4 else ".block32"
+    return (f"tcgen05.mma.cta_group::1.kind::{ins.kind}.block_scale"
+            + (vec if family_target else f".scale_vec::{scale_vec}X"))
+
+
+TCGEN05_BLOCK_SCALED = r"""
+// ---- tcgen05 block scaling: scale factors travel shared memory -> Tensor Memory (tcgen05.cp), the MMA reads them there
+// global -> shared, 4 bytes, asynchronous; zero-filled when !valid (one row's 4 scale bytes of one 32-bit TMEM word)
+__device__ __forceinline__ void copy_4_async(uint32_t dst, const void* src, bool valid) {
+  int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(dst), "l"(src), "r"(n) : "memory");
+}
+// shared-memory descriptor of a 32-row x 16-byte scale block (tcgen05.cp .32x128b source): no swizzle (bits 61-63 = 0),
+// core matrices of 8 rows x 16 bytes stored contiguously: stride byte offset 128 between them (bits 32-45), leading
+// byte offset unused (one core matrix along the row; 128 by convention, bits 16-29), version bits 46-48 = 0b001
+__device__ __forceinline__ uint64_t tc_sf_desc(uint32_t addr) {
+  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(128 >> 4) << 32) | ((uint64_t)1 << 46);
+}
+// 32 lanes x 128 bits from shared memory into Tensor Memory columns taddr .. taddr + 3, multicast to the four 32-lane
+// partitions (warpx4): row r of the block lands in lane r of every partition (scale factors must be duplicated there)
+__device__ __forceinline__ void tc_cp_sf(uint32_t taddr, uint64_t desc) {
+  asm volatile("tcgen05.cp.cta_group::1.32x128b.warpx4 [%0], %1;\n" :: "r"(taddr), "l"(desc) : "memory");
+}
+"""
+
+
+def _tcgen05_bs_mma_helper(ins, scale_vec: int, arch: str | None) -> str:
+    """tc_mma_bs(d_tmem, desc_a, desc_b, idesc, sfa_tmem, sfb_tmem, accumulate): D[tmem] = (A * SF_A) (B * SF_B) +
+    (accumulate ? D : 0), issued by ONE thread; the scale factors are read from Tensor Memory at sfa_tmem / sfb_tmem
+    (the sub-word selected by the IDs in idesc)."""
+    mnemonic = tcgen05_block_scale_spelling(ins, scale_vec, arch)
+    return rf"""
+__device__ __forceinline__ void tc_mma_bs(uint32_t d_tmem, uint64_t desc_a, uint64_t desc_b, uint32_t idesc,
+                                          uint32_t sfa_tmem, uint32_t sfb_tmem, int accumulate) {{
+  asm volatile("{{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n {mnemonic} [%0], %1, %2, %3, [%4], [%5], p;\n}}\n"
+               :: "r"(d_tmem), "l"(desc_a), "l"(desc_b), "r"(idesc), "r"(sfa_tmem), "r"(sfb_tmem), "r"(accumulate)
+               : "memory");
+}}
+__device__ __forceinline__ float tc_acc_to_f32(uint32_t v) {{ return u32_as_f32(v); }}
+"""
+
+
+def tcgen05_blockscaled_prelude(backend: NvidiaBackend, request: HelperRequest, scale_vec: int) -> str:
+    """Helpers of the tcgen05 block-scaled kernel: those of the tcgen05 8-bit kernel (copies, TMEM, mbarriers, fences,
+    operand descriptors, epilogue arithmetic), the scale-factor copies (4-byte cp.async, tcgen05.cp 32x128b.warpx4)
+    and one block-scaled tcgen05.mma of the plan's declared form, spelled for the profile's compile target."""
+    ins = request.mma
+    if ins.family != "tcgen05" or not ins.scale_format:
+        raise ValueError(f"tcgen05_blockscaled_prelude needs a block-scaled tcgen05 form, got {ins.describe()}")
+    if not request.async_copy:
+        raise ValueError("the tcgen05 kernel copies with cp.async")
+    arch = request.caps.target.arch if request.caps is not None else None
+    return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], TCGEN05_COMMON, TCGEN05_BLOCK_SCALED,
+                      _tcgen05_bs_mma_helper(ins, scale_vec, arch)])
