@@ -76,14 +76,20 @@ def host_overhead_us(n_calls: int = 2000) -> float:
 
 
 def host_overhead_parts(n_calls: int = 2000) -> dict:
-    """Per-call host time (us) of the eager path and of its layers: torch.empty alone, the launch alone
-    (api._launch: spec lookup, output allocation, argument slots, cuLaunchKernel), gemm_prepared, gemm."""
+    """Per-call host time (us) of the eager path and of its layers: output allocation (torch.empty, new_empty),
+    the current-stream query, cuLaunchKernel alone (ctypes, prepared arguments), the launch (api._launch: spec
+    lookup, output allocation, argument slots, cuLaunchKernel), gemm_prepared, gemm."""
     qw = humming.quantize(torch.randn(256, 1024, device="cuda") * 0.05, "w4a16")
     x = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
     handle = api.prepared(qw, x.dtype, x.device)
     packed = api._registry[handle].packed
+    spec = api._launch_spec(handle, 1, x.device)
+    stream = api._current_stream(x.get_device())
     calls = {
         "torch_empty": lambda: torch.empty((1, 256), dtype=x.dtype, device=x.device),
+        "new_empty": lambda: x.new_empty((1, 256)),
+        "current_stream": lambda: api._current_stream(0),
+        "driver_launch": lambda: spec.kernel.launch(0, spec.grid, spec.threads, stream, spec.static_args),
         "launch": lambda: api._launch(handle, x, packed.qweight, packed.scales, packed.zeros,
                                       packed.channel_scale, packed.bias),
         "gemm_prepared": lambda: api.gemm_prepared(x, handle),

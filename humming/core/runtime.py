@@ -71,19 +71,22 @@ class LoadedKernel:
 
     def launch(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args) -> None:
         """args: an ArgBlock, or a list of ctypes values (c_void_p, c_int, c_float) in parameter order."""
-        fn = self._function(device)
         if isinstance(args, ArgBlock):
             params = args.address
             raw = _raw_launch()
             if raw is not None:  # the hot path: the driver entry point called through ctypes
-                err = raw(self._handles[device], grid[0], grid[1], grid[2], block, 1, 1, self.smem_bytes, stream,
-                          params, None)
+                handle = self._handles.get(device)
+                if handle is None:
+                    self._function(device)
+                    handle = self._handles[device]
+                err = raw(handle, grid[0], grid[1], grid[2], block, 1, 1, self.smem_bytes, stream, params, None)
                 if err:
                     _check(_driver().CUresult(err), f"launching {self.name} grid={grid} block={block} smem={self.smem_bytes}")
                 return
         else:
             pointers = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
             params = ctypes.addressof(pointers)
+        fn = self._function(device)
         driver = _driver()
         err = driver.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block, 1, 1, self.smem_bytes, stream, params, 0)
         if int(err[0]) != 0:
