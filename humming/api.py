@@ -134,6 +134,7 @@ def source(p: Plan, profile=None) -> str:
 
 # ---------------------------------------------------------------- compile
 _compiled: dict[tuple[str, str], object] = {}
+_compile_locks: dict[tuple, threading.Lock] = {}  # one per kernel: a kernel is compiled once per process
 
 
 def live_arch() -> str | None:
@@ -150,15 +151,25 @@ def compile_plan(p: Plan, profile=None, run_arch: str | None = None):
 
     ``run_arch`` compiles the plan's source for another target: used to *emulate* a profile on the live GPU
     (a kernel planned for the T4 profile, spelled with its instructions, compiled to run on an H200)."""
-    from humming.core.compiler import compile_cuda
-    from humming.core.runtime import LoadedKernel
-    from humming.devices import get_backend
-
     caps = resolve_profile(profile or p.profile)
     key = (caps.name, p.kernel_name, run_arch)
     hit = _compiled.get(key)
     if hit is not None:
         return hit
+    with _lock:
+        kernel_lock = _compile_locks.setdefault(key, threading.Lock())
+    with kernel_lock:  # a caller that needs a kernel being compiled (e.g. in the background) waits for that compile
+        hit = _compiled.get(key)
+        if hit is not None:
+            return hit
+        return _compile_plan_now(p, caps, key, run_arch)
+
+
+def _compile_plan_now(p: Plan, caps, key: tuple, run_arch: str | None):
+    from humming.core.compiler import compile_cuda
+    from humming.core.runtime import LoadedKernel
+    from humming.devices import get_backend
+
     backend = get_backend(caps)
     route = backend.compile_route(caps)
     source = kernel_source(p, backend, caps)
@@ -246,6 +257,10 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
     spec = prep.launches.get(m)
     if spec is None:
         p = plan_for(handle, m)
+        if not prep.launches:  # first launch of this weight: its other bucket kernels compile in the background
+            from humming.aot import precompile_on_first_launch
+
+            precompile_on_first_launch(handle, m, p)
         kernel, _ = compile_plan(p, prep.caps, prep.run_arch)
         n, k = p.n, p.k
         grid = p.grid

@@ -198,12 +198,15 @@ class KernelCache:
                 self.counters.memory_hits += 1
                 return entry, "memory"
         entry = self._read_disk(key)
+        self._count("misses" if entry is None else "disk_hits")
         if entry is None:
-            self.counters.misses += 1
             return None
-        self.counters.disk_hits += 1
         self._remember(entry)
         return entry, "disk"
+
+    def _count(self, counter: str) -> None:
+        with self._lock:  # threads compile in parallel (build, background precompile): no lost increments
+            setattr(self.counters, counter, getattr(self.counters, counter) + 1)
 
     def _read_disk(self, key: str) -> CacheEntry | None:
         path = self.entry_path(key)
@@ -220,7 +223,7 @@ class KernelCache:
             return CacheEntry.decode(data, expected_key=key)
         except (ValueError, KeyError, UnicodeDecodeError, json.JSONDecodeError) as e:
             log.warning("humming cache: corrupt entry %s (%s); deleting it and compiling again", path, e)
-            self.counters.corrupt_removed += 1
+            self._count("corrupt_removed")
             try:  # delete only the file we read: another process may have just replaced it with a good one
                 if os.stat(path).st_ino == ino:
                     os.unlink(path)
@@ -244,9 +247,9 @@ class KernelCache:
             meta = dict(entry.meta)
             meta.setdefault("created", time.time())
             atomic_write(self.entry_path(entry.key), CacheEntry(entry.key, entry.cubin, entry.ptx, meta).encode())
-            self.counters.writes += 1
+            self._count("writes")
         except OSError as e:
-            self.counters.write_errors += 1
+            self._count("write_errors")
             log.warning("humming cache: cannot write to %s (%s); continuing without the disk cache", self.directory, e)
         return saved
 

@@ -6,7 +6,9 @@ ldmatrix (a 16x32-byte tile is an m16n8k32 A fragment). B: weight codes in the k
 ``humming.core.layout.pack_codes_k32``: per 64x64 atom, lane l holds for k32 step s and n8 tile t the
 two registers (k 4q..4q+3 and 16+4q..16+4q+3 of column t*8 + l/4), in 8 chunks of 16 bytes
 [chunk = s*4 + t/2][lane][(t%2)*2 + r]. Epilogue: acc (as fp32) x per-token scale x per-channel scale
-x out_scale (x device scalar), plus bias; split-K as in the 16-bit tile kernel.
+x out_scale (x device scalar), plus bias; split-K as in the 16-bit tile kernel. With 128x128 weight blocks
+(w8a8-fp8-block) each stage's (one k block's) partial is added into fp32 sums times activation scale (row, k block) x
+weight scale (n block, k block) instead, and the epilogue applies no per-token or per-channel scale.
 """
 from __future__ import annotations
 
@@ -22,8 +24,14 @@ def w8a8_kernel_source(plan, backend, caps=None) -> str:
     if int4:
         prelude += _INT4_HELPERS
         widen = _WIDEN[(plan.layout.weight_format, plan.layout.a_type)]
+    block = getattr(plan.layout, "weight_scale", "") == "block"  # 128x128 weight blocks, activations per 128 of K
     step_body = _int4_step(group, widen) if int4 else _INT8_STEP
     atom_tail = _group_rescale("atom", group) if int4 and group >= 64 else ""
+    stage_tail = _BLOCK_RESCALE if block else ""
+    ts_doc, s_doc = "per-token activation scale [M] or null", "W4A8: fp32 group scales [K/group, N] (permuted columns), else null"
+    if block:
+        ts_doc = "activation scales per 128 of K [M, K/128] (row-major)"
+        s_doc = "weight scales per 128x128 block [ceil(N/128), K/128] (row-major)"
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -46,8 +54,8 @@ static_assert(BK >= 128, "the A swizzle needs 8 chunks of 16 bytes per row");
 extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     const unsigned char* __restrict__ A,  // activation codes [M, K]
     const uint32_t* __restrict__ B,       // weight codes, k32 atom layout
-    const float* __restrict__ TS,         // per-token activation scale [M] or null
-    const float* __restrict__ S,          // W4A8: fp32 group scales [K/group, N] (permuted columns), else null
+    const float* __restrict__ TS,         // {ts_doc}
+    const float* __restrict__ S,          // {s_doc}
     const float* __restrict__ CS,         // per-channel weight scale [N] or null
     const uint16_t* __restrict__ BIAS,    // [N] or null
     uint16_t* __restrict__ C,             // output [M, N]
@@ -77,7 +85,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     for (int j = 0; j < TA * 8; ++j)
       #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
-{_FACC_INIT if int4 else ""}
+{_FACC_INIT if int4 or block else ""}
 {PIPELINE_HEAD}    #pragma unroll
     for (int i = 0; i < KATOMS / WARPS_K; ++i) {{
       const int ka = i * WARPS_K + wk;
@@ -96,11 +104,11 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
       }}
 {atom_tail}
     }}
-  }}
+{stage_tail}  }}
   copy_wait<0>();
   __syncthreads();
 
-{"" if int4 else _TO_FLOAT}{splitk_epilogue("facc", row_scale="TS")}
+{"" if int4 or block else _TO_FLOAT}{splitk_epilogue("facc", row_scale=None if block else "TS")}
 }}
 """
 
@@ -123,6 +131,36 @@ _FACC_INIT = """\
     for (int j = 0; j < TA * 8; ++j)
       #pragma unroll
       for (int e = 0; e < 4; ++e) facc[i][j][e] = 0.0f;
+"""
+
+# 128x128 block scales, at the end of each stage (BK = 128: the stage is one k block, and every atom a warp
+# multiplied in it belongs to that block): facc += float(acc) x activation scale (row, k block) x weight scale
+# (n block, k block), then acc = 0. A lane's accumulator rows are lane/4 (+8 for e >= 2) of each m16 tile; an
+# n64 atom lies inside one 128-wide n block. Rows past M read row M - 1 (their sums are zeros, never stored).
+_BLOCK_RESCALE = """\
+    {
+      static_assert(BK == 128, "one k block of the 128x128 weight blocks per stage");
+      const int kb = (k_begin + kt * BK) / 128, kblocks = K / 128;
+      float ra[TM][2];
+      #pragma unroll
+      for (int tm = 0; tm < TM; ++tm)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h)
+          ra[tm][h] = load_f32(TS + (size_t)min(m0 + (wm * TM + tm) * 16 + (lane >> 2) + 8 * h, M - 1) * kblocks + kb);
+      #pragma unroll
+      for (int ta = 0; ta < TA; ++ta) {
+        const float wsc = load_f32(S + (size_t)((n0 + (wn * TA + ta) * 64) >> 7) * kblocks + kb);
+        #pragma unroll
+        for (int t = 0; t < 8; ++t)
+          #pragma unroll
+          for (int e = 0; e < 4; ++e)
+            #pragma unroll
+            for (int tm = 0; tm < TM; ++tm) {
+              facc[tm][ta * 8 + t][e] += acc_to_f32(acc[tm][ta * 8 + t][e]) * (ra[tm][e >> 1] * wsc);
+              acc[tm][ta * 8 + t][e] = 0;
+            }
+      }
+    }
 """
 
 # 8-bit weights as stored: chunk c of step ks holds n8 tiles 2c and 2c + 1 (b0, b1 each)

@@ -19,7 +19,8 @@ int32 across the whole K. Before wgmma reads a stage: cp.async.wait_group, then
 fence.proxy.async (cp.async writes are generic-proxy, wgmma reads through the async proxy), then the barrier.
 
 Epilogue (registers -> global, no shared memory): accumulator as fp32 x per-token scale TS[m] x per-channel
-scale CS[n] x out_scale (x *GS), + bias, stored as f16/bf16 pairs. The parameter list is the one of the
+scale CS[n] x out_scale (x *GS), + bias, stored as f16/bf16 pairs. Block scales (128x128 weight blocks,
+activations per 128 of K): applied at each stage's promotion instead (see ``wgmma_w8a8_kernel_source``). The parameter list is the one of the
 mma.sync 8-bit kernel (S, WS, CNT and k_per_split are unused), so the same launcher runs both.
 """
 from __future__ import annotations
@@ -28,6 +29,11 @@ from humming.devices.base import HelperRequest
 
 
 def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
+    """The W8A8 kernel (W4A8 layouts go to ``wgmma_w4a8_kernel_source``). With 128x128 weight blocks (layout
+    ``weight_scale == "block"``, the w8a8-fp8-block / DeepSeek-V3 recipe) each stage is one 128-deep k block: its
+    partial (started with scale-d = 0) is waited and added into fp32 registers times activation scale (row, k
+    block) x weight scale (n block, k block); TS is then the [M, K/128] activation table, S the [N/128, K/128]
+    weight table, and the epilogue applies only out_scale, bias (CS is null). BN must be 128."""
     if getattr(plan.layout, "weight_bits", 8) == 4:
         return wgmma_w4a8_kernel_source(plan, backend, caps)
     t = plan.tiles
@@ -35,8 +41,41 @@ def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
         raise ValueError(f"the wgmma kernel is written for 128x{t.bn}x128 tiles, 256 threads, >= 3 stages; got {t}")
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
     prelude = backend.wgmma_prelude(request, t.bn)
+    block = getattr(plan.layout, "weight_scale", "") == "block"  # 128x128 weight blocks, activations per 128 of K
     promote = plan.instruction.a_type in ("e4m3", "e5m2") and not getattr(plan.layout, "fast_accum", False)
-    if promote:  # fp8: each stage's 128-deep partial goes into fp32 registers (the tensor core keeps fewer bits)
+    row_scale = "(TS && row0 + 8 * h < M) ? scale * load_f32(TS + row0 + 8 * h) : scale"
+    ts_doc, s_doc = "per-token activation scale [M] or null", "unused (group scales of W4A8)"
+    if block:  # each stage's partial (one 128-deep k block) times its activation and weight block scales
+        if t.bn != 128:
+            raise ValueError(f"the wgmma kernel with 128x128 weight blocks needs BN = 128 (one n block); got {t.bn}")
+        promote_decl = """\
+  float facc[WG_ACC_REGS];  // fp32 sums of the per-stage partials times their block scales
+  #pragma unroll
+  for (int i = 0; i < WG_ACC_REGS; ++i) facc[i] = 0.0f;
+  // block scales (a stage is one k block, BK = 128): activations TS [M, K/128] for this thread's rows
+  // arow and arow + 8 (clamped to a valid row: rows past M hold zeros), weights S [N/128, K/128] for this
+  // tile's n block (BN = 128: n0 / 128 = blockIdx.y)
+  const int arow = m0 + warp * 16 + (lane >> 2);
+  const float* ts_lo = TS + (size_t)min(arow, M - 1) * ktiles;
+  const float* ts_hi = TS + (size_t)min(arow + 8, M - 1) * ktiles;
+  const float* ws_blk = S + (size_t)blockIdx.y * ktiles;
+"""
+        accumulate = "ks > 0"  # the first k32 step of a stage overwrites the partial (scale-d = 0)
+        wait_body = """\
+    const float wsc = load_f32(ws_blk + kt);  // the block scales of k block kt (loaded while the wgmma runs)
+    const float bs_lo = load_f32(ts_lo + kt) * wsc, bs_hi = load_f32(ts_hi + kt) * wsc;
+    wgmma_wait<0>();             // this stage's partial is complete (the other warpgroup keeps the tensor core busy)
+    wgmma_fence_operand(acc);
+    #pragma unroll
+    for (int i = 0; i < WG_ACC_REGS; ++i)  // acc[4j + 2h + e] is row arow + 8h
+      facc[i] += wg_acc_to_f32(acc[i]) * ((i & 2) ? bs_hi : bs_lo);"""
+        row_scale = "scale;  // the activation scales were applied per k block"
+        ts_doc = "activation scales per 128 of K [M, K/128] (row-major)"
+        s_doc = "weight scales per 128x128 block [N/128, K/128] (row-major)"
+
+        def result(i: str) -> str:
+            return f"facc[{i}]"
+    elif promote:  # fp8: each stage's 128-deep partial goes into fp32 registers (the tensor core keeps fewer bits)
         promote_decl = """\
   float facc[WG_ACC_REGS];  // fp32 sums of the per-stage partials (promotion)
   #pragma unroll
@@ -79,8 +118,8 @@ static_assert(THREADS == 256 && BM % 32 == 0 && BN % 32 == 0, "256 threads copy 
 extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
     const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
     const uint32_t* __restrict__ Bw,      // weight codes [N, K] bytes, row-major (K-major)
-    const float* __restrict__ TS,         // per-token activation scale [M] or null
-    const float* __restrict__ S,          // unused (group scales of W4A8)
+    const float* __restrict__ TS,         // {ts_doc}
+    const float* __restrict__ S,          // {s_doc}
     const float* __restrict__ CS,         // per-channel weight scale [N] or null
     const uint16_t* __restrict__ BIAS,    // [N] or null
     uint16_t* __restrict__ C,             // output [M, N]
@@ -135,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
   const int row0 = m0 + warp * 16 + (lane >> 2);
   float rs[2];
   #pragma unroll
-  for (int h = 0; h < 2; ++h) rs[h] = (TS && row0 + 8 * h < M) ? scale * load_f32(TS + row0 + 8 * h) : scale;
+  for (int h = 0; h < 2; ++h) rs[h] = {row_scale};
   #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {{
     const int col = n0 + 8 * j + 2 * (lane & 3);

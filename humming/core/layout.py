@@ -243,7 +243,7 @@ class W8A8Layout:
     a_type: str  # "s8" | "e4m3"
     n: int
     k: int
-    weight_scale: str  # "channel" | "tensor"
+    weight_scale: str  # "channel" | "tensor" | "block" (128x128 weight blocks, activation scales per 128 of K)
 
 
 @dataclass
@@ -253,6 +253,7 @@ class PackedW8A8:
     channel_scale: torch.Tensor | None  # fp32 [N]
     bias: torch.Tensor | None
     out_scale: float
+    scales: torch.Tensor | None = None  # block scales: fp32 [ceil(N/128), K/128] weight-block table, row-major
 
 
 def pack_codes_k32(codes: torch.Tensor) -> torch.Tensor:
@@ -266,9 +267,27 @@ def pack_codes_k32(codes: torch.Tensor) -> torch.Tensor:
     return c.contiguous().view(torch.int32).reshape(-1)
 
 
-def check_8bit_weights(scheme, a_type: str, kernel: str) -> str:
+BLOCK_SCALES = (128, 128)  # the weight blocks (n, k) the 8-bit kernels apply, with activation scales per 128 of K
+
+
+def block_scales_reason(scheme) -> str | None:
+    """None when a scheme's block scales are the ones the 8-bit kernels apply (128x128 weight blocks and activation
+    scales per 128 of K, the w8a8-fp8-block recipe), else what differs."""
+    ws, acts = scheme.weight_scale, scheme.act_scale
+    if tuple(ws.block or ()) != BLOCK_SCALES:
+        return f"weight blocks {ws.block[0]}x{ws.block[1]} (the 8-bit kernels apply 128x128 blocks)"
+    if acts.mode != "dynamic_group" or acts.group_size != BLOCK_SCALES[1]:
+        return (f"{acts.mode} activation scales with 128x128 weight blocks (the 8-bit kernels take activation scales "
+                f"per 128 of K, act_scale='dynamic_group', act_group_size=128)")
+    if acts.global_scale:
+        return "a global activation scale with block weight scales"
+    return None
+
+
+def check_8bit_weights(scheme, a_type: str, kernel: str, block: bool = False) -> str:
     """The weights of a W8A8 kernel (``kernel`` names it in errors): s8 or e4m3 codes used as stored, no zero
-    points, per-channel or per-tensor scales. Returns the scale granularity."""
+    points, per-channel or per-tensor scales (or, where the kernel applies them (``block``), 128x128 block scales
+    with activation scales per 128 of K). Returns the scale granularity."""
     from humming.core.formats import get as get_format
 
     fmt = get_format(scheme.weight)
@@ -281,32 +300,42 @@ def check_8bit_weights(scheme, a_type: str, kernel: str) -> str:
     if scheme.zero_point:
         raise UnsupportedOnDevice(f"{scheme.name}: zero points are not supported by the {kernel}")
     granularity = scheme.weight_scale.granularity
+    if granularity == "block" and block:
+        why = block_scales_reason(scheme)
+        if why:
+            raise UnsupportedOnDevice(f"{scheme.name}: {why} is not supported by the {kernel}")
+        return granularity
     if granularity not in ("channel", "tensor"):
         raise UnsupportedOnDevice(
             f"{scheme.name}: {granularity} weight scales are not supported by the {kernel} "
-            f"(per-channel and per-tensor are)"
+            f"(per-channel and per-tensor are{', and 128x128 blocks' if block else ''})"
         )
     return granularity
 
 
 def prepare_w8a8(qw, act_dtype: torch.dtype, a_type: str) -> PackedW8A8:
-    """Repack int8 / e4m3 weights (per-channel or per-tensor scales) for the 8-bit tile kernel."""
+    """Repack int8 / e4m3 weights (per-channel, per-tensor or 128x128 block scales) for the 8-bit tile kernel."""
 
     act_name(act_dtype)
     scheme = qw.scheme
-    granularity = check_8bit_weights(scheme, a_type, "8-bit kernel")
+    granularity = check_8bit_weights(scheme, a_type, "8-bit kernel", block=True)
     n, k = qw.shape
     scale_vals = qw.scale_values().to(torch.float32)
     out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
-    chan = None
-    if granularity == "channel":
+    chan = blocks = None
+    if granularity == "block":
+        check_shape(n, k)
+        if k % 128:
+            raise ShapeError(f"K={k} must be a multiple of 128 for 128x128 weight blocks")
+        blocks = scale_vals.reshape(-(-n // 128), k // 128).contiguous()  # a last block of 64 rows is part-filled
+    elif granularity == "channel":
         chan = scale_vals.reshape(n).contiguous()
     else:
         out_scale *= float(scale_vals.reshape(-1)[0])
     device = qw.packed.device
     bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
     layout = W8A8Layout(a_type, n, k, granularity)
-    return PackedW8A8(layout, pack_codes_k32(qw.codes().to(torch.uint8)), chan, bias, out_scale)
+    return PackedW8A8(layout, pack_codes_k32(qw.codes().to(torch.uint8)), chan, bias, out_scale, blocks)
 
 
 @dataclass(frozen=True)

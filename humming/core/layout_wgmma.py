@@ -2,7 +2,8 @@
 
 wgmma reads both 8-bit operands K-major from shared memory, so no repack into atoms is needed: row n of
 the matrix (K bytes) is output channel n. The kernel copies 128-byte pieces of rows into 128-byte-swizzled
-shared-memory tiles (see ``humming.core.generator_wgmma``). Scales stay in natural column order.
+shared-memory tiles (see ``humming.core.generator_wgmma``). Scales stay in natural column order; 128x128
+block scales are the [N/128, K/128] table as stored.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class WgmmaW8A8Layout:
     a_type: str  # "s8" | "e4m3"
     n: int
     k: int
-    weight_scale: str  # "channel" | "tensor"
+    weight_scale: str  # "channel" | "tensor" | "block" (128x128 weight blocks, activation scales per 128 of K)
     weight_bits: int = 8
     kmajor: bool = True  # marks the plain [N, K] layout (vs the k32 atoms of W8A8Layout)
     # e4m3 only: keep every partial sum in the tensor core's accumulator (its fp32 additions keep fewer bits:
@@ -36,24 +37,31 @@ class PackedWgmmaW8A8:
     channel_scale: torch.Tensor | None  # fp32 [N], natural column order
     bias: torch.Tensor | None
     out_scale: float
-    scales: None = None
+    scales: torch.Tensor | None = None  # block scales: fp32 [N/128, K/128] weight-block table, row-major
     perm: None = None
 
 
 def prepare_w8a8_wgmma(qw, act_dtype: torch.dtype, a_type: str, fast_accum: bool = False) -> PackedWgmmaW8A8:
-    """int8 / e4m3 weights with per-channel or per-tensor scales -> the wgmma kernel's operands.
-    ``fast_accum`` (e4m3): no promotion of partial sums to fp32 registers (see WgmmaW8A8Layout)."""
+    """int8 / e4m3 weights with per-channel, per-tensor or 128x128 block scales -> the wgmma kernel's operands.
+    ``fast_accum`` (e4m3): no promotion of partial sums to fp32 registers (see WgmmaW8A8Layout); ignored with
+    block scales, which are applied at every 128-deep promotion."""
 
     act_name(act_dtype)
     scheme = qw.scheme
-    granularity = check_8bit_weights(scheme, a_type, "wgmma kernel")
+    granularity = check_8bit_weights(scheme, a_type, "wgmma kernel", block=True)
     n, k = qw.shape
     if k % 16:
         raise ShapeError(f"K={k} must be a multiple of 16 (16-byte copies of weight rows)")
     scale_vals = qw.scale_values().to(torch.float32)
     out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
-    chan = None
-    if granularity == "channel":
+    chan = blocks = None
+    if granularity == "block":
+        if n % 128 or k % 128:
+            raise ShapeError(f"N={n} and K={k} must be multiples of 128 for the wgmma kernel with 128x128 weight "
+                             f"blocks (the 8-bit mma.sync kernel takes N % 64 == 0)")
+        blocks = scale_vals.reshape(n // 128, k // 128).contiguous()
+        fast_accum = False
+    elif granularity == "channel":
         chan = scale_vals.reshape(n).contiguous()
     else:
         out_scale *= float(scale_vals.reshape(-1)[0])
@@ -61,7 +69,7 @@ def prepare_w8a8_wgmma(qw, act_dtype: torch.dtype, a_type: str, fast_accum: bool
     bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
     codes = qw.codes().to(torch.uint8).reshape(n, k).contiguous()
     layout = WgmmaW8A8Layout(a_type, n, k, granularity, fast_accum=bool(fast_accum) and a_type == "e4m3")
-    return PackedWgmmaW8A8(layout, codes, chan, bias, out_scale)
+    return PackedWgmmaW8A8(layout, codes, chan, bias, out_scale, blocks)
 
 
 # ---------------------------------------------------------------- W4A8 (4-bit weights widened in shared memory)

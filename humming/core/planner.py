@@ -96,6 +96,7 @@ class Plan:
             parts8 = (self.family, self.path, tuple(self.instruction.shape), self.instruction.a_type, self.act, t,
                       self.async_copy, getattr(self.layout, "weight_bits", 8), getattr(self.layout, "group", 0),
                       *(("fast_accum",) if getattr(self.layout, "fast_accum", False) else ()),
+                      *(("block",) if getattr(self.layout, "weight_scale", "") == "block" else ()),
                       *(("e2m1",) if getattr(self.layout, "weight_format", "") == "e2m1" else ()))
             return hashlib.sha1(repr(parts8).encode()).hexdigest()[:10]
         d = self.layout.decode
@@ -111,6 +112,8 @@ class Plan:
         t = self.tiles
         if self.is_8bit:
             w = "w4a8" if getattr(self.layout, "weight_bits", 8) == 4 else "w8a8"
+            if getattr(self.layout, "weight_scale", "") == "block":
+                w += "blk"  # 128x128 weight blocks, activations per 128 of K
             if self.family != "mma_sync":
                 w += "_" + self.family  # e.g. hm_w8a8_wgmma_...
             return (f"hm_{w}_{self.instruction.a_type}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}"
@@ -373,6 +376,7 @@ def plan_w8a8(caps, layout, m: int, act: str, choice, scheme: str = "",
     if m < 1:
         raise ShapeError(f"M={m}: a GEMM needs at least one row")
     int4 = getattr(layout, "weight_bits", 8) == 4
+    block = getattr(layout, "weight_scale", "") == "block"  # 128x128 weight blocks: fp32 sums next to the partials
     if choice.family != "mma_sync" or choice.a_type not in ("s8", "e4m3") or choice.b_type != choice.a_type:
         raise UnsupportedOnDevice(f"{scheme}: the 8-bit kernel runs mma_sync s8/e4m3 paths, not {choice.describe()}")
     n, k = layout.n, layout.k
@@ -386,9 +390,11 @@ def plan_w8a8(caps, layout, m: int, act: str, choice, scheme: str = "",
     sms = caps.limits.sms or _DEFAULT_SMS
     if tiles is None:
         tm = math.ceil(m / 16)
-        if int4:  # int32 group partials and fp32 sums both live in registers: at most 2 m16 tiles per warp
+        if int4 or block:  # partials and fp32 sums both live in registers: at most 2 m16 tiles per warp
             cands = ([TileConfig(16 * tm, 64, 128, st, 1, 1, 2) for st in (4, 3, 2)] if m <= 32 else
                      [TileConfig(64, 128, 128, st, 2, 2, 1) for st in (4, 3, 2)])
+            if block and m > 32:  # N % 128 == 64 (block tables have a part-filled last block): 64-wide tiles
+                cands += [TileConfig(64, 64, 128, st, 2, 1, 2) for st in (4, 3, 2)]
         else:
             cands = ([TileConfig(16 * tm, 64, 128, st, 1, 1, 2) for st in (4, 3, 2)] if m <= 64 else
                      [TileConfig(128, 128, 128, st, 2, 2, 1) for st in (3, 2)] + [TileConfig(64, 128, 128, 2, 1, 2, 1)])
@@ -405,6 +411,9 @@ def plan_w8a8(caps, layout, m: int, act: str, choice, scheme: str = "",
         reasons.append(f"8-bit tile {tiles.bm}x{tiles.bn}x{tiles.bk}, {tiles.stages} stages")
     else:
         reasons.append(f"tile {tiles.bm}x{tiles.bn}x{tiles.bk} forced (tuned)")
+    if block:
+        reasons.append("128x128 weight blocks: each stage's partial (one k block) is added into fp32 sums times "
+                       "activation scale (row, k block) x weight scale (n block, k block)")
     b_bytes = tiles.bk * tiles.bn // (2 if int4 else 1)
     smem_bytes = max(tiles.stages * (tiles.bm * tiles.bk + b_bytes), (tiles.warps_k - 1) * tiles.bm * tiles.bn * 4)
     group = getattr(layout, "group", 0)

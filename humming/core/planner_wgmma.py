@@ -41,11 +41,16 @@ def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     sms = caps.limits.sms or _DEFAULT_SMS
     reasons = [f"wgmma m64n{{N}}k32 {a_type} declared ({caps.target.arch}); {a_type} x {a_type} -> {_ACC[a_type]}, "
                f"both operands K-major in shared memory (128-byte swizzle)"]
+    block = getattr(layout, "weight_scale", "") == "block"
     promote = a_type == "e4m3" and not getattr(layout, "fast_accum", False)
-    bns = [bn for bn in ((128,) if promote else (256, 128)) if n % bn == 0 and bn in form.n_values]
+    bns = [bn for bn in ((128,) if promote or block else (256, 128)) if n % bn == 0 and bn in form.n_values]
     if not bns:
         raise ShapeError(f"N={n} must be a multiple of 128 for the wgmma kernel")
-    if promote:
+    if block:
+        reasons.append("128x128 weight blocks, activations per 128 of K: each stage (one k block) is a partial sum "
+                       "started from zero, added into fp32 registers times activation scale (row, k block) x weight "
+                       "scale (n block, k block); BN=128 = one n block per tile")
+    elif promote:
         reasons.append("e4m3: each 128-deep partial sum is added into fp32 registers (the tensor core's fp8 "
                        "accumulation keeps fewer bits); BN=128 leaves registers for both accumulators")
     elif a_type == "e4m3":

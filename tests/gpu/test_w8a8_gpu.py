@@ -15,7 +15,9 @@ CASES = [("nvidia-l40s", "w8a8-int8"), ("nvidia-l40s", "w8a8-fp8"), ("nvidia-l40
          ("nvidia-b300", "w4a8-int8"), ("nvidia-l40s", "w4a8-int8[group_size=32]"), ("nvidia-l40s", "w4a8-fp8"),
          ("nvidia-l40s", "w4a8-mxfp4"), ("nvidia-rtx-5090", "w4a8-fp8"),
          (None, "w8a8-int8"), (None, "w8a8-fp8"), (None, "w4a8-int8"), (None, "w4a8-fp8"), (None, "w4a8-mxfp4"),
-         (None, "w4a8-int8[act_order=true]")]
+         (None, "w4a8-int8[act_order=true]"),
+         ("nvidia-l40s", "w8a8-fp8-block"), ("nvidia-rtx-5090", "w8a8-fp8-block"), ("nvidia-b200", "w8a8-fp8-block"),
+         (None, "w8a8-fp8-block")]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])

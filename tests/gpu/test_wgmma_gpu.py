@@ -177,3 +177,93 @@ def test_wgmma_bias_not_4_byte_aligned(scheme, monkeypatch):
     torch.cuda.synchronize()
     ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
     assert rel_error(out, ref) <= 5e-3
+
+
+# ----------------------------------------------------------------------------- w8a8-fp8-block (128x128 weight blocks)
+BLOCK = "w8a8-fp8-block"
+BLOCK_SHAPES = [(512, 2048), (1024, 4096), (576, 1536)]  # 576: N % 128 == 64 -> the mma.sync kernel at every M
+BLOCK_MS = (1, 64, 200, 1024)
+
+
+def _block_weights(n, k, g):
+    """Weights whose magnitude differs from 128x128 block to block (a wrong block index shows in the error)."""
+    mag = torch.exp(torch.randn(-(-n // 128), k // 128, device="cuda", generator=g) * 1.5)
+    mag = mag.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
+    return torch.randn(n, k, device="cuda", generator=g) * mag * 0.05
+
+
+def _block_acts(m, k, dtype, g):
+    """Activations whose magnitude differs from one 128-wide group of a row to the next."""
+    mag = torch.exp(torch.randn(m, k // 128, device="cuda", generator=g)).repeat_interleave(128, 1)
+    return (torch.randn(m, k, device="cuda", generator=g) * mag).to(dtype)
+
+
+def _block_plan(qw, dtype, caps, m, wgmma: bool):
+    dev = torch.device("cuda", torch.cuda.current_device())
+    key = ("w8a8-wgmma" if wgmma else "w8a8", dtype, dev, caps.name)
+    return api._registry[qw.__dict__["_humming_prepared"][key]].launches[m].plan
+
+
+@pytest.mark.parametrize("n,k", BLOCK_SHAPES, ids=[f"{n}x{k}" for n, k in BLOCK_SHAPES])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_w8a8_fp8_block(dtype, n, k, monkeypatch):
+    """e4m3 weights with fp32 scales per 128x128 block, e4m3 activations per token per 128 of K: the wgmma kernel
+    at M >= 64 (block scales at each 128-deep fp32 promotion), the 8-bit mma.sync kernel below (and for N % 128 ==
+    64, all M); bias in the epilogue."""
+    caps = _require_wgmma()
+    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    g = torch.Generator(device="cuda").manual_seed(n + k)
+    bias = torch.randn(n, device="cuda", dtype=dtype, generator=g)
+    qw = humming.quantize(_block_weights(n, k, g), humming.schemes.get(BLOCK), bias=bias)
+    for m in BLOCK_MS:
+        x = _block_acts(m, k, dtype, g)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        wg = m >= 64 and n % 128 == 0
+        p = _block_plan(qw, dtype, caps, m, wg)
+        assert p.kernel_name.startswith("hm_w8a8blk_wgmma_e4m3_" if wg else "hm_w8a8blk_e4m3_"), p.explain()
+        assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
+        ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+        err = rel_error(out, ref)
+        assert err <= 5e-3, f"{BLOCK} {dtype} M={m} N={n} K={k} ({p.kernel_name}): relative error {err:.2e}"
+
+
+def test_w8a8_fp8_block_wgmma_matches_mma_sync_kernel(monkeypatch):
+    """Same weights and activations through the mma.sync block kernel and the wgmma one: both add the same fp32
+    partials per 128 of K times the same block scales."""
+    _require_wgmma()
+    n, k, m = 1024, 2048, 256
+    g = torch.Generator(device="cuda").manual_seed(11)
+    qw = humming.quantize(_block_weights(n, k, g), humming.schemes.get(BLOCK))
+    x = _block_acts(m, k, torch.bfloat16, g)
+    monkeypatch.setenv(api.WGMMA_ENV, "0")
+    legacy = humming.gemm(x, qw)
+    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    new = humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    assert any(key[0] == "w8a8-wgmma" for key in qw.__dict__["_humming_prepared"])
+    assert not torch.isnan(new).any() and not torch.isnan(legacy).any()
+    assert rel_error(new, legacy) <= 2e-3
+
+
+def test_w8a8_fp8_block_compressed_tensors_checkpoint(monkeypatch):
+    """A DeepSeek-V3-style float8 weight with a [N/128, K/128] weight_scale (compressed-tensors float-quantized),
+    run with dynamic per-128 e4m3 activations (w8a8-fp8-block) on both kernels."""
+    from humming.checkpoints import compressed_tensors
+
+    caps = _require_wgmma()
+    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    n, k = 768, 1024
+    g = torch.Generator(device="cuda").manual_seed(3)
+    wt = (torch.randn(n, k, device="cuda", generator=g) * 40).to(torch.float8_e4m3fn)
+    ws = torch.rand(n // 128, k // 128, device="cuda", generator=g) * 1e-3 + 1e-4
+    qw = compressed_tensors.load({"weight": wt, "weight_scale": ws})
+    qw = qw.with_scheme(qw.scheme.with_(act="e4m3", act_scale="dynamic_group", act_group_size=128))
+    for m in (16, 512):
+        x = _block_acts(m, k, torch.float16, g)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        p = _block_plan(qw, torch.float16, caps, m, m >= 64)
+        assert p.layout.weight_scale == "block" and not torch.isnan(out).any()
+        err = rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32))
+        assert err <= 5e-3, f"checkpoint M={m}: relative error {err:.2e}"

@@ -79,8 +79,10 @@ def test_k32_atom_layout_matches_the_kernel_indexing():
 
 def test_w8a8_refuses_what_it_does_not_run():
     caps = api.resolve_profile("nvidia-l40s")
-    choice = choose_path(caps, humming.schemes.get("w8a8-fp8-block"))
-    assert not api._runs_on_w8a8(choice, humming.schemes.get("w8a8-fp8-block"))
+    blk = humming.schemes.get("w8a8-fp8-block")
+    assert api._runs_on_w8a8(choose_path(caps, blk), blk)  # 128x128 blocks: test_w8a8_block_compile.py
+    per_token = humming.schemes.get("w8a8-fp8").with_(block="128x128")  # block weights, per-token activations
+    assert not api._runs_on_w8a8(choose_path(caps, per_token), per_token)
     with pytest.raises(humming.ShapeError, match="multiple of 128"):
         plan_w8a8(caps, W8A8Layout("s8", 1024, 1088, "channel"), 1, "f16",
                   choose_path(caps, humming.schemes.get("w8a8-int8")))
