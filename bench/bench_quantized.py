@@ -25,7 +25,8 @@ import humming  # noqa: E402
 from humming.tuner import copies_for, graph_time_us  # noqa: E402
 
 SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8"]
-WGMMA_SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8"]  # also timed with HUMMING_WGMMA=1 (M >= 64)
+# also timed with HUMMING_WGMMA=1 (M >= 64); w8a8-fp8-block only when asked for (--schemes)
+WGMMA_SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8", "w8a8-fp8-block"]
 
 
 def _fp8_rowwise(x: torch.Tensor):

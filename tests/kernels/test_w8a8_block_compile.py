@@ -54,6 +54,31 @@ def _block_data(n, k, m, seed, sch=SCHEME):
     return humming.quantize(w, sch, bias=bias), x, bias
 
 
+# ----------------------------------------------------------------------------- the oracle for this scheme
+def test_reference_is_the_block_recipe_written_out():
+    """reference_gemm and quantize_activation for w8a8-fp8-block, against the recipe written out with torch's own
+    float8 type: activation scale amax / 448 per token per 128 of K (1 for an all-zero group), codes x / scale
+    rounded to e4m3; weight value code x scale[n // 128, k // 128] (N = 320: a part-filled last block)."""
+    n, k, m = 320, 384, 5
+    qw, x, _ = _block_data(n, k, m, 17)
+    x[1, 128:256] = 0.0
+    sch = humming.schemes.get(SCHEME)
+    xg = x.float().view(m, k // 128, 128)
+    amax = xg.abs().amax(-1)
+    s = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    codes = (xg / s[..., None]).to(torch.float8_e4m3fn)
+    qa = humming.quantize_activation(x, sch)
+    assert torch.equal(qa.scale_values(), s) and torch.equal(qa.codes.view(m, k // 128, 128), codes.view(torch.uint8))
+    ws = qw.scale_values().float()
+    assert ws.shape == (3, 3)
+    # value x scale in fp32 (as the reference dequantizes), the product in fp64 rounded once to fp32
+    wv = qw.codes().view(torch.float8_e4m3fn).float() * ws.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
+    xv = (codes.float() * s[..., None]).view(m, k)
+    want = (xv.double() @ wv.double().t()).float()
+    got = humming.reference_gemm(x, qw, bias=torch.zeros(n), out_dtype=torch.float32)
+    assert torch.equal(got, want)
+
+
 # ----------------------------------------------------------------------------- planning and selection
 def test_scheme_is_what_the_kernels_apply():
     sch = humming.schemes.get(SCHEME)
