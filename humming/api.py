@@ -77,7 +77,7 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
         # apply; run only with HUMMING_UNVERIFIED_KERNELS=1 (the plan's reasons say so)
         from humming.core.planner_tcgen05 import tcgen05_kernel
 
-        which = tcgen05_kernel(ideal, sch)
+        which = tcgen05_kernel(ideal, sch, caps)
         if which == "w8a8" and n % 128 == 0 and k % 128 == 0:
             from humming.core.layout_wgmma import WgmmaW8A8Layout
             from humming.core.planner_tcgen05 import plan_w8a8_tcgen05
@@ -91,6 +91,12 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
 
             return plan_blockscaled_tcgen05(caps, Tcgen05BlockScaledLayout(recipe_of(sch), n, k), m, act, ideal,
                                             scheme=sch.name)
+        if which == "w4a8" and n % 128 == 0 and k % 128 == 0:  # MXFP4 x FP8: kind::mxf8f6f4 e4m3 x e2m1
+            from humming.core.layout_blockscaled import Tcgen05BlockScaledLayout
+            from humming.core.planner_tcgen05 import plan_blockscaled_tcgen05
+
+            return plan_blockscaled_tcgen05(caps, Tcgen05BlockScaledLayout("mxfp4", n, k, a_type="e4m3"), m, act,
+                                            ideal, scheme=sch.name)
     choice = runnable_path(caps, sch)
     if choice.family == "tcgen05":  # HUMMING_UNVERIFIED_KERNELS=1 but the shape does not fit the tcgen05 tile
         choice = choose_path(caps, sch, families=("mma_sync",))
@@ -657,13 +663,25 @@ def _gemm_blockscaled_tcgen05(x: torch.Tensor, qw, bias, caps) -> torch.Tensor:
 
 
 def _w8a8_tcgen05_handle(x: torch.Tensor, qw, caps, choice) -> int:
-    """The prepared handle of the tcgen05 8-bit kernel: weights as stored [N, K] (the wgmma kernel's layout)."""
+    """The prepared handle of the tcgen05 8-bit kernel: weights as stored [N, K] (the wgmma kernel's layout); for
+    W4A8 MXFP4 x FP8 the block-scaled kernel's (packed e2m1 [N, K/2], ue8m0 scales in tcgen05.cp blocks)."""
     from humming.core.layout_wgmma import prepare_w8a8_wgmma
     from humming.core.planner_tcgen05 import plan_w8a8_tcgen05
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
     key = ("w8a8-tcgen05", x.dtype, x.device, caps.name)
     handle = cache.get(key)
+    if handle is None and qw.scheme.weight == "e2m1":  # W4A8 MXFP4 x FP8 (kind::mxf8f6f4)
+        from humming.core.layout_blockscaled import prepare_blockscaled_tcgen05
+        from humming.core.planner_tcgen05 import plan_blockscaled_tcgen05
+
+        packed = prepare_blockscaled_tcgen05(qw.to(x.device), x.dtype)
+        act = act_name(x.dtype)
+
+        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
+            return plan_blockscaled_tcgen05(caps, packed.layout, m, act, scheme=name)
+
+        handle = cache[key] = _register(packed, caps, None, plan_fn)
     if handle is None:
         packed = prepare_w8a8_wgmma(qw.to(x.device), x.dtype, choice.a_type)
         act = act_name(x.dtype)
@@ -782,6 +800,11 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
                 reason = choice.reasons[-1]
                 if choice.family == "tcgen05":
                     status = "executes on the tcgen05 kernel (unverified)"
+                    from humming.core.planner_tcgen05 import tcgen05_kernel
+
+                    if tcgen05_kernel(choice, sch, caps) == "w4a8":
+                        status = ("executes on the tcgen05 block-scaled kernel as kind::mxf8f6f4 e4m3 x e2m1, the weights' "
+                                  "ue8m0 scales in the MMA (unverified)")
                 elif choice.path == "upconvert":
                     status = "executes on the WnA16 kernel"
                 elif _runs_on_w8a8(choice, sch):

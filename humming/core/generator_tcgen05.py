@@ -184,27 +184,57 @@ def tcgen05_kernel_source(plan, backend, caps=None) -> str:
     return tcgen05_w8a8_kernel_source(plan, backend, caps)
 
 
+def _w4a8_loader() -> str:
+    """CUDA of ``load_stage(stage, kt)`` for W4A8: the e4m3 activation tile as the 8-bit kernels copy it (16-byte
+    cp.async into 128-byte swizzled rows), and the packed e2m1 weight tile widened by the copy into the padded 8-bit
+    layout the kind::mxf8f6f4 operands take in shared memory: 16 codes (8 bytes) in the low half of each 16-byte chunk
+    (the high half is padding, zeroed once), chunks swizzled like the 8-bit tiles; 8-byte cp.async."""
+    return """  // stage layout: A tile (BM rows x 128 B of e4m3) then B tile (BN rows x 128 B: 128 e2m1 padded to 8 bits), both
+  // 128-byte swizzled. Thread tid copies chunk tid % 8 of rows tid / 8 + 16 i (one swizzled offset for every i).
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K_el + lch * 16;
+  const unsigned char* b_src = B + (size_t)(n0 + lrow) * (K_el / 2) + lch * 8;  // 8 bytes = the chunk's 16 codes
+  auto load_stage = [&](int stage, int kt) {
+    const uint32_t a_tile = smem0 + stage * STAGE_BYTES + lswz, b_tile = a_tile + A_BYTES;
+    #pragma unroll
+    for (int i = 0; i < BM / 16; ++i) {
+      const bool ok = m0 + lrow + 16 * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(a_tile + i * 16 * 128, ok ? a_src + (16 * i * K_el + kt * BK) : A, ok);
+    }
+    #pragma unroll
+    for (int i = 0; i < BN / 16; ++i)
+      copy_8_async(b_tile + i * 16 * 128, b_src + (16 * i * (K_el / 2) + kt * (BK / 2)), true);
+  };
+"""
+
+
 def tcgen05_blockscaled_kernel_source(plan, backend, caps=None) -> str:
-    """The tcgen05 W4A4 kernel: NVFP4 (kind::mxf4nvf4, scale_vec::4X, ue4m3 per 16) or MXFP4 (kind::mxf4,
-    scale_vec::2X, ue8m0 per 32), e2m1 x e2m1 -> f32 in Tensor Memory. Compiled only, never run on hardware.
+    """The tcgen05 block-scaled kernel, compiled only, never run on hardware:
+    W4A4 NVFP4 (kind::mxf4nvf4, scale_vec::4X, ue4m3 per 16) or MXFP4 (kind::mxf4, scale_vec::2X, ue8m0 per 32),
+    e2m1 x e2m1 -> f32; or W4A8 MXFP4 x FP8 (kind::mxf8f6f4, scale_vec::1X, ue8m0 per 32), e4m3 x e2m1 -> f32.
 
-    The body is the W8A8 kernel's with K counted in packed bytes (one 128-byte swizzled row = 256 e2m1 elements per
-    stage, four k64 MMAs of 32 bytes each), plus the block scales. Scale factors: an MMA reads SF_A of tile row m from
-    TMEM lane m % 32 (any of the four 32-lane partitions: they are duplicated there), column sfa + m / 32, and SF_B of
-    tile column n from lane n % 32, column sfb + n / 32; the bytes of the 32-bit word are the row's consecutive block
-    scales, selected by the scale-factor IDs of the instruction descriptor (4X: ID 0, all four; 2X: ID 0 or 2, a byte
-    pair). A stage's scales are staged in shared memory as 512-byte blocks (one per 32-bit word of a row: row r at
-    byte (r % 32) * 16 + (r / 32) * 4), copied to the stage slot's TMEM columns by tcgen05.cp .32x128b.warpx4 (row r
-    of the block -> lane r of every partition, its four words -> four columns) issued by thread 0 before its MMAs
-    (tcgen05.cp -> tcgen05.mma is pipelined in issue order). Activation scale words are gathered into the blocks with
-    4-byte cp.async; the weight's are repacked ahead (``pack_weight_scales_tcgen05``) and copied as 16-byte chunks.
-    A slot's TMEM scale columns are rewritten only after the mbarrier of the commit of the MMAs that read them.
+    The body is the W8A8 kernel's. W4A4 counts K in packed bytes (one 128-byte swizzled row = 256 e2m1 elements per
+    stage, four k64 MMAs of 32 bytes each); W4A8 has the 8-bit A tile of the W8A8 kernel and a B tile of e2m1 codes
+    in the padded 8-bit layout (16 codes in the low 8 bytes of each 16-byte chunk), four k32 MMAs per stage.
+    Scale factors: an MMA reads SF_A of tile row m from TMEM lane m % 32 (any of the four 32-lane partitions: they
+    are duplicated there), column sfa + m / 32, and SF_B of tile column n from lane n % 32, column sfb + n / 32; the
+    bytes of the 32-bit word are the row's consecutive block scales, selected by the scale-factor IDs of the
+    instruction descriptor (4X: ID 0, all four; 2X: ID 0 or 2, a byte pair; 1X: ID 0..3, one byte). A stage's scales
+    are staged in shared memory as 512-byte blocks (one per 32-bit word of a row: row r at byte (r % 32) * 16 +
+    (r / 32) * 4), copied to the stage slot's TMEM columns by tcgen05.cp .32x128b.warpx4 (row r of the block -> lane
+    r of every partition, its four words -> four columns) issued by thread 0 before its MMAs (tcgen05.cp ->
+    tcgen05.mma is pipelined in issue order). W4A4 activation scale words are gathered into the blocks with 4-byte
+    cp.async; W4A8 activations get one constant block of unit scales (ue8m0 127) for the whole K; the weight's scales
+    are repacked ahead (``pack_weight_scales_tcgen05``) and copied as 16-byte chunks. A slot's TMEM scale columns are
+    rewritten only after the mbarrier of the commit of the MMAs that read them.
 
-    Epilogue: fp32 accumulator x out_scale (the weight's global scale) x *GS (the activation's, a device scalar) +
-    bias. Parameter list of the block-scaled mma.sync kernel (CS, WS, CNT and k_per_split unused)."""
+    Epilogue: W4A4: fp32 accumulator x out_scale (the weight's global scale) x *GS (the activation's, a device
+    scalar) + bias, parameter list of the block-scaled mma.sync kernel; W4A8: x per-token TS[m] or *GS (per-tensor)
+    x out_scale + bias, parameter list of the 8-bit kernel (S = the weight scale blocks). CS, WS, CNT and
+    k_per_split are unused."""
     from humming.core.layout_blockscaled import Tcgen05BlockScaledLayout
-    from humming.core.planner_blockscaled import FORMS
-    from humming.core.planner_tcgen05 import BS_BK, BS_MMA_K, tcgen05_bs_form, tcgen05_bs_tmem_cols
+    from humming.core.planner_tcgen05 import bs_spec, tcgen05_bs_form, tcgen05_bs_tmem_cols
     from humming.devices.nvidia.backend import tcgen05_blockscaled_prelude, tcgen05_idesc_block_scaled
 
     t = plan.tiles
@@ -212,67 +242,134 @@ def tcgen05_blockscaled_kernel_source(plan, backend, caps=None) -> str:
     ins = plan.instruction
     if not isinstance(lay, Tcgen05BlockScaledLayout):
         raise ValueError(f"the tcgen05 block-scaled kernel needs a Tcgen05BlockScaledLayout, got {type(lay).__name__}")
-    if (t.bm, t.bk, t.threads) != (128, BS_BK, 128) or t.stages < 2 or t.bn not in (128, 256):
-        raise ValueError(f"the tcgen05 block-scaled kernel is written for 128x(128|256)x{BS_BK} tiles, 128 threads; got {t}")
-    kind, elem, fmt, scale_vec = FORMS[lay.recipe]
-    if (ins.kind, ins.scale_format, ins.a_type, ins.b_type) != (kind, fmt, elem, elem):
-        raise ValueError(f"{lay.recipe} is kind::{kind} {elem} with {fmt} scales, the plan says {ins.describe()}")
-    if caps is not None and tcgen05_bs_form(caps, lay.recipe) is None:
-        raise ValueError(f"{caps.name} declares no block-scaled tcgen05 form for {lay.recipe}")
-    spm = BS_MMA_K // lay.vec  # scale bytes per row per MMA: 4 (4X) or 2 (2X)
+    w4a8 = lay.a_type != "e2m1"
+    if (t.bm, t.bk, t.threads) != (128, lay.stage_k, 128) or t.stages < 2 or t.bn not in (128, 256):
+        raise ValueError(f"the tcgen05 block-scaled kernel is written for 128x(128|256)x{lay.stage_k} tiles, "
+                         f"128 threads; got {t}")
+    kind, a_type, b_type, fmt, scale_vec, mma_k = bs_spec(lay)
+    if (ins.kind, ins.scale_format, ins.a_type, ins.b_type) != (kind, fmt, a_type, b_type):
+        raise ValueError(f"{lay.recipe} ({lay.a_type} activations) is kind::{kind} {a_type} x {b_type} with {fmt} "
+                         f"scales, the plan says {ins.describe()}")
+    if caps is not None and tcgen05_bs_form(caps, lay.recipe, lay.a_type) is None:
+        raise ValueError(f"{caps.name} declares no block-scaled tcgen05 form for {lay.recipe} x {lay.a_type}")
+    spm = mma_k // lay.vec  # scale bytes per row per MMA: 4 (4X), 2 (2X) or 1 (1X)
     steps = []
-    for ks in range(BS_BK // BS_MMA_K):
+    for ks in range(lay.stage_k // mma_k):
         sid = (ks * spm) % 4  # byte offset of this MMA's scales inside the 32-bit TMEM word
-        steps.append(tcgen05_idesc_block_scaled(kind, elem, elem, fmt, 128, t.bn, sfa_id=sid, sfb_id=sid))
+        steps.append(tcgen05_idesc_block_scaled(kind, a_type, b_type, fmt, 128, t.bn, sfa_id=sid, sfb_id=sid))
     idescs = ", ".join(f"{d:#010x}u" for d in steps)
     tmem_cols = tcgen05_bs_tmem_cols(t.bn, t.stages, lay)
     request = HelperRequest(mma=ins, act=plan.act, weight=None, async_copy=True, caps=caps)
     prelude = tcgen05_blockscaled_prelude(backend, request, scale_vec)
+    v = {}  # the variant's pieces
+    if not w4a8:
+        v["bk"] = f"// BK in bytes of packed codes = {lay.stage_k} e2m1"
+        v["sizes"] = f"""constexpr int SA_BYTES = WORDS * 512, SB_BYTES = (BN / 128) * WORDS * 512;   // 512-byte tcgen05.cp blocks
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
+constexpr uint32_t SFA_COLS = 4 * WORDS, SFB_COLS = (BN / 32) * WORDS;      // TMEM columns of one stage's scales
+constexpr uint32_t TMEM_COLS = {tmem_cols};       // accumulator (BN) + STAGES x (SFA_COLS + SFB_COLS), a power of two"""
+        v["assert"] = """static_assert((BM * WORDS) % THREADS == 0, "activation scale words split evenly across the threads");
+static_assert(BN + STAGES * (SFA_COLS + SFB_COLS) <= TMEM_COLS && TMEM_COLS <= 512, "Tensor Memory columns");"""
+        v["params"] = f"""    const unsigned char* __restrict__ A,   // packed e2m1 activation codes [M, K/2] (element 2i in the low nibble)
+    const uint32_t* __restrict__ Bw,       // packed e2m1 weight codes [N, K/2], row-major (K-major)
+    const unsigned char* __restrict__ SA,  // activation block scales [M, K/VEC] as stored ({fmt})
+    const unsigned char* __restrict__ SB,  // weight block scales, 512-byte blocks [N/128][K/(4 VEC)][32][4][4]
+    const float* __restrict__ CS,          // unused (null)"""
+        v["gs"] = "the activation's global scale (device scalar) or null"
+        v["k"] = """  const int K = K_el / 2;                // bytes of packed codes per row (the row stride of A and B)
+  const int ktiles = K / BK;
+  const int sa_row = K_el / VEC;         // activation scale bytes per row"""
+        v["loader"] = swizzled_stage_loader(16)
+        v["sa_copy"] = """    const uint32_t sa_tile = smem0 + stage * STAGE_BYTES + A_BYTES + B_BYTES, sb_tile = sa_tile + SA_BYTES;
+    #pragma unroll
+    for (int i = 0; i < BM * WORDS / THREADS; ++i) {
+      const int c = tid + i * THREADS, r = c / WORDS, w = c % WORDS;
+      const bool ok = m0 + r < M;  // rows past M get zero scales (their codes are zero-filled too)
+      copy_4_async(sa_tile + w * 512 + (r & 31) * 16 + (r >> 5) * 4,
+                   ok ? SA + (size_t)(m0 + r) * sa_row + kt * (WORDS * 4) + w * 4 : SA, ok);
+    }"""
+        v["scales_doc"] = ("// a stage's block scales: activation row r's word w (4 scale bytes) to byte (r % 32) * 16 + (r / 32) * 4 of "
+                           "block w;\n  // the weight's blocks are stored that way already (BN / 128 runs of WORDS blocks)")
+        v["setup"] = ""
+        v["tiles"] = """      const uint32_t sa_tile = b_tile + B_BYTES, sb_tile = sa_tile + SA_BYTES;
+      // the slot's scale columns; the MMAs that read them last (stage kt - STAGES) completed before this stage's
+      // copies were issued (everyone waited for that commit)
+      const uint32_t sfa = tmem + BN + slot * (SFA_COLS + SFB_COLS), sfb = sfa + SFA_COLS;
+      #pragma unroll
+      for (int w = 0; w < WORDS; ++w) tc_cp_sf(sfa + 4 * w, tc_sf_desc(sa_tile + 512 * w));"""
+        v["steps"] = "k64 steps"
+        v["rs"] = ""
+        v["mul"] = "scale"
+    else:
+        v["bk"] = f"// BK in bytes = {lay.stage_k} e4m3 (and {lay.stage_k} e2m1 padded to 8 bits)"
+        v["sizes"] = f"""constexpr int SB_BYTES = (BN / 128) * WORDS * 512;   // 512-byte tcgen05.cp blocks of weight scales
+constexpr int STAGE_BYTES = (A_BYTES + B_BYTES + SB_BYTES + 1023) / 1024 * 1024;  // next stage 1024-byte aligned
+constexpr int ONES_OFFSET = STAGES * STAGE_BYTES;  // 512 bytes of unit activation scales (ue8m0 127) after the stages
+constexpr uint32_t SFB_COLS = (BN / 32) * WORDS;  // TMEM columns of one stage's weight scales
+constexpr uint32_t TMEM_COLS = {tmem_cols};       // accumulator (BN) + unit SF_A (4) + STAGES x SFB_COLS, a power of two"""
+        v["assert"] = """static_assert(WORDS == 1 && SPM == 1, "one ue8m0 byte per row per k32 MMA: one scale word per stage");
+static_assert(BN + 4 + STAGES * SFB_COLS <= TMEM_COLS && TMEM_COLS <= 512, "Tensor Memory columns");"""
+        v["params"] = """    const unsigned char* __restrict__ A,   // e4m3 activation codes [M, K], row-major (K-major)
+    const uint32_t* __restrict__ Bw,       // packed e2m1 weight codes [N, K/2], row-major (K-major)
+    const float* __restrict__ TS,          // per-token activation scale [M] or null
+    const unsigned char* __restrict__ SB,  // weight block scales (ue8m0), 512-byte blocks [N/128][K/128][32][4][4]
+    const float* __restrict__ CS,          // unused (null)"""
+        v["gs"] = "a device scalar multiplying the output (per-tensor activation scale) or null"
+        v["k"] = """  const int ktiles = K_el / BK;"""
+        v["loader"] = _w4a8_loader()
+        v["sa_copy"] = """    const uint32_t sb_tile = smem0 + stage * STAGE_BYTES + A_BYTES + B_BYTES;"""
+        v["scales_doc"] = "// a stage's weight block scales, stored as tcgen05.cp blocks already (BN / 128 runs of WORDS blocks)"
+        v["setup"] = """  // the padding halves of every B chunk (never written by the copies) and the block of unit activation scales
+  for (int c = tid; c < STAGES * BN * 8; c += THREADS)
+    st_shared_64(smem0 + (c / (BN * 8)) * STAGE_BYTES + A_BYTES + (c % (BN * 8)) * 16 + 8, 0u, 0u);
+  for (int c = tid; c < 512 / 16; c += THREADS)
+    st_shared_128(smem0 + ONES_OFFSET + c * 16, 0x7F7F7F7Fu, 0x7F7F7F7Fu, 0x7F7F7F7Fu, 0x7F7F7F7Fu);
+"""
+        v["tiles"] = """      const uint32_t sb_tile = b_tile + B_BYTES;
+      // unit SF_A: columns BN .. BN+3, copied once (the stores above are fenced and synchronised by iteration 0)
+      const uint32_t sfa = tmem + BN;
+      if (kt == 0) tc_cp_sf(sfa, tc_sf_desc(smem0 + ONES_OFFSET));
+      // the slot's weight-scale columns; the MMAs that read them last (stage kt - STAGES) completed before this
+      // stage's copies were issued (everyone waited for that commit)
+      const uint32_t sfb = tmem + BN + 4 + slot * SFB_COLS;"""
+        v["steps"] = "k32 steps"
+        v["rs"] = "\n  const float rs = (TS && row < M) ? scale * load_f32(TS + row) : scale;"
+        v["mul"] = "rs"
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 // compiled only: not yet validated on hardware (HUMMING_UNVERIFIED_KERNELS=1 selects it at run time)
 {prelude}
 
 namespace cfg {{
-constexpr int BM = {t.bm}, BN = {t.bn}, BK = 128, STAGES = {t.stages};   // BK in bytes of packed codes = {BS_BK} e2m1
+constexpr int BM = {t.bm}, BN = {t.bn}, BK = 128, STAGES = {t.stages};   {v["bk"]}
 constexpr int THREADS = 128;             // warp w reads accumulator rows (TMEM lanes) 32w .. 32w+31
 constexpr int LOOKAHEAD = STAGES - 1;    // stages loading while one is multiplied
-constexpr int VEC = {lay.vec};                  // e2m1 elements per block scale ({fmt})
-constexpr int WORDS = {lay.words_per_stage};                // 32-bit scale words per row per stage ({BS_BK} / VEC / 4)
-constexpr int SPM = {spm};                  // scale bytes per row per k64 MMA (scale_vec::{scale_vec}X)
+constexpr int VEC = {lay.vec};                  // elements per weight block scale ({fmt})
+constexpr int WORDS = {lay.words_per_stage};                // 32-bit scale words per row per stage ({lay.stage_k} / VEC / 4)
+constexpr int SPM = {spm};                  // scale bytes per row per k{mma_k} MMA (scale_vec::{scale_vec}X)
 constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK;
-constexpr int SA_BYTES = WORDS * 512, SB_BYTES = (BN / 128) * WORDS * 512;   // 512-byte tcgen05.cp blocks
-constexpr int STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
-constexpr uint32_t SFA_COLS = 4 * WORDS, SFB_COLS = (BN / 32) * WORDS;      // TMEM columns of one stage's scales
-constexpr uint32_t TMEM_COLS = {tmem_cols};       // accumulator (BN) + STAGES x (SFA_COLS + SFB_COLS), a power of two
-// kind::{kind} e2m1 x e2m1 -> f32, {fmt} scales, K-major, M=128, N=BN; scale-factor IDs (A and B) of k64 step 0..3
+{v["sizes"]}
+// kind::{kind} {a_type} x {b_type} -> f32, {fmt} scales, K-major, M=128, N=BN; scale-factor IDs (A and B) of step 0..3
 constexpr uint32_t IDESC[4] = {{{idescs}}};
 static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "tiles stay 1024-byte aligned (swizzle period)");
 static_assert(THREADS == 128 && BM == 128 && BN % 128 == 0, "one scale block per 128 rows of A and of B");
-static_assert((BM * WORDS) % THREADS == 0, "activation scale words split evenly across the threads");
-static_assert(BN + STAGES * (SFA_COLS + SFB_COLS) <= TMEM_COLS && TMEM_COLS <= 512, "Tensor Memory columns");
+{v["assert"]}
 }}
 
 extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
-    const unsigned char* __restrict__ A,   // packed e2m1 activation codes [M, K/2] (element 2i in the low nibble)
-    const uint32_t* __restrict__ Bw,       // packed e2m1 weight codes [N, K/2], row-major (K-major)
-    const unsigned char* __restrict__ SA,  // activation block scales [M, K/VEC] as stored ({fmt})
-    const unsigned char* __restrict__ SB,  // weight block scales, 512-byte blocks [N/128][K/(4 VEC)][32][4][4]
-    const float* __restrict__ CS,          // unused (null)
+{v["params"]}
     const uint16_t* __restrict__ BIAS,     // [N] or null
     uint16_t* __restrict__ C,              // output [M, N]
     float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
-    int M, int N, int K_el, int k_per_split, float out_scale,   // K_el: K in e2m1 elements; out_scale: weight global scale
-    const float* __restrict__ GS) {{        // the activation's global scale (device scalar) or null
+    int M, int N, int K_el, int k_per_split, float out_scale,   // K_el: K in elements; out_scale: weight global scale
+    const float* __restrict__ GS) {{        // {v["gs"]}
   using namespace cfg;
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ __align__(8) uint64_t mma_bar[STAGES];  // completes once per commit of the stage using the slot
   __shared__ uint32_t tmem_slot;                      // written by tcgen05.alloc
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int K = K_el / 2;                // bytes of packed codes per row (the row stride of A and B)
-  const int ktiles = K / BK;
-  const int sa_row = K_el / VEC;         // activation scale bytes per row
+{v["k"]}
   const int sb_blocks = K_el / (4 * VEC);  // 512-byte weight scale blocks per 128 channels
   const unsigned char* B = reinterpret_cast<const unsigned char*>(Bw);
   // the swizzle repeats every 1024 bytes of address: start the stages on such a boundary (1 KiB is reserved)
@@ -292,25 +389,17 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
   tc_fence_after();
   const uint32_t tmem = tc_lds_32(smem_u32(&tmem_slot));  // lane 0, first allocated column: the accumulator
 
-{swizzled_stage_loader(16)}
-  // a stage's block scales: activation row r's word w (4 scale bytes) to byte (r % 32) * 16 + (r / 32) * 4 of block w;
-  // the weight's blocks are stored that way already (BN / 128 runs of WORDS blocks)
+{v["loader"]}
+  {v["scales_doc"]}
   auto load_scales = [&](int stage, int kt) {{
-    const uint32_t sa_tile = smem0 + stage * STAGE_BYTES + A_BYTES + B_BYTES, sb_tile = sa_tile + SA_BYTES;
-    #pragma unroll
-    for (int i = 0; i < BM * WORDS / THREADS; ++i) {{
-      const int c = tid + i * THREADS, r = c / WORDS, w = c % WORDS;
-      const bool ok = m0 + r < M;  // rows past M get zero scales (their codes are zero-filled too)
-      copy_4_async(sa_tile + w * 512 + (r & 31) * 16 + (r >> 5) * 4,
-                   ok ? SA + (size_t)(m0 + r) * sa_row + kt * (WORDS * 4) + w * 4 : SA, ok);
-    }}
+{v["sa_copy"]}
     #pragma unroll
     for (int c = tid; c < (BN / 128) * WORDS * 32; c += THREADS) {{
       const int j = c / (WORDS * 32), q = c % (WORDS * 32);
       copy_16_async(sb_tile + c * 16, SB + ((size_t)(n0 / 128 + j) * sb_blocks + kt * WORDS) * 512 + q * 16, true);
     }}
   }};
-  #pragma unroll
+{v["setup"]}  #pragma unroll
   for (int s = 0; s < LOOKAHEAD; ++s) {{
     if (s < ktiles) {{ load_stage(s, s); load_scales(s, s); }}
     copy_commit();
@@ -324,12 +413,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
     tc_fence_after();
     if (tid == 0) {{              // one thread moves the stage's scales to TMEM, issues its MMAs and the commit
       const uint32_t a_tile = smem0 + slot * STAGE_BYTES, b_tile = a_tile + A_BYTES;
-      const uint32_t sa_tile = b_tile + B_BYTES, sb_tile = sa_tile + SA_BYTES;
-      // the slot's scale columns; the MMAs that read them last (stage kt - STAGES) completed before this stage's
-      // copies were issued (everyone waited for that commit)
-      const uint32_t sfa = tmem + BN + slot * (SFA_COLS + SFB_COLS), sfb = sfa + SFA_COLS;
-      #pragma unroll
-      for (int w = 0; w < WORDS; ++w) tc_cp_sf(sfa + 4 * w, tc_sf_desc(sa_tile + 512 * w));
+{v["tiles"]}
       #pragma unroll
       for (int j = 0; j < BN / 128; ++j)
         #pragma unroll
@@ -337,7 +421,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
           tc_cp_sf(sfb + w * (BN / 32) + 4 * j, tc_sf_desc(sb_tile + 512 * (j * WORDS + w)));
       const uint64_t desc_a = tc_smem_desc(a_tile), desc_b = tc_smem_desc(b_tile);
       #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {{  // k64 steps: +32 bytes inside the swizzled rows = +2 in the address field
+      for (int ks = 0; ks < 4; ++ks) {{  // {v["steps"]}: +32 bytes inside the swizzled rows = +2 in the address field
         const int word = ks * SPM / 4;  // the 32-bit scale word of this step (its bytes: IDESC's scale-factor IDs)
         tc_mma_bs(tmem, desc_a + 2 * ks, desc_b + 2 * ks, IDESC[ks], sfa + 4 * word, sfb + (BN / 32) * word,
                   (kt > 0 || ks > 0) ? 1 : 0);
@@ -364,7 +448,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
 
   // epilogue: thread t of warp w holds output row 32w + t (TMEM lane), 32 columns per load
   const float scale = GS ? out_scale * load_f32(GS) : out_scale;
-  const int row = m0 + warp * 32 + lane;
+  const int row = m0 + warp * 32 + lane;{v["rs"]}
   #pragma unroll 1
   for (int c = 0; c < BN / 32; ++c) {{
     uint32_t v[32];
@@ -379,7 +463,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
         const uint32_t bb = load_g32(BIAS + col0 + j);  // the two 16-bit biases of columns j, j + 1
         b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
       }}
-      packed[j / 2] = f32x2_to_act2(tc_acc_to_f32(v[j]) * scale + b0, tc_acc_to_f32(v[j + 1]) * scale + b1);
+      packed[j / 2] = f32x2_to_act2(tc_acc_to_f32(v[j]) * {v["mul"]} + b0, tc_acc_to_f32(v[j + 1]) * {v["mul"]} + b1);
     }}
     if (row < M) {{
       uint16_t* out = C + (size_t)row * N + col0;

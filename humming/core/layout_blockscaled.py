@@ -134,52 +134,71 @@ def prepare_blockscaled(qw, act_dtype: torch.dtype) -> PackedBlockScaled:
 
 # ---- tcgen05 (Blackwell datacenter): block-scaled tcgen05.mma, operands and scale factors read as the ISA stores them
 TC_ROWS = 128  # output channels (or activation rows) per scale-factor block: 4 x 32 TMEM lanes
-TC_STAGE_K = 256  # e2m1 elements per pipeline stage = one 128-byte swizzled row of codes
+TC_STAGE_K = 256  # e2m1 activations: elements per pipeline stage = one 128-byte swizzled row of packed codes
+TC_STAGE_K_8BIT = 128  # e4m3 activations (W4A8): one 128-byte row of codes
 
 
 @dataclass(frozen=True)
 class Tcgen05BlockScaledLayout(BlockScaledLayout):
-    """NVFP4 / MXFP4 for the tcgen05 block-scaled kernel. Weights: packed e2m1 bytes [N, K/2] row-major (K-major,
-    element 2i in the low nibble: "two 4-bit elements in an 8-bit container" of kind::mxf4/mxf4nvf4). Weight block
-    scales in 512-byte blocks [N/128][K/(4*vec)][32][4][4]: block (nb, w) holds, at byte r*16 + j*4 + b, scale byte
-    4w + b of channel nb*128 + j*32 + r - the shared-memory image of one tcgen05.cp .32x128b.warpx4, which puts
-    row r in TMEM lane r (of every 32-lane partition) and word j in column j, i.e. channel n at lane n % 32, column
-    n // 32. Activation scales stay as stored ([M, K/vec] bytes); the kernel gathers their 4-byte words the same way."""
+    """e2m1 weights with block scales for the tcgen05 block-scaled kernel: W4A4 NVFP4 / MXFP4 (``a_type`` "e2m1",
+    kind::mxf4nvf4 / kind::mxf4) or W4A8 MXFP4 x FP8 (``a_type`` "e4m3": kind::mxf8f6f4, the activations' own scales
+    per token or tensor in the epilogue, unit block scales for them in the MMA). Weights: packed e2m1 bytes [N, K/2]
+    row-major (K-major, element 2i in the low nibble). Weight block scales in 512-byte blocks
+    [N/128][K/(4*vec)][32][4][4]: block (nb, w) holds, at byte r*16 + j*4 + b, scale byte 4w + b of channel
+    nb*128 + j*32 + r - the shared-memory image of one tcgen05.cp .32x128b.warpx4, which puts row r in TMEM lane r
+    (of every 32-lane partition) and word j in column j, i.e. channel n at lane n % 32, column n // 32. W4A4
+    activation scales stay as stored ([M, K/vec] bytes); the kernel gathers their 4-byte words the same way."""
+
+    a_type: str = "e2m1"
+
+    @property
+    def stage_k(self) -> int:
+        """K elements per pipeline stage (128 bytes of activation codes per row)."""
+        return TC_STAGE_K if self.a_type == "e2m1" else TC_STAGE_K_8BIT
 
     @property
     def words_per_stage(self) -> int:
         """32-bit scale words (4 scale bytes) per row per pipeline stage."""
-        return TC_STAGE_K // self.vec // 4
+        return self.stage_k // self.vec // 4
 
 
-def check_tcgen05_blockscaled_shape(n: int, k: int) -> None:
+def check_tcgen05_blockscaled_shape(n: int, k: int, stage_k: int = TC_STAGE_K) -> None:
     check_shape(n, k)
-    if n % TC_ROWS or k % TC_STAGE_K:
-        raise ShapeError(f"the tcgen05 block-scaled kernel needs N % {TC_ROWS} == 0 and K % {TC_STAGE_K} == 0 "
+    if n % TC_ROWS or k % stage_k:
+        raise ShapeError(f"the tcgen05 block-scaled kernel needs N % {TC_ROWS} == 0 and K % {stage_k} == 0 "
                          f"(N={n}, K={k})")
 
 
-def pack_weight_scales_tcgen05(scale_bytes: torch.Tensor, recipe: str) -> torch.Tensor:
+def pack_weight_scales_tcgen05(scale_bytes: torch.Tensor, recipe: str, stage_k: int = TC_STAGE_K) -> torch.Tensor:
     """uint8 weight block scales [N, K/vec] -> the 512-byte tcgen05.cp blocks [N/128][K/(4 vec)][32][4][4] (flat)."""
     n, blocks = scale_bytes.shape
     vec = RECIPES[recipe][0]
-    check_tcgen05_blockscaled_shape(n, blocks * vec)
+    check_tcgen05_blockscaled_shape(n, blocks * vec, stage_k)
     s = scale_bytes.contiguous().view(n // TC_ROWS, 4, 32, blocks // 4, 4)  # [nb][j][r][w][b], n = nb*128 + j*32 + r
     return s.permute(0, 3, 2, 1, 4).contiguous().reshape(-1)  # [nb][w][r][j][b]
 
 
 def prepare_blockscaled_tcgen05(qw, act_dtype: torch.dtype) -> PackedBlockScaled:
-    """Repack an NVFP4 / MXFP4 W4A4 weight for the tcgen05 block-scaled kernel: packed e2m1 bytes [N, K/2] as they
-    are multiplied (copied into 128-byte-swizzled shared memory), block scales in tcgen05.cp blocks, the global
-    scale as the epilogue multiplier."""
+    """Repack an NVFP4 / MXFP4 W4A4 weight, or a W4A8 MXFP4 x FP8 weight (e2m1 with ue8m0 per 32, e4m3 activations),
+    for the tcgen05 block-scaled kernel: packed e2m1 bytes [N, K/2] as they are multiplied (W4A4: copied into
+    128-byte-swizzled shared memory; W4A8: widened to the padded 16-in-16-bytes form by the copy), block scales in
+    tcgen05.cp blocks, the global scale (NVFP4) as the epilogue multiplier."""
     act_name(act_dtype)
-    recipe = recipe_of(qw.scheme)
+    sch = qw.scheme
+    if sch.weight == "e2m1" and sch.act == "e4m3":
+        ws = sch.weight_scale
+        if ws.granularity != "group" or ws.group_size != 32 or ws.format != "ue8m0" or sch.zero_point:
+            raise UnsupportedOnDevice(f"{sch.name}: the tcgen05 W4A8 kernel takes e2m1 weights with ue8m0 scales per 32")
+        recipe, a_type = "mxfp4", "e4m3"
+    else:
+        recipe, a_type = recipe_of(sch), "e2m1"
+    layout = Tcgen05BlockScaledLayout(recipe, *qw.shape, a_type=a_type)
     n, k = qw.shape
-    check_tcgen05_blockscaled_shape(n, k)
+    check_tcgen05_blockscaled_shape(n, k, layout.stage_k)
     if qw.g_idx is not None:
-        raise UnsupportedOnDevice(f"{qw.scheme.name}: act-order is not supported by the block-scaled kernel")
+        raise UnsupportedOnDevice(f"{sch.name}: act-order is not supported by the block-scaled kernel")
     packed = pack_e2m1(qw.codes()).contiguous()
-    scales = pack_weight_scales_tcgen05(qw.scales.view(torch.uint8).reshape(n, -1), recipe)
+    scales = pack_weight_scales_tcgen05(qw.scales.view(torch.uint8).reshape(n, -1), recipe, layout.stage_k)
     out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
     bias = None if qw.bias is None else qw.bias.to(device=qw.packed.device, dtype=act_dtype).contiguous()
-    return PackedBlockScaled(Tcgen05BlockScaledLayout(recipe, n, k), packed, scales, None, bias, out_scale)
+    return PackedBlockScaled(layout, packed, scales, None, bias, out_scale)

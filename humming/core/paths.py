@@ -92,10 +92,10 @@ def runnable_path(caps, scheme) -> PathChoice:
     if ideal.family in GENERATED_FAMILIES:
         return ideal
     if ideal.family == "tcgen05":
-        # the tcgen05 W8A8 kernel is compiled but has never run on hardware: opt-in only
+        # the tcgen05 kernels (W8A8, W4A4, W4A8) are compiled but have never run on hardware: opt-in only
         from humming.core.planner_tcgen05 import tcgen05_generated, unverified_enabled, unverified_note
 
-        if tcgen05_generated(ideal, scheme):
+        if tcgen05_generated(ideal, scheme, caps):
             if unverified_enabled():
                 return ideal
             run = choose_path(caps, scheme, families=GENERATED_FAMILIES)

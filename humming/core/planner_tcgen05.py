@@ -22,7 +22,7 @@ BM, BK = 128, 128  # one tcgen05.mma M=128 (cta_group::1); 128-byte K-major rows
 KINDS = {"e4m3": ("f8f6f4", "f32"), "s8": ("i8", "s32")}
 STATIC_SMEM = 1024  # mbarriers and the TMEM address slot; ptxas reports 1024 bytes of static smem on sm_100a
 
-__all__ = ["KINDS", "UNVERIFIED_ENV", "Tcgen05BlockScaledPlan", "plan_blockscaled_tcgen05", "plan_w8a8_tcgen05",
+__all__ = ["KINDS", "UNVERIFIED_ENV", "Tcgen05BlockScaledPlan", "bs_spec", "plan_blockscaled_tcgen05", "plan_w8a8_tcgen05",
            "tcgen05_bs_form", "tcgen05_bs_smem_bytes", "tcgen05_bs_tmem_cols", "tcgen05_form", "tcgen05_generated",
            "tcgen05_kernel", "tcgen05_smem_bytes", "unverified_enabled", "unverified_note"]
 
@@ -42,12 +42,21 @@ def tcgen05_form(caps, a_type: str):
     return forms[0] if forms else None
 
 
-def tcgen05_kernel(choice, scheme) -> str | None:
+def tcgen05_kernel(choice, scheme, caps=None) -> str | None:
     """Which generated tcgen05 kernel executes the path a profile prefers: "w8a8" (tcgen05 native, both operands 8-bit
     as stored (e4m3/s8), per-channel or per-tensor weight scales, per-token or per-tensor activation scales),
-    "blockscaled" (tcgen05 native block-scaled e2m1 x e2m1: the NVFP4 / MXFP4 W4A4 recipes), or None."""
+    "blockscaled" (tcgen05 native block-scaled e2m1 x e2m1: the NVFP4 / MXFP4 W4A4 recipes), "w4a8" (the tcgen05
+    e2m1 -> e4m3 path of MXFP4 weights x FP8 activations, run as kind::mxf8f6f4 e4m3 x e2m1 with the weights' ue8m0
+    scales in the MMA; needs that form declared when ``caps`` is given), or None."""
     ins = choice.instruction
-    if choice.family != "tcgen05" or choice.path != "native":
+    if choice.family != "tcgen05":
+        return None
+    if (choice.path == "dequant-to-activation" and choice.a_type == "e4m3" and scheme.weight == "e2m1"
+            and scheme.act == "e4m3" and not scheme.zero_point and scheme.weight_scale.granularity == "group"
+            and scheme.weight_scale.group_size == 32 and scheme.weight_scale.format == "ue8m0"
+            and scheme.act_scale.mode in ("dynamic_token", "static_tensor")):
+        return "w4a8" if caps is None or tcgen05_bs_form(caps, "mxfp4", "e4m3") is not None else None
+    if choice.path != "native":
         return None
     if getattr(ins, "scale_format", None):
         from humming.core.layout_blockscaled import recipe_of
@@ -68,9 +77,9 @@ def tcgen05_kernel(choice, scheme) -> str | None:
     return None
 
 
-def tcgen05_generated(choice, scheme) -> bool:
+def tcgen05_generated(choice, scheme, caps=None) -> bool:
     """True when the path a profile prefers is executed by a generated tcgen05 kernel (``tcgen05_kernel``)."""
-    return tcgen05_kernel(choice, scheme) is not None
+    return tcgen05_kernel(choice, scheme, caps) is not None
 
 
 def tcgen05_smem_bytes(bn: int, stages: int) -> int:
@@ -139,41 +148,60 @@ def plan_w8a8_tcgen05(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     )
 
 
-# ---- W4A4 block-scaled (NVFP4 kind::mxf4nvf4 scale_vec::4X ue4m3, MXFP4 kind::mxf4 scale_vec::2X ue8m0) -------------
-BS_BK = TC_STAGE_K  # e2m1 elements per stage: 128 bytes of codes per tile row (one 128-byte swizzle row)
+# ---- block-scaled: W4A4 (NVFP4 kind::mxf4nvf4 scale_vec::4X ue4m3, MXFP4 kind::mxf4 scale_vec::2X ue8m0) and W4A8
+# MXFP4 x FP8 (kind::mxf8f6f4 scale_vec::1X ue8m0: e4m3 activations with unit block scales x e2m1 weights) ------------
+BS_BK = TC_STAGE_K  # W4A4: e2m1 elements per stage (128 bytes of codes per tile row: one 128-byte swizzle row)
 BS_MMA_K = 64  # e2m1 elements per tcgen05.mma of the mxf4 kinds (256 bits of A)
 
 
-def tcgen05_bs_form(caps, recipe: str):
-    """The declared block-scaled tcgen05 form (M=128, K=64) of a recipe, or None."""
-    kind, elem, fmt, vec = FORMS[recipe]
-    for ins in caps.find_mma(family="tcgen05", kind=kind, a_type=elem, b_type=elem):
-        if ins.scale_format == fmt and vec in ins.scale_vec and ins.shape[0] == 128 and ins.shape[2] == BS_MMA_K:
+def bs_spec(layout: Tcgen05BlockScaledLayout) -> tuple[str, str, str, str, int, int]:
+    """(kind, a_type, b_type, scale format, scale_vec, K per MMA) of a layout's tcgen05 block-scaled form."""
+    kind, elem, fmt, vec = FORMS[layout.recipe]
+    if layout.a_type == "e2m1":
+        return kind, elem, elem, fmt, vec, BS_MMA_K
+    if (layout.a_type, layout.recipe) == ("e4m3", "mxfp4"):
+        return "mxf8f6f4", "e4m3", "e2m1", "ue8m0", 1, 32
+    raise ValueError(f"no tcgen05 block-scaled form for {layout.a_type} x {layout.recipe}")
+
+
+def tcgen05_bs_form(caps, recipe: str, a_type: str = "e2m1"):
+    """The declared block-scaled tcgen05 form (M=128) of a recipe with a_type activations, or None."""
+    try:
+        kind, a, b, fmt, vec, mma_k = bs_spec(Tcgen05BlockScaledLayout(recipe, 128, 256, a_type=a_type))
+    except ValueError:
+        return None
+    for ins in caps.find_mma(family="tcgen05", kind=kind, a_type=a, b_type=b):
+        if ins.scale_format == fmt and vec in ins.scale_vec and ins.shape[0] == 128 and ins.shape[2] == mma_k:
             return ins
     return None
 
 
 def _bs_cols(bn: int, layout: Tcgen05BlockScaledLayout) -> tuple[int, int]:
-    """TMEM columns of one stage's scale factors: (SF_A, SF_B) = (4, BN / 32) per 32-bit scale word of a row."""
+    """TMEM columns of one stage's scale factors: (SF_A, SF_B) = (4, BN / 32) per 32-bit scale word of a row; W4A8
+    has no per-stage SF_A (one constant block of unit scales, 4 columns, for the whole K)."""
     w = layout.words_per_stage
-    return 4 * w, bn // 32 * w
+    return (4 * w if layout.a_type == "e2m1" else 0), bn // 32 * w
 
 
 def tcgen05_bs_tmem_cols(bn: int, stages: int, layout: Tcgen05BlockScaledLayout) -> int:
-    """Columns to allocate: the fp32 accumulator (BN) plus every stage's scale factors, as a power of two >= 32."""
+    """Columns to allocate: the fp32 accumulator (BN), W4A8's unit SF_A (4), every stage's scale factors; a power of
+    two >= 32."""
     sfa, sfb = _bs_cols(bn, layout)
-    need = bn + stages * (sfa + sfb)
+    need = bn + (4 if layout.a_type != "e2m1" else 0) + stages * (sfa + sfb)
     return max(32, 1 << (need - 1).bit_length())
 
 
 def tcgen05_bs_stage_bytes(bn: int, layout: Tcgen05BlockScaledLayout) -> int:
-    """A and B code tiles (128-byte rows), then the stage's scale blocks (512 bytes per word: SF_A, then BN/128 x SF_B)."""
+    """A and B code tiles (128-byte rows), then the stage's scale blocks (512 bytes per word: SF_A, then BN/128 x SF_B),
+    rounded up to 1024 bytes (the swizzle period)."""
     w = layout.words_per_stage
-    return BM * 128 + bn * 128 + w * 512 + bn // 128 * w * 512
+    sa = w * 512 if layout.a_type == "e2m1" else 0
+    return -(-(BM * 128 + bn * 128 + sa + bn // 128 * w * 512) // 1024) * 1024
 
 
 def tcgen05_bs_smem_bytes(bn: int, stages: int, layout: Tcgen05BlockScaledLayout) -> int:
-    return stages * tcgen05_bs_stage_bytes(bn, layout) + 1024
+    """The stages, W4A8's block of unit activation scales (512 bytes), 1 KiB to round up to 1024 bytes."""
+    return stages * tcgen05_bs_stage_bytes(bn, layout) + (512 if layout.a_type != "e2m1" else 0) + 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,25 +210,26 @@ class Tcgen05BlockScaledPlan(Plan):
 
     @property
     def scale_vec(self) -> int:
-        return self.layout.scale_vec
+        return bs_spec(self.layout)[4]
 
     @property
     def kernel_key(self) -> str:
         ins = self.instruction
-        parts = (self.family, self.path, tuple(ins.shape), ins.kind, ins.scale_format, self.layout.scale_vec,
-                 self.layout.recipe, self.act, self.tiles, self.async_copy)
+        parts = (self.family, self.path, tuple(ins.shape), ins.kind, ins.a_type, ins.b_type, ins.scale_format,
+                 self.scale_vec, self.layout.recipe, self.act, self.tiles, self.async_copy)
         return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
 
     @property
     def kernel_name(self) -> str:
         t = self.tiles
-        return f"hm_w4a4_{self.layout.recipe}_tcgen05_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}_{self.kernel_key}"
+        w = "w4a4" if self.layout.a_type == "e2m1" else "w4a8"
+        return f"hm_{w}_{self.layout.recipe}_tcgen05_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}_{self.kernel_key}"
 
     def summary(self) -> str:
         t = self.tiles
         ins = self.instruction
-        return (f"{self.scheme} M={self.m} N={self.n} K={self.k} on {self.profile}: tcgen05 m128n{t.bn}k64 "
-                f"kind::{ins.kind}.block_scale.scale_vec::{self.layout.scale_vec}X e2m1xe2m1->f32 "
+        return (f"{self.scheme} M={self.m} N={self.n} K={self.k} on {self.profile}: tcgen05 m128n{t.bn}k{ins.shape[2]} "
+                f"kind::{ins.kind}.block_scale.scale_vec::{self.scale_vec}X {ins.a_type}x{ins.b_type}->f32 "
                 f"({ins.scale_format} per {self.layout.vec}), {self.path}, tile {t.bm}x{t.bn}x{t.bk}, {t.stages} stages, "
                 f"{t.threads} threads, TMEM {tcgen05_bs_tmem_cols(t.bn, t.stages, self.layout)} columns, "
                 f"smem {self.smem_bytes // 1024} KiB")
@@ -208,36 +237,46 @@ class Tcgen05BlockScaledPlan(Plan):
     def to_dict(self) -> dict:
         d = super().to_dict()
         d["instruction"].update(kind=self.instruction.kind, scale_format=self.instruction.scale_format,
-                                scale_vec=self.layout.scale_vec)
+                                scale_vec=self.scale_vec)
         return d
 
 
 def plan_blockscaled_tcgen05(caps, layout: Tcgen05BlockScaledLayout, m: int, act: str, choice=None,
                              scheme: str = "") -> Tcgen05BlockScaledPlan:
-    """Plan C[M, N] = A[M, K] @ W[N, K]^T with e2m1 operands and block scales multiplied by the declared block-scaled
-    tcgen05.mma (native path), or UnsupportedOnDevice / ShapeError naming what is missing. ``choice`` (a
-    paths.PathChoice) contributes its reasons."""
+    """Plan C[M, N] = A[M, K] @ W[N, K]^T with e2m1 weights and block scales multiplied by the declared block-scaled
+    tcgen05.mma (W4A4: e2m1 activations with their block scales; W4A8: e4m3 activations, unit block scales in the
+    MMA and their per-token/tensor scales in the epilogue), or UnsupportedOnDevice / ShapeError naming what is
+    missing. ``choice`` (a paths.PathChoice) contributes its reasons."""
     if m < 1:
         raise ShapeError(f"M={m}: a GEMM needs at least one row")
     if act not in ("f16", "bf16"):
         raise ShapeError(f"the output type must be f16 or bf16, got {act}")
-    kind, elem, fmt, vec = FORMS[layout.recipe]
-    form = tcgen05_bs_form(caps, layout.recipe)
+    kind, a_type, b_type, fmt, vec, mma_k = bs_spec(layout)
+    form = tcgen05_bs_form(caps, layout.recipe, layout.a_type)
     if form is None:
         have = sorted({i.kind for i in caps.find_mma(family="tcgen05")})
         raise UnsupportedOnDevice(
-            f"{caps.name} declares no tcgen05 kind::{kind}.block_scale.scale_vec::{vec}X m128 {elem} x {elem} with {fmt} "
-            f"scales (declared tcgen05 kinds: {', '.join(have) or 'none'}); {scheme or layout.recipe} runs another path")
+            f"{caps.name} declares no tcgen05 kind::{kind}.block_scale.scale_vec::{vec}X m128 {a_type} x {b_type} with "
+            f"{fmt} scales (declared tcgen05 kinds: {', '.join(have) or 'none'}); {scheme or layout.recipe} runs another "
+            f"path")
     if not caps.memory.cp_async or not caps.memory.mbarrier or not caps.memory.tmem_kb:
         raise UnsupportedOnDevice(f"{caps.name}: the tcgen05 kernel needs cp.async, mbarrier and Tensor Memory")
-    n, k = layout.n, layout.k
-    if n % 128 or k % BS_BK:
-        raise ShapeError(f"the tcgen05 block-scaled kernel needs N % 128 == 0 and K % {BS_BK} == 0 (N={n}, K={k})")
+    n, k, bk = layout.n, layout.k, layout.stage_k
+    if n % 128 or k % bk:
+        raise ShapeError(f"the tcgen05 block-scaled kernel needs N % 128 == 0 and K % {bk} == 0 (N={n}, K={k})")
     reasons = list(getattr(choice, "reasons", ()) or ())
-    reasons.append(f"native: tcgen05 kind::{kind}.block_scale.scale_vec::{vec}X m128nBNk64 {elem} x {elem} -> f32 declared "
-                   f"({caps.target.arch}; {fmt} scale per {layout.vec} elements of K); one CTA (cta_group::1), packed "
-                   f"codes K-major in 128-byte-swizzled shared memory, block scales copied to Tensor Memory (tcgen05.cp "
-                   f"32x128b.warpx4), accumulator in Tensor Memory, global scales in the fp32 epilogue")
+    if layout.a_type == "e2m1":
+        reasons.append(f"native: tcgen05 kind::{kind}.block_scale.scale_vec::{vec}X m128nBNk{mma_k} {a_type} x {b_type} "
+                       f"-> f32 declared ({caps.target.arch}; {fmt} scale per {layout.vec} elements of K); one CTA "
+                       f"(cta_group::1), packed codes K-major in 128-byte-swizzled shared memory, block scales copied to "
+                       f"Tensor Memory (tcgen05.cp 32x128b.warpx4), accumulator in Tensor Memory, global scales in the "
+                       f"fp32 epilogue")
+    else:
+        reasons.append(f"instead of widening the weights: tcgen05 kind::{kind}.block_scale.scale_vec::{vec}X m128nBNk{mma_k} "
+                       f"{a_type} x {b_type} -> f32 declared ({caps.target.arch}): the weights' {fmt} scales per "
+                       f"{layout.vec} multiply inside the MMA (exact), the activations get unit block scales there and "
+                       f"their per-token/tensor scales in the fp32 epilogue; e2m1 codes copied into the padded 8-bit "
+                       f"layout (16 codes in 16 bytes) of shared memory, scales to Tensor Memory by tcgen05.cp")
     sms = caps.limits.sms or _DEFAULT_SMS
     bns = [bn for bn in (256, 128) if n % bn == 0 and bn in form.n_values]
     if not bns:
@@ -258,20 +297,21 @@ def plan_blockscaled_tcgen05(caps, layout: Tcgen05BlockScaledLayout, m: int, act
     stages = next((s for s in range(6, 1, -1) if tcgen05_bs_smem_bytes(bn, s, layout) <= limit
                    and tcgen05_bs_tmem_cols(bn, s, layout) <= tmem_limit), None)
     if stages is None:
-        raise UnsupportedOnDevice(f"no tcgen05 block-scaled tile 128x{bn}x{BS_BK} with 2 stages fits {caps.name}'s "
+        raise UnsupportedOnDevice(f"no tcgen05 block-scaled tile 128x{bn}x{bk} with 2 stages fits {caps.name}'s "
                                   f"shared or Tensor Memory")
     sfa, sfb = _bs_cols(bn, layout)
-    reasons.append(f"tile {BM}x{bn}x{BS_BK} e2m1: per stage thread 0 copies the scale factors to Tensor Memory "
-                   f"({sfa} + {sfb} columns per stage slot) and issues 4 tcgen05.mma k64 (scale IDs per step), "
+    reasons.append(f"tile {BM}x{bn}x{bk}: per stage thread 0 copies the scale factors to Tensor Memory "
+                   f"({sfa} + {sfb} columns per stage slot) and issues 4 tcgen05.mma k{mma_k} (scale IDs per step), "
                    f"{stages} stages (cp.async {stages - 1} ahead; a slot's shared and Tensor Memory are refilled once "
                    f"the mbarrier of its tcgen05.commit completes), {tcgen05_bs_tmem_cols(bn, stages, layout)} TMEM "
                    f"columns, {tcgen05_bs_smem_bytes(bn, stages, layout) // 1024} KiB of shared memory")
     reasons.append("no split-K: one K loop per output tile; epilogue tcgen05.ld 32x32b (warp w reads rows 32w..32w+31)")
     if not unverified_enabled():
         reasons.append(unverified_note(caps))
-    tiles = TileConfig(BM, bn, BS_BK, stages, 4, 1, 1)
+    tiles = TileConfig(BM, bn, bk, stages, 4, 1, 1)
     return Tcgen05BlockScaledPlan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="tcgen05",
-        instruction=replace(form, shape=(128, bn, BS_MMA_K)), path="native", layout=layout, tiles=tiles, splits=1,
-        async_copy=True, smem_bytes=tcgen05_bs_smem_bytes(bn, stages, layout), reasons=tuple(reasons),
+        instruction=replace(form, shape=(128, bn, mma_k)), path="native", layout=layout, tiles=tiles, splits=1,
+        async_copy=True,
+        smem_bytes=tcgen05_bs_smem_bytes(bn, stages, layout), reasons=tuple(reasons),
     )

@@ -1,6 +1,7 @@
-"""CPU: the tcgen05 block-scaled W4A4 kernel (Blackwell datacenter; NVFP4 on tcgen05.mma kind::mxf4nvf4 scale_vec::4X
-with ue4m3 scales per 16, MXFP4 on kind::mxf4 scale_vec::2X with ue8m0 per 32; e2m1 x e2m1 -> f32 in Tensor Memory,
-scale factors moved to Tensor Memory with tcgen05.cp) is planned from the declared forms only, compiles with NVRTC 13
+"""CPU: the tcgen05 block-scaled kernel (Blackwell datacenter; W4A4 NVFP4 on tcgen05.mma kind::mxf4nvf4 scale_vec::4X
+with ue4m3 scales per 16, MXFP4 on kind::mxf4 scale_vec::2X with ue8m0 per 32, e2m1 x e2m1 -> f32; W4A8 MXFP4 x FP8 on
+kind::mxf8f6f4 scale_vec::1X, e4m3 x e2m1 with unit activation block scales; accumulator in Tensor Memory, scale
+factors moved to Tensor Memory with tcgen05.cp) is planned from the declared forms only, compiles with NVRTC 13
 for every shipped profile declaring them (sm_100a B200, sm_103a B300, sm_110a Thor, sm_107a Rubin) with the spelling
 each target takes (scale_vec::NX on `a` targets, .block16/.block32 on family targets), is rejected where tcgen05 does
 not exist, holds exactly the intended tcgen05.mma, is gated behind HUMMING_UNVERIFIED_KERNELS, and its instruction
@@ -47,6 +48,8 @@ RECIPES = {"nvfp4": "w4a4-nvfp4", "mxfp4": "w4a4-mxfp4"}
 KIND = {"nvfp4": "mxf4nvf4", "mxfp4": "mxf4"}
 VEC = {"nvfp4": ".scale_vec::4X", "mxfp4": ".scale_vec::2X"}  # architecture-specific (`a`) targets
 BLOCK = {"nvfp4": ".block16", "mxfp4": ".block32"}  # family (`f`) targets
+W4A8 = "w4a8-mxfp4"  # e4m3 activations x e2m1 weights with ue8m0 per 32: kind::mxf8f6f4 scale_vec::1X
+W4A8_FORM = "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale"
 PROFILES = [c for c in list_profiles(include_abstract=False) if c.find_mma(family="tcgen05")]
 BN_CASES = {128: (200, 384), 256: (4096, 8192)}  # (M, N) that make the planner choose BN = 128 and BN = 256
 K = 1024
@@ -60,8 +63,11 @@ def _toolchain_or_skip(arch):
 
 
 def _plan(caps, recipe, bn, act="f16", k=K):
+    """recipe: "nvfp4" / "mxfp4" (W4A4) or "w4a8" (MXFP4 x FP8)."""
     m, n = BN_CASES[bn]
-    p = plan_blockscaled_tcgen05(caps, Tcgen05BlockScaledLayout(recipe, n, k), m, act, scheme=RECIPES[recipe])
+    lay = (Tcgen05BlockScaledLayout("mxfp4", n, k, a_type="e4m3") if recipe == "w4a8"
+           else Tcgen05BlockScaledLayout(recipe, n, k))
+    p = plan_blockscaled_tcgen05(caps, lay, m, act, scheme=W4A8 if recipe == "w4a8" else RECIPES[recipe])
     assert isinstance(p, Tcgen05BlockScaledPlan) and p.family == "tcgen05" and p.tiles.bn == bn
     return p
 
@@ -73,12 +79,15 @@ def _with_target(caps, arch):
 
 def test_the_profiles_declaring_the_forms():
     assert {c.name for c in PROFILES} == {"nvidia-b200", "nvidia-b300", "nvidia-thor", "nvidia-rubin"}
-    for caps in PROFILES:  # FACTS.md: mxf4 and mxf4nvf4 on sm_100a, 103a, 107a and 110a
+    for caps in PROFILES:  # FACTS.md: mxf4, mxf4nvf4 and mxf8f6f4 on sm_100a, 103a, 107a and 110a
         for recipe in RECIPES:
             assert tcgen05_bs_form(caps, recipe) is not None, (caps.name, recipe)
+        assert tcgen05_bs_form(caps, "mxfp4", "e4m3").kind == "mxf8f6f4"
+        assert tcgen05_bs_form(caps, "nvfp4", "e4m3") is None  # no NVFP4 x FP8 form
     for caps in list_profiles(include_abstract=False):
         if caps not in PROFILES:
             assert all(tcgen05_bs_form(caps, r) is None for r in RECIPES)
+            assert tcgen05_bs_form(caps, "mxfp4", "e4m3") is None
 
 
 def _cases():
@@ -126,7 +135,30 @@ def test_compiles_with_exactly_the_block_scaled_tcgen05_mma(caps, recipe, bn, ac
         assert re.search(rf"\b{d}\b", ptx), "every step's instruction descriptor reaches the MMA"
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.parametrize("act", ["f16", "bf16"])
+@pytest.mark.parametrize("bn", [128, 256])
+@pytest.mark.parametrize("caps", PROFILES, ids=[c.name for c in PROFILES])
+def test_w4a8_compiles_with_exactly_kind_mxf8f6f4(caps, bn, act):
+    arch = caps.target.arch
+    tc = _toolchain_or_skip(arch)
+    p = _plan(caps, "w4a8", bn, act)
+    assert p.tiles.bk == 128 and p.instruction.a_type == "e4m3" and p.instruction.b_type == "e2m1"
+    src = kernel_source(p, get_backend(caps), caps)
+    mod = compile_cuda(src, [p.kernel_name], arch, toolchain=tc, options=("--ptxas-options=-v",))
+    if mod.log and "registers" in mod.log:
+        assert all(int(s) == 0 for s in re.findall(r"(\d+) bytes spill stores", mod.log)), mod.log
+        static = max(int(s) for s in re.findall(r"(\d+) bytes smem", mod.log))
+        assert static <= STATIC_SMEM and p.smem_bytes + static <= caps.limits.smem_per_block_kb * 1024, mod.log
+    ptx = mod.ptx
+    assert set(re.findall(r"\btcgen05\.mma[.\w:]*", ptx)) == {W4A8_FORM + ".scale_vec::1X"}
+    assert len(re.findall(r"\btcgen05\.cp\.cta_group::1\.32x128b\.warpx4\b", ptx)) >= 1 + bn // 128
+    assert re.search(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 8\b", ptx), "8-byte e2m1 copies"
+    for bad in ("kind::i8", "kind::f8f6f4", "kind::mxf4", "wgmma", "mma.sync", "ldmatrix", ".block32", "scale_vec::2X"):
+        assert bad not in ptx, bad
+    assert len(set(_idescs(src))) == 4, "one scale-factor ID per k32 step"
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES) + ["w4a8"])
 @pytest.mark.parametrize("family", ["sm_100f", "sm_103f", "sm_110f", "sm_107f"])
 def test_family_targets_take_the_block_spelling(recipe, family):
     """On family targets scale_vec::NX is rejected (FACTS.md): the backend spells .block16/.block32 there, and that
@@ -139,15 +171,19 @@ def test_family_targets_take_the_block_spelling(recipe, family):
     src = kernel_source(p, get_backend(caps), caps)
     mod = compile_cuda(src, [p.kernel_name], family, toolchain=tc, cache=False)
     forms = set(re.findall(r"\btcgen05\.mma[.\w:]*", mod.ptx))
-    assert forms == {f"tcgen05.mma.cta_group::1.kind::{KIND[recipe]}.block_scale{BLOCK[recipe]}"}
+    if recipe == "w4a8":
+        assert forms == {W4A8_FORM + ".block32"}
+    else:
+        assert forms == {f"tcgen05.mma.cta_group::1.kind::{KIND[recipe]}.block_scale{BLOCK[recipe]}"}
     assert "scale_vec::" not in mod.ptx
     a_src = kernel_source(_plan(base, recipe, 128), get_backend(base), base)
-    assert VEC[recipe] in a_src and BLOCK[recipe] not in a_src
+    vec, block = (".scale_vec::1X", ".block32") if recipe == "w4a8" else (VEC[recipe], BLOCK[recipe])
+    assert vec in a_src and block not in a_src
     with pytest.raises(CompileError):
         compile_cuda(a_src, [p.kernel_name], family, toolchain=tc, cache=False)
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.parametrize("recipe", sorted(RECIPES) + ["w4a8"])
 @pytest.mark.parametrize("other", ["sm_90a", "sm_100", "sm_120a"])
 def test_the_same_source_is_rejected_without_tcgen05(recipe, other):
     caps = get_profile("nvidia-b200")
@@ -173,6 +209,12 @@ def test_planner_refuses_what_it_cannot_run():
             assert p.smem_bytes + STATIC_SMEM <= caps.limits.smem_per_block_kb * 1024
             cols = tcgen05_bs_tmem_cols(bn, p.tiles.stages, p.layout)
             assert cols <= caps.memory.tmem_kb * 1024 // 512 and cols & (cols - 1) == 0
+    with pytest.raises(ShapeError):  # W4A8: K % 128
+        plan_blockscaled_tcgen05(caps, Tcgen05BlockScaledLayout("mxfp4", 4096, 4160, a_type="e4m3"), 512, "f16")
+    assert _plan(caps, "w4a8", 128, k=384).tiles.bk == 128  # K = 3 x 128 is fine for W4A8
+    with pytest.raises(UnsupportedOnDevice, match="declares no tcgen05"):
+        plan_blockscaled_tcgen05(get_profile("nvidia-h200"), Tcgen05BlockScaledLayout("mxfp4", 4096, 4096, a_type="e4m3"),
+                                 512, "f16")
     with pytest.raises(ShapeError):  # the repack checks the shape too
         pack_weight_scales_tcgen05(torch.zeros(4160, 256, dtype=torch.uint8), "nvfp4")
 
@@ -194,8 +236,24 @@ def test_selection_is_opt_in_and_gated(monkeypatch):
             assert note in row["reason"] and "not generated yet" not in row["reason"]
             # shapes the tile does not take keep the upconvert plan
             assert not isinstance(humming.plan(scheme, 32, 4096, 4352 - 128, profile=caps), Tcgen05BlockScaledPlan)
+        sch = humming.schemes.get(W4A8)  # MXFP4 x FP8: the e2m1 -> e4m3 path, run as kind::mxf8f6f4 e4m3 x e2m1
+        p = humming.plan(W4A8, 512, 4096, 4096, profile=caps)
+        assert isinstance(p, Tcgen05BlockScaledPlan) and p.instruction.kind == "mxf8f6f4" and note in p.reasons
+        assert tcgen05_kernel(humming.core.paths.choose_path(caps, sch), sch, caps) == "w4a8"
+        run = runnable_path(caps, sch)
+        assert run.family == "mma_sync" and note in run.reasons[-1]
+        row = next(r for r in api.path_table(caps) if r["scheme"] == W4A8)
+        assert note in row["reason"] and "not generated yet" not in row["reason"]
+        assert not isinstance(humming.plan(W4A8, 32, 4160, 4096, profile=caps), Tcgen05BlockScaledPlan)
+        # int4 x e4m3 (w4a8-fp8) has no tcgen05 kernel: still "not generated yet"
+        row = next(r for r in api.path_table(caps) if r["scheme"] == "w4a8-fp8")
+        assert "not generated yet" in row["reason"]
     monkeypatch.setenv(UNVERIFIED_ENV, "1")
     for caps in PROFILES:
+        run = runnable_path(caps, humming.schemes.get(W4A8))
+        assert run.family == "tcgen05" and run.path == "dequant-to-activation"
+        row = next(r for r in api.path_table(caps) if r["scheme"] == W4A8)
+        assert row["family"] == "tcgen05" and "kind::mxf8f6f4 e4m3 x e2m1" in row["reason"] and "(unverified)" in row["reason"]
         for scheme in RECIPES.values():
             run = runnable_path(caps, humming.schemes.get(scheme))
             assert run.family == "tcgen05" and run.path == "native" and run.instruction.scale_format
@@ -431,3 +489,120 @@ def test_weight_scale_blocks_put_channel_n_at_lane_n_mod_32_column_n_div_32():
         for w in range(blocks):
             at = ((ch // 128) * blocks + w) * 512 + (ch % 32) * 16 + ((ch % 128) // 32) * 4
             assert torch.equal(flat[at:at + 4], s[ch, 4 * w:4 * w + 4])
+
+
+# ----------------------------------------------------------------------------- W4A8 (kind::mxf8f6f4), emulated
+def _decode_idesc_mxf8f6f4(d: int) -> dict:
+    """The fields of a tcgen05 instruction descriptor for .kind::mxf8f6f4 (PTX ISA table)."""
+    return {"bits0_1": d & 3, "sparse": (d >> 2) & 1, "bit3": (d >> 3) & 1, "sfb_id": (d >> 4) & 3, "bit6": (d >> 6) & 1,
+            "atype": (d >> 7) & 7, "btype": (d >> 10) & 7, "neg_a": (d >> 13) & 1, "neg_b": (d >> 14) & 1,
+            "trans_a": (d >> 15) & 1, "trans_b": (d >> 16) & 1, "n": ((d >> 17) & 0x3F) << 3, "scale_type": (d >> 23) & 1,
+            "bits24_26": (d >> 24) & 7, "m": ((d >> 27) & 3) << 7, "sfa_id": (d >> 29) & 3, "bit31": d >> 31}
+
+
+@pytest.mark.parametrize("bn", [128, 256])
+def test_w4a8_instruction_descriptors(bn):
+    caps = get_profile("nvidia-b300")
+    for ks, d in enumerate(_idescs(api.source(_plan(caps, "w4a8", bn), caps))):
+        f = _decode_idesc_mxf8f6f4(d)
+        assert (f["m"], f["n"]) == (128, bn) and f["atype"] == 0 and f["btype"] == 5  # E4M3 = 0, E2M1 = 5
+        assert f["scale_type"] == 1 and f["sfa_id"] == f["sfb_id"] == ks  # UE8M0; 1X: byte ks of the stage's word
+        for zero in ("bits0_1", "sparse", "bit3", "bit6", "neg_a", "neg_b", "trans_a", "trans_b", "bits24_26", "bit31"):
+            assert f[zero] == 0, zero
+
+
+def _check_w4a8_indexing(src: str) -> None:
+    """The W4A8 emulation mirrors these statements of the generated kernel; change both together."""
+    for text in ("const unsigned char* a_src = A + (size_t)(m0 + lrow) * K_el + lch * 16;",
+                 "const unsigned char* b_src = B + (size_t)(n0 + lrow) * (K_el / 2) + lch * 8;",
+                 "copy_16_async(a_tile + i * 16 * 128, ok ? a_src + (16 * i * K_el + kt * BK) : A, ok);",
+                 "copy_8_async(b_tile + i * 16 * 128, b_src + (16 * i * (K_el / 2) + kt * (BK / 2)), true);",
+                 "st_shared_64(smem0 + (c / (BN * 8)) * STAGE_BYTES + A_BYTES + (c % (BN * 8)) * 16 + 8, 0u, 0u);",
+                 "st_shared_128(smem0 + ONES_OFFSET + c * 16, 0x7F7F7F7Fu,",
+                 "if (kt == 0) tc_cp_sf(sfa, tc_sf_desc(smem0 + ONES_OFFSET));",
+                 "const uint32_t sfa = tmem + BN;", "const uint32_t sfb = tmem + BN + 4 + slot * SFB_COLS;",
+                 "tc_cp_sf(sfb + w * (BN / 32) + 4 * j, tc_sf_desc(sb_tile + 512 * (j * WORDS + w)));",
+                 "copy_16_async(sb_tile + c * 16, SB + ((size_t)(n0 / 128 + j) * sb_blocks + kt * WORDS) * 512 + q * 16, true);",
+                 "tc_mma_bs(tmem, desc_a + 2 * ks, desc_b + 2 * ks, IDESC[ks], sfa + 4 * word, sfb + (BN / 32) * word,",
+                 "const float rs = (TS && row < M) ? scale * load_f32(TS + row) : scale;", "tc_acc_to_f32(v[j]) * rs + b0"):
+        assert text in src, text
+
+
+def _emulate_w4a8(p, packed, a_codes, ts, padding_first=False):
+    """The W4A8 kernel's data path (float64): e4m3 A through the 8-bit loader, e2m1 B copied 8 bytes into the low half
+    of each swizzled 16-byte chunk (``padding_first``: the other half, to show the layout matters), unit SF_A, the
+    weight's ue8m0 SF_B through tcgen05.cp, four k32 MMAs per stage with scale-factor ID ks, per-token scales."""
+    m, n, bn, stages = p.m, p.n, p.tiles.bn, p.tiles.stages
+    words = p.layout.words_per_stage
+    a_bytes, b_bytes, sb_bytes = 128 * 128, bn * 128, bn // 128 * words * 512
+    stage_bytes = -(-(a_bytes + b_bytes + sb_bytes) // 1024) * 1024
+    ones = stages * stage_bytes
+    k_el = p.k
+    sb_blocks = k_el // (4 * 32)
+    src = api.source(p, get_profile(p.profile))
+    _check_w4a8_indexing(src)
+    idescs = _idescs(src)
+    w_u8 = packed.qweight.view(torch.uint8).reshape(n, k_el // 2)
+    sb = packed.scales.view(torch.uint8)
+    out = torch.zeros(m, n, dtype=torch.float64)
+    for m0 in range(0, m, 128):
+        rows = min(128, m - m0)
+        a_u8 = torch.zeros(128, k_el, dtype=torch.uint8)
+        a_u8[:rows] = a_codes[m0:m0 + rows]
+        for n0 in range(0, n, bn):
+            smem = torch.zeros(ones + 512, dtype=torch.uint8)
+            smem[ones:ones + 512] = 0x7F  # st_shared_128 of the unit scales (the padding halves stay zero)
+            tmem = Tmem()
+            d = torch.zeros(128, bn, dtype=torch.float64)
+            for kt in range(k_el // 128):
+                slot = kt % stages
+                base = slot * stage_bytes
+                smem[base:base + a_bytes] = 0
+                a_store, b_store = _store_map(128, base), _store_map(bn, base + a_bytes)
+                smem[a_store.flatten()] = a_u8[:, kt * 128:(kt + 1) * 128].flatten()
+                half = 8 if padding_first else 0
+                for ch in range(8):  # copy_8_async: 8 bytes (16 codes) into the low half of swizzled chunk ch
+                    smem[b_store[:, ch * 16 + half:ch * 16 + half + 8].flatten()] = \
+                        w_u8[n0:n0 + bn, kt * 64 + ch * 8:kt * 64 + ch * 8 + 8].flatten()
+                c = torch.arange(bn // 128 * words * 32)
+                j, q = c // (words * 32), c % (words * 32)
+                s0 = ((n0 // 128 + j) * sb_blocks + kt * words) * 512 + q * 16
+                sb_tile = base + a_bytes + b_bytes
+                smem[(sb_tile + c[:, None] * 16 + torch.arange(16)).flatten()] = sb[(s0[:, None] + torch.arange(16)).flatten()]
+                sfa, sfb = bn, bn + 4 + slot * (bn // 32) * words
+                if kt == 0:
+                    tmem.cp_32x128b_warpx4(sfa, tc_sf_desc(ones), smem)
+                for jj in range(bn // 128):
+                    for w in range(words):
+                        tmem.cp_32x128b_warpx4(sfb + w * (bn // 32) + 4 * jj, tc_sf_desc(sb_tile + 512 * (jj * words + w)), smem)
+                for ks in range(4):
+                    f = _decode_idesc_mxf8f6f4(idescs[ks])
+                    a = smem[_read_map(128, base, ks)].view(torch.float8_e4m3fn).to(torch.float64)  # [128, 32]
+                    bb = smem[_read_map(bn, base + a_bytes, ks)].reshape(bn, 2, 16)[:, :, :8]  # 2 chunks: 8 data bytes
+                    b = _nibbles(bb.reshape(bn, 16))  # [bn, 32]: 16 codes per chunk, element 2i in the low nibble
+                    s_a = tmem.scale_matrix(sfa, 128, f["sfa_id"], 1, "ue8m0")
+                    s_b = tmem.scale_matrix(sfb, bn, f["sfb_id"], 1, "ue8m0")
+                    d = (a * s_a) @ (b * s_b).T + (d if (kt > 0 or ks > 0) else 0)
+            out[m0:m0 + rows, n0:n0 + bn] = d[:rows] * ts[m0:m0 + rows, None] * packed.out_scale
+    return out
+
+
+@pytest.mark.parametrize("bn", [128, 256])
+def test_w4a8_emulated_kernel_matches_the_reference(bn):
+    torch.manual_seed(2)
+    caps = get_profile("nvidia-b300")
+    m, n, k = 150, 256, 512
+    w = torch.randn(n, k) * torch.rand(n, 1) * 3
+    x = torch.randn(m, k) * torch.rand(m, 1) * 2
+    qw = humming.quantize(w, W4A8)
+    packed = prepare_blockscaled_tcgen05(qw, torch.bfloat16)
+    assert packed.layout.a_type == "e4m3" and packed.layout.stage_k == 128
+    p = plan_blockscaled_tcgen05(caps, packed.layout, m, "bf16", scheme=W4A8)
+    p = dataclasses.replace(p, tiles=dataclasses.replace(p.tiles, bn=bn, stages=2))  # slots reused over K = 4 x 128
+    qa = quantize_activation(x, W4A8)
+    ts = qa.scale_values().reshape(-1).double()
+    out = _emulate_w4a8(p, packed, qa.codes, ts).to(torch.float32)
+    ref = humming.reference_gemm(x, qw)
+    assert torch.allclose(out, ref, rtol=2e-6, atol=1e-6 * float(ref.abs().max()))
+    bad = _emulate_w4a8(p, packed, qa.codes, ts, padding_first=True).to(torch.float32)
+    assert not torch.allclose(bad, ref, rtol=1e-3, atol=1e-3 * float(ref.abs().max()))

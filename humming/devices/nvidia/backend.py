@@ -663,15 +663,29 @@ __device__ __forceinline__ float tc_acc_to_f32(uint32_t v) {{ return u32_as_f32(
 """
 
 
+TCGEN05_W4A8 = r"""
+// ---- tcgen05 W4A8: e2m1 weights copied into the padded 8-bit operand layout of kind::mxf8f6f4 (16 codes + 8 bytes)
+__device__ __forceinline__ void st_shared_64(uint32_t addr, uint32_t a, uint32_t b) {
+  asm volatile("st.shared.v2.u32 [%0], {%1,%2};\n" :: "r"(addr), "r"(a), "r"(b) : "memory");
+}
+__device__ __forceinline__ void st_shared_128(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+"""
+
+
 def tcgen05_blockscaled_prelude(backend: NvidiaBackend, request: HelperRequest, scale_vec: int) -> str:
     """Helpers of the tcgen05 block-scaled kernel: those of the tcgen05 8-bit kernel (copies, TMEM, mbarriers, fences,
     operand descriptors, epilogue arithmetic), the scale-factor copies (4-byte cp.async, tcgen05.cp 32x128b.warpx4)
-    and one block-scaled tcgen05.mma of the plan's declared form, spelled for the profile's compile target."""
+    and one block-scaled tcgen05.mma of the plan's declared form, spelled for the profile's compile target; for
+    e4m3 x e2m1 (W4A8, kind::mxf8f6f4) also the 8-byte copy and the shared-memory stores of the padded layout."""
     ins = request.mma
     if ins.family != "tcgen05" or not ins.scale_format:
         raise ValueError(f"tcgen05_blockscaled_prelude needs a block-scaled tcgen05 form, got {ins.describe()}")
     if not request.async_copy:
         raise ValueError("the tcgen05 kernel copies with cp.async")
     arch = request.caps.target.arch if request.caps is not None else None
-    return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], TCGEN05_COMMON, TCGEN05_BLOCK_SCALED,
-                      _tcgen05_bs_mma_helper(ins, scale_vec, arch)])
+    parts = [COMMON, ASYNC_COPY, ACT2[request.act], TCGEN05_COMMON, TCGEN05_BLOCK_SCALED]
+    if ins.a_type != ins.b_type:  # W4A8
+        parts += [BLOCKSCALED_COPY, TCGEN05_W4A8]
+    return "\n".join(parts + [_tcgen05_bs_mma_helper(ins, scale_vec, arch)])
