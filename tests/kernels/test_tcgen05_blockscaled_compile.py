@@ -606,3 +606,44 @@ def test_w4a8_emulated_kernel_matches_the_reference(bn):
     assert torch.allclose(out, ref, rtol=2e-6, atol=1e-6 * float(ref.abs().max()))
     bad = _emulate_w4a8(p, packed, qa.codes, ts, padding_first=True).to(torch.float32)
     assert not torch.allclose(bad, ref, rtol=1e-3, atol=1e-3 * float(ref.abs().max()))
+
+
+# ----------------------------------------------------------------------------- the runtime dispatch, on CPU
+@pytest.mark.parametrize("scheme", ["w4a4-nvfp4", "w4a4-mxfp4", W4A8])
+def test_runtime_dispatch_hands_the_kernel_its_operands(scheme, monkeypatch):
+    """humming's quantized-activation dispatch with HUMMING_UNVERIFIED_KERNELS=1 on a B200 profile, the launch replaced
+    by the torch emulation of the kernel: the prepared weight, the activation codes and scales and the epilogue
+    arguments reach the parameter slots the kernel reads them from (CPU tensors, reference activation quantization)."""
+    monkeypatch.setenv(UNVERIFIED_ENV, "1")
+    monkeypatch.setenv("HUMMING_ACTQUANT", "reference")
+    monkeypatch.setattr(api, "_choices", {})
+    caps = get_profile("nvidia-b200")
+    torch.manual_seed(3)
+    m, n, k = 130, 256, 512
+    bias = torch.randn(n, dtype=torch.float16)
+    qw = humming.quantize(torch.randn(n, k) * 0.05, humming.schemes.get(scheme), bias=bias)
+    x = torch.randn(m, k, dtype=torch.float16)
+    seen = {}
+
+    def fake_launch(handle, a, qweight, s2, s3, chan, b, gscale=None, out_dtype=None):
+        prep = api._registry[handle]
+        p = dataclasses.replace(api.plan_for(handle, a.shape[0]), tiles=dataclasses.replace(
+            api.plan_for(handle, a.shape[0]).tiles, stages=2))
+        assert isinstance(p, Tcgen05BlockScaledPlan) and qweight is prep.packed.qweight and chan is None
+        assert s3 is prep.packed.scales  # SB: the weight's tcgen05.cp blocks
+        if p.layout.a_type == "e2m1":  # (A codes [M, K/2], SA [M, K/vec] bytes, ..., GS)
+            assert a.shape == (m, k // 2) and s2.dtype == torch.uint8 and s2.shape == (m, k // p.layout.vec)
+            gs = 1.0 if gscale is None else float(gscale)
+            out = _emulate(p, prep.packed, a, s2, gs)
+        else:  # (A e4m3 codes [M, K], TS [M], ...)
+            assert a.shape == (m, k) and s2.shape == (m,) and gscale is None
+            out = _emulate_w4a8(p, prep.packed, a, s2.double())
+        seen["kernel"] = p.kernel_name
+        return (out + b.double()).to(out_dtype)
+
+    monkeypatch.setattr(api, "_launch", fake_launch)
+    out = api._gemm_quantized_act(x, qw, None, caps)
+    assert seen["kernel"].startswith("hm_w4a8_" if scheme == W4A8 else "hm_w4a4_")
+    ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+    err = float((out.double() - ref.double()).norm() / ref.double().norm())
+    assert out.dtype == torch.float16 and err < 2e-3, err

@@ -1,0 +1,59 @@
+"""The tcgen05 kernels (Blackwell datacenter: W8A8 kind::f8f6f4 / kind::i8, W4A4 NVFP4 kind::mxf4nvf4 and MXFP4
+kind::mxf4, W4A8 MXFP4 x FP8 kind::mxf8f6f4) against the reference, activation quantization included, with
+HUMMING_UNVERIFIED_KERNELS=1 on a GPU whose own profile declares tcgen05 (B200, B300, Thor, Rubin). Skipped elsewhere:
+these kernels have been compiled and emulated on CPU only; this file is what a first Blackwell session runs (see
+docs/status.md, "Unverified ISA details", for what to suspect first when a case fails). Outputs are NaN-poisoned
+before each launch (conftest), and every case checks that the tcgen05 kernel really ran."""
+import pytest
+import torch
+
+import humming
+from humming import api
+from humming.core.planner_tcgen05 import UNVERIFIED_ENV, tcgen05_form
+
+from .conftest import rel_error
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(512, 2048), (1024, 4096)]
+MS = (1, 100, 256, 1000)
+# scheme -> the prepared-weight key of the tcgen05 kernel that runs it
+KERNELS = {"w8a8-fp8": "w8a8-tcgen05", "w8a8-fp8-tensor": "w8a8-tcgen05", "w8a8-int8": "w8a8-tcgen05",
+           "w4a8-mxfp4": "w8a8-tcgen05", "w4a4-nvfp4": "blockscaled-tcgen05", "w4a4-mxfp4": "blockscaled-tcgen05"}
+
+
+def _require_tcgen05():
+    caps = api.resolve_profile(None)
+    if not caps.find_mma(family="tcgen05") or api.live_arch() != caps.target.arch:
+        pytest.skip(f"{caps.name}: the tcgen05 kernels need a Blackwell datacenter GPU running its own profile")
+    return caps
+
+
+@pytest.fixture
+def unverified(monkeypatch):
+    monkeypatch.setenv(UNVERIFIED_ENV, "1")
+    monkeypatch.setattr(api, "_choices", {})  # paths planned before the variable was set
+
+
+@pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("scheme", sorted(KERNELS))
+def test_tcgen05_kernel(scheme, dtype, n, k, unverified):
+    caps = _require_tcgen05()
+    if scheme == "w8a8-int8" and tcgen05_form(caps, "s8") is None:
+        pytest.skip(f"{caps.name}: no tcgen05 kind::i8 (INT8 runs the legacy mma.sync path)")
+    torch.manual_seed(n + k + len(scheme))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(scheme), bias=bias)
+    for m in MS:
+        p = humming.plan(scheme, m, n, k, profile=caps, act="bf16" if dtype == torch.bfloat16 else "f16")
+        assert p.family == "tcgen05", p.explain()
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        keys = [key[0] for key in qw.__dict__.get("_humming_prepared", {})]
+        assert KERNELS[scheme] in keys, f"the tcgen05 kernel did not run ({keys})"
+        assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
+        ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+        err = rel_error(out, ref)
+        assert err <= 5e-3, f"{scheme} {dtype} M={m} N={n} K={k}: relative error {err:.2e}\n{p.explain()}"
