@@ -114,8 +114,9 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
             from humming.core.layout_wgmma import WgmmaW8A8Layout
             from humming.core.planner_wgmma import plan_w8a8_wgmma
 
-            layout = WgmmaW8A8Layout(choice.a_type, n, k, sch.weight_scale.granularity,
-                                     fast_accum=_wgmma_fast_accum() and choice.a_type == "e4m3")
+            gran = sch.weight_scale.granularity
+            layout = WgmmaW8A8Layout(choice.a_type, n, k, gran,
+                                     fast_accum=_wgmma_fast_accum() and choice.a_type == "e4m3" and gran != "block")
             p = plan_w8a8_wgmma(caps, layout, m, act, scheme=sch.name)
             return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         else:
@@ -420,7 +421,8 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     block-scaled mma.sync kernel (sm_120a, only with HUMMING_UNVERIFIED_KERNELS=1), or *upconvert* (NVFP4/MX):
     activations quantized exactly as the reference does, widened to bf16/f16 without their global scale (exact),
     multiplied by the weight-only kernel of the same weights, global activation scale in the fp32 epilogue.
-    A planned path without a kernel (e.g. 128x128-block FP8) raises UnsupportedOnDevice saying so."""
+    128x128-block FP8 (w8a8-fp8-block) runs on the 8-bit kernels with its block scales applied per 128 of K.
+    A planned path without a kernel raises UnsupportedOnDevice saying so."""
     from humming.core.paths import runnable_path
 
     if x.numel() == 0:
@@ -517,8 +519,17 @@ def _quantize_act(x: torch.Tensor, scheme, caps):
 
 def _runs_on_w8a8(choice, scheme) -> bool:
     """True when the 8-bit mma.sync kernel executes this path: both operands 8-bit as stored, per-channel
-    or per-tensor weight scales, per-token or per-tensor activation scales."""
-    if choice.family != "mma_sync" or scheme.zero_point or scheme.act_scale.mode not in ("dynamic_token", "static_tensor"):
+    or per-tensor weight scales, per-token or per-tensor activation scales; or 128x128 weight blocks with
+    activation scales per 128 of K (w8a8-fp8-block)."""
+    if choice.family != "mma_sync" or scheme.zero_point:
+        return False
+    if scheme.weight_scale.granularity == "block":
+        from humming.core.layout import block_scales_reason
+
+        return (choice.path in ("native", "legacy") and choice.a_type in ("s8", "e4m3")
+                and choice.b_type == choice.a_type and scheme.weight in ("int8", "e4m3")
+                and block_scales_reason(scheme) is None)
+    if scheme.act_scale.mode not in ("dynamic_token", "static_tensor"):
         return False
     if scheme.weight in ("int4", "e2m1"):  # W4A8: widened exactly to s8 / e4m3 in registers, group scales
         return (choice.path in ("dequant-to-activation", "legacy") and choice.a_type == choice.b_type
@@ -544,7 +555,7 @@ def _wgmma_fast_accum() -> bool:
 
 def _wgmma_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
     """True when the wgmma 8-bit kernel runs this call: HUMMING_WGMMA not "0" (default on since the H200 run),
-    8-bit weights as stored (per-channel/per-tensor scales) or W4A8 weights (int4/e2m1 widened exactly, groups of
+    8-bit weights as stored (per-channel/per-tensor or 128x128 block scales) or W4A8 weights (int4/e2m1 widened exactly, groups of
     32, 64 or a multiple of 128), a declared wgmma k32 form for the operand type, N % 128 == 0, K % 128 == 0
     and M >= 64."""
     if not _switch_on(WGMMA_ENV):
@@ -702,7 +713,7 @@ def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
     w4 = qw.scheme.weight in ("int4", "e2m1")  # W4A8: no fast-accumulation variant (always promoted per group)
-    fast = _wgmma_fast_accum() and not w4
+    fast = _wgmma_fast_accum() and not w4 and qw.scheme.weight_scale.granularity != "block"  # (blocks: promoted)
     key = ("w8a8-wgmma", x.dtype, x.device, caps.name) + (("fast_accum",) if fast else ())
     handle = cache.get(key)
     if handle is None:
@@ -759,6 +770,8 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     token_scale = gscale = None
     if qa.mode == "dynamic_token":
         token_scale = qa.scale_values().reshape(-1).to(torch.float32).contiguous()
+    elif qa.mode == "dynamic_group" and qw.scheme.weight_scale.granularity == "block":
+        token_scale = qa.scale_values().reshape(-1, k // qa.group_size).to(torch.float32).contiguous()  # [M, K/128]
     elif qa.mode == "static_tensor":
         gscale = qa.scale_values().reshape(1).to(device=x.device, dtype=torch.float32)
     else:
@@ -766,7 +779,7 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
     if b is not None and b.data_ptr() % 4:  # the epilogues read the biases of two columns as one 32-bit load
         b = b.clone()
-    group_scales = getattr(packed, "scales", None)  # W4A8: the fp32 group-scale table
+    group_scales = getattr(packed, "scales", None)  # W4A8: the fp32 group-scale table; blocks: [N/128, K/128]
     out = _launch(handle, codes, packed.qweight, token_scale, group_scales, packed.channel_scale, b, gscale,
                   out_dtype=x.dtype)
     return out.view(*x.shape[:-1], n)
