@@ -200,7 +200,8 @@ log = logging.getLogger("humming.aot")
 _bg_lock = threading.Lock()
 _bg_pool: ThreadPoolExecutor | None = None
 _bg_futures: dict[tuple, Future] = {}  # (profile, kernel, run_arch) -> its background compile
-_bg_layouts: set[tuple] = set()  # (profile, layout, act, run_arch, mode) already scheduled
+_bg_layouts: set[tuple] = set()  # (profile, layout, act, run_arch, Ms) already scheduled
+_exit_hook = False
 
 
 def precompile_mode() -> str:
@@ -239,12 +240,26 @@ def background_workers() -> int:
 
 
 def _pool() -> ThreadPoolExecutor:
-    global _bg_pool
+    global _bg_pool, _exit_hook
     with _bg_lock:
         if _bg_pool is None:
             _bg_pool = ThreadPoolExecutor(max_workers=background_workers(), thread_name_prefix="humming-precompile",
                                           initializer=_lower_priority)
+            if not _exit_hook:
+                _exit_hook = True
+                # at exit, drop the compiles not started yet (else the interpreter runs the whole queue before it
+                # stops); registered after concurrent.futures' own hook, so it runs before that one joins the threads
+                register = getattr(threading, "_register_atexit", None)
+                if register is not None:
+                    register(_drop_queued)
         return _bg_pool
+
+
+def _drop_queued() -> None:
+    with _bg_lock:
+        pool = _bg_pool
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _compile_quietly(p, caps, run_arch):
@@ -328,7 +343,7 @@ def pending_precompiles() -> int:
 def wait_precompiled(timeout: float | None = None) -> bool:
     """Wait for every background compile scheduled so far; True when all finished."""
     with _bg_lock:
-        futures = list(_bg_futures.values())
+        futures = [f for f in _bg_futures.values() if not f.cancelled()]  # dropped at exit: never run
     done, not_done = _wait_futures(futures, timeout=timeout)
     return not not_done
 

@@ -2,6 +2,7 @@
 
     python -m humming build --model-config llama-3-8b/config.json --scheme w4a16
     python -m humming build --shapes 4096x4096,14336x4096 --profile nvidia-h200 --jobs 8
+    python -m humming build --shapes 8192x8192 --profile nvidia-h200 --decode    # M <= 64 only
 
 Plans every layer shape for every M of the M buckets (default: all, decode and prefill), compiles the
 distinct kernels in parallel through the kernel cache, and prints a progress bar and a summary. A second
@@ -29,6 +30,8 @@ def add_arguments(p) -> None:
     p.add_argument("--m", default=None,
                    help="comma-separated M values; every M of their buckets is built (default: every bucket)")
     p.add_argument("--exact", action="store_true", help="build only the M values given with --m, not their buckets")
+    p.add_argument("--decode", action="store_true",
+                   help="only the decode buckets (M <= 64): what a layer's first call compiles (HUMMING_PRECOMPILE)")
     p.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: CPUs, at most 16)")
 
 
@@ -56,6 +59,14 @@ class _Bar:
         self.stream.flush()
 
 
+def _describe_ms(args, m_values) -> str:
+    if args.decode:
+        return f"M 1-{max(m_values)} (decode buckets)"
+    if args.exact:
+        return "M " + ",".join(map(str, m_values))
+    return f"{len(m_values)} M values (buckets of {args.m or 'all'})"
+
+
 def main(args) -> int:
     from humming import aot, api
     from humming.cli._args import parse_ms, parse_shapes
@@ -79,6 +90,10 @@ def main(args) -> int:
         scheme = scheme.with_(group_size=args.group_size)
     shapes = aot.unique_shapes(named)
     ms = parse_ms(args.m) if args.m else None
+    if args.decode:
+        if ms is not None:
+            raise ShapeError("--decode and --m exclude each other")
+        ms, args.exact = aot.precompile_ms("decode"), True
     if args.exact and ms is None:
         raise ShapeError("--exact needs --m")
     try:
@@ -89,7 +104,7 @@ def main(args) -> int:
         print(f"  {n}x{k}: {', '.join(names)}")
     m_values = aot.ms_for(ms, args.exact)
     print(f"building {scheme} ({args.dtype}) on {caps.name} for {len(shapes)} layer shape(s) x "
-          f"{'M ' + ','.join(map(str, m_values)) if args.exact else f'{len(m_values)} M values (buckets of ' + (args.m or 'all') + ')'}, "
+          f"{_describe_ms(args, m_values)}, "
           f"{args.jobs or min(16, os.cpu_count() or 1)} job(s)", flush=True)
     report = aot.build_kernels([s for s, _ in shapes], scheme, caps if args.profile else None, ms, act=args.dtype, exact=args.exact,
                                jobs=args.jobs, progress=_Bar())

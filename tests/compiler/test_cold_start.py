@@ -215,3 +215,38 @@ def test_threads_compiling_different_sources_leave_valid_entries():
     for m in out:
         entry, level = kc.get(m.key)
         assert level == "disk" and entry.cubin == m.cubin
+
+
+def test_build_decode_builds_what_a_first_call_schedules(capsys):
+    from humming.cli import main as cli
+
+    _need_nvrtc("sm_80")
+    h = _handle(256, 512, "nvidia-a100")
+    expected = _decode_kernels(h)
+    assert cli(["build", "--shapes", "256x512", "--profile", "nvidia-a100", "--decode", "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "M 1-64 (decode buckets)" in out
+    assert f"built {len(expected)} kernel(s) for nvidia-a100 (sm_80): {len(expected)} compiled" in out
+    assert {k[1] for k in api._compiled} == expected
+    assert cli(["build", "--shapes", "256x512", "--profile", "nvidia-a100", "--decode", "--m", "1"]) != 0
+    assert "--decode and --m exclude each other" in capsys.readouterr().err
+
+
+def test_exit_drops_the_compiles_not_started(monkeypatch):
+    gate = threading.Event()
+    started = threading.Event()
+
+    def blocked(p, caps, key, run_arch):
+        started.set()
+        gate.wait(timeout=30)
+        return (object(), None)
+
+    monkeypatch.setattr(api, "_compile_plan_now", blocked)
+    monkeypatch.setattr(aot, "background_workers", lambda: 1)
+    h = _handle(8192, 8192)
+    futures = aot.precompile(h)
+    assert len(futures) >= 3 and started.wait(timeout=30)
+    aot._drop_queued()  # what the interpreter's exit runs
+    gate.set()
+    assert aot.wait_precompiled(timeout=30)
+    assert sum(f.cancelled() for f in futures) == len(futures) - 1  # only the running one finished
