@@ -55,8 +55,24 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
         from humming.core.planner_wgmma_wna16 import plan_wna16_wgmma
 
         return plan_wna16_wgmma(caps, wgmma_wna16_layout(sch, n, k, act), m, act, scheme=sch.name)
+    tc = _tcgen05_wna16_eligible(caps, sch, m, n, k, act)  # Blackwell datacenter prefill: compiled, never run
+    if tc:
+        from humming.core.planner_tcgen05 import unverified_enabled
+
+        if unverified_enabled():
+            from humming.core.layout_wgmma_wna16 import wgmma_wna16_layout
+            from humming.core.planner_tcgen05 import plan_wna16_tcgen05
+
+            return plan_wna16_tcgen05(caps, wgmma_wna16_layout(sch, n, k, act), m, act, scheme=sch.name)
     layout = layout_for(sch, n, k, act)
-    return choose_plan(caps, layout, m, act, scheme=sch.name)
+    p = choose_plan(caps, layout, m, act, scheme=sch.name)
+    if tc:  # today's kernel runs it; the reason says which kernel would with the variable set
+        from dataclasses import replace as _replace
+
+        from humming.core.planner_tcgen05 import wna16_unverified_note
+
+        p = _replace(p, reasons=p.reasons + (wna16_unverified_note(caps),))
+    return p
 
 
 def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
@@ -615,6 +631,45 @@ def _wna16_wgmma_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
 
             handle = _register(packed, caps, None, plan_fn)
         cache[key] = handle
+    if handle < 0 and os.environ.get("HUMMING_UNVERIFIED_KERNELS", "0") == "1":  # (no wgmma: Blackwell datacenter?)
+        return _wna16_tcgen05_handle(x, qw, profile, fallback)
+    return fallback if handle < 0 else handle
+
+
+def _tcgen05_wna16_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
+    """True when the tcgen05 WnA16 kernel (compiled, never run) takes this call: M >= 128, the schemes the wgmma
+    WnA16 kernel decodes (signed int4, no zero points, group 32 / multiples of 64, channel or tensor scales), a
+    declared tcgen05 kind::f16 form for the activation type, cp.async and Tensor Memory, N % 128 == 0, K % 64 == 0."""
+    if m < WGMMA_WNA16_MIN_M or n % 128 or k % 64 or not caps.memory.cp_async or not caps.memory.tmem_kb:
+        return False
+    from humming.core.layout_wgmma_wna16 import supports
+    from humming.core.planner_tcgen05 import tcgen05_f16_form
+
+    return supports(scheme) is None and tcgen05_f16_form(caps, act) is not None
+
+
+def _wna16_tcgen05_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
+    """The prepared handle of the tcgen05 WnA16 kernel (reached only with HUMMING_UNVERIFIED_KERNELS=1), or
+    ``fallback`` when it does not apply to this weight or this GPU; the decision is cached on the weight."""
+    cache = qw.__dict__.setdefault("_humming_prepared", {})
+    key = ("wna16-tcgen05", x.dtype, x.device, profile)
+    handle = cache.get(key)
+    if handle is None:
+        caps = resolve_profile(profile)
+        n, k = qw.shape
+        act = act_name(x.dtype)
+        handle = -1
+        if _tcgen05_wna16_eligible(caps, qw.scheme, WGMMA_WNA16_MIN_M, n, k, act) and _wgmma_runs_here(caps):
+            from humming.core.layout_wgmma_wna16 import prepare_wgmma_wna16
+            from humming.core.planner_tcgen05 import plan_wna16_tcgen05
+
+            packed = prepare_wgmma_wna16(qw.to(x.device), x.dtype)  # the wgmma WnA16 kernel's weights
+
+            def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
+                return plan_wna16_tcgen05(caps, packed.layout, m, act, scheme=name)
+
+            handle = _register(packed, caps, None, plan_fn)
+        cache[key] = handle
     return fallback if handle < 0 else handle
 
 
@@ -840,6 +895,11 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
             reason = p.reasons[0]
             if _wgmma_wna16_eligible(caps, sch, max(m, WGMMA_WNA16_MIN_M), n, k, act):
                 reason += f"; M >= {WGMMA_WNA16_MIN_M}: the wgmma kernel (int4 dequantized into shared memory)"
+            elif _tcgen05_wna16_eligible(caps, sch, max(m, WGMMA_WNA16_MIN_M), n, k, act):
+                from humming.core.planner_tcgen05 import unverified_enabled, wna16_unverified_note
+
+                reason += (f"; M >= {WGMMA_WNA16_MIN_M}: the tcgen05 kernel (int4 dequantized into shared memory, "
+                           f"unverified)" if unverified_enabled() else "; " + wna16_unverified_note(caps))
             row.update(family=p.family, instruction=f"mma.sync m{shape} {act}", reason=reason)
         except (UnsupportedOnDevice, SchemeError, ShapeError) as exc:
             row.update(family=None, instruction=None, reason=str(exc))

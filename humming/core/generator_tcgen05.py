@@ -176,12 +176,260 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
 
 
 def tcgen05_kernel_source(plan, backend, caps=None) -> str:
-    """The tcgen05 kernel of a plan: W4A4 block-scaled (``Tcgen05BlockScaledLayout``) or W8A8."""
+    """The tcgen05 kernel of a plan: block-scaled W4A4/W4A8 (``Tcgen05BlockScaledLayout``), WnA16 (the dequant-smem
+    path) or W8A8."""
     from humming.core.layout_blockscaled import Tcgen05BlockScaledLayout
+    from humming.core.planner_tcgen05 import WNA16_PATH
 
     if isinstance(plan.layout, Tcgen05BlockScaledLayout):
         return tcgen05_blockscaled_kernel_source(plan, backend, caps)
+    if plan.path == WNA16_PATH:
+        return tcgen05_wna16_kernel_source(plan, backend, caps)
     return tcgen05_w8a8_kernel_source(plan, backend, caps)
+
+
+def _c(v: float) -> str:
+    return repr(float(v)) + "f"
+
+
+def tcgen05_wna16_kernel_source(plan, backend, caps=None) -> str:
+    """The tcgen05 WnA16 kernel: f16/bf16 activations x signed int4 weights dequantized into shared memory,
+    kind::f16 -> fp32 in Tensor Memory. Compiled only, never run on hardware.
+
+    Weights as the wgmma WnA16 kernel takes them (``humming.core.layout_wgmma_wna16``: 64x64 blocks of 2 KB, group
+    scales [K/group, N] in the activation type, per-channel fp32 scales in the epilogue); same cp.async slot layout
+    (A tile 128 rows x 128 B, raw codes BN x 32 B, scale rows). One CTA of 128 threads, tile 128 x BN x 64, TMEM
+    accumulator of BN columns (warp 0 allocates), the W8A8 tcgen05 kernel's descriptors and epilogue.
+
+    Dequantization: thread tid owns raw chunk c = tid + 128 i (i < BN/64): 16 bytes = 4 words of channel n = c/2,
+    k 32h .. 32h+31 (h = c % 2); it copies the chunk itself (its own copy_wait covers it), and word j becomes the
+    16-byte chunk 4h + j of row n of the B tile (dq_raw pair J, + -(magic + 8) exactly, x the group scale).
+
+    Pipeline, iteration kt (LOOKAHEAD = STAGES - 1 cp.async stages ahead; two dequantized B tiles):
+      wait for this thread's copies of stage kt+1 -> fence.proxy.async (A copies of kt and the dequant stores of kt,
+      made in iteration kt-1, become visible to tcgen05.mma) -> __syncthreads -> thread 0 issues the four k16 MMAs
+      of stage kt (A slot kt % STAGES, B tile kt % 2) and commits to the slot's mbarrier -> everyone waits for the
+      commit of kt-1 (its MMAs read the slot refilled now and the B tile written now) -> refill the slot of kt-1
+      with stage kt + LOOKAHEAD -> dequantize stage kt+1 into B tile (kt+1) % 2 while the MMAs of kt run.
+    Epilogue: accumulator x out_scale (x *GS) x CS[n] + bias, the mma.sync tile kernel's parameter list."""
+    from humming.core.planner_tcgen05 import WNA16_BK, WNA16_BQ, WNA16_PATH
+    from humming.core.planner_wgmma_wna16 import scale_rows, stage_bytes
+    from humming.devices.nvidia.backend import tcgen05_idesc, tcgen05_wna16_prelude
+
+    t = plan.tiles
+    lay = plan.layout
+    ins = plan.instruction
+    if plan.path != WNA16_PATH or (t.bm, t.bk, t.threads) != (128, WNA16_BK, 128) or t.stages < 3 or t.bn % 128:
+        raise ValueError(f"the tcgen05 WnA16 kernel is written for 128x(128|256)x64 tiles, 128 threads, >= 3 stages; "
+                         f"got {t}")
+    dec = lay.decode
+    if (dec.kind, dec.bits, dec.container, dec.int_path) != ("int", 4, 4, "magic") or lay.zero_group:
+        raise ValueError(f"the tcgen05 WnA16 kernel decodes int4 codes with the magic number, not {dec}")
+    if ins.kind != "f16" or ins.a_type != plan.act:
+        raise ValueError(f"the tcgen05 WnA16 kernel runs kind::f16 {plan.act}, the plan says {ins.describe()}")
+    request = HelperRequest(mma=ins, act=plan.act, weight=dec, async_copy=True, caps=caps)
+    prelude = tcgen05_wna16_prelude(backend, request)
+    idesc = tcgen05_idesc("f16", plan.act, plan.act, "f32", 128, t.bn)
+    group = lay.scale_group
+    s_rows = scale_rows(group)
+    if s_rows:
+        s_row = "h" if s_rows == 2 else "0"  # the scale of (n, k 32h..32h+31): its row in this stage's table
+        scale_decl = f"""\
+      const uint16_t s16 = *reinterpret_cast<const uint16_t*>(sgen + slot * STAGE_BYTES + S_OFF + ({s_row} * BN + n) * 2);
+      const uint32_t ss = dup_lo((uint32_t)s16);"""
+        scale_math = "v = act2_mul(v, ss);"
+        row = f"(k0 / {group} + r)" if s_rows > 1 else f"(k0 / {group})"
+        scale_load = f"""\
+    #pragma unroll
+    for (int c = tid; c < S_ROWS * (BN / 8); c += THREADS) {{  // group-scale rows of this stage (BN values each)
+      const int r = c / (BN / 8), ch = c % (BN / 8);
+      copy_16_async(slot_base + S_OFF + (r * BN + ch * 8) * 2, S + (size_t){row} * N + n0 + ch * 8, true);
+    }}
+"""
+    else:
+        scale_decl = scale_math = scale_load = ""
+    return f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+// compiled only: not yet validated on hardware (HUMMING_UNVERIFIED_KERNELS=1 selects it at run time)
+{prelude}
+
+namespace cfg {{
+constexpr int BM = {t.bm}, BN = {t.bn}, BK = {t.bk}, STAGES = {t.stages};   // BK in 16-bit values
+constexpr int THREADS = 128;             // warp w reads accumulator rows (TMEM lanes) 32w .. 32w+31
+constexpr int LOOKAHEAD = STAGES - 1;    // cp.async stages in flight
+constexpr int BQ = {WNA16_BQ};                     // dequantized B tiles: stage s+1 written while the MMAs of s read the other
+constexpr int S_ROWS = {s_rows};
+constexpr int A_BYTES = BM * BK * 2, RAW_BYTES = BN * BK / 2, S_OFF = A_BYTES + RAW_BYTES;
+constexpr int STAGE_BYTES = {stage_bytes(t.bn, group)};
+constexpr int BQ_BYTES = BN * BK * 2;    // one dequantized B tile: BN rows x 128 bytes
+constexpr uint32_t TMEM_COLS = BN;       // fp32 accumulator: one column per output column
+constexpr uint32_t IDESC = {idesc:#010x}u;  // kind::f16 {plan.act} x {plan.act} -> f32, K-major A and B, M=128, N=BN
+static_assert(BK == 64, "one 128-byte swizzle row of 16-bit values per tile row");
+static_assert(STAGE_BYTES % 1024 == 0 && BQ_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "1024-byte aligned tiles");
+static_assert(STAGE_BYTES >= S_OFF + S_ROWS * BN * 2, "a slot holds A, codes and scales");
+static_assert(LOOKAHEAD >= 2, "at least three stages (stage kt+1 is waited for while kt is multiplied)");
+static_assert(BN % 128 == 0 && (TMEM_COLS & (TMEM_COLS - 1)) == 0 && TMEM_COLS <= 512, "tile width, TMEM allocation");
+}}
+
+extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
+    const uint16_t* __restrict__ A,      // activations [M, K], row-major (K-major)
+    const uint32_t* __restrict__ B,      // int4 codes, 64x64 blocks of 2 KB (humming.core.layout_wgmma_wna16)
+    const uint16_t* __restrict__ S,      // group scales [K/group, N] (act type, natural columns) or null
+    const uint16_t* __restrict__ Z,      // unused (no zero points)
+    const float* __restrict__ CS,        // per-channel fp32 scale [N] or null
+    const uint16_t* __restrict__ BIAS,   // [N] or null
+    uint16_t* __restrict__ C,            // output [M, N], row-major
+    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS) {{        // a device scalar multiplying the output (activation global scale) or null
+  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ __align__(8) uint64_t mma_bar[STAGES];  // completes once per commit of the stage using the slot
+  __shared__ uint32_t tmem_slot;                      // written by tcgen05.alloc
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int ktiles = K / BK;
+  // the swizzle repeats every 1024 bytes of address: start on such a boundary (1 KiB is reserved)
+  const uint32_t bq0 = (smem_u32(smem) + 1023u) & ~1023u;      // BQ dequantized B tiles
+  const uint32_t slot0 = bq0 + BQ * BQ_BYTES;                    // STAGES cp.async slots
+  const unsigned char* sgen = smem + (slot0 - smem_u32(smem));   // generic pointer to slot 0 (scale reads)
+
+  if (warp == 0) {{               // one warp allocates the accumulator's columns and gives up the permit
+    tmem_alloc(smem_u32(&tmem_slot), TMEM_COLS);
+    tmem_relinquish();
+  }}
+  if (tid == 0) {{
+    #pragma unroll
+    for (int s = 0; s < STAGES; ++s) mbar_init(smem_u32(&mma_bar[s]), 1);
+    mbar_init_fence();
+  }}
+  tc_fence_before();
+  __syncthreads();
+  tc_fence_after();
+  const uint32_t tmem = tc_lds_32(smem_u32(&tmem_slot));  // lane 0, first allocated column
+
+  // A: thread tid copies chunk tid % 8 of rows tid / 8 + 16 i ((row mod 8) is the same for every i)
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const uint16_t* a_src = A + (size_t)(m0 + lrow) * K + lch * 8;
+  // codes: raw chunk c = tid + 128 i of a stage is 16 bytes of block (c / 128), i.e. channel n = c / 2
+  const unsigned char* b_src = reinterpret_cast<const unsigned char*>(B) + (size_t)(n0 / 64) * (K / 64) * 2048;
+  auto load_stage = [&](int slot, int kt) {{
+    const uint32_t slot_base = slot0 + slot * STAGE_BYTES;
+    const int k0 = kt * BK;
+    #pragma unroll
+    for (int i = 0; i < BM / 16; ++i) {{
+      const bool ok = m0 + lrow + 16 * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(slot_base + lswz + i * 16 * 128, ok ? a_src + ((size_t)16 * i * K + k0) : A, ok);
+    }}
+    #pragma unroll
+    for (int i = 0; i < BN / 64; ++i) {{
+      const int c = tid + 128 * i;
+      copy_16_async(slot_base + A_BYTES + c * 16, b_src + ((size_t)(c >> 7) * (K / 64) + kt) * 2048 + (c & 127) * 16, true);
+    }}
+{scale_load}  }};
+
+  // raw codes of stage kt (this thread's own chunks, landed) -> dequantized B tile kt % BQ
+  const uint32_t zz = f32x2_to_act2({_c(lay.zero_const)}, {_c(lay.zero_const)});  // -(magic + 8), exact
+  auto dequant_stage = [&](int kt) {{
+    const int slot = kt % STAGES;
+    const uint32_t raw = slot0 + slot * STAGE_BYTES + A_BYTES;
+    const uint32_t bq = bq0 + (kt % BQ) * BQ_BYTES;
+    #pragma unroll
+    for (int i = 0; i < BN / 64; ++i) {{
+      const int c = tid + 128 * i;
+      const int n = c >> 1, h = c & 1;       // channel n (tile row), k 32h .. 32h+31 of the stage
+      uint32_t q[4];
+      lds_128(q, raw + c * 16);
+{scale_decl}
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) {{          // word j: k 32h+8j .. +7 -> 16-byte chunk 4h+j of row n
+        uint32_t o[4];
+        #pragma unroll
+        for (int J = 0; J < 4; ++J) {{
+          uint32_t v = dq_raw(q[j], J);       // (magic + u) for k 32h+8j+2J (low half) and +1 (high half)
+          v = act2_add(v, zz);
+          {scale_math}
+          o[J] = v;
+        }}
+        sts_128(bq + swz128(n, 4 * h + j), o[0], o[1], o[2], o[3]);
+      }}
+    }}
+  }};
+
+  #pragma unroll
+  for (int s = 0; s < LOOKAHEAD; ++s) {{
+    if (s < ktiles) load_stage(s, s);
+    copy_commit();
+  }}
+  copy_wait<LOOKAHEAD - 1>();    // stage 0 (this thread's copies)
+  __syncthreads();               // everyone's scale rows of stage 0
+  dequant_stage(0);
+
+  for (int kt = 0; kt < ktiles; ++kt) {{
+    copy_wait<LOOKAHEAD - 2>();  // this thread's copies of stage kt+1 (and so of kt) have landed
+    fence_proxy_async();         // A copies and dequant stores of stage kt: visible to tcgen05.mma (async proxy)
+    __syncthreads();             // everyone's
+    tc_fence_after();
+    if (tid == 0) {{              // one thread issues the stage's MMAs and the commit
+      const uint32_t a_tile = slot0 + (kt % STAGES) * STAGE_BYTES, b_tile = bq0 + (kt % BQ) * BQ_BYTES;
+      const uint64_t desc_a = tc_smem_desc(a_tile), desc_b = tc_smem_desc(b_tile);
+      #pragma unroll
+      for (int ks = 0; ks < BK / 16; ++ks)  // k16 steps: +32 bytes inside the swizzled rows = +2 in the address field
+        tc_mma(tmem, desc_a + 2 * ks, desc_b + 2 * ks, IDESC, (kt > 0 || ks > 0) ? 1 : 0);
+      tc_commit(smem_u32(&mma_bar[kt % STAGES]));  // arrives when these (and all earlier) MMAs have completed
+    }}
+    __syncwarp();
+    if (kt > 0)  // the MMAs of kt-1 are done: its slot (refilled next) and its B tile ((kt+1) % BQ) are free
+      mbar_wait(smem_u32(&mma_bar[(kt - 1) % STAGES]), (uint32_t)(((kt - 1) / STAGES) & 1));
+    {{
+      const int next = kt + LOOKAHEAD;  // refills the slot of kt-1
+      if (next < ktiles) load_stage(next % STAGES, next);
+      copy_commit();
+    }}
+    if (kt + 1 < ktiles) dequant_stage(kt + 1);  // overlaps the MMAs just issued
+  }}
+  {{
+    const int last = ktiles - 1;  // its commit covers every MMA of the tile
+    mbar_wait(smem_u32(&mma_bar[last % STAGES]), (uint32_t)((last / STAGES) & 1));
+  }}
+  tc_fence_after();
+
+  // epilogue: thread t of warp w holds output row 32w + t (TMEM lane), 32 columns per load
+  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  const int row = m0 + warp * 32 + lane;
+  #pragma unroll 1
+  for (int c = 0; c < BN / 32; ++c) {{
+    uint32_t v[32];
+    tmem_ld32(v, tmem + ((uint32_t)(warp * 32) << 16) + (uint32_t)(c * 32));
+    tmem_ld_wait();
+    const int col0 = n0 + 32 * c;
+    uint32_t packed[16];
+    #pragma unroll
+    for (int j = 0; j < 32; j += 2) {{
+      float c0 = scale, c1 = scale, b0 = 0.0f, b1 = 0.0f;
+      if (CS) {{ c0 *= load_f32(CS + col0 + j); c1 *= load_f32(CS + col0 + j + 1); }}
+      if (BIAS) {{
+        const uint32_t bb = load_g32(BIAS + col0 + j);  // the two 16-bit biases of columns j, j + 1
+        b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
+      }}
+      packed[j / 2] = f32x2_to_act2(tc_acc_to_f32(v[j]) * c0 + b0, tc_acc_to_f32(v[j + 1]) * c1 + b1);
+    }}
+    if (row < M) {{
+      uint16_t* out = C + (size_t)row * N + col0;
+      #pragma unroll
+      for (int q = 0; q < 4; ++q)
+        store_128(out + 8 * q, packed[4 * q], packed[4 * q + 1], packed[4 * q + 2], packed[4 * q + 3]);
+    }}
+  }}
+  tc_fence_before();
+  __syncthreads();               // every warp's loads are complete before the columns are freed
+  if (warp == 0) {{
+    tc_fence_after();
+    tmem_dealloc(tmem, TMEM_COLS);
+  }}
+}}
+"""
 
 
 def _w4a8_loader() -> str:

@@ -22,7 +22,8 @@ BM, BK = 128, 128  # one tcgen05.mma M=128 (cta_group::1); 128-byte K-major rows
 KINDS = {"e4m3": ("f8f6f4", "f32"), "s8": ("i8", "s32")}
 STATIC_SMEM = 1024  # mbarriers and the TMEM address slot; ptxas reports 1024 bytes of static smem on sm_100a
 
-__all__ = ["KINDS", "UNVERIFIED_ENV", "Tcgen05BlockScaledPlan", "bs_spec", "plan_blockscaled_tcgen05", "plan_w8a8_tcgen05",
+__all__ = ["KINDS", "UNVERIFIED_ENV", "WNA16_PATH", "Tcgen05BlockScaledPlan", "Tcgen05WnA16Plan", "bs_spec",
+           "plan_wna16_tcgen05", "tcgen05_f16_form", "wna16_unverified_note", "plan_blockscaled_tcgen05", "plan_w8a8_tcgen05",
            "tcgen05_bs_form", "tcgen05_bs_smem_bytes", "tcgen05_bs_tmem_cols", "tcgen05_form", "tcgen05_generated",
            "tcgen05_kernel", "tcgen05_smem_bytes", "unverified_enabled", "unverified_note"]
 
@@ -314,4 +315,108 @@ def plan_blockscaled_tcgen05(caps, layout: Tcgen05BlockScaledLayout, m: int, act
         instruction=replace(form, shape=(128, bn, mma_k)), path="native", layout=layout, tiles=tiles, splits=1,
         async_copy=True,
         smem_bytes=tcgen05_bs_smem_bytes(bn, stages, layout), reasons=tuple(reasons),
+    )
+
+
+# ---- WnA16: 16-bit activations x int4 weights dequantized into shared memory, kind::f16 --------------------------
+WNA16_PATH = "tcgen05-dequant-smem"
+WNA16_BK = 64  # 16-bit values per stage: one 128-byte swizzle row per tile row
+WNA16_BQ = 2  # dequantized B tiles: written for stage s + 1 while the MMAs of stage s read the other
+WNA16_MIN_M = 128  # one full 128-row tile (below it the mma.sync kernels with split-K fill the GPU better)
+
+
+def tcgen05_f16_form(caps, act: str):
+    """The declared tcgen05 kind::f16 form (M=128, K=16) for act x act -> f32, or None."""
+    forms = [f for f in caps.find_mma(family="tcgen05", kind="f16", a_type=act, b_type=act, acc_type="f32")
+             if f.shape[0] == 128 and f.shape[2] == 16]
+    return forms[0] if forms else None
+
+
+def wna16_smem_bytes(bn: int, stages: int, group: int) -> int:
+    """WNA16_BQ dequantized B tiles (bn rows x 128 B), the cp.async slots (those of the wgmma WnA16 kernel: A tile,
+    raw codes, scale rows) and 1 KiB to align to 1024 bytes."""
+    from humming.core.planner_wgmma_wna16 import stage_bytes
+
+    return WNA16_BQ * bn * WNA16_BK * 2 + stages * stage_bytes(bn, group) + 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Tcgen05WnA16Plan(Plan):
+    """A Plan of the tcgen05 WnA16 kernel (its own kernel name; key and summary as the WnA16 plans)."""
+
+    @property
+    def kernel_name(self) -> str:
+        t = self.tiles
+        d = self.layout.decode
+        return f"hm_wna16_tcgen05_{d.kind}{d.bits}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}_{self.kernel_key}"
+
+
+def wna16_unverified_note(caps) -> str:
+    return (f"tcgen05 WnA16 kernel (int4 dequantized into shared memory, kind::f16) generated and compiled for "
+            f"{caps.target.arch}, not yet validated on hardware: set {UNVERIFIED_ENV}=1 to use it at M >= {WNA16_MIN_M}")
+
+
+def plan_wna16_tcgen05(caps, layout, m: int, act: str, scheme: str = "") -> Tcgen05WnA16Plan:
+    """Plan the tcgen05 WnA16 kernel for ``layout`` (a ``WgmmaWnA16Layout``: signed int4 in 64x64 blocks, the wgmma
+    WnA16 kernel's prepared weights), or UnsupportedOnDevice / ShapeError naming what is missing."""
+    from humming.core.planner_wgmma_wna16 import scale_rows
+
+    if m < 1:
+        raise ShapeError(f"M={m}: a GEMM needs at least one row")
+    if act not in ("f16", "bf16"):
+        raise ShapeError(f"the activation type must be f16 or bf16, got {act}")
+    form = tcgen05_f16_form(caps, act)
+    if form is None:
+        have = sorted({i.kind for i in caps.find_mma(family="tcgen05")})
+        raise UnsupportedOnDevice(f"{caps.name} declares no tcgen05 kind::f16 m128 {act} x {act} -> f32 (declared "
+                                  f"tcgen05 kinds: {', '.join(have) or 'none'}); the mma.sync kernels run WnA16 there")
+    if not caps.memory.cp_async or not caps.memory.mbarrier or not caps.memory.tmem_kb:
+        raise UnsupportedOnDevice(f"{caps.name}: the tcgen05 kernel needs cp.async, mbarrier and Tensor Memory")
+    d = layout.decode
+    if (d.kind, d.bits, d.container, d.int_path) != ("int", 4, 4, "magic") or layout.zero_group:
+        raise UnsupportedOnDevice(f"{scheme or 'this scheme'}: the tcgen05 WnA16 kernel decodes signed int4 with the "
+                                  f"magic number only (no zero points)")
+    n, k = layout.n, layout.k
+    if n % 128 or k % WNA16_BK:
+        raise ShapeError(f"the tcgen05 WnA16 kernel needs N % 128 == 0 and K % {WNA16_BK} == 0 (N={n}, K={k})")
+    group = layout.scale_group
+    reasons = [f"tcgen05 kind::f16 m128nBNk16 {act} x {act} -> f32 declared ({caps.target.arch}): one CTA "
+               f"(cta_group::1), both operands K-major in 128-byte-swizzled shared memory, accumulator in Tensor Memory",
+               f"path {WNA16_PATH}: int4 codes dequantized to {act} into shared memory by every thread (magic number "
+               f"{d.magic_bits:#06x} | code, minus {-layout.zero_const:g} exactly, "
+               + (f"times the group scale of {group}" if group else "scales in the fp32 epilogue")
+               + ") while the MMAs of the previous stage run"]
+    sms = caps.limits.sms or _DEFAULT_SMS
+    bns = [bn for bn in (256, 128) if n % bn == 0 and bn in form.n_values]
+    bn = bns[0]
+    if len(bns) > 1:
+        def waves(b: int) -> float:
+            tiles = math.ceil(m / BM) * (n // b)
+            return tiles / (math.ceil(tiles / sms) * sms)
+
+        if waves(128) > 1.25 * waves(256):
+            bn = 128
+            reasons.append(f"BN=128: {math.ceil(m / BM) * (n // 256)} tiles of 128x256 would leave most of {sms} SMs idle")
+        else:
+            reasons.append(f"BN=256: the widest cta_group::1 N; {math.ceil(m / BM) * (n // 256)} tiles on {sms} SMs")
+    limit = caps.limits.smem_per_block_kb * 1024 - STATIC_SMEM
+    stages = next((s for s in range(6, 2, -1) if wna16_smem_bytes(bn, s, group) <= limit), None)
+    if stages is None:
+        raise UnsupportedOnDevice(f"no tcgen05 WnA16 tile 128x{bn}x{WNA16_BK} with 3 stages fits {caps.name}'s shared "
+                                  f"memory")
+    if bn > caps.memory.tmem_kb * 1024 // (128 * 4):
+        raise UnsupportedOnDevice(f"{caps.name}: {bn} fp32 accumulator columns exceed its Tensor Memory")
+    reasons.append(f"tile {BM}x{bn}x{WNA16_BK}: 4 tcgen05.mma k16 per stage issued by one thread, {stages} cp.async "
+                   f"slots (activations, raw codes, {scale_rows(group)} scale row(s); {stages - 1} ahead), {WNA16_BQ} "
+                   f"dequantized weight tiles (a slot and a tile are rewritten once the mbarrier of the tcgen05.commit "
+                   f"of the MMAs that read them completes), {bn} TMEM columns, "
+                   f"{wna16_smem_bytes(bn, stages, group) // 1024} KiB of shared memory")
+    reasons.append("no split-K: one K loop per output tile; epilogue tcgen05.ld 32x32b (warp w reads rows 32w..32w+31)")
+    if not unverified_enabled():
+        reasons.append(wna16_unverified_note(caps))
+    tiles = TileConfig(BM, bn, WNA16_BK, stages, 4, 1, 1)
+    return Tcgen05WnA16Plan(
+        scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="tcgen05",
+        instruction=replace(form, shape=(128, bn, 16)), path=WNA16_PATH, layout=layout, tiles=tiles, splits=1,
+        async_copy=True, smem_bytes=wna16_smem_bytes(bn, stages, group), reasons=tuple(reasons),
     )

@@ -1,5 +1,5 @@
 """The tcgen05 kernels (Blackwell datacenter: W8A8 kind::f8f6f4 / kind::i8, W4A4 NVFP4 kind::mxf4nvf4 and MXFP4
-kind::mxf4, W4A8 MXFP4 x FP8 kind::mxf8f6f4) against the reference, activation quantization included, with
+kind::mxf4, W4A8 MXFP4 x FP8 kind::mxf8f6f4, WnA16 int4 kind::f16 at M >= 128) against the reference, activation quantization included, with
 HUMMING_UNVERIFIED_KERNELS=1 on a GPU whose own profile declares tcgen05 (B200, B300, Thor, Rubin). Skipped elsewhere:
 these kernels have been compiled and emulated on CPU only; this file is what a first Blackwell session runs (see
 docs/status.md, "Unverified ISA details", for what to suspect first when a case fails). Outputs are NaN-poisoned
@@ -57,3 +57,26 @@ def test_tcgen05_kernel(scheme, dtype, n, k, unverified):
         ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
         err = rel_error(out, ref)
         assert err <= 5e-3, f"{scheme} {dtype} M={m} N={n} K={k}: relative error {err:.2e}\n{p.explain()}"
+
+
+@pytest.mark.parametrize("group", [128, 32, None], ids=["g128", "g32", "channel"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_tcgen05_wna16(group, dtype, unverified):
+    """W4A16 prefill (M >= 128) on the tcgen05 WnA16 kernel (int4 dequantized into shared memory, kind::f16)."""
+    _require_tcgen05()
+    n, k = 1024, 4096
+    sch = humming.schemes.get("w4a16")
+    sch = sch.with_(group_size=group) if group else sch.with_(granularity="channel", group_size=None)
+    torch.manual_seed(n + (group or 7))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, sch, bias=bias)
+    for m in (128, 200, 1024):
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        handles = [v for key, v in qw.__dict__["_humming_prepared"].items() if key[0] == "wna16-tcgen05"]
+        assert handles and handles[0] >= 0, "the tcgen05 WnA16 kernel did not run"
+        assert not torch.isnan(out).any()
+        ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+        err = rel_error(out, ref)
+        assert err <= (1e-3 if dtype == torch.float16 else 5e-3), f"w4a16 g{group} {dtype} M={m}: {err:.2e}"

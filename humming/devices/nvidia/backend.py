@@ -689,3 +689,16 @@ def tcgen05_blockscaled_prelude(backend: NvidiaBackend, request: HelperRequest, 
     if ins.a_type != ins.b_type:  # W4A8
         parts += [BLOCKSCALED_COPY, TCGEN05_W4A8]
     return "\n".join(parts + [_tcgen05_bs_mma_helper(ins, scale_vec, arch)])
+
+
+def tcgen05_wna16_prelude(backend: NvidiaBackend, request: HelperRequest) -> str:
+    """Helpers of the tcgen05 WnA16 kernel (16-bit activations x integer weights dequantized into shared memory,
+    kind::f16, fp32 accumulator in Tensor Memory): copies, 16-bit pair arithmetic, the weight decode (dq_raw), 16-byte
+    shared stores, the tcgen05 helpers of the 8-bit kernel and one tcgen05.mma of the plan's f16/bf16 form."""
+    ins = request.mma
+    if ins.family != "tcgen05" or ins.kind != "f16" or ins.a_type not in ("f16", "bf16"):
+        raise ValueError(f"tcgen05_wna16_prelude needs a tcgen05 kind::f16 form, got {ins.describe()}")
+    if not request.async_copy:
+        raise ValueError("the tcgen05 kernel copies with cp.async")
+    return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], TCGEN05_COMMON, STS_128, _decode_helper(request.weight),
+                      _tcgen05_mma_helper(ins, "f32")])
