@@ -228,6 +228,10 @@ def wgmma_w4a8_kernel_source(plan, backend, caps=None) -> str:
 
     t = plan.tiles
     lay = plan.layout
+    if t.threads == 384:  # producer + two consumer warpgroups
+        from humming.core.generator_wgmma_ws import wgmma_w4a8_ws_kernel_source
+
+        return wgmma_w4a8_ws_kernel_source(plan, backend, caps)
     if (t.bm, t.bn, t.bk, t.threads) != (128, 128, 128, 256) or t.stages < 4:
         raise ValueError(f"the wgmma W4A8 kernel is written for 128x128x128 tiles, 256 threads, >= 4 slots; got {t}")
     group = lay.group

@@ -79,9 +79,28 @@ def wgmma_w4a8_smem_bytes(stages: int, bn: int = 128) -> int:
     return stages * (BM * BK + bn * BK // 2) + 3 * bn * BK + 1024
 
 
-def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
+def wgmma_w4a8_ws_smem_bytes(stages: int, bn: int = 128) -> int:
+    """Warp-specialised W4A8: per slot the A tile, the widened B tile and the packed B rows; two mbarriers per
+    slot; 1 KiB to round the dynamic shared memory up to 1024 bytes."""
+    return stages * (BM * BK + bn * BK + bn * BK // 2 + 16) + 1024
+
+
+WS_ENV = "HUMMING_WGMMA_WS"  # "0": the lock-step W4A8 kernel instead of the warp-specialised one
+
+
+def _warp_specialised(caps) -> bool:
+    import os
+
+    if os.environ.get(WS_ENV, "1").strip().lower() in ("0", "false", "off", "no"):
+        return False
+    return bool(caps.memory.mbarrier and caps.memory.setmaxnreg)
+
+
+def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", ws: bool | None = None) -> Plan:
     """Plan the wgmma W4A8 kernel for ``layout`` (a ``WgmmaW4A8Layout``): 4-bit weights widened exactly to
-    the 8-bit operand type in shared memory, group scales on fp32 sums of the group partials."""
+    the 8-bit operand type in shared memory, group scales on fp32 sums of the group partials. ``ws`` picks
+    the warp-specialised kernel (default: where the profile declares mbarrier and setmaxnreg, unless
+    HUMMING_WGMMA_WS=0) or the lock-step one."""
     a_type = layout.a_type
     form = wgmma_form(caps, a_type)
     require_wgmma(caps, m, form, f"m64nNk32 {a_type} x {a_type} -> {_ACC.get(a_type, '?')}",
@@ -96,6 +115,10 @@ def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
         raise UnsupportedOnDevice(f"{scheme}: group {group}: the wgmma W4A8 kernel takes groups of 32, 64 or a "
                                   f"multiple of {BK} dividing K")
     limit = caps.limits.smem_per_block_kb * 1024
+    if ws is None:
+        ws = _warp_specialised(caps)
+    if ws:
+        return _plan_w4a8_ws(caps, layout, m, act, scheme, form, limit)
     stages = next((s for s in range(7, 3, -1) if wgmma_w4a8_smem_bytes(s, bn) <= limit), None)
     if stages is None:
         raise UnsupportedOnDevice(f"no wgmma W4A8 tile 128x{bn}x128 with 4 slots fits {caps.name}'s {limit} B "
@@ -122,4 +145,36 @@ def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bn, 32)), path="dequant-to-activation", layout=layout, tiles=tiles,
         splits=1, async_copy=True, smem_bytes=wgmma_w4a8_smem_bytes(stages, bn), reasons=tuple(reasons),
+    )
+
+
+def _plan_w4a8_ws(caps, layout, m: int, act: str, scheme: str, form, limit: int) -> Plan:
+    a_type, n, k, group, bn = layout.a_type, layout.n, layout.k, layout.group, 128
+    stages = next((s for s in range(6, 2, -1) if wgmma_w4a8_ws_smem_bytes(s, bn) <= limit), None)
+    if stages is None:
+        raise UnsupportedOnDevice(f"no warp-specialised wgmma W4A8 tile 128x{bn}x128 with 3 slots fits "
+                                  f"{caps.name}'s {limit} B of shared memory")
+    src = {"s8": "int4 -> s8 (16 x code; the scales carry 1/16)", "e4m3": f"{layout.weight_format} -> e4m3"}[a_type]
+    reasons = [
+        f"wgmma m64n{bn}k32 {a_type} declared ({caps.target.arch}); {a_type} x {a_type} -> {_ACC[a_type]}, both "
+        f"operands K-major in shared memory (128-byte swizzle)",
+        f"W4A8, warp-specialised (mbarrier and setmaxnreg declared): a producer warpgroup copies A and the packed "
+        f"4-bit weights with cp.async and widens them exactly ({src}) into the slot's swizzled B tile; two consumer "
+        f"warpgroups wait on the slot's mbarrier, multiply, release the slot and promote (HUMMING_WGMMA_WS=0: the "
+        f"lock-step kernel)",
+    ]
+    if group >= BK:
+        reasons.append(f"group {group}: each 128-deep partial is added into fp32 registers times its group scale")
+    else:
+        reasons.append(f"group {group}: each stage is {BK // group} wgmma groups of {group // 32} k32 step(s), each "
+                       f"partial waited and added into fp32 registers times its scale")
+    reasons.append(f"tile {BM}x{bn}x{BK}: 2 consumer warpgroups x m64n{bn}k32 + 1 producer warpgroup; {stages} slots "
+                   f"({stages - 2} stages of copies ahead of the one being widened), "
+                   f"{wgmma_w4a8_ws_smem_bytes(stages, bn) // 1024} KiB of {limit // 1024} KiB shared memory")
+    reasons.append("no split-K: one K loop per output tile")
+    tiles = TileConfig(BM, bn, BK, stages, 12, 1, 1)  # 384 threads
+    return Plan(
+        scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
+        instruction=replace(form, shape=(64, bn, 32)), path="dequant-to-activation", layout=layout, tiles=tiles,
+        splits=1, async_copy=True, smem_bytes=wgmma_w4a8_ws_smem_bytes(stages, bn), reasons=tuple(reasons),
     )

@@ -19,6 +19,13 @@ from humming.core.planner_wgmma import plan_w8a8_wgmma
 from humming.devices.nvidia import backend as nv
 from humming.errors import UnsupportedOnDevice
 
+
+@pytest.fixture(autouse=True)
+def _lock_step_w4a8(monkeypatch):
+    """These tests read the lock-step W4A8 kernel (256 threads, one block barrier per stage); the
+    warp-specialised one, the default where mbarrier and setmaxnreg are declared, has test_wgmma_ws_compile."""
+    monkeypatch.setenv("HUMMING_WGMMA_WS", "0")
+
 H200 = "nvidia-h200"
 ACC = {"e4m3": "f32", "s8": "s32"}
 

@@ -412,6 +412,38 @@ def wgmma_w4a8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -
     return backend.wgmma_prelude(request, n) + "\n" + WGMMA_W4A8
 
 
+WGMMA_WARP_SPECIALISED = r"""
+// ---- warp specialisation (sm_90a): producer and consumer warpgroups linked by mbarriers
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// one arrival (release: this thread's earlier shared-memory writes are visible to whoever waits on the phase)
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" :: "r"(bar) : "memory");
+}
+// wait (acquire) until the phase of the given parity has completed
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+}
+// per-warpgroup register budgets (every thread of the warpgroup executes these)
+template <int R> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(R)); }
+template <int R> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(R)); }
+"""
+
+
+def wgmma_ws_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -> str:
+    """Helpers of the warp-specialised wgmma W4A8 kernel: those of the lock-step W4A8 kernel, mbarriers and
+    setmaxnreg (the profile must declare mbarrier and setmaxnreg)."""
+    caps = request.caps
+    if caps is not None and not (caps.memory.mbarrier and caps.memory.setmaxnreg):
+        raise ValueError(f"{caps.name} does not declare mbarrier and setmaxnreg, which warp specialisation uses")
+    return wgmma_w4a8_prelude(backend, request, n) + "\n" + WGMMA_WARP_SPECIALISED
+
+
 # ---- block-scaled mma.sync (sm_120a/121a: kind::mxf4nvf4 / kind::mxf4, m16n8k64 e2m1 x e2m1 -> f32)
 BLOCKSCALED_COPY = r"""
 // global -> shared, 8 bytes, asynchronous; zero-filled when !valid (per-row activation scales of MXFP4)

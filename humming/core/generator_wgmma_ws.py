@@ -1,0 +1,216 @@
+"""Generates the warp-specialised wgmma W4A8 kernel (sm_90a): one producer warpgroup copies and widens,
+two consumer warpgroups multiply and promote, and mbarriers instead of block-wide barriers connect them.
+
+Why: in the lock-step W4A8 kernel (``generator_wgmma.wgmma_w4a8_kernel_source``) every thread copies, widens,
+multiplies and promotes, with one block barrier per stage; on the H200 it issued at 0.33 instructions per cycle
+and scheduler (long- and short-scoreboard stalls: each step waits for the one before) and ran at half the
+speed of the W8A8 kernel. Here the widening of later stages runs on its own warps, next to the wgmmas.
+
+Threads: 384 = three warpgroups. Warpgroup 0 (producer, ``setmaxnreg`` down to 40 registers): thread p copies
+A chunk p % 8 of rows p / 8 + 16 i and raw B chunk p % 4 (32 codes) of rows p / 4 + 32 i with cp.async,
+waits for its own copies, widens exactly the raw bytes it copied into the swizzled B tile of the same slot,
+fences them for the async proxy and arrives on the slot's FULL barrier (128 arrivals). Warpgroups 1 and 2
+(consumers, ``setmaxnreg`` up to 232): consumer c owns tile rows 64c .. 64c+63; per stage it waits on FULL,
+issues the wgmma k32 steps, waits for them, arrives on the slot's EMPTY barrier (256 arrivals) and adds the
+partial times its group scale into fp32 sums; then the epilogue of the lock-step kernel.
+
+Shared memory: STAGES slots of (A 128 x 128 B swizzled | widened B BN x 128 B swizzled | raw B BN x 64 B),
+then 2 x STAGES mbarriers. The producer runs LOOKAHEAD = STAGES - 2 stages of copies ahead of the stage it
+widens; before copying stage j into slot j % STAGES it waits until the consumers released stage j - STAGES.
+Phases: stage j is the (j / STAGES)-th use of its slot: FULL parity (j / STAGES) & 1, and the release the
+producer waits for before reusing the slot for stage j has parity (j / STAGES + 1) & 1.
+"""
+from __future__ import annotations
+
+from humming.devices.base import HelperRequest
+
+
+def wgmma_w4a8_ws_kernel_source(plan, backend, caps=None) -> str:
+    from humming.core.generator_wgmma import _W4A8_WIDEN
+    from humming.devices.nvidia.backend import wgmma_ws_prelude
+
+    t = plan.tiles
+    lay = plan.layout
+    if (t.bm, t.bn, t.bk, t.threads) != (128, 128, 128, 384) or t.stages < 3:
+        raise ValueError(f"the warp-specialised wgmma W4A8 kernel is written for 128x128x128 tiles, 384 threads, "
+                         f">= 3 slots; got {t}")
+    group = lay.group
+    if not (group in (32, 64) or group % 128 == 0):
+        raise ValueError(f"wgmma W4A8: group {group} must be 32, 64 or a multiple of 128")
+    gsteps = min(group, 128) // 32  # k32 steps per wgmma group (one promotion each)
+    lo, hi = _W4A8_WIDEN[(lay.weight_format, lay.a_type)]
+    to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"  # (see the lock-step kernel)
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
+    prelude = wgmma_ws_prelude(backend, request, t.bn)
+    widen = "\n".join(
+        f"        o[{2 * w}] = {lo.replace('WORD', f'q[{w}]')}; o[{2 * w + 1}] = {hi.replace('WORD', f'q[{w}]')};"
+        for w in range(4))
+    return f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+{prelude}
+
+namespace cfg {{
+constexpr int BM = {t.bm}, BN = {t.bn}, BK = {t.bk}, STAGES = {t.stages};   // BK in bytes = elements
+constexpr int THREADS = 384;             // warpgroup 0 produces, warpgroups 1 and 2 consume (64 tile rows each)
+constexpr int LOOKAHEAD = STAGES - 2;    // stages of copies in flight ahead of the one being widened
+constexpr int GROUP = {group};             // weight-scale group along K
+constexpr int GSTEPS = {gsteps};             // k32 steps per wgmma group (one fp32 promotion each)
+constexpr int A_BYTES = BM * BK, WB_BYTES = BN * BK, RAW_BYTES = BN * BK / 2;
+constexpr int SLOT_BYTES = A_BYTES + WB_BYTES + RAW_BYTES;   // A | widened B | raw B
+constexpr int BAR_OFFSET = STAGES * SLOT_BYTES;              // FULL[STAGES], then EMPTY[STAGES] (8 bytes each)
+static_assert(BK == 128 && BN == 128, "one 128-byte swizzle row per tile row; 32 accumulator columns per thread");
+static_assert(SLOT_BYTES % 1024 == 0 && A_BYTES % 1024 == 0 && WB_BYTES % 1024 == 0, "1024-byte aligned tiles");
+static_assert(WG_ACC_REGS == BN / 2, "m64nBN accumulators: BN/2 registers per thread");
+static_assert(LOOKAHEAD >= 1, "at least three slots");
+static_assert(BK / 32 % GSTEPS == 0, "wgmma groups split the stage's k32 steps evenly");
+}}
+
+extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
+    const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
+    const uint32_t* __restrict__ Bw,      // packed 4-bit weights [N, K/2] bytes, row-major (K-major)
+    const float* __restrict__ TS,         // per-token activation scale [M] or null
+    const float* __restrict__ S,          // fp32 group scales [K/GROUP, N], columns in accumulator order
+    const float* __restrict__ CS,         // per-channel weight scale [N] or null
+    const uint16_t* __restrict__ BIAS,    // [N] or null (4-byte aligned)
+    uint16_t* __restrict__ C,             // output [M, N]
+    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null
+  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int ktiles = K / BK;
+  const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
+  const uint32_t full0 = smem0 + BAR_OFFSET, empty0 = full0 + 8 * STAGES;
+  if (tid == 0) {{
+    #pragma unroll 1
+    for (int s = 0; s < STAGES; ++s) {{
+      mbar_init(full0 + 8 * s, 128);   // every producer thread arrives once its part of the stage is written
+      mbar_init(empty0 + 8 * s, 256);  // every consumer thread arrives once its wgmmas of the stage are done
+    }}
+    mbar_init_fence();
+  }}
+  __syncthreads();
+
+  if (wg == 0) {{  // ---------------- producer: copies, widening, FULL arrivals
+    setmaxnreg_dec<40>();
+    const int p = tid;
+    // A: chunk p % 8 of rows p / 8 + 16 i (swizzled; (row mod 8) is the same for every i)
+    const int lrow = p >> 3, lch = p & 7;
+    const uint32_t lswz = swz128(lrow, lch);
+    const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
+    // raw B: chunk p % 4 (k 32c .. 32c+31) of weight rows p / 4 + 32 i, to raw + p * 16 + i * 2048
+    const int brow = p >> 2, bch = p & 3;
+    const unsigned char* b_src = reinterpret_cast<const unsigned char*>(Bw) + (size_t)(n0 + brow) * (K / 2) + bch * 16;
+    const uint32_t wswz0 = swz128(brow, 2 * bch), wswz1 = swz128(brow, 2 * bch + 1);
+    auto load_stage = [&](int kt) {{
+      const uint32_t slot = smem0 + (kt % STAGES) * SLOT_BYTES;
+      const uint32_t a_tile = slot + lswz, raw = slot + A_BYTES + WB_BYTES + p * 16;
+      const int k0 = kt * BK;
+      #pragma unroll
+      for (int i = 0; i < BM / 16; ++i) {{
+        const bool ok = m0 + lrow + 16 * i < M;  // rows past M are zero-filled (the source stays a valid address)
+        copy_16_async(a_tile + i * 16 * 128, ok ? a_src + (16 * i * K + k0) : A, ok);
+      }}
+      #pragma unroll
+      for (int i = 0; i < BN / 32; ++i)
+        copy_16_async(raw + i * 128 * 16, b_src + ((size_t)32 * i * (K / 2) + k0 / 2), true);
+    }};
+    #pragma unroll 1
+    for (int j = 0; j < LOOKAHEAD; ++j) {{  // the first slots are free
+      if (j < ktiles) load_stage(j);
+      copy_commit();
+    }}
+    #pragma unroll 1
+    for (int kt = 0; kt < ktiles; ++kt) {{
+      const int next = kt + LOOKAHEAD;
+      if (next < ktiles) {{
+        if (next >= STAGES) mbar_wait(empty0 + 8 * (next % STAGES), ((next / STAGES) + 1) & 1);
+        load_stage(next);
+      }}
+      copy_commit();
+      copy_wait<LOOKAHEAD>();  // this thread's copies of stage kt have landed
+      // widen the 16 raw bytes this thread copied per row (32 codes) into chunks 2c, 2c + 1 of the same row
+      const uint32_t slot = smem0 + (kt % STAGES) * SLOT_BYTES;
+      const uint32_t raw = slot + A_BYTES + WB_BYTES + p * 16, wb = slot + A_BYTES;
+      #pragma unroll
+      for (int i = 0; i < BN / 32; ++i) {{
+        uint32_t q[4], o[8];
+        lds_128(q, raw + i * 128 * 16);
+{widen}
+        st_shared_128(wb + i * 32 * 128 + wswz0, o[0], o[1], o[2], o[3]);
+        st_shared_128(wb + i * 32 * 128 + wswz1, o[4], o[5], o[6], o[7]);
+      }}
+      fence_proxy_async();          // the widened bytes and the copied A become visible to wgmma (async proxy)
+      mbar_arrive(full0 + 8 * (kt % STAGES));
+    }}
+    return;
+  }}
+
+  // ---------------- consumers: wgmma, release, promotion, epilogue
+  setmaxnreg_inc<232>();
+  const int cw = warp - 4;  // consumer warp 0..7; consumer warpgroup cw / 4 owns tile rows 64 (cw / 4) ..
+  wg_acc_t acc[WG_ACC_REGS];
+  float facc[WG_ACC_REGS];  // fp32 sums of the group partials times their scales
+  #pragma unroll
+  for (int i = 0; i < WG_ACC_REGS; ++i) {{ acc[i] = 0; facc[i] = 0.0f; }}
+  // this thread's accumulator columns 8j + 2*(lane%4) + e are the table's columns n0 + (lane%4)*32 + 2j + e
+  const float* s_col = S + n0 + (lane & 3) * (BN / 4);
+  #pragma unroll 1
+  for (int kt = 0; kt < ktiles; ++kt) {{
+    const uint32_t slot = smem0 + (kt % STAGES) * SLOT_BYTES;
+    const uint64_t desc_a = make_smem_desc(slot + (cw >> 2) * 64 * 128), desc_b = make_smem_desc(slot + A_BYTES);
+    mbar_wait(full0 + 8 * (kt % STAGES), (kt / STAGES) & 1);
+    #pragma unroll {1 if gsteps < 4 else 4}
+    for (int gi = 0; gi < BK / 32 / GSTEPS; ++gi) {{  // groups of 32 / 64: one loop (registers)
+      wgmma_fence_operand(acc);
+      wgmma_fence();
+      #pragma unroll
+      for (int s = 0; s < GSTEPS; ++s)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
+        wgmma_k32(acc, desc_a + 2 * (gi * GSTEPS + s), desc_b + 2 * (gi * GSTEPS + s), s > 0);
+      wgmma_commit();
+      uint32_t s4[BN / 16][4];  // this group's scales of the thread's 32 columns (loaded while the wgmma runs)
+      const float* srow = s_col + (size_t)((kt * BK + gi * GSTEPS * 32) / GROUP) * N;
+      #pragma unroll
+      for (int v = 0; v < BN / 16; ++v) load_g128_cached(s4[v], srow + 4 * v);
+      wgmma_wait<0>();
+      wgmma_fence_operand(acc);
+      if (gi == BK / 32 / GSTEPS - 1) mbar_arrive(empty0 + 8 * (kt % STAGES));  // the slot is free
+      #pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h)
+          #pragma unroll
+          for (int e = 0; e < 2; ++e)
+            facc[4 * j + 2 * h + e] += {to_f32}(acc[4 * j + 2 * h + e]) * u32_as_f32(s4[j / 2][(j % 2) * 2 + e]);
+    }}
+  }}
+  // accumulator fragment of m64nBN: consumer warp cw holds tile rows 16 cw .. 16 cw + 15; for n8 chunk j,
+  // facc[4j + 2h + e] is row lane/4 + 8h, column 8j + 2*(lane%4) + e
+  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  const int row0 = m0 + cw * 16 + (lane >> 2);
+  float rs[2];
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) rs[h] = (TS && row0 + 8 * h < M) ? scale * load_f32(TS + row0 + 8 * h) : scale;
+  #pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {{
+    const int col = n0 + 8 * j + 2 * (lane & 3);
+    float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
+    if (CS) {{ c0 = u32_as_f32(load_g32(CS + col)); c1 = u32_as_f32(load_g32(CS + col + 1)); }}
+    if (BIAS) {{
+      const uint32_t bb = load_g32(BIAS + col);  // the two 16-bit biases of columns col, col + 1
+      b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
+    }}
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {{
+      const int row = row0 + 8 * h;
+      if (row < M) {{
+        const float v0 = facc[4 * j + 2 * h] * rs[h] * c0 + b0;
+        const float v1 = facc[4 * j + 2 * h + 1] * rs[h] * c1 + b1;
+        store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
+      }}
+    }}
+  }}
+}}
+"""
