@@ -308,13 +308,12 @@ def _current_stream(device: int) -> int:
 def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gscale=None,
             out_dtype: torch.dtype | None = None) -> torch.Tensor:
     m = x.shape[0]
-    dev = x.device
-    spec = _registry[handle].launches.get(m) or _launch_spec(handle, m, dev)
-    p = spec.plan
-    out = torch.empty((m, p.n), dtype=out_dtype or x.dtype, device=dev)
+    spec = _registry[handle].launches.get(m) or _launch_spec(handle, m, x.device)
+    # new_empty and get_device skip building and parsing torch.device objects (host time on every call)
+    out = x.new_empty((m, spec.plan.n)) if out_dtype is None else x.new_empty((m, spec.plan.n), dtype=out_dtype)
     if _POISON:
         out.fill_(float("nan"))
-    device = dev.index if dev.index is not None else torch.cuda.current_device()
+    device = x.get_device()
     stream = _current_stream(device)
     block = spec.static_args
     slots = block.slots
