@@ -90,7 +90,13 @@ def host_overhead_parts(n_calls: int = 2000) -> dict:
     x = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
     handle = api.prepared(qw, x.dtype, x.device)
     packed = api._registry[handle].packed
-    spec = api._launch_spec(handle, 1, x.device)
+    # cuLaunchKernel alone needs a launch spec whose every pointer slot is valid: one real launch fills the
+    # weight slots, then x and a kept output buffer fill the per-call ones
+    api._launch(handle, x, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, packed.bias)
+    spec = api._registry[handle].launches[1]
+    out_keep = torch.empty((1, 256), dtype=x.dtype, device=x.device)
+    spec.static_args.slots[0].value = x.data_ptr()
+    spec.static_args.slots[6].value = out_keep.data_ptr()
     stream = api._current_stream(x.get_device())
     calls = {
         "torch_empty": lambda: torch.empty((1, 256), dtype=x.dtype, device=x.device),
