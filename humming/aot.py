@@ -97,7 +97,7 @@ def kernel_plans(caps, shapes: Iterable[tuple[int, int]], scheme, ms: Iterable[i
     for n, k in shapes:
         layout = layout_for(scheme, n, k, act)
         for m in ms:
-            p = tuning.choose_plan(caps, layout, m, act, scheme=str(scheme))
+            p = tuning.choose_plan(caps, layout, m, act, scheme=getattr(scheme, "name", None) or str(scheme))
             plans.setdefault(p.kernel_name, p)
     return plans
 

@@ -221,6 +221,7 @@ class _Prepared:
     run_arch: str | None = None
     launches: dict = field(default_factory=dict)  # m -> _LaunchSpec
     plan_fn: object = None  # m -> Plan, for kernels other than WnA16
+    scheme: str = ""  # the scheme's name: tuned entries of that scheme win over other schemes of the same layout
 
 
 @dataclass
@@ -262,7 +263,7 @@ def plan_for(handle: int, m: int) -> Plan:
         if prep.plan_fn is not None:
             p = prep.plan_fn(m)
         else:
-            p = choose_plan(prep.caps, prep.packed.layout, m, prep.packed.layout.decode.act)
+            p = choose_plan(prep.caps, prep.packed.layout, m, prep.packed.layout.decode.act, scheme=prep.scheme)
         prep.plans[m] = p
     return p
 
@@ -349,10 +350,10 @@ def _(x, qweight, scales, zeros, chan, bias, gscale, handle):
     return x.new_empty((x.shape[0], _registry[handle].packed.layout.n))
 
 
-def _register(packed, caps, run_arch: str | None, plan_fn=None) -> int:
+def _register(packed, caps, run_arch: str | None, plan_fn=None, scheme: str = "") -> int:
     """Add a repacked weight to the registry (thread-safe); returns its handle."""
     with _lock:
-        _registry.append(_Prepared(packed, caps, {}, run_arch, plan_fn=plan_fn))
+        _registry.append(_Prepared(packed, caps, {}, run_arch, plan_fn=plan_fn, scheme=scheme))
         return len(_registry) - 1
 
 
@@ -374,7 +375,7 @@ def prepared(qw, dtype: torch.dtype, device: torch.device, profile=None) -> int:
         caps = resolve_profile(profile)
         run_arch = _emulation_arch(caps)
         packed = prepare(qw.to(device), dtype)
-        handle = _register(packed, caps, run_arch)
+        handle = _register(packed, caps, run_arch, scheme=getattr(qw.scheme, "name", "") or "")
         cache[key] = handle
     return handle
 

@@ -223,3 +223,20 @@ def test_candidates_default_first_valid_and_unique():
         assert all(p.smem_bytes <= H200.limits.smem_per_block_kb * 1024 for p in plans)
     only = tuning.candidates(H200, _layout(8192, 8192), 1, "f16", include_tile_for_stream=False)
     assert {p.path for p in only[1:]} == {"stream"}
+
+
+def test_runtime_prefers_the_entries_of_its_own_scheme():
+    """A prepared weight plans with its scheme's name (api.plan_for), as `humming build` does: when a tuning
+    file holds entries of two schemes for one layout, each weight gets its own."""
+    import torch
+
+    from humming import api
+
+    tuning.record(_forced_tile(40), 10.0, scheme="w4a16")
+    other = plan_wna16(A100, _layout(), 40, "f16", tiles=TileConfig(48, 64, 128, 3, 1, 1, 2), splits=1, path="tile")
+    tuning.record(other, 11.0, scheme="aaa-other")  # sorts first: picked when the scheme is not given
+    torch.manual_seed(0)
+    qw = __import__("humming").quantize(torch.randn(1024, 2048) * 0.05, "w4a16")
+    handle = api.prepared(qw, torch.float16, "cpu", profile="nvidia-a100")
+    p = api.plan_for(handle, 40)
+    assert (p.tiles, p.splits) == (_forced_tile(40).tiles, 2)
