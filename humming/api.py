@@ -12,7 +12,7 @@ from humming.core.generator import kernel_source
 from humming.core.layout import PackedWeight, act_name, layout_for, prepare
 from humming.core.planner import Plan, plan_wna16
 from humming.core.tuning import choose_plan
-from humming.errors import SchemeError, ShapeError, UnsupportedOnDevice
+from humming.errors import HummingError, SchemeError, ShapeError, UnsupportedOnDevice
 
 _lock = threading.Lock()
 _POISON = os.environ.get("HUMMING_POISON_OUTPUT", "0") == "1"  # tests: fill outputs with NaN before each launch
@@ -50,6 +50,10 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
         sch = sch.with_(group_size=group_size)
     if getattr(sch, "act", None):
         return _plan_quantized_act(caps, sch, m, n, k, act)
+    if _wgmma_rs_eligible(caps, sch, m, n, k, act):  # opt-in (HUMMING_WGMMA_RS=1): weights as wgmma's register A
+        from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+
+        return plan_wna16_wgmma_rs(caps, layout_for(sch, n, k, act), m, act, scheme=sch.name)
     if _wgmma_wna16_eligible(caps, sch, m, n, k, act):  # unless HUMMING_WGMMA_WNA16=0: the plan that gemm runs
         from humming.core.layout_wgmma_wna16 import wgmma_wna16_layout
         from humming.core.planner_wgmma_wna16 import plan_wna16_wgmma
@@ -424,7 +428,8 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) ->
     elif x.shape[-1] != qw.shape[1]:
         raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={qw.shape[1]}")
     if x.numel() >= WGMMA_WNA16_MIN_M * qw.shape[1] and _switch_on(WGMMA_WNA16_ENV):
-        handle = _wna16_wgmma_handle(x, qw, profile, handle)
+        rs = _wna16_wgmma_rs_handle(x, qw, profile, handle) if os.environ.get(WGMMA_RS_ENV, "") == "1" else handle
+        handle = rs if rs != handle else _wna16_wgmma_handle(x, qw, profile, handle)
     return gemm_prepared(x, handle, bias)
 
 
@@ -633,6 +638,54 @@ def _wna16_wgmma_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
         cache[key] = handle
     if handle < 0 and os.environ.get("HUMMING_UNVERIFIED_KERNELS", "0") == "1":  # (no wgmma: Blackwell datacenter?)
         return _wna16_tcgen05_handle(x, qw, profile, fallback)
+    return fallback if handle < 0 else handle
+
+
+WGMMA_RS_ENV = "HUMMING_WGMMA_RS"  # "1": WnA16 prefill (M >= 128) on the register-A wgmma kernel (opt-in)
+
+
+def _wgmma_rs_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
+    """True when the register-A wgmma WnA16 kernel takes this call: HUMMING_WGMMA_RS=1 (and HUMMING_WGMMA_WNA16 not
+    "0", which keeps the mma.sync kernels), M >= 128, a declared wgmma
+    k16 form for the activation type, cp.async, and a layout it runs (int4 codes, integer or no zero points, scale
+    and zero groups multiples of 64 or per channel, N % 128 == 0, K % 64 == 0; planner_wgmma_rs.layout_refusal)."""
+    from humming.core import planner_wgmma_rs as rs
+
+    if m < rs.MIN_M or not rs.enabled() or not _switch_on(WGMMA_WNA16_ENV) or not caps.memory.cp_async:
+        return False
+    from humming.core.planner_wgmma_wna16 import wgmma_k16_form
+
+    if wgmma_k16_form(caps, act) is None:
+        return False
+    try:
+        lay = layout_for(scheme, n, k, act)
+    except HummingError:
+        return False
+    return not rs.layout_refusal(lay)
+
+
+def _wna16_wgmma_rs_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
+    """A handle of the register-A wgmma kernel sharing the prepared weights of ``fallback`` (the mma.sync / stream
+    handle: the same PackedWeight, no second copy), or ``fallback`` when the kernel does not apply to this weight or
+    this GPU; the decision is cached on the weight."""
+    cache = qw.__dict__.setdefault("_humming_prepared", {})
+    key = ("wna16-wgmma-rs", x.dtype, x.device, profile)
+    handle = cache.get(key)
+    if handle is None:
+        from humming.core import planner_wgmma_rs as rs
+
+        caps = resolve_profile(profile)
+        n, k = qw.shape
+        act = act_name(x.dtype)
+        packed = _registry[fallback].packed
+        handle = -1
+        if (_wgmma_rs_eligible(caps, qw.scheme, rs.MIN_M, n, k, act) and not rs.layout_refusal(packed.layout)
+                and _wgmma_runs_here(caps)):
+            def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
+                return rs.plan_wna16_wgmma_rs(caps, packed.layout, m, act, scheme=name)
+
+            handle = _register(packed, caps, None, plan_fn)
+        cache[key] = handle
     return fallback if handle < 0 else handle
 
 

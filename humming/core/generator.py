@@ -50,6 +50,10 @@ def pair_decode(layout, scales: bool, zeros: bool) -> tuple[str, str, str]:
 
 
 def kernel_source(plan, backend, caps=None) -> str:
+    if plan.family == "wgmma" and plan.path == "wgmma-rs":  # opt-in (HUMMING_WGMMA_RS=1): weights as register A
+        from humming.core.generator_wgmma_rs import wgmma_rs_kernel_source
+
+        return wgmma_rs_kernel_source(plan, backend, caps)
     if plan.family == "wgmma" and plan.path == "wgmma-dequant-smem":
         from humming.core.generator_wgmma_wna16 import wgmma_wna16_kernel_source
 

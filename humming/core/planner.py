@@ -121,6 +121,8 @@ class Plan:
         d = self.layout.decode
         w = f"{d.kind}{d.bits}"
         kind = "wgmma" if self.family == "wgmma" else "stream" if self.path == "stream" else "tile"
+        if self.path == "wgmma-rs":
+            kind = "wgmmars"  # register-A wgmma (bm = tokens, bn = channels)
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
                 f"{'x' if t.x_ring else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}_{self.kernel_key}")
 

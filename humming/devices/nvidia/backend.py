@@ -734,3 +734,60 @@ def tcgen05_wna16_prelude(backend: NvidiaBackend, request: HelperRequest) -> str
         raise ValueError("the tcgen05 kernel copies with cp.async")
     return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], TCGEN05_COMMON, STS_128, _decode_helper(request.weight),
                       _tcgen05_mma_helper(ins, "f32")])
+
+
+# ---- wgmma with the A operand in registers (sm_90a RS form): the WnA16 kernel that dequantizes weights in registers
+WGMMA_RS_EXTRA = r"""
+// 16-bit shared-memory store (the epilogue's staging tile) and 16-byte global store (its coalesced copy-out)
+__device__ __forceinline__ void sts_u16(uint32_t addr, uint16_t v) {
+  asm volatile("st.shared.u16 [%0], %1;\n" :: "r"(addr), "h"(v) : "memory");
+}
+__device__ __forceinline__ void store_g128(void* p, const uint32_t (&r)[4]) {
+  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};\n" :: "l"(p), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+"""
+
+
+def _wgmma_k16_rs_helper(a_type: str, n: int) -> str:
+    """wgmma_k16_rs(d, a, desc_b, accumulate): D(64 x n) += A(64 x 16) * B(16 x n) with A in registers (PTX ISA
+    "wgmma.mma_async ... d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b"): warp w of the warpgroup
+    holds rows 16w .. 16w+15 of A in the register layout of the mma.sync m16n8k16 A fragment (a[0]: row lane/4,
+    k 2*(lane%4) + {0,1}; a[1]: row + 8; a[2]: k + 8; a[3]: row + 8 and k + 8; two 16-bit values per register,
+    lower k in the low half). B is K-major in shared memory (imm-trans-b = 0); fp32 accumulators laid out as in
+    _wgmma_k32_helper. The registers of a must not change until a wgmma_wait covers this step."""
+    if a_type not in ("f16", "bf16"):
+        raise ValueError(f"no wgmma k16 register-A spelling for {a_type}")
+    regs = n // 2
+    dlist = ",".join(f"%{i}" for i in range(regs))
+    alist = ",".join(f"%{regs + i}" for i in range(4))
+    db, sd = regs + 4, regs + 5
+    ins = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{a_type}.{a_type} {{{dlist}}}, {{{alist}}}, %{db}, p, "
+           "1, 1, 0;")
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    return rf"""
+typedef float wg_acc_t;
+constexpr int WG_ACC_REGS = {regs};   // accumulator registers per thread of an m64n{n} tile
+// the accumulators are written asynchronously: keep the compiler from moving their uses across the waits
+__device__ __forceinline__ void wgmma_fence_operand(float (&d)[{regs}]) {{
+  #pragma unroll
+  for (int i = 0; i < {regs}; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}}
+// one m64n{n}k16 {a_type} step, A from registers: d = A * B + (accumulate ? d : 0)
+__device__ __forceinline__ void wgmma_k16_rs(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {{
+  asm volatile("{{\n .reg .pred p;\n setp.ne.b32 p, %{sd}, 0;\n {ins}\n}}\n"
+               : {outs}
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}}
+"""
+
+
+def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -> str:
+    """Helpers of the register-A wgmma WnA16 kernel: copies, 16-bit pair arithmetic, the weight decode (dq_raw) of
+    the mma.sync layout, fences and descriptors, the epilogue's staging stores and one m64n{n}k16 register-A step
+    for the plan's activation type (request.mma, a wgmma f16/bf16 form)."""
+    if request.mma.family != "wgmma" or request.mma.a_type not in ("f16", "bf16"):
+        raise ValueError(f"wgmma_rs_prelude needs a wgmma f16/bf16 form, got {request.mma.describe()}")
+    if n not in request.mma.n_values:
+        raise ValueError(f"wgmma n={n} is not a declared N of {request.mma.describe()}")
+    return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON, WGMMA_RS_EXTRA,
+                      _decode_helper(request.weight), _wgmma_k16_rs_helper(request.mma.a_type, n)])

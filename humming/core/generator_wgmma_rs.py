@@ -1,0 +1,237 @@
+"""Generates the register-A wgmma WnA16 kernel (sm_90a, opt-in with HUMMING_WGMMA_RS=1): the stream kernel's idea
+at prefill sizes. Each block computes C^T = W x^T for 128 output channels x BT tokens (BT = 128 or 256):
+
+  * A = weights, from registers: warp w of warpgroup wg supplies rows 16w .. 16w+15 of the warpgroup's 64 rows =
+    channels n0 + 64 wg + 16 w + {g, g + 8} (g = lane / 4) in the m16n8k16 A-fragment layout (wgmma RS form). Those
+    are exactly the pairs (n8 tiles 2w and 2w + 1, r = 0/1) of the mma.sync atom layout (humming.core.layout): for the
+    64 x 64 atom (slab n0/64 + wg, k atom kt) a lane's chunk ks (16 bytes) holds k16 step ks of all four 16-channel
+    tiles, word tt = tile tt, pair J = 2h + r of that word = register a[r * 2 + h]. So the lane loads word w of each
+    of the four chunks (four 4-byte loads at 512-byte steps; the four warps of the warpgroup read the other words of
+    the same 128-byte lines, through L1), PF atoms ahead in a register ring, and decodes a[ks][0..3] with the helpers
+    of the mma.sync kernels (dq_raw: magic number | code, + -(magic + zero), x scale, in the activation type). The
+    scale/zero tables ([rows][N/64][8 (g)][8 (n8 tile)]) give the lane its two channels' values in one 4-byte word
+    (n8 tiles 2w, 2w + 1), once per atom (groups are multiples of 64).
+  * B = activations: BT token rows x 64 k (128 bytes), copied with cp.async into 128-byte-swizzled K-major shared
+    memory (the layout of the other wgmma kernels' tiles; rows past M zero-filled), STAGES slots, read through a
+    matrix descriptor (+32 bytes per k16 step).
+
+Pipeline, iteration kt (LOOKAHEAD = STAGES - 2 activation stages in flight; the main loop is unrolled by U = 2 R
+stages so that ring slots are constants, and drains the wgmma queue once per trip, see below):
+  decode the weights of kt (ring slot kt % R) into a[4][4] -> load the weights of kt + PF (global -> registers) ->
+  wait for this thread's copies of kt -> fence.proxy.async -> __syncthreads (everyone's copies of kt landed; both
+  warpgroups finished the wgmmas of kt - 2) -> refill the slot of kt - 2 -> wgmma.fence, four m64nBTk16 (A from
+  a[ks]), commit -> wgmma_wait<1> (the group of kt - 1 is done: its A registers and slot are free).
+A wgmma group left in flight across the loop's back edge while a[] is rewritten makes ptxas serialize every wgmma
+(C7513 "non wgmma instructions defining input registers of a wgmma between start and end of the pipeline stage";
+it does not when the same code is straight-line), hence wgmma_wait<0> at the end of each trip of U stages.
+
+Epilogue: accumulator x out_scale (x *GS) x per-channel scale CS[n] + bias[n]; acc[4j + 2h + e] is channel
+64 wg + 16 w + 8 h + g, token 8 j + 2 q + e (q = lane % 4); the tile is written transposed into shared memory
+([token][channel], pitch 136 values), then copied out one 16-byte chunk per thread and step (whole token rows of
+256 bytes; rows past M skipped). The parameter list is that of the mma.sync tile kernel (WS, CNT and k_per_split
+are unused), so the same launcher and the same prepared weights (humming.core.layout.prepare) serve both.
+"""
+from __future__ import annotations
+
+from humming.core.generator import pair_decode
+from humming.core.planner_wgmma_rs import BC, BK, OUT_PAD, PATH, PF, layout_refusal
+from humming.devices.base import HelperRequest
+
+
+def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
+    from humming.devices.nvidia.backend import wgmma_rs_prelude
+
+    t = plan.tiles
+    lay = plan.layout
+    if plan.path != PATH or (t.bn, t.bk, t.threads) != (BC, BK, 256) or t.stages < 4 or t.bm not in (128, 256):
+        raise ValueError(f"the register-A wgmma kernel is written for (128|256) tokens x 128 channels x 64 k, "
+                         f"256 threads, >= 4 stages; got {t}")
+    why = layout_refusal(lay)
+    if why:
+        raise ValueError(f"the register-A wgmma kernel cannot run this layout: {why}")
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=lay.decode, async_copy=True, caps=caps)
+    prelude = wgmma_rs_prelude(backend, request, t.bm)
+    s_group, z_group = lay.scale_group, lay.zero_group
+    _, math, zero_decl = pair_decode(lay, bool(s_group), bool(z_group))
+
+    def table(ptr: str, group: int, atom: str) -> str:
+        row = "0" if group < 0 else f"(size_t)(({atom}) * BK / {group}) * N + "
+        return f"load_g32({ptr} + {row if group > 0 else ''}tab)"
+
+    ring_decl, ring_load, pick, fixed = [], [], [], []
+    for ptr, var, group in (("S", "s", s_group), ("Z", "z", z_group)):
+        if group > 0:  # one row per atom: travels in the ring with the codes
+            ring_decl.append(f"uint32_t {var}q[R];  // this lane's two channels' {ptr} values of each atom in flight")
+            ring_load.append(f"{var}q[SLOT] = {table(ptr, group, 'ATOM')};")
+            pick.append(f"const uint32_t {var}{var} = h ? dup_hi({var}q[s]) : dup_lo({var}q[s]);")
+        elif group < 0:  # one row (per channel): loaded once
+            fixed.append(f"const uint32_t {var}w = {table(ptr, group, '0')};  // this lane's two channels")
+            pick.append(f"const uint32_t {var}{var} = h ? dup_hi({var}w) : dup_lo({var}w);")
+    if not z_group:
+        pick.append("const uint32_t zz = zz_const;")
+
+    def fetch(slot: str, atom: str, indent: str) -> str:
+        lines = [f"const uint32_t* p = wsrc + (size_t)({atom}) * ATOM_WORDS;",
+                 "#pragma unroll",
+                 f"for (int ks = 0; ks < 4; ++ks) wq[{slot}][ks] = load_g32(p + ks * 128);  // word w of chunk ks"]
+        lines += [ln.replace("SLOT", slot).replace("ATOM", atom) for ln in ring_load]
+        return "\n".join(indent + ln for ln in lines)
+
+    ring_decl_code = "".join("\n  " + ln for ln in ring_decl)
+    fixed_code = "".join("\n  " + ln for ln in fixed)
+    pick_code = "\n          ".join(pick)
+
+    return f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+{prelude}
+
+namespace cfg {{
+constexpr int BT = {t.bm}, BC = {BC}, BK = {BK}, STAGES = {t.stages};   // tokens, channels, k per stage
+constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile
+constexpr int LOOKAHEAD = STAGES - 2;    // activation stages loading while one is multiplied and one may still be read
+constexpr int PF = {PF}, R = PF + 1;           // weight atoms in flight per lane, register ring size
+constexpr int U = 2 * R;                 // stages per trip of the main loop (unrolled: ring slots are constants)
+constexpr int X_BYTES = BT * BK * 2;     // one activation tile: BT rows x 128 bytes
+constexpr int ATOM_WORDS = 32 * 4 * 4;   // 32-bit words of one 64 x 64 int4 atom (2 KB)
+constexpr int OUT_LD = BC + {OUT_PAD};         // staging pitch (16-bit values): 272 bytes, conflict-free stores
+static_assert(BK == 64, "one 128-byte swizzle row of 16-bit values per token per stage");
+static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
+static_assert(WG_ACC_REGS == BT / 2, "m64nBT accumulators: BT/2 registers per thread");
+static_assert(LOOKAHEAD >= 2, "at least four stages");
+static_assert(BT * OUT_LD * 2 <= STAGES * X_BYTES, "the staging tile fits in the activation slots");
+static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
+}}
+
+extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
+    const uint16_t* __restrict__ A,      // activations [M, K], row-major (K-major)
+    const uint32_t* __restrict__ B,      // int4 codes in the mma.sync atom layout (humming.core.layout)
+    const uint16_t* __restrict__ S,      // group scales [K/group, N] (act type, permuted columns) or null
+    const uint16_t* __restrict__ Z,      // -(magic + zero) [K/group or 1, N] (act type, permuted columns) or null
+    const float* __restrict__ CS,        // per-channel fp32 scale [N] or null
+    const uint16_t* __restrict__ BIAS,   // [N] or null
+    uint16_t* __restrict__ C,            // output [M, N], row-major
+    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS) {{        // a device scalar multiplying the output (activation global scale) or null
+  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
+  const int g = lane >> 2, q = lane & 3;
+  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;
+  const int ktiles = K / BK;
+  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel atom row
+  // the swizzle repeats every 1024 bytes of address: start on such a boundary (1 KiB is reserved)
+  const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;         // STAGES activation slots, then the staging tile
+
+  // activations: thread tid copies chunk tid % 8 of token rows tid / 8 + 32 i ((row mod 8) is the same for every i)
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const uint16_t* a_src = A + (size_t)(m0 + lrow) * K + lch * 8;
+  auto load_stage = [&](int slot, int kt) {{
+    const uint32_t base = x0 + slot * X_BYTES;
+    #pragma unroll
+    for (int i = 0; i < BT / 32; ++i) {{
+      const bool ok = m0 + lrow + 32 * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);
+    }}
+  }};
+
+  // weights: word w of this lane's chunk ks of atom (slab, kt) at ((slab * K/64 + kt) * 4 + ks) * 128 + lane * 4 + w
+  const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + lane * 4 + w;
+  const int tab = slab * 64 + g * 8 + 2 * w;                     // tables: n8 tiles 2w (low half), 2w + 1 (high)
+{zero_decl}  uint32_t wq[R][4];  // codes of the atoms in flight: k16 step ks of channels 16w + g (+8){ring_decl_code}{fixed_code}
+
+  float acc[WG_ACC_REGS];
+  #pragma unroll
+  for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;
+
+  #pragma unroll
+  for (int s = 0; s < LOOKAHEAD; ++s) {{
+    if (s < ktiles) load_stage(s, s);
+    copy_commit();
+  }}
+  #pragma unroll
+  for (int s = 0; s < PF; ++s)
+    if (s < ktiles) {{
+{fetch("s", "s", "      ")}
+    }}
+
+  for (int kb = 0; kb < ktiles; kb += U) {{
+    #pragma unroll
+    for (int u = 0; u < U; ++u) {{
+      const int kt = kb + u, s = u % R;   // ring slot of stage kt
+      if (kt >= ktiles) break;
+      // A of stage kt: a[ks][r * 2 + h] = channels 16w + g + 8h, k 16 ks + 8 r + 2q (+1), as the activation type
+      uint32_t a[4][4];
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {{
+          {pick_code}
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {{
+            uint32_t v = dq_raw(wq[s][ks], 2 * h + r);
+            {math}
+            a[ks][r * 2 + h] = v;
+          }}
+        }}
+      if (kt + PF < ktiles) {{  // the ring slot of kt - 1 (decoded last iteration) takes atom kt + PF
+{fetch("(s + PF) % R", "kt + PF", "        ")}
+      }}
+      copy_wait<LOOKAHEAD - 1>();  // this thread's copies of stage kt have landed
+      fence_proxy_async();         // ... and are visible to wgmma (async proxy)
+      __syncthreads();             // everyone's; both warpgroups are done with the wgmmas of kt - 2
+      {{
+        const int next = kt + LOOKAHEAD;  // refills the slot of kt - 2
+        if (next < ktiles) load_stage(next % STAGES, next);
+        copy_commit();
+      }}
+      const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);
+      wgmma_fence_operand(acc);
+      wgmma_fence();               // the a[] registers and accumulators written above, before the wgmmas read them
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks)  // k16 steps: +32 bytes inside the swizzled rows = +2 in the address field
+        wgmma_k16_rs(acc, a[ks], desc_x + 2 * ks, 1);
+      wgmma_commit();
+      wgmma_wait<1>();             // the group of kt - 1 has finished (its registers and its slot are free)
+      wgmma_fence_operand(acc);
+    }}
+    // drain before the loop's back edge: ptxas serializes every wgmma when a group whose A registers it cannot
+    // track (a wgmma in flight across the back edge) is pending while a[] is written (C7513); once per U stages
+    wgmma_wait<0>();
+    wgmma_fence_operand(acc);
+  }}
+  wgmma_wait<0>();
+  wgmma_fence_operand(acc);
+  copy_wait<0>();
+  fence_proxy_async();
+  __syncthreads();                 // all wgmmas and copies done: the activation slots become the staging tile
+
+  // acc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
+  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) {{
+    const int ch = wg * 64 + w * 16 + 8 * h + g;
+    const float cs = CS ? scale * load_f32(CS + n0 + ch) : scale;
+    const float bs = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
+    #pragma unroll
+    for (int j = 0; j < BT / 8; ++j) {{
+      const uint32_t v = f32x2_to_act2(acc[4 * j + 2 * h] * cs + bs, acc[4 * j + 2 * h + 1] * cs + bs);
+      const uint32_t o = x0 + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
+      sts_u16(o, (uint16_t)(v & 0xFFFFu));
+      sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
+    }}
+  }}
+  __syncthreads();
+  // copy-out: 16-byte chunk c = tid + 256 i is token row c / 16, channels 8 (c % 16) .. +7
+  #pragma unroll
+  for (int i = 0; i < BT * (BC / 8) / THREADS; ++i) {{
+    const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;
+    if (m0 + row < M) {{
+      uint32_t r[4];
+      lds_128(r, x0 + (row * OUT_LD + ch * 8) * 2);
+      store_g128(C + (size_t)(m0 + row) * N + n0 + ch * 8, r);
+    }}
+  }}
+}}
+"""

@@ -1,0 +1,122 @@
+"""Planning the register-A wgmma WnA16 kernel (``humming.core.generator_wgmma_rs``): int4 weights of the mma.sync
+layout (``humming.core.layout.prepare``, the stream kernel's prepared weights) dequantized in registers as the A
+operand of wgmma m64nNk16, activations the B operand in shared memory. Opt-in (HUMMING_WGMMA_RS=1) for M >= 128
+where a profile declares the wgmma k16 form of the activation type and cp.async.
+
+Tile naming: ``TileConfig.bm`` is the token tile (the wgmma N, 128 or 256), ``bn`` the 128 output channels of the
+two warpgroups, ``bk`` the 64 k of one stage; so ``Plan.grid`` = (token tiles, channel tiles, 1)."""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+
+from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
+from humming.core.planner_wgmma_wna16 import wgmma_k16_form
+from humming.core.wgmma_common import require_wgmma
+from humming.errors import ShapeError, UnsupportedOnDevice
+
+PATH = "wgmma-rs"
+ENV = "HUMMING_WGMMA_RS"  # "1": WnA16 prefill (M >= 128) on this kernel instead of the dequant-smem one
+BC = 128  # output channels per block: two warpgroups x 64 rows of A
+BK = 64  # one 128-byte swizzle row of 16-bit activations per token per stage (one 64x64 weight atom)
+MIN_M = 128
+MIN_STAGES, MAX_STAGES = 4, 6
+PF = 2  # weight atoms loaded ahead per lane (register ring of PF + 1)
+OUT_PAD = 8  # 16-bit values of padding per staging row (272-byte pitch: conflict-free epilogue stores)
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "") == "1"
+
+
+def layout_refusal(layout) -> str:
+    """Why this kernel cannot run a WeightLayout ("" when it can)."""
+    d = layout.decode
+    if getattr(layout, "packing", ""):
+        return "it reads the mma.sync atom layout (humming.core.layout.prepare), not " + layout.packing
+    if (d.kind, d.bits, d.container, d.int_path) != ("int", 4, 4, "magic"):
+        return f"it decodes 4-bit integer codes with the magic number, not {d.kind}{d.bits} ({d.int_path})"
+    if layout.zero_float:
+        return "float zero points are not supported (integer zero points are)"
+    for what, group in (("scale", layout.scale_group), ("zero", layout.zero_group)):
+        if group > 0 and group % BK:
+            return f"{what} group {group} is not a multiple of {BK} (one table row per 64-wide weight atom)"
+    if layout.n % BC:
+        return f"N={layout.n} is not a multiple of {BC}"
+    if layout.k % BK:
+        return f"K={layout.k} is not a multiple of {BK}"
+    return ""
+
+
+def smem_bytes(bt: int, stages: int) -> int:
+    """STAGES activation tiles (bt rows x 128 B) and 1 KiB to align them to 1024 bytes; the epilogue's staging
+    tile (bt rows x (128 + OUT_PAD) 16-bit values) reuses them."""
+    return stages * bt * BK * 2 + 1024
+
+
+def _token_tile(m: int, n: int, sms: int, cands: list[int], reasons: list[str]) -> int:
+    bt = cands[0]
+    if len(cands) > 1:
+        def fill(b: int) -> float:  # fraction of the launched SM slots that hold a tile
+            tiles = math.ceil(m / b) * (n // BC)
+            return tiles / (math.ceil(tiles / sms) * sms)
+
+        wide = math.ceil(m / 256) * (n // BC)
+        if fill(128) > 1.25 * fill(256):
+            bt = 128
+            reasons.append(f"128 tokens per tile: {wide} tiles of 256 tokens would leave most of {sms} SMs idle")
+        else:
+            reasons.append(f"256 tokens per tile (m64n256k16, the widest step); {wide} tiles on {sms} SMs")
+    return bt
+
+
+def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None) -> Plan:
+    """Plan the register-A wgmma WnA16 kernel for a ``WeightLayout`` (humming.core.layout), or UnsupportedOnDevice /
+    ShapeError naming what is missing. ``bt`` forces the token tile (128 or 256)."""
+    form = wgmma_k16_form(caps, act)
+    require_wgmma(caps, m, form, f"m64nNk16 {act} x {act} -> f32", "the mma.sync kernels run WnA16 there",
+                  "register-A wgmma WnA16 pipeline")
+    why = layout_refusal(layout)
+    if why:
+        err = ShapeError if why.startswith(("N=", "K=")) else UnsupportedOnDevice
+        raise err(f"the register-A wgmma WnA16 kernel does not apply: {why}; the dequant-smem wgmma or mma.sync "
+                  "kernels run it")
+    n, k = layout.n, layout.k
+    limit = caps.limits.smem_per_block_kb * 1024
+    sms = caps.limits.sms or _DEFAULT_SMS
+    d = layout.decode
+    zero = ("zero points per " + ("channel" if layout.zero_group < 0 else f"group of {layout.zero_group}")
+            if layout.zero_group else f"constant offset {layout.zero_const:g} (magic number and zero, exact)")
+    scale = (f"group scales per {layout.scale_group}" if layout.scale_group
+             else "per-channel scales in the fp32 epilogue" if layout.channel_scale else "a per-tensor scale")
+    reasons = [
+        f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (weights) from registers, B (activations) K-major in "
+        "128-byte-swizzled shared memory",
+        f"path {PATH} ({ENV}=1): C^T = W x^T per tile; each warp loads its 16 channels x 64 k of int4 codes "
+        f"(the mma.sync atom layout, the stream kernel's prepared weights) from global memory {PF} atoms ahead, "
+        f"decodes them in registers ({d.kind}{d.bits}: magic number | code, {zero}, {scale}) into the m16n8k16 A "
+        "fragment that each warp of a warpgroup supplies; no shared-memory traffic for the weights",
+    ]
+    cands = [b for b in ((bt,) if bt else (256, 128)) if b in form.n_values]
+    if not cands:
+        raise UnsupportedOnDevice(f"{caps.name} declares no wgmma m64n{bt or 256}k16 {act}")
+    bt = _token_tile(m, n, sms, cands, reasons)
+    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(bt, s) <= limit), None)
+    if stages is None:
+        raise UnsupportedOnDevice(
+            f"no register-A wgmma tile of {bt} tokens with {MIN_STAGES} stages fits {caps.name}'s {limit} B of "
+            "shared memory")
+    smem = smem_bytes(bt, stages)
+    reasons.append(
+        f"tile {BC} channels x {bt} tokens x {BK} k: 2 warpgroups x m64n{bt}k16, 4 k16 steps per stage; {stages} "
+        f"cp.async activation slots ({stages - 2} in flight; rows past M zero-filled); {smem // 1024} KiB of "
+        f"{limit // 1024} KiB shared memory")
+    reasons.append("epilogue: scales and bias per channel, the tile transposed through shared memory, 16-byte "
+                   "stores of whole token rows (rows past M skipped); no split-K")
+    tiles = TileConfig(bt, BC, BK, stages, 1, 8, 1)
+    return Plan(
+        scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
+        instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,
+        async_copy=True, smem_bytes=smem, reasons=tuple(reasons),
+    )

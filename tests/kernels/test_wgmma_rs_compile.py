@@ -1,0 +1,315 @@
+"""CPU: the register-A wgmma WnA16 kernel (sm_90a, opt-in with HUMMING_WGMMA_RS=1; weights dequantized in registers
+as wgmma's A operand, activations the B operand in swizzled shared memory) is planned only when opted in and where a
+profile declares wgmma k16 forms, compiles with NVRTC for sm_90a with the register-A form, no ldmatrix, no spills and
+no serialized wgmmas, and its addressing is emulated in torch: which global words and table words each lane loads for
+its a[] registers (under the m16n8k16 A-fragment semantics that the PTX ISA gives each warp of the warpgroup), which
+shared-memory bytes the activation copies write and the B descriptor reads, and the epilogue's (channel, token)
+mapping through the staging tile, against humming.reference_gemm."""
+import itertools
+import re
+from dataclasses import replace
+
+import pytest
+import torch
+from test_wgmma_compile import _read_map, _store_map  # the validated descriptor / swizzle model
+from test_wgmma_wna16_compile import _dq_raw_model
+
+import humming
+from humming import api
+from humming.capabilities import list_profiles
+from humming.core.compiler import compile_cuda
+from humming.core.layout import layout_for, prepare
+from humming.core.nvrtc import select_toolchain
+from humming.core.planner_wgmma_rs import ENV, OUT_PAD, PATH, PF, layout_refusal, plan_wna16_wgmma_rs, smem_bytes
+from humming.errors import ShapeError, UnsupportedOnDevice
+
+H200 = "nvidia-h200"
+DT = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _caps(name=H200):
+    return api.resolve_profile(name)
+
+
+def _need_sm90a():
+    try:
+        select_toolchain("sm_90a", None)
+    except UnsupportedOnDevice as exc:
+        pytest.skip(str(exc).splitlines()[0])
+
+
+def _scheme(name="w4a16", group=128):
+    sch = humming.schemes.get(name)
+    return sch.with_(granularity="channel", group_size=None) if group is None else sch.with_(group_size=group)
+
+
+def _plan(act="f16", name="w4a16", group=128, m=1024, n=1024, k=4096, bt=None, profile=H200):
+    lay = layout_for(_scheme(name, group), n, k, act)
+    return plan_wna16_wgmma_rs(_caps(profile), lay, m, act, scheme=name, bt=bt)
+
+
+# ----------------------------------------------------------------------------- compile
+CASES = [("f16", 256, "w4a16", 128), ("bf16", 128, "w4a16", 128), ("f16", 128, "w4a16", None),
+         ("bf16", 256, "w4a16-zp", 128), ("f16", 256, "w4a16-zp", None), ("bf16", 256, "w4a16", None)]
+
+
+@pytest.mark.parametrize("act,bt,name,group", CASES, ids=[f"{a}-bt{b}-{n}-g{g}" for a, b, n, g in CASES])
+def test_compiles_with_register_a_wgmma(act, bt, name, group):
+    _need_sm90a()
+    caps = _caps()
+    p = _plan(act, name, group, bt=bt)
+    assert p.family == "wgmma" and p.path == PATH and p.tiles.bm == bt and p.tiles.bn == 128 and p.threads == 256
+    assert p.splits == 1 and p.smem_bytes <= caps.limits.smem_per_block_kb * 1024
+    assert p.kernel_name.startswith(f"hm_wna16_wgmmars_int4_{act}_m{bt}n128k64")
+    src = api.source(p, caps)
+    mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
+    ptx = mod.ptx
+    forms = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.(\w+)\.(\w+)\.(\w+) \{[^}]*\}, (\{[^}]*\})?",
+                       ptx)
+    assert forms and {f[:4] for f in forms} == {(f"m64n{bt}k16", "f32", act, act)}
+    # the RS form: A is a brace list of four 32-bit registers, then the B descriptor, scale-d, 1, 1, trans-b 0
+    rs = re.findall(r"m64n\d+k16\.f32\.\w+\.\w+ \{[^}]*\}, \{%r\d+, ?%r\d+, ?%r\d+, ?%r\d+\}, %rd\d+, p, 1, 1, 0;", ptx)
+    assert len(rs) == len(forms) > 0
+    for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 1",
+                "wgmma.wait_group.sync.aligned 0", "fence.proxy.async.shared::cta", "cp.async.cg.shared.global",
+                "ld.global.nc.u32", "lop3.b32", "st.global.v4.u32", "st.shared.u16"):
+        assert ins in ptx, ins
+    assert "ldmatrix" not in ptx and "mma.sync" not in ptx and "tcgen05" not in ptx
+    log = mod.log
+    regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", log)]
+    assert regs and max(regs) <= 255, log
+    assert spills and max(spills) == 0, log
+    assert "serialized" not in log, log  # C7513/C7515: ptxas would serialize the wgmmas
+
+
+WGMMA_PROFILES = [c.name for c in list_profiles(include_abstract=False) if c.find_mma(family="wgmma", a_type="f16")]
+
+
+def test_every_profile_declaring_wgmma_compiles_it():
+    """Rule of the HAL: the kernel follows the declaration (H100, H200, H20), not a device name."""
+    _need_sm90a()
+    assert {"nvidia-h100", "nvidia-h200", "nvidia-h20"} <= set(WGMMA_PROFILES)
+    for name in WGMMA_PROFILES:
+        p = _plan("bf16", "w4a16-zp", 128, m=512, n=2048, k=2048, profile=name)
+        _, mod = api.compile_plan(p, _caps(name))
+        assert f"wgmma.mma_async.sync.aligned.m64n{p.tiles.bm}k16.f32.bf16.bf16" in mod.ptx
+
+
+# ----------------------------------------------------------------------------- planning
+def test_selection_is_opt_in_and_gated(monkeypatch):
+    caps = _caps()
+    sch = humming.schemes.get("w4a16")
+    monkeypatch.delenv(ENV, raising=False)
+    assert not api._wgmma_rs_eligible(caps, sch, 1024, 1024, 2048, "f16")
+    assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"  # today's default
+    monkeypatch.setenv(ENV, "0")
+    assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).path != PATH
+    monkeypatch.setenv(ENV, "1")
+    for act, name, group in itertools.product(("f16", "bf16"), ("w4a16", "w4a16-zp"), (128, 64, 256, None)):
+        p = humming.plan(_scheme(name, group), 1024, 1024, 2048, profile=H200, act=act)
+        assert p.family == "wgmma" and p.path == PATH, p.explain()
+        assert PATH in p.explain() and ENV in p.explain()
+    assert humming.plan("w4a16", 128, 1024, 2048, profile=H200).path == PATH
+    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "0")  # keeps the mma.sync kernels, this one too
+    assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).family == "mma_sync"
+    monkeypatch.delenv(api.WGMMA_WNA16_ENV)
+    assert humming.plan("w4a16", 127, 1024, 2048, profile=H200).path != PATH  # below one 128-token tile
+    assert humming.plan("w4a16", 1024, 1088, 2048, profile=H200).path != PATH  # N % 128
+    assert humming.plan(_scheme("w4a16", 32), 1024, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
+    for other in ("w8a16", "w4a16-fp4", "w2a16"):  # not int4: the other kernels
+        assert humming.plan(other, 1024, 1024, 2048, profile=H200).path != PATH, other
+    for profile in ("nvidia-l40s", "nvidia-a100", "nvidia-b300"):
+        assert humming.plan("w4a16", 1024, 1024, 2048, profile=profile).path != PATH
+
+
+def test_names_are_distinct():
+    p = _plan("f16", bt=256)
+    q = _plan("bf16", bt=256)
+    z = _plan("f16", "w4a16-zp", bt=256)
+    assert len({p.kernel_name, q.kernel_name, z.kernel_name}) == 3
+    assert p.kernel_name.startswith("hm_wna16_wgmmars_")
+    other = humming.plan("w4a16", 1024, 1024, 4096, profile=H200)  # the dequant-smem kernel (default)
+    assert not other.kernel_name.startswith("hm_wna16_wgmmars_") and other.kernel_key != p.kernel_key
+
+
+def test_plan_refuses_what_it_does_not_run():
+    caps = _caps()
+    with pytest.raises(UnsupportedOnDevice, match="group 32 is not a multiple of 64"):
+        plan_wna16_wgmma_rs(caps, layout_for(_scheme("w4a16", 32), 1024, 2048, "f16"), 1024, "f16")
+    with pytest.raises(ShapeError, match="multiple of 128"):
+        plan_wna16_wgmma_rs(caps, layout_for(_scheme(), 1088, 2048, "f16"), 1024, "f16")
+    with pytest.raises(UnsupportedOnDevice, match="4-bit integer"):
+        plan_wna16_wgmma_rs(caps, layout_for(humming.schemes.get("w8a16"), 1024, 2048, "f16"), 1024, "f16")
+    with pytest.raises(UnsupportedOnDevice, match="declares no wgmma"):
+        plan_wna16_wgmma_rs(_caps("nvidia-l40s"), layout_for(_scheme(), 1024, 2048, "f16"), 1024, "f16")
+    assert layout_refusal(layout_for(_scheme("w4a16-zp", 128), 1024, 2048, "bf16")) == ""
+
+
+def test_token_tile_and_shared_memory():
+    assert _plan(m=4096, n=8192).tiles.bm == 256
+    assert _plan(m=200, n=2048).tiles.bm == 128  # 256-token tiles would leave most SMs idle
+    for bt in (128, 256):
+        p = _plan(m=4096, n=8192, bt=bt)
+        assert p.tiles.stages >= 4 and p.smem_bytes == smem_bytes(bt, p.tiles.stages) <= 227 * 1024
+        assert bt * (128 + OUT_PAD) * 2 <= p.tiles.stages * bt * 128  # the staging tile fits the slots
+
+
+# ----------------------------------------------------------------------------- emulation
+def _check_kernel_indexing(src: str) -> None:
+    """The emulation below mirrors these statements of the generated kernel; change both together."""
+    for text in (
+        "const int lrow = tid >> 3, lch = tid & 7;", "const uint32_t lswz = swz128(lrow, lch);",
+        "copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);",
+        "const int slab = n0 / 64 + wg;",
+        "const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + lane * 4 + w;",
+        "const uint32_t* p = wsrc + (size_t)(", "wq[", "][ks] = load_g32(p + ks * 128);",
+        "const int tab = slab * 64 + g * 8 + 2 * w;",
+        "uint32_t v = dq_raw(wq[s][ks], 2 * h + r);", "a[ks][r * 2 + h] = v;",
+        "const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);",
+        "wgmma_k16_rs(acc, a[ks], desc_x + 2 * ks, 1);",
+        "const int ch = wg * 64 + w * 16 + 8 * h + g;",
+        "f32x2_to_act2(acc[4 * j + 2 * h] * cs + bs, acc[4 * j + 2 * h + 1] * cs + bs);",
+        "const uint32_t o = x0 + ((8 * j + 2 * q) * OUT_LD + ch) * 2;",
+        "sts_u16(o, (uint16_t)(v & 0xFFFFu));", "sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));",
+        "const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;",
+        "lds_128(r, x0 + (row * OUT_LD + ch * 8) * 2);",
+        "store_g128(C + (size_t)(m0 + row) * N + n0 + ch * 8, r);",
+    ):
+        assert text in src, text
+
+
+def _act(bits: torch.Tensor, dtype) -> torch.Tensor:
+    """int64 16-bit patterns -> values of the activation type."""
+    b = torch.where(bits >= 32768, bits - 65536, bits)
+    return b.to(torch.int16).view(dtype)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int16).to(torch.int64) & 0xFFFF
+
+
+def _warpgroup_a(p, packed, slab: int, kt: int, ks: int) -> torch.Tensor:
+    """The 64 x 16 A operand the warpgroup of 64-channel slab ``slab`` supplies for k16 step ks of stage kt, built
+    lane by lane: the global words each lane loads, its table words, dq_raw and the act-typed arithmetic, placed by
+    the m16n8k16 A-fragment layout of each warp (rows 16w.., a[0]: row g, k 2q..; a[1]: row g+8; a[2]: k+8)."""
+    lay, dtype, n = p.layout, DT[p.act], p.n
+    dq = _dq_raw_model(lay.decode)
+    ktiles = p.k // 64
+    words = packed.qweight.to(torch.int64) & 0xFFFFFFFF
+    w_, lane = torch.meshgrid(torch.arange(4), torch.arange(32), indexing="ij")
+    g, q = lane // 4, lane % 4
+    word = words[(slab * ktiles + kt) * 512 + ks * 128 + lane * 4 + w_]  # [4 warps, 32 lanes]
+    tab = slab * 64 + g * 8 + 2 * w_
+
+    def table_pair(t, group):  # the 32-bit word at t + row * N + tab: (low half, high half)
+        row = 0 if group < 0 else kt * 64 // group
+        flat = _bits(t.reshape(-1))
+        return flat[row * n + tab], flat[row * n + tab + 1]
+
+    s_pair = table_pair(packed.scales, lay.scale_group) if lay.scale_group else None
+    z_pair = table_pair(packed.zeros, lay.zero_group) if lay.zero_group else None
+    a = torch.full((64, 16), float("nan"), dtype=torch.float64)
+    for h, r in itertools.product(range(2), range(2)):
+        v = dq(word, 2 * h + r)  # 32-bit: low half k 2q (+8r), high half k 2q + 1
+        zz = _act(z_pair[h], dtype) if z_pair else torch.tensor(lay.zero_const, dtype=dtype)
+        for half in range(2):
+            x = _act((v >> (16 * half)) & 0xFFFF, dtype)
+            x = (x.float() + zz.float()).to(dtype)  # act2_add: exact small integers
+            if s_pair:
+                x = (x.float() * _act(s_pair[h], dtype).float()).to(dtype)  # act2_mul: one rounding
+            rows = 16 * w_ + g + 8 * h
+            cols = 8 * r + 2 * q + half
+            assert torch.isnan(a[rows, cols]).all(), "two registers claim one element"
+            a[rows, cols] = x.double()
+    assert not torch.isnan(a).any()
+    return a
+
+
+def _emulate(p, packed, x: torch.Tensor) -> torch.Tensor:
+    bt, stages, dtype = p.tiles.bm, p.tiles.stages, DT[p.act]
+    m, n, k = p.m, p.n, p.k
+    x0, x_bytes, ld = 1024, bt * 128, 128 + OUT_PAD
+    smem = torch.zeros(x0 + stages * x_bytes, dtype=torch.uint8)
+    stores = {s: _store_map(bt, x0 + s * x_bytes) for s in range(stages)}
+    reads = {(s, ks): _read_map(bt, x0 + s * x_bytes, ks) for s in range(stages) for ks in range(4)}
+    a_cache = {}
+    out = torch.full((m, n), float("nan"), dtype=torch.float64)
+    for bx, by in itertools.product(range(-(-m // bt)), range(n // 128)):
+        m0, n0 = bx * bt, by * 128
+        acc = torch.zeros(2, 64, bt, dtype=torch.float64)  # [warpgroup, channel row, token column]
+        for kt in range(k // 64):
+            slot = kt % stages
+            tile = torch.zeros(bt, 64, dtype=dtype)  # rows past M zero-filled
+            rows = x[m0:m0 + bt, kt * 64:(kt + 1) * 64]
+            tile[:rows.shape[0]] = rows
+            smem[stores[slot].flatten()] = tile.contiguous().view(torch.uint8).flatten()
+            for wg, ks in itertools.product(range(2), range(4)):
+                key = (n0 // 64 + wg, kt, ks)
+                if key not in a_cache:
+                    a_cache[key] = _warpgroup_a(p, packed, *key)
+                b = smem[reads[(slot, ks)]].contiguous().view(dtype).double()  # [bt tokens, 16 k]
+                acc[wg] += a_cache[key] @ b.t()
+        # epilogue, thread by thread: accumulator fragment -> staging bytes -> 16-byte rows of C
+        stage = torch.full((bt * ld,), -1, dtype=torch.int64)  # 16-bit slots of the staging tile
+        scale = torch.full((128,), packed.out_scale, dtype=torch.float64)
+        if packed.channel_scale is not None:
+            scale = scale * packed.channel_scale[n0:n0 + 128].double()
+        bias = torch.zeros(128, dtype=torch.float64) if packed.bias is None else packed.bias[n0:n0 + 128].double()
+        for wg, w, lane in itertools.product(range(2), range(4), range(32)):
+            g, q = lane // 4, lane % 4
+            for h in range(2):
+                ch = wg * 64 + w * 16 + 8 * h + g
+                for j in range(bt // 8):
+                    for e in range(2):
+                        i = 4 * j + 2 * h + e  # register of the m64nBT D fragment: row 16w + g + 8h, col 8j + 2q + e
+                        row, col = 16 * w + g + 8 * ((i % 4) // 2), 8 * (i // 4) + 2 * q + (i % 2)
+                        v = torch.tensor(float(acc[wg, row, col] * scale[ch] + bias[ch]), dtype=torch.float64).to(dtype)
+                        o = (8 * j + 2 * q) * ld + ch + e * ld  # 16-bit slot (byte address / 2 - x0 / 2)
+                        assert stage[o] == -1, "two stores to one staging value"
+                        stage[o] = _bits(v.reshape(1))[0]
+        for tid, i in itertools.product(range(256), range(bt * 16 // 256)):
+            c = tid + 256 * i
+            row, ch = c >> 4, c & 15
+            vals = stage[row * ld + ch * 8: row * ld + ch * 8 + 8]
+            assert (vals >= 0).all(), "the copy-out reads a staging value nobody wrote"
+            if m0 + row < m:
+                out[m0 + row, n0 + ch * 8: n0 + ch * 8 + 8] = _act(vals, dtype).double()
+    return out
+
+
+@pytest.mark.parametrize("act,name,group,bt", [("f16", "w4a16", 128, 128), ("bf16", "w4a16-zp", 128, 256),
+                                               ("f16", "w4a16-zp", None, 128), ("bf16", "w4a16", None, 256),
+                                               ("f16", "w4a16", 64, 256)])
+def test_emulated_kernel_matches_reference(act, name, group, bt):
+    torch.manual_seed(len(act) + bt + (group or 0))
+    dtype = DT[act]
+    m, n, k = 200, 256, 256 if group != 128 else 384
+    bias = torch.randn(n).to(dtype)
+    qw = humming.quantize(torch.randn(n, k) * 0.05, _scheme(name, group), bias=bias)
+    packed = prepare(qw, dtype)  # the stream / mma.sync kernels' prepared weights
+    p = replace(_plan(act, name, group, m=m, n=n, k=k, bt=bt), layout=packed.layout)
+    _check_kernel_indexing(api.source(p, _caps()))
+    x = torch.randn(m, k).to(dtype)
+    out = _emulate(p, packed, x)
+    assert not torch.isnan(out).any()
+    ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32).double()
+    err = float((out - ref).norm() / ref.norm())
+    assert err < (1e-3 if act == "f16" else 5e-3), err
+
+
+def test_prefetch_ring_covers_every_stage():
+    """The ring slot arithmetic of the main loop (stage kt in slot (kt % U) % R, atom kt + PF fetched into slot
+    ((kt % U) + PF) % R after kt is decoded) never overwrites an atom before it is decoded, for any K."""
+    r, u = PF + 1, 2 * (PF + 1)
+    for ktiles in range(1, 20):
+        slots = {s: s for s in range(min(PF, ktiles))}  # slot -> atom held
+        for kb in range(0, ktiles, u):
+            for uu in range(u):
+                kt = kb + uu
+                if kt >= ktiles:
+                    break
+                s = uu % r
+                assert slots.get(s) == kt, (ktiles, kt, slots)
+                if kt + PF < ktiles:
+                    slots[(s + PF) % r] = kt + PF
