@@ -27,6 +27,67 @@ from __future__ import annotations
 
 from humming.devices.base import HelperRequest
 
+# ---- CUDA text shared by the wgmma 8-bit kernels (W8A8, W4A8 lock-step and warp-specialised) and the tcgen05 W8A8
+# kernel: the parameter list of the 8-bit mma.sync kernel, the m64nBN register epilogue, the W4A8 group promotion
+_TS_DOC = "per-token activation scale [M] or null"
+_S_DOC = "unused (group scales of W4A8)"
+_ROW_SCALE = "(TS && row0 + 8 * h < M) ? scale * load_f32(TS + row0 + 8 * h) : scale"
+
+
+def eight_bit_params(kernel_name: str, b_doc: str = "weight codes [N, K] bytes, row-major (K-major)",
+                     ts_doc: str = _TS_DOC, s_doc: str = _S_DOC, bias_doc: str = "[N] or null") -> str:
+    """The kernel's signature line and the 8-bit mma.sync kernel's parameter list, through the opening brace (one
+    launcher runs every kernel that takes it; the comments name what each kernel reads)."""
+    return f"""extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {kernel_name}(
+    const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
+    const uint32_t* __restrict__ Bw,      // {b_doc}
+    const float* __restrict__ TS,         // {ts_doc}
+    const float* __restrict__ S,          // {s_doc}
+    const float* __restrict__ CS,         // per-channel weight scale [N] or null
+    const uint16_t* __restrict__ BIAS,    // {bias_doc}
+    uint16_t* __restrict__ C,             // output [M, N]
+    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null
+"""
+
+
+def _facc(i: str) -> str:
+    return f"facc[{i}]"
+
+
+def wgmma_epilogue(warp: str, result=_facc, row_scale: str = _ROW_SCALE, volatile_note: bool = False) -> str:
+    """The register epilogue of an m64nBN accumulator fragment (warp ``warp`` of its warpgroup holds tile rows 16 warp
+    .. +15): value ``result(i)`` of register i x row scale ``rs[h] = row_scale`` x CS[n] + bias, stored as f16/bf16
+    pairs; ends with the column loop's closing brace."""
+    note = ("    // (volatile loads, so the compiler keeps them next to their use instead of hoisting all BN/8 of them)\n"
+            if volatile_note else "")
+    return f"""  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  const int row0 = m0 + {warp} * 16 + (lane >> 2);
+  float rs[2];
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) rs[h] = {row_scale};
+  #pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {{
+    const int col = n0 + 8 * j + 2 * (lane & 3);
+{note}    float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
+    if (CS) {{ c0 = u32_as_f32(load_g32(CS + col)); c1 = u32_as_f32(load_g32(CS + col + 1)); }}
+    if (BIAS) {{
+      const uint32_t bb = load_g32(BIAS + col);  // the two 16-bit biases of columns col, col + 1
+      b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
+    }}
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {{
+      const int row = row0 + 8 * h;
+      if (row < M) {{
+        const float v0 = {result('4 * j + 2 * h')} * rs[h] * c0 + b0;
+        const float v1 = {result('4 * j + 2 * h + 1')} * rs[h] * c1 + b1;
+        store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
+      }}
+    }}
+  }}
+"""
+
 
 def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
     """The W8A8 kernel (W4A8 layouts go to ``wgmma_w4a8_kernel_source``). With 128x128 weight blocks (layout
@@ -43,8 +104,8 @@ def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
     prelude = backend.wgmma_prelude(request, t.bn)
     block = getattr(plan.layout, "weight_scale", "") == "block"  # 128x128 weight blocks, activations per 128 of K
     promote = plan.instruction.a_type in ("e4m3", "e5m2") and not getattr(plan.layout, "fast_accum", False)
-    row_scale = "(TS && row0 + 8 * h < M) ? scale * load_f32(TS + row0 + 8 * h) : scale"
-    ts_doc, s_doc = "per-token activation scale [M] or null", "unused (group scales of W4A8)"
+    row_scale = _ROW_SCALE
+    ts_doc, s_doc = _TS_DOC, _S_DOC
     if block:  # each stage's partial (one 128-deep k block) times its activation and weight block scales
         if t.bn != 128:
             raise ValueError(f"the wgmma kernel with 128x128 weight blocks needs BN = 128 (one n block); got {t.bn}")
@@ -115,18 +176,7 @@ static_assert(LOOKAHEAD >= 1, "at least three stages");
 static_assert(THREADS == 256 && BM % 32 == 0 && BN % 32 == 0, "256 threads copy 32 rows of 8 chunks at a time");
 }}
 
-extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
-    const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
-    const uint32_t* __restrict__ Bw,      // weight codes [N, K] bytes, row-major (K-major)
-    const float* __restrict__ TS,         // {ts_doc}
-    const float* __restrict__ S,          // {s_doc}
-    const float* __restrict__ CS,         // per-channel weight scale [N] or null
-    const uint16_t* __restrict__ BIAS,    // [N] or null
-    uint16_t* __restrict__ C,             // output [M, N]
-    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
-    int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null
-  using namespace cfg;
+{eight_bit_params(plan.kernel_name, ts_doc=ts_doc, s_doc=s_doc)}  using namespace cfg;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
@@ -170,32 +220,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
   wgmma_fence_operand(acc);
   // accumulator fragment of m64nBN: warp w (of the warpgroup) holds rows 16w .. 16w+15; for n8 chunk j,
   // acc[4j + 2h + e] is row lane/4 + 8h, column 8j + 2*(lane%4) + e
-  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
-  const int row0 = m0 + warp * 16 + (lane >> 2);
-  float rs[2];
-  #pragma unroll
-  for (int h = 0; h < 2; ++h) rs[h] = {row_scale};
-  #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {{
-    const int col = n0 + 8 * j + 2 * (lane & 3);
-    // (volatile loads, so the compiler keeps them next to their use instead of hoisting all BN/8 of them)
-    float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
-    if (CS) {{ c0 = u32_as_f32(load_g32(CS + col)); c1 = u32_as_f32(load_g32(CS + col + 1)); }}
-    if (BIAS) {{
-      const uint32_t bb = load_g32(BIAS + col);  // the two 16-bit biases of columns col, col + 1
-      b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
-    }}
-    #pragma unroll
-    for (int h = 0; h < 2; ++h) {{
-      const int row = row0 + 8 * h;
-      if (row < M) {{
-        const float v0 = {result('4 * j + 2 * h')} * rs[h] * c0 + b0;
-        const float v1 = {result('4 * j + 2 * h + 1')} * rs[h] * c1 + b1;
-        store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
-      }}
-    }}
-  }}
-}}
+{wgmma_epilogue("warp", result, row_scale, volatile_note=True)}}}
 """
     return src
 
@@ -207,6 +232,84 @@ _W4A8_WIDEN = {
     ("int4", "e4m3"): ("int4n4_to_e4m3x4(WORD)", "int4n4_to_e4m3x4(WORD >> 16)"),
     ("e2m1", "e4m3"): ("e2m1n4_to_e4m3x4(WORD)", "e2m1n4_to_e4m3x4(WORD >> 16)"),
 }
+
+
+# ---- CUDA text shared by the two W4A8 kernels (lock-step here, warp-specialised in generator_wgmma_ws)
+W4A8_PARAM_DOCS = dict(b_doc="packed 4-bit weights [N, K/2] bytes, row-major (K-major)",
+                       s_doc="fp32 group scales [K/GROUP, N], columns in accumulator order",
+                       bias_doc="[N] or null (4-byte aligned)")
+
+W4A8_ACC_DECL = """  wg_acc_t acc[WG_ACC_REGS];
+  float facc[WG_ACC_REGS];  // fp32 sums of the group partials times their scales
+  #pragma unroll
+  for (int i = 0; i < WG_ACC_REGS; ++i) { acc[i] = 0; facc[i] = 0.0f; }
+  // this thread's accumulator columns 8j + 2*(lane%4) + e are the table's columns n0 + (lane%4)*32 + 2j + e
+  const float* s_col = S + n0 + (lane & 3) * (BN / 4);
+"""
+
+_W4A8_LOCKSTEP_UNDER_WGMMA = """\
+      if (gi == 0) {  // while the tensor core works: refill, widen stage kt+1, barrier
+        const int next = kt + LOOKAHEAD;  // refills the slot of kt-2
+        if (next < ktiles) load_stage(next % STAGES, next);
+        copy_commit();
+        if (kt + 1 < ktiles) {
+          copy_wait<LOOKAHEAD - 1>();   // this thread's copies of stage kt+1 have landed
+          widen_stage((kt + 1) % STAGES, (kt + 1) % WBUFS);
+          fence_proxy_async();          // the widened bytes (and A kt+1) become visible to wgmma (async proxy)
+        }
+        __syncthreads();                // B(kt): tile kt+1 complete; everyone is past its wait of kt-1
+      }
+"""
+
+
+def w4a8_group_steps(plan, caps):
+    """(group, k32 steps per wgmma group, helper request) of a W4A8 plan; ValueError for a group the kernels do
+    not take."""
+    group = plan.layout.group
+    if not (group in (32, 64) or group % 128 == 0):
+        raise ValueError(f"wgmma W4A8: group {group} must be 32, 64 or a multiple of 128")
+    gsteps = min(group, 128) // 32  # k32 steps per wgmma group (one promotion each)
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
+    return group, gsteps, request
+
+
+def w4a8_widen(lay, indent: str) -> str:
+    """Statements widening the four raw words q[0..3] (32 codes) into the eight words o[0..7]."""
+    lo, hi = _W4A8_WIDEN[(lay.weight_format, lay.a_type)]
+    return "\n".join(
+        f"{indent}o[{2 * w}] = {lo.replace('WORD', f'q[{w}]')}; o[{2 * w + 1}] = {hi.replace('WORD', f'q[{w}]')};"
+        for w in range(4))
+
+
+def w4a8_group_loop(gsteps: int, a_type: str, under_wgmma: str = "", after_wait: str = "") -> str:
+    """The loop over a stage's wgmma groups: issue the group's k32 wgmmas, load its scales, ``under_wgmma`` (CUDA run
+    while the tensor core works), wait, ``after_wait``, add the partial times the scales into the fp32 sums."""
+    # s8: a partial of <= 128 k is below 128 * 128 * (16 * 8) = 2^21 in magnitude, so the integer-to-float
+    # conversion is one integer add and one float subtraction instead of the conversion unit
+    to_f32 = "small_s32_to_f32" if a_type == "s8" else "wg_acc_to_f32"
+    return f"""    #pragma unroll {1 if gsteps < 4 else 4}
+    for (int gi = 0; gi < BK / 32 / GSTEPS; ++gi) {{  // groups of 32 / 64: one loop (registers)
+      wgmma_fence_operand(acc);
+      wgmma_fence();
+      #pragma unroll
+      for (int s = 0; s < GSTEPS; ++s)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
+        wgmma_k32(acc, desc_a + 2 * (gi * GSTEPS + s), desc_b + 2 * (gi * GSTEPS + s), s > 0);
+      wgmma_commit();
+      uint32_t s4[BN / 16][4];  // this group's scales of the thread's 32 columns (loaded while the wgmma runs)
+      const float* srow = s_col + (size_t)((kt * BK + gi * GSTEPS * 32) / GROUP) * N;
+      #pragma unroll
+      for (int v = 0; v < BN / 16; ++v) load_g128_cached(s4[v], srow + 4 * v);
+{under_wgmma}      wgmma_wait<0>();
+      wgmma_fence_operand(acc);
+{after_wait}      #pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h)
+          #pragma unroll
+          for (int e = 0; e < 2; ++e)
+            facc[4 * j + 2 * h + e] += {to_f32}(acc[4 * j + 2 * h + e]) * u32_as_f32(s4[j / 2][(j % 2) * 2 + e]);
+    }}
+"""
 
 
 def wgmma_w4a8_kernel_source(plan, backend, caps=None) -> str:
@@ -234,19 +337,8 @@ def wgmma_w4a8_kernel_source(plan, backend, caps=None) -> str:
         return wgmma_w4a8_ws_kernel_source(plan, backend, caps)
     if (t.bm, t.bn, t.bk, t.threads) != (128, 128, 128, 256) or t.stages < 4:
         raise ValueError(f"the wgmma W4A8 kernel is written for 128x128x128 tiles, 256 threads, >= 4 slots; got {t}")
-    group = lay.group
-    if not (group in (32, 64) or group % 128 == 0):
-        raise ValueError(f"wgmma W4A8: group {group} must be 32, 64 or a multiple of 128")
-    gsteps = min(group, 128) // 32  # k32 steps per wgmma group (one promotion each)
-    lo, hi = _W4A8_WIDEN[(lay.weight_format, lay.a_type)]
-    # s8: a partial of <= 128 k is below 128 * 128 * (16 * 8) = 2^21 in magnitude, so the integer-to-float
-    # conversion is one integer add and one float subtraction instead of the conversion unit
-    to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
-    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
+    group, gsteps, request = w4a8_group_steps(plan, caps)
     prelude = wgmma_w4a8_prelude(backend, request, t.bn)
-    widen = "\n".join(
-        f"      o[{2 * w}] = {lo.replace('WORD', f'q[{w}]')}; o[{2 * w + 1}] = {hi.replace('WORD', f'q[{w}]')};"
-        for w in range(4))
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -268,18 +360,7 @@ static_assert(BK / 32 % GSTEPS == 0, "wgmma groups split the stage's k32 steps e
 static_assert(RAW_BYTES == (BN / 64) * THREADS * 16, "each thread copies BN/64 raw chunks");
 }}
 
-extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
-    const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
-    const uint32_t* __restrict__ Bw,      // packed 4-bit weights [N, K/2] bytes, row-major (K-major)
-    const float* __restrict__ TS,         // per-token activation scale [M] or null
-    const float* __restrict__ S,          // fp32 group scales [K/GROUP, N], columns in accumulator order
-    const float* __restrict__ CS,         // per-channel weight scale [N] or null
-    const uint16_t* __restrict__ BIAS,    // [N] or null (4-byte aligned)
-    uint16_t* __restrict__ C,             // output [M, N]
-    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
-    int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null
-  using namespace cfg;
+{eight_bit_params(plan.kernel_name, **W4A8_PARAM_DOCS)}  using namespace cfg;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
@@ -316,19 +397,13 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
     for (int i = 0; i < BN / 64; ++i) {{
       uint32_t q[4], o[8];
       lds_128(q, raw + i * THREADS * 16);
-{widen}
+{w4a8_widen(lay, "      ")}
       st_shared_128(wb + i * 64 * 128 + wswz0, o[0], o[1], o[2], o[3]);
       st_shared_128(wb + i * 64 * 128 + wswz1, o[4], o[5], o[6], o[7]);
     }}
   }};
 
-  wg_acc_t acc[WG_ACC_REGS];
-  float facc[WG_ACC_REGS];  // fp32 sums of the group partials times their scales
-  #pragma unroll
-  for (int i = 0; i < WG_ACC_REGS; ++i) {{ acc[i] = 0; facc[i] = 0.0f; }}
-  // this thread's accumulator columns 8j + 2*(lane%4) + e are the table's columns n0 + (lane%4)*32 + 2j + e
-  const float* s_col = S + n0 + (lane & 3) * (BN / 4);
-
+{W4A8_ACC_DECL}
   #pragma unroll
   for (int s = 0; s < LOOKAHEAD; ++s) {{
     if (s < ktiles) load_stage(s, s);
@@ -347,67 +422,10 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
     const uint32_t a_tile = smem0 + (kt % STAGES) * SLOT_BYTES + wg * 64 * 128;  // this warpgroup's 64 rows
     const uint32_t b_tile = smem0 + WB_OFFSET + (kt % WBUFS) * B_BYTES;
     const uint64_t desc_a = make_smem_desc(a_tile), desc_b = make_smem_desc(b_tile);
-    #pragma unroll {1 if gsteps < 4 else 4}
-    for (int gi = 0; gi < BK / 32 / GSTEPS; ++gi) {{  // groups of 32 / 64: one loop (registers)
-      wgmma_fence_operand(acc);
-      wgmma_fence();
-      #pragma unroll
-      for (int s = 0; s < GSTEPS; ++s)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
-        wgmma_k32(acc, desc_a + 2 * (gi * GSTEPS + s), desc_b + 2 * (gi * GSTEPS + s), s > 0);
-      wgmma_commit();
-      uint32_t s4[BN / 16][4];  // this group's scales of the thread's 32 columns (loaded while the wgmma runs)
-      const float* srow = s_col + (size_t)((kt * BK + gi * GSTEPS * 32) / GROUP) * N;
-      #pragma unroll
-      for (int v = 0; v < BN / 16; ++v) load_g128_cached(s4[v], srow + 4 * v);
-      if (gi == 0) {{  // while the tensor core works: refill, widen stage kt+1, barrier
-        const int next = kt + LOOKAHEAD;  // refills the slot of kt-2
-        if (next < ktiles) load_stage(next % STAGES, next);
-        copy_commit();
-        if (kt + 1 < ktiles) {{
-          copy_wait<LOOKAHEAD - 1>();   // this thread's copies of stage kt+1 have landed
-          widen_stage((kt + 1) % STAGES, (kt + 1) % WBUFS);
-          fence_proxy_async();          // the widened bytes (and A kt+1) become visible to wgmma (async proxy)
-        }}
-        __syncthreads();                // B(kt): tile kt+1 complete; everyone is past its wait of kt-1
-      }}
-      wgmma_wait<0>();
-      wgmma_fence_operand(acc);
-      #pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-        #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            facc[4 * j + 2 * h + e] += {to_f32}(acc[4 * j + 2 * h + e]) * u32_as_f32(s4[j / 2][(j % 2) * 2 + e]);
-    }}
-  }}
+{w4a8_group_loop(gsteps, lay.a_type, under_wgmma=_W4A8_LOCKSTEP_UNDER_WGMMA)}  }}
   // accumulator fragment of m64nBN: warp w (of the warpgroup) holds rows 16w .. 16w+15; for n8 chunk j,
   // facc[4j + 2h + e] is row lane/4 + 8h, column 8j + 2*(lane%4) + e
-  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
-  const int row0 = m0 + warp * 16 + (lane >> 2);
-  float rs[2];
-  #pragma unroll
-  for (int h = 0; h < 2; ++h) rs[h] = (TS && row0 + 8 * h < M) ? scale * load_f32(TS + row0 + 8 * h) : scale;
-  #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {{
-    const int col = n0 + 8 * j + 2 * (lane & 3);
-    float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
-    if (CS) {{ c0 = u32_as_f32(load_g32(CS + col)); c1 = u32_as_f32(load_g32(CS + col + 1)); }}
-    if (BIAS) {{
-      const uint32_t bb = load_g32(BIAS + col);  // the two 16-bit biases of columns col, col + 1
-      b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
-    }}
-    #pragma unroll
-    for (int h = 0; h < 2; ++h) {{
-      const int row = row0 + 8 * h;
-      if (row < M) {{
-        const float v0 = facc[4 * j + 2 * h] * rs[h] * c0 + b0;
-        const float v1 = facc[4 * j + 2 * h + 1] * rs[h] * c1 + b1;
-        store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
-      }}
-    }}
-  }}
-}}
+{wgmma_epilogue("warp")}}}
 """
 
 

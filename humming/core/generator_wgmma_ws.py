@@ -22,11 +22,21 @@ producer waits for before reusing the slot for stage j has parity (j / STAGES + 
 """
 from __future__ import annotations
 
-from humming.devices.base import HelperRequest
+from humming.core.generator_wgmma import (
+    W4A8_ACC_DECL,
+    W4A8_PARAM_DOCS,
+    eight_bit_params,
+    w4a8_group_loop,
+    w4a8_group_steps,
+    w4a8_widen,
+    wgmma_epilogue,
+)
+
+# a consumer's last wgmma group of a stage has read the slot: release it to the producer
+_RELEASE_SLOT = "      if (gi == BK / 32 / GSTEPS - 1) mbar_arrive(empty0 + 8 * (kt % STAGES));  // the slot is free\n"
 
 
 def wgmma_w4a8_ws_kernel_source(plan, backend, caps=None) -> str:
-    from humming.core.generator_wgmma import _W4A8_WIDEN
     from humming.devices.nvidia.backend import wgmma_ws_prelude
 
     t = plan.tiles
@@ -34,17 +44,8 @@ def wgmma_w4a8_ws_kernel_source(plan, backend, caps=None) -> str:
     if (t.bm, t.bn, t.bk, t.threads) != (128, 128, 128, 384) or t.stages < 3:
         raise ValueError(f"the warp-specialised wgmma W4A8 kernel is written for 128x128x128 tiles, 384 threads, "
                          f">= 3 slots; got {t}")
-    group = lay.group
-    if not (group in (32, 64) or group % 128 == 0):
-        raise ValueError(f"wgmma W4A8: group {group} must be 32, 64 or a multiple of 128")
-    gsteps = min(group, 128) // 32  # k32 steps per wgmma group (one promotion each)
-    lo, hi = _W4A8_WIDEN[(lay.weight_format, lay.a_type)]
-    to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"  # (see the lock-step kernel)
-    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
+    group, gsteps, request = w4a8_group_steps(plan, caps)
     prelude = wgmma_ws_prelude(backend, request, t.bn)
-    widen = "\n".join(
-        f"        o[{2 * w}] = {lo.replace('WORD', f'q[{w}]')}; o[{2 * w + 1}] = {hi.replace('WORD', f'q[{w}]')};"
-        for w in range(4))
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -65,18 +66,7 @@ static_assert(LOOKAHEAD >= 1, "at least three slots");
 static_assert(BK / 32 % GSTEPS == 0, "wgmma groups split the stage's k32 steps evenly");
 }}
 
-extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
-    const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
-    const uint32_t* __restrict__ Bw,      // packed 4-bit weights [N, K/2] bytes, row-major (K-major)
-    const float* __restrict__ TS,         // per-token activation scale [M] or null
-    const float* __restrict__ S,          // fp32 group scales [K/GROUP, N], columns in accumulator order
-    const float* __restrict__ CS,         // per-channel weight scale [N] or null
-    const uint16_t* __restrict__ BIAS,    // [N] or null (4-byte aligned)
-    uint16_t* __restrict__ C,             // output [M, N]
-    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
-    int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null
-  using namespace cfg;
+{eight_bit_params(plan.kernel_name, **W4A8_PARAM_DOCS)}  using namespace cfg;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
@@ -138,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
       for (int i = 0; i < BN / 32; ++i) {{
         uint32_t q[4], o[8];
         lds_128(q, raw + i * 128 * 16);
-{widen}
+{w4a8_widen(lay, "        ")}
         st_shared_128(wb + i * 32 * 128 + wswz0, o[0], o[1], o[2], o[3]);
         st_shared_128(wb + i * 32 * 128 + wswz1, o[4], o[5], o[6], o[7]);
       }}
@@ -151,66 +141,13 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
   // ---------------- consumers: wgmma, release, promotion, epilogue
   setmaxnreg_inc<232>();
   const int cw = warp - 4;  // consumer warp 0..7; consumer warpgroup cw / 4 owns tile rows 64 (cw / 4) ..
-  wg_acc_t acc[WG_ACC_REGS];
-  float facc[WG_ACC_REGS];  // fp32 sums of the group partials times their scales
-  #pragma unroll
-  for (int i = 0; i < WG_ACC_REGS; ++i) {{ acc[i] = 0; facc[i] = 0.0f; }}
-  // this thread's accumulator columns 8j + 2*(lane%4) + e are the table's columns n0 + (lane%4)*32 + 2j + e
-  const float* s_col = S + n0 + (lane & 3) * (BN / 4);
-  #pragma unroll 1
+{W4A8_ACC_DECL}  #pragma unroll 1
   for (int kt = 0; kt < ktiles; ++kt) {{
     const uint32_t slot = smem0 + (kt % STAGES) * SLOT_BYTES;
     const uint64_t desc_a = make_smem_desc(slot + (cw >> 2) * 64 * 128), desc_b = make_smem_desc(slot + A_BYTES);
     mbar_wait(full0 + 8 * (kt % STAGES), (kt / STAGES) & 1);
-    #pragma unroll {1 if gsteps < 4 else 4}
-    for (int gi = 0; gi < BK / 32 / GSTEPS; ++gi) {{  // groups of 32 / 64: one loop (registers)
-      wgmma_fence_operand(acc);
-      wgmma_fence();
-      #pragma unroll
-      for (int s = 0; s < GSTEPS; ++s)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
-        wgmma_k32(acc, desc_a + 2 * (gi * GSTEPS + s), desc_b + 2 * (gi * GSTEPS + s), s > 0);
-      wgmma_commit();
-      uint32_t s4[BN / 16][4];  // this group's scales of the thread's 32 columns (loaded while the wgmma runs)
-      const float* srow = s_col + (size_t)((kt * BK + gi * GSTEPS * 32) / GROUP) * N;
-      #pragma unroll
-      for (int v = 0; v < BN / 16; ++v) load_g128_cached(s4[v], srow + 4 * v);
-      wgmma_wait<0>();
-      wgmma_fence_operand(acc);
-      if (gi == BK / 32 / GSTEPS - 1) mbar_arrive(empty0 + 8 * (kt % STAGES));  // the slot is free
-      #pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-        #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            facc[4 * j + 2 * h + e] += {to_f32}(acc[4 * j + 2 * h + e]) * u32_as_f32(s4[j / 2][(j % 2) * 2 + e]);
-    }}
-  }}
+{w4a8_group_loop(gsteps, lay.a_type, after_wait=_RELEASE_SLOT)}  }}
   // accumulator fragment of m64nBN: consumer warp cw holds tile rows 16 cw .. 16 cw + 15; for n8 chunk j,
   // facc[4j + 2h + e] is row lane/4 + 8h, column 8j + 2*(lane%4) + e
-  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
-  const int row0 = m0 + cw * 16 + (lane >> 2);
-  float rs[2];
-  #pragma unroll
-  for (int h = 0; h < 2; ++h) rs[h] = (TS && row0 + 8 * h < M) ? scale * load_f32(TS + row0 + 8 * h) : scale;
-  #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {{
-    const int col = n0 + 8 * j + 2 * (lane & 3);
-    float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
-    if (CS) {{ c0 = u32_as_f32(load_g32(CS + col)); c1 = u32_as_f32(load_g32(CS + col + 1)); }}
-    if (BIAS) {{
-      const uint32_t bb = load_g32(BIAS + col);  // the two 16-bit biases of columns col, col + 1
-      b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
-    }}
-    #pragma unroll
-    for (int h = 0; h < 2; ++h) {{
-      const int row = row0 + 8 * h;
-      if (row < M) {{
-        const float v0 = facc[4 * j + 2 * h] * rs[h] * c0 + b0;
-        const float v1 = facc[4 * j + 2 * h + 1] * rs[h] * c1 + b1;
-        store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
-      }}
-    }}
-  }}
-}}
+{wgmma_epilogue("cw")}}}
 """
