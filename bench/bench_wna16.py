@@ -128,15 +128,19 @@ WGMMA_MIN_M = 128  # the wgmma WnA16 kernel's threshold (api.WGMMA_WNA16_MIN_M)
 
 
 def wgmma_column(x: torch.Tensor, qws: list, m: int) -> dict:
-    """The opt-in wgmma WnA16 kernel (HUMMING_WGMMA_WNA16=1, set in-process around the calls; with HUMMING_WGMMA_RS=1
-    in the environment, the register-A wgmma kernel): time, error and plan, or {} when it does not run here (no wgmma f16 on this GPU's profile, M below its threshold)."""
+    """The wgmma WnA16 kernels (HUMMING_WGMMA_WNA16=1, set in-process around the calls): the register-A kernel from
+    M >= 1024 (HUMMING_WGMMA_RS=1: from 128, =0: never), the dequant-smem one below: time, error and plan, or {} when
+    none runs here (no wgmma f16 on this GPU's profile, M below its threshold)."""
     if m < WGMMA_MIN_M:
         return {}
     old = os.environ.get(api.WGMMA_WNA16_ENV)
     os.environ[api.WGMMA_WNA16_ENV] = "1"
     try:
         out = humming.gemm(x, qws[0])
-        kind = "wna16-wgmma-rs" if os.environ.get(api.WGMMA_RS_ENV) == "1" else "wna16-wgmma"  # RS: register-A kernel
+        from humming.core.planner_wgmma_rs import min_m
+
+        lowest = min_m()  # the register-A kernel from M >= 1024 (HUMMING_WGMMA_RS=1: 128; =0: never)
+        kind = "wna16-wgmma-rs" if lowest is not None and m >= lowest else "wna16-wgmma"
         handle = qws[0].__dict__["_humming_prepared"].get((kind, x.dtype, x.device, None), -1)
         if handle < 0:
             return {}

@@ -50,7 +50,7 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
         sch = sch.with_(group_size=group_size)
     if getattr(sch, "act", None):
         return _plan_quantized_act(caps, sch, m, n, k, act)
-    if _wgmma_rs_eligible(caps, sch, m, n, k, act):  # opt-in (HUMMING_WGMMA_RS=1): weights as wgmma's register A
+    if _wgmma_rs_eligible(caps, sch, m, n, k, act):  # M >= 1024 (HUMMING_WGMMA_RS): weights as wgmma's register A
         from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
 
         return plan_wna16_wgmma_rs(caps, layout_for(sch, n, k, act), m, act, scheme=sch.name)
@@ -428,7 +428,11 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) ->
     elif x.shape[-1] != qw.shape[1]:
         raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={qw.shape[1]}")
     if x.numel() >= WGMMA_WNA16_MIN_M * qw.shape[1] and _switch_on(WGMMA_WNA16_ENV):
-        rs = _wna16_wgmma_rs_handle(x, qw, profile, handle) if os.environ.get(WGMMA_RS_ENV, "") == "1" else handle
+        from humming.core.planner_wgmma_rs import min_m
+
+        lowest = min_m()  # the register-A kernel: M >= 1024 by default (HUMMING_WGMMA_RS=1: 128, =0: never)
+        rs = (_wna16_wgmma_rs_handle(x, qw, profile, handle) if lowest is not None and x.numel() >= lowest * qw.shape[1]
+              else handle)
         handle = rs if rs != handle else _wna16_wgmma_handle(x, qw, profile, handle)
     return gemm_prepared(x, handle, bias)
 
@@ -641,17 +645,18 @@ def _wna16_wgmma_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
     return fallback if handle < 0 else handle
 
 
-WGMMA_RS_ENV = "HUMMING_WGMMA_RS"  # "1": WnA16 prefill (M >= 128) on the register-A wgmma kernel (opt-in)
+WGMMA_RS_ENV = "HUMMING_WGMMA_RS"  # register-A wgmma WnA16 kernel: default M >= 1024; "1": M >= 128; "0": never
 
 
 def _wgmma_rs_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
-    """True when the register-A wgmma WnA16 kernel takes this call: HUMMING_WGMMA_RS=1 (and HUMMING_WGMMA_WNA16 not
-    "0", which keeps the mma.sync kernels), M >= 128, a declared wgmma
+    """True when the register-A wgmma WnA16 kernel takes this call: M >= 1024 (HUMMING_WGMMA_RS=1: M >= 128; =0: never;
+    HUMMING_WGMMA_WNA16=0 keeps the mma.sync kernels), a declared wgmma
     k16 form for the activation type, cp.async, and a layout it runs (int4 codes, integer or no zero points, scale
     and zero groups multiples of 64 or per channel, N % 128 == 0, K % 64 == 0; planner_wgmma_rs.layout_refusal)."""
     from humming.core import planner_wgmma_rs as rs
 
-    if m < rs.MIN_M or not rs.enabled() or not _switch_on(WGMMA_WNA16_ENV) or not caps.memory.cp_async:
+    lowest = rs.min_m()
+    if lowest is None or m < lowest or not _switch_on(WGMMA_WNA16_ENV) or not caps.memory.cp_async:
         return False
     from humming.core.planner_wgmma_wna16 import wgmma_k16_form
 
@@ -679,7 +684,7 @@ def _wna16_wgmma_rs_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
         act = act_name(x.dtype)
         packed = _registry[fallback].packed
         handle = -1
-        if (_wgmma_rs_eligible(caps, qw.scheme, rs.MIN_M, n, k, act) and not rs.layout_refusal(packed.layout)
+        if (_wgmma_rs_eligible(caps, qw.scheme, rs.min_m() or rs.MIN_M, n, k, act) and not rs.layout_refusal(packed.layout)
                 and _wgmma_runs_here(caps)):
             def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
                 return rs.plan_wna16_wgmma_rs(caps, packed.layout, m, act, scheme=name)

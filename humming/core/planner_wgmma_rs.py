@@ -1,7 +1,7 @@
 """Planning the register-A wgmma WnA16 kernel (``humming.core.generator_wgmma_rs``): int4 weights of the mma.sync
 layout (``humming.core.layout.prepare``, the stream kernel's prepared weights) dequantized in registers as the A
-operand of wgmma m64nNk16, activations the B operand in shared memory. Opt-in (HUMMING_WGMMA_RS=1) for M >= 128
-where a profile declares the wgmma k16 form of the activation type and cp.async.
+operand of wgmma m64nNk16, activations the B operand in shared memory. The default for M >= 1024 where a profile
+declares the wgmma k16 form of the activation type and cp.async; HUMMING_WGMMA_RS=1 takes it from M >= 128, =0 never.
 
 Tile naming: ``TileConfig.bm`` is the token tile (the wgmma N, 128 or 256), ``bn`` the 128 output channels of the
 two warpgroups, ``bk`` the 64 k of one stage; so ``Plan.grid`` = (token tiles, channel tiles, 1)."""
@@ -17,17 +17,31 @@ from humming.core.wgmma_common import require_wgmma
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs"
-ENV = "HUMMING_WGMMA_RS"  # "1": WnA16 prefill (M >= 128) on this kernel instead of the dequant-smem one
+ENV = "HUMMING_WGMMA_RS"  # "1": from M >= 128; "0": never (the dequant-smem kernel); unset: M >= 1024
 BC = 128  # output channels per block: two warpgroups x 64 rows of A
 BK = 64  # one 128-byte swizzle row of 16-bit activations per token per stage (one 64x64 weight atom)
-MIN_M = 128
+MIN_M = 128  # with HUMMING_WGMMA_RS=1: from one 128-token tile on
+# Without HUMMING_WGMMA_RS the kernel takes M >= 1024: measured on the H200 (2026-11-30) at M 1024/4096 it ran in
+# 0.76-0.87x cuBLAS fp16 on 8192x8192, 28672x8192 and 4096x14336, against 0.59-0.67x for the dequant-smem wgmma
+# kernel; at M=128 it was slower (too few blocks, no split-K), M 256-1023 was not measured.
+DEFAULT_MIN_M = 1024
 MIN_STAGES, MAX_STAGES = 4, 6
 PF = 2  # weight atoms loaded ahead per lane (register ring of PF + 1)
 OUT_PAD = 8  # 16-bit values of padding per staging row (272-byte pitch: conflict-free epilogue stores)
 
 
+def min_m() -> int | None:
+    """The smallest M this kernel takes: MIN_M with HUMMING_WGMMA_RS=1, none with =0, else DEFAULT_MIN_M."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value in ("0", "false", "off", "no"):
+        return None
+    if value in ("1", "true", "on", "yes"):
+        return MIN_M
+    return DEFAULT_MIN_M
+
+
 def enabled() -> bool:
-    return os.environ.get(ENV, "") == "1"
+    return min_m() is not None
 
 
 def layout_refusal(layout) -> str:

@@ -68,10 +68,14 @@ def test_wgmma_rs_w4a16(name, group, dtype, n, k, monkeypatch):
         assert err <= TOL[dtype], (m, err, p.explain())
 
 
-def test_wgmma_rs_off_by_default(monkeypatch):
+def test_wgmma_rs_default_from_m_1024(monkeypatch):
     _require_wgmma(torch.float16)
     monkeypatch.delenv(ENV, raising=False)
     qw = humming.quantize(torch.randn(1024, 2048, device="cuda") * 0.05, "w4a16")
-    x = torch.randn(256, 2048, device="cuda", dtype=torch.float16)
-    humming.gemm(x, qw)
-    assert not any(key[0] == "wna16-wgmma-rs" for key in qw.__dict__["_humming_prepared"])
+    humming.gemm(torch.randn(256, 2048, device="cuda", dtype=torch.float16), qw)
+    assert not any(key[0] == "wna16-wgmma-rs" for key in qw.__dict__["_humming_prepared"])  # M < 1024
+    x = torch.randn(1024, 2048, device="cuda", dtype=torch.float16)
+    out = humming.gemm(x, qw)
+    assert any(key[0] == "wna16-wgmma-rs" for key in qw.__dict__["_humming_prepared"])
+    ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+    assert rel_error(out, ref) <= TOL[torch.float16]

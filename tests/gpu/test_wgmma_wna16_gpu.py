@@ -9,6 +9,14 @@ from humming import api
 
 from .conftest import rel_error
 
+
+@pytest.fixture(autouse=True)
+def _dequant_smem_kernel(monkeypatch):
+    """These tests are about the dequant-smem wgmma kernel; from M = 1024 the register-A kernel is the default
+    (tests/kernels/test_wgmma_rs_compile.py, tests/gpu/test_wgmma_rs_gpu.py), so it is switched off here."""
+    monkeypatch.setenv("HUMMING_WGMMA_RS", "0")
+
+
 pytestmark = pytest.mark.gpu
 
 SHAPES = [(512, 2048), (1024, 4096)]

@@ -100,10 +100,13 @@ def test_every_profile_declaring_wgmma_compiles_it():
 def test_selection_is_opt_in_and_gated(monkeypatch):
     caps = _caps()
     sch = humming.schemes.get("w4a16")
-    monkeypatch.delenv(ENV, raising=False)
-    assert not api._wgmma_rs_eligible(caps, sch, 1024, 1024, 2048, "f16")
-    assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"  # today's default
+    monkeypatch.delenv(ENV, raising=False)  # the default: this kernel from M = 1024, the dequant-smem one below
+    assert not api._wgmma_rs_eligible(caps, sch, 1023, 1024, 2048, "f16")
+    assert api._wgmma_rs_eligible(caps, sch, 1024, 1024, 2048, "f16")
+    assert humming.plan("w4a16", 1023, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
+    assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).path == PATH
     monkeypatch.setenv(ENV, "0")
+    assert humming.plan("w4a16", 4096, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
     assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).path != PATH
     monkeypatch.setenv(ENV, "1")
     for act, name, group in itertools.product(("f16", "bf16"), ("w4a16", "w4a16-zp"), (128, 64, 256, None)):
@@ -129,7 +132,7 @@ def test_names_are_distinct():
     z = _plan("f16", "w4a16-zp", bt=256)
     assert len({p.kernel_name, q.kernel_name, z.kernel_name}) == 3
     assert p.kernel_name.startswith("hm_wna16_wgmmars_")
-    other = humming.plan("w4a16", 1024, 1024, 4096, profile=H200)  # the dequant-smem kernel (default)
+    other = humming.plan("w4a16", 512, 1024, 4096, profile=H200)  # the dequant-smem kernel (default below 1024)
     assert not other.kernel_name.startswith("hm_wna16_wgmmars_") and other.kernel_key != p.kernel_key
 
 

@@ -28,6 +28,14 @@ from humming.core.planner_wgmma_wna16 import PATH, plan_wna16_wgmma, scale_rows,
 from humming.devices.nvidia import backend as nv
 from humming.errors import ShapeError, UnsupportedOnDevice
 
+
+@pytest.fixture(autouse=True)
+def _dequant_smem_kernel(monkeypatch):
+    """These tests are about the dequant-smem wgmma kernel; from M = 1024 the register-A kernel is the default
+    (tests/kernels/test_wgmma_rs_compile.py, tests/gpu/test_wgmma_rs_gpu.py), so it is switched off here."""
+    monkeypatch.setenv("HUMMING_WGMMA_RS", "0")
+
+
 H200 = "nvidia-h200"
 DT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
