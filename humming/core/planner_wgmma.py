@@ -117,64 +117,57 @@ def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", ws: bool |
     limit = caps.limits.smem_per_block_kb * 1024
     if ws is None:
         ws = _warp_specialised(caps)
+    src = {"s8": "int4 -> s8 (16 x code; the scales carry 1/16)", "e4m3": f"{layout.weight_format} -> e4m3"}[a_type]
     if ws:
-        return _plan_w4a8_ws(caps, layout, m, act, scheme, form, limit)
-    stages = next((s for s in range(7, 3, -1) if wgmma_w4a8_smem_bytes(s, bn) <= limit), None)
-    if stages is None:
-        raise UnsupportedOnDevice(f"no wgmma W4A8 tile 128x{bn}x128 with 4 slots fits {caps.name}'s {limit} B "
-                                  f"of shared memory")
-    src = {"s8": "int4 -> s8 (16 x code; the scales carry 1/16)", "e4m3": f"{layout.weight_format} -> e4m3"}[a_type]
-    reasons = [
-        f"wgmma m64n{bn}k32 {a_type} declared ({caps.target.arch}); {a_type} x {a_type} -> {_ACC[a_type]}, both "
-        f"operands K-major in shared memory (128-byte swizzle)",
-        f"W4A8: packed 4-bit weights [N, K/2] copied with cp.async, widened exactly ({src}) by the thread that "
-        f"copied them into one of three swizzled B tiles while the tensor core multiplies the previous stage "
-        f"(the barrier also sits under the wgmma)",
-    ]
-    if group >= BK:
-        reasons.append(f"group {group}: each 128-deep partial is added into fp32 registers times its group scale")
-    else:
-        reasons.append(f"group {group}: each stage is {BK // group} wgmma groups of {group // 32} k32 step(s), each "
-                       f"partial waited and added into fp32 registers times its scale (the tensor core waits more)")
-    reasons.append(f"tile {BM}x{bn}x{BK}: 2 warpgroups x m64n{bn}k32, 4 k32 steps per stage; {stages} stages "
-                   f"(cp.async, {stages - 2} in flight), 3 widened B tiles, "
-                   f"{wgmma_w4a8_smem_bytes(stages, bn) // 1024} KiB of {limit // 1024} KiB shared memory")
-    reasons.append("no split-K: one K loop per output tile")
-    tiles = TileConfig(BM, bn, BK, stages, 8, 1, 1)
-    return Plan(
-        scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
-        instruction=replace(form, shape=(64, bn, 32)), path="dequant-to-activation", layout=layout, tiles=tiles,
-        splits=1, async_copy=True, smem_bytes=wgmma_w4a8_smem_bytes(stages, bn), reasons=tuple(reasons),
-    )
+        stages = _w4a8_stages(caps, limit, wgmma_w4a8_ws_smem_bytes, range(6, 2, -1), "warp-specialised ")
+        smem = wgmma_w4a8_ws_smem_bytes(stages, bn)
+        how = (f"W4A8, warp-specialised (mbarrier and setmaxnreg declared): a producer warpgroup copies A and the "
+               f"packed 4-bit weights with cp.async and widens them exactly ({src}) into the slot's swizzled B tile; "
+               f"two consumer warpgroups wait on the slot's mbarrier, multiply, release the slot and promote "
+               f"(HUMMING_WGMMA_WS=0: the lock-step kernel)")
+        tile = (f"2 consumer warpgroups x m64n{bn}k32 + 1 producer warpgroup; {stages} slots ({stages - 2} stages of "
+                f"copies ahead of the one being widened)")
+        return _plan_w4a8(caps, layout, m, act, scheme, form, stages, smem, 12, how, "", tile, limit)  # 384 threads
+    stages = _w4a8_stages(caps, limit, wgmma_w4a8_smem_bytes, range(7, 3, -1), "")
+    how = (f"W4A8: packed 4-bit weights [N, K/2] copied with cp.async, widened exactly ({src}) by the thread that "
+           f"copied them into one of three swizzled B tiles while the tensor core multiplies the previous stage "
+           f"(the barrier also sits under the wgmma)")
+    tile = (f"2 warpgroups x m64n{bn}k32, 4 k32 steps per stage; {stages} stages (cp.async, {stages - 2} in flight), "
+            f"3 widened B tiles")
+    return _plan_w4a8(caps, layout, m, act, scheme, form, stages, wgmma_w4a8_smem_bytes(stages, bn), 8, how,
+                      " (the tensor core waits more)", tile, limit)
 
 
-def _plan_w4a8_ws(caps, layout, m: int, act: str, scheme: str, form, limit: int) -> Plan:
-    a_type, n, k, group, bn = layout.a_type, layout.n, layout.k, layout.group, 128
-    stages = next((s for s in range(6, 2, -1) if wgmma_w4a8_ws_smem_bytes(s, bn) <= limit), None)
+def _w4a8_stages(caps, limit: int, smem_bytes, candidates: range, kind: str) -> int:
+    """The most slots (of ``candidates``, best first) whose shared memory fits ``limit``, or UnsupportedOnDevice."""
+    stages = next((s for s in candidates if smem_bytes(s, 128) <= limit), None)
     if stages is None:
-        raise UnsupportedOnDevice(f"no warp-specialised wgmma W4A8 tile 128x{bn}x128 with 3 slots fits "
+        raise UnsupportedOnDevice(f"no {kind}wgmma W4A8 tile 128x128x128 with {candidates[-1]} slots fits "
                                   f"{caps.name}'s {limit} B of shared memory")
-    src = {"s8": "int4 -> s8 (16 x code; the scales carry 1/16)", "e4m3": f"{layout.weight_format} -> e4m3"}[a_type]
+    return stages
+
+
+def _plan_w4a8(caps, layout, m: int, act: str, scheme: str, form, stages: int, smem: int, warps: int, how: str,
+               wait_note: str, tile: str, limit: int) -> Plan:
+    """The Plan of either W4A8 kernel (``warps`` = 8: lock-step, 12: warp-specialised) and its reasons: the form,
+    ``how`` the weights are copied and widened, the group promotion (``wait_note`` for groups below 128), the
+    ``tile`` and its shared memory."""
+    a_type, n, k, group, bn = layout.a_type, layout.n, layout.k, layout.group, 128
     reasons = [
         f"wgmma m64n{bn}k32 {a_type} declared ({caps.target.arch}); {a_type} x {a_type} -> {_ACC[a_type]}, both "
         f"operands K-major in shared memory (128-byte swizzle)",
-        f"W4A8, warp-specialised (mbarrier and setmaxnreg declared): a producer warpgroup copies A and the packed "
-        f"4-bit weights with cp.async and widens them exactly ({src}) into the slot's swizzled B tile; two consumer "
-        f"warpgroups wait on the slot's mbarrier, multiply, release the slot and promote (HUMMING_WGMMA_WS=0: the "
-        f"lock-step kernel)",
+        how,
     ]
     if group >= BK:
         reasons.append(f"group {group}: each 128-deep partial is added into fp32 registers times its group scale")
     else:
         reasons.append(f"group {group}: each stage is {BK // group} wgmma groups of {group // 32} k32 step(s), each "
-                       f"partial waited and added into fp32 registers times its scale")
-    reasons.append(f"tile {BM}x{bn}x{BK}: 2 consumer warpgroups x m64n{bn}k32 + 1 producer warpgroup; {stages} slots "
-                   f"({stages - 2} stages of copies ahead of the one being widened), "
-                   f"{wgmma_w4a8_ws_smem_bytes(stages, bn) // 1024} KiB of {limit // 1024} KiB shared memory")
+                       f"partial waited and added into fp32 registers times its scale{wait_note}")
+    reasons.append(f"tile {BM}x{bn}x{BK}: {tile}, {smem // 1024} KiB of {limit // 1024} KiB shared memory")
     reasons.append("no split-K: one K loop per output tile")
-    tiles = TileConfig(BM, bn, BK, stages, 12, 1, 1)  # 384 threads
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
-        instruction=replace(form, shape=(64, bn, 32)), path="dequant-to-activation", layout=layout, tiles=tiles,
-        splits=1, async_copy=True, smem_bytes=wgmma_w4a8_ws_smem_bytes(stages, bn), reasons=tuple(reasons),
+        instruction=replace(form, shape=(64, bn, 32)), path="dequant-to-activation", layout=layout,
+        tiles=TileConfig(BM, bn, BK, stages, warps, 1, 1), splits=1, async_copy=True, smem_bytes=smem,
+        reasons=tuple(reasons),
     )
