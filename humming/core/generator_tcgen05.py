@@ -26,8 +26,94 @@ The parameter list is the one of the 8-bit mma.sync kernel (S, WS, CNT and k_per
 """
 from __future__ import annotations
 
-from humming.core.generator_wgmma import swizzled_stage_loader
+from humming.core.generator_wgmma import eight_bit_params, swizzled_stage_loader
 from humming.devices.base import HelperRequest
+
+# ---- CUDA text shared by the three tcgen05 kernels (W8A8, WnA16, block-scaled): one CTA of 128 threads, an mbarrier
+# per slot, the accumulator in Tensor Memory read back 32 columns at a time by the warp that owns the TMEM lanes
+TC_BLOCK_DECL = """\
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ __align__(8) uint64_t mma_bar[STAGES];  // completes once per commit of the stage using the slot
+  __shared__ uint32_t tmem_slot;                      // written by tcgen05.alloc
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+"""
+_TC_ROW_SCALE = "\n  const float rs = (TS && row < M) ? scale * load_f32(TS + row) : scale;"
+_TC_CHANNEL_SCALES = """\
+      float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
+      if (CS) { c0 = load_f32(CS + col0 + j); c1 = load_f32(CS + col0 + j + 1); }
+"""
+_TC_BIAS_ONLY = "      float b0 = 0.0f, b1 = 0.0f;\n"
+_TC_SCALED_CHANNEL_SCALES = """\
+      float c0 = scale, c1 = scale, b0 = 0.0f, b1 = 0.0f;
+      if (CS) { c0 *= load_f32(CS + col0 + j); c1 *= load_f32(CS + col0 + j + 1); }
+"""
+
+
+def tmem_setup(alloc: str = "the accumulator's columns and gives up the permit", tmem_note: str = "") -> str:
+    """Warp 0 allocates TMEM_COLS columns (``alloc`` says what for), thread 0 initialises the slots' mbarriers, and
+    every thread reads the TMEM address back."""
+    return f"""\
+  if (warp == 0) {{               // one warp allocates {alloc}
+    tmem_alloc(smem_u32(&tmem_slot), TMEM_COLS);
+    tmem_relinquish();
+  }}
+  if (tid == 0) {{
+    #pragma unroll
+    for (int s = 0; s < STAGES; ++s) mbar_init(smem_u32(&mma_bar[s]), 1);
+    mbar_init_fence();
+  }}
+  tc_fence_before();
+  __syncthreads();
+  tc_fence_after();
+  const uint32_t tmem = tc_lds_32(smem_u32(&tmem_slot));  // lane 0, first allocated column{tmem_note}
+"""
+
+
+def tmem_epilogue(after_row: str, pair_scales: str, mul0: str, mul1: str) -> str:
+    """From the wait for the last commit to the end of the kernel: thread t of warp w loads accumulator row 32w + t
+    (``after_row`` follows the row's declaration), per column pair j, j + 1 ``pair_scales`` declares b0, b1 (and what
+    ``mul0``, ``mul1`` multiply the accumulators by), + bias, four 16-byte stores; TMEM freed by warp 0."""
+    return f"""\
+  {{
+    const int last = ktiles - 1;  // its commit covers every MMA of the tile
+    mbar_wait(smem_u32(&mma_bar[last % STAGES]), (uint32_t)((last / STAGES) & 1));
+  }}
+  tc_fence_after();
+
+  // epilogue: thread t of warp w holds output row 32w + t (TMEM lane), 32 columns per load
+  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  const int row = m0 + warp * 32 + lane;{after_row}
+  #pragma unroll 1
+  for (int c = 0; c < BN / 32; ++c) {{
+    uint32_t v[32];
+    tmem_ld32(v, tmem + ((uint32_t)(warp * 32) << 16) + (uint32_t)(c * 32));
+    tmem_ld_wait();
+    const int col0 = n0 + 32 * c;
+    uint32_t packed[16];
+    #pragma unroll
+    for (int j = 0; j < 32; j += 2) {{
+{pair_scales}      if (BIAS) {{
+        const uint32_t bb = load_g32(BIAS + col0 + j);  // the two 16-bit biases of columns j, j + 1
+        b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
+      }}
+      packed[j / 2] = f32x2_to_act2(tc_acc_to_f32(v[j]){mul0} + b0, tc_acc_to_f32(v[j + 1]){mul1} + b1);
+    }}
+    if (row < M) {{
+      uint16_t* out = C + (size_t)row * N + col0;
+      #pragma unroll
+      for (int q = 0; q < 4; ++q)
+        store_128(out + 8 * q, packed[4 * q], packed[4 * q + 1], packed[4 * q + 2], packed[4 * q + 3]);
+    }}
+  }}
+  tc_fence_before();
+  __syncthreads();               // every warp's loads are complete before the columns are freed
+  if (warp == 0) {{
+    tc_fence_after();
+    tmem_dealloc(tmem, TMEM_COLS);
+  }}
+}}
+"""
 
 
 def tcgen05_w8a8_kernel_source(plan, backend, caps=None) -> str:
@@ -63,42 +149,13 @@ static_assert(THREADS == 128 && BM % 16 == 0 && BN % 16 == 0, "128 threads copy 
 static_assert((TMEM_COLS & (TMEM_COLS - 1)) == 0 && TMEM_COLS >= 32 && TMEM_COLS <= 512, "TMEM allocation size");
 }}
 
-extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
-    const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
-    const uint32_t* __restrict__ Bw,      // weight codes [N, K] bytes, row-major (K-major)
-    const float* __restrict__ TS,         // per-token activation scale [M] or null
-    const float* __restrict__ S,          // unused (group scales of W4A8)
-    const float* __restrict__ CS,         // per-channel weight scale [N] or null
-    const uint16_t* __restrict__ BIAS,    // [N] or null
-    uint16_t* __restrict__ C,             // output [M, N]
-    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
-    int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null
-  using namespace cfg;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  __shared__ __align__(8) uint64_t mma_bar[STAGES];  // completes once per commit of the stage using the slot
-  __shared__ uint32_t tmem_slot;                      // written by tcgen05.alloc
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int ktiles = K / BK;
+{eight_bit_params(plan.kernel_name)}  using namespace cfg;
+{TC_BLOCK_DECL}  const int ktiles = K / BK;
   const unsigned char* B = reinterpret_cast<const unsigned char*>(Bw);
   // the swizzle repeats every 1024 bytes of address: start the stages on such a boundary (1 KiB is reserved)
   const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;
 
-  if (warp == 0) {{               // one warp allocates the accumulator's columns and gives up the permit
-    tmem_alloc(smem_u32(&tmem_slot), TMEM_COLS);
-    tmem_relinquish();
-  }}
-  if (tid == 0) {{
-    #pragma unroll
-    for (int s = 0; s < STAGES; ++s) mbar_init(smem_u32(&mma_bar[s]), 1);
-    mbar_init_fence();
-  }}
-  tc_fence_before();
-  __syncthreads();
-  tc_fence_after();
-  const uint32_t tmem = tc_lds_32(smem_u32(&tmem_slot));  // lane 0, first allocated column
-
+{tmem_setup()}
 {swizzled_stage_loader(16)}
   #pragma unroll
   for (int s = 0; s < LOOKAHEAD; ++s) {{
@@ -131,48 +188,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
       copy_commit();
     }}
   }}
-  {{
-    const int last = ktiles - 1;  // its commit covers every MMA of the tile
-    mbar_wait(smem_u32(&mma_bar[last % STAGES]), (uint32_t)((last / STAGES) & 1));
-  }}
-  tc_fence_after();
-
-  // epilogue: thread t of warp w holds output row 32w + t (TMEM lane), 32 columns per load
-  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
-  const int row = m0 + warp * 32 + lane;
-  const float rs = (TS && row < M) ? scale * load_f32(TS + row) : scale;
-  #pragma unroll 1
-  for (int c = 0; c < BN / 32; ++c) {{
-    uint32_t v[32];
-    tmem_ld32(v, tmem + ((uint32_t)(warp * 32) << 16) + (uint32_t)(c * 32));
-    tmem_ld_wait();
-    const int col0 = n0 + 32 * c;
-    uint32_t packed[16];
-    #pragma unroll
-    for (int j = 0; j < 32; j += 2) {{
-      float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
-      if (CS) {{ c0 = load_f32(CS + col0 + j); c1 = load_f32(CS + col0 + j + 1); }}
-      if (BIAS) {{
-        const uint32_t bb = load_g32(BIAS + col0 + j);  // the two 16-bit biases of columns j, j + 1
-        b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
-      }}
-      packed[j / 2] = f32x2_to_act2(tc_acc_to_f32(v[j]) * rs * c0 + b0, tc_acc_to_f32(v[j + 1]) * rs * c1 + b1);
-    }}
-    if (row < M) {{
-      uint16_t* out = C + (size_t)row * N + col0;
-      #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        store_128(out + 8 * q, packed[4 * q], packed[4 * q + 1], packed[4 * q + 2], packed[4 * q + 3]);
-    }}
-  }}
-  tc_fence_before();
-  __syncthreads();               // every warp's loads are complete before the columns are freed
-  if (warp == 0) {{
-    tc_fence_after();
-    tmem_dealloc(tmem, TMEM_COLS);
-  }}
-}}
-"""
+{tmem_epilogue(_TC_ROW_SCALE, _TC_CHANNEL_SCALES, " * rs * c0", " * rs * c1")}"""
 
 
 def tcgen05_kernel_source(plan, backend, caps=None) -> str:
@@ -186,10 +202,6 @@ def tcgen05_kernel_source(plan, backend, caps=None) -> str:
     if plan.path == WNA16_PATH:
         return tcgen05_wna16_kernel_source(plan, backend, caps)
     return tcgen05_w8a8_kernel_source(plan, backend, caps)
-
-
-def _c(v: float) -> str:
-    return repr(float(v)) + "f"
 
 
 def tcgen05_wna16_kernel_source(plan, backend, caps=None) -> str:
@@ -212,6 +224,7 @@ def tcgen05_wna16_kernel_source(plan, backend, caps=None) -> str:
       commit of kt-1 (its MMAs read the slot refilled now and the B tile written now) -> refill the slot of kt-1
       with stage kt + LOOKAHEAD -> dequantize stage kt+1 into B tile (kt+1) % 2 while the MMAs of kt run.
     Epilogue: accumulator x out_scale (x *GS) x CS[n] + bias, the mma.sync tile kernel's parameter list."""
+    from humming.core.generator_wgmma_wna16 import wna16_stage_lambdas
     from humming.core.planner_tcgen05 import WNA16_BK, WNA16_BQ, WNA16_PATH
     from humming.core.planner_wgmma_wna16 import scale_rows, stage_bytes
     from humming.devices.nvidia.backend import tcgen05_idesc, tcgen05_wna16_prelude
@@ -232,22 +245,6 @@ def tcgen05_wna16_kernel_source(plan, backend, caps=None) -> str:
     idesc = tcgen05_idesc("f16", plan.act, plan.act, "f32", 128, t.bn)
     group = lay.scale_group
     s_rows = scale_rows(group)
-    if s_rows:
-        s_row = "h" if s_rows == 2 else "0"  # the scale of (n, k 32h..32h+31): its row in this stage's table
-        scale_decl = f"""\
-      const uint16_t s16 = *reinterpret_cast<const uint16_t*>(sgen + slot * STAGE_BYTES + S_OFF + ({s_row} * BN + n) * 2);
-      const uint32_t ss = dup_lo((uint32_t)s16);"""
-        scale_math = "v = act2_mul(v, ss);"
-        row = f"(k0 / {group} + r)" if s_rows > 1 else f"(k0 / {group})"
-        scale_load = f"""\
-    #pragma unroll
-    for (int c = tid; c < S_ROWS * (BN / 8); c += THREADS) {{  // group-scale rows of this stage (BN values each)
-      const int r = c / (BN / 8), ch = c % (BN / 8);
-      copy_16_async(slot_base + S_OFF + (r * BN + ch * 8) * 2, S + (size_t){row} * N + n0 + ch * 8, true);
-    }}
-"""
-    else:
-        scale_decl = scale_math = scale_load = ""
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 // compiled only: not yet validated on hardware (HUMMING_UNVERIFIED_KERNELS=1 selects it at run time)
@@ -283,80 +280,14 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
     int M, int N, int K, int k_per_split, float out_scale,
     const float* __restrict__ GS) {{        // a device scalar multiplying the output (activation global scale) or null
   using namespace cfg;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  __shared__ __align__(8) uint64_t mma_bar[STAGES];  // completes once per commit of the stage using the slot
-  __shared__ uint32_t tmem_slot;                      // written by tcgen05.alloc
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int ktiles = K / BK;
+{TC_BLOCK_DECL}  const int ktiles = K / BK;
   // the swizzle repeats every 1024 bytes of address: start on such a boundary (1 KiB is reserved)
   const uint32_t bq0 = (smem_u32(smem) + 1023u) & ~1023u;      // BQ dequantized B tiles
   const uint32_t slot0 = bq0 + BQ * BQ_BYTES;                    // STAGES cp.async slots
   const unsigned char* sgen = smem + (slot0 - smem_u32(smem));   // generic pointer to slot 0 (scale reads)
 
-  if (warp == 0) {{               // one warp allocates the accumulator's columns and gives up the permit
-    tmem_alloc(smem_u32(&tmem_slot), TMEM_COLS);
-    tmem_relinquish();
-  }}
-  if (tid == 0) {{
-    #pragma unroll
-    for (int s = 0; s < STAGES; ++s) mbar_init(smem_u32(&mma_bar[s]), 1);
-    mbar_init_fence();
-  }}
-  tc_fence_before();
-  __syncthreads();
-  tc_fence_after();
-  const uint32_t tmem = tc_lds_32(smem_u32(&tmem_slot));  // lane 0, first allocated column
-
-  // A: thread tid copies chunk tid % 8 of rows tid / 8 + 16 i ((row mod 8) is the same for every i)
-  const int lrow = tid >> 3, lch = tid & 7;
-  const uint32_t lswz = swz128(lrow, lch);
-  const uint16_t* a_src = A + (size_t)(m0 + lrow) * K + lch * 8;
-  // codes: raw chunk c = tid + 128 i of a stage is 16 bytes of block (c / 128), i.e. channel n = c / 2
-  const unsigned char* b_src = reinterpret_cast<const unsigned char*>(B) + (size_t)(n0 / 64) * (K / 64) * 2048;
-  auto load_stage = [&](int slot, int kt) {{
-    const uint32_t slot_base = slot0 + slot * STAGE_BYTES;
-    const int k0 = kt * BK;
-    #pragma unroll
-    for (int i = 0; i < BM / 16; ++i) {{
-      const bool ok = m0 + lrow + 16 * i < M;  // rows past M are zero-filled (the source stays a valid address)
-      copy_16_async(slot_base + lswz + i * 16 * 128, ok ? a_src + ((size_t)16 * i * K + k0) : A, ok);
-    }}
-    #pragma unroll
-    for (int i = 0; i < BN / 64; ++i) {{
-      const int c = tid + 128 * i;
-      copy_16_async(slot_base + A_BYTES + c * 16, b_src + ((size_t)(c >> 7) * (K / 64) + kt) * 2048 + (c & 127) * 16, true);
-    }}
-{scale_load}  }};
-
-  // raw codes of stage kt (this thread's own chunks, landed) -> dequantized B tile kt % BQ
-  const uint32_t zz = f32x2_to_act2({_c(lay.zero_const)}, {_c(lay.zero_const)});  // -(magic + 8), exact
-  auto dequant_stage = [&](int kt) {{
-    const int slot = kt % STAGES;
-    const uint32_t raw = slot0 + slot * STAGE_BYTES + A_BYTES;
-    const uint32_t bq = bq0 + (kt % BQ) * BQ_BYTES;
-    #pragma unroll
-    for (int i = 0; i < BN / 64; ++i) {{
-      const int c = tid + 128 * i;
-      const int n = c >> 1, h = c & 1;       // channel n (tile row), k 32h .. 32h+31 of the stage
-      uint32_t q[4];
-      lds_128(q, raw + c * 16);
-{scale_decl}
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) {{          // word j: k 32h+8j .. +7 -> 16-byte chunk 4h+j of row n
-        uint32_t o[4];
-        #pragma unroll
-        for (int J = 0; J < 4; ++J) {{
-          uint32_t v = dq_raw(q[j], J);       // (magic + u) for k 32h+8j+2J (low half) and +1 (high half)
-          v = act2_add(v, zz);
-          {scale_math}
-          o[J] = v;
-        }}
-        sts_128(bq + swz128(n, 4 * h + j), o[0], o[1], o[2], o[3]);
-      }}
-    }}
-  }};
-
+{tmem_setup()}
+{wna16_stage_lambdas(lay, 128)}
   #pragma unroll
   for (int s = 0; s < LOOKAHEAD; ++s) {{
     if (s < ktiles) load_stage(s, s);
@@ -389,47 +320,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
     }}
     if (kt + 1 < ktiles) dequant_stage(kt + 1);  // overlaps the MMAs just issued
   }}
-  {{
-    const int last = ktiles - 1;  // its commit covers every MMA of the tile
-    mbar_wait(smem_u32(&mma_bar[last % STAGES]), (uint32_t)((last / STAGES) & 1));
-  }}
-  tc_fence_after();
-
-  // epilogue: thread t of warp w holds output row 32w + t (TMEM lane), 32 columns per load
-  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
-  const int row = m0 + warp * 32 + lane;
-  #pragma unroll 1
-  for (int c = 0; c < BN / 32; ++c) {{
-    uint32_t v[32];
-    tmem_ld32(v, tmem + ((uint32_t)(warp * 32) << 16) + (uint32_t)(c * 32));
-    tmem_ld_wait();
-    const int col0 = n0 + 32 * c;
-    uint32_t packed[16];
-    #pragma unroll
-    for (int j = 0; j < 32; j += 2) {{
-      float c0 = scale, c1 = scale, b0 = 0.0f, b1 = 0.0f;
-      if (CS) {{ c0 *= load_f32(CS + col0 + j); c1 *= load_f32(CS + col0 + j + 1); }}
-      if (BIAS) {{
-        const uint32_t bb = load_g32(BIAS + col0 + j);  // the two 16-bit biases of columns j, j + 1
-        b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
-      }}
-      packed[j / 2] = f32x2_to_act2(tc_acc_to_f32(v[j]) * c0 + b0, tc_acc_to_f32(v[j + 1]) * c1 + b1);
-    }}
-    if (row < M) {{
-      uint16_t* out = C + (size_t)row * N + col0;
-      #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        store_128(out + 8 * q, packed[4 * q], packed[4 * q + 1], packed[4 * q + 2], packed[4 * q + 3]);
-    }}
-  }}
-  tc_fence_before();
-  __syncthreads();               // every warp's loads are complete before the columns are freed
-  if (warp == 0) {{
-    tc_fence_after();
-    tmem_dealloc(tmem, TMEM_COLS);
-  }}
-}}
-"""
+{tmem_epilogue("", _TC_SCALED_CHANNEL_SCALES, " * c0", " * c1")}"""
 
 
 def _w4a8_loader() -> str:
@@ -581,7 +472,7 @@ static_assert(BN + 4 + STAGES * SFB_COLS <= TMEM_COLS && TMEM_COLS <= 512, "Tens
       // stage's copies were issued (everyone waited for that commit)
       const uint32_t sfb = tmem + BN + 4 + slot * SFB_COLS;"""
         v["steps"] = "k32 steps"
-        v["rs"] = "\n  const float rs = (TS && row < M) ? scale * load_f32(TS + row) : scale;"
+        v["rs"] = _TC_ROW_SCALE
         v["mul"] = "rs"
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
@@ -612,31 +503,13 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
     int M, int N, int K_el, int k_per_split, float out_scale,   // K_el: K in elements; out_scale: weight global scale
     const float* __restrict__ GS) {{        // {v["gs"]}
   using namespace cfg;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  __shared__ __align__(8) uint64_t mma_bar[STAGES];  // completes once per commit of the stage using the slot
-  __shared__ uint32_t tmem_slot;                      // written by tcgen05.alloc
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-{v["k"]}
+{TC_BLOCK_DECL}{v["k"]}
   const int sb_blocks = K_el / (4 * VEC);  // 512-byte weight scale blocks per 128 channels
   const unsigned char* B = reinterpret_cast<const unsigned char*>(Bw);
   // the swizzle repeats every 1024 bytes of address: start the stages on such a boundary (1 KiB is reserved)
   const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;
 
-  if (warp == 0) {{               // one warp allocates the accumulator's and the scale factors' columns
-    tmem_alloc(smem_u32(&tmem_slot), TMEM_COLS);
-    tmem_relinquish();
-  }}
-  if (tid == 0) {{
-    #pragma unroll
-    for (int s = 0; s < STAGES; ++s) mbar_init(smem_u32(&mma_bar[s]), 1);
-    mbar_init_fence();
-  }}
-  tc_fence_before();
-  __syncthreads();
-  tc_fence_after();
-  const uint32_t tmem = tc_lds_32(smem_u32(&tmem_slot));  // lane 0, first allocated column: the accumulator
-
+{tmem_setup("the accumulator's and the scale factors' columns", ": the accumulator")}
 {v["loader"]}
   {v["scales_doc"]}
   auto load_scales = [&](int stage, int kt) {{
@@ -688,43 +561,4 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
       copy_commit();
     }}
   }}
-  {{
-    const int last = ktiles - 1;  // its commit covers every MMA of the tile
-    mbar_wait(smem_u32(&mma_bar[last % STAGES]), (uint32_t)((last / STAGES) & 1));
-  }}
-  tc_fence_after();
-
-  // epilogue: thread t of warp w holds output row 32w + t (TMEM lane), 32 columns per load
-  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
-  const int row = m0 + warp * 32 + lane;{v["rs"]}
-  #pragma unroll 1
-  for (int c = 0; c < BN / 32; ++c) {{
-    uint32_t v[32];
-    tmem_ld32(v, tmem + ((uint32_t)(warp * 32) << 16) + (uint32_t)(c * 32));
-    tmem_ld_wait();
-    const int col0 = n0 + 32 * c;
-    uint32_t packed[16];
-    #pragma unroll
-    for (int j = 0; j < 32; j += 2) {{
-      float b0 = 0.0f, b1 = 0.0f;
-      if (BIAS) {{
-        const uint32_t bb = load_g32(BIAS + col0 + j);  // the two 16-bit biases of columns j, j + 1
-        b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
-      }}
-      packed[j / 2] = f32x2_to_act2(tc_acc_to_f32(v[j]) * {v["mul"]} + b0, tc_acc_to_f32(v[j + 1]) * {v["mul"]} + b1);
-    }}
-    if (row < M) {{
-      uint16_t* out = C + (size_t)row * N + col0;
-      #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        store_128(out + 8 * q, packed[4 * q], packed[4 * q + 1], packed[4 * q + 2], packed[4 * q + 3]);
-    }}
-  }}
-  tc_fence_before();
-  __syncthreads();               // every warp's loads are complete before the columns are freed
-  if (warp == 0) {{
-    tc_fence_after();
-    tmem_dealloc(tmem, TMEM_COLS);
-  }}
-}}
-"""
+{tmem_epilogue(v["rs"], _TC_BIAS_ONLY, " * " + v["mul"], " * " + v["mul"])}"""

@@ -42,16 +42,11 @@ def _c(v: float) -> str:
     return repr(float(v)) + "f"
 
 
-def wgmma_wna16_kernel_source(plan, backend, caps=None) -> str:
-    t = plan.tiles
-    lay = plan.layout
-    if plan.path != PATH or (t.bm, t.bk, t.threads) != (128, 64, 256) or t.stages < 4 or t.bn % 128:
-        raise ValueError(f"the wgmma WnA16 kernel is written for 128x(128|256)x64 tiles, 256 threads, >= 4 stages; got {t}")
-    dec = lay.decode
-    if (dec.kind, dec.bits, dec.container, dec.int_path) != ("int", 4, 4, "magic") or lay.zero_group:
-        raise ValueError(f"the wgmma WnA16 kernel decodes int4 codes with the magic number, not {dec}")
-    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=dec, async_copy=True, caps=caps)
-    prelude = backend.wgmma_wna16_prelude(request, t.bn)
+def wna16_stage_lambdas(lay, threads: int) -> str:
+    """CUDA of ``load_stage(slot, kt)`` (A rows, raw int4 codes and group-scale rows of a stage, cp.async) and
+    ``dequant_stage(kt)`` (this thread's raw chunks -> the swizzled dequantized B tile kt % BQ) for ``threads``
+    threads (shared by the wgmma and tcgen05 WnA16 kernels)."""
+    r, cpp = threads // 8, threads // 2  # A rows per pass; channels of codes per pass
     group = lay.scale_group
     s_rows = scale_rows(group)
     if s_rows:
@@ -71,6 +66,69 @@ def wgmma_wna16_kernel_source(plan, backend, caps=None) -> str:
 """
     else:
         scale_decl = scale_math = scale_load = ""
+    return f"""  // A: thread tid copies chunk tid % 8 of rows tid / 8 + {r} i ((row mod 8) is the same for every i)
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const uint16_t* a_src = A + (size_t)(m0 + lrow) * K + lch * 8;
+  // codes: raw chunk c = tid + {threads} i of a stage is 16 bytes of block (c / 128), i.e. channel n = c / 2
+  const unsigned char* b_src = reinterpret_cast<const unsigned char*>(B) + (size_t)(n0 / 64) * (K / 64) * 2048;
+  auto load_stage = [&](int slot, int kt) {{
+    const uint32_t slot_base = slot0 + slot * STAGE_BYTES;
+    const int k0 = kt * BK;
+    #pragma unroll
+    for (int i = 0; i < BM / {r}; ++i) {{
+      const bool ok = m0 + lrow + {r} * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(slot_base + lswz + i * {r} * 128, ok ? a_src + ((size_t){r} * i * K + k0) : A, ok);
+    }}
+    #pragma unroll
+    for (int i = 0; i < BN / {cpp}; ++i) {{
+      const int c = tid + {threads} * i;
+      copy_16_async(slot_base + A_BYTES + c * 16, b_src + ((size_t)(c >> 7) * (K / 64) + kt) * 2048 + (c & 127) * 16, true);
+    }}
+{scale_load}  }};
+
+  // raw codes of stage kt (this thread's own chunks, landed) -> dequantized B tile kt % BQ
+  const uint32_t zz = f32x2_to_act2({_c(lay.zero_const)}, {_c(lay.zero_const)});  // -(magic + 8), exact
+  auto dequant_stage = [&](int kt) {{
+    const int slot = kt % STAGES;
+    const uint32_t raw = slot0 + slot * STAGE_BYTES + A_BYTES;
+    const uint32_t bq = bq0 + (kt % BQ) * BQ_BYTES;
+    #pragma unroll
+    for (int i = 0; i < BN / {cpp}; ++i) {{
+      const int c = tid + {threads} * i;
+      const int n = c >> 1, h = c & 1;       // channel n (tile row), k 32h .. 32h+31 of the stage
+      uint32_t q[4];
+      lds_128(q, raw + c * 16);
+{scale_decl}
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) {{          // word j: k 32h+8j .. +7 -> 16-byte chunk 4h+j of row n
+        uint32_t o[4];
+        #pragma unroll
+        for (int J = 0; J < 4; ++J) {{
+          uint32_t v = dq_raw(q[j], J);       // (magic + u) for k 32h+8j+2J (low half) and +1 (high half)
+          v = act2_add(v, zz);
+          {scale_math}
+          o[J] = v;
+        }}
+        sts_128(bq + swz128(n, 4 * h + j), o[0], o[1], o[2], o[3]);
+      }}
+    }}
+  }};
+"""
+
+
+def wgmma_wna16_kernel_source(plan, backend, caps=None) -> str:
+    t = plan.tiles
+    lay = plan.layout
+    if plan.path != PATH or (t.bm, t.bk, t.threads) != (128, 64, 256) or t.stages < 4 or t.bn % 128:
+        raise ValueError(f"the wgmma WnA16 kernel is written for 128x(128|256)x64 tiles, 256 threads, >= 4 stages; got {t}")
+    dec = lay.decode
+    if (dec.kind, dec.bits, dec.container, dec.int_path) != ("int", 4, 4, "magic") or lay.zero_group:
+        raise ValueError(f"the wgmma WnA16 kernel decodes int4 codes with the magic number, not {dec}")
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=dec, async_copy=True, caps=caps)
+    prelude = backend.wgmma_wna16_prelude(request, t.bn)
+    group = lay.scale_group
+    s_rows = scale_rows(group)
     src = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -113,55 +171,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
   const uint32_t slot0 = bq0 + BQ * BQ_BYTES;                    // STAGES cp.async slots
   const unsigned char* sgen = smem + (slot0 - smem_u32(smem));   // generic pointer to slot 0 (scale reads)
 
-  // A: thread tid copies chunk tid % 8 of rows tid / 8 + 32 i ((row mod 8) is the same for every i)
-  const int lrow = tid >> 3, lch = tid & 7;
-  const uint32_t lswz = swz128(lrow, lch);
-  const uint16_t* a_src = A + (size_t)(m0 + lrow) * K + lch * 8;
-  // codes: raw chunk c = tid + 256 i of a stage is 16 bytes of block (c / 128), i.e. channel n = c / 2
-  const unsigned char* b_src = reinterpret_cast<const unsigned char*>(B) + (size_t)(n0 / 64) * (K / 64) * 2048;
-  auto load_stage = [&](int slot, int kt) {{
-    const uint32_t slot_base = slot0 + slot * STAGE_BYTES;
-    const int k0 = kt * BK;
-    #pragma unroll
-    for (int i = 0; i < BM / 32; ++i) {{
-      const bool ok = m0 + lrow + 32 * i < M;  // rows past M are zero-filled (the source stays a valid address)
-      copy_16_async(slot_base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + k0) : A, ok);
-    }}
-    #pragma unroll
-    for (int i = 0; i < BN / 128; ++i) {{
-      const int c = tid + 256 * i;
-      copy_16_async(slot_base + A_BYTES + c * 16, b_src + ((size_t)(c >> 7) * (K / 64) + kt) * 2048 + (c & 127) * 16, true);
-    }}
-{scale_load}  }};
-
-  // raw codes of stage kt (this thread's own chunks, landed) -> dequantized B tile kt % BQ
-  const uint32_t zz = f32x2_to_act2({_c(lay.zero_const)}, {_c(lay.zero_const)});  // -(magic + 8), exact
-  auto dequant_stage = [&](int kt) {{
-    const int slot = kt % STAGES;
-    const uint32_t raw = slot0 + slot * STAGE_BYTES + A_BYTES;
-    const uint32_t bq = bq0 + (kt % BQ) * BQ_BYTES;
-    #pragma unroll
-    for (int i = 0; i < BN / 128; ++i) {{
-      const int c = tid + 256 * i;
-      const int n = c >> 1, h = c & 1;       // channel n (tile row), k 32h .. 32h+31 of the stage
-      uint32_t q[4];
-      lds_128(q, raw + c * 16);
-{scale_decl}
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) {{          // word j: k 32h+8j .. +7 -> 16-byte chunk 4h+j of row n
-        uint32_t o[4];
-        #pragma unroll
-        for (int J = 0; J < 4; ++J) {{
-          uint32_t v = dq_raw(q[j], J);       // (magic + u) for k 32h+8j+2J (low half) and +1 (high half)
-          v = act2_add(v, zz);
-          {scale_math}
-          o[J] = v;
-        }}
-        sts_128(bq + swz128(n, 4 * h + j), o[0], o[1], o[2], o[3]);
-      }}
-    }}
-  }};
-
+{wna16_stage_lambdas(lay, 256)}
   wg_acc_t acc[WG_ACC_REGS];
   #pragma unroll
   for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;
