@@ -88,32 +88,27 @@ def tcgen05_smem_bytes(bn: int, stages: int) -> int:
     return stages * (BM * BK + bn * BK) + 1024
 
 
-def plan_w8a8_tcgen05(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
-    """Plan the tcgen05 W8A8 kernel for ``layout`` (a ``WgmmaW8A8Layout``: weights as stored, [N, K] bytes), or
-    UnsupportedOnDevice / ShapeError naming what is missing."""
+# ---- checks and the tile width shared by the three tcgen05 planners (W8A8, block-scaled, WnA16) -------------------
+def _check_m_act(m: int, act: str, role: str = "output") -> None:
     if m < 1:
         raise ShapeError(f"M={m}: a GEMM needs at least one row")
     if act not in ("f16", "bf16"):
-        raise ShapeError(f"the output type must be f16 or bf16, got {act}")
-    a_type = layout.a_type
-    form = tcgen05_form(caps, a_type)
-    if form is None:
-        kind = KINDS.get(a_type, ("?", "?"))[0]
-        have = sorted({i.kind for i in caps.find_mma(family="tcgen05")})
-        raise UnsupportedOnDevice(
-            f"{caps.name} declares no tcgen05 kind::{kind} m128 {a_type} x {a_type} (declared tcgen05 kinds: "
-            f"{', '.join(have) or 'none'}); the 8-bit mma.sync kernel runs W8A8 there")
+        raise ShapeError(f"the {role} type must be f16 or bf16, got {act}")
+
+
+def _need_tmem_pipeline(caps) -> None:
     if not caps.memory.cp_async or not caps.memory.mbarrier or not caps.memory.tmem_kb:
         raise UnsupportedOnDevice(f"{caps.name}: the tcgen05 kernel needs cp.async, mbarrier and Tensor Memory")
-    kind, acc = KINDS[a_type]
-    n, k = layout.n, layout.k
-    if k % BK:
-        raise ShapeError(f"K={k} must be a multiple of {BK} for the tcgen05 kernel")
-    bns = [bn for bn in (256, 128) if n % bn == 0 and bn in form.n_values]
-    if not bns:
-        raise ShapeError(f"N={n} must be a multiple of 128 for the tcgen05 kernel")
-    reasons = [f"tcgen05 kind::{kind} m128nBNk32 {a_type} x {a_type} -> {acc} declared ({caps.target.arch}); one CTA "
-               f"(cta_group::1), both operands K-major in 128-byte-swizzled shared memory, accumulator in Tensor Memory"]
+
+
+def _tile_widths(form, n: int) -> list[int]:
+    """The tile N of 256 and 128 (widest first) that divide N and that the form declares."""
+    return [bn for bn in (256, 128) if n % bn == 0 and bn in form.n_values]
+
+
+def _tile_width(caps, bns: list[int], m: int, n: int, reasons: list) -> int:
+    """The first of ``bns``, or 128 where 128x256 tiles would leave most SMs idle; appends the reason when there is
+    a choice."""
     sms = caps.limits.sms or _DEFAULT_SMS
     bn = bns[0]
     if len(bns) > 1:
@@ -126,6 +121,32 @@ def plan_w8a8_tcgen05(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
             reasons.append(f"BN=128: {math.ceil(m / BM) * (n // 256)} tiles of 128x256 would leave most of {sms} SMs idle")
         else:
             reasons.append(f"BN=256: the widest cta_group::1 N; {math.ceil(m / BM) * (n // 256)} tiles on {sms} SMs")
+    return bn
+
+
+def plan_w8a8_tcgen05(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
+    """Plan the tcgen05 W8A8 kernel for ``layout`` (a ``WgmmaW8A8Layout``: weights as stored, [N, K] bytes), or
+    UnsupportedOnDevice / ShapeError naming what is missing."""
+    _check_m_act(m, act)
+    a_type = layout.a_type
+    form = tcgen05_form(caps, a_type)
+    if form is None:
+        kind = KINDS.get(a_type, ("?", "?"))[0]
+        have = sorted({i.kind for i in caps.find_mma(family="tcgen05")})
+        raise UnsupportedOnDevice(
+            f"{caps.name} declares no tcgen05 kind::{kind} m128 {a_type} x {a_type} (declared tcgen05 kinds: "
+            f"{', '.join(have) or 'none'}); the 8-bit mma.sync kernel runs W8A8 there")
+    _need_tmem_pipeline(caps)
+    kind, acc = KINDS[a_type]
+    n, k = layout.n, layout.k
+    if k % BK:
+        raise ShapeError(f"K={k} must be a multiple of {BK} for the tcgen05 kernel")
+    bns = _tile_widths(form, n)
+    if not bns:
+        raise ShapeError(f"N={n} must be a multiple of 128 for the tcgen05 kernel")
+    reasons = [f"tcgen05 kind::{kind} m128nBNk32 {a_type} x {a_type} -> {acc} declared ({caps.target.arch}); one CTA "
+               f"(cta_group::1), both operands K-major in 128-byte-swizzled shared memory, accumulator in Tensor Memory"]
+    bn = _tile_width(caps, bns, m, n, reasons)
     limit = caps.limits.smem_per_block_kb * 1024 - STATIC_SMEM
     stages = next((s for s in range(6, 2, -1) if tcgen05_smem_bytes(bn, s) <= limit), None)
     if stages is None:
@@ -248,10 +269,7 @@ def plan_blockscaled_tcgen05(caps, layout: Tcgen05BlockScaledLayout, m: int, act
     tcgen05.mma (W4A4: e2m1 activations with their block scales; W4A8: e4m3 activations, unit block scales in the
     MMA and their per-token/tensor scales in the epilogue), or UnsupportedOnDevice / ShapeError naming what is
     missing. ``choice`` (a paths.PathChoice) contributes its reasons."""
-    if m < 1:
-        raise ShapeError(f"M={m}: a GEMM needs at least one row")
-    if act not in ("f16", "bf16"):
-        raise ShapeError(f"the output type must be f16 or bf16, got {act}")
+    _check_m_act(m, act)
     kind, a_type, b_type, fmt, vec, mma_k = bs_spec(layout)
     form = tcgen05_bs_form(caps, layout.recipe, layout.a_type)
     if form is None:
@@ -260,8 +278,7 @@ def plan_blockscaled_tcgen05(caps, layout: Tcgen05BlockScaledLayout, m: int, act
             f"{caps.name} declares no tcgen05 kind::{kind}.block_scale.scale_vec::{vec}X m128 {a_type} x {b_type} with "
             f"{fmt} scales (declared tcgen05 kinds: {', '.join(have) or 'none'}); {scheme or layout.recipe} runs another "
             f"path")
-    if not caps.memory.cp_async or not caps.memory.mbarrier or not caps.memory.tmem_kb:
-        raise UnsupportedOnDevice(f"{caps.name}: the tcgen05 kernel needs cp.async, mbarrier and Tensor Memory")
+    _need_tmem_pipeline(caps)
     n, k, bk = layout.n, layout.k, layout.stage_k
     if n % 128 or k % bk:
         raise ShapeError(f"the tcgen05 block-scaled kernel needs N % 128 == 0 and K % {bk} == 0 (N={n}, K={k})")
@@ -278,21 +295,10 @@ def plan_blockscaled_tcgen05(caps, layout: Tcgen05BlockScaledLayout, m: int, act
                        f"{layout.vec} multiply inside the MMA (exact), the activations get unit block scales there and "
                        f"their per-token/tensor scales in the fp32 epilogue; e2m1 codes copied into the padded 8-bit "
                        f"layout (16 codes in 16 bytes) of shared memory, scales to Tensor Memory by tcgen05.cp")
-    sms = caps.limits.sms or _DEFAULT_SMS
-    bns = [bn for bn in (256, 128) if n % bn == 0 and bn in form.n_values]
+    bns = _tile_widths(form, n)
     if not bns:
         raise ShapeError(f"N={n}: no declared tcgen05 N of 128 or 256 divides it")
-    bn = bns[0]
-    if len(bns) > 1:
-        def waves(b: int) -> float:  # fraction of the launched SM slots that hold a tile
-            tiles = math.ceil(m / BM) * (n // b)
-            return tiles / (math.ceil(tiles / sms) * sms)
-
-        if waves(128) > 1.25 * waves(256):
-            bn = 128
-            reasons.append(f"BN=128: {math.ceil(m / BM) * (n // 256)} tiles of 128x256 would leave most of {sms} SMs idle")
-        else:
-            reasons.append(f"BN=256: the widest cta_group::1 N; {math.ceil(m / BM) * (n // 256)} tiles on {sms} SMs")
+    bn = _tile_width(caps, bns, m, n, reasons)
     limit = caps.limits.smem_per_block_kb * 1024 - STATIC_SMEM
     tmem_limit = caps.memory.tmem_kb * 1024 // (128 * 4)  # 32-bit columns of 128 lanes
     stages = next((s for s in range(6, 1, -1) if tcgen05_bs_smem_bytes(bn, s, layout) <= limit
@@ -361,17 +367,13 @@ def plan_wna16_tcgen05(caps, layout, m: int, act: str, scheme: str = "") -> Tcge
     WnA16 kernel's prepared weights), or UnsupportedOnDevice / ShapeError naming what is missing."""
     from humming.core.planner_wgmma_wna16 import scale_rows
 
-    if m < 1:
-        raise ShapeError(f"M={m}: a GEMM needs at least one row")
-    if act not in ("f16", "bf16"):
-        raise ShapeError(f"the activation type must be f16 or bf16, got {act}")
+    _check_m_act(m, act, "activation")
     form = tcgen05_f16_form(caps, act)
     if form is None:
         have = sorted({i.kind for i in caps.find_mma(family="tcgen05")})
         raise UnsupportedOnDevice(f"{caps.name} declares no tcgen05 kind::f16 m128 {act} x {act} -> f32 (declared "
                                   f"tcgen05 kinds: {', '.join(have) or 'none'}); the mma.sync kernels run WnA16 there")
-    if not caps.memory.cp_async or not caps.memory.mbarrier or not caps.memory.tmem_kb:
-        raise UnsupportedOnDevice(f"{caps.name}: the tcgen05 kernel needs cp.async, mbarrier and Tensor Memory")
+    _need_tmem_pipeline(caps)
     d = layout.decode
     if (d.kind, d.bits, d.container, d.int_path) != ("int", 4, 4, "magic") or layout.zero_group:
         raise UnsupportedOnDevice(f"{scheme or 'this scheme'}: the tcgen05 WnA16 kernel decodes signed int4 with the "
@@ -386,19 +388,7 @@ def plan_wna16_tcgen05(caps, layout, m: int, act: str, scheme: str = "") -> Tcge
                f"{d.magic_bits:#06x} | code, minus {-layout.zero_const:g} exactly, "
                + (f"times the group scale of {group}" if group else "scales in the fp32 epilogue")
                + ") while the MMAs of the previous stage run"]
-    sms = caps.limits.sms or _DEFAULT_SMS
-    bns = [bn for bn in (256, 128) if n % bn == 0 and bn in form.n_values]
-    bn = bns[0]
-    if len(bns) > 1:
-        def waves(b: int) -> float:
-            tiles = math.ceil(m / BM) * (n // b)
-            return tiles / (math.ceil(tiles / sms) * sms)
-
-        if waves(128) > 1.25 * waves(256):
-            bn = 128
-            reasons.append(f"BN=128: {math.ceil(m / BM) * (n // 256)} tiles of 128x256 would leave most of {sms} SMs idle")
-        else:
-            reasons.append(f"BN=256: the widest cta_group::1 N; {math.ceil(m / BM) * (n // 256)} tiles on {sms} SMs")
+    bn = _tile_width(caps, _tile_widths(form, n), m, n, reasons)
     limit = caps.limits.smem_per_block_kb * 1024 - STATIC_SMEM
     stages = next((s for s in range(6, 2, -1) if wna16_smem_bytes(bn, s, group) <= limit), None)
     if stages is None:
