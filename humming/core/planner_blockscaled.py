@@ -38,8 +38,19 @@ def blockscaled_form(caps, recipe: str):
     return None
 
 
+class BlockScaleDict:
+    """``to_dict`` of the block-scaled plans (mma.sync and tcgen05): the instruction's kind, scale format and
+    ``scale_vec``."""
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d["instruction"].update(kind=self.instruction.kind, scale_format=self.instruction.scale_format,
+                                scale_vec=self.scale_vec)
+        return d
+
+
 @dataclasses.dataclass(frozen=True)
-class BlockScaledPlan(Plan):
+class BlockScaledPlan(BlockScaleDict, Plan):
     """A Plan of the block-scaled kernel (its name, key and summary do not depend on a WnA16 decode)."""
 
     @property
@@ -68,12 +79,6 @@ class BlockScaledPlan(Plan):
                 f"({ins.scale_format} per {self.layout.vec}), {self.path}, tile {t.bm}x{t.bn}x{t.bk}, "
                 f"{t.stages} stages, {t.threads} threads (warps {t.warps_m}x{t.warps_n}x{t.warps_k}), "
                 f"split-K {self.splits}, smem {self.smem_bytes // 1024} KiB")
-
-    def to_dict(self) -> dict:
-        d = super().to_dict()
-        d["instruction"].update(kind=self.instruction.kind, scale_format=self.instruction.scale_format,
-                                scale_vec=self.layout.scale_vec)
-        return d
 
 
 def stage_bytes(t: TileConfig, layout: BlockScaledLayout) -> int:

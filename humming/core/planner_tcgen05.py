@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from humming.core.layout_blockscaled import TC_STAGE_K, Tcgen05BlockScaledLayout
 from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
-from humming.core.planner_blockscaled import FORMS, UNVERIFIED_ENV, unverified_enabled
+from humming.core.planner_blockscaled import FORMS, UNVERIFIED_ENV, BlockScaleDict, unverified_enabled
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 BM, BK = 128, 128  # one tcgen05.mma M=128 (cta_group::1); 128-byte K-major rows (one swizzle row per tile row)
@@ -227,7 +227,7 @@ def tcgen05_bs_smem_bytes(bn: int, stages: int, layout: Tcgen05BlockScaledLayout
 
 
 @dataclasses.dataclass(frozen=True)
-class Tcgen05BlockScaledPlan(Plan):
+class Tcgen05BlockScaledPlan(BlockScaleDict, Plan):
     """A Plan of the tcgen05 block-scaled kernel (name, key and summary do not depend on a WnA16 decode)."""
 
     @property
@@ -255,12 +255,6 @@ class Tcgen05BlockScaledPlan(Plan):
                 f"({ins.scale_format} per {self.layout.vec}), {self.path}, tile {t.bm}x{t.bn}x{t.bk}, {t.stages} stages, "
                 f"{t.threads} threads, TMEM {tcgen05_bs_tmem_cols(t.bn, t.stages, self.layout)} columns, "
                 f"smem {self.smem_bytes // 1024} KiB")
-
-    def to_dict(self) -> dict:
-        d = super().to_dict()
-        d["instruction"].update(kind=self.instruction.kind, scale_format=self.instruction.scale_format,
-                                scale_vec=self.scale_vec)
-        return d
 
 
 def plan_blockscaled_tcgen05(caps, layout: Tcgen05BlockScaledLayout, m: int, act: str, choice=None,
