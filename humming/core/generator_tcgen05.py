@@ -224,7 +224,7 @@ def tcgen05_wna16_kernel_source(plan, backend, caps=None) -> str:
       commit of kt-1 (its MMAs read the slot refilled now and the B tile written now) -> refill the slot of kt-1
       with stage kt + LOOKAHEAD -> dequantize stage kt+1 into B tile (kt+1) % 2 while the MMAs of kt run.
     Epilogue: accumulator x out_scale (x *GS) x CS[n] + bias, the mma.sync tile kernel's parameter list."""
-    from humming.core.generator_wgmma_wna16 import wna16_stage_lambdas
+    from humming.core.generator_wgmma_wna16 import wna16_params, wna16_stage_lambdas
     from humming.core.planner_tcgen05 import WNA16_BK, WNA16_BQ, WNA16_PATH
     from humming.core.planner_wgmma_wna16 import scale_rows, stage_bytes
     from humming.devices.nvidia.backend import tcgen05_idesc, tcgen05_wna16_prelude
@@ -268,18 +268,7 @@ static_assert(LOOKAHEAD >= 2, "at least three stages (stage kt+1 is waited for w
 static_assert(BN % 128 == 0 && (TMEM_COLS & (TMEM_COLS - 1)) == 0 && TMEM_COLS <= 512, "tile width, TMEM allocation");
 }}
 
-extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
-    const uint16_t* __restrict__ A,      // activations [M, K], row-major (K-major)
-    const uint32_t* __restrict__ B,      // int4 codes, 64x64 blocks of 2 KB (humming.core.layout_wgmma_wna16)
-    const uint16_t* __restrict__ S,      // group scales [K/group, N] (act type, natural columns) or null
-    const uint16_t* __restrict__ Z,      // unused (no zero points)
-    const float* __restrict__ CS,        // per-channel fp32 scale [N] or null
-    const uint16_t* __restrict__ BIAS,   // [N] or null
-    uint16_t* __restrict__ C,            // output [M, N], row-major
-    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
-    int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{        // a device scalar multiplying the output (activation global scale) or null
-  using namespace cfg;
+{wna16_params(plan.kernel_name)}  using namespace cfg;
 {TC_BLOCK_DECL}  const int ktiles = K / BK;
   // the swizzle repeats every 1024 bytes of address: start on such a boundary (1 KiB is reserved)
   const uint32_t bq0 = (smem_u32(smem) + 1023u) & ~1023u;      // BQ dequantized B tiles

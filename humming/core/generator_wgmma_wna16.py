@@ -42,6 +42,23 @@ def _c(v: float) -> str:
     return repr(float(v)) + "f"
 
 
+def wna16_params(kernel_name: str) -> str:
+    """The kernel's signature line and the mma.sync tile kernel's parameter list, through the opening brace (shared
+    by the wgmma and tcgen05 WnA16 kernels: one launcher runs them all)."""
+    return f"""extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {kernel_name}(
+    const uint16_t* __restrict__ A,      // activations [M, K], row-major (K-major)
+    const uint32_t* __restrict__ B,      // int4 codes, 64x64 blocks of 2 KB (humming.core.layout_wgmma_wna16)
+    const uint16_t* __restrict__ S,      // group scales [K/group, N] (act type, natural columns) or null
+    const uint16_t* __restrict__ Z,      // unused (no zero points)
+    const float* __restrict__ CS,        // per-channel fp32 scale [N] or null
+    const uint16_t* __restrict__ BIAS,   // [N] or null
+    uint16_t* __restrict__ C,            // output [M, N], row-major
+    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS) {{        // a device scalar multiplying the output (activation global scale) or null
+"""
+
+
 def wna16_stage_lambdas(lay, threads: int) -> str:
     """CUDA of ``load_stage(slot, kt)`` (A rows, raw int4 codes and group-scale rows of a stage, cp.async) and
     ``dequant_stage(kt)`` (this thread's raw chunks -> the swizzled dequantized B tile kt % BQ) for ``threads``
@@ -150,18 +167,7 @@ static_assert(LOOKAHEAD >= 2, "at least four stages (stage kt+1 must be waited f
 static_assert(BN % 128 == 0, "256 threads x 16 bytes of codes cover 128 channels per pass");
 }}
 
-extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
-    const uint16_t* __restrict__ A,      // activations [M, K], row-major (K-major)
-    const uint32_t* __restrict__ B,      // int4 codes, 64x64 blocks of 2 KB (humming.core.layout_wgmma_wna16)
-    const uint16_t* __restrict__ S,      // group scales [K/group, N] (act type, natural columns) or null
-    const uint16_t* __restrict__ Z,      // unused (no zero points)
-    const float* __restrict__ CS,        // per-channel fp32 scale [N] or null
-    const uint16_t* __restrict__ BIAS,   // [N] or null
-    uint16_t* __restrict__ C,            // output [M, N], row-major
-    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
-    int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{        // a device scalar multiplying the output (activation global scale) or null
-  using namespace cfg;
+{wna16_params(plan.kernel_name)}  using namespace cfg;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
