@@ -52,6 +52,16 @@ def test_the_profiles_declaring_tcgen05():
     assert all(tcgen05_form(c, "e4m3") is not None for c in PROFILES)
 
 
+def assert_ptxas_fits(mod, p, caps):
+    """The ptxas statistics of a tcgen05 kernel (absent on a cache hit): at most 255 registers, no spills, static
+    shared memory within STATIC_SMEM and, with the plan's dynamic part, within the profile's limit."""
+    if mod.log and "registers" in mod.log:
+        assert max(int(r) for r in re.findall(r"Used (\d+) registers", mod.log)) <= 255, mod.log
+        assert all(int(s) == 0 for s in re.findall(r"(\d+) bytes spill stores", mod.log)), mod.log
+        static = max(int(s) for s in re.findall(r"(\d+) bytes smem", mod.log))
+        assert static <= STATIC_SMEM and p.smem_bytes + static <= caps.limits.smem_per_block_kb * 1024, mod.log
+
+
 def _cases():
     for caps in PROFILES:
         for a_type in ("e4m3", "s8"):
@@ -69,11 +79,7 @@ def test_compiles_with_tcgen05(caps, a_type, bn, act):
     src = kernel_source(p, get_backend(caps), caps)
     mod = compile_cuda(src, [p.kernel_name], arch, toolchain=tc, options=("--ptxas-options=-v",))
     assert mod.cubin and mod.nvrtc_version >= NVRTC13
-    if mod.log and "registers" in mod.log:  # ptxas statistics (absent on a cache hit)
-        assert max(int(r) for r in re.findall(r"Used (\d+) registers", mod.log)) <= 255, mod.log
-        assert all(int(s) == 0 for s in re.findall(r"(\d+) bytes spill stores", mod.log)), mod.log
-        static = max(int(s) for s in re.findall(r"(\d+) bytes smem", mod.log))
-        assert static <= STATIC_SMEM and p.smem_bytes + static <= caps.limits.smem_per_block_kb * 1024, mod.log
+    assert_ptxas_fits(mod, p, caps)
     if arch == "sm_107a":
         assert mod.nvrtc_version >= (13, 4)
     ptx = mod.ptx

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from test_tcgen05_compile import _read_map, _store_map  # the tcgen05 descriptor / copy-loop model
+from test_tcgen05_compile import _read_map, _store_map, assert_ptxas_fits  # the tcgen05 descriptor / copy-loop model
 from test_wgmma_wna16_compile import DT, _dequant_stage, _scheme, _Smem  # the dequant stage model (same code)
 
 import humming
@@ -68,10 +68,7 @@ def test_compiles_with_exactly_kind_f16(caps, act, bn, group):
     p = _plan(caps, act, group, bn)
     src = kernel_source(p, get_backend(caps), caps)
     mod = compile_cuda(src, [p.kernel_name], arch, toolchain=tc, options=("--ptxas-options=-v",))
-    if mod.log and "registers" in mod.log:
-        assert all(int(s) == 0 for s in re.findall(r"(\d+) bytes spill stores", mod.log)), mod.log
-        static = max(int(s) for s in re.findall(r"(\d+) bytes smem", mod.log))
-        assert static <= STATIC_SMEM and p.smem_bytes + static <= caps.limits.smem_per_block_kb * 1024, mod.log
+    assert_ptxas_fits(mod, p, caps)
     ptx = mod.ptx
     assert set(re.findall(r"\btcgen05\.mma[.\w:]*", ptx)) == {"tcgen05.mma.cta_group::1.kind::f16"}
     assert len(re.findall(r"\btcgen05\.mma\.", ptx)) >= 4
