@@ -666,7 +666,7 @@ def _wgmma_rs_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
         lay = layout_for(scheme, n, k, act)
     except HummingError:
         return False
-    return not rs.layout_refusal(lay)
+    return not rs.layout_refusal(lay) and (rs.forced() or not rs.default_refusal(lay))
 
 
 def _wna16_wgmma_rs_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
@@ -685,6 +685,7 @@ def _wna16_wgmma_rs_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
         packed = _registry[fallback].packed
         handle = -1
         if (_wgmma_rs_eligible(caps, qw.scheme, rs.min_m() or rs.MIN_M, n, k, act) and not rs.layout_refusal(packed.layout)
+                and (rs.forced() or not rs.default_refusal(packed.layout))
                 and _wgmma_runs_here(caps)):
             def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
                 return rs.plan_wna16_wgmma_rs(caps, packed.layout, m, act, scheme=name)

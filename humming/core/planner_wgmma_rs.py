@@ -44,6 +44,25 @@ def enabled() -> bool:
     return min_m() is not None
 
 
+def forced() -> bool:
+    """HUMMING_WGMMA_RS=1: every layout the kernel runs, from M >= 128."""
+    return os.environ.get(ENV, "").strip().lower() in ("1", "true", "on", "yes")
+
+
+# Without HUMMING_WGMMA_RS the kernel takes only the layouts its GPU tests ran (H200, 2026-11-30): scale and zero
+# tables per group of 128 or per channel (-1), or none (0). Groups of 64 / 256 are emulated on CPU only.
+DEFAULT_GROUPS = (128, -1, 0)
+
+
+def default_refusal(layout) -> str:
+    """Why the default selection (no HUMMING_WGMMA_RS) leaves a layout the kernel could run to the other kernels."""
+    for what, group in (("scale", layout.scale_group), ("zero", layout.zero_group)):
+        if group not in DEFAULT_GROUPS:
+            return (f"{what} group {group}: by default only the GPU-tested groups (128, per channel) take this kernel; "
+                    f"HUMMING_WGMMA_RS=1 takes it too")
+    return ""
+
+
 def layout_refusal(layout) -> str:
     """Why this kernel cannot run a WeightLayout ("" when it can)."""
     d = layout.decode
