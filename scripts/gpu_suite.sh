@@ -9,7 +9,9 @@
 #   bash scripts/gpu_suite.sh tests      # every GPU test, no benchmark
 # Extra arguments go to pytest (e.g. -k "w4a16 and not bf16").
 # HUMMING_GPU_WORKERS=N runs the tests in N pytest-xdist processes sharing the GPU (the kernel compiles, most of the
-# wall time, then run in parallel); needs pytest-xdist importable (e.g. unpacked wheels on PYTHONPATH).
+# wall time, then run in parallel); needs pytest-xdist importable (e.g. unpacked wheels on PYTHONPATH). The device
+# machine has no network: `pip download pytest-xdist execnet --no-deps -d /tmp/w && mkdir -p .devpy && (cd .devpy &&
+# for w in /tmp/w/*.whl; do unzip -qo "$w"; done)` here, then run with carry [".devpy"] and PYTHONPATH=$PWD/.devpy.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-$PWD/out}"; mkdir -p "$OUT"
