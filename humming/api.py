@@ -121,6 +121,13 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
     if choice.family == "tcgen05":  # HUMMING_UNVERIFIED_KERNELS=1 but the shape does not fit the tcgen05 tile
         choice = choose_path(caps, sch, families=("mma_sync",))
     if _runs_on_w8a8(choice, sch):
+        if _wgmma_rs8_eligible(caps, choice, sch, m, n, k):  # HUMMING_WGMMA_W4A8_RS=1: int4 weights as register A
+            from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout, rs8_group
+            from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
+
+            p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(choice.a_type, n, k, rs8_group(sch, k)), m, act,
+                                   scheme=sch.name)
+            return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         if sch.weight in ("int4", "e2m1") and _wgmma_eligible(caps, choice, sch, m, n, k):  # W4A8 on wgmma
             from humming.core.layout_wgmma import WgmmaW4A8Layout, wgmma_w4a8_group
             from humming.core.planner_wgmma import plan_w4a8_wgmma
@@ -847,6 +854,42 @@ def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
     return handle
 
 
+def _wgmma_rs8_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
+    """True when the register-A wgmma W4A8 kernel runs this call: HUMMING_WGMMA_W4A8_RS=1, M >= 128, the wgmma
+    W4A8 kernel would run it, signed int4 weights with group-128 or per-channel scales (layout_wgmma_rs8)."""
+    from humming.core import planner_wgmma_rs8 as rs8
+
+    if not rs8.enabled() or m < rs8.MIN_M or scheme.weight != "int4":
+        return False
+    if not _wgmma_eligible(caps, choice, scheme, m, n, k):
+        return False
+    from humming.core.layout_wgmma_rs8 import rs8_refusal
+    from humming.core.planner_wgmma import wgmma_form
+
+    form = wgmma_form(caps, choice.a_type)
+    return form is not None and rs8.BT in form.n_values and not rs8_refusal(scheme, n, k, choice.a_type)
+
+
+def _w4a8_wgmma_rs_handle(x: torch.Tensor, qw, caps, choice) -> int:
+    """The prepared handle of the register-A wgmma W4A8 kernel (layout_wgmma_rs8) for (dtype, device, profile)."""
+    from humming.core.layout_wgmma_rs8 import prepare_w4a8_rs
+    from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
+
+    cache = qw.__dict__.setdefault("_humming_prepared", {})
+    key = ("w4a8-wgmma-rs8", x.dtype, x.device, caps.name)
+    handle = cache.get(key)
+    if handle is None:
+        packed = prepare_w4a8_rs(qw.to(x.device), x.dtype, choice.a_type)
+        act = act_name(x.dtype)
+
+        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
+            return plan_w4a8_wgmma_rs(caps, packed.layout, m, act, scheme=name)
+
+        handle = _register(packed, caps, _emulation_arch(caps), plan_fn)
+        cache[key] = handle
+    return handle
+
+
 def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     """W8A8 on the 8-bit mma.sync kernel (or, unless HUMMING_WGMMA=0, at M >= 64 on a profile declaring wgmma,
     the wgmma kernel): activations quantized as the reference does (per token or per tensor), then
@@ -860,6 +903,9 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     handle = cache.get(key)
     if choice.family == "tcgen05":  # compiled, never validated: reached only with HUMMING_UNVERIFIED_KERNELS=1
         handle = _w8a8_tcgen05_handle(x, qw, caps, choice)
+    elif (qw.g_idx is None and _wgmma_rs8_eligible(caps, choice, qw.scheme, x.numel() // k, n, k)
+          and _wgmma_runs_here(caps)):
+        handle = _w4a8_wgmma_rs_handle(x, qw, caps, choice)
     elif _wgmma_eligible(caps, choice, qw.scheme, x.numel() // k, n, k) and _wgmma_runs_here(caps):
         handle = _w8a8_wgmma_handle(x, qw, caps, choice)
     elif handle is None:

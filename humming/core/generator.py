@@ -54,6 +54,10 @@ def kernel_source(plan, backend, caps=None) -> str:
         from humming.core.generator_wgmma_rs import wgmma_rs_kernel_source
 
         return wgmma_rs_kernel_source(plan, backend, caps)
+    if plan.family == "wgmma" and plan.path == "wgmma-rs8":  # opt-in (HUMMING_WGMMA_W4A8_RS=1): W4A8, register A
+        from humming.core.generator_wgmma_rs8 import wgmma_rs8_kernel_source
+
+        return wgmma_rs8_kernel_source(plan, backend, caps)
     if plan.family == "wgmma" and plan.path == "wgmma-dequant-smem":
         from humming.core.generator_wgmma_wna16 import wgmma_wna16_kernel_source
 

@@ -791,3 +791,56 @@ def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -> 
         raise ValueError(f"wgmma n={n} is not a declared N of {request.mma.describe()}")
     return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON, WGMMA_RS_EXTRA,
                       _decode_helper(request.weight), _wgmma_k16_rs_helper(request.mma.a_type, n)])
+
+
+def _wgmma_k32_rs_helper(a_type: str, n: int) -> str:
+    """wgmma_k32_rs(d, a, desc_b, accumulate): D(64 x n) += A(64 x 32) * B(32 x n) on 8-bit operands with A in
+    registers (PTX ISA "wgmma.mma_async ... d, a, b-desc, scale-d[, imm-scale-a, imm-scale-b]"; the 8-bit forms
+    have no transpose operands): warp w of the warpgroup holds rows 16w .. 16w+15 of A in the layout of the
+    mma.sync m16n8k32 A fragment (a[0]: row lane/4, k 4*(lane%4) + {0..3}, lowest k in the lowest byte; a[1]: row
+    + 8; a[2]: k + 16; a[3]: row + 8 and k + 16). B is K-major in shared memory; e4m3 accumulates in fp32, s8 in
+    int32, laid out as in _wgmma_k32_helper. The registers of a must not change until a wgmma_wait covers this
+    step."""
+    regs = n // 2
+    dlist = ",".join(f"%{i}" for i in range(regs))
+    alist = ",".join(f"%{regs + i}" for i in range(4))
+    db, sd = regs + 4, regs + 5
+    if a_type == "s8":
+        acc, con = "int", "+r"
+        ins = f"wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8 {{{dlist}}}, {{{alist}}}, %{db}, p;"
+        conv = 'float r; asm("cvt.rn.f32.s32 %0, %1;\\n" : "=f"(r) : "r"(v)); return r;'
+    elif a_type in ("e4m3", "e5m2"):
+        acc, con = "float", "+f"
+        ins = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{a_type}.{a_type} {{{dlist}}}, {{{alist}}}, %{db}, p, 1, 1;"
+        conv = "return v;"
+    else:
+        raise ValueError(f"no wgmma k32 register-A spelling for {a_type}")
+    outs = ", ".join(f'"{con}"(d[{i}])' for i in range(regs))
+    return rf"""
+typedef {acc} wg_acc_t;
+constexpr int WG_ACC_REGS = {regs};   // accumulator registers per thread of an m64n{n} tile
+__device__ __forceinline__ float wg_acc_to_f32({acc} v) {{ {conv} }}
+// the accumulators are written asynchronously: keep the compiler from moving their uses across the waits
+__device__ __forceinline__ void wgmma_fence_operand(wg_acc_t (&d)[{regs}]) {{
+  #pragma unroll
+  for (int i = 0; i < {regs}; ++i) asm volatile("" : "{con}"(d[i]) :: "memory");
+}}
+// one m64n{n}k32 {a_type} step, A from registers: d = A * B + (accumulate ? d : 0)
+__device__ __forceinline__ void wgmma_k32_rs(wg_acc_t (&d)[{regs}], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {{
+  asm volatile("{{\n .reg .pred p;\n setp.ne.b32 p, %{sd}, 0;\n {ins}\n}}\n"
+               : {outs}
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}}
+"""
+
+
+def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -> str:
+    """Helpers of the register-A wgmma W4A8 kernel: copies, epilogue arithmetic, fences and descriptors, the
+    epilogue's staging stores, the int4 widenings of the W4A8 kernels and one m64n{n}k32 register-A step for the
+    plan's 8-bit operand type (request.mma, a wgmma e4m3/s8 form)."""
+    if request.mma.family != "wgmma" or request.mma.a_type not in ("s8", "e4m3"):
+        raise ValueError(f"wgmma_rs8_prelude needs a wgmma s8/e4m3 form, got {request.mma.describe()}")
+    if n not in request.mma.n_values:
+        raise ValueError(f"wgmma n={n} is not a declared N of {request.mma.describe()}")
+    return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON, WGMMA_RS_EXTRA, WGMMA_W4A8,
+                      _wgmma_k32_rs_helper(request.mma.a_type, n)])

@@ -1,0 +1,210 @@
+"""Generates the register-A wgmma W4A8 kernel (sm_90a, opt-in with HUMMING_WGMMA_W4A8_RS=1): C^T = W x^T for 128
+output channels x 128 tokens per block, int4 weights widened in registers as wgmma's A operand (the design of the
+WnA16 register-A kernel, ``humming.core.generator_wgmma_rs``, for 8-bit activations).
+
+  * A = weights, from registers: warp w of warpgroup wg supplies rows 16w .. 16w+15 of the warpgroup's 64 channels
+    (n0 + 64 wg + 16 w + {g, g + 8}, g = lane / 4) in the m16n8k32 A-fragment layout. The lane's 32 bytes of codes
+    of a 128-deep stage (layout_wgmma_rs8) come in two 16-byte loads, PF stages ahead in a register ring; word j =
+    (k32 step j / 2, register pair j % 2) widens into a[j / 2][2 (j % 2)] (row g) and a[j / 2][2 (j % 2) + 1] (row
+    g + 8): s8 as 16 x code with two masks, e4m3 with int4n4_to_e4m3x4 on each 16-bit half.
+  * B = activation codes: 128 token rows x 128 k bytes per stage, cp.async into 128-byte-swizzled K-major slots
+    (rows past M zero-filled), read through a matrix descriptor (+32 bytes per k32 step).
+  * Per stage: four m64n128k32 into a partial (scale-d 0 on the first), wait, facc += partial x the group scale of
+    the thread's two channels (group 128 = one stage; per-channel: one scale, loaded once).
+
+Iteration kt: widen the codes of kt (ring slot kt % R) -> load the codes (and group scales) of kt + PF -> wait for
+this thread's copies of kt -> fence.proxy.async -> __syncthreads (everyone's copies landed; every wgmma of kt - 1 is
+done) -> refill the slot of kt - 1 with stage kt + STAGES - 1 -> wgmma.fence, 4 x k32, commit -> wait<0> ->
+promote. Epilogue: facc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e, times the token's
+activation scale TS (or the device scalar GS), out_scale and CS[n] where given, plus bias, written transposed into
+a staging tile and copied out in 16-byte chunks of token rows. The parameter list is that of the 8-bit kernels."""
+from __future__ import annotations
+
+from humming.core.generator_wgmma import eight_bit_params
+from humming.core.planner_wgmma_rs8 import BC, BK, BT, OUT_PAD, PATH, PF
+from humming.devices.base import HelperRequest
+
+
+def _widen(a_type: str) -> tuple[str, str]:
+    if a_type == "s8":
+        return "s8x16_lo(WORD)", "s8x16_hi(WORD)"
+    return "int4n4_to_e4m3x4(WORD)", "int4n4_to_e4m3x4(WORD >> 16)"
+
+
+def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
+    from humming.devices.nvidia.backend import wgmma_rs8_prelude
+
+    t = plan.tiles
+    lay = plan.layout
+    if plan.path != PATH or (t.bm, t.bn, t.bk, t.threads) != (BT, BC, BK, 256) or t.stages < 4:
+        raise ValueError(f"the register-A wgmma W4A8 kernel is written for 128 tokens x 128 channels x 128 k, "
+                         f"256 threads, >= 4 stages; got {t}")
+    if lay.group not in (128, lay.k):
+        raise ValueError(f"the register-A wgmma W4A8 kernel takes groups of 128 or per channel, not {lay.group}")
+    per_channel = lay.group != 128
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
+    prelude = wgmma_rs8_prelude(backend, request, t.bm)
+    lo, hi = _widen(lay.a_type)
+    lo = lo.replace("WORD", "wq[s][j >> 2][j & 3]")
+    hi = hi.replace("WORD", "wq[s][j >> 2][j & 3]")
+    to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
+    if per_channel:
+        scale_decl = ("  // per-channel scales: this lane's two channels, once\n"
+                      "  const float s_lo = load_f32(S + tab), s_hi = load_f32(S + tab + 8);\n")
+        scale_fetch = ""
+        scale_pick = "const float sc0 = s_lo, sc1 = s_hi;"
+    else:
+        scale_decl = "  float sq[R][2];  // group scales of the stages in flight: this lane's two channels\n"
+        scale_fetch = ("{ const float* sp = S + (size_t)(ATOM) * N + tab; "
+                       "sq[SLOT][0] = load_f32(sp); sq[SLOT][1] = load_f32(sp + 8); }")
+        scale_pick = "const float sc0 = sq[s][0], sc1 = sq[s][1];"
+
+    def fetch(slot: str, atom: str, indent: str) -> str:
+        lines = [f"const uint32_t* p = wsrc + (size_t)({atom}) * STAGE_WORDS;",
+                 f"load_g128(wq[{slot}][0], p);", f"load_g128(wq[{slot}][1], p + 128);"]
+        if scale_fetch:
+            lines.append(scale_fetch.replace("SLOT", slot).replace("ATOM", atom))
+        return "\n".join(indent + ln for ln in lines)
+
+    return f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+{prelude}
+
+namespace cfg {{
+constexpr int BT = {BT}, BC = {BC}, BK = {BK}, STAGES = {t.stages};   // tokens, channels, k (bytes) per stage
+constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile
+constexpr int LOOKAHEAD = STAGES - 1;    // activation stages loading while one is multiplied
+constexpr int PF = {PF}, R = PF + 1;           // weight stages in flight per lane, register ring size
+constexpr int X_BYTES = BT * BK;         // one activation tile: BT rows x 128 bytes
+constexpr int STAGE_WORDS = 4 * 256;     // 32-bit words of one 64-channel x 128-k stage of int4 codes (4 KB)
+constexpr int OUT_LD = BC + {OUT_PAD};         // staging pitch (16-bit values)
+static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
+static_assert(WG_ACC_REGS == BT / 2, "m64nBT accumulators: BT/2 registers per thread");
+static_assert(BT * OUT_LD * 2 <= STAGES * X_BYTES, "the staging tile fits in the activation slots");
+static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
+}}
+
+{eight_bit_params(plan.kernel_name, b_doc="int4 codes in the register-A layout (humming.core.layout_wgmma_rs8)",
+                  s_doc="fp32 scales [K/group, N], natural column order", bias_doc="[N] or null")}  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
+  const int g = lane >> 2, q = lane & 3;
+  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;
+  const int ktiles = K / BK;
+  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel slab
+  const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;         // STAGES activation slots, then the staging tile
+
+  // activations: thread tid copies chunk tid % 8 (16 k) of token rows tid / 8 + 32 i
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
+  auto load_stage = [&](int slot, int kt) {{
+    const uint32_t base = x0 + slot * X_BYTES;
+    #pragma unroll
+    for (int i = 0; i < BT / 32; ++i) {{
+      const bool ok = m0 + lrow + 32 * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);
+    }}
+  }};
+
+  // weights: words 4 hf + jj of this lane at ((slab * ktiles + kt) * 4 + w) * 256 + hf * 128 + lane * 4 + jj
+  const uint32_t* wsrc = Bw + (size_t)slab * ktiles * STAGE_WORDS + w * 256 + lane * 4;
+  const int tab = slab * 64 + 16 * w + g;                        // this lane's channels: tab and tab + 8
+{scale_decl}  uint32_t wq[R][2][4];  // codes of the stages in flight: word j = 4 hf + jj = k32 step j / 2, register pair j % 2
+
+  float facc[WG_ACC_REGS];
+  wg_acc_t part[WG_ACC_REGS];
+  #pragma unroll
+  for (int i = 0; i < WG_ACC_REGS; ++i) {{ facc[i] = 0.0f; part[i] = 0; }}
+
+  #pragma unroll
+  for (int s = 0; s < LOOKAHEAD; ++s) {{
+    if (s < ktiles) load_stage(s, s);
+    copy_commit();
+  }}
+  #pragma unroll
+  for (int s = 0; s < PF; ++s)
+    if (s < ktiles) {{
+{fetch("s", "s", "      ")}
+    }}
+
+  for (int kb = 0; kb < ktiles; kb += R) {{
+    #pragma unroll
+    for (int u = 0; u < R; ++u) {{
+      const int kt = kb + u, s = u;   // ring slot of stage kt
+      if (kt >= ktiles) break;
+      // A of stage kt: a[ks][2 sub] = channel row g, a[ks][2 sub + 1] = row g + 8; k 32 ks + 16 sub + 4 q ..
+      uint32_t a[4][4];
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) {{
+        a[j >> 1][2 * (j & 1)] = {lo};
+        a[j >> 1][2 * (j & 1) + 1] = {hi};
+      }}
+      {scale_pick}
+      if (kt + PF < ktiles) {{  // the ring slot of kt - 1 takes stage kt + PF
+{fetch("(s + PF) % R", "kt + PF", "        ")}
+      }}
+      copy_wait<LOOKAHEAD - 1>();  // this thread's copies of stage kt have landed
+      fence_proxy_async();         // ... and are visible to wgmma (async proxy)
+      __syncthreads();             // everyone's; every wgmma of kt - 1 has finished (waited below)
+      {{
+        const int next = kt + LOOKAHEAD;  // refills the slot of kt - 1
+        if (next < ktiles) load_stage(next % STAGES, next);
+        copy_commit();
+      }}
+      const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);
+      wgmma_fence_operand(part);
+      wgmma_fence();               // the a[] registers written above, before the wgmmas read them
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
+        wgmma_k32_rs(part, a[ks], desc_x + 2 * ks, ks > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(part);
+      #pragma unroll
+      for (int j = 0; j < BT / 8; ++j) {{  // part[4j + 2h + e]: channel row g + 8h, token 8j + 2q + e
+        facc[4 * j + 0] += {to_f32}(part[4 * j + 0]) * sc0;
+        facc[4 * j + 1] += {to_f32}(part[4 * j + 1]) * sc0;
+        facc[4 * j + 2] += {to_f32}(part[4 * j + 2]) * sc1;
+        facc[4 * j + 3] += {to_f32}(part[4 * j + 3]) * sc1;
+      }}
+    }}
+  }}
+  copy_wait<0>();
+  fence_proxy_async();
+  __syncthreads();                 // all wgmmas and copies done: the activation slots become the staging tile
+
+  // facc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
+  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  #pragma unroll
+  for (int j = 0; j < BT / 8; ++j) {{
+    float ts[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) {{
+      const int tok = m0 + 8 * j + 2 * q + e;
+      ts[e] = (TS && tok < M) ? scale * load_f32(TS + tok) : scale;
+    }}
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {{
+      const int ch = wg * 64 + w * 16 + 8 * h + g;
+      const float cs = CS ? load_f32(CS + n0 + ch) : 1.0f;
+      const float bs = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
+      const uint32_t v = f32x2_to_act2(facc[4 * j + 2 * h] * ts[0] * cs + bs, facc[4 * j + 2 * h + 1] * ts[1] * cs + bs);
+      const uint32_t o = x0 + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
+      sts_u16(o, (uint16_t)(v & 0xFFFFu));
+      sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
+    }}
+  }}
+  __syncthreads();
+  // copy-out: 16-byte chunk c = tid + 256 i is token row c / 16, channels 8 (c % 16) .. +7
+  #pragma unroll
+  for (int i = 0; i < BT * (BC / 8) / THREADS; ++i) {{
+    const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;
+    if (m0 + row < M) {{
+      uint32_t r[4];
+      lds_128(r, x0 + (row * OUT_LD + ch * 8) * 2);
+      store_g128(C + (size_t)(m0 + row) * N + n0 + ch * 8, r);
+    }}
+  }}
+}}
+"""

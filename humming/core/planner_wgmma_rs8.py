@@ -1,0 +1,74 @@
+"""Planning the register-A wgmma W4A8 kernel (``humming.core.generator_wgmma_rs8``, opt-in with
+HUMMING_WGMMA_W4A8_RS=1): signed int4 weights of ``humming.core.layout_wgmma_rs8`` widened in registers to s8 or
+e4m3 as the A operand of wgmma m64nNk32, the 8-bit activation codes the B operand in shared memory; groups of 128
+or per-channel scales. ``TileConfig.bm`` is the token tile (128), ``bn`` the 128 channels, ``bk`` the 128 k of one
+stage (one group)."""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from humming.core.layout_wgmma_rs8 import RS8_BK
+from humming.core.planner import Plan, TileConfig
+from humming.core.planner_wgmma import wgmma_form
+from humming.core.wgmma_common import require_wgmma
+from humming.errors import ShapeError, UnsupportedOnDevice
+
+PATH = "wgmma-rs8"
+ENV = "HUMMING_WGMMA_W4A8_RS"  # "1": this kernel for W4A8 (groups of 128 / per channel) from M >= 128
+BT, BC, BK = 128, 128, RS8_BK
+MIN_M = 128
+MIN_STAGES, MAX_STAGES = 4, 6
+PF = 2  # stages of weight words loaded ahead per lane (register ring of PF + 1)
+OUT_PAD = 8  # 16-bit values of padding per staging row
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "").strip().lower() in ("1", "true", "on", "yes")
+
+
+def smem_bytes(stages: int) -> int:
+    """STAGES activation tiles (BT rows x 128 B) and 1 KiB of alignment; the staging tile reuses them."""
+    return stages * BT * BK + 1024
+
+
+def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
+    """Plan the register-A wgmma W4A8 kernel for a ``WgmmaRs8Layout``, or UnsupportedOnDevice / ShapeError."""
+    a_type = layout.a_type
+    form = wgmma_form(caps, a_type)
+    acc = "s32" if a_type == "s8" else "f32"
+    require_wgmma(caps, m, form, f"m64nNk32 {a_type} x {a_type} -> {acc}", "the 8-bit mma.sync kernel runs W4A8 there",
+                  "register-A wgmma W4A8 pipeline")
+    n, k, group = layout.n, layout.k, layout.group
+    if n % BC or k % BK:
+        raise ShapeError(f"N={n} must be a multiple of {BC} and K={k} of {BK} for the register-A wgmma W4A8 kernel")
+    if group not in (128, k):
+        raise UnsupportedOnDevice(f"{scheme}: group {group}: the register-A wgmma W4A8 kernel takes groups of 128 or "
+                                  "per-channel scales")
+    if BT not in form.n_values:
+        raise UnsupportedOnDevice(f"{caps.name} declares no wgmma m64n{BT}k32 {a_type}")
+    limit = caps.limits.smem_per_block_kb * 1024
+    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(s) <= limit), None)
+    if stages is None:
+        raise UnsupportedOnDevice(f"no register-A wgmma W4A8 tile with {MIN_STAGES} stages fits {caps.name}'s "
+                                  f"{limit} B of shared memory")
+    src = "int4 -> s8 (16 x code; the scales carry 1/16)" if a_type == "s8" else "int4 -> e4m3 (byte permutes)"
+    reasons = (
+        f"wgmma m64nNk32 {a_type} declared ({caps.target.arch}): A (weights) from registers, B (activation codes) "
+        "K-major in 128-byte-swizzled shared memory",
+        f"path {PATH} ({ENV}=1): C^T = W x^T per tile; each lane loads its int4 codes of a 128-deep stage with two "
+        f"16-byte loads (humming.core.layout_wgmma_rs8), {PF} stages ahead, and widens them exactly ({src}) into "
+        "the m16n8k32 A fragment of its warp; no shared-memory traffic for the weights",
+        ("group 128" if group == 128 else "per-channel scales") + ": each stage's 128-deep partial is waited and "
+        "added into fp32 registers times the scale of the thread's two channels",
+        f"tile {BC} channels x {BT} tokens x {BK} k: 2 warpgroups x m64n{BT}k32, {stages} cp.async activation slots "
+        f"({stages - 1} in flight), {smem_bytes(stages) // 1024} KiB of {limit // 1024} KiB shared memory",
+        "epilogue: per-token activation scale, bias per channel, the tile transposed through shared memory, 16-byte "
+        "stores of whole token rows; no split-K",
+    )
+    return Plan(
+        scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
+        instruction=replace(form, shape=(64, BT, 32)), path=PATH, layout=layout,
+        tiles=TileConfig(BT, BC, BK, stages, 1, 8, 1), splits=1, async_copy=True, smem_bytes=smem_bytes(stages),
+        reasons=reasons,
+    )

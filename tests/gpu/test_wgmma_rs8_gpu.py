@@ -1,0 +1,67 @@
+"""W4A8 on the register-A wgmma kernel (sm_90a, opt-in: HUMMING_WGMMA_W4A8_RS=1; int4 weights widened in registers
+to e4m3 / s8 as wgmma's A operand) against the reference, on a GPU whose profile declares wgmma e4m3 / s8. Outputs
+are NaN-poisoned before each launch, the data is fresh random per case, and every case checks that this kernel ran."""
+import pytest
+import torch
+
+import humming
+from humming import api
+from humming.core.planner_wgmma_rs8 import ENV, PATH
+
+from .conftest import rel_error
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1024, 4096), (4096, 2048)]  # (N, K)
+MS = (128, 200, 1024)
+TOL = 5e-3
+CASES = [("w4a8-fp8", 128), ("w4a8-fp8", None), ("w4a8-int8", 128), ("w4a8-int8", None)]  # None: per channel
+
+
+def _require_wgmma(a_type):
+    caps = api.resolve_profile(None)
+    if not caps.find_mma(family="wgmma", a_type=a_type):
+        pytest.skip(f"{caps.name} declares no wgmma {a_type} (the register-A W4A8 kernel needs an sm_90a device)")
+    if not api._wgmma_runs_here(caps):
+        pytest.skip(f"the live GPU is not {caps.name}'s own target")
+    return caps
+
+
+def _scheme(name, group):
+    sch = humming.schemes.get(name)
+    return sch.with_(granularity="channel", group_size=None) if group is None else sch.with_(group_size=group)
+
+
+@pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g128' if g else 'channel'}" for n, g in CASES])
+def test_wgmma_rs8_w4a8(name, group, dtype, n, k, monkeypatch):
+    _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
+    monkeypatch.setenv(ENV, "1")
+    monkeypatch.setenv("HUMMING_POISON_OUTPUT", "1")
+    monkeypatch.setattr(api, "_POISON", True)
+    torch.manual_seed(n + k + (group or 1) + len(name) + (dtype == torch.bfloat16))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    for m in MS:
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        cache = qw.__dict__["_humming_prepared"]
+        handle = next(v for key, v in cache.items() if key[0] == "w4a8-wgmma-rs8" and key[1] == dtype)
+        p = api._registry[handle].launches[m].plan
+        assert p.path == PATH, p.explain()
+        act = "f16" if dtype == torch.float16 else "bf16"
+        assert humming.plan(_scheme(name, group), m, n, k, act=act).path == PATH
+        assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
+        ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
+        err = rel_error(out, ref)
+        assert err <= TOL, (m, err, p.explain())
+
+
+def test_wgmma_rs8_is_opt_in(monkeypatch):
+    _require_wgmma("e4m3")
+    monkeypatch.delenv(ENV, raising=False)
+    qw = humming.quantize(torch.randn(1024, 2048, device="cuda") * 0.05, "w4a8-fp8")
+    humming.gemm(torch.randn(1024, 2048, device="cuda", dtype=torch.float16), qw)
+    assert not any(key[0] == "w4a8-wgmma-rs8" for key in qw.__dict__["_humming_prepared"])

@@ -1,0 +1,245 @@
+"""CPU: the register-A wgmma W4A8 kernel (sm_90a, opt-in with HUMMING_WGMMA_W4A8_RS=1; int4 weights widened in
+registers as wgmma's A operand, 8-bit activation codes the B operand in swizzled shared memory) is planned only when
+opted in, compiles with NVRTC for sm_90a with the register-A 8-bit form, no ldmatrix, no spills and no serialized
+wgmmas, and its packing, fragment addressing, promotion and epilogue are emulated in torch against
+humming.reference_gemm."""
+import itertools
+import re
+
+import pytest
+import torch
+from test_wgmma_compile import _read_map, _store_map  # the validated descriptor / swizzle model
+
+import humming
+from humming import api
+from humming.core.compiler import compile_cuda
+from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout, prepare_w4a8_rs
+from humming.core.nvrtc import select_toolchain
+from humming.core.planner_wgmma_rs8 import ENV, OUT_PAD, PATH, plan_w4a8_wgmma_rs
+from humming.core.quantize import quantize_activation
+from humming.errors import UnsupportedOnDevice
+
+H200 = "nvidia-h200"
+SCHEME = {"e4m3": "w4a8-fp8", "s8": "w4a8-int8"}
+
+
+def _caps(name=H200):
+    return api.resolve_profile(name)
+
+
+def _need_sm90a():
+    try:
+        select_toolchain("sm_90a", None)
+    except UnsupportedOnDevice as exc:
+        pytest.skip(str(exc).splitlines()[0])
+
+
+def _scheme(a_type, group=128):
+    sch = humming.schemes.get(SCHEME[a_type])
+    return sch.with_(granularity="channel", group_size=None) if group is None else sch.with_(group_size=group)
+
+
+CASES = list(itertools.product(("e4m3", "s8"), (128, None), ("f16", "bf16")))
+
+
+@pytest.mark.parametrize("a_type,group,act", CASES, ids=[f"{a}-g{g}-{c}" for a, g, c in CASES])
+def test_compiles_with_register_a_wgmma(a_type, group, act):
+    _need_sm90a()
+    caps = _caps()
+    k = 4096
+    p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(a_type, 1024, k, group or k), 1024, act, scheme=SCHEME[a_type])
+    assert p.path == PATH and p.threads == 256 and p.tiles.bm == 128 and p.tiles.bn == 128
+    src = api.source(p, caps)
+    mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
+    ptx, log = mod.ptx, mod.log
+    acc = "s32" if a_type == "s8" else "f32"
+    tail = r"p;" if a_type == "s8" else r"p, 1, 1;"
+    rs = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.{acc}\.{a_type}\.{a_type} \{{[^}}]*\}}, "
+                    rf"\{{%r\d+, ?%r\d+, ?%r\d+, ?%r\d+\}}, %rd\d+, {re.escape(tail)}", ptx)
+    assert rs and len(rs) == ptx.count("wgmma.mma_async")
+    for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 0",
+                "fence.proxy.async.shared::cta", "cp.async.cg.shared.global", "ld.global.nc.L1::no_allocate.v4.u32",
+                "st.global.v4.u32", "st.shared.u16"):
+        assert ins in ptx, ins
+    assert "ldmatrix" not in ptx and "mma.sync" not in ptx
+    regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", log)]
+    assert regs and max(regs) <= 255, log
+    assert spills and max(spills) == 0, log
+    assert "serialized" not in log, log
+
+
+def test_selection_is_opt_in(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    for name in ("w4a8-fp8", "w4a8-int8"):
+        assert humming.plan(name, 1024, 1024, 4096, profile=H200).path != PATH
+    monkeypatch.setenv(ENV, "1")
+    for a_type, group in itertools.product(("e4m3", "s8"), (128, None)):
+        p = humming.plan(_scheme(a_type, group), 1024, 1024, 4096, profile=H200)
+        assert p.path == PATH and ENV in p.explain(), p.explain()
+    assert humming.plan("w4a8-fp8", 127, 1024, 4096, profile=H200).path != PATH
+    assert humming.plan(_scheme("e4m3", 64), 1024, 1024, 4096, profile=H200).path != PATH
+    assert humming.plan("w4a8-int8", 1024, 1024, 4096, profile="nvidia-a100").path != PATH
+    assert humming.plan("w8a8-fp8", 1024, 1024, 4096, profile=H200).path != PATH
+
+
+# ----------------------------------------------------------------------------- emulation
+def _check_kernel_indexing(src: str) -> None:
+    """The emulation below mirrors these statements of the generated kernel; change both together."""
+    for text in (
+        "const int slab = n0 / 64 + wg;",
+        "const uint32_t* wsrc = Bw + (size_t)slab * ktiles * STAGE_WORDS + w * 256 + lane * 4;",
+        "load_g128(wq[", "][0], p);", "][1], p + 128);",
+        "const int tab = slab * 64 + 16 * w + g;",
+        "a[j >> 1][2 * (j & 1)] = ", "a[j >> 1][2 * (j & 1) + 1] = ",
+        "copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);",
+        "const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);",
+        "wgmma_k32_rs(part, a[ks], desc_x + 2 * ks, ks > 0);",
+        "facc[4 * j + 0] += ", "(part[4 * j + 2]) * sc1;",
+        "const int ch = wg * 64 + w * 16 + 8 * h + g;",
+        "const uint32_t o = x0 + ((8 * j + 2 * q) * OUT_LD + ch) * 2;",
+        "const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;",
+    ):
+        assert text in src, text
+
+
+def _prmt(a: int, b: int, sel: int) -> int:
+    src = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+    return sum(src[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
+
+
+def _int4n4_to_e4m3x4(w: int) -> int:  # the helper of humming.devices.nvidia.backend, in Python
+    sel = w & 0x7777
+    pos = _prmt(0x44403800, 0x4E4C4A48, sel)
+    neg = _prmt(0xCACCCED0, 0xB8C0C4C8, sel)
+    return _prmt(pos, neg, ((w >> 1) & 0x4444) | 0x3210)
+
+
+def _lut_from_prmt() -> torch.Tensor:
+    return torch.tensor([_int4n4_to_e4m3x4(c) & 0xFF for c in range(16)], dtype=torch.int64)
+
+
+def _widen(word: torch.Tensor, a_type: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(register of row g, register of row g + 8) as [..., 4] byte values (k order) of one 32-bit code word."""
+    if a_type == "s8":
+        lo = ((word << 4) & 0xF0F0F0F0)
+        hi = word & 0xF0F0F0F0
+        return ([(lo >> (8 * e)) & 0xFF for e in range(4)], [(hi >> (8 * e)) & 0xFF for e in range(4)])
+    lut = _lut_from_prmt()
+    return ([lut[(word >> (4 * e)) & 0xF] for e in range(4)], [lut[(word >> (16 + 4 * e)) & 0xF] for e in range(4)])
+
+
+def _byte_value(b: torch.Tensor, a_type: str) -> torch.Tensor:
+    b = b.to(torch.int64) & 0xFF
+    if a_type == "s8":
+        return torch.where(b >= 128, b - 256, b).double()
+    return b.to(torch.uint8).view(torch.float8_e4m3fn).double()
+
+
+def test_int4_to_e4m3_table_is_exact():
+    lut = _lut_from_prmt()
+    vals = _byte_value(lut, "e4m3")
+    assert vals.tolist() == [float(c - 16 if c >= 8 else c) for c in range(16)]
+
+
+def _warpgroup_a(packed, a_type: str, slab: int, kt: int, ks: int) -> torch.Tensor:
+    """The 64 x 32 A operand the warpgroup of ``slab`` supplies for k32 step ks of stage kt, built lane by lane from
+    the words each lane loads and the m16n8k32 A-fragment layout of each warp."""
+    ktiles = packed.layout.k // 128
+    words = packed.qweight.to(torch.int64) & 0xFFFFFFFF
+    w_, lane = torch.meshgrid(torch.arange(4), torch.arange(32), indexing="ij")
+    g, q = lane // 4, lane % 4
+    a = torch.full((64, 32), float("nan"), dtype=torch.float64)
+    for sub in range(2):
+        j = 2 * ks + sub
+        word = words[slab * ktiles * 1024 + kt * 1024 + w_ * 256 + (j >> 2) * 128 + lane * 4 + (j & 3)]
+        lo, hi = _widen(word, a_type)
+        for h, regs in ((0, lo), (1, hi)):  # a[ks][2 sub + h]: row g + 8h, k 16 sub + 4q + e
+            for e in range(4):
+                rows, cols = 16 * w_ + g + 8 * h, 16 * sub + 4 * q + e
+                assert torch.isnan(a[rows, cols]).all(), "two registers claim one element"
+                a[rows, cols] = _byte_value(regs[e], a_type)
+    assert not torch.isnan(a).any()
+    return a
+
+
+def _emulate(p, packed, codes: torch.Tensor, token_scale: torch.Tensor, dtype) -> torch.Tensor:
+    a_type, stages = packed.layout.a_type, p.tiles.stages
+    m, n, k = p.m, p.n, p.k
+    bt, x0, x_bytes, ld = 128, 1024, 128 * 128, 128 + OUT_PAD
+    smem = torch.zeros(x0 + stages * x_bytes, dtype=torch.uint8)
+    stores = {s: _store_map(bt, x0 + s * x_bytes) for s in range(stages)}
+    reads = {(s, ks): _read_map(bt, x0 + s * x_bytes, ks) for s in range(stages) for ks in range(4)}
+    per_channel = packed.layout.group != 128
+    table = packed.scales.double()
+    out = torch.full((m, n), float("nan"), dtype=torch.float64)
+    a_cache = {}
+    for bx, by in itertools.product(range(-(-m // bt)), range(n // 128)):
+        m0, n0 = bx * bt, by * 128
+        facc = torch.zeros(2, 64, bt, dtype=torch.float64)
+        for kt in range(k // 128):
+            slot = kt % stages
+            tile = torch.zeros(bt, 128, dtype=torch.uint8)
+            rows = codes[m0:m0 + bt, kt * 128:(kt + 1) * 128]
+            tile[:rows.shape[0]] = rows
+            smem[stores[slot].flatten()] = tile.flatten()
+            for wg in range(2):
+                slab = n0 // 64 + wg
+                part = torch.zeros(64, bt, dtype=torch.float64)
+                for ks in range(4):
+                    key = (slab, kt, ks)
+                    if key not in a_cache:
+                        a_cache[key] = _warpgroup_a(packed, a_type, *key)
+                    b = _byte_value(smem[reads[(slot, ks)]], a_type)  # [bt tokens, 32 k]
+                    part += a_cache[key] @ b.t()
+                # promotion: the lane's channels tab = 64 slab + 16 w + g and tab + 8 (rows of the fragment)
+                srow = 0 if per_channel else kt
+                sc = table[srow, slab * 64: slab * 64 + 64]
+                if a_type == "e4m3":
+                    part = part.float().double()  # the partial is an fp32 accumulator
+                facc[wg] += (part.float() * sc.float()[:, None]).double()
+        stage = torch.full((bt * ld,), -1, dtype=torch.int64)
+        bias = torch.zeros(128, dtype=torch.float64) if packed.bias is None else packed.bias[n0:n0 + 128].double()
+        for wg, w, lane in itertools.product(range(2), range(4), range(32)):
+            g, q = lane // 4, lane % 4
+            for j, h, e in itertools.product(range(bt // 8), range(2), range(2)):
+                ch = wg * 64 + w * 16 + 8 * h + g
+                tok = 8 * j + 2 * q + e
+                ts = float(token_scale[m0 + tok]) * packed.out_scale if m0 + tok < m else packed.out_scale
+                v = torch.tensor(float(facc[wg, 16 * w + g + 8 * h, tok]) * ts + float(bias[ch])).to(dtype)
+                o = (8 * j + 2 * q) * ld + ch + e * ld
+                assert stage[o] == -1, "two stores to one staging value"
+                stage[o] = int(v.reshape(1).view(torch.int16).to(torch.int64)[0]) & 0xFFFF
+        for tid, i in itertools.product(range(256), range(bt * 16 // 256)):
+            c = tid + 256 * i
+            row, ch = c >> 4, c & 15
+            vals = stage[row * ld + ch * 8: row * ld + ch * 8 + 8]
+            assert (vals >= 0).all(), "the copy-out reads a staging value nobody wrote"
+            if m0 + row < m:
+                b = torch.where(vals >= 32768, vals - 65536, vals).to(torch.int16).view(dtype)
+                out[m0 + row, n0 + ch * 8: n0 + ch * 8 + 8] = b.double()
+    return out
+
+
+@pytest.mark.parametrize("a_type,group,act", [("e4m3", 128, "f16"), ("s8", 128, "bf16"), ("e4m3", None, "bf16"),
+                                              ("s8", None, "f16")])
+def test_emulated_kernel_matches_reference(a_type, group, act):
+    torch.manual_seed(7 + (group or 0))
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[act]
+    m, n, k = 200, 256, 384
+    sch = _scheme(a_type, group)
+    bias = torch.randn(n).to(dtype)
+    qw = humming.quantize(torch.randn(n, k) * 0.05, sch, bias=bias)
+    packed = prepare_w4a8_rs(qw, dtype, a_type)
+    p = plan_w4a8_wgmma_rs(_caps(), packed.layout, m, act, scheme=sch.name)
+    _check_kernel_indexing(api.source(p, _caps()))
+    x = torch.randn(m, k).to(dtype)
+    qa = quantize_activation(x, sch)
+    assert qa.mode == "dynamic_token"
+    codes = qa.codes.contiguous().view(torch.uint8) if qa.codes.dtype != torch.uint8 else qa.codes
+    token_scale = qa.scale_values().reshape(-1).to(torch.float32)
+    out = _emulate(p, packed, codes, token_scale, dtype)
+    assert not torch.isnan(out).any()
+    ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32).double()
+    err = float((out - ref).norm() / ref.norm())
+    assert err < 5e-3, err
