@@ -361,6 +361,15 @@ def _(x, qweight, scales, zeros, chan, bias, gscale, handle):
     return x.new_empty((x.shape[0], _registry[handle].packed.layout.n))
 
 
+def _register_planned(packed, caps, run_arch: str | None, planner, act: str, scheme: str, *extra) -> int:
+    """Register a repacked weight whose plan for M is ``planner(caps, packed.layout, M, act, *extra, scheme=scheme)``
+    (the kernels other than the mma.sync WnA16 ones, which plan through the tuning cache)."""
+    def plan_fn(m: int):
+        return planner(caps, packed.layout, m, act, *extra, scheme=scheme)
+
+    return _register(packed, caps, run_arch, plan_fn)
+
+
 def _register(packed, caps, run_arch: str | None, plan_fn=None, scheme: str = "") -> int:
     """Add a repacked weight to the registry (thread-safe); returns its handle."""
     with _lock:
@@ -517,10 +526,7 @@ def _gemm_blockscaled(x: torch.Tensor, qw, bias, caps) -> torch.Tensor | None:
         packed = prepare_blockscaled(qw.to(x.device), x.dtype)
         act = act_name(x.dtype)
 
-        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
-            return plan_blockscaled(caps, packed.layout, m, act, scheme=name)
-
-        handle = _register(packed, caps, None, plan_fn)
+        handle = _register_planned(packed, caps, None, plan_blockscaled, act, qw.scheme.name)
         cache[key] = handle
     packed = _registry[handle].packed
     x2 = x.reshape(-1, k)
@@ -642,10 +648,7 @@ def _wna16_wgmma_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
 
             packed = prepare_wgmma_wna16(qw.to(x.device), x.dtype)
 
-            def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
-                return plan_wna16_wgmma(caps, packed.layout, m, act, scheme=name)
-
-            handle = _register(packed, caps, None, plan_fn)
+            handle = _register_planned(packed, caps, None, plan_wna16_wgmma, act, qw.scheme.name)
         cache[key] = handle
     if handle < 0 and os.environ.get("HUMMING_UNVERIFIED_KERNELS", "0") == "1":  # (no wgmma: Blackwell datacenter?)
         return _wna16_tcgen05_handle(x, qw, profile, fallback)
@@ -694,10 +697,7 @@ def _wna16_wgmma_rs_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
         if (_wgmma_rs_eligible(caps, qw.scheme, rs.min_m() or rs.MIN_M, n, k, act) and not rs.layout_refusal(packed.layout)
                 and (rs.forced() or not rs.default_refusal(packed.layout))
                 and _wgmma_runs_here(caps)):
-            def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
-                return rs.plan_wna16_wgmma_rs(caps, packed.layout, m, act, scheme=name)
-
-            handle = _register(packed, caps, None, plan_fn)
+            handle = _register_planned(packed, caps, None, rs.plan_wna16_wgmma_rs, act, qw.scheme.name)
         cache[key] = handle
     return fallback if handle < 0 else handle
 
@@ -731,10 +731,7 @@ def _wna16_tcgen05_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
 
             packed = prepare_wgmma_wna16(qw.to(x.device), x.dtype)  # the wgmma WnA16 kernel's weights
 
-            def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
-                return plan_wna16_tcgen05(caps, packed.layout, m, act, scheme=name)
-
-            handle = _register(packed, caps, None, plan_fn)
+            handle = _register_planned(packed, caps, None, plan_wna16_tcgen05, act, qw.scheme.name)
         cache[key] = handle
     return fallback if handle < 0 else handle
 
@@ -774,10 +771,7 @@ def _gemm_blockscaled_tcgen05(x: torch.Tensor, qw, bias, caps) -> torch.Tensor:
         packed = prepare_blockscaled_tcgen05(qw.to(x.device), x.dtype)
         act = act_name(x.dtype)
 
-        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
-            return plan_blockscaled_tcgen05(caps, packed.layout, m, act, scheme=name)
-
-        handle = _register(packed, caps, None, plan_fn)
+        handle = _register_planned(packed, caps, None, plan_blockscaled_tcgen05, act, qw.scheme.name)
         cache[key] = handle
     packed = _registry[handle].packed
     x2 = x.reshape(-1, k)
@@ -810,18 +804,12 @@ def _w8a8_tcgen05_handle(x: torch.Tensor, qw, caps, choice) -> int:
         packed = prepare_blockscaled_tcgen05(qw.to(x.device), x.dtype)
         act = act_name(x.dtype)
 
-        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
-            return plan_blockscaled_tcgen05(caps, packed.layout, m, act, scheme=name)
-
-        handle = cache[key] = _register(packed, caps, None, plan_fn)
+        handle = cache[key] = _register_planned(packed, caps, None, plan_blockscaled_tcgen05, act, qw.scheme.name)
     if handle is None:
         packed = prepare_w8a8_wgmma(qw.to(x.device), x.dtype, choice.a_type)
         act = act_name(x.dtype)
 
-        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
-            return plan_w8a8_tcgen05(caps, packed.layout, m, act, scheme=name)
-
-        handle = _register(packed, caps, None, plan_fn)
+        handle = _register_planned(packed, caps, None, plan_w8a8_tcgen05, act, qw.scheme.name)
         cache[key] = handle
     return handle
 
@@ -846,10 +834,7 @@ def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
         act = act_name(x.dtype)
         planner = plan_w4a8_wgmma if w4 else plan_w8a8_wgmma
 
-        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name, planner=planner):
-            return planner(caps, packed.layout, m, act, scheme=name)
-
-        handle = _register(packed, caps, run_arch, plan_fn)
+        handle = _register_planned(packed, caps, run_arch, planner, act, qw.scheme.name)
         cache[key] = handle
     return handle
 
@@ -882,10 +867,7 @@ def _w4a8_wgmma_rs_handle(x: torch.Tensor, qw, caps, choice) -> int:
         packed = prepare_w4a8_rs(qw.to(x.device), x.dtype, choice.a_type)
         act = act_name(x.dtype)
 
-        def plan_fn(m, packed=packed, caps=caps, act=act, name=qw.scheme.name):
-            return plan_w4a8_wgmma_rs(caps, packed.layout, m, act, scheme=name)
-
-        handle = _register(packed, caps, _emulation_arch(caps), plan_fn)
+        handle = _register_planned(packed, caps, _emulation_arch(caps), plan_w4a8_wgmma_rs, act, qw.scheme.name)
         cache[key] = handle
     return handle
 
@@ -916,10 +898,7 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
         run_arch = _emulation_arch(caps)
         act = act_name(x.dtype)
 
-        def plan_fn(m, packed=packed, caps=caps, choice=choice, act=act, name=qw.scheme.name):
-            return plan_w8a8(caps, packed.layout, m, act, choice, scheme=name)
-
-        handle = _register(packed, caps, run_arch, plan_fn)
+        handle = _register_planned(packed, caps, run_arch, plan_w8a8, act, qw.scheme.name, choice)
         cache[key] = handle
     packed = _registry[handle].packed
     x2 = x.reshape(-1, k)
