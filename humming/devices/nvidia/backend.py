@@ -757,28 +757,7 @@ def _wgmma_k16_rs_helper(a_type: str, n: int) -> str:
     _wgmma_k32_helper. The registers of a must not change until a wgmma_wait covers this step."""
     if a_type not in ("f16", "bf16"):
         raise ValueError(f"no wgmma k16 register-A spelling for {a_type}")
-    regs = n // 2
-    dlist = ",".join(f"%{i}" for i in range(regs))
-    alist = ",".join(f"%{regs + i}" for i in range(4))
-    db, sd = regs + 4, regs + 5
-    ins = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{a_type}.{a_type} {{{dlist}}}, {{{alist}}}, %{db}, p, "
-           "1, 1, 0;")
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    return rf"""
-typedef float wg_acc_t;
-constexpr int WG_ACC_REGS = {regs};   // accumulator registers per thread of an m64n{n} tile
-// the accumulators are written asynchronously: keep the compiler from moving their uses across the waits
-__device__ __forceinline__ void wgmma_fence_operand(float (&d)[{regs}]) {{
-  #pragma unroll
-  for (int i = 0; i < {regs}; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
-}}
-// one m64n{n}k16 {a_type} step, A from registers: d = A * B + (accumulate ? d : 0)
-__device__ __forceinline__ void wgmma_k16_rs(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {{
-  asm volatile("{{\n .reg .pred p;\n setp.ne.b32 p, %{sd}, 0;\n {ins}\n}}\n"
-               : {outs}
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}}
-"""
+    return _wgmma_rs_step(n, 16, f"f32.{a_type}.{a_type}", ", 1, 1, 0", "float", "+f", None)
 
 
 def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -> str:
@@ -801,32 +780,36 @@ def _wgmma_k32_rs_helper(a_type: str, n: int) -> str:
     + 8; a[2]: k + 16; a[3]: row + 8 and k + 16). B is K-major in shared memory; e4m3 accumulates in fp32, s8 in
     int32, laid out as in _wgmma_k32_helper. The registers of a must not change until a wgmma_wait covers this
     step."""
+    if a_type == "s8":
+        return _wgmma_rs_step(n, 32, "s32.s8.s8", "", "int", "+r",
+                              'float r; asm("cvt.rn.f32.s32 %0, %1;\\n" : "=f"(r) : "r"(v)); return r;')
+    if a_type in ("e4m3", "e5m2"):
+        return _wgmma_rs_step(n, 32, f"f32.{a_type}.{a_type}", ", 1, 1", "float", "+f", "return v;")
+    raise ValueError(f"no wgmma k32 register-A spelling for {a_type}")
+
+
+def _wgmma_rs_step(n: int, k: int, types: str, imm: str, acc: str, con: str, conv: str | None) -> str:
+    """The accumulator type, its operand fence and wgmma_k{k}_rs: one m64n{n}k{k} step with A in four registers and
+    B in shared memory (``types``: the dtype.atype.btype part; ``imm``: the immediates after scale-d; ``conv``: the
+    body of wg_acc_to_f32, or None where the accumulators are fp32 and the kernel needs no conversion)."""
     regs = n // 2
     dlist = ",".join(f"%{i}" for i in range(regs))
     alist = ",".join(f"%{regs + i}" for i in range(4))
     db, sd = regs + 4, regs + 5
-    if a_type == "s8":
-        acc, con = "int", "+r"
-        ins = f"wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8 {{{dlist}}}, {{{alist}}}, %{db}, p;"
-        conv = 'float r; asm("cvt.rn.f32.s32 %0, %1;\\n" : "=f"(r) : "r"(v)); return r;'
-    elif a_type in ("e4m3", "e5m2"):
-        acc, con = "float", "+f"
-        ins = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{a_type}.{a_type} {{{dlist}}}, {{{alist}}}, %{db}, p, 1, 1;"
-        conv = "return v;"
-    else:
-        raise ValueError(f"no wgmma k32 register-A spelling for {a_type}")
+    ins = f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{types} {{{dlist}}}, {{{alist}}}, %{db}, p{imm};"
     outs = ", ".join(f'"{con}"(d[{i}])' for i in range(regs))
+    fence_t = "float" if conv is None else "wg_acc_t"  # (the k16 kernel's text, as it was validated)
+    to_f32 = "" if conv is None else f"__device__ __forceinline__ float wg_acc_to_f32({acc} v) {{ {conv} }}\n"
     return rf"""
 typedef {acc} wg_acc_t;
 constexpr int WG_ACC_REGS = {regs};   // accumulator registers per thread of an m64n{n} tile
-__device__ __forceinline__ float wg_acc_to_f32({acc} v) {{ {conv} }}
-// the accumulators are written asynchronously: keep the compiler from moving their uses across the waits
-__device__ __forceinline__ void wgmma_fence_operand(wg_acc_t (&d)[{regs}]) {{
+{to_f32}// the accumulators are written asynchronously: keep the compiler from moving their uses across the waits
+__device__ __forceinline__ void wgmma_fence_operand({fence_t} (&d)[{regs}]) {{
   #pragma unroll
   for (int i = 0; i < {regs}; ++i) asm volatile("" : "{con}"(d[i]) :: "memory");
 }}
-// one m64n{n}k32 {a_type} step, A from registers: d = A * B + (accumulate ? d : 0)
-__device__ __forceinline__ void wgmma_k32_rs(wg_acc_t (&d)[{regs}], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {{
+// one m64n{n}k{k} {types.split(".")[1]} step, A from registers: d = A * B + (accumulate ? d : 0)
+__device__ __forceinline__ void wgmma_k{k}_rs({fence_t} (&d)[{regs}], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {{
   asm volatile("{{\n .reg .pred p;\n setp.ne.b32 p, %{sd}, 0;\n {ins}\n}}\n"
                : {outs}
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
