@@ -222,16 +222,21 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
       sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
     }}
   }}
-  __syncthreads();
+{STAGED_COPY_OUT}"""
+
+
+# The end of both register-A kernels: the staged output tile (token rows x 128 channels, 16-bit) copied to C
+# with 16-byte stores, rows past M skipped; then the kernel closes.
+STAGED_COPY_OUT = """  __syncthreads();
   // copy-out: 16-byte chunk c = tid + 256 i is token row c / 16, channels 8 (c % 16) .. +7
   #pragma unroll
-  for (int i = 0; i < BT * (BC / 8) / THREADS; ++i) {{
+  for (int i = 0; i < BT * (BC / 8) / THREADS; ++i) {
     const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;
-    if (m0 + row < M) {{
+    if (m0 + row < M) {
       uint32_t r[4];
       lds_128(r, x0 + (row * OUT_LD + ch * 8) * 2);
       store_g128(C + (size_t)(m0 + row) * N + n0 + ch * 8, r);
-    }}
-  }}
-}}
+    }
+  }
+}
 """

@@ -21,6 +21,7 @@ a staging tile and copied out in 16-byte chunks of token rows. The parameter lis
 from __future__ import annotations
 
 from humming.core.generator_wgmma import eight_bit_params
+from humming.core.generator_wgmma_rs import STAGED_COPY_OUT
 from humming.core.planner_wgmma_rs8 import BC, BK, BT, OUT_PAD, PATH, PF
 from humming.devices.base import HelperRequest
 
@@ -195,16 +196,4 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
       sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
     }}
   }}
-  __syncthreads();
-  // copy-out: 16-byte chunk c = tid + 256 i is token row c / 16, channels 8 (c % 16) .. +7
-  #pragma unroll
-  for (int i = 0; i < BT * (BC / 8) / THREADS; ++i) {{
-    const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;
-    if (m0 + row < M) {{
-      uint32_t r[4];
-      lds_128(r, x0 + (row * OUT_LD + ch * 8) * 2);
-      store_g128(C + (size_t)(m0 + row) * N + n0 + ch * 8, r);
-    }}
-  }}
-}}
-"""
+{STAGED_COPY_OUT}"""
