@@ -418,8 +418,8 @@ def gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None = None
         out = torch.ops.humming.wna16_gemm(x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b,
                                            gscale, handle)
     else:
-        if not x2.is_contiguous() or x2.data_ptr() % 16:
-            x2 = x2.contiguous()
+        if x2.data_ptr() % 16 or not x2.is_contiguous():  # 16-byte rows for the vector and bulk copies
+            x2 = x2.clone(memory_format=torch.contiguous_format)  # (contiguous() keeps a misaligned view)
         out = _launch(handle, x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b, gscale)
     return out if flat else out.view(*x.shape[:-1], n)
 

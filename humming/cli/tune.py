@@ -37,11 +37,12 @@ def _row(rank, t, default_us) -> str:
     ratio = f"x{default_us / t.us:.2f}" if default_us else "-"
     kind = "stream" if p.path == "stream" else "tile"
     tile = f"{tl.bm}x{tl.bn}x{tl.bk}"
+    options = ",".join(name for name, on in (("x_ring", tl.x_ring), (f"fold{tl.fold}", tl.fold), ("bulk", tl.bulk)) if on)
     return (f"  {rank:>4} {t.us:9.1f} {ratio:>7}  {kind:6} {tile:<12} {tl.stages:>6} "
-            f"{tl.warps_m}x{tl.warps_n}x{tl.warps_k:<3} {p.splits:>5}")
+            f"{tl.warps_m}x{tl.warps_n}x{tl.warps_k:<3} {p.splits:>5}  {options or '-'}")
 
 
-_HEADER = "  rank   time us  vs def  path   tile         stages warps  split"
+_HEADER = "  rank   time us  vs def  path   tile         stages warps  split  options"
 
 
 def main(args) -> int:

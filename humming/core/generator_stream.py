@@ -22,7 +22,14 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     dec = lay.decode
     cb = dec.container
     ppw = 16 // cb
-    prelude = helper_prelude(plan, backend, caps, dec)
+    if getattr(t, "bulk", 0):
+        from humming.devices.base import HelperRequest
+        from humming.devices.nvidia.backend import stream_bulk_prelude
+
+        prelude = stream_bulk_prelude(backend, HelperRequest(mma=plan.instruction, act=plan.act, weight=dec,
+                                                             async_copy=plan.async_copy, caps=caps))
+    else:
+        prelude = helper_prelude(plan, backend, caps, dec)
     token_tiles = t.bm // 8
     s_group, z_group = lay.scale_group, lay.zero_group
 
@@ -34,9 +41,16 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     # groups of 64 or more (or one row) change at most once per atom: read once per atom (with x_ring, they
     # travel in the ring with the atom's weights); smaller groups are read per k16 step
     ring = bool(t.x_ring)
+    bulk = bool(getattr(t, "bulk", 0))
     per_step, ring_tables, ring_decl, per_atom = [], [], [], []
+    table_rows = _bulk_table_rows(lay) if bulk else []
     for ptr, var, group in (("S", "ss", s_group), ("Z", "zz", z_group)):
-        if group and (group < 0 or group >= 64):
+        if bulk and group:  # read from the slot before its refill (_bulk_main_loop): {var}r[row of the atom][4]
+            if group < 0 or group >= 64:
+                per_atom.append(f"const uint32_t (&{var}8)[4] = {var}r[0];")
+            else:
+                per_step.append(f"const uint32_t (&{var}8)[4] = {var}r[ks * 16 / {group}];")
+        elif group and (group < 0 or group >= 64):
             if ring:
                 ring_decl.append(f"uint32_t {var}r[R][4];  // {var} table of each atom in the ring")
                 ring_tables.append((var, table_addr(ptr, group, "ATOM * 64")))
@@ -48,6 +62,8 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     if ring:
         ring_decl.insert(0, "uint32_t xr[R][4][TOKEN_TILES][2];  // activations as the MMA's B operand, per k16 step and token tile")
         activations = "const uint32_t (&xb)[TOKEN_TILES][2] = xr[s][ks];"
+    elif bulk:
+        activations = "const uint32_t (&xb)[TOKEN_TILES][2] = xa[ks];"
     else:
         activations = """const int k = atom * 64 + ks * 16;
           // activations as the B operand: token g + 8j, k pairs 2q and 2q + 8
@@ -113,8 +129,11 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
           for (int c = 0; c < (CB >= 4 ? CB / 4 : 1); ++c)
             #pragma unroll
             for (int e = 0; e < 4; ++e) words[c * 4 + e] = buf[s][(ks * CB) / 4 + c][e];"""
+    if bulk:
+        load_words = load_words.replace("buf[s]", "wv")
     if t.fold == 2:
-        atom_body = _fold_tt_outer_body(per_atom_code, lay, bool(s_group), bool(z_group), decode_pairs, load_words)
+        atom_body = _fold_tt_outer_body(per_atom_code, lay, bool(s_group), bool(z_group), decode_pairs, load_words,
+                                        "xa" if bulk else "xr[s]")
     else:
         atom_body = f"""      {per_atom_code}{atom_head}
         #pragma unroll
@@ -132,6 +151,34 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
         }}{atom_tail}    }}
 """
 
+    if bulk:
+        main_loop = _bulk_main_loop(lay, table_rows, atom_body)
+    else:
+        main_loop = f"""  // ring of R = PF + 1 register slots: atom j lives in slot j % R; PF atoms stay in flight while the warp
+  // decodes and multiplies the current one
+  uint32_t buf[R][CB][4];{ring_decl_code}
+  #pragma unroll
+  for (int s = 0; s < PF; ++s)
+    if (s < natoms) {{
+{fetch("s", "atom0 + wk + s * WARPS_K", "      ")}
+    }}
+  for (int i = 0; i < natoms; i += R) {{
+    #pragma unroll
+    for (int s = 0; s < R; ++s) {{
+      const int j = i + s;
+      if (j >= natoms) break;
+      const int atom = atom0 + wk + j * WARPS_K;
+      if (j + PF < natoms) {{
+{fetch("(s + PF) % R", "atom + PF * WARPS_K", "        ")}
+      }}
+{atom_body}  }}
+"""
+    bulk_consts = bulk_fold_sync = ""
+    wbase_line = "const uint32_t* wbase = B + ((size_t)blockIdx.y * katoms_total) * ATOM_U4 * 4 + lane * 4;"
+    if bulk:
+        bulk_consts = _bulk_constants(lay, token_tiles, table_rows)
+        bulk_fold_sync = "\n    __syncthreads();  // every warp is done with its ring, which the fold overwrites"
+        wbase_line = "const uint32_t* wbase = B + ((size_t)blockIdx.y * katoms_total) * ATOM_U4 * 4;  // this slab's atoms"
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -142,7 +189,7 @@ constexpr int THREADS = 32 * WARPS_K;
 constexpr int TOKEN_TILES = {token_tiles};         // n8 tiles of activations (tokens)
 constexpr int CB = {cb};                            // container bits per code
 constexpr int ATOM_U4 = 32 * CB;                    // 16-byte words per 64x64 weight atom
-constexpr int PF = {t.stages - 1}, R = PF + 1;          // atoms in flight per warp, register ring size
+constexpr int PF = {t.stages - 1}, R = PF + 1;          // atoms in flight per warp, register ring size{bulk_consts}
 }}
 
 extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
@@ -162,7 +209,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
   const int natoms = k_per_split / 64 / WARPS_K;
   const int g = lane >> 2, q = lane & 3;
   // this lane's 16-byte words of atom a: chunk c at ((slab * katoms + a) * ATOM_U4 + c * 32 + lane) * 16 bytes
-  const uint32_t* wbase = B + ((size_t)blockIdx.y * katoms_total) * ATOM_U4 * 4 + lane * 4;
+  {wbase_line}
 
   float acc[4][TOKEN_TILES][4];
   #pragma unroll
@@ -172,29 +219,11 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
       #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 {zero_const}
-  // ring of R = PF + 1 register slots: atom j lives in slot j % R; PF atoms stay in flight while the warp
-  // decodes and multiplies the current one
-  uint32_t buf[R][CB][4];{ring_decl_code}
-  #pragma unroll
-  for (int s = 0; s < PF; ++s)
-    if (s < natoms) {{
-{fetch("s", "atom0 + wk + s * WARPS_K", "      ")}
-    }}
-  for (int i = 0; i < natoms; i += R) {{
-    #pragma unroll
-    for (int s = 0; s < R; ++s) {{
-      const int j = i + s;
-      if (j >= natoms) break;
-      const int atom = atom0 + wk + j * WARPS_K;
-      if (j + PF < natoms) {{
-{fetch("(s + PF) % R", "atom + PF * WARPS_K", "        ")}
-      }}
-{atom_body}  }}
-
+{main_loop}
   // fold the warps' partial sums (shared memory), then split-K partials (workspace)
   constexpr int PER_WARP = 4 * TOKEN_TILES * 4 * 32;
   float* red = reinterpret_cast<float*>(smem);
-  if (WARPS_K > 1) {{
+  if (WARPS_K > 1) {{{bulk_fold_sync}
     if (wk > 0) {{
       #pragma unroll
       for (int i = 0; i < 4; ++i)
@@ -342,10 +371,11 @@ def _fold_factors(lay, scales: bool, zeros: bool) -> tuple[str, str]:
     return z, sc
 
 
-def _fold_tt_outer_body(per_atom_code: str, lay, scales: bool, zeros: bool, decode_pairs: str, load_words: str) -> str:
+def _fold_tt_outer_body(per_atom_code: str, lay, scales: bool, zeros: bool, decode_pairs: str, load_words: str,
+                        xs: str) -> str:
     """fold == 2: the fold arithmetic with the 16-channel tiles outermost, so only one tile's raw sums are live
     (4 x TOKEN_TILES registers instead of 16 x TOKEN_TILES). Every k16 step's activations must already be in
-    registers: it needs the x_ring option."""
+    registers ``xs[ks][token tile][2]``: it needs the x_ring or the bulk option."""
     z, sc = _fold_factors(lay, scales, zeros)
     return f"""      {per_atom_code}
       float sx[TOKEN_TILES][4];  // the activations' sums over this atom: rows of an all-ones A
@@ -359,7 +389,7 @@ def _fold_tt_outer_body(per_atom_code: str, lay, scales: bool, zeros: bool, deco
         #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
           #pragma unroll
-          for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(sx[j], ones, xr[s][ks][j][0], xr[s][ks][j][1]);
+          for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(sx[j], ones, {xs}[ks][j][0], {xs}[ks][j][1]);
       }}
       #pragma unroll
       for (int tt = 0; tt < 4; ++tt) {{
@@ -374,7 +404,7 @@ def _fold_tt_outer_body(per_atom_code: str, lay, scales: bool, zeros: bool, deco
           {{
             {decode_pairs}
             #pragma unroll
-            for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(tmp[j], a, xr[s][ks][j][0], xr[s][ks][j][1]);
+            for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(tmp[j], a, {xs}[ks][j][0], {xs}[ks][j][1]);
           }}
         }}
         #pragma unroll
@@ -390,4 +420,121 @@ def _fold_tt_outer_body(per_atom_code: str, lay, scales: bool, zeros: bool, deco
         }}
       }}
     }}
+"""
+
+
+# ---- the bulk-copy variant (tiles.bulk): weights, tables and activations reach shared memory by bulk copy
+
+X_PITCH = 144  # bytes between activation rows in a slot: 128 + 16, so the 8 rows of an ldmatrix hit distinct banks
+
+
+def _bulk_table_rows(lay) -> list[tuple[str, str]]:
+    """(table pointer, C expression of the row for atom ``a_``) of every 128-byte table row an atom's slot holds:
+    the scale rows, then the zero rows (one row per atom for groups of 64 or more or a single row; 64 / group
+    rows for smaller groups)."""
+    rows = []
+    for ptr, group in (("S", lay.scale_group), ("Z", lay.zero_group)):
+        if not group:
+            continue
+        if group < 0:
+            rows.append((ptr, "0"))
+        elif group >= 64:
+            rows.append((ptr, f"a_ * 64 / {group}"))
+        else:
+            rows += [(ptr, f"a_ * 64 / {group} + {r}") for r in range(64 // group)]
+    return rows
+
+
+def bulk_slot_bytes(lay, bm: int) -> int:
+    """Bytes of one ring slot: the atom's weights, its table rows and bm activation rows."""
+    return 16 * 32 * lay.decode.container + 128 * len(_bulk_table_rows(lay)) + X_PITCH * bm
+
+
+def _bulk_constants(lay, token_tiles: int, table_rows) -> str:
+    return f"""
+constexpr int W_BYTES = 16 * ATOM_U4;                // one atom's weights, as stored
+constexpr int TAB_ROWS = {len(table_rows)};                          // 128-byte table rows per atom (scales, then zeros)
+constexpr int BM = 8 * TOKEN_TILES, X_PITCH = {X_PITCH};
+constexpr int X_OFF = W_BYTES + 128 * TAB_ROWS;       // activation rows, X_PITCH apart
+constexpr int SLOT_BYTES = X_OFF + X_PITCH * BM;     // {bulk_slot_bytes(lay, 8 * token_tiles)}"""
+
+
+def _bulk_issue(lay, table_rows, slot: str, atom: str, indent: str) -> str:
+    """Refill ring slot ``slot`` with atom ``atom``: lane 0 announces the bytes and copies the weights, lanes
+    1.. one table row each, lanes 16.. one activation row each (token rows < M only)."""
+    lines = [
+        "{",
+        f"  const uint32_t dst = ring + ({slot}) * SLOT_BYTES, bar = bars + 8 * ({slot});",
+        f"  const int a_ = {atom};",
+        "  fence_proxy_async_smem();  // the warp's reads of this slot (ordered by the warp sync) before the copies",
+        "  if (lane == 0) {",
+        "    mbar_expect_tx(bar, slot_tx);",
+        "    bulk_copy_g2s(dst, wbase + (size_t)a_ * ATOM_U4 * 4, W_BYTES, bar);",
+        "  }",
+    ]
+    for r, (ptr, row) in enumerate(table_rows):
+        lines.append(f"  if (lane == {r + 1}) bulk_copy_g2s(dst + W_BYTES + {r * 128}, {ptr} + (size_t)({row}) * N + n0, 128, bar);")
+    lines += [
+        "  if (lane >= 16 && lane - 16 < x_rows)",
+        "    bulk_copy_g2s(dst + X_OFF + (lane - 16) * X_PITCH, A + (size_t)(lane - 16) * K + a_ * 64, 128, bar);",
+        "}",
+    ]
+    return "\n".join(indent + line for line in lines)
+
+
+def _bulk_main_loop(lay, table_rows, atom_body: str) -> str:
+    """The main loop of the bulk variant: a ring of R shared-memory slots per warp, each completed by its own
+    mbarrier. A warp waits for slot s, reads the atom into registers (its weight words, the activations as
+    B fragments with ldmatrix, its table rows), refills the slot with the atom R ahead and then computes, so
+    R atoms stay in flight without holding registers."""
+    reads = []
+    for var, ptr in (("ss", "S"), ("zz", "Z")):
+        idx = [i for i, row in enumerate(table_rows) if row[0] == ptr]
+        if idx:
+            reads.append(f"uint32_t {var}r[{len(idx)}][4];  // this lane's 8 values of each {var} row of the atom")
+            reads.append("#pragma unroll")
+            reads.append(f"for (int r = 0; r < {len(idx)}; ++r) lds_128({var}r[r], slot + W_BYTES + ({idx[0]} + r) * 128 + (lane >> 2) * 16);")
+    reads_code = "".join("\n      " + line for line in reads)
+    return f"""  // per-warp ring of R slots in shared memory, filled by bulk copies: slot s of warp wk holds one atom's
+  // weights (W_BYTES, as stored), its table rows and its activation rows; mbarrier s completes when all landed
+  const uint32_t ring = smem_u32(smem) + wk * R * SLOT_BYTES;
+  const uint32_t bars = smem_u32(smem) + WARPS_K * R * SLOT_BYTES + wk * R * 8;
+  const int x_rows = M < BM ? M : BM;
+  const uint32_t slot_tx = W_BYTES + TAB_ROWS * 128 + x_rows * 128;
+  if (lane == 0) {{
+    #pragma unroll
+    for (int s = 0; s < R; ++s) mbar_init(bars + 8 * s, 1);
+    mbar_init_fence();
+  }}
+  __syncwarp();
+  #pragma unroll
+  for (int s = 0; s < R; ++s)
+    if (s < natoms)
+{_bulk_issue(lay, table_rows, "s", "atom0 + wk + s * WARPS_K", "      ")}
+  uint32_t phase = 0;
+  for (int i = 0; i < natoms; i += R, phase ^= 1) {{
+    #pragma unroll
+    for (int s = 0; s < R; ++s) {{
+      const int j = i + s;
+      if (j >= natoms) break;
+      const int atom = atom0 + wk + j * WARPS_K;
+      const uint32_t slot = ring + s * SLOT_BYTES;
+      mbar_wait(bars + 8 * s, phase);
+      uint32_t wv[CB][4];  // this lane's words of the atom (the global layout: chunk c, lane, 16 bytes)
+      #pragma unroll
+      for (int c = 0; c < CB; ++c) lds_128(wv[c], slot + c * 512 + lane * 16);
+      uint32_t xa[4][TOKEN_TILES][2];  // activations as the B operand, per k16 step and token tile
+      #pragma unroll
+      for (int jt = 0; jt < TOKEN_TILES; ++jt)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {{  // k 32h .. 32h + 31: four 8x8 matrices, token rows x 8 k each
+          uint32_t r[4];
+          ldmatrix_x4(r, slot + X_OFF + (jt * 8 + (lane & 7)) * X_PITCH + h * 64 + (lane >> 3) * 16);
+          xa[2 * h][jt][0] = r[0]; xa[2 * h][jt][1] = r[1];
+          xa[2 * h + 1][jt][0] = r[2]; xa[2 * h + 1][jt][1] = r[3];
+        }}{reads_code}
+      __syncwarp();  // every lane has read slot s
+      if (j + R < natoms)
+{_bulk_issue(lay, table_rows, "s", "atom + R * WARPS_K", "        ")}
+{atom_body}  }}
 """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from dataclasses import asdict, dataclass, field
 
 from humming.core.layout import WeightLayout
@@ -29,7 +30,9 @@ class TileConfig:
     warps_k: int
     x_ring: int = 0  # stream path: 1 = activations also travel in the register ring (one atom ahead)
     fold: int = 0  # stream path: 1 = MMA on raw codes, zero point and scale applied per atom in fp32; 2 = the same
-    #                with the 16-channel tiles outermost (fewer live registers; needs x_ring)
+    #                with the 16-channel tiles outermost (fewer live registers; needs x_ring or bulk)
+    bulk: int = 0  # stream path: 1 = weights, tables and activations reach a per-warp shared-memory ring of `stages`
+    #                slots by bulk copy (TMA engine, mbarriers) instead of registers
 
     @property
     def threads(self) -> int:
@@ -46,8 +49,13 @@ class TileConfig:
         return a + b + rows * self.bn * 2
 
     def smem_bytes(self, layout: WeightLayout, path: str = "tile") -> int:
-        if path == "stream":  # registers only; shared memory folds the warps' sums
-            return (self.warps_k - 1) * 4 * (self.bm // 8) * 4 * 32 * 4
+        if path == "stream":  # shared memory folds the warps' sums (and holds the bulk variant's rings)
+            fold = (self.warps_k - 1) * 4 * (self.bm // 8) * 4 * 32 * 4
+            if not self.bulk:
+                return fold
+            from humming.core.generator_stream import bulk_slot_bytes
+
+            return max(fold, self.warps_k * self.stages * (bulk_slot_bytes(layout, self.bm) + 8))
         pipeline = self.stages * self.stage_bytes(layout)
         reduction = (self.warps_k - 1) * self.bm * self.bn * 4
         return max(pipeline, reduction)
@@ -124,7 +132,8 @@ class Plan:
         if self.path == "wgmma-rs":
             kind = "wgmmars"  # register-A wgmma (bm = tokens, bn = channels)
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
-                f"{'x' if t.x_ring else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}_{self.kernel_key}")
+                f"{'x' if t.x_ring else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}{'b' if t.bulk else ''}"
+                f"_{self.kernel_key}")
 
     def summary(self) -> str:
         t = self.tiles
@@ -252,6 +261,22 @@ def _choose_splits(tiles_mn: int, k: int, bk: int, stages: int, sms: int, occ: i
 
 
 STREAM_MAX_M = 16
+STREAM_BULK_ENV = "HUMMING_STREAM_BULK"  # "1": the default stream plans use the bulk-copy ring where declared
+
+
+def _bulk_declared(caps) -> bool:
+    return bool(caps.memory.tma and caps.memory.mbarrier)
+
+
+def _bulk_ring_slots(layout: WeightLayout, warps_k: int, bm: int, limit: int) -> int:
+    """Ring slots per warp of the bulk stream kernel: 8 (eight atoms in flight per warp), fewer where the block's
+    rings would take more than half the shared memory (two blocks per SM)."""
+    from humming.core.generator_stream import bulk_slot_bytes
+
+    slots = 8
+    while slots > 2 and warps_k * slots * (bulk_slot_bytes(layout, bm) + 8) > limit // 2:
+        slots -= 1
+    return slots
 
 
 def _stream_config(n: int, k: int, m: int, container: int, sms: int) -> tuple[int, int, int, str]:
@@ -308,26 +333,51 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
             if not fold_applies(layout):  # measured on the H200 (2026-11-30): 10-15% faster at M=1 on every shape
                 x_ring = fold = 1
                 why += "; M <= 8: codes multiplied raw, zero point and scale per atom in fp32 (fold), activations in flight"
+        bulk = 0
+        if tiles is None and os.environ.get(STREAM_BULK_ENV, "") == "1" and _bulk_declared(caps):
+            bulk = 1
+            in_flight = _bulk_ring_slots(layout, warps_k, 8 if m <= 8 else 16, limit) - 1
+            x_ring = 0
+            why += (f"; {STREAM_BULK_ENV}=1: weights, tables and activations bulk-copied into a ring of "
+                    f"{in_flight + 1} shared-memory slots per warp")
         if tiles is not None:
-            warps_k, in_flight, x_ring, fold = tiles.warps_k, tiles.stages - 1, tiles.x_ring, tiles.fold
+            warps_k, in_flight, x_ring, fold, bulk = tiles.warps_k, tiles.stages - 1, tiles.x_ring, tiles.fold, tiles.bulk
             why = f"{warps_k} warps per slab, {in_flight} atom(s) in flight forced (tuned)"
             if x_ring:
                 why += ", activations in flight with them"
+            if bulk:
+                if not _bulk_declared(caps):
+                    raise UnsupportedOnDevice(f"{caps.name} does not declare tma and mbarrier, which the bulk-copy "
+                                              f"stream kernel uses")
+                if x_ring:
+                    raise ShapeError("bulk and x_ring exclude each other: with bulk the activations arrive in the slot")
+                in_flight += 1  # every slot of the ring is in flight while the warp computes on registers
+                why = (f"{warps_k} warps per slab, weights, tables and activations bulk-copied into a ring of "
+                       f"{in_flight} shared-memory slots per warp, forced (tuned)")
             if fold:
                 from humming.core.generator_stream import fold_applies
 
                 if fold_applies(layout):
                     raise ShapeError(fold_applies(layout))
-                if fold == 2 and not x_ring:
-                    raise ShapeError("fold=2 (channel tiles outermost) needs x_ring: every k16 step's activations in registers")
+                if fold == 2 and not (x_ring or bulk):
+                    raise ShapeError("fold=2 (channel tiles outermost) needs x_ring or bulk: every k16 step's "
+                                     "activations in registers")
                 if fold == 2:
                     why += " with the channel tiles outermost (fewer live registers)"
                 why += ", codes multiplied raw, zero point and scale applied per atom in fp32 (fold)"
         if k % (64 * warps_k):
             raise ShapeError(f"K={k} must be a multiple of {64 * warps_k} for {warps_k} warps per slab")
-        st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight + 1, 1, 1, warps_k, x_ring, fold)
-        reasons.append(f"M={m} <= {STREAM_MAX_M}: stream path: weights are the MMA's A operand, loaded straight "
-                       f"into registers with 16-byte loads; no shared-memory staging")
+        if bulk:
+            st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight, 1, 1, warps_k, 0, fold, 1)
+            if st.smem_bytes(layout, "stream") > limit:
+                raise UnsupportedOnDevice(f"{warps_k} warps x {in_flight} slots need {st.smem_bytes(layout, 'stream')} B "
+                                          f"of shared memory; {caps.name} allows {limit}")
+            reasons.append(f"M={m} <= {STREAM_MAX_M}: stream path: weights are the MMA's A operand, bulk-copied into "
+                           f"shared memory and read once per atom into registers")
+        else:
+            st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight + 1, 1, 1, warps_k, x_ring, fold)
+            reasons.append(f"M={m} <= {STREAM_MAX_M}: stream path: weights are the MMA's A operand, loaded straight "
+                           f"into registers with 16-byte loads; no shared-memory staging")
         if splits is None:
             splits = auto_splits
         elif (k // 64 // warps_k) % splits:

@@ -313,6 +313,7 @@ def entries() -> list[dict]:
 _STREAM_WARPS_K = (2, 4, 8)
 _STREAM_SPLITS = (1, 2, 4, 8)
 _STREAM_IN_FLIGHT = (1, 2, 3)
+_STREAM_BULK_SLOTS = (2, 4, 6, 8)  # ring slots per warp of the bulk-copy stream kernel (profiles declaring tma)
 _TILE_SPLITS = (1, 2, 3, 4, 6, 8)
 _SMALL_M_TILES = ((1, 3), (1, 4), (4, 3), (4, 4))  # (warps_k, stages) of the 64-wide slab tiles, M <= 64
 # (bm, warps_m, warps_n, warps_k, bk, stages), M > 64
@@ -333,6 +334,9 @@ def candidate_configs(m: int) -> list[tuple[str, TileConfig, int]]:
                         for fold in ((0, 1, 2) if x_ring else (0, 1)):  # the planner refuses what a layout cannot take
                             out.append(("stream", TileConfig(bm, 64, 64 * wk, in_flight + 1, 1, 1, wk, x_ring, fold),
                                         splits))
+                for slots in _STREAM_BULK_SLOTS:
+                    for fold in (0, 1, 2):
+                        out.append(("stream", TileConfig(bm, 64, 64 * wk, slots, 1, 1, wk, 0, fold, 1), splits))
     if m <= 64:
         tm = (m + 15) // 16
         tiles = [TileConfig(16 * tm, 64, 64 * wk, stages, 1, 1, wk) for wk, stages in _SMALL_M_TILES]

@@ -193,7 +193,7 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
         if p.path == "stream":
             assert p.tiles.bm == (8 if m <= 8 else 16) and m <= 16
         else:
-            assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, **t}
+            assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "bulk": 0, **t}
             assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024
         assert "shipped tuned_h200.json" in p.reasons[-1]
 

@@ -412,8 +412,7 @@ def wgmma_w4a8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -
     return backend.wgmma_prelude(request, n) + "\n" + WGMMA_W4A8
 
 
-WGMMA_WARP_SPECIALISED = r"""
-// ---- warp specialisation (sm_90a): producer and consumer warpgroups linked by mbarriers
+MBARRIER = r"""
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
 }
@@ -429,10 +428,39 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
                  : "=r"(done) : "r"(bar), "r"(parity) : "memory");
 }
-// per-warpgroup register budgets (every thread of the warpgroup executes these)
+"""
+
+BULK_COPY = r"""
+// ---- bulk copies (sm_90: the TMA engine, no tensor map): global -> shared, completion counted in bytes on an mbarrier
+// this thread's arrival on the barrier's current phase, announcing `bytes` of copies that will complete on it
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" :: "r"(bar), "r"(bytes) : "memory");
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this block's shared memory
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+// orders this thread's (and, after a warp sync, its warp's) generic-proxy shared-memory accesses before its later
+// bulk copies (async proxy): a slot is read into registers before the copy that refills it
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+"""
+
+
+def stream_bulk_prelude(backend: NvidiaBackend, request: HelperRequest) -> str:
+    """Helpers of the stream kernel whose weights, tables and activations arrive by bulk copy: those of the stream
+    kernel, mbarriers and the bulk copy (the profile must declare tma and mbarrier)."""
+    caps = request.caps
+    if caps is not None and not (caps.memory.tma and caps.memory.mbarrier):
+        raise ValueError(f"{caps.name} does not declare tma and mbarrier, which the bulk-copy stream kernel uses")
+    return backend.prelude(request) + "\n" + MBARRIER + BULK_COPY
+
+
+WGMMA_WARP_SPECIALISED = (
+    "\n// ---- warp specialisation (sm_90a): producer and consumer warpgroups linked by mbarriers" + MBARRIER + r"""// per-warpgroup register budgets (every thread of the warpgroup executes these)
 template <int R> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(R)); }
 template <int R> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(R)); }
-"""
+""")
 
 
 def wgmma_ws_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -> str:
