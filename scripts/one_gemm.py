@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -15,6 +16,23 @@ import torch  # noqa: E402
 import humming  # noqa: E402
 
 
+def _force(qw, x, spec: dict) -> None:
+    """Make the prepared weight run the given stream/tile configuration at x's M."""
+    from humming import api
+    from humming.core.planner import TileConfig, plan_wna16
+
+    handle = api.prepared(qw, x.dtype, x.device)
+    prep = api._registry[handle]
+    m = x.shape[0]
+    base = api.plan_for(handle, m)
+    fields = {f: spec.get(f, getattr(base.tiles, f)) for f in TileConfig.__dataclass_fields__}
+    p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path=spec.get("path", base.path),
+                   splits=spec.get("splits", base.splits), tiles=TileConfig(**fields))
+    prep.plans[m] = p
+    prep.launches.pop(m, None)
+    print("forced", p.kernel_name, "split-K", p.splits)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scheme", default="w4a8-fp8")
@@ -22,10 +40,15 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--k", type=int, default=8192)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--tiles", default=None,
+                    help='force a WnA16 plan: JSON of TileConfig fields plus "splits" and "path", e.g. '
+                         '\'{"bm": 16, "bk": 512, "stages": 2, "warps_k": 8, "fold": 2, "bulk": 1, "splits": 2}\'')
     args = ap.parse_args()
     torch.manual_seed(0)
     qw = humming.quantize(torch.randn(args.n, args.k, device="cuda") * 0.05, args.scheme)
     x = torch.randn(args.m, args.k, device="cuda", dtype=torch.float16)
+    if args.tiles:
+        _force(qw, x, json.loads(args.tiles))
     for _ in range(args.reps):
         y = humming.gemm(x, qw)
     torch.cuda.synchronize()
