@@ -35,7 +35,7 @@ def add_arguments(p) -> None:
 def _row(rank, t, default_us) -> str:
     p, tl = t.plan, t.plan.tiles
     ratio = f"x{default_us / t.us:.2f}" if default_us else "-"
-    kind = "stream" if p.path == "stream" else "tile"
+    kind = {"stream": "stream", "wgmma-rs": "rs"}.get(p.path, "tile")
     tile = f"{tl.bm}x{tl.bn}x{tl.bk}"
     options = ",".join(name for name, on in (("x_ring", tl.x_ring), (f"fold{tl.fold}", tl.fold), ("bulk", tl.bulk)) if on)
     return (f"  {rank:>4} {t.us:9.1f} {ratio:>7}  {kind:6} {tile:<12} {tl.stages:>6} "

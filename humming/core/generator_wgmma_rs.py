@@ -34,7 +34,7 @@ are unused), so the same launcher and the same prepared weights (humming.core.la
 from __future__ import annotations
 
 from humming.core.generator import pair_decode
-from humming.core.planner_wgmma_rs import BC, BK, OUT_PAD, PATH, PF, layout_refusal
+from humming.core.planner_wgmma_rs import BC, BK, OUT_PAD, PATH, PF, SMALL_BC, layout_refusal
 from humming.devices.base import HelperRequest
 
 
@@ -43,10 +43,15 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
 
     t = plan.tiles
     lay = plan.layout
-    if plan.path != PATH or (t.bn, t.bk, t.threads) != (BC, BK, 256) or t.stages < 4 or t.bm not in (128, 256):
+    small = t.bm < 128  # the small-M form: one warpgroup (64 channels), BT = 16..64 tokens, split-K
+    if small:
+        if plan.path != PATH or (t.bn, t.bk, t.threads) != (SMALL_BC, BK, 128) or t.stages < 4 or t.bm % 16:
+            raise ValueError(f"the small-M register-A wgmma kernel is written for 16..64 tokens (a multiple of 16) x "
+                             f"64 channels x 64 k, 128 threads, >= 4 stages; got {t}")
+    elif plan.path != PATH or (t.bn, t.bk, t.threads) != (BC, BK, 256) or t.stages < 4 or t.bm not in (128, 256):
         raise ValueError(f"the register-A wgmma kernel is written for (128|256) tokens x 128 channels x 64 k, "
                          f"256 threads, >= 4 stages; got {t}")
-    why = layout_refusal(lay)
+    why = layout_refusal(lay, t.bn)
     if why:
         raise ValueError(f"the register-A wgmma kernel cannot run this layout: {why}")
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=lay.decode, async_copy=True, caps=caps)
@@ -74,22 +79,41 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         lines = [f"const uint32_t* p = wsrc + (size_t)({atom}) * ATOM_WORDS;",
                  "#pragma unroll",
                  f"for (int ks = 0; ks < 4; ++ks) wq[{slot}][ks] = load_g32(p + ks * 128);  // word w of chunk ks"]
-        lines += [ln.replace("SLOT", slot).replace("ATOM", atom) for ln in ring_load]
+        lines += [ln.replace("SLOT", slot).replace("ATOM", f"kt0 + {atom}" if small else atom) for ln in ring_load]
         return "\n".join(indent + ln for ln in lines)
 
     ring_decl_code = "".join("\n  " + ln for ln in ring_decl)
     fixed_code = "".join("\n  " + ln for ln in fixed)
     pick_code = "\n          ".join(pick)
 
+    pf = t.stages - 2 if small else PF
+    threads_line = ("constexpr int THREADS = 128;             // one warpgroup: the tile's 64 channels (one slab)" if small
+                    else "constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile")
+    bounds = 4 if small else 1
+    if small:
+        ktiles_line = ("const int katoms = K / BK, ktiles = k_per_split / BK;   // k atoms of a slab, of this split\n"
+                       "  const int kt0 = blockIdx.z * ktiles;                        // this split's first k atom")
+        load_code = _SMALL_LOAD_STAGE
+        wsrc_line = "const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + lane * 4 + w;"
+        splitk_code = _SMALL_SPLITK
+        copy_out = STAGED_COPY_OUT.replace("c >> 4, ch = c & 15", "c >> 3, ch = c & 7").replace(
+            "token row c / 16, channels 8 (c % 16)", "token row c / 8, channels 8 (c % 8)").replace(
+            "chunk c = tid + 256 i", "chunk c = tid + 128 i")
+    else:
+        ktiles_line = "const int ktiles = K / BK;"
+        load_code = _LOAD_STAGE
+        wsrc_line = "const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + lane * 4 + w;"
+        splitk_code = ""
+        copy_out = STAGED_COPY_OUT
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
 
 namespace cfg {{
-constexpr int BT = {t.bm}, BC = {BC}, BK = {BK}, STAGES = {t.stages};   // tokens, channels, k per stage
-constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile
+constexpr int BT = {t.bm}, BC = {t.bn}, BK = {BK}, STAGES = {t.stages};   // tokens, channels, k per stage
+{threads_line}
 constexpr int LOOKAHEAD = STAGES - 2;    // activation stages loading while one is multiplied and one may still be read
-constexpr int PF = {PF}, R = PF + 1;           // weight atoms in flight per lane, register ring size
+constexpr int PF = {pf}, R = PF + 1;           // weight atoms in flight per lane, register ring size
 constexpr int U = 2 * R;                 // stages per trip of the main loop (unrolled: ring slots are constants)
 constexpr int X_BYTES = BT * BK * 2;     // one activation tile: BT rows x 128 bytes
 constexpr int ATOM_WORDS = 32 * 4 * 4;   // 32-bit words of one 64 x 64 int4 atom (2 KB)
@@ -102,7 +126,7 @@ static_assert(BT * OUT_LD * 2 <= STAGES * X_BYTES, "the staging tile fits in the
 static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
 }}
 
-extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}(
+extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kernel_name}(
     const uint16_t* __restrict__ A,      // activations [M, K], row-major (K-major)
     const uint32_t* __restrict__ B,      // int4 codes in the mma.sync atom layout (humming.core.layout)
     const uint16_t* __restrict__ S,      // group scales [K/group, N] (act type, permuted columns) or null
@@ -110,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
     const float* __restrict__ CS,        // per-channel fp32 scale [N] or null
     const uint16_t* __restrict__ BIAS,   // [N] or null
     uint16_t* __restrict__ C,            // output [M, N], row-major
-    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
+    float* __restrict__ WS, int* __restrict__ CNT,   {"// split-K partials and tile counters" if small else "// unused (no split-K)"}
     int M, int N, int K, int k_per_split, float out_scale,
     const float* __restrict__ GS) {{        // a device scalar multiplying the output (activation global scale) or null
   using namespace cfg;
@@ -118,26 +142,14 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
   const int g = lane >> 2, q = lane & 3;
   const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;
-  const int ktiles = K / BK;
+  {ktiles_line}
   const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel atom row
   // the swizzle repeats every 1024 bytes of address: start on such a boundary (1 KiB is reserved)
   const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;         // STAGES activation slots, then the staging tile
 
-  // activations: thread tid copies chunk tid % 8 of token rows tid / 8 + 32 i ((row mod 8) is the same for every i)
-  const int lrow = tid >> 3, lch = tid & 7;
-  const uint32_t lswz = swz128(lrow, lch);
-  const uint16_t* a_src = A + (size_t)(m0 + lrow) * K + lch * 8;
-  auto load_stage = [&](int slot, int kt) {{
-    const uint32_t base = x0 + slot * X_BYTES;
-    #pragma unroll
-    for (int i = 0; i < BT / 32; ++i) {{
-      const bool ok = m0 + lrow + 32 * i < M;  // rows past M are zero-filled (the source stays a valid address)
-      copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);
-    }}
-  }};
-
+{load_code}
   // weights: word w of this lane's chunk ks of atom (slab, kt) at ((slab * K/64 + kt) * 4 + ks) * 128 + lane * 4 + w
-  const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + lane * 4 + w;
+  {wsrc_line}
   const int tab = slab * 64 + g * 8 + 2 * w;                     // tables: n8 tiles 2w (low half), 2w + 1 (high)
 {zero_decl}  uint32_t wq[R][4];  // codes of the atoms in flight: k16 step ks of channels 16w + g (+8){ring_decl_code}{fixed_code}
 
@@ -206,7 +218,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
   copy_wait<0>();
   fence_proxy_async();
   __syncthreads();                 // all wgmmas and copies done: the activation slots become the staging tile
-
+{splitk_code}
   // acc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
   const float scale = GS ? out_scale * load_f32(GS) : out_scale;
   #pragma unroll
@@ -222,7 +234,75 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {plan.kernel_name}
       sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
     }}
   }}
-{STAGED_COPY_OUT}"""
+{copy_out}"""
+
+
+_LOAD_STAGE = """  // activations: thread tid copies chunk tid % 8 of token rows tid / 8 + 32 i ((row mod 8) is the same for every i)
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const uint16_t* a_src = A + (size_t)(m0 + lrow) * K + lch * 8;
+  auto load_stage = [&](int slot, int kt) {
+    const uint32_t base = x0 + slot * X_BYTES;
+    #pragma unroll
+    for (int i = 0; i < BT / 32; ++i) {
+      const bool ok = m0 + lrow + 32 * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);
+    }
+  };
+"""
+
+# the small-M form: 16 token rows per pass of 128 threads, rows past BT skipped; the split's first atom is at kt0
+_SMALL_LOAD_STAGE = """  // activations: thread tid copies chunk tid % 8 of token rows tid / 8 + 16 i ((row mod 8) is the same for every i)
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const uint16_t* a_src = A + (size_t)(m0 + lrow) * K + (size_t)kt0 * BK + lch * 8;
+  auto load_stage = [&](int slot, int kt) {
+    const uint32_t base = x0 + slot * X_BYTES;
+    #pragma unroll
+    for (int i = 0; i < BT / 16; ++i) {
+      const bool ok = m0 + lrow + 16 * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(base + lswz + i * 16 * 128, ok ? a_src + ((size_t)16 * i * K + kt * BK) : A, ok);
+    }
+  };
+"""
+
+# split-K of the small-M form: every block stores its fp32 partials (acc[4j + 2h + e] = channel 16 w + 8 h + g,
+# token 8 j + 2 q + e) to WS[split][token tile row][N]; the last block of the tile (self-resetting counter) adds the
+# splits 0, 1, ... in that order, so the result does not depend on which block finishes last.
+_SMALL_SPLITK = """  if (gridDim.z > 1) {
+    __shared__ int last_block;
+    const size_t row0 = (size_t)blockIdx.x * BT;  // this token tile's first row in each split's slice
+    const size_t slice = (size_t)gridDim.x * BT * N;
+    float* part = WS + row0 * N + n0 + w * 16 + g;
+    #pragma unroll
+    for (int j = 0; j < BT / 8; ++j)
+      #pragma unroll
+      for (int h = 0; h < 2; ++h)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) part[blockIdx.z * slice + (size_t)(8 * j + 2 * q + e) * N + 8 * h] = acc[4 * j + 2 * h + e];
+    fence_device();
+    __syncthreads();
+    if (tid == 0) {
+      int* counter = CNT + blockIdx.x * gridDim.y + blockIdx.y;
+      const int ticket = atomic_add_i32(counter, 1);
+      last_block = ticket == (int)gridDim.z - 1;
+      if (last_block) store_i32(counter, 0);
+    }
+    __syncthreads();
+    if (!last_block) return;
+    fence_device();
+    #pragma unroll
+    for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;
+    #pragma unroll 1
+    for (int z = 0; z < (int)gridDim.z; ++z)  // rolled: the loads of one pass overlap (one L2 round trip per split)
+      #pragma unroll
+      for (int j = 0; j < BT / 8; ++j)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h)
+          #pragma unroll
+          for (int e = 0; e < 2; ++e) acc[4 * j + 2 * h + e] += load_f32_l2(part + z * slice + (size_t)(8 * j + 2 * q + e) * N + 8 * h);
+  }
+"""
 
 
 # The end of both register-A kernels: the staged output tile (token rows x 128 channels, 16-bit) copied to C

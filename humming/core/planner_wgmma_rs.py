@@ -63,8 +63,9 @@ def default_refusal(layout) -> str:
     return ""
 
 
-def layout_refusal(layout) -> str:
-    """Why this kernel cannot run a WeightLayout ("" when it can)."""
+def layout_refusal(layout, bc: int = BC) -> str:
+    """Why this kernel cannot run a WeightLayout ("" when it can) with ``bc`` channels per block (128; 64 for the
+    small-M form)."""
     d = layout.decode
     if getattr(layout, "packing", ""):
         return "it reads the mma.sync atom layout (humming.core.layout.prepare), not " + layout.packing
@@ -75,8 +76,8 @@ def layout_refusal(layout) -> str:
     for what, group in (("scale", layout.scale_group), ("zero", layout.zero_group)):
         if group > 0 and group % BK:
             return f"{what} group {group} is not a multiple of {BK} (one table row per 64-wide weight atom)"
-    if layout.n % BC:
-        return f"N={layout.n} is not a multiple of {BC}"
+    if layout.n % bc:
+        return f"N={layout.n} is not a multiple of {bc}"
     if layout.k % BK:
         return f"K={layout.k} is not a multiple of {BK}"
     return ""
@@ -104,12 +105,16 @@ def _token_tile(m: int, n: int, sms: int, cands: list[int], reasons: list[str]) 
     return bt
 
 
-def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None) -> Plan:
+def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None,
+                        splits: int | None = None, stages: int | None = None) -> Plan:
     """Plan the register-A wgmma WnA16 kernel for a ``WeightLayout`` (humming.core.layout), or UnsupportedOnDevice /
-    ShapeError naming what is missing. ``bt`` forces the token tile (128 or 256)."""
+    ShapeError naming what is missing. ``bt`` forces the token tile (128 or 256; 16-64 for the small-M form, which
+    M <= SMALL_MAX_M takes by default); ``splits`` and ``stages`` force the small-M form's split-K and stages."""
     form = wgmma_k16_form(caps, act)
     require_wgmma(caps, m, form, f"m64nNk16 {act} x {act} -> f32", "the mma.sync kernels run WnA16 there",
                   "register-A wgmma WnA16 pipeline")
+    if (bt is None and m <= SMALL_MAX_M) or (bt is not None and bt < 128):
+        return _plan_small(caps, layout, m, act, scheme, form, bt, splits, stages)
     why = layout_refusal(layout)
     if why:
         err = ShapeError if why.startswith(("N=", "K=")) else UnsupportedOnDevice
@@ -152,4 +157,73 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,
         async_copy=True, smem_bytes=smem, reasons=tuple(reasons),
+    )
+
+
+# ---- the small-M form (decode batches, M 9-64): one warpgroup per block (64 channels, one slab), every token of
+# the batch in one wgmma m64nBTk16 (BT = M rounded up to 16), split-K over blocks with the fixed-order fix-up of the
+# mma.sync kernels. Opt-in until measured (HUMMING_WGMMA_RS_SMALL=1 routes M 9-64 to it).
+SMALL_MAX_M = 64
+SMALL_MIN_M = 9  # below: the stream kernel (one n8 token tile of mma.sync)
+SMALL_ENV = "HUMMING_WGMMA_RS_SMALL"
+SMALL_BC = 64
+SMALL_STAGES = 6
+
+
+def small_enabled() -> bool:
+    return os.environ.get(SMALL_ENV, "").strip().lower() in ("1", "true", "on", "yes")
+
+
+def small_splits(n: int, k: int, sms: int) -> tuple[int, str]:
+    """Split-K of the small-M form: the fewest splits that give every SM three blocks, keeping >= 8 atoms per
+    block (the weight ring and the activation stages need a run to fill)."""
+    slabs, katoms = n // SMALL_BC, k // BK
+    splits = 1
+    while slabs * splits < 3 * sms and katoms % (2 * splits) == 0 and katoms // (2 * splits) >= 8:
+        splits *= 2
+    return splits, f"split-K {splits}: {slabs} slabs x {splits} = {slabs * splits} blocks of one warpgroup on {sms} SMs"
+
+
+def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | None, splits: int | None,
+                stages: int | None) -> Plan:
+    why = layout_refusal(layout, SMALL_BC)
+    if why:
+        err = ShapeError if why.startswith(("N=", "K=")) else UnsupportedOnDevice
+        raise err(f"the register-A wgmma WnA16 kernel does not apply: {why}; the stream or mma.sync kernels run it")
+    n, k = layout.n, layout.k
+    bt = bt or 16 * math.ceil(m / 16)
+    if bt > SMALL_MAX_M or bt % 8 or bt not in form.n_values:
+        raise UnsupportedOnDevice(f"the small-M register-A form takes token tiles of 8..{SMALL_MAX_M} (a multiple of 8 "
+                                  f"that {caps.name} declares for wgmma m64nNk16), not {bt}")
+    if m > bt:
+        raise ShapeError(f"M={m} does not fit one token tile of {bt}")
+    limit = caps.limits.smem_per_block_kb * 1024
+    sms = caps.limits.sms or _DEFAULT_SMS
+    stages = stages or SMALL_STAGES
+    if stages < MIN_STAGES or smem_bytes(bt, stages) > limit:
+        raise UnsupportedOnDevice(f"{stages} activation stages of {bt} tokens do not fit (at least {MIN_STAGES}, "
+                                  f"{limit} B of shared memory)")
+    katoms = k // BK
+    auto, split_why = small_splits(n, k, sms)
+    if splits is None:
+        splits = auto
+    elif katoms % splits:
+        raise ShapeError(f"split-K {splits} does not divide the {katoms} k atoms")
+    else:
+        split_why = f"split-K {splits} forced"
+    d = layout.decode
+    reasons = [
+        f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (weights) from registers, B (activations) K-major in "
+        "128-byte-swizzled shared memory",
+        f"path {PATH}, small-M form: one warpgroup per block owns one 64-channel slab; every one of the M={m} tokens "
+        f"in one m64n{bt}k16 per k16 step; each warp decodes its 16 channels ({d.kind}{d.bits}, the stream kernel's "
+        f"prepared weights) {stages - 2} atoms ahead",
+        f"{stages} cp.async activation stages of {bt} x 64 ({smem_bytes(bt, stages) // 1024} KiB); {split_why}; "
+        "split-K partials added by the last block in a fixed order",
+    ]
+    tiles = TileConfig(bt, SMALL_BC, BK, stages, 1, 4, 1)
+    return Plan(
+        scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
+        instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=splits,
+        async_copy=True, smem_bytes=smem_bytes(bt, stages), reasons=tuple(reasons),
     )

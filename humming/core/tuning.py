@@ -214,7 +214,7 @@ def lookup(caps, layout, n: int, k: int, m: int, scheme: str = "") -> dict | Non
 def _forced(entry: dict) -> tuple[TileConfig, int, str]:
     tiles = TileConfig(**{f.name: int(entry["tiles"].get(f.name, f.default)) for f in dataclasses.fields(TileConfig)})
     splits = int(entry["splits"])
-    path = "stream" if entry["path"] == "stream" else "tile"
+    path = entry["path"] if entry["path"] in ("stream", RS_PATH) else "tile"
     return tiles, splits, path
 
 
@@ -228,7 +228,10 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
         tiles, splits, path = _forced(entry)
         if path == "stream" and m > STREAM_MAX_M:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}")
-        plan = plan_wna16(caps, layout, m, act, scheme=scheme, tiles=tiles, splits=splits, path=path)
+        if path == RS_PATH:
+            plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages)
+        else:
+            plan = plan_wna16(caps, layout, m, act, scheme=scheme, tiles=tiles, splits=splits, path=path)
     except (ShapeError, UnsupportedOnDevice, KeyError, TypeError, ValueError) as exc:
         log.info("humming tuning: stored config for %s bucket %s from %s ignored: %s",
                  layout_key(layout), m_bucket(m), entry.get("origin"), exc)
@@ -237,6 +240,28 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
            + (f" (the default plan of that run: {entry['default_us']} us)" if entry.get("default_us") else "")
            + f" on {entry.get('device') or 'an unnamed device'}, {entry.get('date') or 'undated'} ({entry['origin']})")
     return dataclasses.replace(plan, reasons=plan.reasons + (why,))
+
+
+RS_PATH = "wgmma-rs"  # the register-A wgmma kernel; its small-M form (M 9-64) is a tuning candidate
+_RS_SPLITS = (1, 2, 4, 8, 16)
+_RS_STAGES = (4, 6, 8)
+
+
+def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | None, stages: int | None) -> Plan:
+    """The small-M register-A wgmma plan (runs on the mma.sync handle's prepared weights), or UnsupportedOnDevice /
+    ShapeError: it needs M 9-64, a layout it decodes, the wgmma kernels enabled and the live GPU of the profile's
+    target (a profile forced onto another GPU keeps the mma.sync kernels)."""
+    from humming.core import planner_wgmma_rs as rs
+
+    if not rs.SMALL_MIN_M <= m <= rs.SMALL_MAX_M:
+        raise ShapeError(f"the small-M register-A form takes M {rs.SMALL_MIN_M}-{rs.SMALL_MAX_M}, not {m}")
+    if rs.min_m() is None or os.environ.get("HUMMING_WGMMA_WNA16", "1").strip().lower() in ("0", "false", "off", "no"):
+        raise UnsupportedOnDevice("the register-A wgmma kernel is switched off (HUMMING_WGMMA_RS=0 or HUMMING_WGMMA_WNA16=0)")
+    from humming.api import _wgmma_runs_here
+
+    if not _wgmma_runs_here(caps):
+        raise UnsupportedOnDevice(f"the live GPU is not {caps.name}'s own target (wgmma kernels run only there)")
+    return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, splits=splits, stages=stages)
 
 
 def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
@@ -361,6 +386,19 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
         if sig not in seen:
             seen.add(sig)
             plans.append(p)
+    from humming.core import planner_wgmma_rs as rs
+
+    if rs.SMALL_MIN_M <= m <= rs.SMALL_MAX_M:  # the small-M register-A wgmma form, where the profile runs wgmma here
+        for splits in _RS_SPLITS:
+            for stages in _RS_STAGES:
+                try:
+                    p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages)
+                except HummingError:
+                    continue
+                sig = (p.path, p.tiles, p.splits)
+                if sig not in seen:
+                    seen.add(sig)
+                    plans.append(p)
     return plans
 
 

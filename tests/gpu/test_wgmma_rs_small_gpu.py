@@ -1,0 +1,79 @@
+"""W4A16 at decode batch sizes (M 9-64) on the small-M form of the register-A wgmma kernel (opt-in:
+HUMMING_WGMMA_RS_SMALL=1; one warpgroup per 64-channel slab, every token in one wgmma m64nBTk16, split-K with the
+fixed-order fix-up) against the reference, on a GPU whose profile declares wgmma f16/bf16. Outputs are NaN-poisoned
+before each launch (conftest), data is fresh random per case, and every case checks that this kernel ran."""
+import pytest
+import torch
+
+import humming
+from humming import api
+from humming.core.planner_wgmma_rs import ENV, PATH, SMALL_ENV, plan_wna16_wgmma_rs
+
+from .conftest import rel_error
+from .test_wgmma_rs_gpu import TOL, _require_wgmma, _scheme
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(512, 4096), (4096, 2048), (192, 1024)]  # (N, K); 192: N a multiple of 64, not of 128
+MS = (9, 16, 17, 33, 48, 64)
+CASES = [("w4a16", 128), ("w4a16", None), ("w4a16-zp", 128), ("w4a16-zp", None), ("w4a16", 64), ("w4a16", 256)]
+
+
+def _small_handle(qw, dtype):
+    cache = qw.__dict__["_humming_prepared"]
+    return next(v for key, v in cache.items() if key[0] == "wna16-wgmma-rs-small" and key[1] == dtype)
+
+
+@pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g' + str(g) if g else 'channel'}" for n, g in CASES])
+def test_wgmma_rs_small(name, group, dtype, n, k, monkeypatch):
+    _require_wgmma(dtype)
+    monkeypatch.setenv(SMALL_ENV, "1")
+    if group not in (128, None):
+        monkeypatch.setenv(ENV, "1")  # groups other than 128 / per channel only when forced
+    torch.manual_seed(n + k + (group or 1) + len(name))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    for m in MS:
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        handle = _small_handle(qw, dtype)
+        assert handle >= 0, "the small-M register-A kernel was judged not eligible"
+        p = api._registry[handle].launches[m].plan
+        assert p.path == PATH and p.tiles.bm < 128 and p.kernel_name.startswith("hm_wna16_wgmmars_"), p.explain()
+        assert out.shape == (m, n) and not torch.isnan(out).any(), ("output not fully written", p.explain())
+        ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
+        err = rel_error(out, ref)
+        assert err <= TOL[dtype], (m, err, p.explain())
+
+
+@pytest.mark.parametrize("splits", [1, 2, 8])
+def test_wgmma_rs_small_forced_splits_and_graph(splits, monkeypatch):
+    """Every split count the fix-up handles (1: no fix-up), and CUDA-graph replay with new activations."""
+    dtype = torch.float16
+    _require_wgmma(dtype)
+    monkeypatch.setenv(SMALL_ENV, "1")
+    torch.manual_seed(splits)
+    qw = humming.quantize(torch.randn(1024, 4096, device="cuda") * 0.05, "w4a16")
+    m = 24
+    x = torch.randn(m, 4096, device="cuda", dtype=dtype)
+    humming.gemm(x, qw)
+    handle = _small_handle(qw, dtype)
+    prep = api._registry[handle]
+    prep.plans[m] = plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, "f16", scheme="w4a16", splits=splits)
+    prep.launches.pop(m, None)
+    out = humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    assert api._registry[handle].launches[m].plan.splits == splits
+    assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[dtype]
+    static = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gout = humming.gemm(static, qw)
+    x2 = torch.randn_like(x)
+    static.copy_(x2)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_error(gout, humming.reference_gemm(x2, qw, out_dtype=torch.float32)) <= TOL[dtype]
