@@ -71,7 +71,7 @@ def test_stream_bulk_wide_layer_and_graph():
     _require_bulk()
     torch.manual_seed(7)
     qw = humming.quantize(torch.randn(4096, 2048, device="cuda") * 0.05, "w4a16")
-    assert _run(qw, torch.float16, (1, 16), [(4, 4, 1, 1), (8, 8, 0, 2)])
+    assert _run(qw, torch.float16, (1, 16), [(4, 4, 1, 1), (8, 4, 0, 2)])
     handle = api.prepared(qw, torch.float16, torch.device("cuda", torch.cuda.current_device()))
     prep = api._registry[handle]
     base = api.plan_for(handle, 5)
