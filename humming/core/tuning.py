@@ -229,7 +229,7 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
         if path == "stream" and m > STREAM_MAX_M:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}")
         if path == RS_PATH:
-            plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages)
+            plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages, tiles.bm)
         else:
             plan = plan_wna16(caps, layout, m, act, scheme=scheme, tiles=tiles, splits=splits, path=path)
     except (ShapeError, UnsupportedOnDevice, KeyError, TypeError, ValueError) as exc:
@@ -247,7 +247,8 @@ _RS_SPLITS = (1, 2, 4, 8, 16)
 _RS_STAGES = (4, 6, 8)
 
 
-def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | None, stages: int | None) -> Plan:
+def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | None, stages: int | None,
+                   bt: int | None = None) -> Plan:
     """The small-M register-A wgmma plan (runs on the mma.sync handle's prepared weights), or UnsupportedOnDevice /
     ShapeError: it needs M 9-64, a layout it decodes, the wgmma kernels enabled and the live GPU of the profile's
     target (a profile forced onto another GPU keeps the mma.sync kernels)."""
@@ -261,7 +262,7 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
 
     if not _wgmma_runs_here(caps):
         raise UnsupportedOnDevice(f"the live GPU is not {caps.name}'s own target (wgmma kernels run only there)")
-    return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, splits=splits, stages=stages)
+    return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, splits=splits, stages=stages)
 
 
 def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
