@@ -884,11 +884,13 @@ def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
 
 
 def _wgmma_rs8_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
-    """True when the register-A wgmma W4A8 kernel runs this call: HUMMING_WGMMA_W4A8_RS=1, M >= 128, the wgmma
-    W4A8 kernel would run it, signed int4 weights with group-128 or per-channel scales (layout_wgmma_rs8)."""
+    """True when the register-A wgmma W4A8 kernel runs this call: M >= 1024 (HUMMING_WGMMA_W4A8_RS=1: M >= 128; =0:
+    never), the wgmma W4A8 kernel would run it, signed int4 weights with group-128 or per-channel scales
+    (layout_wgmma_rs8)."""
     from humming.core import planner_wgmma_rs8 as rs8
 
-    if not rs8.enabled() or m < rs8.MIN_M or scheme.weight != "int4":
+    lowest = rs8.min_m()
+    if lowest is None or m < lowest or scheme.weight != "int4":
         return False
     if not _wgmma_eligible(caps, choice, scheme, m, n, k):
         return False

@@ -111,6 +111,13 @@ def _w4a8_scheme(name: str):
     return sch
 
 
+@pytest.fixture(autouse=True)
+def _shared_memory_w4a8_kernels(monkeypatch):
+    """These tests cover the wgmma W4A8 kernels that widen in shared memory; the register-A one (the default from
+    M 1024 for int4 with groups of 128 / per channel) has its own tests (test_wgmma_rs8_gpu.py)."""
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS", "0")
+
+
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("scheme", W4A8_SCHEMES)
