@@ -33,7 +33,9 @@ are unused), so the same launcher and the same prepared weights (humming.core.la
 """
 from __future__ import annotations
 
-from humming.core.generator import pair_decode
+from math import lcm
+
+from humming.core.generator import _c, pair_decode
 from humming.core.planner_wgmma_rs import BC, BK, OUT_PAD, PATH, PF, SMALL_BC, layout_refusal
 from humming.devices.base import HelperRequest
 
@@ -87,6 +89,38 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     pick_code = "\n          ".join(pick)
 
     pf = t.stages - 2 if small else PF
+    fold = t.fold
+    if fold and not small:
+        raise ValueError("fold (the scale, and with fold=2 the zero point, applied per group in fp32) is a small-M option")
+    if fold == 2:
+        decode_body = """          #pragma unroll
+          for (int r = 0; r < 2; ++r) a[ks][r * 2 + h] = dq_raw(wq[s][ks], 2 * h + r);  // magic + code, exact"""
+    elif fold == 1:  # the zero point as before, the scale later: a[] = code - zero, exact small integers
+        _, zmath, _ = pair_decode(lay, False, bool(z_group))
+        zpick = "\n          ".join(ln for ln in pick if ln.startswith("const uint32_t zz"))
+        decode_body = f"""          {zpick}
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {{
+            uint32_t v = dq_raw(wq[s][ks], 2 * h + r);
+            {zmath}
+            a[ks][r * 2 + h] = v;
+          }}"""
+    if fold:
+        fold_decl, mma_block, fence_acc, fold_tail = _fold_parts(lay, s_group, z_group, plan.act, fold == 2)
+        ga = fold_group_atoms(lay)
+        unroll = "2 * R" if not ga or (2 * (pf + 1)) % ga == 0 else str(lcm(2 * (pf + 1), ga))
+    else:
+        decode_body = f"""          {pick_code}
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {{
+            uint32_t v = dq_raw(wq[s][ks], 2 * h + r);
+            {math}
+            a[ks][r * 2 + h] = v;
+          }}"""
+        fold_decl = fold_tail = ""
+        mma_block = _PLAIN_MMA
+        fence_acc = "wgmma_fence_operand(acc);"
+        unroll = "2 * R"
     threads_line = ("constexpr int THREADS = 128;             // one warpgroup: the tile's 64 channels (one slab)" if small
                     else "constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile")
     bounds = 4 if small else 1
@@ -114,7 +148,7 @@ constexpr int BT = {t.bm}, BC = {t.bn}, BK = {BK}, STAGES = {t.stages};   // tok
 {threads_line}
 constexpr int LOOKAHEAD = STAGES - 2;    // activation stages loading while one is multiplied and one may still be read
 constexpr int PF = {pf}, R = PF + 1;           // weight atoms in flight per lane, register ring size
-constexpr int U = 2 * R;                 // stages per trip of the main loop (unrolled: ring slots are constants)
+constexpr int U = {unroll};                 // stages per trip of the main loop (unrolled: ring slots are constants)
 constexpr int X_BYTES = BT * BK * 2;     // one activation tile: BT rows x 128 bytes
 constexpr int ATOM_WORDS = 32 * 4 * 4;   // 32-bit words of one 64 x 64 int4 atom (2 KB)
 constexpr int OUT_LD = BC + {OUT_PAD};         // staging pitch (16-bit values): 272 bytes, conflict-free stores
@@ -155,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kerne
 
   float acc[WG_ACC_REGS];
   #pragma unroll
-  for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;{fold_decl}
 
   #pragma unroll
   for (int s = 0; s < LOOKAHEAD; ++s) {{
@@ -179,13 +213,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kerne
       for (int ks = 0; ks < 4; ++ks)
         #pragma unroll
         for (int h = 0; h < 2; ++h) {{
-          {pick_code}
-          #pragma unroll
-          for (int r = 0; r < 2; ++r) {{
-            uint32_t v = dq_raw(wq[s][ks], 2 * h + r);
-            {math}
-            a[ks][r * 2 + h] = v;
-          }}
+{decode_body}
         }}
       if (kt + PF < ktiles) {{  // the ring slot of kt - 1 (decoded last iteration) takes atom kt + PF
 {fetch("(s + PF) % R", "kt + PF", "        ")}
@@ -199,22 +227,15 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kerne
         copy_commit();
       }}
       const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);
-      wgmma_fence_operand(acc);
-      wgmma_fence();               // the a[] registers and accumulators written above, before the wgmmas read them
-      #pragma unroll
-      for (int ks = 0; ks < 4; ++ks)  // k16 steps: +32 bytes inside the swizzled rows = +2 in the address field
-        wgmma_k16_rs(acc, a[ks], desc_x + 2 * ks, 1);
-      wgmma_commit();
-      wgmma_wait<1>();             // the group of kt - 1 has finished (its registers and its slot are free)
-      wgmma_fence_operand(acc);
+{mma_block}
     }}
     // drain before the loop's back edge: ptxas serializes every wgmma when a group whose A registers it cannot
     // track (a wgmma in flight across the back edge) is pending while a[] is written (C7513); once per U stages
     wgmma_wait<0>();
-    wgmma_fence_operand(acc);
+    {fence_acc}
   }}
   wgmma_wait<0>();
-  wgmma_fence_operand(acc);
+  {fence_acc}{fold_tail}
   copy_wait<0>();
   fence_proxy_async();
   __syncthreads();                 // all wgmmas and copies done: the activation slots become the staging tile
@@ -320,3 +341,83 @@ STAGED_COPY_OUT = """  __syncthreads();
   }
 }
 """
+
+
+# one stage's wgmmas into the accumulators (the prefill and the plain small-M form)
+_PLAIN_MMA = """      wgmma_fence_operand(acc);
+      wgmma_fence();               // the a[] registers and accumulators written above, before the wgmmas read them
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks)  // k16 steps: +32 bytes inside the swizzled rows = +2 in the address field
+        wgmma_k16_rs(acc, a[ks], desc_x + 2 * ks, 1);
+      wgmma_commit();
+      wgmma_wait<1>();             // the group of kt - 1 has finished (its registers and its slot are free)
+      wgmma_fence_operand(acc);"""
+
+
+def fold_group_atoms(lay) -> int:
+    """k atoms per fold group: the scale / zero group in atoms (the smaller one), 0 for one group over all of K."""
+    groups = [g // BK for g in (lay.scale_group, lay.zero_group) if g > 0]
+    return min(groups) if groups else 0
+
+
+def _fold_parts(lay, s_group: int, z_group: int, act: str, full: bool) -> tuple[str, str, str, str]:
+    """The fold options of the small-M form. fold=1: the wgmma takes code - zero (exact small integers), tmp = their
+    products summed over one scale group, and at the end of the group (waited for) acc += scale * tmp in fp32: saves
+    the per-element scale multiply. fold=2 (``full``): the wgmma takes the raw codes (magic + code), sx = the
+    activations summed over the same k (a wgmma with an all-ones A, on the otherwise idle tensor pipe), and
+    acc += scale * (tmp + zz * sx) with zz = -(magic + zero): saves the zero-point add too. The sx wgmmas follow the
+    stage's tmp wgmmas (interleaved, ptxas serializes the pipeline: C7511)."""
+    ga = fold_group_atoms(lay)
+    one = "0x3C003C00u" if act == "f16" else "0x3F803F80u"
+    # group boundaries fall on fixed stages u of the unrolled trip (its length is a multiple of the group, and every
+    # split starts on a group): ptxas serializes the wgmmas when the waits depend on a runtime branch (C7511)
+    first = f"u % {ga} == 0" if ga else "kt == 0"
+    if s_group:
+        ss = "act_to_f32((uint16_t)(" + ("sq[s]" if s_group > 0 else "sw") + " >> (16 * h)))"
+    else:
+        ss = "1.0f"
+    if z_group:
+        zz = "act_to_f32((uint16_t)(" + ("zq[s]" if z_group > 0 else "zw") + " >> (16 * h)))"
+    else:
+        zz = _c(lay.zero_const)
+    if not full:
+        decl = """
+  float tmp[WG_ACC_REGS];  // fold: this group's sums of (code - zero) x activation"""
+    else:
+        decl = f"""
+  float tmp[WG_ACC_REGS], sx[WG_ACC_REGS];  // fold: raw sums and activation sums of the current group
+  const uint32_t ones[4] = {{{one}, {one}, {one}, {one}}};  // an all-ones A: every row of D is the sum of B over k"""
+    fma = "fmaf(ss, fmaf(zz, sx[i], tmp[i]), acc[i])" if full else "fmaf(ss, tmp[i], acc[i])"
+    zz_def = f", zz = {zz}" if full else ""
+    fence = ("wgmma_fence_operand(tmp);\n{0}wgmma_fence_operand(sx);" if full else "wgmma_fence_operand(tmp);")
+    sx_mma = """
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks) wgmma_k16_rs(sx, ones, desc_x + 2 * ks, ks > 0 || !first);""" if full else ""
+    fold = f"""        #pragma unroll
+        for (int h = 0; h < 2; ++h) {{
+          const float ss = {ss}{zz_def};
+          #pragma unroll
+          for (int j = 0; j < BT / 8; ++j)
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) {{
+              const int i = 4 * j + 2 * h + e;
+              acc[i] = {fma};
+            }}
+        }}"""
+    mma = f"""      const bool first = {first};
+      {fence.format("      ")}
+      wgmma_fence();               // the a[] registers and accumulators written above, before the wgmmas read them
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks)  // the first stage of a group starts the sums afresh (scale-d = 0)
+        wgmma_k16_rs(tmp, a[ks], desc_x + 2 * ks, ks > 0 || !first);{sx_mma}
+      wgmma_commit();
+      if ({"u % " + str(ga) + " == " + str(ga - 1) if ga else "false"}) {{  // the group is complete: fold it into acc
+        wgmma_wait<0>();
+        {fence.format("        ")}
+{fold}
+      }} else {{
+        wgmma_wait<1>();           // the group of kt - 1 has finished (its registers and its slot are free)
+        {fence.format("        ")}
+      }}"""
+    tail = "" if ga else "\n  // one group over the split: fold it now\n" + fold.replace("\n    ", "\n")
+    return decl, mma, fence.format("    "), tail

@@ -106,15 +106,18 @@ def _token_tile(m: int, n: int, sms: int, cands: list[int], reasons: list[str]) 
 
 
 def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None,
-                        splits: int | None = None, stages: int | None = None) -> Plan:
+                        splits: int | None = None, stages: int | None = None, fold: int = 0) -> Plan:
     """Plan the register-A wgmma WnA16 kernel for a ``WeightLayout`` (humming.core.layout), or UnsupportedOnDevice /
     ShapeError naming what is missing. ``bt`` forces the token tile (128 or 256; 16-64 for the small-M form, which
-    M <= SMALL_MAX_M takes by default); ``splits`` and ``stages`` force the small-M form's split-K and stages."""
+    M <= SMALL_MAX_M takes by default); ``splits``, ``stages`` and ``fold`` (raw codes into the wgmma, zero point and
+    scale per group in fp32) are options of the small-M form."""
     form = wgmma_k16_form(caps, act)
     require_wgmma(caps, m, form, f"m64nNk16 {act} x {act} -> f32", "the mma.sync kernels run WnA16 there",
                   "register-A wgmma WnA16 pipeline")
     if (bt is None and m <= SMALL_MAX_M) or (bt is not None and bt < 128):
-        return _plan_small(caps, layout, m, act, scheme, form, bt, splits, stages)
+        return _plan_small(caps, layout, m, act, scheme, form, bt, splits, stages, fold)
+    if fold:
+        raise ShapeError("fold is an option of the small-M form (token tiles of 16 or 32)")
     why = layout_refusal(layout)
     if why:
         err = ShapeError if why.startswith(("N=", "K=")) else UnsupportedOnDevice
@@ -185,7 +188,7 @@ def small_splits(n: int, k: int, sms: int) -> tuple[int, str]:
 
 
 def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | None, splits: int | None,
-                stages: int | None) -> Plan:
+                stages: int | None, fold: int = 0) -> Plan:
     why = layout_refusal(layout, SMALL_BC)
     if why:
         err = ShapeError if why.startswith(("N=", "K=")) else UnsupportedOnDevice
@@ -211,6 +214,19 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         raise ShapeError(f"split-K {splits} does not divide the {katoms} k atoms")
     else:
         split_why = f"split-K {splits} forced"
+    if fold:
+        from humming.core.generator_wgmma_rs import fold_group_atoms
+
+        if bt > 32:
+            raise ShapeError(f"fold keeps three accumulator sets: token tiles up to 32, not {bt}")
+        ga = fold_group_atoms(layout)
+        if ga and (katoms // splits) % ga:
+            raise ShapeError(f"fold: each split's {katoms // splits} k atoms must hold whole groups of {ga} atoms")
+        if fold not in (1, 2):
+            raise ShapeError(f"fold is 0, 1 (scale per group in fp32) or 2 (zero point too), not {fold}")
+        split_why += (f"; fold={fold}: " + ("the scale" if fold == 1 else "the wgmma takes the raw codes (magic + code); "
+                                            "zero point (activation sums from an all-ones A) and scale")
+                      + " applied per " + (f"group of {ga * BK}" if ga else "split") + " in fp32")
     d = layout.decode
     reasons = [
         f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (weights) from registers, B (activations) K-major in "
@@ -221,7 +237,7 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         f"{stages} cp.async activation stages of {bt} x 64 ({smem_bytes(bt, stages) // 1024} KiB); {split_why}; "
         "split-K partials added by the last block in a fixed order",
     ]
-    tiles = TileConfig(bt, SMALL_BC, BK, stages, 1, 4, 1)
+    tiles = TileConfig(bt, SMALL_BC, BK, stages, 1, 4, 1, 0, fold)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=splits,

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import json
 import logging
 import os
@@ -229,7 +230,7 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
         if path == "stream" and m > STREAM_MAX_M:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}")
         if path == RS_PATH:
-            plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages, tiles.bm)
+            plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages, tiles.bm, tiles.fold)
         else:
             plan = plan_wna16(caps, layout, m, act, scheme=scheme, tiles=tiles, splits=splits, path=path)
     except (ShapeError, UnsupportedOnDevice, KeyError, TypeError, ValueError) as exc:
@@ -248,7 +249,7 @@ _RS_STAGES = (4, 6, 8)
 
 
 def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | None, stages: int | None,
-                   bt: int | None = None) -> Plan:
+                   bt: int | None = None, fold: int = 0) -> Plan:
     """The small-M register-A wgmma plan (runs on the mma.sync handle's prepared weights), or UnsupportedOnDevice /
     ShapeError: it needs M 9-64, a layout it decodes, the wgmma kernels enabled and the live GPU of the profile's
     target (a profile forced onto another GPU keeps the mma.sync kernels)."""
@@ -262,7 +263,7 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
 
     if not _wgmma_runs_here(caps):
         raise UnsupportedOnDevice(f"the live GPU is not {caps.name}'s own target (wgmma kernels run only there)")
-    return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, splits=splits, stages=stages)
+    return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, splits=splits, stages=stages, fold=fold)
 
 
 def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
@@ -390,16 +391,15 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
     from humming.core import planner_wgmma_rs as rs
 
     if rs.SMALL_MIN_M <= m <= rs.SMALL_MAX_M:  # the small-M register-A wgmma form, where the profile runs wgmma here
-        for splits in _RS_SPLITS:
-            for stages in _RS_STAGES:
-                try:
-                    p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages)
-                except HummingError:
-                    continue
-                sig = (p.path, p.tiles, p.splits)
-                if sig not in seen:
-                    seen.add(sig)
-                    plans.append(p)
+        for splits, stages, fold in itertools.product(_RS_SPLITS, _RS_STAGES, (0, 1, 2)):
+            try:
+                p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages, fold=fold)
+            except HummingError:
+                continue
+            sig = (p.path, p.tiles, p.splits)
+            if sig not in seen:
+                seen.add(sig)
+                plans.append(p)
     return plans
 
 

@@ -77,3 +77,40 @@ def test_wgmma_rs_small_forced_splits_and_graph(splits, monkeypatch):
     graph.replay()
     torch.cuda.synchronize()
     assert rel_error(gout, humming.reference_gemm(x2, qw, out_dtype=torch.float32)) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g' + str(g) if g else 'channel'}" for n, g in CASES])
+def test_wgmma_rs_small_fold(name, group, dtype, monkeypatch):
+    """The fold options (1: scale per group in fp32; 2: the raw codes into the wgmma, zero point from the activation
+    sums of an all-ones A, and scale per group in fp32), forced with several stage counts and splits."""
+    _require_wgmma(dtype)
+    monkeypatch.setenv(SMALL_ENV, "1")
+    monkeypatch.setenv(ENV, "1")
+    torch.manual_seed(len(name) + (group or 3))
+    n, k = 512, 4096
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    act = "f16" if dtype == torch.float16 else "bf16"
+    ran = 0
+    for m in (9, 16, 24, 32):
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        humming.gemm(x, qw)
+        handle = _small_handle(qw, dtype)
+        prep = api._registry[handle]
+        ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
+        for fold, stages, splits in ((1, 8, 4), (2, 8, 4), (1, 4, 2), (2, 6, 8), (2, 4, 1)):
+            prep.plans[m] = plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, act, scheme=name, splits=splits,
+                                                stages=stages, fold=fold)
+            prep.launches.pop(m, None)
+            out = humming.gemm(x, qw)
+            torch.cuda.synchronize()
+            p = api._registry[handle].launches[m].plan
+            assert p.tiles.fold == fold and p.splits == splits, p.explain()
+            assert not torch.isnan(out).any(), ("output not fully written", p.explain())
+            err = rel_error(out, ref)
+            assert err <= TOL[dtype], (m, fold, stages, splits, err, p.explain())
+            ran += 1
+        prep.plans.pop(m, None)
+        prep.launches.pop(m, None)
+    assert ran
