@@ -224,6 +224,10 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
             raise ShapeError(f"fold: each split's {katoms // splits} k atoms must hold whole groups of {ga} atoms")
         if fold not in (1, 2):
             raise ShapeError(f"fold is 0, 1 (scale per group in fp32) or 2 (zero point too), not {fold}")
+        if fold == 2 and not ga:
+            # measured on the H200: the raw products summed over a whole split (e.g. 4096 k) lose too much to the
+            # cancellation against (magic + zero) x sum(x): relative error 1.9e-3 against 1e-3 for f16
+            raise ShapeError("fold=2 needs scale or zero groups: one sum over a whole split loses precision")
         split_why += (f"; fold={fold}: " + ("the scale" if fold == 1 else "the wgmma takes the raw codes (magic + code); "
                                             "zero point (activation sums from an all-ones A) and scale")
                       + " applied per " + (f"group of {ga * BK}" if ga else "split") + " in fp32")
