@@ -45,10 +45,10 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
 
     t = plan.tiles
     lay = plan.layout
-    small = t.bm < 128  # the small-M form: one warpgroup (64 channels), BT = 16..64 tokens, split-K
+    small = t.bn == SMALL_BC  # the small-M form: one warpgroup (64 channels), BT = 16..128 tokens, split-K
     if small:
-        if plan.path != PATH or (t.bn, t.bk, t.threads) != (SMALL_BC, BK, 128) or t.stages < 4 or t.bm % 16:
-            raise ValueError(f"the small-M register-A wgmma kernel is written for 16..64 tokens (a multiple of 16) x "
+        if plan.path != PATH or (t.bk, t.threads) != (BK, 128) or t.stages < 4 or t.bm % 16 or t.bm > 128:
+            raise ValueError(f"the small-M register-A wgmma kernel is written for 16..128 tokens (a multiple of 16) x "
                              f"64 channels x 64 k, 128 threads, >= 4 stages; got {t}")
     elif plan.path != PATH or (t.bn, t.bk, t.threads) != (BC, BK, 256) or t.stages < 4 or t.bm not in (128, 256):
         raise ValueError(f"the register-A wgmma kernel is written for (128|256) tokens x 128 channels x 64 k, "
@@ -123,7 +123,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         unroll = "2 * R"
     threads_line = ("constexpr int THREADS = 128;             // one warpgroup: the tile's 64 channels (one slab)" if small
                     else "constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile")
-    bounds = 4 if small else 1
+    bounds = (4 if t.bm <= 64 else 3) if small else 1  # blocks per SM the registers must allow
     if small:
         ktiles_line = ("const int katoms = K / BK, ktiles = k_per_split / BK;   // k atoms of a slab, of this split\n"
                        "  const int kt0 = blockIdx.z * ktiles;                        // this split's first k atom")

@@ -106,15 +106,19 @@ def _token_tile(m: int, n: int, sms: int, cands: list[int], reasons: list[str]) 
 
 
 def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None,
-                        splits: int | None = None, stages: int | None = None, fold: int = 0) -> Plan:
+                        splits: int | None = None, stages: int | None = None, fold: int = 0,
+                        small: bool | None = None) -> Plan:
     """Plan the register-A wgmma WnA16 kernel for a ``WeightLayout`` (humming.core.layout), or UnsupportedOnDevice /
     ShapeError naming what is missing. ``bt`` forces the token tile (128 or 256; 16-64 for the small-M form, which
     M <= SMALL_MAX_M takes by default); ``splits``, ``stages`` and ``fold`` (raw codes into the wgmma, zero point and
-    scale per group in fp32) are options of the small-M form."""
+    scale per group in fp32) are options of the small-M form, which ``small=True`` forces at any M (token tiles of
+    up to SMALL_MAX_BT)."""
     form = wgmma_k16_form(caps, act)
     require_wgmma(caps, m, form, f"m64nNk16 {act} x {act} -> f32", "the mma.sync kernels run WnA16 there",
                   "register-A wgmma WnA16 pipeline")
-    if (bt is None and m <= SMALL_MAX_M) or (bt is not None and bt < 128):
+    if small is None:
+        small = (bt is None and m <= SMALL_MAX_M) or (bt is not None and bt < 128)
+    if small:
         return _plan_small(caps, layout, m, act, scheme, form, bt, splits, stages, fold)
     if fold:
         raise ShapeError("fold is an option of the small-M form (token tiles of 16 or 32)")
@@ -166,7 +170,8 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
 # ---- the small-M form (decode batches, M 9-64): one warpgroup per block (64 channels, one slab), every token of
 # the batch in one wgmma m64nBTk16 (BT = M rounded up to 16), split-K over blocks with the fixed-order fix-up of the
 # mma.sync kernels. Opt-in until measured (HUMMING_WGMMA_RS_SMALL=1 routes M 9-64 to it).
-SMALL_MAX_M = 64
+SMALL_MAX_M = 64  # the small form's default range (and that of HUMMING_WGMMA_RS_SMALL)
+SMALL_MAX_BT = 128  # its widest token tile: wgmma m64n128k16, 64 accumulators per thread
 SMALL_MIN_M = 9  # below: the stream kernel (one n8 token tile of mma.sync)
 SMALL_ENV = "HUMMING_WGMMA_RS_SMALL"
 SMALL_BC = 64
@@ -194,12 +199,10 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         err = ShapeError if why.startswith(("N=", "K=")) else UnsupportedOnDevice
         raise err(f"the register-A wgmma WnA16 kernel does not apply: {why}; the stream or mma.sync kernels run it")
     n, k = layout.n, layout.k
-    bt = bt or 16 * math.ceil(m / 16)
-    if bt > SMALL_MAX_M or bt % 8 or bt not in form.n_values:
-        raise UnsupportedOnDevice(f"the small-M register-A form takes token tiles of 8..{SMALL_MAX_M} (a multiple of 8 "
-                                  f"that {caps.name} declares for wgmma m64nNk16), not {bt}")
-    if m > bt:
-        raise ShapeError(f"M={m} does not fit one token tile of {bt}")
+    bt = bt or min(SMALL_MAX_BT, 16 * math.ceil(m / 16))
+    if bt > SMALL_MAX_BT or bt % 16 or bt not in form.n_values:
+        raise UnsupportedOnDevice(f"the small-M register-A form takes token tiles of 16..{SMALL_MAX_BT} (a multiple of "
+                                  f"16 that {caps.name} declares for wgmma m64nNk16), not {bt}")
     limit = caps.limits.smem_per_block_kb * 1024
     sms = caps.limits.sms or _DEFAULT_SMS
     stages = stages or SMALL_STAGES
@@ -235,9 +238,11 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
     reasons = [
         f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (weights) from registers, B (activations) K-major in "
         "128-byte-swizzled shared memory",
-        f"path {PATH}, small-M form: one warpgroup per block owns one 64-channel slab; every one of the M={m} tokens "
-        f"in one m64n{bt}k16 per k16 step; each warp decodes its 16 channels ({d.kind}{d.bits}, the stream kernel's "
-        f"prepared weights) {stages - 2} atoms ahead",
+        f"path {PATH}, small-M form: one warpgroup per block owns one 64-channel slab; "
+        + (f"every one of the M={m} tokens in one m64n{bt}k16 per k16 step" if m <= bt else
+           f"{math.ceil(m / bt)} token tiles of {bt} (m64n{bt}k16 per k16 step)")
+        + f"; each warp decodes its 16 channels ({d.kind}{d.bits}, the stream kernel's prepared weights) "
+        f"{stages - 2} atoms ahead",
         f"{stages} cp.async activation stages of {bt} x 64 ({smem_bytes(bt, stages) // 1024} KiB); {split_why}; "
         "split-K partials added by the last block in a fixed order",
     ]

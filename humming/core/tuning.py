@@ -255,15 +255,16 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
     target (a profile forced onto another GPU keeps the mma.sync kernels)."""
     from humming.core import planner_wgmma_rs as rs
 
-    if not rs.SMALL_MIN_M <= m <= rs.SMALL_MAX_M:
-        raise ShapeError(f"the small-M register-A form takes M {rs.SMALL_MIN_M}-{rs.SMALL_MAX_M}, not {m}")
+    if m < rs.SMALL_MIN_M:
+        raise ShapeError(f"the small-M register-A form takes M >= {rs.SMALL_MIN_M}, not {m}")
     if rs.min_m() is None or os.environ.get("HUMMING_WGMMA_WNA16", "1").strip().lower() in ("0", "false", "off", "no"):
         raise UnsupportedOnDevice("the register-A wgmma kernel is switched off (HUMMING_WGMMA_RS=0 or HUMMING_WGMMA_WNA16=0)")
     from humming.api import _wgmma_runs_here
 
     if not _wgmma_runs_here(caps):
         raise UnsupportedOnDevice(f"the live GPU is not {caps.name}'s own target (wgmma kernels run only there)")
-    return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, splits=splits, stages=stages, fold=fold)
+    return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, splits=splits, stages=stages, fold=fold,
+                                  small=True)
 
 
 def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
@@ -395,6 +396,16 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
         for splits, stages, fold in itertools.product(_RS_SPLITS, _RS_STAGES, (0, 1)):
             try:
                 p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages, fold=fold)
+            except HummingError:
+                continue
+            sig = (p.path, p.tiles, p.splits)
+            if sig not in seen:
+                seen.add(sig)
+                plans.append(p)
+    elif rs.SMALL_MAX_M < m < rs.DEFAULT_MIN_M:  # prefill below the prefill form's range: the small form's wider tiles
+        for bt, splits, stages in itertools.product((64, 128), (1, 2, 4), (4, 6)):
+            try:
+                p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages, bt)
             except HummingError:
                 continue
             sig = (p.path, p.tiles, p.splits)

@@ -119,3 +119,34 @@ def test_wgmma_rs_small_fold(name, group, dtype, monkeypatch):
         prep.plans.pop(m, None)
         prep.launches.pop(m, None)
     assert ran
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name,group", CASES[:4], ids=[f"{n}-{'g' + str(g) if g else 'channel'}" for n, g in CASES[:4]])
+def test_wgmma_rs_small_wide_tiles(name, group, dtype):
+    """The small form with token tiles of 64-128 at prefill sizes (several token tiles, rows past M in the last one),
+    as the tuner times it for M 65-1023."""
+    _require_wgmma(dtype)
+    torch.manual_seed(len(name) + (group or 5) + 11)
+    n, k = 1024, 2048
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
+    prep = api._registry[handle]
+    act = "f16" if dtype == torch.float16 else "bf16"
+    for m in (65, 128, 200, 300):
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
+        for bt, stages, splits in ((128, 4, 4), (64, 6, 2), (96, 4, 1), (128, 6, 1)):
+            prep.plans[m] = plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, act, scheme=name, bt=bt,
+                                                splits=splits, stages=stages, small=True)
+            prep.launches.pop(m, None)
+            out = api.gemm_prepared(x, handle)
+            torch.cuda.synchronize()
+            p = prep.launches[m].plan
+            assert p.tiles.bn == 64 and p.tiles.bm == bt and p.grid[0] == -(-m // bt), p.explain()
+            assert not torch.isnan(out).any(), ("output not fully written", p.explain())
+            err = rel_error(out, ref)
+            assert err <= TOL[dtype], (m, bt, stages, splits, err, p.explain())
+        prep.plans.pop(m, None)
+        prep.launches.pop(m, None)
