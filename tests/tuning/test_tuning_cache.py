@@ -215,7 +215,8 @@ def test_candidates_default_first_valid_and_unique():
     # M 9-64 also time the small-M register-A wgmma form (the H200 profile runs wgmma; this machine has no GPU to say
     # otherwise)
     for m, paths in ((1, {"stream", "dequant-to-activation"}), (16, {"stream", "dequant-to-activation", "wgmma-rs"}),
-                     (40, {"dequant-to-activation", "wgmma-rs"}), (128, {"dequant-to-activation"})):
+                     (40, {"dequant-to-activation", "wgmma-rs"}), (128, {"dequant-to-activation", "wgmma-rs"}),
+                     (1024, {"dequant-to-activation"})):
         layout = _layout(8192, 8192)
         plans = tuning.candidates(H200, layout, m, "f16", "w4a16")
         assert plans[0] == plan_wna16(H200, layout, m, "f16", scheme="w4a16")
