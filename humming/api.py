@@ -50,12 +50,13 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
         sch = sch.with_(group_size=group_size)
     if getattr(sch, "act", None):
         return _plan_quantized_act(caps, sch, m, n, k, act)
-    if _wgmma_rs_eligible(caps, sch, m, n, k, act) or _wgmma_rs_small_eligible(caps, sch, m, n, k, act):
-        # M >= 1024 (HUMMING_WGMMA_RS), or M 9-64 with HUMMING_WGMMA_RS_SMALL=1: weights as wgmma's register A
+    if _wgmma_rs_eligible(caps, sch, m, n, k, act):  # M >= 1024 (HUMMING_WGMMA_RS): weights as wgmma's register A
         from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
 
         return plan_wna16_wgmma_rs(caps, layout_for(sch, n, k, act), m, act, scheme=sch.name)
-    if _wgmma_wna16_eligible(caps, sch, m, n, k, act):  # unless HUMMING_WGMMA_WNA16=0: the plan that gemm runs
+    if _wgmma_wna16_eligible(caps, sch, m, n, k, act) and choose_plan(caps, layout_for(sch, n, k, act), m, act,
+                                                                      scheme=sch.name).path != "wgmma-rs":
+        # unless HUMMING_WGMMA_WNA16=0, and where the small register-A form does not take M: the plan that gemm runs
         from humming.core.layout_wgmma_wna16 import wgmma_wna16_layout
         from humming.core.planner_wgmma_wna16 import plan_wna16_wgmma
 
@@ -450,10 +451,11 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) ->
         lowest = min_m()  # the register-A kernel: M >= 1024 by default (HUMMING_WGMMA_RS=1: 128, =0: never)
         rs = (_wna16_wgmma_rs_handle(x, qw, profile, handle) if lowest is not None and x.numel() >= lowest * qw.shape[1]
               else handle)
-        handle = rs if rs != handle else _wna16_wgmma_handle(x, qw, profile, handle)
-    elif 9 * qw.shape[1] <= x.numel() <= 64 * qw.shape[1] and os.environ.get("HUMMING_WGMMA_RS_SMALL") == "1":
-        handle = _wna16_wgmma_rs_small_handle(x, qw, profile, handle)  # opt-in: M 9-64 on the register-A wgmma kernel
-    return gemm_prepared(x, handle, bias)
+        if rs != handle:
+            handle = rs
+        elif plan_for(handle, x.numel() // qw.shape[1]).path != "wgmma-rs":  # below 1024 the small register-A form
+            handle = _wna16_wgmma_handle(x, qw, profile, handle)          # (the mma.sync handle's plan) wins where
+    return gemm_prepared(x, handle, bias)                                  # it applies, else dequant-smem wgmma
 
 
 _choices: dict = {}
@@ -680,47 +682,6 @@ def _wgmma_rs_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
     except HummingError:
         return False
     return not rs.layout_refusal(lay) and (rs.forced() or not rs.default_refusal(lay))
-
-
-def _wgmma_rs_small_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
-    """True when the small-M form of the register-A wgmma kernel takes this call: HUMMING_WGMMA_RS_SMALL=1 (opt-in),
-    M 9-64, a declared wgmma k16 form for the activation type, cp.async, and a layout it runs (that of the prefill
-    form with N % 64 == 0; groups other than 128 / per channel only with HUMMING_WGMMA_RS=1)."""
-    from humming.core import planner_wgmma_rs as rs
-
-    if not (rs.small_enabled() and rs.SMALL_MIN_M <= m <= rs.SMALL_MAX_M and _switch_on(WGMMA_WNA16_ENV)
-            and caps.memory.cp_async):
-        return False
-    from humming.core.planner_wgmma_wna16 import wgmma_k16_form
-
-    if wgmma_k16_form(caps, act) is None:
-        return False
-    try:
-        lay = layout_for(scheme, n, k, act)
-    except HummingError:
-        return False
-    return not rs.layout_refusal(lay, rs.SMALL_BC) and (rs.forced() or not rs.default_refusal(lay))
-
-
-def _wna16_wgmma_rs_small_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
-    """The small-M form's handle (M 9-64, opt-in), sharing the prepared weights of ``fallback`` like
-    ``_wna16_wgmma_rs_handle``; ``fallback`` where it does not apply. The decision is cached on the weight."""
-    cache = qw.__dict__.setdefault("_humming_prepared", {})
-    key = ("wna16-wgmma-rs-small", x.dtype, x.device, profile)
-    handle = cache.get(key)
-    if handle is None:
-        from humming.core import planner_wgmma_rs as rs
-
-        caps = resolve_profile(profile)
-        n, k = qw.shape
-        act = act_name(x.dtype)
-        packed = _registry[fallback].packed
-        handle = -1
-        if (_wgmma_rs_small_eligible(caps, qw.scheme, rs.SMALL_MAX_M, n, k, act)
-                and not rs.layout_refusal(packed.layout, rs.SMALL_BC) and _wgmma_runs_here(caps)):
-            handle = _register_planned(packed, caps, None, rs.plan_wna16_wgmma_rs, act, qw.scheme.name)
-        cache[key] = handle
-    return fallback if handle < 0 else handle
 
 
 def _wna16_wgmma_rs_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:

@@ -34,15 +34,16 @@ def main() -> None:
         copies = max(2, int(240 / mb) + 1)
         bufs = [torch.randint(0, 7, (n,), dtype=torch.int32, device="cuda") for _ in range(copies)]
         dst = torch.empty_like(bufs[0])
-        i = [0]
+        def rotating(op, bufs=bufs, dst=dst):
+            state = {"i": 0}
 
-        def reduce():
-            i[0] = (i[0] + 1) % copies
-            bufs[i[0]].sum(dtype=torch.int64)
+            def call():
+                state["i"] = (state["i"] + 1) % len(bufs)
+                op(bufs[state["i"]], dst)
+            return call
 
-        def copy():
-            i[0] = (i[0] + 1) % copies
-            dst.copy_(bufs[i[0]])
+        reduce = rotating(lambda src, dst: src.sum(dtype=torch.int64))
+        copy = rotating(lambda src, dst: dst.copy_(src))
 
         r, c = timed(reduce), timed(copy)
         print(f"{mb:6.0f} MB: sum {r:7.1f} us ({n * 4 / r / 1e6:.2f} TB/s read)   "

@@ -167,29 +167,51 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     )
 
 
-# ---- the small-M form (decode batches, M 9-64): one warpgroup per block (64 channels, one slab), every token of
-# the batch in one wgmma m64nBTk16 (BT = M rounded up to 16), split-K over blocks with the fixed-order fix-up of the
-# mma.sync kernels. Opt-in until measured (HUMMING_WGMMA_RS_SMALL=1 routes M 9-64 to it).
-SMALL_MAX_M = 64  # the small form's default range (and that of HUMMING_WGMMA_RS_SMALL)
+# ---- the small-M form (decode batches and prefill below M 1024): one warpgroup per block (64 channels, one slab),
+# BT tokens per tile in one wgmma m64nBTk16 (BT = M rounded up to 16, 128 from M 65), split-K over blocks with the
+# fixed-order fix-up of the mma.sync kernels. Planned by default for M 17-1023 (and 9-16 on layers of <= 2 x SMs
+# slabs) where the live GPU runs wgmma (small_default); it runs on the stream kernel's prepared weights.
+SMALL_MAX_M = 64  # up to here the token tile is M rounded up to 16; above, tiles of SMALL_MAX_BT
 SMALL_MAX_BT = 128  # its widest token tile: wgmma m64n128k16, 64 accumulators per thread
 SMALL_MIN_M = 9  # below: the stream kernel (one n8 token tile of mma.sync)
-SMALL_ENV = "HUMMING_WGMMA_RS_SMALL"
 SMALL_BC = 64
 SMALL_STAGES = 6
 
 
-def small_enabled() -> bool:
-    return os.environ.get(SMALL_ENV, "").strip().lower() in ("1", "true", "on", "yes")
-
-
-def small_splits(n: int, k: int, sms: int) -> tuple[int, str]:
-    """Split-K of the small-M form: the fewest splits that give every SM three blocks, keeping >= 8 atoms per
-    block (the weight ring and the activation stages need a run to fill)."""
+def small_splits(n: int, k: int, sms: int, tiles: int = 1, bt: int = 16) -> tuple[int, str]:
+    """Split-K of the small-M form: the fewest splits that give every SM one block fewer than fit (4 with token
+    tiles up to 64, 3 above), keeping >= 8 atoms per block (the weight ring and the activation stages need a run to
+    fill). Matches the tuner's winners on the H200 (2026-11-30) for 8192x8192, 28672x8192 and 4096x14336."""
     slabs, katoms = n // SMALL_BC, k // BK
+    want = (3 if bt <= 64 else 2) * sms * 0.95
     splits = 1
-    while slabs * splits < 3 * sms and katoms % (2 * splits) == 0 and katoms // (2 * splits) >= 8:
+    while tiles * slabs * splits < want and katoms % (2 * splits) == 0 and katoms // (2 * splits) >= 8:
         splits *= 2
-    return splits, f"split-K {splits}: {slabs} slabs x {splits} = {slabs * splits} blocks of one warpgroup on {sms} SMs"
+    blocks = tiles * slabs * splits
+    return splits, f"split-K {splits}: {blocks} blocks of one warpgroup ({tiles} token tile(s) x {slabs} slabs) on {sms} SMs"
+
+
+def small_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
+    """The small form as the planner's default rule, or None where it does not apply: int4 layouts it decodes, the
+    profile's wgmma k16 form and cp.async, M 17-1023, or M 9-16 on layers of at most 2 x SMs slabs (on 28672x8192
+    the stream kernel was 5% faster at M=16). Token tiles of M rounded up to 16 (128 from M 65); fold=1 and 8 stages
+    up to 32 tokens, 4 stages at 64, 6 (4 on layers wider than 16384) at 128: the tuner's winners on the H200
+    (2026-11-30). Callers check that the live GPU runs the profile's wgmma."""
+    if not SMALL_MIN_M <= m < DEFAULT_MIN_M or min_m() is None:
+        return None
+    sms = caps.limits.sms or _DEFAULT_SMS
+    if m <= 16 and layout.n // SMALL_BC > 2 * sms:
+        return None
+    if wgmma_k16_form(caps, act) is None or not caps.memory.cp_async or layout_refusal(layout, SMALL_BC):
+        return None
+    bt = 16 * math.ceil(m / 16) if m <= SMALL_MAX_M else SMALL_MAX_BT
+    stages = 8 if bt <= 32 else 4 if bt <= 64 else (6 if layout.n <= 16384 else 4)
+    for fold in ((1, 0) if bt <= 32 else (0,)):
+        try:
+            return plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, stages=stages, fold=fold, small=True)
+        except (ShapeError, UnsupportedOnDevice):
+            continue
+    return None
 
 
 def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | None, splits: int | None,
@@ -210,7 +232,7 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         raise UnsupportedOnDevice(f"{stages} activation stages of {bt} tokens do not fit (at least {MIN_STAGES}, "
                                   f"{limit} B of shared memory)")
     katoms = k // BK
-    auto, split_why = small_splits(n, k, sms)
+    auto, split_why = small_splits(n, k, sms, math.ceil(m / bt), bt)
     if splits is None:
         splits = auto
     elif katoms % splits:

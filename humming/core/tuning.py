@@ -257,7 +257,7 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
 
     if m < rs.SMALL_MIN_M:
         raise ShapeError(f"the small-M register-A form takes M >= {rs.SMALL_MIN_M}, not {m}")
-    if rs.min_m() is None or os.environ.get("HUMMING_WGMMA_WNA16", "1").strip().lower() in ("0", "false", "off", "no"):
+    if rs.min_m() is None or not _switch_on("HUMMING_WGMMA_WNA16"):
         raise UnsupportedOnDevice("the register-A wgmma kernel is switched off (HUMMING_WGMMA_RS=0 or HUMMING_WGMMA_WNA16=0)")
     from humming.api import _wgmma_runs_here
 
@@ -268,8 +268,25 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
 
 
 def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
-    """What the runtime should run for M: the tuned plan on a hit, else the planner's rules."""
-    return tuned_plan(caps, layout, m, act, scheme) or plan_wna16(caps, layout, m, act, scheme=scheme)
+    """What the runtime should run for M: the tuned plan on a hit, else the planner's rules (the small-M register-A
+    wgmma form where it applies and the live GPU runs the profile's wgmma, else plan_wna16)."""
+    tuned = tuned_plan(caps, layout, m, act, scheme)
+    if tuned is not None:
+        return tuned
+    from humming.core import planner_wgmma_rs as rs
+
+    if m >= rs.SMALL_MIN_M and _switch_on("HUMMING_WGMMA_WNA16"):
+        from humming.api import _wgmma_runs_here
+
+        if _wgmma_runs_here(caps):
+            p = rs.small_default(caps, layout, m, act, scheme)
+            if p is not None:
+                return p
+    return plan_wna16(caps, layout, m, act, scheme=scheme)
+
+
+def _switch_on(name: str) -> bool:
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 # ------------------------------------------------------------------------------------------------ record

@@ -1,13 +1,14 @@
-"""W4A16 at decode batch sizes (M 9-64) on the small-M form of the register-A wgmma kernel (opt-in:
-HUMMING_WGMMA_RS_SMALL=1; one warpgroup per 64-channel slab, every token in one wgmma m64nBTk16, split-K with the
-fixed-order fix-up) against the reference, on a GPU whose profile declares wgmma f16/bf16. Outputs are NaN-poisoned
-before each launch (conftest), data is fresh random per case, and every case checks that this kernel ran."""
+"""W4A16 on the small-M form of the register-A wgmma kernel (the default for M 17-1023, and 9-16 on narrow layers:
+one warpgroup per 64-channel slab, a token tile of up to 128 in one wgmma m64nBTk16, split-K with the fixed-order
+fix-up, on the stream kernel's prepared weights) against the reference, on a GPU whose profile declares wgmma
+f16/bf16. Outputs are NaN-poisoned before each launch (conftest), data is fresh random per case, and every case
+checks that this kernel ran."""
 import pytest
 import torch
 
 import humming
 from humming import api
-from humming.core.planner_wgmma_rs import ENV, PATH, SMALL_ENV, plan_wna16_wgmma_rs
+from humming.core.planner_wgmma_rs import PATH, plan_wna16_wgmma_rs
 from humming.errors import ShapeError
 
 from .conftest import rel_error
@@ -21,18 +22,15 @@ CASES = [("w4a16", 128), ("w4a16", None), ("w4a16-zp", 128), ("w4a16-zp", None),
 
 
 def _small_handle(qw, dtype):
-    cache = qw.__dict__["_humming_prepared"]
-    return next(v for key, v in cache.items() if key[0] == "wna16-wgmma-rs-small" and key[1] == dtype)
+    """The handle humming.gemm used: the mma.sync/stream one, whose plan for M is the small register-A form."""
+    return api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
 
 
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g' + str(g) if g else 'channel'}" for n, g in CASES])
-def test_wgmma_rs_small(name, group, dtype, n, k, monkeypatch):
+def test_wgmma_rs_small(name, group, dtype, n, k):
     _require_wgmma(dtype)
-    monkeypatch.setenv(SMALL_ENV, "1")
-    if group not in (128, None):
-        monkeypatch.setenv(ENV, "1")  # groups other than 128 / per channel only when forced
     torch.manual_seed(n + k + (group or 1) + len(name))
     bias = torch.randn(n, device="cuda", dtype=dtype)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
@@ -41,7 +39,6 @@ def test_wgmma_rs_small(name, group, dtype, n, k, monkeypatch):
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
         handle = _small_handle(qw, dtype)
-        assert handle >= 0, "the small-M register-A kernel was judged not eligible"
         p = api._registry[handle].launches[m].plan
         assert p.path == PATH and p.tiles.bm < 128 and p.kernel_name.startswith("hm_wna16_wgmmars_"), p.explain()
         assert out.shape == (m, n) and not torch.isnan(out).any(), ("output not fully written", p.explain())
@@ -51,11 +48,10 @@ def test_wgmma_rs_small(name, group, dtype, n, k, monkeypatch):
 
 
 @pytest.mark.parametrize("splits", [1, 2, 8])
-def test_wgmma_rs_small_forced_splits_and_graph(splits, monkeypatch):
+def test_wgmma_rs_small_forced_splits_and_graph(splits):
     """Every split count the fix-up handles (1: no fix-up), and CUDA-graph replay with new activations."""
     dtype = torch.float16
     _require_wgmma(dtype)
-    monkeypatch.setenv(SMALL_ENV, "1")
     torch.manual_seed(splits)
     qw = humming.quantize(torch.randn(1024, 4096, device="cuda") * 0.05, "w4a16")
     m = 24
@@ -82,12 +78,10 @@ def test_wgmma_rs_small_forced_splits_and_graph(splits, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g' + str(g) if g else 'channel'}" for n, g in CASES])
-def test_wgmma_rs_small_fold(name, group, dtype, monkeypatch):
+def test_wgmma_rs_small_fold(name, group, dtype):
     """The fold options (1: scale per group in fp32; 2: the raw codes into the wgmma, zero point from the activation
     sums of an all-ones A, and scale per group in fp32), forced with several stage counts and splits."""
     _require_wgmma(dtype)
-    monkeypatch.setenv(SMALL_ENV, "1")
-    monkeypatch.setenv(ENV, "1")
     torch.manual_seed(len(name) + (group or 3))
     n, k = 512, 4096
     bias = torch.randn(n, device="cuda", dtype=dtype)
@@ -150,3 +144,22 @@ def test_wgmma_rs_small_wide_tiles(name, group, dtype):
             assert err <= TOL[dtype], (m, bt, stages, splits, err, p.explain())
         prep.plans.pop(m, None)
         prep.launches.pop(m, None)
+
+
+def test_wgmma_rs_small_default_and_switches(monkeypatch):
+    """M 17-1023 take the small form by default (M 128-1023 instead of the dequant-smem wgmma kernel), M 9-16 on a
+    narrow layer too; HUMMING_WGMMA_RS=0 or HUMMING_WGMMA_WNA16=0 keep the mma.sync kernels."""
+    _require_wgmma(torch.float16)
+    qw = humming.quantize(torch.randn(1024, 2048, device="cuda") * 0.05, "w4a16")
+    handle = _small_handle(qw, torch.float16)
+    for m in (12, 40, 128, 700):
+        x = torch.randn(m, 2048, device="cuda", dtype=torch.float16)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        assert api._registry[handle].launches[m].plan.path == PATH
+        assert humming.plan("w4a16", m, 1024, 2048).path == PATH
+        assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[torch.float16]
+    for env in ("HUMMING_WGMMA_RS", "HUMMING_WGMMA_WNA16"):
+        monkeypatch.setenv(env, "0")
+        assert humming.plan("w4a16", 40, 1024, 2048).path != PATH
+        monkeypatch.delenv(env)

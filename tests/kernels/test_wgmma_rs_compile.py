@@ -100,17 +100,19 @@ def test_every_profile_declaring_wgmma_compiles_it():
 def test_selection_is_opt_in_and_gated(monkeypatch):
     caps = _caps()
     sch = humming.schemes.get("w4a16")
-    monkeypatch.delenv(ENV, raising=False)  # the default: this kernel from M = 1024, the dequant-smem one below
+    monkeypatch.delenv(ENV, raising=False)  # the default: this kernel from M = 1024, its small form below
     assert not api._wgmma_rs_eligible(caps, sch, 1023, 1024, 2048, "f16")
     assert api._wgmma_rs_eligible(caps, sch, 1024, 1024, 2048, "f16")
-    assert humming.plan("w4a16", 1023, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
-    assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).path == PATH
+    small = humming.plan("w4a16", 1023, 1024, 2048, profile=H200)
+    assert small.path == PATH and small.tiles.bn == 64 and small.tiles.bm == 128, small.explain()
+    assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).tiles.bn == 128
     for name, group in itertools.product(("w4a16", "w4a16-zp"), (128, None)):  # the GPU-tested layouts
         assert humming.plan(_scheme(name, group), 4096, 1024, 2048, profile=H200).path == PATH, (name, group)
     for group in (64, 256):  # emulated only: the default leaves them to the dequant-smem kernel, =1 takes them
         assert humming.plan(_scheme("w4a16", group), 4096, 1024, 2048, profile=H200).path != PATH, group
     monkeypatch.setenv(ENV, "0")
     assert humming.plan("w4a16", 4096, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
+    assert humming.plan("w4a16", 1023, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
     assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).path != PATH
     monkeypatch.setenv(ENV, "1")
     for act, name, group in itertools.product(("f16", "bf16"), ("w4a16", "w4a16-zp"), (128, 64, 256, None)):
@@ -121,7 +123,7 @@ def test_selection_is_opt_in_and_gated(monkeypatch):
     monkeypatch.setenv(api.WGMMA_WNA16_ENV, "0")  # keeps the mma.sync kernels, this one too
     assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).family == "mma_sync"
     monkeypatch.delenv(api.WGMMA_WNA16_ENV)
-    assert humming.plan("w4a16", 127, 1024, 2048, profile=H200).path != PATH  # below one 128-token tile
+    assert humming.plan("w4a16", 127, 1024, 2048, profile=H200).tiles.bn == 64  # below one 128-token tile: small form
     assert humming.plan("w4a16", 1024, 1088, 2048, profile=H200).path != PATH  # N % 128
     assert humming.plan(_scheme("w4a16", 32), 1024, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
     for other in ("w8a16", "w4a16-fp4", "w2a16"):  # not int4: the other kernels
@@ -136,8 +138,8 @@ def test_names_are_distinct():
     z = _plan("f16", "w4a16-zp", bt=256)
     assert len({p.kernel_name, q.kernel_name, z.kernel_name}) == 3
     assert p.kernel_name.startswith("hm_wna16_wgmmars_")
-    other = humming.plan("w4a16", 512, 1024, 4096, profile=H200)  # the dequant-smem kernel (default below 1024)
-    assert not other.kernel_name.startswith("hm_wna16_wgmmars_") and other.kernel_key != p.kernel_key
+    small = humming.plan("w4a16", 512, 1024, 4096, profile=H200)  # the small form (default below 1024)
+    assert small.tiles.bn == 64 and small.kernel_key != p.kernel_key and small.kernel_name != p.kernel_name
 
 
 def test_plan_refuses_what_it_does_not_run():
