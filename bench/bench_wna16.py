@@ -124,40 +124,37 @@ def host_overhead_parts(n_calls: int = 2000) -> dict:
     return out
 
 
-WGMMA_MIN_M = 128  # the wgmma WnA16 kernel's threshold (api.WGMMA_WNA16_MIN_M)
+def mma_sync_column(x: torch.Tensor, qws: list, m: int) -> dict:
+    """The mma.sync family alone (HUMMING_WGMMA_WNA16=0 in-process around the calls: the stream and tile kernels of
+    issue 4), where the default (the main column) runs a wgmma kernel: time, error and plan; {} where the default
+    already is the mma.sync family."""
+    handles = [api.prepared(qw, x.dtype, x.device) for qw in qws]
 
+    def forget():  # plans are cached per M: drop them so that the switch takes effect, and again after
+        for h in handles:
+            api._registry[h].plans.pop(m, None)
+            api._registry[h].launches.pop(m, None)
 
-def wgmma_column(x: torch.Tensor, qws: list, m: int) -> dict:
-    """The wgmma WnA16 kernels (HUMMING_WGMMA_WNA16=1, set in-process around the calls): the register-A kernel from
-    M >= 1024 (HUMMING_WGMMA_RS=1: from 128, =0: never), the dequant-smem one below: time, error and plan, or {} when
-    none runs here (no wgmma f16 on this GPU's profile, M below its threshold)."""
-    if m < WGMMA_MIN_M:
-        return {}
     old = os.environ.get(api.WGMMA_WNA16_ENV)
-    os.environ[api.WGMMA_WNA16_ENV] = "1"
+    os.environ[api.WGMMA_WNA16_ENV] = "0"
+    forget()
     try:
+        plan = api.plan_for(handles[0], m)
         out = humming.gemm(x, qws[0])
-        from humming.core.planner_wgmma_rs import min_m
-
-        lowest = min_m()  # the register-A kernel from M >= 1024 (HUMMING_WGMMA_RS=1: 128; =0: never)
-        kind = "wna16-wgmma-rs" if lowest is not None and m >= lowest else "wna16-wgmma"
-        handle = qws[0].__dict__["_humming_prepared"].get((kind, x.dtype, x.device, None), -1)
-        if handle < 0:
-            return {}
         t = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
         ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
         err = float((out.double() - ref).norm() / ref.norm())
-        return {"us": t, "err": err, "plan": api._registry[handle].launches[m].plan.summary()}
+        return {"us": t, "err": err, "plan": plan.summary()}
     finally:
+        forget()
         if old is None:
             del os.environ[api.WGMMA_WNA16_ENV]
         else:
-            os.environ[api.WGMMA_WNA16_ENV] = old  # "0" during the run: the main column is the mma.sync kernels
+            os.environ[api.WGMMA_WNA16_ENV] = old
 
 
 def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True) -> dict:
     torch.manual_seed(0)
-    os.environ[api.WGMMA_WNA16_ENV] = "0"  # the main column: mma.sync kernels; the wgmma column switches it on
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": []}
     results["cold_start"] = cold_start()
     results["host_overhead_parts_us"] = host_overhead_parts()
@@ -184,19 +181,19 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True
             if q_bytes is None:
                 prep = api._registry[api.prepared(qws[0], torch.float16, x.device)].packed
                 q_bytes = sum(t.numel() * t.element_size() for t in prep.tensors() if t is not None)
-            plan = api.plan_for(api.prepared(qws[0], torch.float16, x.device), m)
+            plan = humming.plan("w4a16", m, n, k)  # the plan humming.gemm runs
             row = {
                 "n": n, "k": k, "m": m, "cublas_fp16_us": round(t_cublas, 2), "humming_w4a16_us": round(t_hm, 2),
                 "speedup_vs_cublas": round(t_cublas / t_hm, 3), "weight_tb_s": round(q_bytes / t_hm / 1e6, 3),
                 "tflops": round(2 * m * n * k / t_hm / 1e6, 1), "rel_err": err, "plan": plan.summary(),
             }
-            wg = wgmma_column(x, qws, m) if wgmma else {}
+            wg = mma_sync_column(x, qws, m) if wgmma and plan.family == "wgmma" else {}
             if wg:
-                row.update(humming_w4a16_wgmma_us=round(wg["us"], 2),
-                           wgmma_speedup_vs_cublas=round(t_cublas / wg["us"], 3), wgmma_rel_err=wg["err"],
-                           wgmma_plan=wg["plan"])
+                row.update(humming_w4a16_mma_sync_us=round(wg["us"], 2),
+                           mma_sync_speedup_vs_cublas=round(t_cublas / wg["us"], 3), mma_sync_rel_err=wg["err"],
+                           mma_sync_plan=wg["plan"])
             results["rows"].append(row)
-            wg_text = f"  wgmma {wg['us']:8.1f} us  x{t_cublas / wg['us']:5.2f}  err {wg['err']:.1e}" if wg else ""
+            wg_text = f"  mma.sync {wg['us']:8.1f} us  x{t_cublas / wg['us']:5.2f}  err {wg['err']:.1e}" if wg else ""
             print(f"  {n}x{k} M={m}: cuBLAS {t_cublas:8.1f} us  humming {t_hm:8.1f} us  x{t_cublas / t_hm:5.2f}  "
                   f"{row['weight_tb_s']:.2f} TB/s  err {err:.1e}{wg_text}", flush=True)
         del w16, qws
@@ -235,16 +232,17 @@ def main() -> None:
     parser.add_argument("--out", default=os.environ.get("OUT", "out"))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--ms", default=None, help="comma-separated M values (default: all)")
-    parser.add_argument("--no-wgmma", action="store_true", help="skip the wgmma WnA16 column (M >= 128)")
+    parser.add_argument("--no-wgmma", action="store_true",
+                        help="skip the mma.sync-only column (where the default runs a wgmma kernel)")
     args = parser.parse_args()
     res = run(args.out, args.quick, args.ms, wgmma=not args.no_wgmma)
-    print("\n| N x K | M | cuBLAS fp16 us | humming W4A16 us | x cuBLAS | weight TB/s | humming W4A16 wgmma us | "
-          "x cuBLAS (wgmma) |")
+    print("\n| N x K | M | cuBLAS fp16 us | humming W4A16 us | x cuBLAS | weight TB/s | mma.sync only us | "
+          "x cuBLAS (mma.sync) |")
     print("|---|---|---|---|---|---|---|---|")
     for r in res["rows"]:
         print(f"| {r['n']}x{r['k']} | {r['m']} | {r['cublas_fp16_us']} | {r['humming_w4a16_us']} | "
-              f"{r['speedup_vs_cublas']} | {r['weight_tb_s']} | {r.get('humming_w4a16_wgmma_us', '-')} | "
-              f"{r.get('wgmma_speedup_vs_cublas', '-')} |")
+              f"{r['speedup_vs_cublas']} | {r['weight_tb_s']} | {r.get('humming_w4a16_mma_sync_us', '-')} | "
+              f"{r.get('mma_sync_speedup_vs_cublas', '-')} |")
     cs = res["cold_start"]
     print(f"cold start (empty cache): first call {cs['first_call_s']:.2f} s, every decode kernel ready (background "
           f"precompile) {cs['first_call_until_decode_ready_s']:.2f} s; {cs['decode_kernels']} decode-bucket "
