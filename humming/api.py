@@ -845,8 +845,8 @@ def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
 
 
 def _wgmma_rs8_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
-    """True when the register-A wgmma W4A8 kernel runs this call: M >= 1024 (HUMMING_WGMMA_W4A8_RS=1: M >= 128; =0:
-    never), the wgmma W4A8 kernel would run it, signed int4 weights with group-128 or per-channel scales
+    """True when the register-A wgmma W4A8 kernel runs this call: M >= 128 (HUMMING_WGMMA_W4A8_RS=0: never), the
+    wgmma W4A8 kernel would run it, signed int4 weights with group-128 or per-channel scales
     (layout_wgmma_rs8)."""
     from humming.core import planner_wgmma_rs8 as rs8
 

@@ -1,5 +1,5 @@
-"""Planning the register-A wgmma W4A8 kernel (``humming.core.generator_wgmma_rs8``; the default for M >= 1024,
-HUMMING_WGMMA_W4A8_RS=1 from M >= 128, =0 never): signed int4 weights of ``humming.core.layout_wgmma_rs8`` widened in registers to s8 or
+"""Planning the register-A wgmma W4A8 kernel (``humming.core.generator_wgmma_rs8``; the default for M >= 128,
+HUMMING_WGMMA_W4A8_RS=0 never): signed int4 weights of ``humming.core.layout_wgmma_rs8`` widened in registers to s8 or
 e4m3 as the A operand of wgmma m64nNk32, the 8-bit activation codes the B operand in shared memory; groups of 128
 or per-channel scales. ``TileConfig.bm`` is the token tile (128), ``bn`` the 128 channels, ``bk`` the 128 k of one
 stage (one group)."""
@@ -15,12 +15,13 @@ from humming.core.wgmma_common import require_wgmma
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs8"
-ENV = "HUMMING_WGMMA_W4A8_RS"  # W4A8 (groups of 128 / per channel): default M >= 1024; "1": from M >= 128; "0": never
+ENV = "HUMMING_WGMMA_W4A8_RS"  # W4A8 (groups of 128 / per channel): default (and "1") from M >= 128; "0": never
 BT, BC, BK = 128, 128, RS8_BK
 MIN_M = 128
-# Measured on the H200 (2026-11-30, third session) at M 1024 / 4096 against the warp-specialised wgmma W4A8 kernel:
-# 8192x8192 M=4096 1067 us (WS 1312), 28672x8192 3569 us (WS 4361); M 128-1023 not compared yet.
-DEFAULT_MIN_M = 1024
+# Measured on the H200 (2026-11-30, third session) against the warp-specialised wgmma W4A8 kernel, W4A8-FP8:
+# 8192x8192 M=128 73.2 us (WS 91.8), M=512 134.8 (172.6), M=4096 1067 (1312); 28672x8192 M=128 142.2 (174.5),
+# M=512 457.9 (567.3), M=4096 3569 (4361); W4A8-INT8 alike. Faster at every M measured from one 128-token tile.
+DEFAULT_MIN_M = MIN_M
 MIN_STAGES, MAX_STAGES = 4, 6
 PF = 2  # stages of weight words loaded ahead per lane (register ring of PF + 1)
 OUT_PAD = 8  # 16-bit values of padding per staging row
@@ -69,7 +70,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "") -> Plan
     reasons = (
         f"wgmma m64nNk32 {a_type} declared ({caps.target.arch}): A (weights) from registers, B (activation codes) "
         "K-major in 128-byte-swizzled shared memory",
-        f"path {PATH} (M >= {DEFAULT_MIN_M}, or {ENV}=1 from {MIN_M}): C^T = W x^T per tile; each lane loads its int4 codes of a 128-deep stage with two "
+        f"path {PATH} (M >= {DEFAULT_MIN_M}; {ENV}=0 switches it off): C^T = W x^T per tile; each lane loads its int4 codes of a 128-deep stage with two "
         f"16-byte loads (humming.core.layout_wgmma_rs8), {PF} stages ahead, and widens them exactly ({src}) into "
         "the m16n8k32 A fragment of its warp; no shared-memory traffic for the weights",
         ("group 128" if group == 128 else "per-channel scales") + ": each stage's 128-deep partial is waited and "

@@ -1,4 +1,4 @@
-"""W4A8 on the register-A wgmma kernel (sm_90a; the default from M 1024, HUMMING_WGMMA_W4A8_RS=1 from 128; int4 weights widened in registers
+"""W4A8 on the register-A wgmma kernel (sm_90a; the default from M 128, HUMMING_WGMMA_W4A8_RS=0 never; int4 weights widened in registers
 to e4m3 / s8 as wgmma's A operand) against the reference, on a GPU whose profile declares wgmma e4m3 / s8. Outputs
 are NaN-poisoned before each launch, the data is fresh random per case, and every case checks that this kernel ran."""
 import pytest
@@ -59,14 +59,14 @@ def test_wgmma_rs8_w4a8(name, group, dtype, n, k, monkeypatch):
         assert err <= TOL, (m, err, p.explain())
 
 
-def test_wgmma_rs8_default_from_m_1024(monkeypatch):
-    """Without HUMMING_WGMMA_W4A8_RS: M 512 keeps the shared-memory wgmma kernel, M 1024 takes this one."""
+def test_wgmma_rs8_default_from_m_128(monkeypatch):
+    """Without HUMMING_WGMMA_W4A8_RS: M 100 keeps the shared-memory wgmma kernel, M 128 takes this one."""
     _require_wgmma("e4m3")
     monkeypatch.delenv(ENV, raising=False)
     qw = humming.quantize(torch.randn(1024, 2048, device="cuda") * 0.05, "w4a8-fp8")
-    humming.gemm(torch.randn(512, 2048, device="cuda", dtype=torch.float16), qw)
+    humming.gemm(torch.randn(100, 2048, device="cuda", dtype=torch.float16), qw)
     assert not any(key[0] == "w4a8-wgmma-rs8" for key in qw.__dict__["_humming_prepared"])
-    x = torch.randn(1024, 2048, device="cuda", dtype=torch.float16)
+    x = torch.randn(128, 2048, device="cuda", dtype=torch.float16)
     out = humming.gemm(x, qw)
     torch.cuda.synchronize()
     assert any(key[0] == "w4a8-wgmma-rs8" for key in qw.__dict__["_humming_prepared"])

@@ -1,4 +1,4 @@
-"""CPU: the register-A wgmma W4A8 kernel (sm_90a, the default from M 1024, HUMMING_WGMMA_W4A8_RS=1 from 128; int4 weights widened in
+"""CPU: the register-A wgmma W4A8 kernel (sm_90a, the default from M 128, HUMMING_WGMMA_W4A8_RS=0 never; int4 weights widened in
 registers as wgmma's A operand, 8-bit activation codes the B operand in swizzled shared memory) is planned only when
 opted in, compiles with NVRTC for sm_90a with the register-A 8-bit form, no ldmatrix, no spills and no serialized
 wgmmas, and its packing, fragment addressing, promotion and epilogue are emulated in torch against
@@ -69,12 +69,12 @@ def test_compiles_with_register_a_wgmma(a_type, group, act):
     assert "serialized" not in log, log
 
 
-def test_selection_default_from_m_1024(monkeypatch):
-    """Default: M >= 1024 (measured faster than the warp-specialised kernel there); =1: from M 128; =0: never."""
+def test_selection_default_from_m_128(monkeypatch):
+    """Default: M >= 128 (measured faster than the warp-specialised kernel at M 128-4096); =0: never."""
     monkeypatch.delenv(ENV, raising=False)
     for name in ("w4a8-fp8", "w4a8-int8"):
-        assert humming.plan(name, 1024, 1024, 4096, profile=H200).path == PATH
-        assert humming.plan(name, 1023, 1024, 4096, profile=H200).path != PATH
+        assert humming.plan(name, 128, 1024, 4096, profile=H200).path == PATH
+        assert humming.plan(name, 127, 1024, 4096, profile=H200).path != PATH
     monkeypatch.setenv(ENV, "0")
     for name in ("w4a8-fp8", "w4a8-int8"):
         assert humming.plan(name, 4096, 1024, 4096, profile=H200).path != PATH
