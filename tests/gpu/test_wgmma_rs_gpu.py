@@ -16,7 +16,8 @@ pytestmark = pytest.mark.gpu
 SHAPES = [(1024, 4096), (4096, 2048)]  # (N, K)
 MS = (128, 200, 1024)
 TOL = {torch.float16: 1e-3, torch.bfloat16: 5e-3}
-CASES = [("w4a16", 128), ("w4a16", None), ("w4a16-zp", 128), ("w4a16-zp", None)]  # None: per-channel scales
+CASES = [("w4a16", 128), ("w4a16", None), ("w4a16-zp", 128), ("w4a16-zp", None),  # None: per-channel scales
+         ("w4a16", 64), ("w4a16-zp", 256)]
 
 
 def _require_wgmma(dtype):
@@ -43,7 +44,7 @@ def _handles(qw, dtype):
 
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-@pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g128' if g else 'channel'}" for n, g in CASES])
+@pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g' + str(g) if g else 'channel'}" for n, g in CASES])
 def test_wgmma_rs_w4a16(name, group, dtype, n, k, monkeypatch):
     _require_wgmma(dtype)
     monkeypatch.setenv(ENV, "1")
