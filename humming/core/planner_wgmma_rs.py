@@ -50,15 +50,15 @@ def forced() -> bool:
 
 
 # Without HUMMING_WGMMA_RS the kernel takes only the layouts its GPU tests ran (H200, 2026-11-30): scale and zero
-# tables per group of 128 or per channel (-1), or none (0). Groups of 64 / 256 are emulated on CPU only.
-DEFAULT_GROUPS = (128, -1, 0)
+# tables per group of 64, 128 or 256 or per channel (-1), or none (0); other multiples of 64 only with =1.
+DEFAULT_GROUPS = (64, 128, 256, -1, 0)
 
 
 def default_refusal(layout) -> str:
     """Why the default selection (no HUMMING_WGMMA_RS) leaves a layout the kernel could run to the other kernels."""
     for what, group in (("scale", layout.scale_group), ("zero", layout.zero_group)):
         if group not in DEFAULT_GROUPS:
-            return (f"{what} group {group}: by default only the GPU-tested groups (128, per channel) take this kernel; "
+            return (f"{what} group {group}: by default only the GPU-tested groups (64, 128, 256, per channel) take this kernel; "
                     f"HUMMING_WGMMA_RS=1 takes it too")
     return ""
 

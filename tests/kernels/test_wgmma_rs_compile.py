@@ -108,8 +108,9 @@ def test_selection_is_opt_in_and_gated(monkeypatch):
     assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).tiles.bn == 128
     for name, group in itertools.product(("w4a16", "w4a16-zp"), (128, None)):  # the GPU-tested layouts
         assert humming.plan(_scheme(name, group), 4096, 1024, 2048, profile=H200).path == PATH, (name, group)
-    for group in (64, 256):  # emulated only: the default leaves them to the dequant-smem kernel, =1 takes them
-        assert humming.plan(_scheme("w4a16", group), 4096, 1024, 2048, profile=H200).path != PATH, group
+    for group in (64, 256):  # GPU-tested since the third H200 session: the default takes them
+        assert humming.plan(_scheme("w4a16", group), 4096, 1024, 2048, profile=H200).path == PATH, group
+    assert humming.plan(_scheme("w4a16", 512), 4096, 1024, 2048, profile=H200).path != PATH  # not GPU-tested
     monkeypatch.setenv(ENV, "0")
     assert humming.plan("w4a16", 4096, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
     assert humming.plan("w4a16", 1023, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
