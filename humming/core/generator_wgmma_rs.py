@@ -88,7 +88,9 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     fixed_code = "".join("\n  " + ln for ln in fixed)
     pick_code = "\n          ".join(pick)
 
-    pf = t.stages - 2 if small else PF
+    # small form: the register ring has one slot per activation stage (R = STAGES), so the unrolled trip (a multiple of
+    # 2 R stages) makes every slot index a constant: no slot arithmetic or descriptor building per stage
+    pf = t.stages - 1 if small else PF
     fold = t.fold
     if fold and not small:
         raise ValueError("fold (the scale, and with fold=2 the zero point, applied per group in fp32) is a small-M option")
@@ -124,6 +126,11 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     threads_line = ("constexpr int THREADS = 128;             // one warpgroup: the tile's 64 channels (one slab)" if small
                     else "constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile")
     bounds = (4 if t.bm <= 64 else 3) if small else 1  # blocks per SM the registers must allow
+    unroll_n = 2 * (pf + 1) if unroll == "2 * R" else int(unroll)
+    if small and unroll_n % t.stages == 0:  # constant slots (kb is a multiple of the trip, hence of STAGES)
+        kt_slot, next_slot = "(u % STAGES)", "((u + LOOKAHEAD) % STAGES)"
+    else:
+        kt_slot, next_slot = "(kt % STAGES)", "next % STAGES"
     if small:
         ktiles_line = ("const int katoms = K / BK, ktiles = k_per_split / BK;   // k atoms of a slab, of this split\n"
                        "  const int kt0 = blockIdx.z * ktiles;                        // this split's first k atom")
@@ -223,10 +230,10 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kerne
       __syncthreads();             // everyone's; both warpgroups are done with the wgmmas of kt - 2
       {{
         const int next = kt + LOOKAHEAD;  // refills the slot of kt - 2
-        if (next < ktiles) load_stage(next % STAGES, next);
+        if (next < ktiles) load_stage({next_slot}, next);
         copy_commit();
       }}
-      const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);
+      const uint64_t desc_x = make_smem_desc(x0 + {kt_slot} * X_BYTES);
 {mma_block}
     }}
     // drain before the loop's back edge: ptxas serializes every wgmma when a group whose A registers it cannot
