@@ -264,7 +264,7 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         + (f"every one of the M={m} tokens in one m64n{bt}k16 per k16 step" if m <= bt else
            f"{math.ceil(m / bt)} token tiles of {bt} (m64n{bt}k16 per k16 step)")
         + f"; each warp decodes its 16 channels ({d.kind}{d.bits}, the stream kernel's prepared weights) "
-        f"{stages - 2} atoms ahead",
+        f"{stages - 1 if bt <= 64 else stages - 2} atoms ahead",
         f"{stages} cp.async activation stages of {bt} x 64 ({smem_bytes(bt, stages) // 1024} KiB); {split_why}; "
         "split-K partials added by the last block in a fixed order",
     ]
