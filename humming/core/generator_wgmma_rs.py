@@ -101,26 +101,13 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
           for (int r = 0; r < 2; ++r) a[ks][r * 2 + h] = dq_raw(wq[s][ks], 2 * h + r);  // magic + code, exact"""
     elif fold == 1:  # the zero point as before, the scale later: a[] = code - zero, exact small integers
         _, zmath, _ = pair_decode(lay, False, bool(z_group))
-        zpick = "\n          ".join(ln for ln in pick if ln.startswith("const uint32_t zz"))
-        decode_body = f"""          {zpick}
-          #pragma unroll
-          for (int r = 0; r < 2; ++r) {{
-            uint32_t v = dq_raw(wq[s][ks], 2 * h + r);
-            {zmath}
-            a[ks][r * 2 + h] = v;
-          }}"""
+        decode_body = _decode_pairs("\n          ".join(ln for ln in pick if ln.startswith("const uint32_t zz")), zmath)
     if fold:
         fold_decl, mma_block, fence_acc, fold_tail = _fold_parts(lay, s_group, z_group, plan.act, fold == 2)
         ga = fold_group_atoms(lay)
         unroll = "2 * R" if not ga or (2 * (pf + 1)) % ga == 0 else str(lcm(2 * (pf + 1), ga))
     else:
-        decode_body = f"""          {pick_code}
-          #pragma unroll
-          for (int r = 0; r < 2; ++r) {{
-            uint32_t v = dq_raw(wq[s][ks], 2 * h + r);
-            {math}
-            a[ks][r * 2 + h] = v;
-          }}"""
+        decode_body = _decode_pairs(pick_code, math)
         fold_decl = fold_tail = ""
         mma_block = _PLAIN_MMA
         fence_acc = "wgmma_fence_operand(acc);"
@@ -350,6 +337,17 @@ STAGED_COPY_OUT = """  __syncthreads();
   }
 }
 """
+
+
+def _decode_pairs(pick: str, math: str) -> str:
+    """The two code pairs of half h of k16 step ks: the table values picked, dq_raw, then the arithmetic."""
+    return f"""          {pick}
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {{
+            uint32_t v = dq_raw(wq[s][ks], 2 * h + r);
+            {math}
+            a[ks][r * 2 + h] = v;
+          }}"""
 
 
 # one stage's wgmmas into the accumulators (the prefill and the plain small-M form)

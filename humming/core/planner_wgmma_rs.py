@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
 from humming.core.planner_wgmma_wna16 import wgmma_k16_form
-from humming.core.wgmma_common import require_wgmma
+from humming.core.wgmma_common import require_wgmma, threshold_from_env
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs"
@@ -32,12 +32,7 @@ OUT_PAD = 8  # 16-bit values of padding per staging row (272-byte pitch: conflic
 
 def min_m() -> int | None:
     """The smallest M this kernel takes: MIN_M with HUMMING_WGMMA_RS=1, none with =0, else DEFAULT_MIN_M."""
-    value = os.environ.get(ENV, "").strip().lower()
-    if value in ("0", "false", "off", "no"):
-        return None
-    if value in ("1", "true", "on", "yes"):
-        return MIN_M
-    return DEFAULT_MIN_M
+    return threshold_from_env(ENV, MIN_M, DEFAULT_MIN_M)
 
 
 def enabled() -> bool:

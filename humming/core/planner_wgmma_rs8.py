@@ -5,13 +5,12 @@ or per-channel scales. ``TileConfig.bm`` is the token tile (128), ``bn`` the 128
 stage (one group)."""
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 from humming.core.layout_wgmma_rs8 import RS8_BK
 from humming.core.planner import Plan, TileConfig
 from humming.core.planner_wgmma import wgmma_form
-from humming.core.wgmma_common import require_wgmma
+from humming.core.wgmma_common import require_wgmma, threshold_from_env
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs8"
@@ -29,12 +28,7 @@ OUT_PAD = 8  # 16-bit values of padding per staging row
 
 def min_m() -> int | None:
     """The smallest M this kernel takes: MIN_M with HUMMING_WGMMA_W4A8_RS=1, none with =0, else DEFAULT_MIN_M."""
-    value = os.environ.get(ENV, "").strip().lower()
-    if value in ("0", "false", "off", "no"):
-        return None
-    if value in ("1", "true", "on", "yes"):
-        return MIN_M
-    return DEFAULT_MIN_M
+    return threshold_from_env(ENV, MIN_M, DEFAULT_MIN_M)
 
 
 def enabled() -> bool:

@@ -391,6 +391,13 @@ def candidate_configs(m: int) -> list[tuple[str, TileConfig, int]]:
     return out
 
 
+def _add_unique(plans: list[Plan], seen: set, p: Plan) -> None:
+    sig = (p.path, p.tiles, p.splits)
+    if sig not in seen:
+        seen.add(sig)
+        plans.append(p)
+
+
 def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile_for_stream: bool = True) -> list[Plan]:
     """The planner's default plan first, then every valid candidate plan for M (duplicates removed)."""
     default = plan_wna16(caps, layout, m, act, scheme=scheme)
@@ -402,33 +409,23 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
             p = plan_wna16(caps, layout, m, act, scheme=scheme, tiles=tiles, splits=splits, path=path)
         except HummingError:
             continue
-        sig = (p.path, p.tiles, p.splits)
-        if sig not in seen:
-            seen.add(sig)
-            plans.append(p)
+        _add_unique(plans, seen, p)
     from humming.core import planner_wgmma_rs as rs
 
-    if rs.SMALL_MIN_M <= m <= rs.SMALL_MAX_M:  # the small-M register-A wgmma form, where the profile runs wgmma here
-        # fold=2 was never faster than fold=1 on the H200 (2026-11-30): not timed
-        for splits, stages, fold in itertools.product(_RS_SPLITS, _RS_STAGES, (0, 1)):
-            try:
-                p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages, fold=fold)
-            except HummingError:
-                continue
-            sig = (p.path, p.tiles, p.splits)
-            if sig not in seen:
-                seen.add(sig)
-                plans.append(p)
-    elif rs.SMALL_MAX_M < m < rs.DEFAULT_MIN_M:  # prefill below the prefill form's range: the small form's wider tiles
-        for bt, splits, stages in itertools.product((64, 128), (1, 2, 4), (4, 6)):
-            try:
-                p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages, bt)
-            except HummingError:
-                continue
-            sig = (p.path, p.tiles, p.splits)
-            if sig not in seen:
-                seen.add(sig)
-                plans.append(p)
+    # the small-M register-A wgmma form where the profile runs wgmma here: (token tile, splits, stages, fold); fold=2
+    # was never faster than fold=1 on the H200 (2026-11-30) and is not timed; above 64 tokens, tiles of 64 / 128
+    if rs.SMALL_MIN_M <= m <= rs.SMALL_MAX_M:
+        configs = itertools.product((None,), _RS_SPLITS, _RS_STAGES, (0, 1))
+    elif rs.SMALL_MAX_M < m < rs.DEFAULT_MIN_M:
+        configs = itertools.product((64, 128), (1, 2, 4), (4, 6), (0,))
+    else:
+        configs = ()
+    for bt, splits, stages, fold in configs:
+        try:
+            p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages, bt, fold)
+        except HummingError:
+            continue
+        _add_unique(plans, seen, p)
     return plans
 
 

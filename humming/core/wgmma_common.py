@@ -3,6 +3,7 @@ wgmma plan starts with, and the choice between 128- and 256-wide tiles by how we
 from __future__ import annotations
 
 import math
+import os
 
 from humming.errors import ShapeError, UnsupportedOnDevice
 
@@ -37,3 +38,14 @@ def choose_tile_width(m: int, n: int, bm: int, sms: int, widths: list[int], reas
         else:
             reasons.append(f"BN=256: the widest m64n256 step; {wide} tiles on {sms} SMs")
     return bn
+
+
+def threshold_from_env(env: str, forced: int, default: int | None) -> int | None:
+    """The smallest M a kernel takes by a switch: None when ``env`` is 0/false/off/no, ``forced`` when 1/true/on/yes,
+    else ``default``."""
+    value = os.environ.get(env, "").strip().lower()
+    if value in ("0", "false", "off", "no"):
+        return None
+    if value in ("1", "true", "on", "yes"):
+        return forced
+    return default
