@@ -189,8 +189,8 @@ def small_splits(n: int, k: int, sms: int, tiles: int = 1, bt: int = 16) -> tupl
 def small_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
     """The small form as the planner's default rule, or None where it does not apply: int4 layouts it decodes, the
     profile's wgmma k16 form and cp.async, M 17-1023, or M 9-16 on layers of at most 2 x SMs slabs (on 28672x8192
-    the stream kernel was 5% faster at M=16). Token tiles of M rounded up to 16 (128 from M 65); fold=1 and 8 stages
-    up to 32 tokens, 4 stages at 64, 6 (4 on layers wider than 16384) at 128: the tuner's winners on the H200
+    the stream kernel was 5% faster at M=16). Token tiles of M rounded up to 16 (128 from M 65); fold=1 (not where it
+    would spill) and 8 stages up to 32 tokens, 4 stages at 64, 6 (4 on layers wider than 16384) at 128: the tuner's winners on the H200
     (2026-11-30). Callers check that the live GPU runs the profile's wgmma."""
     if not SMALL_MIN_M <= m < DEFAULT_MIN_M or min_m() is None:
         return None
@@ -201,7 +201,11 @@ def small_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan | No
         return None
     bt = 16 * math.ceil(m / 16) if m <= SMALL_MAX_M else SMALL_MAX_BT
     stages = 8 if bt <= 32 else 4 if bt <= 64 else (6 if layout.n <= 16384 else 4)
-    for fold in ((1, 0) if bt <= 32 else (0,)):
+    # fold=1 spills (ptxas, 20-128 bytes) at 32 tokens with per-group zero tables or groups of 256, and at 16 with
+    # both: plain there
+    zeros, wide = layout.zero_group > 0, layout.scale_group >= 256
+    spills = (zeros and wide) or (bt == 32 and (zeros or wide))
+    for fold in ((1, 0) if bt <= 32 and not spills else (0,)):
         try:
             return plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, stages=stages, fold=fold, small=True)
         except (ShapeError, UnsupportedOnDevice):

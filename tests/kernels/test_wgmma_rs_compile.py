@@ -323,3 +323,73 @@ def test_prefetch_ring_covers_every_stage():
                 assert slots.get(s) == kt, (ktiles, kt, slots)
                 if kt + PF < ktiles:
                     slots[(s + PF) % r] = kt + PF
+
+
+# ----------------------------------------------------------------------------- the small-M form
+SMALL_CASES = [("f16", 16, 8, 1, "w4a16", 128), ("bf16", 32, 8, 1, "w4a16", 128), ("bf16", 32, 8, 0, "w4a16-zp", 128), ("f16", 64, 4, 0, "w4a16", None),
+               ("f16", 128, 6, 0, "w4a16", 128), ("bf16", 16, 6, 2, "w4a16", 64), ("f16", 32, 4, 0, "w4a16-zp", 256)]
+
+
+@pytest.mark.parametrize("act,bt,stages,fold,name,group", SMALL_CASES,
+                         ids=[f"{a}-bt{b}-s{s}-f{f}-{n}-g{g}" for a, b, s, f, n, g in SMALL_CASES])
+def test_small_form_compiles(act, bt, stages, fold, name, group):
+    """One warpgroup per 64-channel slab, m64nBTk16 with A from registers, split-K fix-up in the kernel (a launch
+    argument decides), no spills, no serialized wgmmas (ptxas C7511-C7515) for the configurations the tuner ships."""
+    _need_sm90a()
+    caps = _caps()
+    lay = layout_for(_scheme(name, group), 2048, 4096, act)
+    p = plan_wna16_wgmma_rs(caps, lay, bt, act, scheme=name, bt=bt, stages=stages, fold=fold, small=True)
+    assert (p.tiles.bn, p.tiles.bm, p.threads, p.tiles.fold) == (64, bt, 128, fold) and p.splits >= 1
+    assert p.grid == (1, 2048 // 64, p.splits)
+    mod = compile_cuda(api.source(p, caps), [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
+    ptx = mod.ptx
+    forms = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.f32\.(\w+)\.(\w+) \{", ptx))
+    assert forms == {(f"m64n{bt}k16", act, act)}, forms
+    rs = re.findall(r"m64n\d+k16\.f32\.\w+\.\w+ \{[^}]*\}, \{%r\d+, ?%r\d+, ?%r\d+, ?%r\d+\}, %rd\d+, p, 1, 1, 0;", ptx)
+    assert rs  # register A
+    for ins in ("atom.global.add.s32", "ld.global.cg.f32", "membar.gl", "cp.async.cg.shared.global",
+                "fence.proxy.async.shared::cta", "st.global.v4.u32"):
+        assert ins in ptx, ins  # the split-K fix-up, the activation copies and the staged copy-out
+    log = mod.log
+    assert max(int(s) for s in re.findall(r"(\d+) bytes spill stores", log)) == 0, log
+    assert not re.search(r"C751\d", log), log
+
+
+def test_small_form_default_rule():
+    """small_default: M 17-1023 (and 9-16 on layers of <= 2 x SMs slabs) take the small form on the H200 profile
+    (this machine has no GPU to say it runs elsewhere); fold=1 up to 32 tokens; 128-token tiles above 64; split-K
+    fills the SMs; non-int4 layouts and profiles without wgmma keep the mma.sync kernels."""
+    from humming.core.planner_wgmma_rs import SMALL_MAX_BT, small_default
+
+    caps = _caps()
+    narrow, wide = layout_for(_scheme(), 4096, 4096, "f16"), layout_for(_scheme(), 28672, 8192, "f16")
+    assert small_default(caps, narrow, 8, "f16") is None  # below SMALL_MIN_M: the stream kernel
+    p16 = small_default(caps, narrow, 16, "f16")
+    assert p16 is not None and p16.tiles.bm == 16 and p16.tiles.fold == 1 and p16.splits == 8
+    assert small_default(caps, wide, 16, "f16") is None  # 448 slabs > 2 x 132: the stream kernel
+    p40 = small_default(caps, wide, 40, "f16")
+    assert p40.tiles.bm == 48 and p40.tiles.fold == 0 and p40.tiles.stages == 4
+    p700 = small_default(caps, narrow, 700, "f16")
+    assert p700.tiles.bm == SMALL_MAX_BT and p700.grid[0] == 6 and p700.tiles.stages == 6
+    assert small_default(caps, narrow, 1024, "f16") is None  # the two-warpgroup form's range
+    zp = layout_for(_scheme("w4a16-zp", 128), 4096, 4096, "f16")
+    assert small_default(caps, zp, 32, "f16").tiles.fold == 0  # fold=1 would spill there
+    assert small_default(caps, zp, 16, "f16").tiles.fold == 1
+    assert small_default(caps, layout_for(humming.schemes.get("w8a16"), 4096, 4096, "f16"), 40, "f16") is None
+    assert small_default(_caps("nvidia-a100"), narrow, 40, "f16") is None
+
+
+def test_small_form_defaults_do_not_spill():
+    """Every configuration small_default picks for the layouts the kernel runs compiles without spills or serialized
+    wgmmas (fold=1 is left out where it would spill)."""
+    from humming.core.planner_wgmma_rs import small_default
+
+    _need_sm90a()
+    caps = _caps()
+    names = ["w4a16", "w4a16-zp", "w4a16[group_size=-1]", "w4a16-zp[group_size=-1]", "w4a16[group_size=64]",
+             "w4a16[group_size=256]", "w4a16-zp[group_size=256]"]
+    for name, m in itertools.product(names, (16, 32, 64, 128)):
+        p = small_default(caps, layout_for(humming.schemes.get(name), 4096, 4096, "f16"), m, "f16", name)
+        mod = compile_cuda(api.source(p, caps), [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",))
+        assert max(int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)) == 0, (name, m, mod.log)
+        assert not re.search(r"C751\d", mod.log), (name, m, mod.log)
