@@ -518,26 +518,33 @@ def _gemm_blockscaled(x: torch.Tensor, qw, bias, caps) -> torch.Tensor | None:
     """W4A4 NVFP4/MXFP4 on the block-scaled mma.sync kernel (compiled for sm_120a/121a, never run on hardware;
     reached only with HUMMING_UNVERIFIED_KERNELS=1). None when it does not apply (shape, act-order, another GPU):
     the caller runs the upconvert path."""
-    from humming.core.layout_blockscaled import STAGE_K, pack_e2m1, prepare_blockscaled
+    from humming.core.layout_blockscaled import STAGE_K, prepare_blockscaled
     from humming.core.planner_blockscaled import plan_blockscaled
 
     n, k = qw.shape
     if n % 64 or k % STAGE_K or qw.g_idx is not None or live_arch() not in (None, caps.target.arch):
         return None
+    return _run_blockscaled(x, qw, bias, caps, "blockscaled", prepare_blockscaled, plan_blockscaled)
+
+
+def _run_blockscaled(x: torch.Tensor, qw, bias, caps, kind: str, prepare, planner) -> torch.Tensor:
+    """The W4A4 NVFP4/MXFP4 block-scaled kernels (mma.sync and tcgen05): the weight prepared by ``prepare`` once per
+    (kind, dtype, device, profile) and planned by ``planner``; the activations quantized as the reference does, their
+    e2m1 codes packed, block scales as bytes, the global scale as a device scalar."""
+    from humming.core.layout_blockscaled import pack_e2m1
+
+    n, k = qw.shape
     cache = qw.__dict__.setdefault("_humming_prepared", {})
-    key = ("blockscaled", x.dtype, x.device, caps.name)
+    key = (kind, x.dtype, x.device, caps.name)
     handle = cache.get(key)
     if handle is None:
-        packed = prepare_blockscaled(qw.to(x.device), x.dtype)
-        act = act_name(x.dtype)
-
-        handle = _register_planned(packed, caps, None, plan_blockscaled, act, qw.scheme.name)
+        packed = prepare(qw.to(x.device), x.dtype)
+        handle = _register_planned(packed, caps, None, planner, act_name(x.dtype), qw.scheme.name)
         cache[key] = handle
     packed = _registry[handle].packed
-    x2 = x.reshape(-1, k)
-    qa = _quantize_act(x2, qw.scheme, caps)
-    codes = pack_e2m1(qa.codes).contiguous()
-    sa = qa.scales.view(torch.uint8).contiguous()
+    qa = _quantize_act(x.reshape(-1, k), qw.scheme, caps)
+    codes = pack_e2m1(qa.codes).contiguous()  # [M, K/2]
+    sa = qa.scales.view(torch.uint8).contiguous()  # [M, K/vec]
     gscale = None
     if qa.global_scale is not None:
         gscale = qa.global_scale.to(device=x.device, dtype=torch.float32).reshape(1)
@@ -765,32 +772,11 @@ def _tcgen05_runs(caps, qw, choice=None) -> bool:
 def _gemm_blockscaled_tcgen05(x: torch.Tensor, qw, bias, caps) -> torch.Tensor:
     """W4A4 NVFP4/MXFP4 on the tcgen05 block-scaled kernel (compiled for sm_100a/103a/107a/110a, never run on
     hardware; reached only with HUMMING_UNVERIFIED_KERNELS=1 and a weight ``_tcgen05_runs`` accepts)."""
-    from humming.core.layout_blockscaled import pack_e2m1, prepare_blockscaled_tcgen05
+    from humming.core.layout_blockscaled import prepare_blockscaled_tcgen05
     from humming.core.planner_tcgen05 import plan_blockscaled_tcgen05
 
-    n, k = qw.shape
-    cache = qw.__dict__.setdefault("_humming_prepared", {})
-    key = ("blockscaled-tcgen05", x.dtype, x.device, caps.name)
-    handle = cache.get(key)
-    if handle is None:
-        packed = prepare_blockscaled_tcgen05(qw.to(x.device), x.dtype)
-        act = act_name(x.dtype)
-
-        handle = _register_planned(packed, caps, None, plan_blockscaled_tcgen05, act, qw.scheme.name)
-        cache[key] = handle
-    packed = _registry[handle].packed
-    x2 = x.reshape(-1, k)
-    qa = _quantize_act(x2, qw.scheme, caps)
-    codes = pack_e2m1(qa.codes).contiguous()  # [M, K/2]
-    sa = qa.scales.view(torch.uint8).contiguous()  # [M, K/vec], gathered into tcgen05.cp blocks by the kernel
-    gscale = None
-    if qa.global_scale is not None:
-        gscale = qa.global_scale.to(device=x.device, dtype=torch.float32).reshape(1)
-    b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
-    if b is not None and b.data_ptr() % 4:
-        b = b.clone()
-    out = _launch(handle, codes, packed.qweight, sa, packed.scales, None, b, gscale, out_dtype=x.dtype)
-    return out.view(*x.shape[:-1], n)
+    return _run_blockscaled(x, qw, bias, caps, "blockscaled-tcgen05", prepare_blockscaled_tcgen05,
+                            plan_blockscaled_tcgen05)
 
 
 def _w8a8_tcgen05_handle(x: torch.Tensor, qw, caps, choice) -> int:
