@@ -30,7 +30,8 @@ def _force(qw, x, spec: dict) -> None:
                    splits=spec.get("splits", base.splits), tiles=TileConfig(**fields))
     prep.plans[m] = p
     prep.launches.pop(m, None)
-    print("forced", p.kernel_name, "split-K", p.splits)
+    if os.environ.get("HUMMING_FORCE_QUIET") != "1":
+        print("forced", p.kernel_name, "split-K", p.splits)
 
 
 def main() -> None:

@@ -311,6 +311,12 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
 """
 
 
+# Largest magic offset per code level that fold keeps within the fp16 tolerance: measured on the H200
+# (2026-11-30, scripts/fold_precision.py, 512x2048 g64, M=1): uint1 in f16 (1024 / 2 levels) 1.2e-3 relative
+# error against 2.2e-4 without fold; uint2 in f16 (1024 / 4) 2.7e-4; 1-bit codes in bf16 (128 / 2) unchanged.
+FOLD_MAX_MAGIC_PER_LEVEL = 256
+
+
 def fold_applies(layout) -> str:
     """Why the *fold* variant cannot run this layout ("" when it can). Fold multiplies the raw codes (exact
     act-typed ``magic + q``) and applies ``(sum + zz * sum(x)) * ss`` once per atom in fp32, so it needs integer
@@ -321,6 +327,9 @@ def fold_applies(layout) -> str:
     for what, group in (("scale", layout.scale_group), ("zero", layout.zero_group)):
         if 0 < group < 64:
             return f"fold needs {what} groups of at least 64 (one value per atom), not {group}"
+    if dec.zero_bias > FOLD_MAX_MAGIC_PER_LEVEL * (1 << dec.bits):
+        return (f"fold loses precision with {dec.bits}-bit codes in {dec.act}: the raw codes carry the magic offset "
+                f"{dec.zero_bias:g}, which swamps {1 << dec.bits} levels in the fp32 tensor-core sums")
     return ""
 
 

@@ -252,6 +252,11 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
             # measured on the H200: the raw products summed over a whole split (e.g. 4096 k) lose too much to the
             # cancellation against (magic + zero) x sum(x): relative error 1.9e-3 against 1e-3 for f16
             raise ShapeError("fold=2 needs scale or zero groups: one sum over a whole split loses precision")
+        if fold == 2:
+            from humming.core.generator_stream import fold_applies
+
+            if fold_applies(layout):
+                raise ShapeError(fold_applies(layout))
         split_why += (f"; fold={fold}: " + ("the scale" if fold == 1 else "the wgmma takes the raw codes (magic + code); "
                                             "zero point (activation sums from an all-ones A) and scale")
                       + " applied per " + (f"group of {ga * BK}" if ga else "split") + " in fp32")

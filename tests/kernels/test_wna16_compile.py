@@ -146,6 +146,25 @@ def test_stream_default_folds_at_small_m_where_it_can():
     assert api.plan("w4a16[group_size=32]", 1, 4096, 4096, profile=caps).tiles.fold == 0
 
 
+def test_fold_refused_for_one_bit_codes_in_f16():
+    """1-bit codes in f16 carry the magic offset 1024 over 2 levels: fold's fp32 sums lost too much on the H200
+    (1.2e-3 relative error, scripts/fold_precision.py), so the default keeps the plain decode there and a forced
+    fold is refused with the reason; 2-bit codes in f16 and 1-bit codes in bf16 (magic 128) keep fold."""
+    from humming.core.planner import TileConfig, plan_wna16
+    from humming.errors import ShapeError
+
+    caps = api.resolve_profile("nvidia-a100")
+    uint1 = humming.schemes.get("w2a16-zp").with_(weight="uint1")
+    p = api.plan(uint1, 1, 512, 2048, profile=caps)
+    assert p.path == "stream" and p.tiles.fold == 0
+    t = p.tiles
+    with pytest.raises(ShapeError, match="fold loses precision with 1-bit codes in f16"):
+        plan_wna16(caps, p.layout, 1, "f16", scheme="w2a16-zp", path="stream", splits=1,
+                   tiles=TileConfig(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, 1, 1))
+    assert api.plan(uint1, 1, 512, 2048, profile=caps, act="bf16").tiles.fold == 1
+    assert api.plan("w2a16-zp", 1, 512, 2048, profile=caps).tiles.fold == 1
+
+
 def test_fold_tt_outer_needs_the_activation_ring():
     from humming.core.planner import TileConfig, plan_wna16
     from humming.errors import ShapeError
