@@ -248,6 +248,7 @@ class _LaunchSpec:
     grid: tuple = ()  # plan.grid and plan.threads, read once
     threads: int = 0
     weights: tuple = ()  # the weight-side tensors whose pointers are in the slots (compared by identity)
+    xmap: object = None  # runtime.TensorMap2D of the activations where the kernel reads them by TMA (slot 15)
 
     def __post_init__(self):
         self.grid, self.threads = self.plan.grid, self.plan.threads
@@ -303,10 +304,25 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
         grid = p.grid
         ws, cnt = _workspace(device, grid[2] * grid[0] * p.tiles.bm * n if grid[2] > 1 else 0, grid[0] * grid[1])
         values = [0] * 7 + [ws.data_ptr(), cnt.data_ptr(), m, n, k, k // grid[2], prep.packed.out_scale, 0]
-        spec = _LaunchSpec(p, kernel, ArgBlock(_PARAM_KINDS, values))
+        box = activation_box(p)
+        if box is None:
+            spec = _LaunchSpec(p, kernel, ArgBlock(_PARAM_KINDS, values))
+        else:  # the kernel reads the activations through a TMA tensor map (its last parameter)
+            from humming.core.runtime import TensorMap2D
+
+            spec = _LaunchSpec(p, kernel, ArgBlock(_PARAM_KINDS + "t", values + [None]))
+            spec.xmap = TensorMap2D(m, k, *box)
         spec.keep = (ws, cnt)  # the workspace outlives the spec that points at it
         prep.launches[m] = spec
     return spec
+
+
+def activation_box(p: Plan) -> tuple[int, int] | None:
+    """(rows, 16-bit columns) of the TMA box in which the plan's kernel reads the activations, or None where it
+    copies them itself."""
+    if p.path == "wgmma-rs" and p.tiles.bulk:
+        return p.tiles.bm, p.tiles.bk
+    return None
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -334,6 +350,8 @@ def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gs
     with block.lock:  # the slots are shared by every call of this (weight, M); the driver copies them at launch
         slots[0].value = x.data_ptr()
         slots[6].value = out.data_ptr()
+        if spec.xmap is not None and spec.xmap.address != slots[0].value:
+            spec.xmap.encode(slots[15], slots[0].value)
         slots[14].value = None if gscale is None else gscale.data_ptr()
         w = spec.weights  # the weight-side tensor objects of the last call (identity: they are kept alive here)
         if not (w and w[0] is qweight and w[1] is scales and w[2] is zeros and w[3] is chan and w[4] is bias):

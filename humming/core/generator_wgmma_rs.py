@@ -57,7 +57,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     if why:
         raise ValueError(f"the register-A wgmma kernel cannot run this layout: {why}")
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=lay.decode, async_copy=True, caps=caps)
-    prelude = wgmma_rs_prelude(backend, request, t.bm)
+    tma = bool(t.bulk)  # the activations by TMA tensor copy (one thread, an mbarrier per slot) instead of cp.async
+    prelude = wgmma_rs_prelude(backend, request, t.bm, tensor_copy=tma)
     s_group, z_group = lay.scale_group, lay.zero_group
     _, math, zero_decl = pair_decode(lay, bool(s_group), bool(z_group))
 
@@ -123,7 +124,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     if small:
         ktiles_line = ("const int katoms = K / BK, ktiles = k_per_split / BK;   // k atoms of a slab, of this split\n"
                        "  const int kt0 = blockIdx.z * ktiles;                        // this split's first k atom")
-        load_code = _SMALL_LOAD_STAGE
+        load_code = _tma_load_stage("(kt0 + kt) * BK") if tma else _SMALL_LOAD_STAGE
         wsrc_line = "const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + lane * 4 + w;"
         splitk_code = _SMALL_SPLITK
         copy_out = STAGED_COPY_OUT.replace("c >> 4, ch = c & 15", "c >> 3, ch = c & 7").replace(
@@ -131,10 +132,23 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
             "chunk c = tid + 256 i", "chunk c = tid + 128 i")
     else:
         ktiles_line = "const int ktiles = K / BK;"
-        load_code = _LOAD_STAGE
+        load_code = _tma_load_stage("kt * BK") if tma else _LOAD_STAGE
         wsrc_line = "const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + lane * 4 + w;"
         splitk_code = ""
         copy_out = STAGED_COPY_OUT
+    if tma:
+        commit = commit_in_loop = ""
+        stage_wait = ("      mbar_wait(xbar0 + 8 * " + kt_slot + ", (kt / STAGES) & 1);  // the tensor copy of stage kt "
+                      "has landed (phase: the slot's use count)")
+        final_wait = "  fence_proxy_async();"
+        params_end = (",        // a device scalar multiplying the output (activation global scale) or null\n"
+                      "    const __grid_constant__ TmaMap XMAP) {  // activations [M, K]: boxes of BT rows x 64, 128-byte swizzle")
+    else:
+        commit, commit_in_loop = "\n    copy_commit();", "\n        copy_commit();"
+        stage_wait = ("      copy_wait<LOOKAHEAD - 1>();  // this thread's copies of stage kt have landed\n"
+                      "      fence_proxy_async();         // ... and are visible to wgmma (async proxy)")
+        final_wait = "  copy_wait<0>();\n  fence_proxy_async();"
+        params_end = ") {        // a device scalar multiplying the output (activation global scale) or null"
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -166,7 +180,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kerne
     uint16_t* __restrict__ C,            // output [M, N], row-major
     float* __restrict__ WS, int* __restrict__ CNT,   {"// split-K partials and tile counters" if small else "// unused (no split-K)"}
     int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{        // a device scalar multiplying the output (activation global scale) or null
+    const float* __restrict__ GS{params_end}
   using namespace cfg;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
@@ -189,8 +203,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kerne
 
   #pragma unroll
   for (int s = 0; s < LOOKAHEAD; ++s) {{
-    if (s < ktiles) load_stage(s, s);
-    copy_commit();
+    if (s < ktiles) load_stage(s, s);{commit}
   }}
   #pragma unroll
   for (int s = 0; s < PF; ++s)
@@ -214,13 +227,11 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kerne
       if (kt + PF < ktiles) {{  // the ring slot of kt - 1 (decoded last iteration) takes atom kt + PF
 {fetch("(s + PF) % R", "kt + PF", "        ")}
       }}
-      copy_wait<LOOKAHEAD - 1>();  // this thread's copies of stage kt have landed
-      fence_proxy_async();         // ... and are visible to wgmma (async proxy)
+{stage_wait}
       __syncthreads();             // everyone's; both warpgroups are done with the wgmmas of kt - 2
       {{
         const int next = kt + LOOKAHEAD;  // refills the slot of kt - 2
-        if (next < ktiles) load_stage({next_slot}, next);
-        copy_commit();
+        if (next < ktiles) load_stage({next_slot}, next);{commit_in_loop}
       }}
       const uint64_t desc_x = make_smem_desc(x0 + {kt_slot} * X_BYTES);
 {mma_block}
@@ -232,8 +243,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kerne
   }}
   wgmma_wait<0>();
   {fence_acc}{fold_tail}
-  copy_wait<0>();
-  fence_proxy_async();
+{final_wait}
   __syncthreads();                 // all wgmmas and copies done: the activation slots become the staging tile
 {splitk_code}
   // acc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
@@ -282,6 +292,28 @@ _SMALL_LOAD_STAGE = """  // activations: thread tid copies chunk tid % 8 of toke
     }
   };
 """
+
+def _tma_load_stage(k_coord: str) -> str:
+    """Activation stages by TMA: thread 0 arms slot ``slot``'s mbarrier with the tile's bytes and starts one tensor
+    copy of BT token rows x 64 k (the map's box) at k element ``k_coord``; the map swizzles it like swz128 (128-byte
+    rows, 16-byte chunk c of row r at c ^ (r % 8), in 1024-byte aligned slots) and zero-fills rows past M."""
+    return f"""  // activations: one tensor copy per stage (thread 0), completing on the slot's mbarrier
+  __shared__ __align__(8) uint64_t xbar[STAGES];
+  const uint32_t xbar0 = smem_u32(xbar);
+  if (tid == 0) {{
+    #pragma unroll
+    for (int s = 0; s < STAGES; ++s) mbar_init(xbar0 + 8 * s, 1);
+    mbar_init_fence();
+  }}
+  __syncthreads();
+  auto load_stage = [&](int slot, int kt) {{
+    if (tid == 0) {{
+      mbar_expect_tx(xbar0 + 8 * slot, X_BYTES);
+      tma_load_2d(x0 + slot * X_BYTES, &XMAP, {k_coord}, m0, xbar0 + 8 * slot);
+    }}
+  }};
+"""
+
 
 # split-K of the small-M form: every block stores its fp32 partials (acc[4j + 2h + e] = channel 16 w + 8 h + g,
 # token 8 j + 2 q + e) to WS[split][token tile row][N]; the last block of the tile (self-resetting counter) adds the

@@ -32,7 +32,8 @@ class TileConfig:
     fold: int = 0  # stream path: 1 = MMA on raw codes, zero point and scale applied per atom in fp32; 2 = the same
     #                with the 16-channel tiles outermost (fewer live registers; needs x_ring or bulk)
     bulk: int = 0  # stream path: 1 = weights, tables and activations reach a per-warp shared-memory ring of `stages`
-    #                slots by bulk copy (TMA engine, mbarriers) instead of registers
+    #                slots by bulk copy (TMA engine, mbarriers) instead of registers; register-A wgmma path: 1 = the
+    #                activation stages arrive by TMA tensor copy instead of cp.async
 
     @property
     def threads(self) -> int:

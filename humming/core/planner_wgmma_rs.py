@@ -27,6 +27,11 @@ MIN_M = 128  # with HUMMING_WGMMA_RS=1: from one 128-token tile on
 DEFAULT_MIN_M = 1024
 MIN_STAGES, MAX_STAGES = 4, 6
 PF = 2  # weight atoms loaded ahead per lane (register ring of PF + 1)
+TMA_ENV = "HUMMING_WGMMA_RS_TMA"  # "1": activation stages by TMA tensor copy where the profile declares tma; "0": cp.async
+# unset: TMA where the profile declares it. Measured on the H200 (2026-11-30, same tiles, bench_wna16): 3-10% faster
+# at M 16-4096 (8192x8192 M128 46.5 -> 43.6 us, 28672x8192 M128 153.0 -> 138.5, M4096 3366 -> 3232); the per-thread
+# cp.async address and predicate arithmetic was a quarter of the small form's instructions per stage
+TMA_DEFAULT = True
 OUT_PAD = 8  # 16-bit values of padding per staging row (272-byte pitch: conflict-free epilogue stores)
 
 
@@ -47,6 +52,25 @@ def forced() -> bool:
 # Without HUMMING_WGMMA_RS the kernel takes only the layouts its GPU tests ran (H200, 2026-11-30): scale and zero
 # tables per group of 64, 128 or 256 or per channel (-1), or none (0); other multiples of 64 only with =1.
 DEFAULT_GROUPS = (64, 128, 256, -1, 0)
+
+
+def tma_wanted(caps, tma: bool | None) -> bool:
+    """Whether the activation stages come by TMA tensor copy: ``tma`` if given (UnsupportedOnDevice where the profile
+    does not declare tma and mbarrier), else HUMMING_WGMMA_RS_TMA / TMA_DEFAULT where the profile declares them."""
+    declared = bool(caps.memory.tma and caps.memory.mbarrier)
+    if tma:
+        if not declared:
+            raise UnsupportedOnDevice(f"{caps.name} does not declare tma and mbarrier: the activations go by cp.async")
+        return True
+    if tma is None:
+        env = os.environ.get(TMA_ENV, "").strip().lower()
+        on = env in ("1", "true", "on", "yes") if env else TMA_DEFAULT
+        return on and declared
+    return False
+
+
+def _copy_words(tma: bool) -> str:
+    return "TMA tensor-copy" if tma else "cp.async"
 
 
 def default_refusal(layout) -> str:
@@ -102,19 +126,20 @@ def _token_tile(m: int, n: int, sms: int, cands: list[int], reasons: list[str]) 
 
 def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None,
                         splits: int | None = None, stages: int | None = None, fold: int = 0,
-                        small: bool | None = None) -> Plan:
+                        small: bool | None = None, tma: bool | None = None) -> Plan:
     """Plan the register-A wgmma WnA16 kernel for a ``WeightLayout`` (humming.core.layout), or UnsupportedOnDevice /
     ShapeError naming what is missing. ``bt`` forces the token tile (128 or 256; 16-64 for the small-M form, which
     M <= SMALL_MAX_M takes by default); ``splits``, ``stages`` and ``fold`` (raw codes into the wgmma, zero point and
     scale per group in fp32) are options of the small-M form, which ``small=True`` forces at any M (token tiles of
-    up to SMALL_MAX_BT)."""
+    up to SMALL_MAX_BT). ``tma`` brings the activation stages in by TMA tensor copy (one thread per stage, an mbarrier
+    per slot) instead of every thread's cp.async; None: HUMMING_WGMMA_RS_TMA, else TMA_DEFAULT."""
     form = wgmma_k16_form(caps, act)
     require_wgmma(caps, m, form, f"m64nNk16 {act} x {act} -> f32", "the mma.sync kernels run WnA16 there",
                   "register-A wgmma WnA16 pipeline")
     if small is None:
         small = (bt is None and m <= SMALL_MAX_M) or (bt is not None and bt < 128)
     if small:
-        return _plan_small(caps, layout, m, act, scheme, form, bt, splits, stages, fold)
+        return _plan_small(caps, layout, m, act, scheme, form, bt, splits, stages, fold, tma_wanted(caps, tma))
     if fold:
         raise ShapeError("fold is an option of the small-M form (token tiles of 16 or 32)")
     why = layout_refusal(layout)
@@ -148,13 +173,14 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
             f"no register-A wgmma tile of {bt} tokens with {MIN_STAGES} stages fits {caps.name}'s {limit} B of "
             "shared memory")
     smem = smem_bytes(bt, stages)
+    use_tma = tma_wanted(caps, tma)
     reasons.append(
         f"tile {BC} channels x {bt} tokens x {BK} k: 2 warpgroups x m64n{bt}k16, 4 k16 steps per stage; {stages} "
-        f"cp.async activation slots ({stages - 2} in flight; rows past M zero-filled); {smem // 1024} KiB of "
+        f"{_copy_words(use_tma)} activation slots ({stages - 2} in flight; rows past M zero-filled); {smem // 1024} KiB of "
         f"{limit // 1024} KiB shared memory")
     reasons.append("epilogue: scales and bias per channel, the tile transposed through shared memory, 16-byte "
                    "stores of whole token rows (rows past M skipped); no split-K")
-    tiles = TileConfig(bt, BC, BK, stages, 1, 8, 1)
+    tiles = TileConfig(bt, BC, BK, stages, 1, 8, 1, bulk=int(use_tma))
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,
@@ -214,7 +240,7 @@ def small_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan | No
 
 
 def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | None, splits: int | None,
-                stages: int | None, fold: int = 0) -> Plan:
+                stages: int | None, fold: int = 0, tma: bool = False) -> Plan:
     why = layout_refusal(layout, SMALL_BC)
     if why:
         err = ShapeError if why.startswith(("N=", "K=")) else UnsupportedOnDevice
@@ -269,10 +295,10 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
            f"{math.ceil(m / bt)} token tiles of {bt} (m64n{bt}k16 per k16 step)")
         + f"; each warp decodes its 16 channels ({d.kind}{d.bits}, the stream kernel's prepared weights) "
         f"{stages - 1 if bt <= 64 else stages - 2} atoms ahead",
-        f"{stages} cp.async activation stages of {bt} x 64 ({smem_bytes(bt, stages) // 1024} KiB); {split_why}; "
+        f"{stages} {_copy_words(tma)} activation stages of {bt} x 64 ({smem_bytes(bt, stages) // 1024} KiB); {split_why}; "
         "split-K partials added by the last block in a fixed order",
     ]
-    tiles = TileConfig(bt, SMALL_BC, BK, stages, 1, 4, 1, 0, fold)
+    tiles = TileConfig(bt, SMALL_BC, BK, stages, 1, 4, 1, 0, fold, int(tma))
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=splits,

@@ -97,6 +97,16 @@ _RAW_UNSET = object()
 _raw = _RAW_UNSET
 
 
+def _libcuda():
+    """The CUDA driver library through ctypes, or None where it cannot be opened."""
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
 def _raw_launch():
     """libcuda's cuLaunchKernel as a ctypes function (None where the library cannot be opened, or with
     HUMMING_RAW_LAUNCH=0). cuda-bindings' wrapper converts every argument to an object on each call; this
@@ -104,19 +114,55 @@ def _raw_launch():
     global _raw
     if _raw is _RAW_UNSET:
         fn = None
-        if os.environ.get("HUMMING_RAW_LAUNCH", "1") != "0":
-            for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
-                try:
-                    lib = ctypes.CDLL(name)
-                except OSError:
-                    continue
-                fn = lib.cuLaunchKernel
-                u = ctypes.c_uint
-                fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-                fn.restype = ctypes.c_int
-                break
+        lib = _libcuda() if os.environ.get("HUMMING_RAW_LAUNCH", "1") != "0" else None
+        if lib is not None:
+            fn = lib.cuLaunchKernel
+            u = ctypes.c_uint
+            fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            fn.restype = ctypes.c_int
         _raw = fn
     return _raw
+
+
+TensorMapBytes = ctypes.c_uint64 * 16  # CUtensorMap: 128 opaque bytes (64-byte aligned on the device side)
+# CUtensorMapDataType UINT16, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+# CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE (elements past the edges read as zeros): the CUDA driver API's enum values
+_TMAP_U16, _TMAP_INTERLEAVE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B, _TMAP_OOB_ZERO = 1, 0, 3, 3, 0
+
+
+class TensorMap2D:
+    """A tiled TMA tensor map over a row-major [rows, cols] tensor of 16-bit elements, boxes of box_rows x box_cols,
+    128-byte swizzle, zero fill past the edges; ``encode(buffer, address)`` rewrites ``buffer`` (a TensorMapBytes,
+    e.g. an ArgBlock slot of kind "t") for a new base address. Everything but the address is built once."""
+
+    def __init__(self, rows: int, cols: int, box_rows: int, box_cols: int):
+        if box_cols * 2 != 128:
+            raise ValueError("a 128-byte swizzled box has 64 16-bit elements per row")
+        if cols * 2 % 16 or not (1 <= box_rows <= 256):
+            raise ValueError(f"TMA needs 16-byte row pitches and boxes of at most 256 rows (cols={cols}, box={box_rows})")
+        self._dims = (ctypes.c_uint64 * 2)(cols, rows)  # innermost first
+        self._strides = (ctypes.c_uint64 * 1)(cols * 2)  # bytes between rows
+        self._box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
+        self._estrides = (ctypes.c_uint32 * 2)(1, 1)
+        lib = _libcuda()
+        if lib is None:
+            raise LaunchError("TMA tensor maps need the CUDA driver library (libcuda), which could not be opened")
+        fn = lib.cuTensorMapEncodeTiled
+        p, u = ctypes.c_void_p, ctypes.c_uint32
+        fn.argtypes = [p, ctypes.c_int, u, p, p, p, p, p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        fn.restype = ctypes.c_int
+        self._fn = fn
+        self.address = None  # the base address the buffer was last encoded for
+
+    def encode(self, buffer, address: int) -> None:
+        if address % 16:
+            raise LaunchError(f"a TMA tensor needs a 16-byte aligned base address, got {address:#x}")
+        err = self._fn(ctypes.addressof(buffer), _TMAP_U16, 2, address, ctypes.addressof(self._dims),
+                       ctypes.addressof(self._strides), ctypes.addressof(self._box), ctypes.addressof(self._estrides),
+                       _TMAP_INTERLEAVE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B, _TMAP_OOB_ZERO)
+        if err:
+            _check(_driver().CUresult(err), "cuTensorMapEncodeTiled")
+        self.address = address
 
 
 class ArgBlock:
@@ -127,9 +173,10 @@ class ArgBlock:
     _CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int, "f": ctypes.c_float}
 
     def __init__(self, kinds: str, values: list):
+        """kinds: p (pointer), i (int), f (float), t (a 128-byte TMA tensor map, filled later by TensorMap2D)."""
         if len(kinds) != len(values):
             raise ValueError("one kind per value")
-        self.slots = [self._CTYPES[k](v) for k, v in zip(kinds, values)]
+        self.slots = [TensorMapBytes() if k == "t" else self._CTYPES[k](v) for k, v in zip(kinds, values)]
         self._array = (ctypes.c_void_p * len(self.slots))(*[ctypes.addressof(v) for v in self.slots])
         self.address = ctypes.addressof(self._array)
         self.lock = threading.Lock()

@@ -230,7 +230,8 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
         if path == "stream" and m > STREAM_MAX_M:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}")
         if path == RS_PATH:
-            plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages, tiles.bm, tiles.fold)
+            plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages, tiles.bm, tiles.fold,
+                                  True if tiles.bulk else None)  # bulk=0 (or an entry older than it): the default
         else:
             plan = plan_wna16(caps, layout, m, act, scheme=scheme, tiles=tiles, splits=splits, path=path)
     except (ShapeError, UnsupportedOnDevice, KeyError, TypeError, ValueError) as exc:
@@ -249,7 +250,7 @@ _RS_STAGES = (4, 6, 8)
 
 
 def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | None, stages: int | None,
-                   bt: int | None = None, fold: int = 0) -> Plan:
+                   bt: int | None = None, fold: int = 0, tma: bool | None = None) -> Plan:
     """The small-M register-A wgmma plan (runs on the mma.sync handle's prepared weights), or UnsupportedOnDevice /
     ShapeError: it needs M 9-64, a layout it decodes, the wgmma kernels enabled and the live GPU of the profile's
     target (a profile forced onto another GPU keeps the mma.sync kernels)."""
@@ -264,7 +265,7 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
     if not _wgmma_runs_here(caps):
         raise UnsupportedOnDevice(f"the live GPU is not {caps.name}'s own target (wgmma kernels run only there)")
     return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, splits=splits, stages=stages, fold=fold,
-                                  small=True)
+                                  small=True, tma=tma)
 
 
 def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
@@ -412,17 +413,19 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
         _add_unique(plans, seen, p)
     from humming.core import planner_wgmma_rs as rs
 
-    # the small-M register-A wgmma form where the profile runs wgmma here: (token tile, splits, stages, fold); fold=2
-    # was never faster than fold=1 on the H200 (2026-11-30) and is not timed; above 64 tokens, tiles of 64 / 128
+    # the small-M register-A wgmma form where the profile runs wgmma here: (token tile, splits, stages, fold, tma);
+    # fold=2 was never faster than fold=1 on the H200 (2026-11-30) and is not timed; above 64 tokens, tiles of 64 / 128;
+    # activations by cp.async and, where the profile declares it, by TMA tensor copy
+    copies = (False, True) if caps.memory.tma and caps.memory.mbarrier else (False,)
     if rs.SMALL_MIN_M <= m <= rs.SMALL_MAX_M:
-        configs = itertools.product((None,), _RS_SPLITS, _RS_STAGES, (0, 1))
+        configs = itertools.product((None,), _RS_SPLITS, _RS_STAGES, (0, 1), copies)
     elif rs.SMALL_MAX_M < m < rs.DEFAULT_MIN_M:
-        configs = itertools.product((64, 128), (1, 2, 4), (4, 6), (0,))
+        configs = itertools.product((64, 128), (1, 2, 4), (4, 6), (0,), copies)
     else:
         configs = ()
-    for bt, splits, stages, fold in configs:
+    for bt, splits, stages, fold, tma in configs:
         try:
-            p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages, bt, fold)
+            p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages, bt, fold, tma)
         except HummingError:
             continue
         _add_unique(plans, seen, p)

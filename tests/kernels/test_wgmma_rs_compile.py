@@ -20,7 +20,16 @@ from humming.capabilities import list_profiles
 from humming.core.compiler import compile_cuda
 from humming.core.layout import layout_for, prepare
 from humming.core.nvrtc import select_toolchain
-from humming.core.planner_wgmma_rs import ENV, OUT_PAD, PATH, PF, layout_refusal, plan_wna16_wgmma_rs, smem_bytes
+from humming.core.planner_wgmma_rs import (
+    ENV,
+    OUT_PAD,
+    PATH,
+    PF,
+    TMA_ENV,
+    layout_refusal,
+    plan_wna16_wgmma_rs,
+    smem_bytes,
+)
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 H200 = "nvidia-h200"
@@ -43,9 +52,9 @@ def _scheme(name="w4a16", group=128):
     return sch.with_(granularity="channel", group_size=None) if group is None else sch.with_(group_size=group)
 
 
-def _plan(act="f16", name="w4a16", group=128, m=1024, n=1024, k=4096, bt=None, profile=H200):
+def _plan(act="f16", name="w4a16", group=128, m=1024, n=1024, k=4096, bt=None, profile=H200, tma=None):
     lay = layout_for(_scheme(name, group), n, k, act)
-    return plan_wna16_wgmma_rs(_caps(profile), lay, m, act, scheme=name, bt=bt)
+    return plan_wna16_wgmma_rs(_caps(profile), lay, m, act, scheme=name, bt=bt, tma=tma)
 
 
 # ----------------------------------------------------------------------------- compile
@@ -71,7 +80,7 @@ def test_compiles_with_register_a_wgmma(act, bt, name, group):
     rs = re.findall(r"m64n\d+k16\.f32\.\w+\.\w+ \{[^}]*\}, \{%r\d+, ?%r\d+, ?%r\d+, ?%r\d+\}, %rd\d+, p, 1, 1, 0;", ptx)
     assert len(rs) == len(forms) > 0
     for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 1",
-                "wgmma.wait_group.sync.aligned 0", "fence.proxy.async.shared::cta", "cp.async.cg.shared.global",
+                "wgmma.wait_group.sync.aligned 0", "fence.proxy.async.shared::cta", _copy_instruction(p),
                 "ld.global.nc.u32", "lop3.b32", "st.global.v4.u32", "st.shared.u16"):
         assert ins in ptx, ins
     assert "ldmatrix" not in ptx and "mma.sync" not in ptx and "tcgen05" not in ptx
@@ -81,6 +90,49 @@ def test_compiles_with_register_a_wgmma(act, bt, name, group):
     assert regs and max(regs) <= 255, log
     assert spills and max(spills) == 0, log
     assert "serialized" not in log, log  # C7513/C7515: ptxas would serialize the wgmmas
+
+
+TMA_COPY = "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+
+
+def _copy_instruction(p) -> str:
+    """The instruction that brings the activation stages in: a TMA tensor copy (tiles.bulk, the default where the
+    profile declares tma) or every thread's cp.async."""
+    return TMA_COPY if p.tiles.bulk else "cp.async.cg.shared.global"
+
+
+@pytest.mark.parametrize("form", ["small", "prefill"])
+def test_activation_copies_tma_and_cp_async(form, monkeypatch):
+    """Both ways of bringing the activations in compile without spills for both forms: TMA by default where the
+    profile declares tma and mbarrier (one tensor copy per stage, mbarrier waits, the map a __grid_constant__
+    parameter; no per-thread cp.async), HUMMING_WGMMA_RS_TMA=0 or tma=False the cp.async copies; a profile without
+    tma gets cp.async by default and a clear refusal when TMA is asked for."""
+    _need_sm90a()
+    caps = _caps()
+    lay = layout_for(_scheme("w4a16", 128), 2048, 4096, "f16")
+    small = form == "small"
+    m = 64 if small else 1024
+    stages = 4 if small else None  # the default rule's stages at 64 tokens
+    default = plan_wna16_wgmma_rs(caps, lay, m, "f16", scheme="w4a16", small=small, stages=stages)
+    monkeypatch.setenv(TMA_ENV, "0")
+    off = plan_wna16_wgmma_rs(caps, lay, m, "f16", scheme="w4a16", small=small, stages=stages)
+    monkeypatch.delenv(TMA_ENV)
+    assert default.tiles.bulk == 1 and off.tiles.bulk == 0 and default.kernel_name != off.kernel_name
+    assert "TMA tensor-copy" in default.explain() and "cp.async activation" in off.explain()
+    for p, copy, absent in ((default, TMA_COPY, "cp.async.cg"), (off, "cp.async.cg.shared.global", "cp.async.bulk")):
+        src = api.source(p, caps)
+        assert ("__grid_constant__ TmaMap XMAP" in src) == bool(p.tiles.bulk)
+        mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
+        assert copy in mod.ptx and absent not in mod.ptx
+        if p.tiles.bulk:
+            assert "mbarrier.try_wait.parity.shared::cta.b64" in mod.ptx and "mbarrier.arrive.expect_tx" in mod.ptx
+        assert max(int(v) for v in re.findall(r"(\d+) bytes spill stores", mod.log)) == 0, mod.log
+        assert not re.search(r"C751\d", mod.log), mod.log
+    no_tma = replace(caps, memory=replace(caps.memory, tma=False))
+    assert plan_wna16_wgmma_rs(no_tma, lay, m, "f16", scheme="w4a16", small=small).tiles.bulk == 0
+    with pytest.raises(UnsupportedOnDevice, match="does not declare tma"):
+        plan_wna16_wgmma_rs(no_tma, lay, m, "f16", scheme="w4a16", small=small, tma=True)
+    assert api.activation_box(default) == (default.tiles.bm, 64) and api.activation_box(off) is None
 
 
 WGMMA_PROFILES = [c.name for c in list_profiles(include_abstract=False) if c.find_mma(family="wgmma", a_type="f16")]
@@ -298,7 +350,9 @@ def test_emulated_kernel_matches_reference(act, name, group, bt):
     bias = torch.randn(n).to(dtype)
     qw = humming.quantize(torch.randn(n, k) * 0.05, _scheme(name, group), bias=bias)
     packed = prepare(qw, dtype)  # the stream / mma.sync kernels' prepared weights
-    p = replace(_plan(act, name, group, m=m, n=n, k=k, bt=bt), layout=packed.layout)
+    # the emulation models the cp.async copies; a TMA copy writes the same 128-byte-swizzled slot (the map's swizzle
+    # mode is this layout by definition, and the GPU tests run both)
+    p = replace(_plan(act, name, group, m=m, n=n, k=k, bt=bt, tma=False), layout=packed.layout)
     _check_kernel_indexing(api.source(p, _caps()))
     x = torch.randn(m, k).to(dtype)
     out = _emulate(p, packed, x)
@@ -347,7 +401,7 @@ def test_small_form_compiles(act, bt, stages, fold, name, group):
     assert forms == {(f"m64n{bt}k16", act, act)}, forms
     rs = re.findall(r"m64n\d+k16\.f32\.\w+\.\w+ \{[^}]*\}, \{%r\d+, ?%r\d+, ?%r\d+, ?%r\d+\}, %rd\d+, p, 1, 1, 0;", ptx)
     assert rs  # register A
-    for ins in ("atom.global.add.s32", "ld.global.cg.f32", "membar.gl", "cp.async.cg.shared.global",
+    for ins in ("atom.global.add.s32", "ld.global.cg.f32", "membar.gl", _copy_instruction(p),
                 "fence.proxy.async.shared::cta", "st.global.v4.u32"):
         assert ins in ptx, ins  # the split-K fix-up, the activation copies and the staged copy-out
     log = mod.log

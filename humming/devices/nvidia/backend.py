@@ -430,13 +430,15 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 }
 """
 
-BULK_COPY = r"""
-// ---- bulk copies (sm_90: the TMA engine, no tensor map): global -> shared, completion counted in bytes on an mbarrier
-// this thread's arrival on the barrier's current phase, announcing `bytes` of copies that will complete on it
+EXPECT_TX = r"""// this thread's arrival on the barrier's current phase, announcing `bytes` of copies that will complete on it
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" :: "r"(bar), "r"(bytes) : "memory");
 }
-// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this block's shared memory
+"""
+
+BULK_COPY = r"""
+// ---- bulk copies (sm_90: the TMA engine, no tensor map): global -> shared, completion counted in bytes on an mbarrier
+""" + EXPECT_TX + r"""// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this block's shared memory
 __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
@@ -445,6 +447,26 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
 // bulk copies (async proxy): a slot is read into registers before the copy that refills it
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 """
+
+
+TENSOR_COPY = r"""
+// ---- tensor copies (sm_90: the TMA engine with a tensor map): a 2-D box of a global tensor into shared memory,
+// laid out (and swizzled) as the map says, elements past the tensor's edges as zeros; completion counted in bytes on
+// an mbarrier. The map (cuTensorMapEncodeTiled, 128 opaque bytes) is a __grid_constant__ kernel parameter.
+struct __align__(64) TmaMap { unsigned long long bits[16]; };
+// the box whose first element is (inner coordinate c0, outer coordinate c1) into shared memory at dst
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+               :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+"""
+
+
+def tensor_copy_helpers(caps) -> str:
+    """mbarriers, the expect-tx arrival and the 2-D tensor copy (the profile must declare tma and mbarrier)."""
+    if caps is not None and not (caps.memory.tma and caps.memory.mbarrier):
+        raise ValueError(f"{caps.name} does not declare tma and mbarrier, which the tensor copies use")
+    return MBARRIER + EXPECT_TX + TENSOR_COPY
 
 
 def stream_bulk_prelude(backend: NvidiaBackend, request: HelperRequest) -> str:
@@ -788,16 +810,20 @@ def _wgmma_k16_rs_helper(a_type: str, n: int) -> str:
     return _wgmma_rs_step(n, 16, f"f32.{a_type}.{a_type}", ", 1, 1, 0", "float", "+f", None)
 
 
-def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -> str:
+def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, tensor_copy: bool = False) -> str:
     """Helpers of the register-A wgmma WnA16 kernel: copies, 16-bit pair arithmetic, the weight decode (dq_raw) of
     the mma.sync layout, fences and descriptors, the epilogue's staging stores and one m64n{n}k16 register-A step
-    for the plan's activation type (request.mma, a wgmma f16/bf16 form)."""
+    for the plan's activation type (request.mma, a wgmma f16/bf16 form); with ``tensor_copy`` the mbarriers and
+    the TMA tensor copy that bring the activations in."""
     if request.mma.family != "wgmma" or request.mma.a_type not in ("f16", "bf16"):
         raise ValueError(f"wgmma_rs_prelude needs a wgmma f16/bf16 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
         raise ValueError(f"wgmma n={n} is not a declared N of {request.mma.describe()}")
-    return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON, WGMMA_RS_EXTRA,
-                      _decode_helper(request.weight), _wgmma_k16_rs_helper(request.mma.a_type, n)])
+    parts = [COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON, WGMMA_RS_EXTRA,
+             _decode_helper(request.weight), _wgmma_k16_rs_helper(request.mma.a_type, n)]
+    if tensor_copy:
+        parts.append(tensor_copy_helpers(request.caps))
+    return "\n".join(parts)
 
 
 def _wgmma_k32_rs_helper(a_type: str, n: int) -> str:
