@@ -39,6 +39,8 @@ from humming.core.generator import _c, pair_decode
 from humming.core.planner_wgmma_rs import BC, BK, OUT_PAD, PATH, PF, SMALL_BC, layout_refusal
 from humming.devices.base import HelperRequest
 
+X16_DECODE = True  # see _decode_pairs_x16
+
 
 def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     from humming.devices.nvidia.backend import wgmma_rs_prelude
@@ -61,6 +63,11 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     prelude = wgmma_rs_prelude(backend, request, t.bm, tensor_copy=tma)
     s_group, z_group = lay.scale_group, lay.zero_group
     _, math, zero_decl = pair_decode(lay, bool(s_group), bool(z_group))
+    # f16: odd pairs decoded in place as magic + 16 code (no shift; x 1/16 in the zero-point fma), X16_DECODE
+    x16 = X16_DECODE and plan.act == "f16" and t.fold != 2
+    if x16:
+        zero_decl += ("  const uint32_t x16_scale = f32x2_to_act2(0.0625f, 0.0625f);  // (magic + 16 code) / 16 = 64 + code\n"
+                      "  const uint32_t x16_bias = f32x2_to_act2(960.0f, 960.0f);   // -(magic + zero) + 960 = -(64 + zero)\n")
 
     def table(ptr: str, group: int, atom: str) -> str:
         row = "0" if group < 0 else f"(size_t)(({atom}) * BK / {group}) * N + "
@@ -102,13 +109,14 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
           for (int r = 0; r < 2; ++r) a[ks][r * 2 + h] = dq_raw(wq[s][ks], 2 * h + r);  // magic + code, exact"""
     elif fold == 1:  # the zero point as before, the scale later: a[] = code - zero, exact small integers
         _, zmath, _ = pair_decode(lay, False, bool(z_group))
-        decode_body = _decode_pairs("\n          ".join(ln for ln in pick if ln.startswith("const uint32_t zz")), zmath)
+        zpick = "\n          ".join(ln for ln in pick if ln.startswith("const uint32_t zz"))
+        decode_body = _decode_pairs_x16(zpick, False) if x16 else _decode_pairs(zpick, zmath)
     if fold:
         fold_decl, mma_block, fence_acc, fold_tail = _fold_parts(lay, s_group, z_group, plan.act, fold == 2)
         ga = fold_group_atoms(lay)
         unroll = "2 * R" if not ga or (2 * (pf + 1)) % ga == 0 else str(lcm(2 * (pf + 1), ga))
     else:
-        decode_body = _decode_pairs(pick_code, math)
+        decode_body = _decode_pairs_x16(pick_code, bool(s_group)) if x16 else _decode_pairs(pick_code, math)
         fold_decl = fold_tail = ""
         mma_block = _PLAIN_MMA
         fence_acc = "wgmma_fence_operand(acc);"
@@ -369,6 +377,19 @@ STAGED_COPY_OUT = """  __syncthreads();
   }
 }
 """
+
+
+def _decode_pairs_x16(pick: str, scales: bool) -> str:
+    """f16 only: the two code pairs of half h of k16 step ks from one shift of the word by 8 h: pair 2h (bits 0-3 and
+    16-19) as magic + code plus -(magic + zero); pair 2h + 1 (bits 4-7 and 20-23) in place as magic + 16 code, exact
+    in f16 (unit spacing up to 2048), times 1/16 plus -(64 + zero) in one exact fma; then the scale. One shift per
+    word instead of three."""
+    mul = (lambda e: f"act2_mul({e}, ss)") if scales else (lambda e: e)
+    return f"""          {pick}
+          const uint32_t zz16 = act2_add(zz, x16_bias);
+          const uint32_t wh = wq[s][ks] >> (8 * h);
+          a[ks][h] = {mul("act2_add(dq_raw(wh, 0), zz)")};
+          a[ks][2 + h] = {mul("act2_fma(dq_raw_x16(wh), x16_scale, zz16)")};"""
 
 
 def _decode_pairs(pick: str, math: str) -> str:

@@ -26,7 +26,10 @@ MIN_M = 128  # with HUMMING_WGMMA_RS=1: from one 128-token tile on
 # kernel; at M=128 it was slower (too few blocks, no split-K), M 256-1023 was not measured.
 DEFAULT_MIN_M = 1024
 MIN_STAGES, MAX_STAGES = 4, 6
-PF = 2  # weight atoms loaded ahead per lane (register ring of PF + 1)
+# weight atoms loaded ahead per lane in the two-warpgroup form (register ring of PF + 1): measured on the H200
+# (2026-11-30, bench_wna16 M 1024/4096) PF 4 against 2: 4096x14336 M4096 817 -> 731 us, 28672x8192 M1024 875 -> 808,
+# 8192x8192 M4096 937 -> 913; 205 registers at 256 tokens, no spills
+PF = 4
 TMA_ENV = "HUMMING_WGMMA_RS_TMA"  # "1": activation stages by TMA tensor copy where the profile declares tma; "0": cp.async
 # unset: TMA where the profile declares it. Measured on the H200 (2026-11-30, same tiles, bench_wna16): 3-10% faster
 # at M 16-4096 (8192x8192 M128 46.5 -> 43.6 us, 28672x8192 M128 153.0 -> 138.5, M4096 3366 -> 3232); the per-thread

@@ -18,6 +18,7 @@ import humming
 from humming import api
 from humming.capabilities import list_profiles
 from humming.core.compiler import compile_cuda
+from humming.core.generator_wgmma_rs import X16_DECODE
 from humming.core.layout import layout_for, prepare
 from humming.core.nvrtc import select_toolchain
 from humming.core.planner_wgmma_rs import (
@@ -30,6 +31,7 @@ from humming.core.planner_wgmma_rs import (
     plan_wna16_wgmma_rs,
     smem_bytes,
 )
+from humming.devices.nvidia import backend as nv
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 H200 = "nvidia-h200"
@@ -227,7 +229,6 @@ def _check_kernel_indexing(src: str) -> None:
         "const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + lane * 4 + w;",
         "const uint32_t* p = wsrc + (size_t)(", "wq[", "][ks] = load_g32(p + ks * 128);",
         "const int tab = slab * 64 + g * 8 + 2 * w;",
-        "uint32_t v = dq_raw(wq[s][ks], 2 * h + r);", "a[ks][r * 2 + h] = v;",
         "const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);",
         "wgmma_k16_rs(acc, a[ks], desc_x + 2 * ks, 1);",
         "const int ch = wg * 64 + w * 16 + 8 * h + g;",
@@ -239,6 +240,22 @@ def _check_kernel_indexing(src: str) -> None:
         "store_g128(C + (size_t)(m0 + row) * N + n0 + ch * 8, r);",
     ):
         assert text in src, text
+    if "dq_raw_x16(" in src:  # f16: one shift per word, the odd pair in place as magic + 16 code
+        texts = ("const uint32_t wh = wq[s][ks] >> (8 * h);", "const uint32_t zz16 = act2_add(zz, x16_bias);",
+                 "act2_add(dq_raw(wh, 0), zz)", "act2_fma(dq_raw_x16(wh), x16_scale, zz16)",  # (x ss where scales)
+                 "x16_scale = f32x2_to_act2(0.0625f, 0.0625f);", "x16_bias = f32x2_to_act2(960.0f, 960.0f);")
+    else:
+        texts = ("uint32_t v = dq_raw(wq[s][ks], 2 * h + r);", "a[ks][r * 2 + h] = v;")
+    for text in texts:
+        assert text in src, text
+
+
+def _x16_model():
+    """dq_raw_x16 as the backend spells it: lop3 (a & mask) | magic, no shift (parsed from the helper text)."""
+    m = re.search(r"lop3_and_or\(w, 0x([0-9A-F]+)u, 0x([0-9A-F]+)u\)", nv.DQ_RAW_X16)
+    assert m, nv.DQ_RAW_X16
+    mask, magic = int(m.group(1), 16), int(m.group(2), 16)
+    return lambda words: (words & mask) | magic
 
 
 def _act(bits: torch.Tensor, dtype) -> torch.Tensor:
@@ -272,12 +289,17 @@ def _warpgroup_a(p, packed, slab: int, kt: int, ks: int) -> torch.Tensor:
     s_pair = table_pair(packed.scales, lay.scale_group) if lay.scale_group else None
     z_pair = table_pair(packed.zeros, lay.zero_group) if lay.zero_group else None
     a = torch.full((64, 16), float("nan"), dtype=torch.float64)
+    x16 = p.act == "f16" and X16_DECODE and p.tiles.fold != 2
     for h, r in itertools.product(range(2), range(2)):
-        v = dq(word, 2 * h + r)  # 32-bit: low half k 2q (+8r), high half k 2q + 1
+        # 32-bit: low half k 2q (+8r), high half k 2q + 1; f16: the odd pair unshifted as magic + 16 code
+        v = _x16_model()(word >> (8 * h)) if x16 and r == 1 else dq(word, 2 * h + r)
         zz = _act(z_pair[h], dtype) if z_pair else torch.tensor(lay.zero_const, dtype=dtype)
         for half in range(2):
             x = _act((v >> (16 * half)) & 0xFFFF, dtype)
-            x = (x.float() + zz.float()).to(dtype)  # act2_add: exact small integers
+            if x16 and r == 1:  # act2_fma(v, 1/16, zz + 960): exact small integers
+                x = (x.float() * 0.0625 + (zz.float() + 960.0).to(dtype).float()).to(dtype)
+            else:
+                x = (x.float() + zz.float()).to(dtype)  # act2_add: exact small integers
             if s_pair:
                 x = (x.float() * _act(s_pair[h], dtype).float()).to(dtype)  # act2_mul: one rounding
             rows = 16 * w_ + g + 8 * h

@@ -810,6 +810,13 @@ def _wgmma_k16_rs_helper(a_type: str, n: int) -> str:
     return _wgmma_rs_step(n, 16, f"f32.{a_type}.{a_type}", ", 1, 1, 0", "float", "+f", None)
 
 
+# int4 codes into f16 without a shift for the odd pair of a byte: the codes at bits 4-7 and 20-23 OR-ed into the magic
+# number's mantissa land as 16 x code (magic 1024 has unit spacing up to 2048, so 1024 + 16 code is exact)
+DQ_RAW_X16 = r"""
+__device__ __forceinline__ uint32_t dq_raw_x16(uint32_t w) { return lop3_and_or(w, 0x00F000F0u, 0x64006400u); }
+"""
+
+
 def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, tensor_copy: bool = False) -> str:
     """Helpers of the register-A wgmma WnA16 kernel: copies, 16-bit pair arithmetic, the weight decode (dq_raw) of
     the mma.sync layout, fences and descriptors, the epilogue's staging stores and one m64n{n}k16 register-A step
@@ -821,6 +828,9 @@ def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, ten
         raise ValueError(f"wgmma n={n} is not a declared N of {request.mma.describe()}")
     parts = [COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON, WGMMA_RS_EXTRA,
              _decode_helper(request.weight), _wgmma_k16_rs_helper(request.mma.a_type, n)]
+    if request.act == "f16" and request.weight.kind == "int" and request.weight.int_path == "magic" \
+            and request.weight.container == 4:
+        parts.append(DQ_RAW_X16)
     if tensor_copy:
         parts.append(tensor_copy_helpers(request.caps))
     return "\n".join(parts)
