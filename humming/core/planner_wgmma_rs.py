@@ -193,8 +193,8 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
 
 # ---- the small-M form (decode batches and prefill below M 1024): one warpgroup per block (64 channels, one slab),
 # BT tokens per tile in one wgmma m64nBTk16 (BT = M rounded up to 16, 128 from M 65), split-K over blocks with the
-# fixed-order fix-up of the mma.sync kernels. Planned by default for M 17-1023 (and 9-16 on layers of <= 2 x SMs
-# slabs) where the live GPU runs wgmma (small_default); it runs on the stream kernel's prepared weights.
+# fixed-order fix-up of the mma.sync kernels. Planned by default for M 9-1023 where the live GPU runs wgmma
+# (small_default); it runs on the stream kernel's prepared weights.
 SMALL_MAX_M = 64  # up to here the token tile is M rounded up to 16; above, tiles of SMALL_MAX_BT
 SMALL_MAX_BT = 128  # its widest token tile: wgmma m64n128k16, 64 accumulators per thread
 SMALL_MIN_M = 9  # below: the stream kernel (one n8 token tile of mma.sync)
@@ -217,14 +217,12 @@ def small_splits(n: int, k: int, sms: int, tiles: int = 1, bt: int = 16) -> tupl
 
 def small_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
     """The small form as the planner's default rule, or None where it does not apply: int4 layouts it decodes, the
-    profile's wgmma k16 form and cp.async, M 17-1023, or M 9-16 on layers of at most 2 x SMs slabs (on 28672x8192
-    the stream kernel was 5% faster at M=16). Token tiles of M rounded up to 16 (128 from M 65); fold=1 (not where it
+    profile's wgmma k16 form and cp.async, M 9-1023 (with the TMA activation copies it also won at M=16 on
+    28672x8192: 52.6 us against the stream kernel's 57.9 on the H200, 2026-11-30; before them the stream kernel was
+    5% faster there). Token tiles of M rounded up to 16 (128 from M 65); fold=1 (not where it
     would spill) and 8 stages up to 32 tokens, 4 stages at 64, 6 (4 on layers wider than 16384) at 128: the tuner's winners on the H200
     (2026-11-30). Callers check that the live GPU runs the profile's wgmma."""
     if not SMALL_MIN_M <= m < DEFAULT_MIN_M or min_m() is None:
-        return None
-    sms = caps.limits.sms or _DEFAULT_SMS
-    if m <= 16 and layout.n // SMALL_BC > 2 * sms:
         return None
     if wgmma_k16_form(caps, act) is None or not caps.memory.cp_async or layout_refusal(layout, SMALL_BC):
         return None
