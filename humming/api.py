@@ -249,6 +249,7 @@ class _LaunchSpec:
     threads: int = 0
     weights: tuple = ()  # the weight-side tensors whose pointers are in the slots (compared by identity)
     xmap: object = None  # runtime.TensorMap2D of the activations where the kernel reads them by TMA (slot 15)
+    wmap: object = None  # ... of the weights (slot 16), encoded when the weight tensor changes
 
     def __post_init__(self):
         self.grid, self.threads = self.plan.grid, self.plan.threads
@@ -304,25 +305,31 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
         grid = p.grid
         ws, cnt = _workspace(device, grid[2] * grid[0] * p.tiles.bm * n if grid[2] > 1 else 0, grid[0] * grid[1])
         values = [0] * 7 + [ws.data_ptr(), cnt.data_ptr(), m, n, k, k // grid[2], prep.packed.out_scale, 0]
-        box = activation_box(p)
-        if box is None:
-            spec = _LaunchSpec(p, kernel, ArgBlock(_PARAM_KINDS, values))
-        else:  # the kernel reads the activations through a TMA tensor map (its last parameter)
+        x_box, w_box = tma_boxes(p)
+        maps = [b for b in (x_box, w_box) if b is not None]
+        spec = _LaunchSpec(p, kernel, ArgBlock(_PARAM_KINDS + "t" * len(maps), values + [None] * len(maps)))
+        if maps:  # the kernel reads its operands through TMA tensor maps (its last parameters)
             from humming.core.runtime import TensorMap2D
 
-            spec = _LaunchSpec(p, kernel, ArgBlock(_PARAM_KINDS + "t", values + [None]))
-            spec.xmap = TensorMap2D(m, k, *box)
+            spec.xmap = TensorMap2D(*x_box)
+            spec.wmap = TensorMap2D(*w_box) if w_box else None
         spec.keep = (ws, cnt)  # the workspace outlives the spec that points at it
         prep.launches[m] = spec
     return spec
 
 
-def activation_box(p: Plan) -> tuple[int, int] | None:
-    """(rows, 16-bit columns) of the TMA box in which the plan's kernel reads the activations, or None where it
-    copies them itself."""
-    if p.path == "wgmma-rs" and p.tiles.bulk:
-        return p.tiles.bm, p.tiles.bk
-    return None
+def tma_boxes(p: Plan) -> tuple[tuple | None, tuple | None]:
+    """The TMA tensor maps the plan's kernel takes after its usual parameters, as TensorMap2D arguments (rows, cols,
+    box rows, box cols, element bytes[, swizzle]): (activations or None, weights or None). The register-A W4A16 kernels read the
+    activations [M, K] (16-bit) so; the TMA W8A8 kernel both operands: codes [M, K] and weights [N, K] (bytes)."""
+    t = p.tiles
+    if p.path == "wgmma-rs" and t.bulk:
+        return (p.m, p.k, t.bm, t.bk, 2), None
+    if p.family == "wgmma" and p.is_8bit and t.bulk:
+        if getattr(p.layout, "weight_bits", 8) == 4:  # packed 4-bit weights [N, K/2]: dense 64-byte box rows
+            return (p.m, p.k, t.bm, t.bk, 1), (p.n, p.k // 2, t.bn, t.bk // 2, 1, 0)
+        return (p.m, p.k, t.bm, t.bk, 1), (p.n, p.k, t.bn, t.bk, 1)
+    return None, None
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -358,6 +365,8 @@ def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gs
             w = spec.weights = (qweight, scales, zeros, chan, bias)
             for slot, t in zip(_WEIGHT_SLOTS, w):
                 slots[slot].value = None if t is None else t.data_ptr()
+            if spec.wmap is not None:
+                spec.wmap.encode(slots[16], slots[1].value)
         spec.kernel.launch(device, spec.grid, spec.threads, stream, block)
     return out
 

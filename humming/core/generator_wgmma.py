@@ -35,9 +35,17 @@ _ROW_SCALE = "(TS && row0 + 8 * h < M) ? scale * load_f32(TS + row0 + 8 * h) : s
 
 
 def eight_bit_params(kernel_name: str, b_doc: str = "weight codes [N, K] bytes, row-major (K-major)",
-                     ts_doc: str = _TS_DOC, s_doc: str = _S_DOC, bias_doc: str = "[N] or null") -> str:
+                     ts_doc: str = _TS_DOC, s_doc: str = _S_DOC, bias_doc: str = "[N] or null",
+                     tensor_maps: tuple = ()) -> str:
     """The kernel's signature line and the 8-bit mma.sync kernel's parameter list, through the opening brace (one
-    launcher runs every kernel that takes it; the comments name what each kernel reads)."""
+    launcher runs every kernel that takes it; the comments name what each kernel reads); ``tensor_maps`` (name, doc,
+    name, doc, ...) appends TMA tensor maps as __grid_constant__ parameters."""
+    gs_end = ") {      // a device scalar multiplying the output (per-tensor activation scale) or null"
+    if tensor_maps:
+        pairs = list(zip(tensor_maps[::2], tensor_maps[1::2]))
+        gs_end = ",      // a device scalar multiplying the output (per-tensor activation scale) or null" + "".join(
+            f"\n    const __grid_constant__ TmaMap {name}{') {' if i == len(pairs) - 1 else ','}  // {doc}"
+            for i, (name, doc) in enumerate(pairs))
     return f"""extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {kernel_name}(
     const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
     const uint32_t* __restrict__ Bw,      // {b_doc}
@@ -48,7 +56,7 @@ def eight_bit_params(kernel_name: str, b_doc: str = "weight codes [N, K] bytes, 
     uint16_t* __restrict__ C,             // output [M, N]
     float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
     int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null
+    const float* __restrict__ GS{gs_end}
 """
 
 
@@ -98,6 +106,10 @@ def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
     if getattr(plan.layout, "weight_bits", 8) == 4:
         return wgmma_w4a8_kernel_source(plan, backend, caps)
     t = plan.tiles
+    if t.bulk:  # the warp-specialised kernel with TMA tensor copies
+        from humming.core.generator_wgmma_tma import wgmma_w8a8_tma_kernel_source
+
+        return wgmma_w8a8_tma_kernel_source(plan, backend, caps)
     if (t.bm, t.bk, t.threads) != (128, 128, 256) or t.stages < 3:
         raise ValueError(f"the wgmma kernel is written for 128x{t.bn}x128 tiles, 256 threads, >= 3 stages; got {t}")
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)

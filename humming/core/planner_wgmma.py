@@ -2,6 +2,7 @@
 a wgmma m64nNk32 form for the operand types, cp.async, and the shared-memory limit."""
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
@@ -27,9 +28,37 @@ def wgmma_smem_bytes(bn: int, stages: int) -> int:
     return stages * (BM * BK + bn * BK) + 1024
 
 
-def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
+TMA_ENV = "HUMMING_WGMMA_W8A8_TMA"  # "1": the warp-specialised TMA kernel for promoted fp8; "0": the lock-step kernel
+# unset: the TMA kernel where the profile declares tma, mbarrier and setmaxnreg. Measured on the H200 (2026-11-30,
+# bench_quantized, promoted e4m3 vs cuBLASLt FP8 row-wise): 8192x8192 M1024 186.5 -> 132.5 us (1.47x), M4096 710.8 ->
+# 505.4 (1.47x); 28672x8192 M1024 600.2 -> 416.3 (1.05x), M4096 2593.8 -> 1871.6 (1.00x)
+TMA_DEFAULT = True
+TMA_THREADS = 384  # producer warpgroup + two consumer warpgroups
+
+
+def tma_smem_bytes(stages: int, bn: int = 128) -> int:
+    """Slots of A and B tiles, the FULL and EMPTY mbarriers, and 1 KiB to align the slots to 1024 bytes."""
+    return stages * (BM * BK + bn * BK) + 16 * stages + 1024
+
+
+def _tma_wanted(caps, tma: bool | None, fp8_promoted: bool) -> bool:
+    declared = bool(caps.memory.tma and caps.memory.mbarrier and caps.memory.setmaxnreg)
+    if tma:
+        if not fp8_promoted:
+            raise ShapeError("the TMA wgmma W8A8 kernel runs promoted fp8 (e4m3 without fast accumulation) only")
+        if not declared:
+            raise UnsupportedOnDevice(f"{caps.name} does not declare tma, mbarrier and setmaxnreg (the TMA kernel)")
+        return True
+    if tma is None and fp8_promoted and declared:
+        env = os.environ.get(TMA_ENV, "").strip().lower()
+        return env in ("1", "true", "on", "yes") if env else TMA_DEFAULT
+    return False
+
+
+def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", tma: bool | None = None) -> Plan:
     """Plan the wgmma W8A8 kernel for ``layout`` (a ``WgmmaW8A8Layout``), or UnsupportedOnDevice / ShapeError
-    naming what is missing."""
+    naming what is missing. ``tma``: the warp-specialised kernel whose producer brings both tiles in by TMA tensor
+    copy (promoted fp8 only); None: HUMMING_WGMMA_W8A8_TMA, else TMA_DEFAULT."""
     a_type = layout.a_type
     form = wgmma_form(caps, a_type)
     require_wgmma(caps, m, form, f"m64nNk32 {a_type} x {a_type} -> {_ACC.get(a_type, '?')}",
@@ -57,6 +86,23 @@ def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
         reasons.append("e4m3 fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1): partial sums stay in the tensor core's "
                        "accumulator for the whole K")
     bn = choose_tile_width(m, n, BM, sms, bns, reasons)
+    if _tma_wanted(caps, tma, (promote or block) and a_type in ("e4m3", "e5m2")):
+        stages = next((s for s in range(6, 1, -1) if tma_smem_bytes(s, bn) <= limit), None)
+        if stages is None:
+            raise UnsupportedOnDevice(f"no TMA wgmma tile 128x{bn}x128 with 2 slots fits {caps.name}'s {limit} B")
+        reasons[0] = reasons[0].replace("{N}", str(bn))
+        reasons.append(f"tile {BM}x{bn}x{BK}, warp-specialised: one producer warpgroup (its thread 0 issues a TMA "
+                       f"tensor copy of each operand tile per stage into {stages} slots, FULL/EMPTY mbarriers), two "
+                       f"consumer warpgroups x m64n{bn}k32 that meet only at the mbarriers, so one promotes while "
+                       f"the other's wgmmas run; {tma_smem_bytes(stages, bn) // 1024} KiB of {limit // 1024} KiB "
+                       f"shared memory")
+        reasons.append("no split-K: one K loop per output tile")
+        return Plan(
+            scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
+            instruction=replace(form, shape=(64, bn, 32)), path="native", layout=layout,
+            tiles=TileConfig(BM, bn, BK, stages, TMA_THREADS // 32, 1, 1, bulk=1), splits=1, async_copy=True,
+            smem_bytes=tma_smem_bytes(stages, bn), reasons=tuple(reasons),
+        )
     stages = next((s for s in range(6, 2, -1) if wgmma_smem_bytes(bn, s) <= limit), None)
     if stages is None:
         raise UnsupportedOnDevice(f"no wgmma tile 128x{bn}x128 with 3 stages fits {caps.name}'s {limit} B of shared memory")
@@ -96,11 +142,38 @@ def _warp_specialised(caps) -> bool:
     return bool(caps.memory.mbarrier and caps.memory.setmaxnreg)
 
 
-def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", ws: bool | None = None) -> Plan:
+W4A8_TMA_ENV = "HUMMING_WGMMA_W4A8_TMA"  # "1": the warp-specialised W4A8 kernel's copies by TMA; "0": by cp.async
+# unset: cp.async. Measured on the H200 (2026-11-30, bench_quantized, register-A W4A8 off): the TMA producer variant
+# is slower, 8192x8192 M4096 W4A8-FP8 1559 us against 1311 (cp.async producer) and 1070 (the register-A kernel, the
+# default from M 128): the widening by one producer warpgroup, not the copies, limits it
+W4A8_TMA_DEFAULT = False
+
+
+def wgmma_w4a8_tma_smem_bytes(stages: int, bn: int = 128) -> int:
+    """The warp-specialised W4A8 kernel with TMA copies: its slots and a third mbarrier per slot (LOAD)."""
+    return wgmma_w4a8_ws_smem_bytes(stages, bn) + 8 * stages
+
+
+def _w4a8_tma_wanted(caps, tma: bool | None) -> bool:
+    declared = bool(caps.memory.tma and caps.memory.mbarrier)
+    if tma:
+        if not declared:
+            raise UnsupportedOnDevice(f"{caps.name} does not declare tma and mbarrier (the W4A8 kernel's TMA copies)")
+        return True
+    if tma is None and declared:
+        env = os.environ.get(W4A8_TMA_ENV, "").strip().lower()
+        return env in ("1", "true", "on", "yes") if env else W4A8_TMA_DEFAULT
+    return False
+
+
+def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", ws: bool | None = None,
+                    tma: bool | None = None) -> Plan:
     """Plan the wgmma W4A8 kernel for ``layout`` (a ``WgmmaW4A8Layout``): 4-bit weights widened exactly to
     the 8-bit operand type in shared memory, group scales on fp32 sums of the group partials. ``ws`` picks
     the warp-specialised kernel (default: where the profile declares mbarrier and setmaxnreg, unless
-    HUMMING_WGMMA_WS=0) or the lock-step one."""
+    HUMMING_WGMMA_WS=0) or the lock-step one; ``tma`` (warp-specialised only) brings A and the packed weights in by
+    TMA tensor copies from one thread instead of every producer thread's cp.async (None: HUMMING_WGMMA_W4A8_TMA, else
+    W4A8_TMA_DEFAULT)."""
     a_type = layout.a_type
     form = wgmma_form(caps, a_type)
     require_wgmma(caps, m, form, f"m64nNk32 {a_type} x {a_type} -> {_ACC.get(a_type, '?')}",
@@ -118,16 +191,22 @@ def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", ws: bool |
     if ws is None:
         ws = _warp_specialised(caps)
     src = {"s8": "int4 -> s8 (16 x code; the scales carry 1/16)", "e4m3": f"{layout.weight_format} -> e4m3"}[a_type]
+    if tma and not ws:
+        raise ShapeError("the W4A8 kernel's TMA copies belong to the warp-specialised kernel (ws)")
     if ws:
-        stages = _w4a8_stages(caps, limit, wgmma_w4a8_ws_smem_bytes, range(6, 2, -1), "warp-specialised ")
-        smem = wgmma_w4a8_ws_smem_bytes(stages, bn)
-        how = (f"W4A8, warp-specialised (mbarrier and setmaxnreg declared): a producer warpgroup copies A and the "
-               f"packed 4-bit weights with cp.async and widens them exactly ({src}) into the slot's swizzled B tile; "
-               f"two consumer warpgroups wait on the slot's mbarrier, multiply, release the slot and promote "
-               f"(HUMMING_WGMMA_WS=0: the lock-step kernel)")
+        use_tma = _w4a8_tma_wanted(caps, tma)
+        smem_of = wgmma_w4a8_tma_smem_bytes if use_tma else wgmma_w4a8_ws_smem_bytes
+        stages = _w4a8_stages(caps, limit, smem_of, range(6, 2, -1), "warp-specialised ")
+        smem = smem_of(stages, bn)
+        copies = ("its thread 0 issues TMA tensor copies of A and of the packed 4-bit weights; the warpgroup waits "
+                  "for them and widens" if use_tma else "copies A and the packed 4-bit weights with cp.async and widens")
+        how = (f"W4A8, warp-specialised (mbarrier and setmaxnreg declared): a producer warpgroup {copies} them exactly "
+               f"({src}) into the slot's swizzled B tile; two consumer warpgroups wait on the slot's mbarrier, "
+               f"multiply, release the slot and promote (HUMMING_WGMMA_WS=0: the lock-step kernel)")
         tile = (f"2 consumer warpgroups x m64n{bn}k32 + 1 producer warpgroup; {stages} slots ({stages - 2} stages of "
                 f"copies ahead of the one being widened)")
-        return _plan_w4a8(caps, layout, m, act, scheme, form, stages, smem, 12, how, "", tile, limit)  # 384 threads
+        return _plan_w4a8(caps, layout, m, act, scheme, form, stages, smem, 12, how, "", tile, limit,
+                          bulk=int(use_tma))  # 384 threads
     stages = _w4a8_stages(caps, limit, wgmma_w4a8_smem_bytes, range(7, 3, -1), "")
     how = (f"W4A8: packed 4-bit weights [N, K/2] copied with cp.async, widened exactly ({src}) by the thread that "
            f"copied them into one of three swizzled B tiles while the tensor core multiplies the previous stage "
@@ -148,7 +227,7 @@ def _w4a8_stages(caps, limit: int, smem_bytes, candidates: range, kind: str) -> 
 
 
 def _plan_w4a8(caps, layout, m: int, act: str, scheme: str, form, stages: int, smem: int, warps: int, how: str,
-               wait_note: str, tile: str, limit: int) -> Plan:
+               wait_note: str, tile: str, limit: int, bulk: int = 0) -> Plan:
     """The Plan of either W4A8 kernel (``warps`` = 8: lock-step, 12: warp-specialised) and its reasons: the form,
     ``how`` the weights are copied and widened, the group promotion (``wait_note`` for groups below 128), the
     ``tile`` and its shared memory."""
@@ -168,6 +247,6 @@ def _plan_w4a8(caps, layout, m: int, act: str, scheme: str, form, stages: int, s
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bn, 32)), path="dequant-to-activation", layout=layout,
-        tiles=TileConfig(BM, bn, BK, stages, warps, 1, 1), splits=1, async_copy=True, smem_bytes=smem,
+        tiles=TileConfig(BM, bn, BK, stages, warps, 1, 1, bulk=bulk), splits=1, async_copy=True, smem_bytes=smem,
         reasons=tuple(reasons),
     )

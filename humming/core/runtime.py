@@ -125,23 +125,30 @@ def _raw_launch():
 
 
 TensorMapBytes = ctypes.c_uint64 * 16  # CUtensorMap: 128 opaque bytes (64-byte aligned on the device side)
-# CUtensorMapDataType UINT16, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-# CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE (elements past the edges read as zeros): the CUDA driver API's enum values
-_TMAP_U16, _TMAP_INTERLEAVE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B, _TMAP_OOB_ZERO = 1, 0, 3, 3, 0
+# CUtensorMapDataType UINT8 / UINT16, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+# CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE (elements past the edges read as zeros): the
+# CUDA driver API's enum values
+_TMAP_TYPE = {1: 0, 2: 1}  # element bytes -> UINT8, UINT16
+_TMAP_INTERLEAVE_NONE, _TMAP_SWIZZLE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B, _TMAP_OOB_ZERO = 0, 0, 3, 3, 0
 
 
 class TensorMap2D:
-    """A tiled TMA tensor map over a row-major [rows, cols] tensor of 16-bit elements, boxes of box_rows x box_cols,
-    128-byte swizzle, zero fill past the edges; ``encode(buffer, address)`` rewrites ``buffer`` (a TensorMapBytes,
-    e.g. an ArgBlock slot of kind "t") for a new base address. Everything but the address is built once."""
+    """A tiled TMA tensor map over a row-major [rows, cols] tensor of 1- or 2-byte elements, boxes of box_rows x
+    box_cols (128 bytes per box row with the 128-byte swizzle; swizzle=0: dense rows), zero fill past the edges; ``encode(buffer, address)`` rewrites
+    ``buffer`` (a TensorMapBytes, e.g. an ArgBlock slot of kind "t") for a new base address. Everything but the
+    address is built once."""
 
-    def __init__(self, rows: int, cols: int, box_rows: int, box_cols: int):
-        if box_cols * 2 != 128:
-            raise ValueError("a 128-byte swizzled box has 64 16-bit elements per row")
-        if cols * 2 % 16 or not (1 <= box_rows <= 256):
+    def __init__(self, rows: int, cols: int, box_rows: int, box_cols: int, elem_bytes: int = 2, swizzle: int = 128):
+        if elem_bytes not in _TMAP_TYPE or swizzle not in (0, 128):
+            raise ValueError("TMA maps here hold 1- or 2-byte elements, 128-byte swizzled or not swizzled")
+        if (swizzle and box_cols * elem_bytes != 128) or box_cols * elem_bytes % 16:
+            raise ValueError("a box row is 128 bytes (128-byte swizzle) or a multiple of 16 bytes (no swizzle)")
+        if cols * elem_bytes % 16 or not (1 <= box_rows <= 256):
             raise ValueError(f"TMA needs 16-byte row pitches and boxes of at most 256 rows (cols={cols}, box={box_rows})")
+        self._type = _TMAP_TYPE[elem_bytes]
+        self._swizzle = _TMAP_SWIZZLE_128B if swizzle else _TMAP_SWIZZLE_NONE
         self._dims = (ctypes.c_uint64 * 2)(cols, rows)  # innermost first
-        self._strides = (ctypes.c_uint64 * 1)(cols * 2)  # bytes between rows
+        self._strides = (ctypes.c_uint64 * 1)(cols * elem_bytes)  # bytes between rows
         self._box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
         self._estrides = (ctypes.c_uint32 * 2)(1, 1)
         lib = _libcuda()
@@ -157,9 +164,9 @@ class TensorMap2D:
     def encode(self, buffer, address: int) -> None:
         if address % 16:
             raise LaunchError(f"a TMA tensor needs a 16-byte aligned base address, got {address:#x}")
-        err = self._fn(ctypes.addressof(buffer), _TMAP_U16, 2, address, ctypes.addressof(self._dims),
+        err = self._fn(ctypes.addressof(buffer), self._type, 2, address, ctypes.addressof(self._dims),
                        ctypes.addressof(self._strides), ctypes.addressof(self._box), ctypes.addressof(self._estrides),
-                       _TMAP_INTERLEAVE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B, _TMAP_OOB_ZERO)
+                       _TMAP_INTERLEAVE_NONE, self._swizzle, _TMAP_L2_256B, _TMAP_OOB_ZERO)
         if err:
             _check(_driver().CUresult(err), "cuTensorMapEncodeTiled")
         self.address = address

@@ -126,9 +126,9 @@ def test_kernel_names_differ_from_the_per_channel_kernels():
     assert len(names) == 2
 
 
-def test_generator_refuses_a_256_wide_block_tile():
+def test_generator_refuses_a_256_wide_block_tile():  # (the lock-step kernel; the TMA one checks its tile too)
     caps = _caps()
-    p = plan_w8a8_wgmma(caps, WgmmaW8A8Layout("e4m3", 8192, 2048, "block"), 4096, "f16")
+    p = plan_w8a8_wgmma(caps, WgmmaW8A8Layout("e4m3", 8192, 2048, "block"), 4096, "f16", tma=False)
     assert p.tiles.bn == 128
     with pytest.raises(ValueError, match="BN = 128"):
         api.source(replace(p, tiles=replace(p.tiles, bn=256, stages=4)), caps)
@@ -168,7 +168,7 @@ def test_path_table_rows():
 def test_wgmma_block_kernel_compiles(a_type, act):
     _toolchain_or_skip("sm_90a")
     caps = _caps()
-    p = plan_w8a8_wgmma(caps, WgmmaW8A8Layout(a_type, 4096, 7168, "block"), 1024, act, scheme=SCHEME)
+    p = plan_w8a8_wgmma(caps, WgmmaW8A8Layout(a_type, 4096, 7168, "block"), 1024, act, scheme=SCHEME, tma=False)
     assert p.tiles.bn == 128 and p.smem_bytes <= caps.limits.smem_per_block_kb * 1024
     src = api.source(p, caps)
     mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
@@ -305,7 +305,7 @@ def test_emulated_wgmma_block_kernel_matches_reference(a_type):
     packed = prepare_w8a8_wgmma(qw, torch.float16, a_type)
     assert packed.scales.shape == (n // 128, k // 128) and packed.channel_scale is None
     caps = _caps()
-    p = plan_w8a8_wgmma(caps, packed.layout, m, "f16", scheme=SCHEME)
+    p = plan_w8a8_wgmma(caps, packed.layout, m, "f16", scheme=SCHEME, tma=False)
     _check_wgmma_block_indexing(api.source(p, caps))
     qa = humming.quantize_activation(x, sch)
     assert qa.scales.shape == (m, k // 128) and qa.scales.dtype == torch.float32

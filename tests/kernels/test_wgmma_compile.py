@@ -53,7 +53,7 @@ def test_compiles_with_wgmma(a_type, bn, act):
     caps = _caps()
     m, n = BN_CASES[bn]
     fast = a_type == "e4m3" and bn == 256  # promoted e4m3 (the default) runs BN=128 only (registers)
-    p = plan_w8a8_wgmma(caps, WgmmaW8A8Layout(a_type, n, 4096, "channel", fast_accum=fast), m, act, scheme="w8a8")
+    p = plan_w8a8_wgmma(caps, WgmmaW8A8Layout(a_type, n, 4096, "channel", fast_accum=fast), m, act, scheme="w8a8", tma=False)
     assert p.family == "wgmma" and p.tiles.bn == bn and p.splits == 1 and p.threads == 256
     assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024
     assert "wgmma" in p.kernel_name and "wgmma" in p.explain()
@@ -323,7 +323,7 @@ def test_emulated_kernel_matches_reference(scheme, bn):
     packed = prepare_w8a8_wgmma(qw, torch.float16, a_type)
     assert packed.qweight.shape == (n, k) and packed.qweight.dtype == torch.uint8
     caps = _caps()
-    p = plan_w8a8_wgmma(caps, packed.layout, m, "f16", scheme=scheme)
+    p = plan_w8a8_wgmma(caps, packed.layout, m, "f16", scheme=scheme, tma=False)
     if p.tiles.bn != bn:  # the heuristic picks 128 for this small problem; emulate the 256-wide tile too
         from dataclasses import replace
 

@@ -134,7 +134,7 @@ def test_activation_copies_tma_and_cp_async(form, monkeypatch):
     assert plan_wna16_wgmma_rs(no_tma, lay, m, "f16", scheme="w4a16", small=small).tiles.bulk == 0
     with pytest.raises(UnsupportedOnDevice, match="does not declare tma"):
         plan_wna16_wgmma_rs(no_tma, lay, m, "f16", scheme="w4a16", small=small, tma=True)
-    assert api.activation_box(default) == (default.tiles.bm, 64) and api.activation_box(off) is None
+    assert api.tma_boxes(default) == ((m, 4096, default.tiles.bm, 64, 2), None) and api.tma_boxes(off) == (None, None)
 
 
 WGMMA_PROFILES = [c.name for c in list_profiles(include_abstract=False) if c.find_mma(family="wgmma", a_type="f16")]

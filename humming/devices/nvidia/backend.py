@@ -462,11 +462,12 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaMap* map, int
 """
 
 
-def tensor_copy_helpers(caps) -> str:
-    """mbarriers, the expect-tx arrival and the 2-D tensor copy (the profile must declare tma and mbarrier)."""
+def tensor_copy_helpers(caps, mbarriers: bool = True) -> str:
+    """The expect-tx arrival and the 2-D tensor copy, with the mbarrier helpers unless a prelude already has them
+    (the profile must declare tma and mbarrier)."""
     if caps is not None and not (caps.memory.tma and caps.memory.mbarrier):
         raise ValueError(f"{caps.name} does not declare tma and mbarrier, which the tensor copies use")
-    return MBARRIER + EXPECT_TX + TENSOR_COPY
+    return (MBARRIER if mbarriers else "") + EXPECT_TX + TENSOR_COPY
 
 
 def stream_bulk_prelude(backend: NvidiaBackend, request: HelperRequest) -> str:
