@@ -52,15 +52,16 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         if plan.path != PATH or (t.bk, t.threads) != (BK, 128) or t.stages < 4 or t.bm % 16 or t.bm > 128:
             raise ValueError(f"the small-M register-A wgmma kernel is written for 16..128 tokens (a multiple of 16) x "
                              f"64 channels x 64 k, 128 threads, >= 4 stages; got {t}")
-    elif plan.path != PATH or (t.bn, t.bk, t.threads) != (BC, BK, 256) or t.stages < 4 or t.bm not in (128, 256):
+    elif plan.path != PATH or (t.bn, t.bk, t.threads) != (BC, BK, 384 if t.bulk == 2 else 256) or t.stages < 4 \
+            or t.bm not in (128, 256):
         raise ValueError(f"the register-A wgmma kernel is written for (128|256) tokens x 128 channels x 64 k, "
-                         f"256 threads, >= 4 stages; got {t}")
+                         f"256 threads (384 with the producer warpgroup), >= 4 stages; got {t}")
     why = layout_refusal(lay, t.bn)
     if why:
         raise ValueError(f"the register-A wgmma kernel cannot run this layout: {why}")
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=lay.decode, async_copy=True, caps=caps)
     tma = bool(t.bulk)  # the activations by TMA tensor copy (one thread, an mbarrier per slot) instead of cp.async
-    prelude = wgmma_rs_prelude(backend, request, t.bm, tensor_copy=tma)
+    prelude = wgmma_rs_prelude(backend, request, t.bm, tensor_copy=tma, consumer_threads=256 if t.bulk == 2 else 0)
     s_group, z_group = lay.scale_group, lay.zero_group
     _, math, zero_decl = pair_decode(lay, bool(s_group), bool(z_group))
     # f16: odd pairs decoded in place as magic + 16 code (no shift; x 1/16 in the zero-point fma), X16_DECODE
@@ -157,13 +158,37 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                       "      fence_proxy_async();         // ... and are visible to wgmma (async proxy)")
         final_wait = "  copy_wait<0>();\n  fence_proxy_async();"
         params_end = ") {        // a device scalar multiplying the output (activation global scale) or null"
+    ws = t.bulk == 2  # a producer warpgroup issues the tensor copies; the consumers release slots by mbarrier
+    if ws and (small or fold):
+        raise ValueError("the producer-warp variant (bulk = 2) is written for the two-warpgroup form")
+    prologue = "" if ws else f"""  #pragma unroll
+  for (int s = 0; s < LOOKAHEAD; ++s) {{
+    if (s < ktiles) load_stage(s, s);{commit}
+  }}
+"""
+    refill = "" if ws else f"""      __syncthreads();             // everyone's; both warpgroups are done with the wgmmas of kt - 2
+      {{
+        const int next = kt + LOOKAHEAD;  // refills the slot of kt - 2
+        if (next < ktiles) load_stage({next_slot}, next);{commit_in_loop}
+      }}
+"""
+    release = ""
+    block_sync = "__syncthreads"
+    ws_threads = ""
+    if ws:
+        load_code = _TMA_PRODUCER_WARP
+        prev_slot = "((u + STAGES - 1) % STAGES)" if kt_slot == "(u % STAGES)" else "((kt + STAGES - 1) % STAGES)"
+        release = ("\n      if (lane == 0 && kt > 0) mbar_arrive(xbar0 + 8 * (STAGES + " + prev_slot + "));  // this "
+                   "warp is done with stage kt - 1: its slot may be refilled")
+        block_sync = "consumer_sync"
+        ws_threads = "\nconstexpr int BLOCK_THREADS = THREADS + 128;  // and a producer warpgroup (warps 8-11)"
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
 
 namespace cfg {{
 constexpr int BT = {t.bm}, BC = {t.bn}, BK = {BK}, STAGES = {t.stages};   // tokens, channels, k per stage
-{threads_line}
+{threads_line}{ws_threads}
 constexpr int LOOKAHEAD = STAGES - 2;    // activation stages loading while one is multiplied and one may still be read
 constexpr int PF = {pf}, R = PF + 1;           // weight atoms in flight per lane, register ring size
 constexpr int U = {unroll};                 // stages per trip of the main loop (unrolled: ring slots are constants)
@@ -178,7 +203,7 @@ static_assert(BT * OUT_LD * 2 <= STAGES * X_BYTES, "the staging tile fits in the
 static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
 }}
 
-extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kernel_name}(
+extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws else "THREADS"}, {bounds}) {plan.kernel_name}(
     const uint16_t* __restrict__ A,      // activations [M, K], row-major (K-major)
     const uint32_t* __restrict__ B,      // int4 codes in the mma.sync atom layout (humming.core.layout)
     const uint16_t* __restrict__ S,      // group scales [K/group, N] (act type, permuted columns) or null
@@ -209,11 +234,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kerne
   #pragma unroll
   for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;{fold_decl}
 
-  #pragma unroll
-  for (int s = 0; s < LOOKAHEAD; ++s) {{
-    if (s < ktiles) load_stage(s, s);{commit}
-  }}
-  #pragma unroll
+{prologue}  #pragma unroll
   for (int s = 0; s < PF; ++s)
     if (s < ktiles) {{
 {fetch("s", "s", "      ")}
@@ -236,13 +257,8 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kerne
 {fetch("(s + PF) % R", "kt + PF", "        ")}
       }}
 {stage_wait}
-      __syncthreads();             // everyone's; both warpgroups are done with the wgmmas of kt - 2
-      {{
-        const int next = kt + LOOKAHEAD;  // refills the slot of kt - 2
-        if (next < ktiles) load_stage({next_slot}, next);{commit_in_loop}
-      }}
-      const uint64_t desc_x = make_smem_desc(x0 + {kt_slot} * X_BYTES);
-{mma_block}
+{refill}      const uint64_t desc_x = make_smem_desc(x0 + {kt_slot} * X_BYTES);
+{mma_block}{release}
     }}
     // drain before the loop's back edge: ptxas serializes every wgmma when a group whose A registers it cannot
     // track (a wgmma in flight across the back edge) is pending while a[] is written (C7513); once per U stages
@@ -252,7 +268,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kerne
   wgmma_wait<0>();
   {fence_acc}{fold_tail}
 {final_wait}
-  __syncthreads();                 // all wgmmas and copies done: the activation slots become the staging tile
+  {block_sync}();{"                 " if block_sync == "__syncthreads" else "                "}// all wgmmas and copies done: the activation slots become the staging tile
 {splitk_code}
   // acc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
   const float scale = GS ? out_scale * load_f32(GS) : out_scale;
@@ -269,7 +285,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, {bounds}) {plan.kerne
       sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
     }}
   }}
-{copy_out}"""
+{copy_out.replace("__syncthreads()", block_sync + "()")}"""
 
 
 _LOAD_STAGE = """  // activations: thread tid copies chunk tid % 8 of token rows tid / 8 + 32 i ((row mod 8) is the same for every i)
@@ -320,6 +336,39 @@ def _tma_load_stage(k_coord: str) -> str:
       tma_load_2d(x0 + slot * X_BYTES, &XMAP, {k_coord}, m0, xbar0 + 8 * slot);
     }}
   }};
+"""
+
+
+# the producer-warpgroup variant of the two-warpgroup form (tiles.bulk = 2): thread 256 issues every activation
+# tensor copy, each into the slot the consumers released (EMPTY: one arrival per consumer warp once its wgmmas of the
+# stage are done); the consumers meet only at the FULL mbarriers, with no block barrier per stage
+_TMA_PRODUCER_WARP = """  // activations: the producer's tensor copies complete on the slot's FULL mbarrier (xbar[slot]); the slot's
+  // EMPTY mbarrier (xbar[STAGES + slot]) completes a phase when every consumer warp is done with the stage in it
+  __shared__ __align__(8) uint64_t xbar[2 * STAGES];
+  const uint32_t xbar0 = smem_u32(xbar);
+  if (tid == 0) {
+    #pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(xbar0 + 8 * s, 1);
+      mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread issues the copies
+    setmaxnreg_dec<40>();
+    if (tid == THREADS) {
+      #pragma unroll 1
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt % STAGES;
+        if (kt >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
+        mbar_expect_tx(xbar0 + 8 * s, X_BYTES);
+        tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, xbar0 + 8 * s);
+      }
+    }
+    return;
+  }
+  setmaxnreg_inc<232>();  // the consumers take the producer's registers
 """
 
 

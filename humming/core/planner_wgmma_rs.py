@@ -35,6 +35,11 @@ TMA_ENV = "HUMMING_WGMMA_RS_TMA"  # "1": activation stages by TMA tensor copy wh
 # at M 16-4096 (8192x8192 M128 46.5 -> 43.6 us, 28672x8192 M128 153.0 -> 138.5, M4096 3366 -> 3232); the per-thread
 # cp.async address and predicate arithmetic was a quarter of the small form's instructions per stage
 TMA_DEFAULT = True
+WS_ENV = "HUMMING_WGMMA_RS_WS"  # "1": the two-warpgroup form with a producer warp issuing the tensor copies
+# unset: the producer warpgroup where the profile declares setmaxnreg (and the copies are TMA). Measured on the H200
+# (2026-11-30, bench_wna16): 8192x8192 M1024 196.6 -> 188.1 us, 4096x14336 M1024 171.0 -> 163.0, M4096 804.8 -> 686.5,
+# 28672x8192 M4096 3237.7 -> 3142.2
+WS_DEFAULT = True
 OUT_PAD = 8  # 16-bit values of padding per staging row (272-byte pitch: conflict-free epilogue stores)
 
 
@@ -177,13 +182,20 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
             "shared memory")
     smem = smem_bytes(bt, stages)
     use_tma = tma_wanted(caps, tma)
+    env_ws = os.environ.get(WS_ENV, "").strip().lower()
+    producer_warp = use_tma and bool(caps.memory.setmaxnreg) and (
+        env_ws in ("1", "true", "on", "yes") if env_ws else WS_DEFAULT)
     reasons.append(
         f"tile {BC} channels x {bt} tokens x {BK} k: 2 warpgroups x m64n{bt}k16, 4 k16 steps per stage; {stages} "
         f"{_copy_words(use_tma)} activation slots ({stages - 2} in flight; rows past M zero-filled); {smem // 1024} KiB of "
         f"{limit // 1024} KiB shared memory")
     reasons.append("epilogue: scales and bias per channel, the tile transposed through shared memory, 16-byte "
                    "stores of whole token rows (rows past M skipped); no split-K")
-    tiles = TileConfig(bt, BC, BK, stages, 1, 8, 1, bulk=int(use_tma))
+    if producer_warp:
+        reasons.append(f"{WS_ENV}=1: a producer warpgroup (setmaxnreg 40; the consumers take 232) issues every tensor "
+                       "copy into the slot the consumers released (EMPTY mbarriers); the two consumer warpgroups meet "
+                       "only at the FULL mbarriers")
+    tiles = TileConfig(bt, BC, BK, stages, 1, 12 if producer_warp else 8, 1, bulk=2 if producer_warp else int(use_tma))
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,

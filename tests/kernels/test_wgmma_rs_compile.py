@@ -69,7 +69,8 @@ def test_compiles_with_register_a_wgmma(act, bt, name, group):
     _need_sm90a()
     caps = _caps()
     p = _plan(act, name, group, bt=bt)
-    assert p.family == "wgmma" and p.path == PATH and p.tiles.bm == bt and p.tiles.bn == 128 and p.threads == 256
+    assert p.family == "wgmma" and p.path == PATH and p.tiles.bm == bt and p.tiles.bn == 128
+    assert p.threads == (384 if p.tiles.bulk == 2 else 256)  # the producer warpgroup where tma + setmaxnreg
     assert p.splits == 1 and p.smem_bytes <= caps.limits.smem_per_block_kb * 1024
     assert p.kernel_name.startswith(f"hm_wna16_wgmmars_int4_{act}_m{bt}n128k64")
     src = api.source(p, caps)
@@ -119,7 +120,8 @@ def test_activation_copies_tma_and_cp_async(form, monkeypatch):
     monkeypatch.setenv(TMA_ENV, "0")
     off = plan_wna16_wgmma_rs(caps, lay, m, "f16", scheme="w4a16", small=small, stages=stages)
     monkeypatch.delenv(TMA_ENV)
-    assert default.tiles.bulk == 1 and off.tiles.bulk == 0 and default.kernel_name != off.kernel_name
+    # (the two-warpgroup form's default TMA variant has a producer warpgroup: bulk 2, see the test below)
+    assert default.tiles.bulk == (1 if small else 2) and off.tiles.bulk == 0 and default.kernel_name != off.kernel_name
     assert "TMA tensor-copy" in default.explain() and "cp.async activation" in off.explain()
     for p, copy, absent in ((default, TMA_COPY, "cp.async.cg"), (off, "cp.async.cg.shared.global", "cp.async.bulk")):
         src = api.source(p, caps)
@@ -469,3 +471,26 @@ def test_small_form_defaults_do_not_spill():
         mod = compile_cuda(api.source(p, caps), [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",))
         assert max(int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)) == 0, (name, m, mod.log)
         assert not re.search(r"C751\d", mod.log), (name, m, mod.log)
+
+
+def test_prefill_form_producer_warpgroup(monkeypatch):
+    """The two-warpgroup form's default where the profile declares tma and setmaxnreg: a producer warpgroup (384
+    threads) issues the tensor copies; no block barrier in the main loop (named barrier 1 for the consumers' epilogue);
+    HUMMING_WGMMA_RS_WS=0 keeps thread 0's copies and the per-stage barrier. Both compile without spills at 256 tokens."""
+    _need_sm90a()
+    caps = _caps()
+    lay = layout_for(_scheme("w4a16-zp", 128), 2048, 4096, "bf16")
+    ws = plan_wna16_wgmma_rs(caps, lay, 4096, "bf16", scheme="w4a16-zp", bt=256, small=False)
+    monkeypatch.setenv("HUMMING_WGMMA_RS_WS", "0")
+    plain = plan_wna16_wgmma_rs(caps, lay, 4096, "bf16", scheme="w4a16-zp", bt=256, small=False)
+    assert (ws.tiles.bulk, ws.threads, plain.tiles.bulk, plain.threads) == (2, 384, 1, 256)
+    assert any("producer warpgroup" in r for r in ws.reasons)
+    src = api.source(ws, caps)
+    loop = src[src.index("for (int kb = 0"):src.index("wgmma_wait<0>();\n  wgmma_fence_operand(acc);")]
+    assert "__syncthreads" not in loop and "mbar_arrive(" in loop and "load_stage" not in loop
+    assert "consumer_sync();" in src and "setmaxnreg_inc<232>();" in src
+    for p in (ws, plain):
+        mod = compile_cuda(api.source(p, caps), [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
+        assert max(int(v) for v in re.findall(r"(\d+) bytes spill stores", mod.log)) == 0, mod.log
+        assert not re.search(r"C75\d\d", mod.log), mod.log
+    assert "bar.sync 1, 256" in compile_cuda(src, [ws.kernel_name], "sm_90a", cache=False).ptx

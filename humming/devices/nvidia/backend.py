@@ -479,11 +479,13 @@ def stream_bulk_prelude(backend: NvidiaBackend, request: HelperRequest) -> str:
     return backend.prelude(request) + "\n" + MBARRIER + BULK_COPY
 
 
-WGMMA_WARP_SPECIALISED = (
-    "\n// ---- warp specialisation (sm_90a): producer and consumer warpgroups linked by mbarriers" + MBARRIER + r"""// per-warpgroup register budgets (every thread of the warpgroup executes these)
+SETMAXNREG = r"""// per-warpgroup register budgets (every thread of the warpgroup executes these)
 template <int R> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(R)); }
 template <int R> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(R)); }
-""")
+"""
+
+WGMMA_WARP_SPECIALISED = (
+    "\n// ---- warp specialisation (sm_90a): producer and consumer warpgroups linked by mbarriers" + MBARRIER + SETMAXNREG)
 
 
 def wgmma_ws_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -> str:
@@ -818,7 +820,8 @@ __device__ __forceinline__ uint32_t dq_raw_x16(uint32_t w) { return lop3_and_or(
 """
 
 
-def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, tensor_copy: bool = False) -> str:
+def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, tensor_copy: bool = False,
+                     consumer_threads: int = 0) -> str:
     """Helpers of the register-A wgmma WnA16 kernel: copies, 16-bit pair arithmetic, the weight decode (dq_raw) of
     the mma.sync layout, fences and descriptors, the epilogue's staging stores and one m64n{n}k16 register-A step
     for the plan's activation type (request.mma, a wgmma f16/bf16 form); with ``tensor_copy`` the mbarriers and
@@ -834,6 +837,11 @@ def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, ten
         parts.append(DQ_RAW_X16)
     if tensor_copy:
         parts.append(tensor_copy_helpers(request.caps))
+    if consumer_threads:  # a barrier of the consumer warps alone (the producer warpgroup has left): named barrier 1
+        if request.caps is not None and not request.caps.memory.setmaxnreg:
+            raise ValueError(f"{request.caps.name} does not declare setmaxnreg, which the producer warpgroup uses")
+        parts.append(SETMAXNREG)
+        parts.append(f"__device__ __forceinline__ void consumer_sync() {{ asm volatile(\"bar.sync 1, {consumer_threads};\\n\" ::: \"memory\"); }}\n")
     return "\n".join(parts)
 
 
