@@ -325,6 +325,8 @@ def tma_boxes(p: Plan) -> tuple[tuple | None, tuple | None]:
     t = p.tiles
     if p.path == "wgmma-rs" and t.bulk:
         return (p.m, p.k, t.bm, t.bk, 2), None
+    if p.path == "wgmma-rs8" and t.bulk:  # activation codes [M, K] bytes
+        return (p.m, p.k, t.bm, t.bk, 1), None
     if p.family == "wgmma" and p.is_8bit and t.bulk:
         if getattr(p.layout, "weight_bits", 8) == 4:  # packed 4-bit weights [N, K/2]: dense 64-byte box rows
             return (p.m, p.k, t.bm, t.bk, 1), (p.n, p.k // 2, t.bn, t.bk // 2, 1, 0)

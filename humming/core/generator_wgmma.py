@@ -36,7 +36,7 @@ _ROW_SCALE = "(TS && row0 + 8 * h < M) ? scale * load_f32(TS + row0 + 8 * h) : s
 
 def eight_bit_params(kernel_name: str, b_doc: str = "weight codes [N, K] bytes, row-major (K-major)",
                      ts_doc: str = _TS_DOC, s_doc: str = _S_DOC, bias_doc: str = "[N] or null",
-                     tensor_maps: tuple = ()) -> str:
+                     tensor_maps: tuple = (), block_threads: str = "cfg::THREADS") -> str:
     """The kernel's signature line and the 8-bit mma.sync kernel's parameter list, through the opening brace (one
     launcher runs every kernel that takes it; the comments name what each kernel reads); ``tensor_maps`` (name, doc,
     name, doc, ...) appends TMA tensor maps as __grid_constant__ parameters."""
@@ -46,7 +46,7 @@ def eight_bit_params(kernel_name: str, b_doc: str = "weight codes [N, K] bytes, 
         gs_end = ",      // a device scalar multiplying the output (per-tensor activation scale) or null" + "".join(
             f"\n    const __grid_constant__ TmaMap {name}{') {' if i == len(pairs) - 1 else ','}  // {doc}"
             for i, (name, doc) in enumerate(pairs))
-    return f"""extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {kernel_name}(
+    return f"""extern "C" __global__ void __launch_bounds__({block_threads}, 1) {kernel_name}(
     const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
     const uint32_t* __restrict__ Bw,      // {b_doc}
     const float* __restrict__ TS,         // {ts_doc}

@@ -37,6 +37,7 @@ from math import lcm
 
 from humming.core.generator import _c, pair_decode
 from humming.core.planner_wgmma_rs import BC, BK, OUT_PAD, PATH, PF, SMALL_BC, layout_refusal
+from humming.core.wgmma_common import PRODUCER_WARPGROUP
 from humming.devices.base import HelperRequest
 
 X16_DECODE = True  # see _decode_pairs_x16
@@ -176,7 +177,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     block_sync = "__syncthreads"
     ws_threads = ""
     if ws:
-        load_code = _TMA_PRODUCER_WARP
+        load_code = PRODUCER_WARPGROUP
         prev_slot = "((u + STAGES - 1) % STAGES)" if kt_slot == "(u % STAGES)" else "((kt + STAGES - 1) % STAGES)"
         release = ("\n      if (lane == 0 && kt > 0) mbar_arrive(xbar0 + 8 * (STAGES + " + prev_slot + "));  // this "
                    "warp is done with stage kt - 1: its slot may be refilled")
@@ -336,39 +337,6 @@ def _tma_load_stage(k_coord: str) -> str:
       tma_load_2d(x0 + slot * X_BYTES, &XMAP, {k_coord}, m0, xbar0 + 8 * slot);
     }}
   }};
-"""
-
-
-# the producer-warpgroup variant of the two-warpgroup form (tiles.bulk = 2): thread 256 issues every activation
-# tensor copy, each into the slot the consumers released (EMPTY: one arrival per consumer warp once its wgmmas of the
-# stage are done); the consumers meet only at the FULL mbarriers, with no block barrier per stage
-_TMA_PRODUCER_WARP = """  // activations: the producer's tensor copies complete on the slot's FULL mbarrier (xbar[slot]); the slot's
-  // EMPTY mbarrier (xbar[STAGES + slot]) completes a phase when every consumer warp is done with the stage in it
-  __shared__ __align__(8) uint64_t xbar[2 * STAGES];
-  const uint32_t xbar0 = smem_u32(xbar);
-  if (tid == 0) {
-    #pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(xbar0 + 8 * s, 1);
-      mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
-    }
-    mbar_init_fence();
-  }
-  __syncthreads();
-  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread issues the copies
-    setmaxnreg_dec<40>();
-    if (tid == THREADS) {
-      #pragma unroll 1
-      for (int kt = 0; kt < ktiles; ++kt) {
-        const int s = kt % STAGES;
-        if (kt >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
-        mbar_expect_tx(xbar0 + 8 * s, X_BYTES);
-        tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, xbar0 + 8 * s);
-      }
-    }
-    return;
-  }
-  setmaxnreg_inc<232>();  // the consumers take the producer's registers
 """
 
 

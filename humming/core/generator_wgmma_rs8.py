@@ -23,6 +23,7 @@ from __future__ import annotations
 from humming.core.generator_wgmma import eight_bit_params
 from humming.core.generator_wgmma_rs import STAGED_COPY_OUT
 from humming.core.planner_wgmma_rs8 import BC, BK, BT, OUT_PAD, PATH, PF
+from humming.core.wgmma_common import PRODUCER_WARPGROUP
 from humming.devices.base import HelperRequest
 
 
@@ -37,14 +38,15 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
 
     t = plan.tiles
     lay = plan.layout
-    if plan.path != PATH or (t.bm, t.bn, t.bk, t.threads) != (BT, BC, BK, 256) or t.stages < 4:
+    producer = t.bulk == 2  # a producer warpgroup brings the activations in by TMA; consumers release slots
+    if plan.path != PATH or (t.bm, t.bn, t.bk, t.threads) != (BT, BC, BK, 384 if producer else 256) or t.stages < 4:
         raise ValueError(f"the register-A wgmma W4A8 kernel is written for 128 tokens x 128 channels x 128 k, "
-                         f"256 threads, >= 4 stages; got {t}")
+                         f"256 threads (384 with the producer warpgroup), >= 4 stages; got {t}")
     if lay.group not in (128, lay.k):
         raise ValueError(f"the register-A wgmma W4A8 kernel takes groups of 128 or per channel, not {lay.group}")
     per_channel = lay.group != 128
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
-    prelude = wgmma_rs8_prelude(backend, request, t.bm)
+    prelude = wgmma_rs8_prelude(backend, request, t.bm, producer=producer)
     lo, hi = _widen(lay.a_type)
     lo = lo.replace("WORD", "wq[s][j >> 2][j & 3]")
     hi = hi.replace("WORD", "wq[s][j >> 2][j & 3]")
@@ -60,6 +62,44 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
                        "sq[SLOT][0] = load_f32(sp); sq[SLOT][1] = load_f32(sp + 8); }")
         scale_pick = "const float sc0 = sq[s][0], sc1 = sq[s][1];"
 
+    if producer:
+        load_code = PRODUCER_WARPGROUP
+        prologue = ""
+        stage_wait = """      mbar_wait(xbar0 + 8 * (kt % STAGES), (kt / STAGES) & 1);  // stage kt's activations have landed"""
+        release = """
+      if (lane == 0) mbar_arrive(xbar0 + 8 * (STAGES + kt % STAGES));  // this warp is done with the slot"""
+        final = ""
+        sync = "consumer_sync"
+        params = eight_bit_params(
+            plan.kernel_name, b_doc="int4 codes in the register-A layout (humming.core.layout_wgmma_rs8)",
+            s_doc="fp32 scales [K/group, N], natural column order", bias_doc="[N] or null",
+            tensor_maps=("XMAP", "activation codes [M, K]: boxes of 128 rows x 128 bytes, 128-byte swizzle"),
+            block_threads="cfg::BLOCK_THREADS")
+        block_threads = "\nconstexpr int BLOCK_THREADS = THREADS + 128;  // and a producer warpgroup (warps 8-11)"
+    else:
+        load_code = _CP_ASYNC_LOADS
+        prologue = """  #pragma unroll
+  for (int s = 0; s < LOOKAHEAD; ++s) {
+    if (s < ktiles) load_stage(s, s);
+    copy_commit();
+  }
+"""
+        stage_wait = """      copy_wait<LOOKAHEAD - 1>();  // this thread's copies of stage kt have landed
+      fence_proxy_async();         // ... and are visible to wgmma (async proxy)
+      __syncthreads();             // everyone's; every wgmma of kt - 1 has finished (waited below)
+      {
+        const int next = kt + LOOKAHEAD;  // refills the slot of kt - 1
+        if (next < ktiles) load_stage(next % STAGES, next);
+        copy_commit();
+      }"""
+        release = ""
+        final = "  copy_wait<0>();\n  fence_proxy_async();"
+        sync = "__syncthreads"
+        params = eight_bit_params(
+            plan.kernel_name, b_doc="int4 codes in the register-A layout (humming.core.layout_wgmma_rs8)",
+            s_doc="fp32 scales [K/group, N], natural column order", bias_doc="[N] or null")
+        block_threads = ""
+
     def fetch(slot: str, atom: str, indent: str) -> str:
         lines = [f"const uint32_t* p = wsrc + (size_t)({atom}) * STAGE_WORDS;",
                  f"load_g128(wq[{slot}][0], p);", f"load_g128(wq[{slot}][1], p + 128);"]
@@ -73,7 +113,7 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
 
 namespace cfg {{
 constexpr int BT = {BT}, BC = {BC}, BK = {BK}, STAGES = {t.stages};   // tokens, channels, k (bytes) per stage
-constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile
+constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile{block_threads}
 constexpr int LOOKAHEAD = STAGES - 1;    // activation stages loading while one is multiplied
 constexpr int PF = {PF}, R = PF + 1;           // weight stages in flight per lane, register ring size
 constexpr int X_BYTES = BT * BK;         // one activation tile: BT rows x 128 bytes
@@ -85,8 +125,7 @@ static_assert(BT * OUT_LD * 2 <= STAGES * X_BYTES, "the staging tile fits in the
 static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
 }}
 
-{eight_bit_params(plan.kernel_name, b_doc="int4 codes in the register-A layout (humming.core.layout_wgmma_rs8)",
-                  s_doc="fp32 scales [K/group, N], natural column order", bias_doc="[N] or null")}  using namespace cfg;
+{params}  using namespace cfg;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
   const int g = lane >> 2, q = lane & 3;
@@ -95,18 +134,7 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
   const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel slab
   const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;         // STAGES activation slots, then the staging tile
 
-  // activations: thread tid copies chunk tid % 8 (16 k) of token rows tid / 8 + 32 i
-  const int lrow = tid >> 3, lch = tid & 7;
-  const uint32_t lswz = swz128(lrow, lch);
-  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
-  auto load_stage = [&](int slot, int kt) {{
-    const uint32_t base = x0 + slot * X_BYTES;
-    #pragma unroll
-    for (int i = 0; i < BT / 32; ++i) {{
-      const bool ok = m0 + lrow + 32 * i < M;  // rows past M are zero-filled (the source stays a valid address)
-      copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);
-    }}
-  }};
+{load_code}
 
   // weights: words 4 hf + jj of this lane at ((slab * ktiles + kt) * 4 + w) * 256 + hf * 128 + lane * 4 + jj
   const uint32_t* wsrc = Bw + (size_t)slab * ktiles * STAGE_WORDS + w * 256 + lane * 4;
@@ -118,12 +146,7 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
   #pragma unroll
   for (int i = 0; i < WG_ACC_REGS; ++i) {{ facc[i] = 0.0f; part[i] = 0; }}
 
-  #pragma unroll
-  for (int s = 0; s < LOOKAHEAD; ++s) {{
-    if (s < ktiles) load_stage(s, s);
-    copy_commit();
-  }}
-  #pragma unroll
+{prologue}  #pragma unroll
   for (int s = 0; s < PF; ++s)
     if (s < ktiles) {{
 {fetch("s", "s", "      ")}
@@ -145,14 +168,7 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
       if (kt + PF < ktiles) {{  // the ring slot of kt - 1 takes stage kt + PF
 {fetch("(s + PF) % R", "kt + PF", "        ")}
       }}
-      copy_wait<LOOKAHEAD - 1>();  // this thread's copies of stage kt have landed
-      fence_proxy_async();         // ... and are visible to wgmma (async proxy)
-      __syncthreads();             // everyone's; every wgmma of kt - 1 has finished (waited below)
-      {{
-        const int next = kt + LOOKAHEAD;  // refills the slot of kt - 1
-        if (next < ktiles) load_stage(next % STAGES, next);
-        copy_commit();
-      }}
+{stage_wait}
       const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);
       wgmma_fence_operand(part);
       wgmma_fence();               // the a[] registers written above, before the wgmmas read them
@@ -161,7 +177,7 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
         wgmma_k32_rs(part, a[ks], desc_x + 2 * ks, ks > 0);
       wgmma_commit();
       wgmma_wait<0>();
-      wgmma_fence_operand(part);
+      wgmma_fence_operand(part);{release}
       #pragma unroll
       for (int j = 0; j < BT / 8; ++j) {{  // part[4j + 2h + e]: channel row g + 8h, token 8j + 2q + e
         facc[4 * j + 0] += {to_f32}(part[4 * j + 0]) * sc0;
@@ -171,9 +187,8 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
       }}
     }}
   }}
-  copy_wait<0>();
-  fence_proxy_async();
-  __syncthreads();                 // all wgmmas and copies done: the activation slots become the staging tile
+{final}
+  {sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
 
   // facc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
   const float scale = GS ? out_scale * load_f32(GS) : out_scale;
@@ -196,4 +211,19 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
       sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
     }}
   }}
-{STAGED_COPY_OUT}"""
+{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
+
+
+# the activation copies of the lock-step kernel: every thread copies its chunks of each stage with cp.async
+_CP_ASYNC_LOADS = """  // activations: thread tid copies chunk tid % 8 (16 k) of token rows tid / 8 + 32 i
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
+  auto load_stage = [&](int slot, int kt) {
+    const uint32_t base = x0 + slot * X_BYTES;
+    #pragma unroll
+    for (int i = 0; i < BT / 32; ++i) {
+      const bool ok = m0 + lrow + 32 * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);
+    }
+  };"""

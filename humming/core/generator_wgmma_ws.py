@@ -51,14 +51,14 @@ def wgmma_w4a8_ws_kernel_source(plan, backend, caps=None) -> str:
         from humming.devices.nvidia.backend import tensor_copy_helpers
 
         prelude += tensor_copy_helpers(caps, mbarriers=False)
-        producer = _TMA_PRODUCER.replace("@WIDEN", w4a8_widen(lay, "        "))
+        producer = _TMA_PRODUCER.replace("@WIDEN_LOOP", _WIDEN_LOOP).replace("@WIDEN", w4a8_widen(lay, "        "))
         params = eight_bit_params(plan.kernel_name, **W4A8_PARAM_DOCS, tensor_maps=(
             "AMAP", "activation codes [M, K]: boxes of 128 rows x 128 bytes, 128-byte swizzle",
             "BMAP", "packed weights [N, K/2]: boxes of BN rows x 64 bytes, not swizzled"))
         load_bars = "\n      mbar_init(load0 + 8 * s, 1);    // the tensor copies of the stage (expect-tx arrival)"
         bar_doc = "FULL[STAGES], EMPTY[STAGES], then LOAD[STAGES] (8 bytes each)"
     else:
-        producer = _CP_ASYNC_PRODUCER.replace("@WIDEN", w4a8_widen(lay, "        "))
+        producer = _CP_ASYNC_PRODUCER.replace("@WIDEN_LOOP", _WIDEN_LOOP).replace("@WIDEN", w4a8_widen(lay, "        "))
         params = eight_bit_params(plan.kernel_name, **W4A8_PARAM_DOCS)
         load_bars = ""
         bar_doc = "FULL[STAGES], then EMPTY[STAGES] (8 bytes each)"
@@ -115,6 +115,17 @@ static_assert(BK / 32 % GSTEPS == 0, "wgmma groups split the stage's k32 steps e
 """
 
 
+# both producers: widen the 16 raw bytes per row this thread owns (32 codes, at raw + i * 2048) into chunks 2c, 2c + 1
+# of the same rows of the slot's swizzled B tile
+_WIDEN_LOOP = """      #pragma unroll
+      for (int i = 0; i < BN / 32; ++i) {
+        uint32_t q[4], o[8];
+        lds_128(q, raw + i * 128 * 16);
+@WIDEN
+        st_shared_128(wb + i * 32 * 128 + wswz0, o[0], o[1], o[2], o[3]);
+        st_shared_128(wb + i * 32 * 128 + wswz1, o[4], o[5], o[6], o[7]);
+      }"""
+
 # the producer with cp.async: every producer thread copies its chunks of A and of the packed weights, waits for its
 # own copies, widens exactly the raw bytes it copied into the swizzled B tile of the slot, then arrives on FULL
 _CP_ASYNC_PRODUCER = """  if (wg == 0) {  // ---------------- producer: copies, widening, FULL arrivals
@@ -158,14 +169,7 @@ _CP_ASYNC_PRODUCER = """  if (wg == 0) {  // ---------------- producer: copies, 
       // widen the 16 raw bytes this thread copied per row (32 codes) into chunks 2c, 2c + 1 of the same row
       const uint32_t slot = smem0 + (kt % STAGES) * SLOT_BYTES;
       const uint32_t raw = slot + A_BYTES + WB_BYTES + p * 16, wb = slot + A_BYTES;
-      #pragma unroll
-      for (int i = 0; i < BN / 32; ++i) {
-        uint32_t q[4], o[8];
-        lds_128(q, raw + i * 128 * 16);
-@WIDEN
-        st_shared_128(wb + i * 32 * 128 + wswz0, o[0], o[1], o[2], o[3]);
-        st_shared_128(wb + i * 32 * 128 + wswz1, o[4], o[5], o[6], o[7]);
-      }
+@WIDEN_LOOP
       fence_proxy_async();          // the widened bytes and the copied A become visible to wgmma (async proxy)
       mbar_arrive(full0 + 8 * (kt % STAGES));
     }
@@ -201,14 +205,7 @@ _TMA_PRODUCER = """  if (wg == 0) {  // ---------------- producer: tensor copies
       // widen the 16 raw bytes per row this thread owns (32 codes) into chunks 2c, 2c + 1 of the same row
       const uint32_t slot = smem0 + (kt % STAGES) * SLOT_BYTES;
       const uint32_t raw = slot + A_BYTES + WB_BYTES + p * 16, wb = slot + A_BYTES;
-      #pragma unroll
-      for (int i = 0; i < BN / 32; ++i) {
-        uint32_t q[4], o[8];
-        lds_128(q, raw + i * 128 * 16);
-@WIDEN
-        st_shared_128(wb + i * 32 * 128 + wswz0, o[0], o[1], o[2], o[3]);
-        st_shared_128(wb + i * 32 * 128 + wswz1, o[4], o[5], o[6], o[7]);
-      }
+@WIDEN_LOOP
       fence_proxy_async();          // the widened bytes become visible to wgmma (async proxy)
       mbar_arrive(full0 + 8 * (kt % STAGES));
     }

@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 
 from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
-from humming.core.wgmma_common import choose_tile_width, require_wgmma
+from humming.core.wgmma_common import choose_tile_width, declared_option, require_wgmma
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 BM, BK = 128, 128  # two warpgroups of m64; 128-byte K-major rows (one 128-byte swizzle row per tile row)
@@ -42,17 +42,11 @@ def tma_smem_bytes(stages: int, bn: int = 128) -> int:
 
 
 def _tma_wanted(caps, tma: bool | None, fp8_promoted: bool) -> bool:
-    declared = bool(caps.memory.tma and caps.memory.mbarrier and caps.memory.setmaxnreg)
-    if tma:
-        if not fp8_promoted:
-            raise ShapeError("the TMA wgmma W8A8 kernel runs promoted fp8 (e4m3 without fast accumulation) only")
-        if not declared:
-            raise UnsupportedOnDevice(f"{caps.name} does not declare tma, mbarrier and setmaxnreg (the TMA kernel)")
-        return True
-    if tma is None and fp8_promoted and declared:
-        env = os.environ.get(TMA_ENV, "").strip().lower()
-        return env in ("1", "true", "on", "yes") if env else TMA_DEFAULT
-    return False
+    if tma and not fp8_promoted:
+        raise ShapeError("the TMA wgmma W8A8 kernel runs promoted fp8 (e4m3 without fast accumulation) only")
+    return fp8_promoted and declared_option(
+        bool(caps.memory.tma and caps.memory.mbarrier and caps.memory.setmaxnreg), tma, TMA_ENV, TMA_DEFAULT,
+        f"{caps.name} does not declare tma, mbarrier and setmaxnreg (the TMA kernel)")
 
 
 def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", tma: bool | None = None) -> Plan:
@@ -135,7 +129,6 @@ WS_ENV = "HUMMING_WGMMA_WS"  # "0": the lock-step W4A8 kernel instead of the war
 
 
 def _warp_specialised(caps) -> bool:
-    import os
 
     if os.environ.get(WS_ENV, "1").strip().lower() in ("0", "false", "off", "no"):
         return False
@@ -155,15 +148,8 @@ def wgmma_w4a8_tma_smem_bytes(stages: int, bn: int = 128) -> int:
 
 
 def _w4a8_tma_wanted(caps, tma: bool | None) -> bool:
-    declared = bool(caps.memory.tma and caps.memory.mbarrier)
-    if tma:
-        if not declared:
-            raise UnsupportedOnDevice(f"{caps.name} does not declare tma and mbarrier (the W4A8 kernel's TMA copies)")
-        return True
-    if tma is None and declared:
-        env = os.environ.get(W4A8_TMA_ENV, "").strip().lower()
-        return env in ("1", "true", "on", "yes") if env else W4A8_TMA_DEFAULT
-    return False
+    return declared_option(bool(caps.memory.tma and caps.memory.mbarrier), tma, W4A8_TMA_ENV, W4A8_TMA_DEFAULT,
+                           f"{caps.name} does not declare tma and mbarrier (the W4A8 kernel's TMA copies)")
 
 
 def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", ws: bool | None = None,

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
 from humming.core.planner_wgmma_wna16 import wgmma_k16_form
-from humming.core.wgmma_common import require_wgmma, threshold_from_env
+from humming.core.wgmma_common import declared_option, require_wgmma, threshold_from_env
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs"
@@ -65,16 +65,8 @@ DEFAULT_GROUPS = (64, 128, 256, -1, 0)
 def tma_wanted(caps, tma: bool | None) -> bool:
     """Whether the activation stages come by TMA tensor copy: ``tma`` if given (UnsupportedOnDevice where the profile
     does not declare tma and mbarrier), else HUMMING_WGMMA_RS_TMA / TMA_DEFAULT where the profile declares them."""
-    declared = bool(caps.memory.tma and caps.memory.mbarrier)
-    if tma:
-        if not declared:
-            raise UnsupportedOnDevice(f"{caps.name} does not declare tma and mbarrier: the activations go by cp.async")
-        return True
-    if tma is None:
-        env = os.environ.get(TMA_ENV, "").strip().lower()
-        on = env in ("1", "true", "on", "yes") if env else TMA_DEFAULT
-        return on and declared
-    return False
+    return declared_option(bool(caps.memory.tma and caps.memory.mbarrier), tma, TMA_ENV, TMA_DEFAULT,
+                           f"{caps.name} does not declare tma and mbarrier: the activations go by cp.async")
 
 
 def _copy_words(tma: bool) -> str:
@@ -182,9 +174,7 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
             "shared memory")
     smem = smem_bytes(bt, stages)
     use_tma = tma_wanted(caps, tma)
-    env_ws = os.environ.get(WS_ENV, "").strip().lower()
-    producer_warp = use_tma and bool(caps.memory.setmaxnreg) and (
-        env_ws in ("1", "true", "on", "yes") if env_ws else WS_DEFAULT)
+    producer_warp = use_tma and declared_option(bool(caps.memory.setmaxnreg), None, WS_ENV, WS_DEFAULT, "")
     reasons.append(
         f"tile {BC} channels x {bt} tokens x {BK} k: 2 warpgroups x m64n{bt}k16, 4 k16 steps per stage; {stages} "
         f"{_copy_words(use_tma)} activation slots ({stages - 2} in flight; rows past M zero-filled); {smem // 1024} KiB of "

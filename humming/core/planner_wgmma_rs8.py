@@ -10,7 +10,7 @@ from dataclasses import replace
 from humming.core.layout_wgmma_rs8 import RS8_BK
 from humming.core.planner import Plan, TileConfig
 from humming.core.planner_wgmma import wgmma_form
-from humming.core.wgmma_common import require_wgmma, threshold_from_env
+from humming.core.wgmma_common import declared_option, require_wgmma, threshold_from_env
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs8"
@@ -23,6 +23,11 @@ MIN_M = 128
 DEFAULT_MIN_M = MIN_M
 MIN_STAGES, MAX_STAGES = 4, 6
 PF = 2  # stages of weight words loaded ahead per lane (register ring of PF + 1)
+PRODUCER_ENV = "HUMMING_WGMMA_W4A8_RS_WS"  # "1": a producer warpgroup brings the activations in by TMA; "0": cp.async
+# unset: the producer warpgroup where tma, mbarrier and setmaxnreg are declared. Measured on the H200 (2026-11-30,
+# bench_quantized, W4A8-FP8): 8192x8192 M128 72.0 -> 61.8 us, M1024 264.4 -> 225.6, M4096 1064.2 -> 887.5; 28672x8192
+# M128 139.4 -> 120.9, M1024 874.2 -> 735.4, M4096 3558.8 -> 2933.8 (W4A8-INT8 alike: 0.76-1.41x of cuBLAS fp16)
+PRODUCER_DEFAULT = True
 OUT_PAD = 8  # 16-bit values of padding per staging row
 
 
@@ -40,8 +45,16 @@ def smem_bytes(stages: int) -> int:
     return stages * BT * BK + 1024
 
 
-def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
-    """Plan the register-A wgmma W4A8 kernel for a ``WgmmaRs8Layout``, or UnsupportedOnDevice / ShapeError."""
+def _producer_wanted(caps, producer: bool | None) -> bool:
+    return declared_option(bool(caps.memory.tma and caps.memory.mbarrier and caps.memory.setmaxnreg), producer,
+                           PRODUCER_ENV, PRODUCER_DEFAULT,
+                           f"{caps.name} does not declare tma, mbarrier and setmaxnreg (the producer warpgroup)")
+
+
+def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", producer: bool | None = None) -> Plan:
+    """Plan the register-A wgmma W4A8 kernel for a ``WgmmaRs8Layout``, or UnsupportedOnDevice / ShapeError.
+    ``producer``: a producer warpgroup issues TMA copies of the activations and the consumers meet only at mbarriers
+    (None: HUMMING_WGMMA_W4A8_RS_WS, else PRODUCER_DEFAULT, where tma/mbarrier/setmaxnreg are declared)."""
     a_type = layout.a_type
     form = wgmma_form(caps, a_type)
     acc = "s32" if a_type == "s8" else "f32"
@@ -74,9 +87,15 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "") -> Plan
         "epilogue: per-token activation scale, bias per channel, the tile transposed through shared memory, 16-byte "
         "stores of whole token rows; no split-K",
     )
+    use_producer = _producer_wanted(caps, producer)
+    if use_producer:
+        reasons += (f"{PRODUCER_ENV}: a producer warpgroup (setmaxnreg 40; the consumers take 232) issues one TMA "
+                    "tensor copy per activation stage into the slot the consumers released (EMPTY mbarriers); the "
+                    "two consumer warpgroups meet only at the FULL mbarriers, so one promotes while the other's "
+                    "wgmmas run",)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, BT, 32)), path=PATH, layout=layout,
-        tiles=TileConfig(BT, BC, BK, stages, 1, 8, 1), splits=1, async_copy=True, smem_bytes=smem_bytes(stages),
-        reasons=reasons,
+        tiles=TileConfig(BT, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0),
+        splits=1, async_copy=True, smem_bytes=smem_bytes(stages), reasons=reasons,
     )

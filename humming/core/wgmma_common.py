@@ -49,3 +49,50 @@ def threshold_from_env(env: str, forced: int, default: int | None) -> int | None
     if value in ("1", "true", "on", "yes"):
         return forced
     return default
+
+
+def declared_option(declared: bool, option: bool | None, env: str, default: bool, missing: str) -> bool:
+    """An optional kernel variant that needs declared capabilities: ``option`` True forces it (UnsupportedOnDevice
+    saying ``missing`` where not ``declared``), False refuses it, None takes the environment variable ``env``
+    ("1"/"0"), else ``default``, where declared."""
+    if option:
+        if not declared:
+            raise UnsupportedOnDevice(missing)
+        return True
+    if option is None and declared:
+        value = os.environ.get(env, "").strip().lower()
+        return value in ("1", "true", "on", "yes") if value else default
+    return False
+
+
+# The producer warpgroup of the register-A kernels (two consumer warpgroups of THREADS = 256, a block of 384): its
+# first thread issues one TMA tensor copy of each stage's activation tile (X_BYTES, the map XMAP, k coordinate
+# kt * BK) into the slot the consumers released (EMPTY: one arrival per consumer warp once its wgmmas of the stage are
+# done), completing on the slot's FULL mbarrier; the consumers then meet only at the FULL mbarriers (no block barrier
+# per stage) and take the producer's registers. Needs x0, ktiles, m0, tid and warp defined before it.
+PRODUCER_WARPGROUP = """  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
+  const uint32_t xbar0 = smem_u32(xbar);
+  if (tid == 0) {
+    #pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(xbar0 + 8 * s, 1);
+      mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread issues the copies
+    setmaxnreg_dec<40>();
+    if (tid == THREADS) {
+      #pragma unroll 1
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt % STAGES;
+        if (kt >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
+        mbar_expect_tx(xbar0 + 8 * s, X_BYTES);
+        tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, xbar0 + 8 * s);
+      }
+    }
+    return;
+  }
+  setmaxnreg_inc<232>();  // the consumers take the producer's registers
+"""

@@ -18,3 +18,17 @@ def pytest_collection_modifyitems(config, items):
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def graph_replay_error(gemm, x: torch.Tensor, reference) -> float:
+    """Capture ``gemm(static)`` in a CUDA graph on a copy of ``x``, copy fresh activations into the captured buffer,
+    replay, and return the relative error of the replayed output against ``reference(new activations)``."""
+    static = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = gemm(static)
+    fresh = torch.randn_like(static)
+    static.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    return rel_error(out, reference(fresh))

@@ -8,7 +8,7 @@ import humming
 from humming import api
 from humming.core.planner_wgmma_rs8 import ENV, PATH
 
-from .conftest import rel_error
+from .conftest import graph_replay_error, rel_error
 
 pytestmark = pytest.mark.gpu
 
@@ -72,3 +72,31 @@ def test_wgmma_rs8_default_from_m_128(monkeypatch):
     assert any(key[0] == "w4a8-wgmma-rs8" for key in qw.__dict__["_humming_prepared"])
     assert not torch.isnan(out).any()
     assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g128' if g else 'channel'}" for n, g in CASES])
+def test_wgmma_rs8_producer_warpgroup(name, group, dtype, monkeypatch):
+    """HUMMING_WGMMA_W4A8_RS_WS=1: a producer warpgroup brings the activation codes in by TMA tensor copies and the
+    consumers release slots by mbarrier (384 threads), with a partial last token tile and graph replay."""
+    _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
+    monkeypatch.setenv(ENV, "1")
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_WS", "1")
+    n, k = 1024, 4096
+    torch.manual_seed(n + (group or 1) + len(name) + (dtype == torch.bfloat16))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    for m in (128, 300, 1100):
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        cache = qw.__dict__["_humming_prepared"]
+        handle = next(v for key, v in cache.items() if key[0] == "w4a8-wgmma-rs8" and key[1] == dtype)
+        spec = api._registry[handle].launches[m]
+        assert spec.plan.path == PATH and spec.plan.tiles.bulk == 2 and spec.plan.threads == 384, spec.plan.explain()
+        assert spec.xmap is not None and not torch.isnan(out).any()
+        err = rel_error(out, humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32))
+        assert err <= TOL, (m, err, spec.plan.explain())
+    err = graph_replay_error(lambda s: humming.gemm(s, qw), x,
+                             lambda x2: humming.reference_gemm(x2, qw, bias=bias, out_dtype=torch.float32))
+    assert err <= TOL

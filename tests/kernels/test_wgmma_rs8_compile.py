@@ -39,16 +39,21 @@ def _scheme(a_type, group=128):
     return sch.with_(granularity="channel", group_size=None) if group is None else sch.with_(group_size=group)
 
 
-CASES = list(itertools.product(("e4m3", "s8"), (128, None), ("f16", "bf16")))
+CASES = list(itertools.product(("e4m3", "s8"), (128, None), ("f16", "bf16"), (True, False)))
 
 
-@pytest.mark.parametrize("a_type,group,act", CASES, ids=[f"{a}-g{g}-{c}" for a, g, c in CASES])
-def test_compiles_with_register_a_wgmma(a_type, group, act):
+@pytest.mark.parametrize("a_type,group,act,producer", CASES,
+                         ids=[f"{a}-g{g}-{c}-{'producer' if w else 'lockstep'}" for a, g, c, w in CASES])
+def test_compiles_with_register_a_wgmma(a_type, group, act, producer):
+    """Both variants: the default producer warpgroup (TMA copies of the activation codes, mbarrier slots, 384
+    threads) and the lock-step one (every thread's cp.async, a block barrier per stage)."""
     _need_sm90a()
     caps = _caps()
     k = 4096
-    p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(a_type, 1024, k, group or k), 1024, act, scheme=SCHEME[a_type])
-    assert p.path == PATH and p.threads == 256 and p.tiles.bm == 128 and p.tiles.bn == 128
+    p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(a_type, 1024, k, group or k), 1024, act, scheme=SCHEME[a_type],
+                           producer=producer)
+    assert p.path == PATH and p.threads == (384 if producer else 256) and p.tiles.bm == 128 and p.tiles.bn == 128
+    assert p.tiles.bulk == (2 if producer else 0)
     src = api.source(p, caps)
     mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
     ptx, log = mod.ptx, mod.log
@@ -57,10 +62,13 @@ def test_compiles_with_register_a_wgmma(a_type, group, act):
     rs = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.{acc}\.{a_type}\.{a_type} \{{[^}}]*\}}, "
                     rf"\{{%r\d+, ?%r\d+, ?%r\d+, ?%r\d+\}}, %rd\d+, {re.escape(tail)}", ptx)
     assert rs and len(rs) == ptx.count("wgmma.mma_async")
+    copy = "cp.async.bulk.tensor.2d" if producer else "cp.async.cg.shared.global"
     for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 0",
-                "fence.proxy.async.shared::cta", "cp.async.cg.shared.global", "ld.global.nc.L1::no_allocate.v4.u32",
-                "st.global.v4.u32", "st.shared.u16"):
+                copy, "ld.global.nc.L1::no_allocate.v4.u32", "st.global.v4.u32", "st.shared.u16"):
         assert ins in ptx, ins
+    if producer:
+        assert "cp.async.cg" not in ptx and "setmaxnreg.inc.sync.aligned.u32 232" in ptx and "bar.sync 1, 256" in ptx
+        assert api.tma_boxes(p) == ((1024, k, 128, 128, 1), None)
     assert "ldmatrix" not in ptx and "mma.sync" not in ptx
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
     spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", log)]
@@ -237,7 +245,8 @@ def test_emulated_kernel_matches_reference(a_type, group, act):
     bias = torch.randn(n).to(dtype)
     qw = humming.quantize(torch.randn(n, k) * 0.05, sch, bias=bias)
     packed = prepare_w4a8_rs(qw, dtype, a_type)
-    p = plan_w4a8_wgmma_rs(_caps(), packed.layout, m, act, scheme=sch.name)
+    # the emulation models the lock-step kernel's copies; the producer variant computes the same way (GPU-tested)
+    p = plan_w4a8_wgmma_rs(_caps(), packed.layout, m, act, scheme=sch.name, producer=False)
     _check_kernel_indexing(api.source(p, _caps()))
     x = torch.randn(m, k).to(dtype)
     qa = quantize_activation(x, sch)

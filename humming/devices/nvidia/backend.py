@@ -840,8 +840,7 @@ def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, ten
     if consumer_threads:  # a barrier of the consumer warps alone (the producer warpgroup has left): named barrier 1
         if request.caps is not None and not request.caps.memory.setmaxnreg:
             raise ValueError(f"{request.caps.name} does not declare setmaxnreg, which the producer warpgroup uses")
-        parts.append(SETMAXNREG)
-        parts.append(f"__device__ __forceinline__ void consumer_sync() {{ asm volatile(\"bar.sync 1, {consumer_threads};\\n\" ::: \"memory\"); }}\n")
+        parts.append(consumer_sync_helper(consumer_threads))
     return "\n".join(parts)
 
 
@@ -890,7 +889,13 @@ __device__ __forceinline__ void wgmma_k{k}_rs({fence_t} (&d)[{regs}], const uint
 """
 
 
-def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -> str:
+def consumer_sync_helper(consumer_threads: int) -> str:
+    """setmaxnreg and a barrier of the consumer warps alone (named barrier 1; the producer warpgroup has left)."""
+    return SETMAXNREG + (f"__device__ __forceinline__ void consumer_sync() {{ asm volatile(\"bar.sync 1, "
+                         f"{consumer_threads};\\n\" ::: \"memory\"); }}\n")
+
+
+def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, producer: bool = False) -> str:
     """Helpers of the register-A wgmma W4A8 kernel: copies, epilogue arithmetic, fences and descriptors, the
     epilogue's staging stores, the int4 widenings of the W4A8 kernels and one m64n{n}k32 register-A step for the
     plan's 8-bit operand type (request.mma, a wgmma e4m3/s8 form)."""
@@ -898,5 +903,10 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) ->
         raise ValueError(f"wgmma_rs8_prelude needs a wgmma s8/e4m3 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
         raise ValueError(f"wgmma n={n} is not a declared N of {request.mma.describe()}")
-    return "\n".join([COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON, WGMMA_RS_EXTRA, WGMMA_W4A8,
-                      _wgmma_k32_rs_helper(request.mma.a_type, n)])
+    parts = [COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON, WGMMA_RS_EXTRA, WGMMA_W4A8,
+             _wgmma_k32_rs_helper(request.mma.a_type, n)]
+    if producer:  # a producer warpgroup brings the activations in by TMA (tma, mbarrier, setmaxnreg declared)
+        if request.caps is not None and not request.caps.memory.setmaxnreg:
+            raise ValueError(f"{request.caps.name} does not declare setmaxnreg, which the producer warpgroup uses")
+        parts += [tensor_copy_helpers(request.caps), consumer_sync_helper(256)]
+    return "\n".join(parts)
