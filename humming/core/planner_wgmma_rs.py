@@ -158,7 +158,7 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     reasons = [
         f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (weights) from registers, B (activations) K-major in "
         "128-byte-swizzled shared memory",
-        f"path {PATH} ({ENV}=1): C^T = W x^T per tile; each warp loads its 16 channels x 64 k of int4 codes "
+        f"path {PATH} (from M {DEFAULT_MIN_M}; {ENV}=1: from M {MIN_M}): C^T = W x^T per tile; each warp loads its 16 channels x 64 k of int4 codes "
         f"(the mma.sync atom layout, the stream kernel's prepared weights) from global memory {PF} atoms ahead, "
         f"decodes them in registers ({d.kind}{d.bits}: magic number | code, {zero}, {scale}) into the m16n8k16 A "
         "fragment that each warp of a warpgroup supplies; no shared-memory traffic for the weights",
@@ -177,12 +177,13 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     producer_warp = use_tma and declared_option(bool(caps.memory.setmaxnreg), None, WS_ENV, WS_DEFAULT, "")
     reasons.append(
         f"tile {BC} channels x {bt} tokens x {BK} k: 2 warpgroups x m64n{bt}k16, 4 k16 steps per stage; {stages} "
-        f"{_copy_words(use_tma)} activation slots ({stages - 2} in flight; rows past M zero-filled); {smem // 1024} KiB of "
+        f"{_copy_words(use_tma)} activation slots ({stages if producer_warp else stages - 2} in flight; rows past M "
+        f"zero-filled); {smem // 1024} KiB of "
         f"{limit // 1024} KiB shared memory")
     reasons.append("epilogue: scales and bias per channel, the tile transposed through shared memory, 16-byte "
                    "stores of whole token rows (rows past M skipped); no split-K")
     if producer_warp:
-        reasons.append(f"{WS_ENV}=1: a producer warpgroup (setmaxnreg 40; the consumers take 232) issues every tensor "
+        reasons.append(f"a producer warpgroup ({WS_ENV}=0 turns it off; setmaxnreg 40, the consumers take 232) issues every tensor "
                        "copy into the slot the consumers released (EMPTY mbarriers); the two consumer warpgroups meet "
                        "only at the FULL mbarriers")
     tiles = TileConfig(bt, BC, BK, stages, 1, 12 if producer_warp else 8, 1, bulk=2 if producer_warp else int(use_tma))
