@@ -247,3 +247,21 @@ def test_runtime_prefers_the_entries_of_its_own_scheme():
     handle = api.prepared(qw, torch.float16, "cpu", profile="nvidia-a100")
     p = api.plan_for(handle, 40)
     assert (p.tiles, p.splits) == (_forced_tile(40).tiles, 2)
+
+
+def test_small_register_a_candidates_include_both_copies(monkeypatch):
+    """Where the profile's wgmma runs on the live GPU (pretended here: no GPU in CI) the tuner times the small
+    register-A form with the activations by cp.async and by TMA tensor copy (bulk), and a stored bulk=1 entry plans
+    the TMA variant again."""
+    from humming import api
+    from humming.core.planner_wgmma_rs import PATH
+
+    monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
+    caps = get_profile("nvidia-h200")
+    layout = layout_for(schemes.get("w4a16"), 4096, 4096, "f16")
+    for m in (32, 128):
+        rs = [p for p in tuning.candidates(caps, layout, m, "f16", scheme="w4a16") if p.path == PATH]
+        assert {p.tiles.bulk for p in rs} == {0, 1}, m
+        assert len({p.kernel_name for p in rs if p.tiles.bulk}) >= 2
+    forced = tuning._rs_small_plan(caps, layout, 32, "f16", "w4a16", 2, 8, 32, 0, True)
+    assert forced.tiles.bulk == 1 and "TMA tensor-copy" in forced.explain()
