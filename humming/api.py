@@ -320,8 +320,8 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
 
 def tma_boxes(p: Plan) -> tuple[tuple | None, tuple | None]:
     """The TMA tensor maps the plan's kernel takes after its usual parameters, as TensorMap2D arguments (rows, cols,
-    box rows, box cols, element bytes[, swizzle]): (activations or None, weights or None). The register-A W4A16 kernels read the
-    activations [M, K] (16-bit) so; the TMA W8A8 kernel both operands: codes [M, K] and weights [N, K] (bytes)."""
+    box rows, box cols, element bytes[, swizzle]): (activations or None, weights or None). The register-A kernels
+    read the activations [M, K] so; the TMA W8A8 / W4A8 kernels also the weights [N, K] (or packed [N, K/2])."""
     t = p.tiles
     if p.path == "wgmma-rs" and t.bulk:
         return (p.m, p.k, t.bm, t.bk, 2), None

@@ -269,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws else "T
   wgmma_wait<0>();
   {fence_acc}{fold_tail}
 {final_wait}
-  {block_sync}();{"                 " if block_sync == "__syncthreads" else "                "}// all wgmmas and copies done: the activation slots become the staging tile
+  {block_sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
 {splitk_code}
   // acc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
   const float scale = GS ? out_scale * load_f32(GS) : out_scale;

@@ -97,14 +97,40 @@ _RAW_UNSET = object()
 _raw = _RAW_UNSET
 
 
+_LIBCUDA_UNSET = object()
+_libcuda_handle = _LIBCUDA_UNSET
+
+
 def _libcuda():
-    """The CUDA driver library through ctypes, or None where it cannot be opened."""
-    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    return None
+    """The CUDA driver library through ctypes (opened once), or None where it cannot be opened."""
+    global _libcuda_handle
+    if _libcuda_handle is _LIBCUDA_UNSET:
+        _libcuda_handle = None
+        for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+            try:
+                _libcuda_handle = ctypes.CDLL(name)
+                break
+            except OSError:
+                continue
+    return _libcuda_handle
+
+
+_encode_tiled = None
+
+
+def _tensor_map_encoder():
+    """libcuda's cuTensorMapEncodeTiled as a ctypes function (set up once), or LaunchError without libcuda."""
+    global _encode_tiled
+    if _encode_tiled is None:
+        lib = _libcuda()
+        if lib is None:
+            raise LaunchError("TMA tensor maps need the CUDA driver library (libcuda), which could not be opened")
+        fn = lib.cuTensorMapEncodeTiled
+        p, u = ctypes.c_void_p, ctypes.c_uint32
+        fn.argtypes = [p, ctypes.c_int, u, p, p, p, p, p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        fn.restype = ctypes.c_int
+        _encode_tiled = fn
+    return _encode_tiled
 
 
 def _raw_launch():
@@ -151,14 +177,7 @@ class TensorMap2D:
         self._strides = (ctypes.c_uint64 * 1)(cols * elem_bytes)  # bytes between rows
         self._box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
         self._estrides = (ctypes.c_uint32 * 2)(1, 1)
-        lib = _libcuda()
-        if lib is None:
-            raise LaunchError("TMA tensor maps need the CUDA driver library (libcuda), which could not be opened")
-        fn = lib.cuTensorMapEncodeTiled
-        p, u = ctypes.c_void_p, ctypes.c_uint32
-        fn.argtypes = [p, ctypes.c_int, u, p, p, p, p, p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-        fn.restype = ctypes.c_int
-        self._fn = fn
+        self._fn = _tensor_map_encoder()
         self.address = None  # the base address the buffer was last encoded for
 
     def encode(self, buffer, address: int) -> None:
