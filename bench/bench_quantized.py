@@ -3,10 +3,11 @@ W8A8-INT8 vs torch._int_mm, W4A8-FP8 / W4A8-INT8 vs cuBLAS fp16, on the shapes o
 Activation quantization is included in every quantized time (humming's and the baselines').
 
     python bench/bench_quantized.py --out OUTDIR [--ms 1,16,128,1024,4096] [--shapes 8192x8192,28672x8192]
-        [--schemes w8a8-fp8,w8a8-int8] [--no-wgmma]
-W8A8 and W4A8 schemes are also timed with HUMMING_WGMMA=1 (the wgmma kernels, M >= 64; columns "... wgmma";
-W4A8 wgmma is compared with cuBLAS fp16), W8A8-FP8
-also with HUMMING_WGMMA_FAST_ACCUM=1 (no fp32 promotion of partial sums; JSON key w8a8-fp8_wgmma_fast_us).
+        [--schemes w8a8-fp8,w8a8-int8] [--no-fast-accum]
+Every scheme is timed twice: "native" (HUMMING_ACT_WIDEN=0: the 8-bit kernels, wgmma from M >= 64 where declared)
+and "widened" (HUMMING_ACT_WIDEN=1: codes widened to f16 on the weight-only kernels, humming.core.widen); the
+default column is the one humming.gemm picks without the variable. W8A8-FP8 also with
+HUMMING_WGMMA_FAST_ACCUM=1 from M >= 64 (no fp32 promotion of partial sums; JSON key w8a8-fp8_fast_us).
 Same method as bench_wna16.py: CUDA-graph replay over weight copies rotated past L2, median.
 """
 from __future__ import annotations
@@ -25,8 +26,9 @@ import humming  # noqa: E402
 from humming.tuner import copies_for, graph_time_us  # noqa: E402
 
 SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8"]
-# also timed with HUMMING_WGMMA=1 (M >= 64); w8a8-fp8-block only when asked for (--schemes)
-WGMMA_SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8", "w8a8-fp8-block"]
+VARIANTS = {"native": "0", "widened": "1"}  # HUMMING_ACT_WIDEN per timed variant
+BASELINE = {"w8a8-fp8": ("cublaslt_fp8_rowwise_us", "cuBLASLt"), "w8a8-int8": ("torch_int_mm_us", "int_mm"),
+            "w4a8-fp8": ("cublas_fp16_us", "fp16"), "w4a8-int8": ("cublas_fp16_us", "fp16")}
 
 
 def _fp8_rowwise(x: torch.Tensor):
@@ -88,15 +90,18 @@ def _time_scheme(row: dict, scheme: str, key: str, qws: list, x: torch.Tensor) -
 
 
 def main() -> None:
+    from humming.api import resolve_profile
+    from humming.core import widen
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--ms", default="1,16,128,1024,4096")
     ap.add_argument("--shapes", default="8192x8192,28672x8192")
     ap.add_argument("--schemes", default=",".join(SCHEMES))
-    ap.add_argument("--no-wgmma", action="store_true", help="skip the HUMMING_WGMMA=1 (wgmma kernel) timings")
+    ap.add_argument("--no-fast-accum", action="store_true", help="skip the HUMMING_WGMMA_FAST_ACCUM=1 timings")
     args = ap.parse_args()
+    caps = resolve_profile(None)
     rows = []
-    os.environ["HUMMING_WGMMA"] = "0"  # the plain columns time the mma.sync kernels; wgmma columns switch it on
     for shape in args.shapes.split(","):
         n, k = map(int, shape.split("x"))
         weights = {s: [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, s) for _ in range(copies_for(n * k))]
@@ -105,17 +110,20 @@ def main() -> None:
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
             row = {"n": n, "k": k, "m": m, **baselines(x, n, k)}
             for s, qws in weights.items():
-                _time_scheme(row, s, s, qws, x)
-                if s in WGMMA_SCHEMES and m >= 64 and not args.no_wgmma:
-                    os.environ["HUMMING_WGMMA"] = "1"
-                    try:
-                        _time_scheme(row, s, f"{s}_wgmma", qws, x)
-                        if s == "w8a8-fp8":  # without the fp32 promotion of partial sums (BN 256 allowed)
-                            os.environ["HUMMING_WGMMA_FAST_ACCUM"] = "1"
-                            _time_scheme(row, s, f"{s}_wgmma_fast", qws, x)
-                    finally:
-                        os.environ["HUMMING_WGMMA"] = "0"  # the plain columns: the mma.sync kernels
-                        os.environ.pop("HUMMING_WGMMA_FAST_ACCUM", None)
+                try:
+                    for variant, value in VARIANTS.items():
+                        os.environ[widen.ENV] = value
+                        _time_scheme(row, s, f"{s}_{variant}", qws, x)
+                    if s == "w8a8-fp8" and m >= 64 and not args.no_fast_accum:
+                        os.environ[widen.ENV] = "0"
+                        os.environ["HUMMING_WGMMA_FAST_ACCUM"] = "1"
+                        _time_scheme(row, s, f"{s}_fast", qws, x)
+                finally:
+                    os.environ.pop(widen.ENV, None)
+                    os.environ.pop("HUMMING_WGMMA_FAST_ACCUM", None)
+                picked = "widened" if widen.applies(caps, humming.schemes.get(s), m, n, k) else "native"
+                row[f"{s}_default"] = picked
+                row[f"{s}_us"] = row.get(f"{s}_{picked}_us")
             rows.append(row)
             print(json.dumps(row), flush=True)
         del weights
@@ -124,10 +132,7 @@ def main() -> None:
     result = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": rows}
     with open(os.path.join(args.out, "bench_quantized.json"), "w") as f:
         json.dump(result, f, indent=1)
-    print("\n| N x K | M | fp16 | FP8 cuBLASLt | int_mm | W8A8-FP8 | W8A8-INT8 | W4A8-FP8 | W4A8-INT8 |"
-          " W8A8-FP8 wgmma | wgmma / cuBLASLt | FP8 wgmma fast-accum | fast / cuBLASLt | W8A8-INT8 wgmma |"
-          " wgmma / int_mm | W4A8-FP8 wgmma | / fp16 | W4A8-INT8 wgmma | / fp16 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    schemes = args.schemes.split(",")
 
     def f(v):
         return "-" if v is None else f"{v:.1f}"
@@ -135,16 +140,27 @@ def main() -> None:
     def speedup(base, v):  # > 1: humming faster
         return "-" if base is None or v is None else f"{base / v:.2f}x"
 
+    head = "| N x K | M | fp16 | FP8 cuBLASLt | int_mm |"
+    for s in schemes:
+        base = BASELINE.get(s, ("cublas_fp16_us", "fp16"))[1]
+        head += f" {s} native | {s} widened | default / {base} |"
+    print("\n" + head + (" FP8 fast-accum | fast / cuBLASLt |" if "w8a8-fp8" in schemes else ""))
+    print("|---" * (head.count("|") - 1 + (2 if "w8a8-fp8" in schemes else 0)) + "|")
     for r in rows:
-        fp8w, i8w = r.get("w8a8-fp8_wgmma_us"), r.get("w8a8-int8_wgmma_us")
-        fast = r.get("w8a8-fp8_wgmma_fast_us")
-        w4f, w4i = r.get("w4a8-fp8_wgmma_us"), r.get("w4a8-int8_wgmma_us")
-        print(f"| {r['n']}x{r['k']} | {r['m']} | {f(r['cublas_fp16_us'])} | {f(r.get('cublaslt_fp8_rowwise_us'))} | "
-              f"{f(r.get('torch_int_mm_us'))} | " + " | ".join(f(r.get(f'{s}_us')) for s in SCHEMES) + " | "
-              f"{f(fp8w)} | {speedup(r.get('cublaslt_fp8_rowwise_us'), fp8w)} | "
-              f"{f(fast)} | {speedup(r.get('cublaslt_fp8_rowwise_us'), fast)} | "
-              f"{f(i8w)} | {speedup(r.get('torch_int_mm_us'), i8w)} | "
-              f"{f(w4f)} | {speedup(r['cublas_fp16_us'], w4f)} | {f(w4i)} | {speedup(r['cublas_fp16_us'], w4i)} |")
+        line = (f"| {r['n']}x{r['k']} | {r['m']} | {f(r['cublas_fp16_us'])} | {f(r.get('cublaslt_fp8_rowwise_us'))} | "
+                f"{f(r.get('torch_int_mm_us'))} |")
+        for s in schemes:
+            base = r.get(BASELINE.get(s, ("cublas_fp16_us",))[0]) or r["cublas_fp16_us"]
+            mark = {v: "**" if r.get(f"{s}_default") == v else "" for v in VARIANTS}
+            line += (f" {mark['native']}{f(r.get(f'{s}_native_us'))}{mark['native']} |"
+                     f" {mark['widened']}{f(r.get(f'{s}_widened_us'))}{mark['widened']} |"
+                     f" {speedup(base, r.get(f'{s}_us'))} |")
+        if "w8a8-fp8" in schemes:
+            line += f" {f(r.get('w8a8-fp8_fast_us'))} | {speedup(r.get('cublaslt_fp8_rowwise_us'), r.get('w8a8-fp8_fast_us'))} |"
+        print(line)
+    print("(bold: the variant humming.gemm picks by default; int_mm has no M <= 16 form, so W8A8-INT8 is then "
+          "compared with fp16)")
+
 
 if __name__ == "__main__":
     main()

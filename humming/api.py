@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from humming.core import widen
 from humming.core.generator import kernel_source
 from humming.core.layout import PackedWeight, act_name, layout_for, prepare
 from humming.core.planner import Plan, plan_wna16
@@ -86,6 +87,8 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
     from humming.core.paths import choose_path, runnable_path
     from humming.core.planner import plan_w8a8
 
+    if widen.applies(caps, sch, m, n, k):  # 8-bit activation codes widened exactly onto the weight-only kernels
+        return _plan_widened(caps, sch, m, n, k, act)
     ideal = choose_path(caps, sch)
     if ideal.family == "mma_sync" and ideal.path == "native" and getattr(ideal.instruction, "scale_format", None):
         # W4A4 NVFP4/MXFP4 on the block-scaled mma.sync kernel (sm_120a/121a): planned always; run only with
@@ -235,6 +238,7 @@ class _Prepared:
     launches: dict = field(default_factory=dict)  # m -> _LaunchSpec
     plan_fn: object = None  # m -> Plan, for kernels other than WnA16
     scheme: str = ""  # the scheme's name: tuned entries of that scheme win over other schemes of the same layout
+    row_twin: int | None = None  # the handle of the same weights whose plans take per-token scales (_row_scaled)
 
 
 @dataclass
@@ -257,6 +261,19 @@ class _LaunchSpec:
 
 _registry: list[_Prepared] = []
 _workspaces: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _plan_widened(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
+    """The plan ``_gemm_widened`` runs: the weight-only plan of the 16-bit activation type, row-scaled for
+    per-token activation scales."""
+    from dataclasses import replace as _replace
+
+    act16 = act_name(widen.act_dtype(caps, torch.bfloat16 if act == "bf16" else torch.float16))
+    p = plan(sch.with_(act=None), m, n, k, profile=caps, act=act16)
+    if p.path == "wgmma-dequant-smem":  # _gemm_widened keeps the mma.sync handle's plan there (no row scales)
+        p = choose_plan(caps, layout_for(sch.with_(act=None), n, k, act16), m, act16, scheme=sch.name)
+    return _replace(p, scheme=sch.name, row_scale=sch.act_scale.mode == "dynamic_token",
+                    reasons=(widen.reason(caps, sch, m),) + p.reasons)
 
 
 def _workspace(device: torch.device, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -507,6 +524,9 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     choice = _choices.get(key)
     if choice is None:  # planned once per (profile, scheme), not on every call
         choice = _choices[key] = runnable_path(caps, qw.scheme)
+    n, k = qw.shape
+    if widen.applies(caps, qw.scheme, x.numel() // k, n, k):  # 8-bit codes, exact in 16 bits: weight-only kernels
+        return _gemm_widened(x, qw, bias, caps, profile)
     if choice.family == "tcgen05" and not _tcgen05_runs(caps, qw, choice):  # (only with HUMMING_UNVERIFIED_KERNELS=1)
         from humming.core.paths import choose_path
 
@@ -541,6 +561,51 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     handle = prepared(wq, act_dtype, x.device, profile)
     out = gemm_prepared(x16, handle, None if bias is None else bias.to(act_dtype), gscale)
     return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+def _gemm_widened(x: torch.Tensor, qw, bias, caps, profile) -> torch.Tensor:
+    """W8A8 / W4A8 with per-token or per-tensor activation scales on the weight-only kernels (humming.core.widen):
+    activations quantized as the reference does, the codes widened exactly to f16/bf16, the per-token scales
+    applied per output row in the fp32 epilogue (a row-scaled twin of the weight-only handle, same weights)."""
+    n, k = qw.shape
+    act16 = widen.act_dtype(caps, x.dtype)
+    qa = _quantize_act(x.reshape(-1, k), qw.scheme, caps)
+    x16 = qa.codes.view(widen.CODE_DTYPES[qa.format]).to(act16)
+    cache = qw.__dict__.setdefault("_humming_weight_only", {})
+    wq = cache.setdefault("qw", qw.with_scheme(qw.scheme.with_(act=None)))
+    handle = prepared(wq, act16, x.device, profile)
+    handle = _wna16_wgmma_rs_handle(x16, wq, profile, handle) if _wgmma_rs_eligible(
+        caps, wq.scheme, x16.shape[0], n, k, act_name(act16)) else handle
+    values = qa.scale_values().to(device=x.device, dtype=torch.float32)
+    if qa.mode == "dynamic_token":
+        gscale = values.reshape(-1).contiguous()
+        handle = _row_scaled(handle)
+    else:
+        gscale = values.reshape(1)
+    out = gemm_prepared(x16, handle, None if bias is None else bias.to(act16), gscale)
+    out = out.view(*x.shape[:-1], n)
+    return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+def _row_scaled(handle: int) -> int:
+    """The twin of a WnA16 handle whose kernels take per-token scales in GS (``Plan.row_scale``): the same prepared
+    weights, plans of the original handle with row_scale set (created once, kept on the original)."""
+    prep = _registry[handle]
+    twin = prep.row_twin
+    if twin is None:
+        from dataclasses import replace as _replace
+
+        from humming.core.generator import row_scale_refusal
+
+        def plan_fn(m: int, base: int = handle) -> Plan:
+            p = plan_for(base, m)
+            why = row_scale_refusal(p)
+            if why:
+                raise UnsupportedOnDevice(f"{p.scheme}: per-token output scales: {why}")
+            return _replace(p, row_scale=True)
+
+        twin = prep.row_twin = _register(prep.packed, prep.caps, prep.run_arch, plan_fn, scheme=prep.scheme)
+    return twin
 
 
 def _gemm_blockscaled(x: torch.Tensor, qw, bias, caps) -> torch.Tensor | None:
@@ -959,6 +1024,15 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
             if getattr(sch, "act", None):
                 from humming.core.paths import choose_path, runnable_path
 
+                widened = 0 if widen.refusal(sch, n, k) else widen.max_m(caps, sch)
+                if widened is None and widen.native_refusal(caps, sch):  # no native path: widening is the path
+                    act = "f16" if caps.find_mma(family="mma_sync", a_type="f16") else "bf16"
+                    p = plan_wna16(caps, layout_for(sch.with_(act=None), n, k, act), m, act, scheme=name)
+                    shape = "x".join(map(str, p.instruction.shape))
+                    row.update(family=p.family, instruction=f"mma.sync m{shape} {act}", path="widened",
+                               reason=widen.reason(caps, sch, m) + " [executes on the WnA16 kernel]")
+                    rows.append(row)
+                    continue
                 choice = runnable_path(caps, sch)
                 ideal = choose_path(caps, sch)
                 if (ideal.path == "native" and ideal.family == "mma_sync"
@@ -989,6 +1063,9 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
                                   f"M >= 64 on the wgmma kernel ({ideal.describe()})")
                 else:
                     status = "kernel not generated yet"
+                if widened != 0:
+                    status = (f"{'every M' if widened is None else f'M <= {widened}'}: {sch.act} codes widened "
+                              f"onto the WnA16 kernel ({widen.ENV}); otherwise {status}")
                 row.update(family=choice.family, instruction=choice.describe(), path=choice.path,
                            reason=f"{reason} [{status}]")
                 rows.append(row)

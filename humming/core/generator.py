@@ -49,7 +49,19 @@ def pair_decode(layout, scales: bool, zeros: bool) -> tuple[str, str, str]:
     return " ".join(pick), " ".join(math), zero_decl
 
 
+def row_scale_refusal(plan) -> str:
+    """Why the plan's kernel cannot take per-token scales in GS (``Plan.row_scale``); "" when it can: the WnA16
+    stream, tile and register-A wgmma kernels can."""
+    if plan.is_8bit or getattr(plan.instruction, "scale_format", None):
+        return "the 8-bit and block-scaled kernels take their activation scales as such"
+    if plan.family == "mma_sync" or plan.path == "wgmma-rs":
+        return ""
+    return f"the {plan.family} {plan.path} kernel has no per-token output scale"
+
+
 def kernel_source(plan, backend, caps=None) -> str:
+    if plan.row_scale and row_scale_refusal(plan):
+        raise ValueError(f"row_scale: {row_scale_refusal(plan)}")
     if plan.family == "wgmma" and plan.path == "wgmma-rs":  # opt-in (HUMMING_WGMMA_RS=1): weights as register A
         from humming.core.generator_wgmma_rs import wgmma_rs_kernel_source
 
@@ -141,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     float* __restrict__ WS,              // split-K partials [splits, gridDim.x*BM, N]
     int* __restrict__ CNT,               // one counter per output tile, zero between launches
     int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{        // an fp32 device scalar multiplying the output (activation global scale) or null
+    const float* __restrict__ GS) {{        {gs_epilogue_parts(plan, "row")[0]}
 
 {TILE_PREAMBLE}    // activations: BM rows x BK/8 chunks of 16 bytes, chunk index XOR-swizzled by row (conflict-free ldmatrix)
     #pragma unroll
@@ -223,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
   copy_wait<0>();
   __syncthreads();
 
-{splitk_epilogue('acc')}}}
+{splitk_epilogue('acc', row_scale='GS' if plan.row_scale else None)}}}
 """
     return src
 
@@ -272,6 +284,18 @@ PIPELINE_HEAD = """\
     }
     const uint32_t base = smem0 + (kt % STAGES) * STAGE_BYTES;
 """
+
+
+def gs_epilogue_parts(plan, row: str) -> tuple[str, str, str]:
+    """The GS parameter's comment, the epilogue's scale line and the per-row multiply (after ``v = acc * scale``)
+    of the WnA16 kernels: GS is a device scalar (activation global scale), or with ``plan.row_scale`` an fp32 vector
+    [M] of per-token scales (row ``row``)."""
+    if not plan.row_scale:
+        return ("// an fp32 device scalar multiplying the output (activation global scale) or null",
+                "const float scale = GS ? out_scale * load_f32(GS) : out_scale;", "")
+    return ("// fp32 [M]: per-token scales multiplying each output row (widened 8-bit activations)",
+            "const float scale = out_scale;  // GS holds one scale per token row (row_scale)",
+            f"\n          v *= load_f32(GS + {row});")
 
 
 def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
@@ -362,7 +386,7 @@ def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
   }}
 
   if (wk != 0) return;
-  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  @SCALE@
   #pragma unroll
   for (int i = 0; i < TM; ++i)
     #pragma unroll
@@ -379,7 +403,9 @@ def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
         }}
       }}
 """
-    return text.replace("@ROWSCALE@", row_mul)
+    scale = ("const float scale = out_scale;  // GS holds one scale per token row (row_scale)" if row_scale == "GS"
+             else "const float scale = GS ? out_scale * load_f32(GS) : out_scale;")
+    return text.replace("@ROWSCALE@", row_mul).replace("@SCALE@", scale)
 
 
 def _table_load(ptr: str, rows: str, offset: str, row_expr: str) -> str:

@@ -13,7 +13,7 @@ partials are added by the last block of the slab, in a fixed order.
 """
 from __future__ import annotations
 
-from humming.core.generator import _c, helper_prelude, pair_decode
+from humming.core.generator import _c, gs_epilogue_parts, helper_prelude, pair_decode
 
 
 def stream_kernel_source(plan, backend, caps=None) -> str:
@@ -179,6 +179,7 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
         bulk_consts = _bulk_constants(lay, token_tiles, table_rows)
         bulk_fold_sync = "\n    __syncthreads();  // every warp is done with its ring, which the fold overwrites"
         wbase_line = "const uint32_t* wbase = B + ((size_t)blockIdx.y * katoms_total) * ATOM_U4 * 4;  // this slab's atoms"
+    gs_doc, scale_line, row_mul = gs_epilogue_parts(plan, "tok")
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -197,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     const uint16_t* __restrict__ Z, const float* __restrict__ CS, const uint16_t* __restrict__ BIAS,
     uint16_t* __restrict__ C, float* __restrict__ WS, int* __restrict__ CNT,
     int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{        // an fp32 device scalar multiplying the output (activation global scale) or null
+    const float* __restrict__ GS) {{        {gs_doc}
 
   using namespace cfg;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -292,7 +293,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     }}
   }}
   if (wk != 0) return;
-  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  {scale_line}
   #pragma unroll
   for (int i = 0; i < 4; ++i)
     #pragma unroll
@@ -301,7 +302,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
       for (int e = 0; e < 4; ++e) {{
         const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q + (e & 1);
         if (tok < M) {{
-          float v = acc[i][j][e] * scale;
+          float v = acc[i][j][e] * scale;{row_mul}
           if (CS) v *= load_f32(CS + ch);
           if (BIAS) v += act_to_f32(load_u16(BIAS + ch));
           store_act(C + (size_t)tok * N + ch, v);

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from math import lcm
 
-from humming.core.generator import _c, pair_decode
+from humming.core.generator import _c, gs_epilogue_parts, pair_decode
 from humming.core.planner_wgmma_rs import BC, BK, OUT_PAD, PATH, PF, SMALL_BC, layout_refusal
 from humming.core.wgmma_common import PRODUCER_WARPGROUP
 from humming.devices.base import HelperRequest
@@ -146,19 +146,30 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         wsrc_line = "const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + lane * 4 + w;"
         splitk_code = ""
         copy_out = STAGED_COPY_OUT
+    gs_doc, scale_line, _ = gs_epilogue_parts(plan, "")
+    if not plan.row_scale:
+        gs_doc = "// a device scalar multiplying the output (activation global scale) or null"
+    if plan.row_scale:  # per-token scales (GS [M]) of tokens m0 + 8j + 2q and the next
+        row_pair = """
+      const int t0 = m0 + 8 * j + 2 * q;
+      const float r0 = t0 < M ? load_f32(GS + t0) : 0.0f, r1 = t0 + 1 < M ? load_f32(GS + t0 + 1) : 0.0f;
+      const uint32_t v = f32x2_to_act2(acc[4 * j + 2 * h] * cs * r0 + bs, acc[4 * j + 2 * h + 1] * cs * r1 + bs);"""
+    else:
+        row_pair = """
+      const uint32_t v = f32x2_to_act2(acc[4 * j + 2 * h] * cs + bs, acc[4 * j + 2 * h + 1] * cs + bs);"""
     if tma:
         commit = commit_in_loop = ""
         stage_wait = ("      mbar_wait(xbar0 + 8 * " + kt_slot + ", (kt / STAGES) & 1);  // the tensor copy of stage kt "
                       "has landed (phase: the slot's use count)")
         final_wait = "  fence_proxy_async();"
-        params_end = (",        // a device scalar multiplying the output (activation global scale) or null\n"
+        params_end = (",        " + gs_doc + "\n"
                       "    const __grid_constant__ TmaMap XMAP) {  // activations [M, K]: boxes of BT rows x 64, 128-byte swizzle")
     else:
         commit, commit_in_loop = "\n    copy_commit();", "\n        copy_commit();"
         stage_wait = ("      copy_wait<LOOKAHEAD - 1>();  // this thread's copies of stage kt have landed\n"
                       "      fence_proxy_async();         // ... and are visible to wgmma (async proxy)")
         final_wait = "  copy_wait<0>();\n  fence_proxy_async();"
-        params_end = ") {        // a device scalar multiplying the output (activation global scale) or null"
+        params_end = ") {        " + gs_doc
     ws = t.bulk == 2  # a producer warpgroup issues the tensor copies; the consumers release slots by mbarrier
     if ws and (small or fold):
         raise ValueError("the producer-warp variant (bulk = 2) is written for the two-warpgroup form")
@@ -272,15 +283,14 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws else "T
   {block_sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
 {splitk_code}
   // acc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
-  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  {scale_line}
   #pragma unroll
   for (int h = 0; h < 2; ++h) {{
     const int ch = wg * 64 + w * 16 + 8 * h + g;
     const float cs = CS ? scale * load_f32(CS + n0 + ch) : scale;
     const float bs = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
     #pragma unroll
-    for (int j = 0; j < BT / 8; ++j) {{
-      const uint32_t v = f32x2_to_act2(acc[4 * j + 2 * h] * cs + bs, acc[4 * j + 2 * h + 1] * cs + bs);
+    for (int j = 0; j < BT / 8; ++j) {{{row_pair}
       const uint32_t o = x0 + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
       sts_u16(o, (uint16_t)(v & 0xFFFFu));
       sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));

@@ -80,6 +80,9 @@ class Plan:
     async_copy: bool
     smem_bytes: int
     reasons: tuple[str, ...] = field(default=())
+    # WnA16 kernels: GS is a per-row (per-token) fp32 vector [M] instead of a device scalar; W8A8/W4A8 activations
+    # widened exactly to the activation type run on the weight-only kernels with their scales applied so
+    row_scale: bool = False
 
     @property
     def threads(self) -> int:
@@ -113,6 +116,7 @@ class Plan:
             self.family, self.path, tuple(self.instruction.shape), self.act, d, self.layout.scale_group,
             self.layout.zero_group, self.layout.zero_const, t, self.async_copy,
             *((True,) if getattr(self.layout, "zero_float", False) else ()),
+            *(("row_scale",) if self.row_scale else ()),
         )
         return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
 
@@ -134,7 +138,7 @@ class Plan:
             kind = "wgmmars"  # register-A wgmma (bm = tokens, bn = channels)
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
                 f"{'x' if t.x_ring else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}{'b' if t.bulk else ''}"
-                f"_{self.kernel_key}")
+                f"{'_ts' if self.row_scale else ''}_{self.kernel_key}")
 
     def summary(self) -> str:
         t = self.tiles
@@ -164,6 +168,7 @@ class Plan:
             "path": self.path, "tiles": asdict(self.tiles), "splits": self.splits, "grid": list(self.grid),
             "threads": self.threads, "smem_bytes": self.smem_bytes, "async_copy": self.async_copy,
             "kernel": self.kernel_name, "reasons": list(self.reasons),
+            **({"row_scale": True} if self.row_scale else {}),
         }
 
 

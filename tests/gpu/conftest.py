@@ -15,6 +15,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture
+def native_8bit(monkeypatch):
+    """Tests of the 8-bit kernels: keep W8A8 / W4A8 off the widened weight-only path (humming.core.widen)."""
+    monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")
+
+
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     return float((out - ref).norm() / ref.norm().clamp_min(1e-30))

@@ -13,7 +13,7 @@ from humming.core.planner_tcgen05 import UNVERIFIED_ENV, tcgen05_form
 
 from .conftest import rel_error
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
 SHAPES = [(512, 2048), (1024, 4096)]
 MS = (1, 100, 256, 1000)

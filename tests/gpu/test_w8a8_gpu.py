@@ -7,7 +7,7 @@ import humming
 
 from .conftest import rel_error
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
 CASES = [("nvidia-l40s", "w8a8-int8"), ("nvidia-l40s", "w8a8-fp8"), ("nvidia-l40s", "w8a8-fp8-tensor"),
          ("nvidia-a100", "w8a8-int8"), ("nvidia-t4", "w8a8-int8"), ("nvidia-b300", "w8a8-int8"),

@@ -9,7 +9,7 @@ from humming import api
 
 from .conftest import rel_error
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
 SCHEMES = ["w8a8-fp8", "w8a8-int8", "w8a8-fp8-tensor"]
 SHAPES = [(512, 2048), (1024, 4096)]

@@ -10,7 +10,7 @@ from humming.core.planner_wgmma_rs8 import ENV, PATH
 
 from .conftest import graph_replay_error, rel_error
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
 SHAPES = [(1024, 4096), (4096, 2048)]  # (N, K)
 MS = (128, 200, 1024)

@@ -12,7 +12,7 @@ from humming.core.planner_wgmma import TMA_ENV, TMA_THREADS
 
 from .conftest import graph_replay_error, rel_error
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
 SCHEMES = ["w8a8-fp8", "w8a8-fp8-tensor", "w8a8-fp8-block"]
 SHAPES = [(512, 2048), (1024, 4096)]

@@ -419,6 +419,7 @@ def test_w4a8_kernel_names_differ_by_weight_format():
 
 
 def test_w4a8_selection_is_opt_in_and_gated(monkeypatch):
+    monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")  # the native 8-bit kernels (not widened)
     monkeypatch.setenv(api.WGMMA_ENV, "0")
     for scheme in ("w4a8-int8", "w4a8-fp8", "w4a8-mxfp4"):
         assert humming.plan(scheme, 1024, 1024, 2048, profile=H200).family == "mma_sync"

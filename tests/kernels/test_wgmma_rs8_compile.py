@@ -78,6 +78,7 @@ def test_compiles_with_register_a_wgmma(a_type, group, act, producer):
 
 
 def test_selection_default_from_m_128(monkeypatch):
+    monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")  # the native 8-bit kernels (not widened)
     """Default: M >= 128 (measured faster than the warp-specialised kernel at M 128-4096); =0: never."""
     monkeypatch.delenv(ENV, raising=False)
     for name in ("w4a8-fp8", "w4a8-int8"):

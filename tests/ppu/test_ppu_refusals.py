@@ -53,6 +53,8 @@ REFUSED_PRESETS = [(n, a) for n, a in QUANTIZED_ACT if a not in ("int8",)]
 MMA_TYPE = {"int8": "s8", "int4": "s4"}
 # block-scaled recipes (NVFP4, MX) have an exact widening to bf16, which the 810E's tensor cores take
 UPCONVERTED = {"w4a4-nvfp4", "w4a4-mxfp4", "mxfp8", "mxfp6", "mxfp6-e3m2"}
+# fp8 activations per token / per tensor: the codes are exact in f16, so they widen onto the weight-only kernels
+WIDENED = {"w8a8-fp8", "w8a8-fp8-tensor", "w4a8-fp8", "w4a8-mxfp4"}
 
 
 @pytest.mark.parametrize("scheme, act", REFUSED_PRESETS + [(str(_int4_activation_scheme()), "int4")])
@@ -60,6 +62,12 @@ def test_plan_refuses_fp8_fp4_int4_activation_schemes(caps, scheme, act):
     if scheme in UPCONVERTED:  # exact upconversion to bf16 is planned instead (see below)
         plan = api.plan(scheme, 16, 4096, 4096, profile=caps)
         assert plan.instruction.a_type == "bf16" and any("upconvert" in r for r in plan.reasons)
+        return
+    if scheme in WIDENED:  # every M: there is no fp8 tensor-core path to prefer
+        for m in (16, 4096):
+            plan = api.plan(scheme, m, 4096, 4096, profile=caps)
+            assert plan.instruction.a_type in ("f16", "bf16") and plan.reasons[0].startswith("widened"), plan.explain()
+            assert "the only path here" in plan.reasons[0] and f"taking {act}" in plan.reasons[0]
         return
     with pytest.raises(UnsupportedOnDevice) as err:
         api.plan(scheme, 16, 4096, 4096, profile=caps)
@@ -75,6 +83,9 @@ def test_path_table_refuses_quantized_activation_schemes_with_reasons(caps):
         row = rows[name]
         if name in UPCONVERTED:  # not an fp8/fp4 tensor-core path: exact upconversion to bf16 mma.sync
             assert row["path"] == "upconvert" and "bf16" in row["instruction"], row
+            continue
+        if name in WIDENED:
+            assert row["path"] == "widened" and act in row["reason"], row
             continue
         assert row["family"] is None and row["instruction"] is None, row
         assert act in row["reason"], row  # the reason names the activation format

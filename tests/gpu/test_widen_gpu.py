@@ -1,0 +1,75 @@
+"""W8A8 / W4A8 with widened activations (humming.core.widen): 8-bit codes widened exactly to f16/bf16, the
+weight-only kernels (stream, tile, register-A small and prefill forms) with per-token scales in the epilogue,
+against the reference (activation quantization included), with the output poisoned beforehand (conftest)."""
+import pytest
+import torch
+
+import humming
+from humming import api
+from humming.core import widen
+
+from .conftest import graph_replay_error, rel_error
+
+pytestmark = pytest.mark.gpu
+
+SCHEMES = ["w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w4a8-int8", "w4a8-fp8", "w4a8-mxfp4",
+           "w4a8-int8[act_order=true]", "w4a8-fp8[group_size=-1]"]
+MS = (1, 7, 16, 33, 128, 1024)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("profile", [None, "nvidia-a100", "thead-zhenwu-810e"], ids=["here", "a100", "810e"])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_widened(scheme, profile, dtype, monkeypatch):
+    monkeypatch.setenv(widen.ENV, "1")  # every M
+    n, k = 512, 2048
+    torch.manual_seed(len(scheme) + (7 if profile else 0))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    sch = humming.schemes.get(scheme)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, sch, bias=bias)
+    act = "bf16" if dtype == torch.bfloat16 else "f16"
+    for m in MS:
+        p = humming.plan(sch, m, n, k, profile=profile, act=act)
+        assert p.reasons[0].startswith("widened") and p.row_scale == (sch.act_scale.mode == "dynamic_token"), p.explain()
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw, profile=profile)
+        torch.cuda.synchronize()
+        assert "_humming_weight_only" in qw.__dict__, "the widened path did not run"
+        assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
+        ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+        err = rel_error(out, ref)
+        bound = 5e-3 if dtype == torch.bfloat16 else 1e-3
+        assert err <= bound, f"{scheme} {profile} M={m}: relative error {err:.2e}\n{p.explain()}"
+
+
+@pytest.mark.parametrize("scheme", ["w4a8-fp8", "w8a8-int8"])
+def test_widened_graph_replay_and_3d(scheme, monkeypatch):
+    """CUDA-graph capture of quantize + widen + row-scaled kernel, replayed on fresh activations; [B, T, K] inputs."""
+    monkeypatch.delenv(widen.ENV, raising=False)  # the default rule: M=16 is widened everywhere
+    n, k = 1024, 4096
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, scheme)
+    x = torch.randn(16, k, device="cuda", dtype=torch.float16)
+    humming.gemm(x, qw)  # compile outside the capture
+    err = graph_replay_error(lambda a: humming.gemm(a, qw), x,
+                             lambda a: humming.reference_gemm(a, qw, out_dtype=torch.float32))
+    assert err <= 1e-3, f"graph replay: {err:.2e}"
+    x3 = torch.randn(2, 3, k, device="cuda", dtype=torch.float16)
+    out = humming.gemm(x3, qw)
+    ref = humming.reference_gemm(x3.reshape(-1, k), qw, out_dtype=torch.float32).reshape(2, 3, n)
+    assert out.shape == (2, 3, n) and rel_error(out, ref) <= 1e-3
+
+
+def test_default_rule_keeps_native_kernels_above_the_threshold(monkeypatch):
+    """Without the variable: W4A8 at M=1 widened; above DEFAULT_MAX_M the native 8-bit kernel runs."""
+    monkeypatch.delenv(widen.ENV, raising=False)
+    caps = api.resolve_profile(None)
+    limit = widen.max_m(caps, humming.schemes.get("w4a8-fp8"))
+    n, k = 512, 2048
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a8-fp8")
+    humming.gemm(torch.randn(1, k, device="cuda", dtype=torch.float16), qw)
+    assert "_humming_weight_only" in qw.__dict__
+    qw2 = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a8-fp8")
+    x = torch.randn(limit + 1, k, device="cuda", dtype=torch.float16)
+    out = humming.gemm(x, qw2)
+    assert "_humming_weight_only" not in qw2.__dict__, "the native kernel should run above the threshold"
+    assert rel_error(out, humming.reference_gemm(x, qw2, out_dtype=torch.float32)) <= 5e-3

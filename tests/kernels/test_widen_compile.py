@@ -1,0 +1,107 @@
+"""Widened 8-bit activations on the weight-only kernels (humming.core.widen): which schemes and M take the path,
+what the plans say, and that every row-scaled WnA16 kernel (stream, tile, register-A small and prefill forms)
+compiles with NVRTC and reads one scale per token row."""
+from dataclasses import replace
+
+import pytest
+import torch
+
+import humming
+from humming import api
+from humming.core import widen
+from humming.core.generator import row_scale_refusal
+from humming.core.layout import layout_for
+
+N, K = 8192, 8192
+
+
+@pytest.fixture(autouse=True)
+def _default_thresholds(monkeypatch):
+    monkeypatch.delenv(widen.ENV, raising=False)
+
+
+@pytest.mark.parametrize("scheme,m,row_scale", [
+    ("w4a8-fp8", 1, True), ("w4a8-int8", 16, True), ("w4a8-fp8", 1024, True), ("w8a8-int8", 1, True),
+    ("w8a8-fp8", 64, True), ("w8a8-fp8-tensor", 7, False), ("w4a8-mxfp4", 1, True),
+])
+def test_widened_plans_on_h200(scheme, m, row_scale):
+    p = humming.plan(scheme, m, N, K, profile="nvidia-h200")
+    assert p.reasons[0].startswith("widened activations"), p.explain()
+    assert not p.is_8bit and p.row_scale == row_scale and p.scheme == scheme
+    assert ("_ts_" in p.kernel_name) == row_scale
+    assert p.to_dict().get("row_scale", False) == row_scale
+
+
+@pytest.mark.parametrize("scheme,m", [("w4a8-fp8", 4096), ("w8a8-fp8", 128), ("w8a8-int8", 1024),
+                                      ("w8a8-fp8-block", 1), ("w4a4-nvfp4", 1), ("mxfp8", 1)])
+def test_native_or_other_paths_stay(scheme, m):
+    p = humming.plan(scheme, m, N, K, profile="nvidia-h200")
+    assert not p.reasons[0].startswith("widened"), p.explain()
+    assert not p.row_scale
+
+
+def test_thresholds_per_profile_and_switch(monkeypatch):
+    h200, a100 = api.resolve_profile("nvidia-h200"), api.resolve_profile("nvidia-a100")
+    w4a8, w8a8 = humming.schemes.get("w4a8-fp8"), humming.schemes.get("w8a8-int8")
+    assert widen.max_m(h200, w4a8) == widen.DEFAULT_MAX_M["wgmma"][4]
+    assert widen.max_m(h200, w8a8) == widen.DEFAULT_MAX_M["wgmma"][8]
+    assert widen.max_m(a100, w8a8) == widen.DEFAULT_MAX_M["mma_sync"][8]
+    assert widen.applies(a100, w8a8, 16, N, K) and not widen.applies(a100, w8a8, 17, N, K)
+    monkeypatch.setenv(widen.ENV, "0")
+    assert not widen.applies(h200, w4a8, 1, N, K)
+    assert not humming.plan("w4a8-fp8", 1, N, K, profile="nvidia-h200").row_scale
+    monkeypatch.setenv(widen.ENV, "1")
+    assert widen.applies(h200, w4a8, 65536, N, K)
+
+
+def test_refusals_say_why():
+    get = humming.schemes.get
+    assert "dynamic_group" in widen.refusal(get("w8a8-fp8-block"), N, K)  # (and no weight-only 2D blocks)
+    assert "dynamic_group" in widen.refusal(get("mxfp8"), N, K)
+    assert "e2m1" in widen.refusal(get("w4a4-nvfp4"), N, K)
+    assert widen.refusal(get("w4a8-int8"), N, K) == ""
+
+
+def test_codes_are_exact_in_16_bits():
+    """Every int8 / e4m3 / e5m2 code survives f16 and bf16 unchanged (the premise of the path)."""
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    for fmt, dtype in widen.CODE_DTYPES.items():
+        v = codes.view(dtype).to(torch.float32)
+        finite = torch.isfinite(v)
+        for act in (torch.float16, torch.bfloat16):
+            assert torch.equal(v[finite].to(act).to(torch.float32), v[finite]), (fmt, act)
+
+
+def _row_scaled_plans():
+    caps = api.resolve_profile("nvidia-h200")
+    plans = [humming.plan("w4a8-fp8", m, N, K, profile=caps) for m in (1, 7, 16, 33, 128, 1024)]
+    # the mma.sync tile kernel, as the row-scaled twin handle plans it (HUMMING_ACT_WIDEN=1 above M=16 there)
+    plans.append(replace(humming.plan("w8a16", 48, N, K, profile="nvidia-a100"), row_scale=True))
+    plans.append(humming.plan("w8a8-int8", 1, N, K, profile="nvidia-t4"))
+    return plans
+
+
+@pytest.mark.parametrize("plan", _row_scaled_plans(), ids=lambda p: f"{p.profile}-{p.path}-m{p.m}")
+def test_row_scaled_kernels_compile(plan):
+    assert plan.row_scale and not row_scale_refusal(plan)
+    src = api.source(plan)
+    assert "load_f32(GS + " in src and "out_scale * load_f32(GS)" not in src
+    plain = api.source(replace(plan, row_scale=False))
+    assert "load_f32(GS + " not in plain and "out_scale * load_f32(GS)" in plain
+    kernel = api.compile_plan(plan, plan.profile)
+    assert kernel is not None
+
+
+def test_row_scale_refused_where_no_kernel_takes_it():
+    p = humming.plan("w8a8-fp8", 4096, N, K, profile="nvidia-h200")  # the native TMA W8A8 kernel
+    assert row_scale_refusal(p)
+    with pytest.raises(ValueError, match="row_scale"):
+        api.source(replace(p, row_scale=True))
+    caps = api.resolve_profile("nvidia-h200")
+    from humming.core.layout_wgmma_wna16 import wgmma_wna16_layout
+    from humming.core.planner_wgmma_wna16 import plan_wna16_wgmma
+
+    sch = humming.schemes.get("w4a16")
+    q = plan_wna16_wgmma(caps, wgmma_wna16_layout(sch, N, K, "f16"), 256, "f16", scheme="w4a16")
+    assert "no per-token output scale" in row_scale_refusal(q)
+    assert layout_for(sch, N, K, "f16") is not None
