@@ -118,12 +118,12 @@ def activation_quant_source(plan: ActQuantPlan, profile=None) -> str:
     return actquant_source(plan, _spelling(caps)(plan.act, plan.scale_format, caps))
 
 
-def _prepare(caps, run_arch, sch: Scheme, dtype: str, k: int, vec: int) -> _Prepared | None:
-    """The compiled kernels for (profile, scheme's activation side, dtype, K for per-token, load width), or None
-    when the planner has no kernel for the shape."""
+def _prepare(caps, run_arch, sch: Scheme, dtype: str, k: int, vec: int, wide: str = "") -> _Prepared | None:
+    """The compiled kernels for (profile, scheme's activation side, dtype, K for per-token, load width, 16-bit code
+    values or bytes), or None when the planner has no kernel for the shape."""
     a = sch.act_scale
     key = (caps.name, caps.source, run_arch, sch.act, a.mode, a.format, a.group_size, a.global_scale, dtype,
-           k if a.mode == "dynamic_token" else None, vec)
+           k if a.mode == "dynamic_token" else None, vec, wide)
     if key in _prepared:
         return _prepared[key]
     from humming.core.compiler import compile_cuda
@@ -131,7 +131,7 @@ def _prepare(caps, run_arch, sch: Scheme, dtype: str, k: int, vec: int) -> _Prep
     from humming.devices import get_backend
 
     try:
-        plan = plan_actquant(sch, dtype, k, vec=vec, max_threads=caps.limits.max_threads_per_block or 1024)
+        plan = plan_actquant(sch, dtype, k, vec=vec, max_threads=caps.limits.max_threads_per_block or 1024, wide=wide)
     except UnsupportedOnDevice:
         _prepared[key] = None
         return None
@@ -185,8 +185,32 @@ def _check_out(out, shapes_dtypes) -> list[torch.Tensor | None]:
     return got
 
 
+_WIDE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+def _wide_name(sch: Scheme, codes_as: torch.dtype | None) -> str:
+    if codes_as is None:
+        return ""
+    from humming.core.actquant import WIDE_CODE_VALUES
+
+    if codes_as not in _WIDE_NAMES or sch.act not in WIDE_CODE_VALUES:
+        raise ShapeError(f"codes_as={codes_as}: {sch.act} codes are written as float16 or bfloat16 values only for "
+                         f"{', '.join(WIDE_CODE_VALUES)} activations")
+    return _WIDE_NAMES[codes_as]
+
+
+def _widened(qa: QuantizedActivation, codes_as: torch.dtype | None) -> QuantizedActivation:
+    """The reference's result with the codes replaced by their exact values in ``codes_as`` (when given)."""
+    if codes_as is None or not isinstance(qa, QuantizedActivation):
+        return qa
+    from humming.core.widen import CODE_DTYPES
+
+    qa.codes = qa.codes.view(CODE_DTYPES[qa.format]).to(codes_as)
+    return qa
+
+
 def quantize_activation_cuda(x: torch.Tensor, scheme, *, scale=None, global_scale=None, profile=None,
-                             out: tuple | None = None):
+                             out: tuple | None = None, codes_as: torch.dtype | None = None):
     """Quantize activations ``x [..., K]`` as ``scheme`` says; equal, bit for bit (codes, scales, global scale),
     to ``humming.quantize_activation(x, scheme, scale=..., global_scale=...)``.
 
@@ -194,9 +218,12 @@ def quantize_activation_cuda(x: torch.Tensor, scheme, *, scale=None, global_scal
     (no host synchronisation; a device-tensor ``scale`` / ``global_scale`` is read by the kernel); anything
     else runs the reference. ``profile``: the profile whose instructions spell the kernel (default: the current
     device's). ``out``: optional ``(codes, scales, global_scale)`` tensors to write into (global_scale None
-    unless the scheme is two-level).
+    unless the scheme is two-level). ``codes_as`` (torch.float16 / torch.bfloat16; int8, e4m3 and e5m2 activations):
+    the returned ``codes`` hold each code's exact value in that type instead of its byte, written by the same kernel
+    (the widened path of ``humming.core.widen``).
     """
     sch = _as_scheme(scheme)
+    wide = _wide_name(sch, codes_as)
     if sch.act is None:
         return x
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 1:
@@ -205,7 +232,7 @@ def quantize_activation_cuda(x: torch.Tensor, scheme, *, scale=None, global_scal
     if not x.is_cuda or dtype is None or x.numel() == 0:
         if out is not None:
             raise ShapeError("out= is only supported for CUDA float16/bfloat16/float32 inputs")
-        return quantize_activation(x, sch, scale=scale, global_scale=global_scale)
+        return _widened(quantize_activation(x, sch, scale=scale, global_scale=global_scale), codes_as)
     a = sch.act_scale
     k = x.shape[-1]
     if a.mode == "dynamic_group" and k % a.group_size:
@@ -217,26 +244,27 @@ def quantize_activation_cuda(x: torch.Tensor, scheme, *, scale=None, global_scal
     caps, run_arch = _resolve(profile, device)
     group = a.group_size if a.mode == "dynamic_group" else (k if a.mode == "dynamic_token" else None)
     vec = choose_vec(dtype, k, group, x.data_ptr() % 16)
-    prep = _prepare(caps, run_arch, sch, dtype, k, vec)
+    prep = _prepare(caps, run_arch, sch, dtype, k, vec, wide)
     if prep is None:  # no kernel plan (a per-token row too long for registers): the reference is exact too
         if out is not None:
             raise UnsupportedOnDevice(f"no activation-quantization kernel for K={k} ({sch})")
-        return quantize_activation(x, sch, scale=scale, global_scale=global_scale)
+        return _widened(quantize_activation(x, sch, scale=scale, global_scale=global_scale), codes_as)
     plan = prep.plan
 
     lead = tuple(x.shape[:-1])
     sdt = scale_storage_dtype(a.format)
     scale_shape = () if a.mode == "static_tensor" else lead + ((1,) if a.mode == "dynamic_token" else (k // group,))
     gs_shape = () if a.global_scale else None
+    code_dtype = {"": torch.uint8, "f16": torch.float16, "bf16": torch.bfloat16}[wide]
     if out is not None:
-        codes, scales, gs = _check_out(out, [(tuple(x.shape), torch.uint8, "codes"), (scale_shape, sdt, "scales"),
+        codes, scales, gs = _check_out(out, [(tuple(x.shape), code_dtype, "codes"), (scale_shape, sdt, "scales"),
                                               (gs_shape, torch.float32, "global_scale")])
     else:
-        codes = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
+        codes = torch.empty(x.shape, dtype=code_dtype, device=x.device)
         scales = torch.empty(scale_shape, dtype=sdt, device=x.device)
         gs = torch.empty((), dtype=torch.float32, device=x.device) if a.global_scale else None
         if _POISON:
-            codes.fill_(0xFF)
+            codes.view(torch.uint8).fill_(0xFF)
             scales.reshape(-1).view(torch.uint8).fill_(0xFF)
             if gs is not None:
                 gs.fill_(float("nan"))

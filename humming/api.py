@@ -520,13 +520,13 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     if x.numel() == 0:
         return x.new_empty((*x.shape[:-1], qw.shape[0]))
     caps = resolve_profile(profile)
+    n, k = qw.shape
+    if widen.applies(caps, qw.scheme, x.numel() // k, n, k):  # 8-bit codes, exact in 16 bits: weight-only kernels
+        return _gemm_widened(x, qw, bias, caps, profile)
     key = (caps.name, str(qw.scheme))
     choice = _choices.get(key)
     if choice is None:  # planned once per (profile, scheme), not on every call
         choice = _choices[key] = runnable_path(caps, qw.scheme)
-    n, k = qw.shape
-    if widen.applies(caps, qw.scheme, x.numel() // k, n, k):  # 8-bit codes, exact in 16 bits: weight-only kernels
-        return _gemm_widened(x, qw, bias, caps, profile)
     if choice.family == "tcgen05" and not _tcgen05_runs(caps, qw, choice):  # (only with HUMMING_UNVERIFIED_KERNELS=1)
         from humming.core.paths import choose_path
 
@@ -569,8 +569,8 @@ def _gemm_widened(x: torch.Tensor, qw, bias, caps, profile) -> torch.Tensor:
     applied per output row in the fp32 epilogue (a row-scaled twin of the weight-only handle, same weights)."""
     n, k = qw.shape
     act16 = widen.act_dtype(caps, x.dtype)
-    qa = _quantize_act(x.reshape(-1, k), qw.scheme, caps)
-    x16 = qa.codes.view(widen.CODE_DTYPES[qa.format]).to(act16)
+    qa = _quantize_act(x.reshape(-1, k), qw.scheme, caps, codes_as=act16)  # one kernel: codes as 16-bit values
+    x16 = qa.codes
     cache = qw.__dict__.setdefault("_humming_weight_only", {})
     wq = cache.setdefault("qw", qw.with_scheme(qw.scheme.with_(act=None)))
     handle = prepared(wq, act16, x.device, profile)
@@ -649,16 +649,18 @@ def _run_blockscaled(x: torch.Tensor, qw, bias, caps, kind: str, prepare, planne
     return out.view(*x.shape[:-1], n)
 
 
-def _quantize_act(x: torch.Tensor, scheme, caps):
+def _quantize_act(x: torch.Tensor, scheme, caps, codes_as: torch.dtype | None = None):
     """Activation quantization for the quantized-activation paths: the generated kernel (bit-exact with the
-    reference by design), or the torch reference when HUMMING_ACTQUANT=reference."""
+    reference by design), or the torch reference when HUMMING_ACTQUANT=reference; ``codes_as``: the codes as their
+    exact 16-bit values (the widened path)."""
     if os.environ.get("HUMMING_ACTQUANT", "kernel") == "reference":
+        from humming.actquant import _widened
         from humming.core.quantize import quantize_activation
 
-        return quantize_activation(x, scheme)
+        return _widened(quantize_activation(x, scheme), codes_as)
     from humming.actquant import quantize_activation_cuda
 
-    return quantize_activation_cuda(x, scheme, profile=caps)
+    return quantize_activation_cuda(x, scheme, profile=caps, codes_as=codes_as)
 
 
 def _runs_on_w8a8(choice, scheme) -> bool:

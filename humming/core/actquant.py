@@ -49,6 +49,16 @@ MAX_LOADS_PER_THREAD = 8  # beyond this a row does not fit in registers without 
 ELEMENTWISE_UNROLL = 4  # loads in flight per thread in the elementwise and amax kernels
 
 
+# The value of a code byte c as an fp32 expression (every one is exact in f16 and in bf16): int8 sign-extended; e4m3
+# moved into f16's fields (exponent bias 15 instead of 7, so x 2^8; e4m3 subnormals become f16 subnormals); e5m2
+# is the top byte of an f16.
+WIDE_CODE_VALUES = {
+    "int8": "(float)((int)(c << 24) >> 24)",
+    "e4m3": "f16_to_f32(((c & 0x7Fu) << 7) | ((c & 0x80u) << 8)) * 256.0f",
+    "e5m2": "f16_to_f32(c << 8)",
+}
+
+
 def _f32(v: float) -> float:
     """v rounded to float32 the way the reference does (torch.tensor(v, dtype=float32))."""
     return float(torch.tensor(v, dtype=torch.float32))
@@ -82,6 +92,7 @@ class ActQuantPlan:
     loads_per_lane: int = 0
     needs_amax: bool = False
     reasons: tuple[str, ...] = field(default=())
+    wide: str = ""  # "f16" / "bf16": the codes are written as their exact 16-bit values (humming.core.widen)
 
     # ---- derived -----------------------------------------------------------------------------------
     @property
@@ -97,7 +108,8 @@ class ActQuantPlan:
         mode = {"static_tensor": "tensor", "dynamic_token": "token", "dynamic_group": f"group{self.group}"}[self.mode]
         gs = "_gs" if self.global_scale else ""
         k = f"_k{self.k}" if self.mode == "dynamic_token" else ""
-        return f"humming_aq_{mode}_{self.act}_{self.scale_format}{gs}_{self.dtype}{k}_v{self.vec}"
+        wide = f"_to{self.wide}" if self.wide else ""
+        return f"humming_aq_{mode}_{self.act}_{self.scale_format}{gs}_{self.dtype}{k}_v{self.vec}{wide}"
 
     @property
     def amax_kernel_name(self) -> str | None:
@@ -131,8 +143,9 @@ class ActQuantPlan:
                           f"{self.loads_per_lane} loads per thread",
                  "elementwise": f"elementwise, {self.threads} threads per block"}[self.layout]
         two = " + global scale" if self.global_scale else ""
+        wide = f"; codes written as exact {self.wide} values" if self.wide else ""
         return (f"{self.mode} {self.act} with {self.scale_format} scales{two} from {self.dtype}; {where}; "
-                f"{self.vec * _ELSIZE[self.dtype]}-byte loads")
+                f"{self.vec * _ELSIZE[self.dtype]}-byte loads{wide}")
 
     def explain(self) -> str:
         return "\n".join([self.summary(), *("  - " + r for r in self.reasons)])
@@ -155,9 +168,10 @@ def choose_vec(dtype: str, k: int, group: int | None, byte_offset: int = 0) -> i
 
 
 def plan_actquant(scheme: Scheme, dtype: str, k: int, *, vec: int | None = None, max_threads: int = 1024,
-                  byte_offset: int = 0) -> ActQuantPlan:
+                  byte_offset: int = 0, wide: str = "") -> ActQuantPlan:
     """Plan the activation quantization of ``scheme`` for inputs ``[..., k]`` of ``dtype`` ("f16", "bf16",
-    "f32"). ``vec`` forces the load width; ``byte_offset`` is the input pointer's offset from 16-byte alignment."""
+    "f32"). ``vec`` forces the load width; ``byte_offset`` is the input pointer's offset from 16-byte alignment;
+    ``wide`` ("f16" / "bf16") writes each code as its exact 16-bit value instead of its byte."""
     if scheme.act is None:
         raise SchemeError(f"scheme {scheme} has 16-bit activations; nothing to quantize")
     if dtype not in _ELSIZE:
@@ -166,6 +180,9 @@ def plan_actquant(scheme: Scheme, dtype: str, k: int, *, vec: int | None = None,
         raise ShapeError(f"K must be positive, got {k}")
     fmt = formats.get(scheme.act)
     a = scheme.act_scale
+    if wide and (wide not in ("f16", "bf16") or fmt.name not in WIDE_CODE_VALUES):
+        raise UnsupportedOnDevice(f"{fmt.name} codes are not written as {wide} values (int8, e4m3 and e5m2 codes "
+                                  "are, into f16 or bf16)")
     if a.mode not in ("static_tensor", "dynamic_token", "dynamic_group"):
         raise SchemeError(f"activation scale mode {a.mode!r} has no kernel")
     group = a.group_size if a.mode == "dynamic_group" else (k if a.mode == "dynamic_token" else None)
@@ -205,8 +222,10 @@ def plan_actquant(scheme: Scheme, dtype: str, k: int, *, vec: int | None = None,
                     f"activation scales or split K")
             reasons.append(f"one block of {threads} threads per row ({loads} loads, {lpl} per thread), "
                            f"block-wide amax")
+    if wide:
+        reasons.append(f"codes written as their {wide} values (exact): the weight-only kernels take them directly")
     return ActQuantPlan(a.mode, fmt.name, a.format, group, bool(a.global_scale), dtype, k, vec, layout, threads,
-                        lpg, lpl, needs_amax, tuple(reasons))
+                        lpg, lpl, needs_amax, tuple(reasons), wide)
 
 
 # ------------------------------------------------------------------------------------------- source
@@ -241,6 +260,9 @@ def _vector_functions(p: ActQuantPlan) -> str:
               8: "st_b64(d, c[0] | (c[1] << 16), c[2] | (c[3] << 16));"}[v]
         store = pairs + "\n  " + st
     to_f32 = {"f32": "bits_f32(m)", "f16": "f16_to_f32(m)", "bf16": "bf16_to_f32(m)"}[dt]
+    code_t, what = "unsigned char", "one byte per element"
+    if p.wide:
+        code_t, what, store = "uint16_t", f"one exact {p.wide} value per element", _wide_store(p)
     return f"""// ---- one vector: {v} {dt} elements ({nbytes} bytes) in {words} registers
 __device__ __forceinline__ void load_vec(uint32_t (&w)[aq::WORDS], const unsigned char* p) {{ {load} }}
 // |x| folded into a running max of magnitude bits (monotonic in |x|; a NaN is above infinity, so it wins)
@@ -249,8 +271,8 @@ __device__ __forceinline__ uint32_t fold_abs_max(uint32_t m, const uint32_t (&w)
   return m;
 }}
 __device__ __forceinline__ float abs_max_value(uint32_t m) {{ return {to_f32}; }}
-// codes of x / denom (IEEE division, as the reference), one byte per element, in one store
-__device__ __forceinline__ void encode_store(unsigned char* d, const uint32_t (&w)[aq::WORDS], float denom) {{
+// codes of x / denom (IEEE division, as the reference), {what}, in one store
+__device__ __forceinline__ void encode_store({code_t}* d, const uint32_t (&w)[aq::WORDS], float denom) {{
   float f[aq::VEC], q[aq::VEC];
 {unpack}
   #pragma unroll
@@ -340,6 +362,21 @@ def _tensor_value(p: ActQuantPlan, elem_max: float) -> str:
 _SIGNATURE = """const void* __restrict__ x, unsigned char* __restrict__ codes, void* __restrict__ scales,
     float* __restrict__ gs_out, const float* __restrict__ tensor_ptr, float tensor_value, int tensor_src,
     long long count"""
+
+
+def _wide_store(p: ActQuantPlan) -> str:
+    """encode_store's tail for wide codes: the code bytes of c[] (two per word) as exact f16/bf16 values, stored."""
+    pack = "f32_to_f16_rn" if p.wide == "f16" else "f32_to_bf16_rn"
+    if p.vec == 1:
+        return f"  const uint32_t c = aq_encode2(q[0], 0.0f) & 0xFFu;\n  st_b16(d, {pack}(aq_code_value(c)));"
+    lines = ["  uint32_t c[aq::VEC / 2], o[aq::VEC / 2];  // code pairs; value pairs (low half first)", "  #pragma unroll",
+             "  for (int i = 0; i < aq::VEC / 2; ++i) {",
+             "    c[i] = aq_encode2(q[2 * i], q[2 * i + 1]);",
+             f"    o[i] = {pack}(aq_code_value(c[i] & 0xFFu)) | ({pack}(aq_code_value((c[i] >> 8) & 0xFFu)) << 16);",
+             "  }"]
+    st = {2: "st_b32(d, o[0]);", 4: "st_b64(d, o[0], o[1]);",
+          8: "st_b64(d, o[0], o[1]);\n  st_b64(d + 4, o[2], o[3]);"}[p.vec]
+    return "\n".join(lines) + "\n  " + st
 
 
 def _warp_kernel(p: ActQuantPlan, elem_max: float) -> str:
@@ -527,12 +564,22 @@ def actquant_source(p: ActQuantPlan, prelude: str) -> str:
              "__device__ __forceinline__ uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }",
              "namespace aq {\n" + "\n".join(consts) + f"\nconstexpr int WORDS = {_words(p.dtype, p.vec)};"
              "       // registers per vector\n}", _vector_functions(p)]
+    if p.wide:
+        parts.insert(-1, "// the exact value of code byte c\n__device__ __forceinline__ float aq_code_value(uint32_t c) "
+                         f"{{ return {WIDE_CODE_VALUES[p.act]}; }}")
     if p.mode == "static_tensor":
-        parts += [_static_scale_function(p), _elementwise_kernel(p, elem_max)]
+        kernel = _elementwise_kernel(p, elem_max)
+        parts += [_static_scale_function(p)]
     elif p.layout == "warp":
-        parts += [_scale_function(p, elem_max), _warp_kernel(p, elem_max)]
+        kernel = _warp_kernel(p, elem_max)
+        parts += [_scale_function(p, elem_max)]
     else:
-        parts += [_scale_function(p, elem_max), _block_kernel(p, elem_max)]
+        kernel = _block_kernel(p, elem_max)
+        parts += [_scale_function(p, elem_max)]
+    if p.wide:  # 16-bit code values: element-indexed pointers of uint16_t
+        kernel = kernel.replace("unsigned char* __restrict__ codes", "uint16_t* __restrict__ codes").replace(
+            "unsigned char* dst = codes", "uint16_t* dst = codes")
+    parts.append(kernel)
     if p.needs_amax:
         parts.append(_amax_kernel(p))
     return "\n".join(parts)

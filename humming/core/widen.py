@@ -23,7 +23,7 @@ ENV = "HUMMING_ACT_WIDEN"  # "0": never; "1": at every M; unset: up to DEFAULT_M
 # Largest M that takes the widened path by default, by weight bits, for profiles whose native 8-bit kernels are
 # wgmma (measured on the H200) and for the others (mma.sync 8-bit kernels: decode sizes only, where the
 # stream kernel's weight bandwidth decides).
-DEFAULT_MAX_M = {"wgmma": {4: 1024, 8: 64}, "mma_sync": {4: 16, 8: 16}}
+DEFAULT_MAX_M = {"wgmma": {4: 64, 8: 8}, "mma_sync": {4: 16, 8: 8}}
 CODE_DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 

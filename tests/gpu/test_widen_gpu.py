@@ -73,3 +73,21 @@ def test_default_rule_keeps_native_kernels_above_the_threshold(monkeypatch):
     out = humming.gemm(x, qw2)
     assert "_humming_weight_only" not in qw2.__dict__, "the native kernel should run above the threshold"
     assert rel_error(out, humming.reference_gemm(x, qw2, out_dtype=torch.float32)) <= 5e-3
+
+
+@pytest.mark.parametrize("k", [7, 2048, 28672])
+@pytest.mark.parametrize("codes_as", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("scheme", ["w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w8a8-fp8[weight=e5m2,act=e5m2]"])
+def test_wide_codes_bit_exact(scheme, codes_as, k):
+    """The quantization kernel writing 16-bit code values: bit for bit the reference's codes, widened by torch."""
+    from humming.actquant import quantize_activation_cuda
+
+    sch = humming.schemes.get(scheme)
+    x = torch.randn(5, k, device="cuda", dtype=torch.float16) * 3
+    x[:, 1::7] *= 1e-4  # tiny values: e4m3 / e5m2 subnormal codes
+    qa = quantize_activation_cuda(x, sch, codes_as=codes_as)
+    torch.cuda.synchronize()
+    ref = humming.quantize_activation(x, sch)
+    want = ref.codes.view(widen.CODE_DTYPES[ref.format]).to(codes_as)
+    assert qa.codes.dtype == codes_as and torch.equal(qa.codes.view(torch.int16), want.view(torch.int16))
+    assert torch.equal(qa.scales, ref.scales)

@@ -21,8 +21,8 @@ def _default_thresholds(monkeypatch):
 
 
 @pytest.mark.parametrize("scheme,m,row_scale", [
-    ("w4a8-fp8", 1, True), ("w4a8-int8", 16, True), ("w4a8-fp8", 1024, True), ("w8a8-int8", 1, True),
-    ("w8a8-fp8", 64, True), ("w8a8-fp8-tensor", 7, False), ("w4a8-mxfp4", 1, True),
+    ("w4a8-fp8", 1, True), ("w4a8-int8", 16, True), ("w4a8-fp8", 64, True), ("w8a8-int8", 1, True),
+    ("w8a8-fp8", 8, True), ("w8a8-fp8-tensor", 7, False), ("w4a8-mxfp4", 1, True),
 ])
 def test_widened_plans_on_h200(scheme, m, row_scale):
     p = humming.plan(scheme, m, N, K, profile="nvidia-h200")
@@ -32,7 +32,7 @@ def test_widened_plans_on_h200(scheme, m, row_scale):
     assert p.to_dict().get("row_scale", False) == row_scale
 
 
-@pytest.mark.parametrize("scheme,m", [("w4a8-fp8", 4096), ("w8a8-fp8", 128), ("w8a8-int8", 1024),
+@pytest.mark.parametrize("scheme,m", [("w4a8-fp8", 4096), ("w4a8-int8", 128), ("w8a8-fp8", 16), ("w8a8-int8", 1024),
                                       ("w8a8-fp8-block", 1), ("w4a4-nvfp4", 1), ("mxfp8", 1)])
 def test_native_or_other_paths_stay(scheme, m):
     p = humming.plan(scheme, m, N, K, profile="nvidia-h200")
@@ -46,7 +46,8 @@ def test_thresholds_per_profile_and_switch(monkeypatch):
     assert widen.max_m(h200, w4a8) == widen.DEFAULT_MAX_M["wgmma"][4]
     assert widen.max_m(h200, w8a8) == widen.DEFAULT_MAX_M["wgmma"][8]
     assert widen.max_m(a100, w8a8) == widen.DEFAULT_MAX_M["mma_sync"][8]
-    assert widen.applies(a100, w8a8, 16, N, K) and not widen.applies(a100, w8a8, 17, N, K)
+    assert widen.applies(a100, w8a8, 8, N, K) and not widen.applies(a100, w8a8, 9, N, K)
+    assert widen.applies(a100, w4a8, 1 << 20, N, K)  # no fp8 tensor cores on the A100: the only path
     monkeypatch.setenv(widen.ENV, "0")
     assert not widen.applies(h200, w4a8, 1, N, K)
     assert not humming.plan("w4a8-fp8", 1, N, K, profile="nvidia-h200").row_scale
@@ -74,7 +75,9 @@ def test_codes_are_exact_in_16_bits():
 
 def _row_scaled_plans():
     caps = api.resolve_profile("nvidia-h200")
-    plans = [humming.plan("w4a8-fp8", m, N, K, profile=caps) for m in (1, 7, 16, 33, 128, 1024)]
+    plans = [humming.plan("w4a8-fp8", m, N, K, profile=caps) for m in (1, 7, 16, 33)]
+    # above the default threshold: the row-scaled twin of the weight-only plan (HUMMING_ACT_WIDEN=1)
+    plans += [replace(humming.plan("w4a16", m, N, K, profile=caps), row_scale=True) for m in (128, 1024)]
     # the mma.sync tile kernel, as the row-scaled twin handle plans it (HUMMING_ACT_WIDEN=1 above M=16 there)
     plans.append(replace(humming.plan("w8a16", 48, N, K, profile="nvidia-a100"), row_scale=True))
     plans.append(humming.plan("w8a8-int8", 1, N, K, profile="nvidia-t4"))
