@@ -82,6 +82,7 @@ class Memory:
     tma: bool = False
     mbarrier: bool = False
     setmaxnreg: bool = False
+    griddepcontrol: bool = False  # programmatic dependent launch (griddepcontrol.wait / .launch_dependents)
     tmem_kb: int | None = None
 
 

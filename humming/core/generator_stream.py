@@ -79,15 +79,16 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     per_atom_code = "\n      ".join(per_atom)
     ring_decl_code = "".join("\n  " + line for line in ring_decl)
 
-    def fetch(slot: str, atom: str, indent: str) -> str:
-        """Issue the global loads of atom `atom` into ring slot `slot`: its weights (16-byte loads) and, with
-        x_ring, its activations (k pairs 2q, 2q + 8 of each k16 step for token g + 8j) and per-atom tables."""
+    def fetch(slot: str, atom: str, indent: str, parts: str = "wxt") -> str:
+        """Issue the global loads of atom `atom` into ring slot `slot`: its weights (16-byte loads; part w) and, with
+        x_ring, its activations (k pairs 2q, 2q + 8 of each k16 step for token g + 8j; part x) and per-atom tables
+        (part t)."""
         lines = [
             f"const uint32_t* p = wbase + (size_t)({atom}) * ATOM_U4 * 4;",
             "#pragma unroll",
             f"for (int c = 0; c < CB; ++c) load_g128(buf[{slot}][c], p + c * 128);",
-        ]
-        if ring:
+        ] if "w" in parts else []
+        if ring and "x" in parts:
             lines += [
                 "#pragma unroll",
                 "for (int ks = 0; ks < 4; ++ks)",
@@ -99,7 +100,7 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
                 f"    xr[{slot}][ks][jt][1] = tok < M ? load_g32(xp + 8) : 0u;",
                 "  }",
             ]
-        for var, addr in ring_tables:
+        for var, addr in ring_tables if "t" in parts else ():
             lines.append(f"load_g128_cached({var}r[{slot}], {addr.replace('ATOM', '(' + atom + ')')});")
         return "\n".join(indent + line for line in lines)
 
@@ -151,17 +152,36 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
         }}{atom_tail}    }}
 """
 
+    first = "atom0 + wk + s * WARPS_K"
+    if plan.pdl:  # weights and tables are constant: fetched before the wait for the previous kernel
+        if bulk:
+            raise ValueError("programmatic dependent launch (pdl) is written for the register-ring stream kernel")
+        prologue = f"""  #pragma unroll
+  for (int s = 0; s < PF; ++s)
+    if (s < natoms) {{
+{fetch("s", first, "      ", "wt")}
+    }}
+  pdl_wait();  // the previous kernel's outputs (our activations) are visible; nothing was read or written yet"""
+        if ring:
+            prologue += f"""
+  #pragma unroll
+  for (int s = 0; s < PF; ++s)
+    if (s < natoms) {{
+{fetch("s", first, "      ", "x")}
+    }}"""
+    else:
+        prologue = f"""  #pragma unroll
+  for (int s = 0; s < PF; ++s)
+    if (s < natoms) {{
+{fetch("s", first, "      ")}
+    }}"""
     if bulk:
         main_loop = _bulk_main_loop(lay, table_rows, atom_body)
     else:
         main_loop = f"""  // ring of R = PF + 1 register slots: atom j lives in slot j % R; PF atoms stay in flight while the warp
   // decodes and multiplies the current one
   uint32_t buf[R][CB][4];{ring_decl_code}
-  #pragma unroll
-  for (int s = 0; s < PF; ++s)
-    if (s < natoms) {{
-{fetch("s", "atom0 + wk + s * WARPS_K", "      ")}
-    }}
+{prologue}
   for (int i = 0; i < natoms; i += R) {{
     #pragma unroll
     for (int s = 0; s < R; ++s) {{
@@ -180,6 +200,12 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
         bulk_fold_sync = "\n    __syncthreads();  // every warp is done with its ring, which the fold overwrites"
         wbase_line = "const uint32_t* wbase = B + ((size_t)blockIdx.y * katoms_total) * ATOM_U4 * 4;  // this slab's atoms"
     gs_doc, scale_line, row_mul = gs_epilogue_parts(plan, "tok")
+    pdl_trigger = ""
+    if plan.pdl:
+        from humming.devices.nvidia.backend import grid_dependency_helpers
+
+        prelude += grid_dependency_helpers(caps)
+        pdl_trigger = "\n  pdl_launch_dependents();  // the next kernel may start its weight prefetch as SMs free up"
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -202,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
 
   using namespace cfg;
   extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ int last_block;
+  __shared__ int last_block;{pdl_trigger}
   const int lane = threadIdx.x & 31, wk = threadIdx.x >> 5;
   const int n0 = blockIdx.y * 64;
   const int katoms_total = K / 64;

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from humming.core.layout import WeightLayout
 from humming.errors import ShapeError, UnsupportedOnDevice
@@ -83,6 +83,9 @@ class Plan:
     # WnA16 kernels: GS is a per-row (per-token) fp32 vector [M] instead of a device scalar; W8A8/W4A8 activations
     # widened exactly to the activation type run on the weight-only kernels with their scales applied so
     row_scale: bool = False
+    # programmatic dependent launch: the kernel prefetches its weights, then waits for the previous kernel of the
+    # stream (griddepcontrol.wait) before it reads activations or writes anything; launched with the PDL attribute
+    pdl: bool = False
 
     @property
     def threads(self) -> int:
@@ -117,6 +120,7 @@ class Plan:
             self.layout.zero_group, self.layout.zero_const, t, self.async_copy,
             *((True,) if getattr(self.layout, "zero_float", False) else ()),
             *(("row_scale",) if self.row_scale else ()),
+            *(("pdl",) if self.pdl else ()),
         )
         return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
 
@@ -138,7 +142,7 @@ class Plan:
             kind = "wgmmars"  # register-A wgmma (bm = tokens, bn = channels)
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
                 f"{'x' if t.x_ring else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}{'b' if t.bulk else ''}"
-                f"{'_ts' if self.row_scale else ''}_{self.kernel_key}")
+                f"{'_ts' if self.row_scale else ''}{'_pdl' if self.pdl else ''}_{self.kernel_key}")
 
     def summary(self) -> str:
         t = self.tiles
@@ -169,6 +173,7 @@ class Plan:
             "threads": self.threads, "smem_bytes": self.smem_bytes, "async_copy": self.async_copy,
             "kernel": self.kernel_name, "reasons": list(self.reasons),
             **({"row_scale": True} if self.row_scale else {}),
+            **({"pdl": True} if self.pdl else {}),
         }
 
 
@@ -267,6 +272,23 @@ def _choose_splits(tiles_mn: int, k: int, bk: int, stages: int, sms: int, occ: i
 
 
 STREAM_MAX_M = 16
+PDL_ENV = "HUMMING_PDL"  # "0": no programmatic dependent launch; "1" / unset: where the profile declares griddepcontrol
+PDL_DEFAULT = True
+
+
+def with_pdl(caps, plan: Plan) -> Plan:
+    """The plan with programmatic dependent launch where it applies: the register-ring stream kernel on a profile
+    declaring griddepcontrol (HUMMING_PDL=0: never). Its weight prefetch then overlaps the previous kernel's tail."""
+    env = os.environ.get(PDL_ENV, "")
+    wanted = PDL_DEFAULT if env == "" else env != "0"
+    if (not wanted or plan.pdl or plan.path != "stream" or plan.tiles.bulk or not caps.memory.griddepcontrol):
+        return plan
+    return replace(plan, pdl=True, reasons=plan.reasons + (
+        f"programmatic dependent launch ({PDL_ENV}; griddepcontrol declared): launched with the PDL attribute, "
+        "the kernel prefetches its first weight atoms while the previous kernel of the stream finishes, then "
+        "waits for it (griddepcontrol.wait) before reading activations or writing",))
+
+
 STREAM_BULK_ENV = "HUMMING_STREAM_BULK"  # "1": the default stream plans use the bulk-copy ring where declared
 
 

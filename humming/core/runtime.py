@@ -69,8 +69,13 @@ class LoadedKernel:
             self._functions[device] = fn
         return fn
 
-    def launch(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args) -> None:
-        """args: an ArgBlock, or a list of ctypes values (c_void_p, c_int, c_float) in parameter order."""
+    def launch(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args, pdl: bool = False) -> None:
+        """args: an ArgBlock, or a list of ctypes values (c_void_p, c_int, c_float) in parameter order. ``pdl``: launch
+        with programmatic stream serialization (the kernel must griddepcontrol.wait before it reads what the previous
+        kernel wrote, or writes)."""
+        if pdl:
+            self._launch_pdl(device, grid, block, stream, args)
+            return
         if isinstance(args, ArgBlock):
             params = args.address
             raw = _raw_launch()
@@ -91,6 +96,81 @@ class LoadedKernel:
         err = driver.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block, 1, 1, self.smem_bytes, stream, params, 0)
         if int(err[0]) != 0:
             _check(err, f"launching {self.name} grid={grid} block={block} smem={self.smem_bytes}")
+
+
+    def _launch_pdl(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args) -> None:
+        if not isinstance(args, ArgBlock):
+            raise LaunchError("PDL launches take an ArgBlock")
+        handle = self._handles.get(device)
+        if handle is None:
+            self._function(device)
+            handle = self._handles[device]
+        raw = _raw_launch_ex()
+        if raw is not None:
+            cfg = _pdl_config()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+            cfg.blockDimX, cfg.sharedMemBytes, cfg.hStream = block, self.smem_bytes, stream
+            err = raw(ctypes.byref(cfg), handle, args.address, None)
+            if err:
+                _check(_driver().CUresult(err), f"launching {self.name} (PDL) grid={grid} block={block}")
+            return
+        driver = _driver()
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        cfg = driver.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
+        cfg.sharedMemBytes, cfg.hStream = self.smem_bytes, driver.CUstream(stream)
+        cfg.attrs, cfg.numAttrs = [attr], 1
+        _check(driver.cuLaunchKernelEx(cfg, self._function(device), args.address, 0), f"launching {self.name} (PDL)")
+
+
+# cuLaunchKernelEx's CUlaunchConfig and CUlaunchAttribute (CUDA driver API; the attribute value is a 64-byte union)
+class _LaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+_pdl_local = threading.local()  # one config per thread (the hot path rewrites grid, block and stream)
+
+
+def _pdl_config() -> _LaunchConfig:
+    cfg = getattr(_pdl_local, "cfg", None)
+    if cfg is None:
+        attr = _LaunchAttribute()
+        attr.id = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value[0] = 1  # programmaticStreamSerializationAllowed
+        cfg = _LaunchConfig()
+        cfg.blockDimY = cfg.blockDimZ = 1
+        cfg.attrs, cfg.numAttrs = ctypes.pointer(attr), 1
+        _pdl_local.cfg, _pdl_local.attr = cfg, attr
+    return cfg
+
+
+_RAW_EX_UNSET = object()
+_raw_ex = _RAW_EX_UNSET
+
+
+def _raw_launch_ex():
+    """libcuda's cuLaunchKernelEx through ctypes (None without libcuda or with HUMMING_RAW_LAUNCH=0)."""
+    global _raw_ex
+    if _raw_ex is _RAW_EX_UNSET:
+        fn = None
+        lib = _libcuda() if os.environ.get("HUMMING_RAW_LAUNCH", "1") != "0" else None
+        if lib is not None and hasattr(lib, "cuLaunchKernelEx"):
+            fn = lib.cuLaunchKernelEx
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            fn.restype = ctypes.c_int
+        _raw_ex = fn
+    return _raw_ex
 
 
 _RAW_UNSET = object()

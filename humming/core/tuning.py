@@ -271,9 +271,11 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
 def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     """What the runtime should run for M: the tuned plan on a hit, else the planner's rules (the small-M register-A
     wgmma form where it applies and the live GPU runs the profile's wgmma, else plan_wna16)."""
+    from humming.core.planner import with_pdl
+
     tuned = tuned_plan(caps, layout, m, act, scheme)
     if tuned is not None:
-        return tuned
+        return with_pdl(caps, tuned)
     from humming.core import planner_wgmma_rs as rs
 
     if m >= rs.SMALL_MIN_M and _switch_on("HUMMING_WGMMA_WNA16"):
@@ -282,8 +284,8 @@ def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
         if _wgmma_runs_here(caps):
             p = rs.small_default(caps, layout, m, act, scheme)
             if p is not None:
-                return p
-    return plan_wna16(caps, layout, m, act, scheme=scheme)
+                return with_pdl(caps, p)
+    return with_pdl(caps, plan_wna16(caps, layout, m, act, scheme=scheme))
 
 
 def _switch_on(name: str) -> bool:

@@ -479,6 +479,22 @@ def stream_bulk_prelude(backend: NvidiaBackend, request: HelperRequest) -> str:
     return backend.prelude(request) + "\n" + MBARRIER + BULK_COPY
 
 
+GRID_DEPENDENCY = r"""
+// ---- programmatic dependent launch (griddepcontrol, sm_90 and later; no-ops without a PDL launch)
+// let the next kernel of the stream start its prologue on SMs this grid frees
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// wait until the previous kernel has finished and its writes are visible (before reading its outputs or writing)
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+"""
+
+
+def grid_dependency_helpers(caps) -> str:
+    """The PDL helpers, for a profile that declares griddepcontrol (ValueError otherwise)."""
+    if caps is not None and not caps.memory.griddepcontrol:
+        raise ValueError(f"{caps.name} does not declare griddepcontrol (programmatic dependent launch)")
+    return GRID_DEPENDENCY
+
+
 SETMAXNREG = r"""// per-warpgroup register budgets (every thread of the warpgroup executes these)
 template <int R> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(R)); }
 template <int R> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(R)); }

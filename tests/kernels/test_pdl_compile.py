@@ -1,0 +1,52 @@
+"""Programmatic dependent launch: planned only for the register-ring stream kernel on profiles declaring
+griddepcontrol; the kernel triggers its dependents first, prefetches its weights and tables, and waits
+(griddepcontrol.wait) before it loads activations or writes anything."""
+import pytest
+
+import humming
+from humming import api
+from humming.core.planner import PDL_ENV
+
+N, K = 8192, 8192
+
+
+@pytest.fixture(autouse=True)
+def _default(monkeypatch):
+    monkeypatch.delenv(PDL_ENV, raising=False)
+
+
+@pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-b200", "nvidia-rtx-5090"])
+@pytest.mark.parametrize("m", [1, 8])
+def test_stream_kernels_wait_after_the_weight_prefetch(profile, m):
+    p = humming.plan("w4a16", m, N, K, profile=profile)
+    assert p.path == "stream" and p.pdl and "_pdl_" in p.kernel_name, p.explain()
+    assert any("programmatic dependent launch" in r for r in p.reasons)
+    src = api.source(p)
+    trigger, wait = src.index("pdl_launch_dependents();  //"), src.index("pdl_wait();  //")
+    first_weight, first_act = src.index("load_g128(buf[s][c]"), src.index("A + (size_t)")
+    assert trigger < first_weight < wait < first_act
+    assert src.index("store_act(C + ") > wait and src.index("WS[((size_t)") > wait
+    module = api.compile_plan(p, profile)[1]
+    if module is not None and getattr(module, "ptx", None):
+        assert "griddepcontrol.wait" in module.ptx and "griddepcontrol.launch_dependents" in module.ptx
+
+
+@pytest.mark.parametrize("profile", ["nvidia-a100", "nvidia-l40s", "nvidia-t4", "thead-zhenwu-810e"])
+def test_no_pdl_without_griddepcontrol(profile):
+    p = humming.plan("w4a16", 1, N, K, profile=profile)
+    assert not p.pdl and "pdl" not in api.source(p)
+
+
+def test_only_the_stream_kernel_and_the_switch(monkeypatch):
+    assert not humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl
+    assert not humming.plan("w4a16", 16, N, K, profile="nvidia-h200").pdl  # the register-A small form
+    monkeypatch.setenv(PDL_ENV, "0")
+    assert not humming.plan("w4a16", 1, N, K, profile="nvidia-h200").pdl
+
+
+def test_backend_refuses_without_the_capability():
+    from humming.devices.nvidia.backend import grid_dependency_helpers
+
+    with pytest.raises(ValueError, match="griddepcontrol"):
+        grid_dependency_helpers(api.resolve_profile("nvidia-a100"))
+    assert "griddepcontrol.wait" in grid_dependency_helpers(api.resolve_profile("nvidia-h200"))
