@@ -396,6 +396,7 @@ def _warp_kernel(p: ActQuantPlan, elem_max: float) -> str:
 // count = number of {what}s; {what} g covers elements [g * GROUP, (g + 1) * GROUP) of the flat tensor
 extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
     {_SIGNATURE}) {{
+  aq_launch_dependents();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane / aq::LPG, li = lane % aq::LPG;   // which {what} of the warp, which lane of the {what}
   const long long g = ((long long)blockIdx.x * aq::WARPS + warp) * aq::GPW + sub;
@@ -439,6 +440,7 @@ def _block_kernel(p: ActQuantPlan, elem_max: float) -> str:
 // count = number of rows; block b quantizes row b; thread t holds loads t, t + THREADS, ...
 extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
     {_SIGNATURE}) {{
+  aq_launch_dependents();
   __shared__ uint32_t warp_max[aq::THREADS / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long long row = blockIdx.x;
@@ -484,6 +486,7 @@ def _elementwise_kernel(p: ActQuantPlan, elem_max: float) -> str:
 // count = number of {p.vec}-element loads; grid-stride, UNROLL loads in flight per thread
 extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
     {_SIGNATURE}) {{
+  aq_launch_dependents();
 {_tensor_value(p, elem_max)}
   uint32_t stored;
   const float s = aq_scale_static(tval, stored);

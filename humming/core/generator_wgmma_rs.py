@@ -184,6 +184,17 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         if (next < ktiles) load_stage({next_slot}, next);{commit_in_loop}
       }}
 """
+    pdl_trigger = pdl_tail = ""
+    if plan.pdl:  # weights are constant: their first stages load before the wait for the previous kernel
+        if ws:
+            raise ValueError("programmatic dependent launch (pdl) is written for the forms without a producer warpgroup")
+        from humming.devices.nvidia.backend import grid_dependency_helpers
+
+        prelude += grid_dependency_helpers(caps)
+        pdl_trigger = "\n  pdl_launch_dependents();  // the next kernel may start its weight prefetch as SMs free up"
+        pdl_tail = ("  pdl_wait();  // the previous kernel's outputs (our activations) are visible; nothing was read or "
+                    "written yet\n" + prologue)
+        prologue = ""
     release = ""
     block_sync = "__syncthreads"
     ws_threads = ""
@@ -230,7 +241,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws else "T
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
   const int g = lane >> 2, q = lane & 3;
-  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;
+  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;{pdl_trigger}
   {ktiles_line}
   const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel atom row
   // the swizzle repeats every 1024 bytes of address: start on such a boundary (1 KiB is reserved)
@@ -251,7 +262,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws else "T
     if (s < ktiles) {{
 {fetch("s", "s", "      ")}
     }}
-
+{pdl_tail}
   for (int kb = 0; kb < ktiles; kb += U) {{
     #pragma unroll
     for (int u = 0; u < U; ++u) {{

@@ -277,11 +277,14 @@ PDL_DEFAULT = True
 
 
 def with_pdl(caps, plan: Plan) -> Plan:
-    """The plan with programmatic dependent launch where it applies: the register-ring stream kernel on a profile
-    declaring griddepcontrol (HUMMING_PDL=0: never). Its weight prefetch then overlaps the previous kernel's tail."""
+    """The plan with programmatic dependent launch where it applies: the register-ring stream kernel and the small-M
+    register-A wgmma form (64-channel tiles) on a profile declaring griddepcontrol (HUMMING_PDL=0: never). Their
+    weight prefetch then overlaps the previous kernel's tail."""
     env = os.environ.get(PDL_ENV, "")
     wanted = PDL_DEFAULT if env == "" else env != "0"
-    if (not wanted or plan.pdl or plan.path != "stream" or plan.tiles.bulk or not caps.memory.griddepcontrol):
+    kernel = ((plan.path == "stream" and not plan.tiles.bulk)
+              or (plan.path == "wgmma-rs" and plan.tiles.bn == 64 and plan.tiles.bulk != 2))
+    if not wanted or plan.pdl or not kernel or not caps.memory.griddepcontrol:
         return plan
     return replace(plan, pdl=True, reasons=plan.reasons + (
         f"programmatic dependent launch ({PDL_ENV}; griddepcontrol declared): launched with the PDL attribute, "

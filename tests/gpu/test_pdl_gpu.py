@@ -1,4 +1,5 @@
-"""Programmatic dependent launch (griddepcontrol) of the stream kernel: back-to-back GEMMs where each consumes the
+"""Programmatic dependent launch (griddepcontrol) of the stream kernel (M <= 8) and the small register-A wgmma form
+(M 16, 64), and the widened W4A8 path (quantization kernel, then the GEMM): back-to-back GEMMs where each consumes the
 previous one's output, eager and replayed from a CUDA graph, against the reference; the output poisoned (conftest)."""
 import pytest
 import torch
@@ -25,7 +26,7 @@ def _reference(x, q1, q2):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-@pytest.mark.parametrize("m", [1, 4, 8])
+@pytest.mark.parametrize("m", [1, 4, 8, 16, 64])
 def test_pdl_chain(m, dtype, monkeypatch):
     monkeypatch.delenv(PDL_ENV, raising=False)
     caps = api.resolve_profile(None)
@@ -35,7 +36,7 @@ def test_pdl_chain(m, dtype, monkeypatch):
     q1, q2 = _chain(n, k, dtype, m)
     x = torch.randn(m, k, device="cuda", dtype=dtype)
     p = humming.plan("w4a16", m, n, k, act="bf16" if dtype == torch.bfloat16 else "f16")
-    assert p.path == "stream" and p.pdl, p.explain()
+    assert p.pdl and p.path in ("stream", "wgmma-rs"), p.explain()
     bound = 5e-3 if dtype == torch.bfloat16 else 2e-3  # two GEMMs, the intermediate rounded to 16 bits
     for _ in range(20):  # eager, back to back: the second kernel prefetches while the first finishes
         x.normal_()
@@ -67,3 +68,28 @@ def test_pdl_switch(monkeypatch):
     assert not humming.plan("w4a16", 1, 4096, 4096, profile="nvidia-h200").pdl
     monkeypatch.setenv(PDL_ENV, "1")
     assert humming.plan("w4a16", 1, 4096, 4096, profile="nvidia-h200").pdl
+
+
+def test_pdl_after_the_quantization_kernel(monkeypatch):
+    """W4A8 widened at M=1: the row-scaled stream kernel (PDL) waits for the quantization kernel (which triggers it
+    early); chained through a second layer and replayed from a graph."""
+    monkeypatch.delenv(PDL_ENV, raising=False)
+    monkeypatch.delenv("HUMMING_ACT_WIDEN", raising=False)
+    if not api.resolve_profile(None).memory.griddepcontrol:
+        pytest.skip("no griddepcontrol")
+    n, k = 4096, 2048
+    q1 = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a8-fp8")
+    q2 = humming.quantize(torch.randn(k, n, device="cuda") * 0.05, "w4a8-fp8")
+    assert humming.plan("w4a8-fp8", 1, n, k).pdl
+    static = torch.randn(1, k, device="cuda", dtype=torch.float16)
+    humming.gemm(humming.gemm(static, q1), q2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y1 = humming.gemm(static, q1)
+        y2 = humming.gemm(y1, q2)
+    for _ in range(3):
+        static.normal_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_error(y1, humming.reference_gemm(static, q1, out_dtype=torch.float32)) <= 2e-3
+        assert rel_error(y2, humming.reference_gemm(y1, q2, out_dtype=torch.float32)) <= 2e-3

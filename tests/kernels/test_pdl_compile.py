@@ -37,11 +37,32 @@ def test_no_pdl_without_griddepcontrol(profile):
     assert not p.pdl and "pdl" not in api.source(p)
 
 
-def test_only_the_stream_kernel_and_the_switch(monkeypatch):
-    assert not humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl
-    assert not humming.plan("w4a16", 16, N, K, profile="nvidia-h200").pdl  # the register-A small form
+@pytest.mark.parametrize("m", [16, 64, 256])
+def test_small_register_a_form_waits_after_its_weight_prefetch(m):
+    p = humming.plan("w4a16", m, N, K, profile="nvidia-h200")
+    assert p.path == "wgmma-rs" and p.tiles.bn == 64 and p.pdl, p.explain()
+    src = api.source(p)
+    wait = src.index("pdl_wait();  //")
+    assert src.index("pdl_launch_dependents();  //") < src.index("wq[s][ks] = load_g32") < wait
+    assert src.index("if (s < ktiles) load_stage(s, s);") > wait  # the activation stages (TMA or cp.async)
+    api.compile_plan(p, "nvidia-h200")
+
+
+def test_not_the_prefill_kernels_and_the_switch(monkeypatch):
+    assert not humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl  # producer-warpgroup prefill form
+    assert not humming.plan("w4a8-fp8", 4096, N, K, profile="nvidia-h200").pdl
     monkeypatch.setenv(PDL_ENV, "0")
     assert not humming.plan("w4a16", 1, N, K, profile="nvidia-h200").pdl
+    assert not humming.plan("w4a16", 16, N, K, profile="nvidia-h200").pdl
+
+
+def test_quantization_kernels_trigger_their_dependents():
+    from humming.actquant import activation_quant_source, plan_activation_quant
+
+    for profile, has in (("nvidia-h200", True), ("nvidia-a100", False)):
+        src = activation_quant_source(plan_activation_quant("w4a8-fp8", "f16", 8192, profile=profile), profile)
+        assert "aq_launch_dependents();" in src
+        assert ("griddepcontrol.launch_dependents" in src) == has
 
 
 def test_backend_refuses_without_the_capability():

@@ -35,6 +35,8 @@ Helper contract (what the generated kernel calls; all ``__device__ __forceinline
   scale conversions          f32_to_f16_rn(x) -> bits, f32_to_bf16_rn(x) -> bits (finite x),
                              f32_to_ue4m3_rn_sat(x) -> code (x > 0), ue4m3_to_f32(code),
                              f32_to_ue8m0_rp_sat(x) -> code (x > 0), ue8m0_to_f32(code)
+  launch                     aq_launch_dependents(): griddepcontrol.launch_dependents where the profile declares
+                             griddepcontrol (a PDL-launched GEMM prefetches its weights meanwhile), else empty
 """
 from __future__ import annotations
 
@@ -284,4 +286,9 @@ def actquant_prelude(act_format: str, scale_format: str, caps) -> str:
     formats.get(scale_format)  # validates the name; every scale helper is defined (they are small)
     kind, reason = encode_spelling(f.name, caps)
     encode2 = _hardware_encode2(f) if kind == "hardware" else _soft_encode2(f)
-    return "\n".join([f"// activation encoder: {reason}", _COMMON, _SOFT_FLOAT, _SCALES, _soft_encoder(f), encode2])
+    trigger = ("asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");"
+               if caps is not None and caps.memory.griddepcontrol else "")
+    dependents = ("// a next kernel launched with programmatic dependent launch (the GEMM) may start its weight prefetch now"
+                  f"\n__device__ __forceinline__ void aq_launch_dependents() {{ {trigger} }}")
+    return "\n".join([f"// activation encoder: {reason}", _COMMON, _SOFT_FLOAT, _SCALES, _soft_encoder(f), encode2,
+                      dependents])
