@@ -15,6 +15,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from humming.core import planner
+
 L2_BYTES = 60 * 2**20  # the H200's L2; a larger weight set is not cached between calls on current GPUs
 
 
@@ -144,6 +146,7 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
         for m in ms:
             m = int(m)
             plans = tuning.candidates(caps, layout, m, dtype, scheme_str, include_tile_for_stream=include_tile_for_stream)
+            plans = [planner.with_pdl(caps, p) for p in plans]  # timed as the runtime launches them (PDL where applies)
             default = plans[0]  # the planner's rules (plan_wna16 without forcing), never a tuned entry
             t0 = time.perf_counter()
             unique = {p.kernel_name: p for p in plans}
