@@ -1027,7 +1027,7 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
             if getattr(sch, "act", None):
                 from humming.core.paths import choose_path, runnable_path
 
-                widened = 0 if widen.refusal(sch, n, k) else widen.max_m(caps, sch)
+                widened = () if widen.refusal(sch, n, k) else widen.m_ranges(caps, sch)
                 if widened is None and widen.native_refusal(caps, sch):  # no native path: widening is the path
                     act = "f16" if caps.find_mma(family="mma_sync", a_type="f16") else "bf16"
                     p = plan_wna16(caps, layout_for(sch.with_(act=None), n, k, act), m, act, scheme=name)
@@ -1066,9 +1066,9 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
                                   f"M >= 64 on the wgmma kernel ({ideal.describe()})")
                 else:
                     status = "kernel not generated yet"
-                if widened != 0:
-                    status = (f"{'every M' if widened is None else f'M <= {widened}'}: {sch.act} codes widened "
-                              f"onto the WnA16 kernel ({widen.ENV}); otherwise {status}")
+                if widened != ():
+                    status = (f"{widen.describe_ranges(widened)}: {sch.act} codes widened onto the WnA16 kernel "
+                              f"({widen.ENV}); otherwise {status}")
                 row.update(family=choice.family, instruction=choice.describe(), path=choice.path,
                            reason=f"{reason} [{status}]")
                 rows.append(row)

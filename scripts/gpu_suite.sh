@@ -42,7 +42,7 @@ case "$PART" in
   bench|all) python3 bench/bench_wna16.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
 esac
 case "$PART" in
-  bench|all) python3 bench/bench_quantized.py --out "$OUT" --ms 1,16,128,1024,4096 2>&1 | tee "$OUT/bench_quantized.log" | tail -14 ;;
+  bench|all) python3 bench/bench_quantized.py --out "$OUT" --ms 1,16,128,512,1024,2048,4096 2>&1 | tee "$OUT/bench_quantized.log" | tail -18 ;;
 esac
 echo "gpu suite ($PART) exit code: $rc"
 exit $rc

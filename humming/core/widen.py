@@ -8,8 +8,10 @@ fp32 epilogue (``Plan.row_scale``: the kernel's GS parameter is then an fp32 vec
 the device scalar GS). The result is the reference's ``dequant(x_q) @ dequant(W)^T`` up to fp32 summation order.
 
 Why: the weight-only kernels stream the weights at decode sizes (M <= 16) at 2-3 TB/s, while the 8-bit tile
-kernels were written for throughput; on the H200 the widened path was faster up to the M in ``DEFAULT_MAX_M``
-(measured, see docs/performance.md). Above it the native 8-bit kernels (twice the tensor-core rate) stay.
+kernels were written for throughput; on the H200 the widened path was faster in the M ranges of
+``DEFAULT_M_RANGES`` (measured, see docs/performance.md). Elsewhere the native 8-bit kernels (twice the
+tensor-core rate) stay; where a profile has no native path for the activation format (fp8 activations without
+fp8 tensor cores: Ampere, Turing, the Zhenwu 810E) the widened path takes every M.
 """
 from __future__ import annotations
 
@@ -19,11 +21,13 @@ import torch
 
 from humming.errors import HummingError, UnsupportedOnDevice
 
-ENV = "HUMMING_ACT_WIDEN"  # "0": never; "1": at every M; unset: up to DEFAULT_MAX_M
-# Largest M that takes the widened path by default, by weight bits, for profiles whose native 8-bit kernels are
-# wgmma (measured on the H200) and for the others (mma.sync 8-bit kernels: decode sizes only, where the
-# stream kernel's weight bandwidth decides).
-DEFAULT_MAX_M = {"wgmma": {4: 64, 8: 8}, "mma_sync": {4: 16, 8: 8}}
+ENV = "HUMMING_ACT_WIDEN"  # "0": never; "1": at every M; unset: the M ranges of DEFAULT_M_RANGES
+# M ranges that take the widened path by default, by weight bits, for profiles whose native 8-bit kernels are wgmma
+# (measured on the H200, docs/performance.md) and for the others (mma.sync 8-bit kernels: decode sizes only, where
+# the stream kernel's weight bandwidth decides). On the H200, W4A8: widened 1.3-2.8x faster at M <= 64 and 3-15%
+# at M = 1024; the native register-A kernel faster at M = 128-256 on wide layers and at M = 4096. W8A8 (8-bit
+# weights): widened faster up to M = 8 only.
+DEFAULT_M_RANGES = {"wgmma": {4: ((1, 64), (1024, 2048)), 8: ((1, 8),)}, "mma_sync": {4: ((1, 16),), 8: ((1, 8),)}}
 CODE_DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 
@@ -57,32 +61,38 @@ def native_refusal(caps, scheme) -> str:
     return ""
 
 
-def max_m(caps, scheme) -> int | None:
-    """The largest M that takes the widened path (None: every M; 0: never)."""
+def m_ranges(caps, scheme) -> tuple[tuple[int, int], ...] | None:
+    """The M ranges that take the widened path (None: every M; (): never)."""
     env = os.environ.get(ENV, "")
     if env == "0":
-        return 0
+        return ()
     if env == "1" or native_refusal(caps, scheme):
         return None
     from humming.core.formats import get as get_format
 
-    table = DEFAULT_MAX_M["wgmma" if caps.find_mma(family="wgmma") else "mma_sync"]
+    table = DEFAULT_M_RANGES["wgmma" if caps.find_mma(family="wgmma") else "mma_sync"]
     return table[8 if int(get_format(scheme.weight).bits) > 4 else 4]
 
 
-_decided: dict[tuple, tuple[int | None, str]] = {}  # (profile, scheme, N, K, variable) -> (max_m, refusal)
+def describe_ranges(ranges) -> str:
+    if ranges is None:
+        return "every M"
+    if not ranges:
+        return "never"
+    return ", ".join(f"M <= {hi}" if lo <= 1 else f"M {lo}-{hi}" for lo, hi in ranges)
+
+
+_decided: dict[tuple, tuple] = {}  # (profile, scheme, N, K, variable) -> the M ranges ((): never)
 
 
 def applies(caps, scheme, m: int, n: int, k: int) -> bool:
     """True when this call takes the widened path (decided once per profile, scheme, N, K and variable value: the
     hot path only compares M)."""
     key = (caps.name, str(scheme), n, k, os.environ.get(ENV, ""))
-    decided = _decided.get(key)
-    if decided is None:
-        why = refusal(scheme, n, k)
-        decided = _decided[key] = (0 if why else max_m(caps, scheme), why)
-    limit = decided[0]
-    return limit != 0 and (limit is None or m <= limit)
+    ranges = _decided.get(key, False)
+    if ranges is False:
+        ranges = _decided[key] = () if refusal(scheme, n, k) else m_ranges(caps, scheme)
+    return ranges is None or any(lo <= m <= hi for lo, hi in ranges)
 
 
 def act_dtype(caps, x_dtype: torch.dtype) -> torch.dtype:
@@ -93,11 +103,11 @@ def act_dtype(caps, x_dtype: torch.dtype) -> torch.dtype:
 
 
 def reason(caps, scheme, m: int) -> str:
-    limit = max_m(caps, scheme)
+    ranges = m_ranges(caps, scheme)
     native = native_refusal(caps, scheme)
     scale = ("per-token scales applied per output row in the fp32 epilogue (row_scale)"
              if scheme.act_scale.mode == "dynamic_token" else "the per-tensor scale in the fp32 epilogue")
-    text = (f"widened activations ({ENV}; {'every M' if limit is None else f'M <= {limit}'} here): {scheme.act} "
+    text = (f"widened activations ({ENV}; {describe_ranges(ranges)} here): {scheme.act} "
             f"codes quantized as the reference does, widened exactly to 16 bits, multiplied on the weight-only kernel "
             f"of the same weights; {scale}")
-    return text + (f"; the only path here: {native.splitlines()[0]}" if native and limit is None else "")
+    return text + (f"; the only path here: {native.splitlines()[0]}" if native and ranges is None else "")

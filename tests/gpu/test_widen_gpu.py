@@ -59,19 +59,20 @@ def test_widened_graph_replay_and_3d(scheme, monkeypatch):
     assert out.shape == (2, 3, n) and rel_error(out, ref) <= 1e-3
 
 
-def test_default_rule_keeps_native_kernels_above_the_threshold(monkeypatch):
-    """Without the variable: W4A8 at M=1 widened; above DEFAULT_MAX_M the native 8-bit kernel runs."""
+def test_default_rule_keeps_native_kernels_outside_the_ranges(monkeypatch):
+    """Without the variable: W4A8 at M=1 widened; at an M outside DEFAULT_M_RANGES the native 8-bit kernel runs."""
     monkeypatch.delenv(widen.ENV, raising=False)
     caps = api.resolve_profile(None)
-    limit = widen.max_m(caps, humming.schemes.get("w4a8-fp8"))
+    ranges = widen.m_ranges(caps, humming.schemes.get("w4a8-fp8"))
     n, k = 512, 2048
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a8-fp8")
     humming.gemm(torch.randn(1, k, device="cuda", dtype=torch.float16), qw)
     assert "_humming_weight_only" in qw.__dict__
+    m = next(m for m in range(2, 8192) if not any(lo <= m <= hi for lo, hi in ranges))
     qw2 = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a8-fp8")
-    x = torch.randn(limit + 1, k, device="cuda", dtype=torch.float16)
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     out = humming.gemm(x, qw2)
-    assert "_humming_weight_only" not in qw2.__dict__, "the native kernel should run above the threshold"
+    assert "_humming_weight_only" not in qw2.__dict__, f"the native kernel should run at M={m}"
     assert rel_error(out, humming.reference_gemm(x, qw2, out_dtype=torch.float32)) <= 5e-3
 
 

@@ -21,7 +21,8 @@ def _default_thresholds(monkeypatch):
 
 
 @pytest.mark.parametrize("scheme,m,row_scale", [
-    ("w4a8-fp8", 1, True), ("w4a8-int8", 16, True), ("w4a8-fp8", 64, True), ("w8a8-int8", 1, True),
+    ("w4a8-fp8", 1, True), ("w4a8-int8", 16, True), ("w4a8-fp8", 64, True), ("w4a8-fp8", 1024, True),
+    ("w8a8-int8", 1, True),
     ("w8a8-fp8", 8, True), ("w8a8-fp8-tensor", 7, False), ("w4a8-mxfp4", 1, True),
 ])
 def test_widened_plans_on_h200(scheme, m, row_scale):
@@ -40,14 +41,17 @@ def test_native_or_other_paths_stay(scheme, m):
     assert not p.row_scale
 
 
-def test_thresholds_per_profile_and_switch(monkeypatch):
+def test_ranges_per_profile_and_switch(monkeypatch):
     h200, a100 = api.resolve_profile("nvidia-h200"), api.resolve_profile("nvidia-a100")
     w4a8, w8a8 = humming.schemes.get("w4a8-fp8"), humming.schemes.get("w8a8-int8")
-    assert widen.max_m(h200, w4a8) == widen.DEFAULT_MAX_M["wgmma"][4]
-    assert widen.max_m(h200, w8a8) == widen.DEFAULT_MAX_M["wgmma"][8]
-    assert widen.max_m(a100, w8a8) == widen.DEFAULT_MAX_M["mma_sync"][8]
+    assert widen.m_ranges(h200, w4a8) == widen.DEFAULT_M_RANGES["wgmma"][4]
+    assert widen.m_ranges(h200, w8a8) == widen.DEFAULT_M_RANGES["wgmma"][8]
+    assert widen.m_ranges(a100, w8a8) == widen.DEFAULT_M_RANGES["mma_sync"][8]
     assert widen.applies(a100, w8a8, 8, N, K) and not widen.applies(a100, w8a8, 9, N, K)
+    assert widen.applies(h200, w4a8, 64, N, K) and not widen.applies(h200, w4a8, 128, N, K)
+    assert widen.applies(h200, w4a8, 1024, N, K) and not widen.applies(h200, w4a8, 4096, N, K)
     assert widen.applies(a100, w4a8, 1 << 20, N, K)  # no fp8 tensor cores on the A100: the only path
+    assert widen.describe_ranges(((1, 64), (1024, 2048))) == "M <= 64, M 1024-2048"
     monkeypatch.setenv(widen.ENV, "0")
     assert not widen.applies(h200, w4a8, 1, N, K)
     assert not humming.plan("w4a8-fp8", 1, N, K, profile="nvidia-h200").row_scale
