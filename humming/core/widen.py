@@ -22,12 +22,19 @@ import torch
 from humming.errors import HummingError, UnsupportedOnDevice
 
 ENV = "HUMMING_ACT_WIDEN"  # "0": never; "1": at every M; unset: the M ranges of DEFAULT_M_RANGES
-# M ranges that take the widened path by default, by weight bits, for profiles whose native 8-bit kernels are wgmma
-# (measured on the H200, docs/performance.md) and for the others (mma.sync 8-bit kernels: decode sizes only, where
-# the stream kernel's weight bandwidth decides). On the H200, W4A8: widened 1.3-2.8x faster at M <= 64 and 3-15%
-# at M = 1024; the native register-A kernel faster at M = 128-256 on wide layers and at M = 4096. W8A8 (8-bit
+# M ranges that take the widened path by default, for profiles whose native 8-bit kernels are wgmma (measured on the
+# H200, 2026-11-30, docs/performance.md) and for the others (mma.sync 8-bit kernels: decode sizes only, where the
+# stream kernel's weight bandwidth decides); keyed by (weight width class, activation class). On the H200: W4A8
+# widened 1.3-2.8x faster at M <= 64 and 4-15% at M >= 1024 (fp8; int8 up to M = 2048, the native int8 kernel
+# faster at M = 4096 on 28672x8192); the native register-A kernel faster at M = 128-512 on wide layers. W8A8 (8-bit
 # weights): widened faster up to M = 8 only.
-DEFAULT_M_RANGES = {"wgmma": {4: ((1, 64), (1024, 2048)), 8: ((1, 8),)}, "mma_sync": {4: ((1, 16),), 8: ((1, 8),)}}
+OPEN = 1 << 30  # no upper bound
+DEFAULT_M_RANGES = {
+    "wgmma": {("4bit", "fp8"): ((1, 64), (1024, OPEN)), ("4bit", "int8"): ((1, 64), (1024, 2048)),
+              ("8bit", "fp8"): ((1, 8),), ("8bit", "int8"): ((1, 8),)},
+    "mma_sync": {("4bit", "fp8"): ((1, 16),), ("4bit", "int8"): ((1, 16),),
+                 ("8bit", "fp8"): ((1, 8),), ("8bit", "int8"): ((1, 8),)},
+}
 CODE_DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 
@@ -71,7 +78,8 @@ def m_ranges(caps, scheme) -> tuple[tuple[int, int], ...] | None:
     from humming.core.formats import get as get_format
 
     table = DEFAULT_M_RANGES["wgmma" if caps.find_mma(family="wgmma") else "mma_sync"]
-    return table[8 if int(get_format(scheme.weight).bits) > 4 else 4]
+    return table[("8bit" if int(get_format(scheme.weight).bits) > 4 else "4bit",
+                  "int8" if scheme.act == "int8" else "fp8")]
 
 
 def describe_ranges(ranges) -> str:
@@ -79,7 +87,7 @@ def describe_ranges(ranges) -> str:
         return "every M"
     if not ranges:
         return "never"
-    return ", ".join(f"M <= {hi}" if lo <= 1 else f"M {lo}-{hi}" for lo, hi in ranges)
+    return ", ".join(f"M <= {hi}" if lo <= 1 else f"M >= {lo}" if hi >= OPEN else f"M {lo}-{hi}" for lo, hi in ranges)
 
 
 _decided: dict[tuple, tuple] = {}  # (profile, scheme, N, K, variable) -> the M ranges ((): never)

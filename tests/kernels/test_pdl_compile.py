@@ -50,7 +50,7 @@ def test_small_register_a_form_waits_after_its_weight_prefetch(m):
 
 def test_not_the_prefill_kernels_and_the_switch(monkeypatch):
     assert not humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl  # producer-warpgroup prefill form
-    assert not humming.plan("w4a8-fp8", 4096, N, K, profile="nvidia-h200").pdl
+    assert not humming.plan("w4a8-int8", 4096, N, K, profile="nvidia-h200").pdl  # the native register-A W4A8 kernel
     monkeypatch.setenv(PDL_ENV, "0")
     assert not humming.plan("w4a16", 1, N, K, profile="nvidia-h200").pdl
     assert not humming.plan("w4a16", 16, N, K, profile="nvidia-h200").pdl

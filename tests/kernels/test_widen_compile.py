@@ -33,7 +33,7 @@ def test_widened_plans_on_h200(scheme, m, row_scale):
     assert p.to_dict().get("row_scale", False) == row_scale
 
 
-@pytest.mark.parametrize("scheme,m", [("w4a8-fp8", 4096), ("w4a8-int8", 128), ("w8a8-fp8", 16), ("w8a8-int8", 1024),
+@pytest.mark.parametrize("scheme,m", [("w4a8-int8", 4096), ("w4a8-int8", 128), ("w8a8-fp8", 16), ("w8a8-int8", 1024),
                                       ("w8a8-fp8-block", 1), ("w4a4-nvfp4", 1), ("mxfp8", 1)])
 def test_native_or_other_paths_stay(scheme, m):
     p = humming.plan(scheme, m, N, K, profile="nvidia-h200")
@@ -44,14 +44,18 @@ def test_native_or_other_paths_stay(scheme, m):
 def test_ranges_per_profile_and_switch(monkeypatch):
     h200, a100 = api.resolve_profile("nvidia-h200"), api.resolve_profile("nvidia-a100")
     w4a8, w8a8 = humming.schemes.get("w4a8-fp8"), humming.schemes.get("w8a8-int8")
-    assert widen.m_ranges(h200, w4a8) == widen.DEFAULT_M_RANGES["wgmma"][4]
-    assert widen.m_ranges(h200, w8a8) == widen.DEFAULT_M_RANGES["wgmma"][8]
-    assert widen.m_ranges(a100, w8a8) == widen.DEFAULT_M_RANGES["mma_sync"][8]
+    assert widen.m_ranges(h200, w4a8) == widen.DEFAULT_M_RANGES["wgmma"][("4bit", "fp8")]
+    assert widen.m_ranges(h200, w8a8) == widen.DEFAULT_M_RANGES["wgmma"][("8bit", "int8")]
+    assert widen.m_ranges(a100, w8a8) == widen.DEFAULT_M_RANGES["mma_sync"][("8bit", "int8")]
+    w4a8_int8 = humming.schemes.get("w4a8-int8")
+    assert widen.applies(h200, w4a8_int8, 2048, N, K) and not widen.applies(h200, w4a8_int8, 4096, N, K)
     assert widen.applies(a100, w8a8, 8, N, K) and not widen.applies(a100, w8a8, 9, N, K)
     assert widen.applies(h200, w4a8, 64, N, K) and not widen.applies(h200, w4a8, 128, N, K)
-    assert widen.applies(h200, w4a8, 1024, N, K) and not widen.applies(h200, w4a8, 4096, N, K)
+    assert widen.applies(h200, w4a8, 1024, N, K) and widen.applies(h200, w4a8, 4096, N, K)
+    assert not widen.applies(h200, w4a8, 512, N, K)
     assert widen.applies(a100, w4a8, 1 << 20, N, K)  # no fp8 tensor cores on the A100: the only path
     assert widen.describe_ranges(((1, 64), (1024, 2048))) == "M <= 64, M 1024-2048"
+    assert widen.describe_ranges(((1, 64), (1024, widen.OPEN))) == "M <= 64, M >= 1024"
     monkeypatch.setenv(widen.ENV, "0")
     assert not widen.applies(h200, w4a8, 1, N, K)
     assert not humming.plan("w4a8-fp8", 1, N, K, profile="nvidia-h200").row_scale
