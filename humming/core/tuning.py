@@ -229,7 +229,9 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
         tiles, splits, path = _forced(entry)
         if path == "stream" and m > STREAM_MAX_M:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}")
-        if path == RS_PATH:
+        if path == RS_PATH and tiles.bn > 64:  # the two-warpgroup form below its default M (same weights)
+            plan = _rs_prefill_plan(caps, layout, m, act, scheme, tiles.bm)
+        elif path == RS_PATH:
             plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages, tiles.bm, tiles.fold,
                                   True if tiles.bulk else None)  # bulk=0 (or an entry older than it): the default
         else:
@@ -247,6 +249,26 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
 RS_PATH = "wgmma-rs"  # the register-A wgmma kernel; its small-M form (M 9-64) is a tuning candidate
 _RS_SPLITS = (1, 2, 4, 8, 16)
 _RS_STAGES = (4, 6, 8)
+
+
+def _rs_prefill_plan(caps, layout, m: int, act: str, scheme: str, bt: int) -> Plan:
+    """The two-warpgroup register-A plan (128 channels per block, its producer warpgroup where declared) at an M
+    below its default threshold, with a token tile of ``bt``: a tuning candidate from M 128, run on the same
+    prepared weights as the small form."""
+    from humming.core import planner_wgmma_rs as rs
+
+    if m < rs.MIN_M:
+        raise ShapeError(f"the two-warpgroup register-A form takes M >= {rs.MIN_M}, not {m}")
+    if rs.min_m() is None or not _switch_on("HUMMING_WGMMA_WNA16"):
+        raise UnsupportedOnDevice("the register-A wgmma kernel is switched off (HUMMING_WGMMA_RS=0 or HUMMING_WGMMA_WNA16=0)")
+    from humming.api import _wgmma_runs_here
+
+    if not _wgmma_runs_here(caps):
+        raise UnsupportedOnDevice(f"the live GPU is not {caps.name}'s own target (wgmma kernels run only there)")
+    why = rs.layout_refusal(layout) or rs.default_refusal(layout)
+    if why:
+        raise UnsupportedOnDevice(f"the two-warpgroup register-A form does not take this layout: {why}")
+    return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, small=False)
 
 
 def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | None, stages: int | None,
@@ -431,6 +453,13 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
         except HummingError:
             continue
         _add_unique(plans, seen, p)
+    if rs.MIN_M <= m < rs.DEFAULT_MIN_M:  # the two-warpgroup form (128 channels per block: half the activation reads)
+        for bt in (128, 256):
+            try:
+                p = _rs_prefill_plan(caps, layout, m, act, scheme, bt)
+            except HummingError:
+                continue
+            _add_unique(plans, seen, p)
     return plans
 
 

@@ -260,8 +260,27 @@ def test_small_register_a_candidates_include_both_copies(monkeypatch):
     caps = get_profile("nvidia-h200")
     layout = layout_for(schemes.get("w4a16"), 4096, 4096, "f16")
     for m in (32, 128):
-        rs = [p for p in tuning.candidates(caps, layout, m, "f16", scheme="w4a16") if p.path == PATH]
+        rs = [p for p in tuning.candidates(caps, layout, m, "f16", scheme="w4a16") if p.path == PATH and p.tiles.bn == 64]
         assert {p.tiles.bulk for p in rs} == {0, 1}, m
         assert len({p.kernel_name for p in rs if p.tiles.bulk}) >= 2
     forced = tuning._rs_small_plan(caps, layout, 32, "f16", "w4a16", 2, 8, 32, 0, True)
     assert forced.tiles.bulk == 1 and "TMA tensor-copy" in forced.explain()
+
+
+def test_two_warpgroup_register_a_form_is_a_candidate_below_its_default_m(monkeypatch):
+    """From M 128 the tuner also times the two-warpgroup register-A form (128 channels per block, token tiles of 128
+    and 256); a stored winner of that form (bn = 128) plans it again for its bucket, on the same prepared weights."""
+    from humming import api
+    from humming.core.planner_wgmma_rs import PATH
+
+    monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
+    caps = get_profile("nvidia-h200")
+    layout = layout_for(schemes.get("w4a16"), 8192, 8192, "f16")
+    for m in (128, 512):
+        wide = [p for p in tuning.candidates(caps, layout, m, "f16", scheme="w4a16") if p.path == PATH and p.tiles.bn == 128]
+        assert {p.tiles.bm for p in wide} == {128, 256}, m
+    assert not [p for p in tuning.candidates(caps, layout, 64, "f16", scheme="w4a16") if p.tiles.bn == 128]
+    winner = tuning._rs_prefill_plan(caps, layout, 300, "f16", "w4a16", 128)
+    tuning.record(winner, 100.0, scheme="w4a16")
+    p = tuning.choose_plan(caps, layout, 400, "f16", scheme="w4a16")  # same bucket (257-512)
+    assert p.path == PATH and (p.tiles.bn, p.tiles.bm) == (128, 128) and "tuned for M bucket" in p.explain()
