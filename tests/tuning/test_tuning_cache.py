@@ -175,6 +175,10 @@ def test_shipped_h200_defaults_load():
     assert {"1", "9-16", "65-128", "513-1024"} <= buckets
 
 
+def t_bn(entry: dict) -> int:
+    return int(entry["tiles"].get("bn", 64))
+
+
 @pytest.mark.parametrize("key, entry", _shipped(), ids=[k for k, _ in _shipped()])
 def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
     assert entry["profile"] == "nvidia-h200" and entry["device"] == "NVIDIA H200"
@@ -187,6 +191,10 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
     assert bucket.label == entry["m_bucket"]
     for m in (bucket.lo, entry["m"], bucket.hi):
         p = tuning.tuned_plan(caps, layout, m, "f16")
+        if entry["path"] == "wgmma-rs" and t_bn(entry) > 64 and m < 128:
+            # the two-warpgroup form runs from one 128-token tile: below it the planner's rules (the small form)
+            assert p is None, (key, m)
+            continue
         assert p is not None, (key, m)
         assert p.path == entry["path"] and p.splits == entry["splits"]
         t = entry["tiles"]
