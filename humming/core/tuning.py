@@ -251,20 +251,28 @@ _RS_SPLITS = (1, 2, 4, 8, 16)
 _RS_STAGES = (4, 6, 8)
 
 
-def _rs_prefill_plan(caps, layout, m: int, act: str, scheme: str, bt: int) -> Plan:
-    """The two-warpgroup register-A plan (128 channels per block, its producer warpgroup where declared) at an M
-    below its default threshold, with a token tile of ``bt``: a tuning candidate from M 128, run on the same
-    prepared weights as the small form."""
+def _require_register_a_here(caps, m: int, lowest: int, form: str) -> None:
+    """ShapeError / UnsupportedOnDevice unless the register-A form ``form`` may run M here: M >= ``lowest``, the
+    wgmma kernels switched on, and the live GPU of the profile's target (a forced profile keeps the mma.sync kernels)."""
     from humming.core import planner_wgmma_rs as rs
 
-    if m < rs.MIN_M:
-        raise ShapeError(f"the two-warpgroup register-A form takes M >= {rs.MIN_M}, not {m}")
+    if m < lowest:
+        raise ShapeError(f"the {form} register-A form takes M >= {lowest}, not {m}")
     if rs.min_m() is None or not _switch_on("HUMMING_WGMMA_WNA16"):
         raise UnsupportedOnDevice("the register-A wgmma kernel is switched off (HUMMING_WGMMA_RS=0 or HUMMING_WGMMA_WNA16=0)")
     from humming.api import _wgmma_runs_here
 
     if not _wgmma_runs_here(caps):
         raise UnsupportedOnDevice(f"the live GPU is not {caps.name}'s own target (wgmma kernels run only there)")
+
+
+def _rs_prefill_plan(caps, layout, m: int, act: str, scheme: str, bt: int) -> Plan:
+    """The two-warpgroup register-A plan (128 channels per block, its producer warpgroup where declared) at an M
+    below its default threshold, with a token tile of ``bt``: a tuning candidate from M 128, run on the same
+    prepared weights as the small form."""
+    from humming.core import planner_wgmma_rs as rs
+
+    _require_register_a_here(caps, m, rs.MIN_M, "two-warpgroup")
     why = rs.layout_refusal(layout) or rs.default_refusal(layout)
     if why:
         raise UnsupportedOnDevice(f"the two-warpgroup register-A form does not take this layout: {why}")
@@ -278,14 +286,7 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
     target (a profile forced onto another GPU keeps the mma.sync kernels)."""
     from humming.core import planner_wgmma_rs as rs
 
-    if m < rs.SMALL_MIN_M:
-        raise ShapeError(f"the small-M register-A form takes M >= {rs.SMALL_MIN_M}, not {m}")
-    if rs.min_m() is None or not _switch_on("HUMMING_WGMMA_WNA16"):
-        raise UnsupportedOnDevice("the register-A wgmma kernel is switched off (HUMMING_WGMMA_RS=0 or HUMMING_WGMMA_WNA16=0)")
-    from humming.api import _wgmma_runs_here
-
-    if not _wgmma_runs_here(caps):
-        raise UnsupportedOnDevice(f"the live GPU is not {caps.name}'s own target (wgmma kernels run only there)")
+    _require_register_a_here(caps, m, rs.SMALL_MIN_M, "small-M")
     return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, splits=splits, stages=stages, fold=fold,
                                   small=True, tma=tma)
 

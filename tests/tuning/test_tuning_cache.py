@@ -257,18 +257,25 @@ def test_runtime_prefers_the_entries_of_its_own_scheme():
     assert (p.tiles, p.splits) == (_forced_tile(40).tiles, 2)
 
 
-def test_small_register_a_candidates_include_both_copies(monkeypatch):
-    """Where the profile's wgmma runs on the live GPU (pretended here: no GPU in CI) the tuner times the small
-    register-A form with the activations by cp.async and by TMA tensor copy (bulk), and a stored bulk=1 entry plans
-    the TMA variant again."""
+def _register_a_candidates(monkeypatch, n: int, k: int, m: int, bn: int) -> tuple:
+    """(caps, layout, the register-A candidates with bn channels per block at M), the live GPU pretended to run the
+    H200's wgmma (no GPU in CI)."""
     from humming import api
     from humming.core.planner_wgmma_rs import PATH
 
     monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
     caps = get_profile("nvidia-h200")
-    layout = layout_for(schemes.get("w4a16"), 4096, 4096, "f16")
+    layout = layout_for(schemes.get("w4a16"), n, k, "f16")
+    plans = tuning.candidates(caps, layout, m, "f16", scheme="w4a16")
+    return caps, layout, [p for p in plans if p.path == PATH and p.tiles.bn == bn]
+
+
+def test_small_register_a_candidates_include_both_copies(monkeypatch):
+    """Where the profile's wgmma runs on the live GPU (pretended here: no GPU in CI) the tuner times the small
+    register-A form with the activations by cp.async and by TMA tensor copy (bulk), and a stored bulk=1 entry plans
+    the TMA variant again."""
     for m in (32, 128):
-        rs = [p for p in tuning.candidates(caps, layout, m, "f16", scheme="w4a16") if p.path == PATH and p.tiles.bn == 64]
+        caps, layout, rs = _register_a_candidates(monkeypatch, 4096, 4096, m, 64)
         assert {p.tiles.bulk for p in rs} == {0, 1}, m
         assert len({p.kernel_name for p in rs if p.tiles.bulk}) >= 2
     forced = tuning._rs_small_plan(caps, layout, 32, "f16", "w4a16", 2, 8, 32, 0, True)
@@ -278,16 +285,12 @@ def test_small_register_a_candidates_include_both_copies(monkeypatch):
 def test_two_warpgroup_register_a_form_is_a_candidate_below_its_default_m(monkeypatch):
     """From M 128 the tuner also times the two-warpgroup register-A form (128 channels per block, token tiles of 128
     and 256); a stored winner of that form (bn = 128) plans it again for its bucket, on the same prepared weights."""
-    from humming import api
     from humming.core.planner_wgmma_rs import PATH
 
-    monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
-    caps = get_profile("nvidia-h200")
-    layout = layout_for(schemes.get("w4a16"), 8192, 8192, "f16")
     for m in (128, 512):
-        wide = [p for p in tuning.candidates(caps, layout, m, "f16", scheme="w4a16") if p.path == PATH and p.tiles.bn == 128]
+        caps, layout, wide = _register_a_candidates(monkeypatch, 8192, 8192, m, 128)
         assert {p.tiles.bm for p in wide} == {128, 256}, m
-    assert not [p for p in tuning.candidates(caps, layout, 64, "f16", scheme="w4a16") if p.tiles.bn == 128]
+    assert not _register_a_candidates(monkeypatch, 8192, 8192, 64, 128)[2]
     winner = tuning._rs_prefill_plan(caps, layout, 300, "f16", "w4a16", 128)
     tuning.record(winner, 100.0, scheme="w4a16")
     p = tuning.choose_plan(caps, layout, 400, "f16", scheme="w4a16")  # same bucket (257-512)
