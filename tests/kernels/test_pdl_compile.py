@@ -37,7 +37,7 @@ def test_no_pdl_without_griddepcontrol(profile):
     assert not p.pdl and "pdl" not in api.source(p)
 
 
-@pytest.mark.parametrize("m", [16, 64, 256])
+@pytest.mark.parametrize("m", [16, 64, 128])
 def test_small_register_a_form_waits_after_its_weight_prefetch(m):
     p = humming.plan("w4a16", m, N, K, profile="nvidia-h200")
     assert p.path == "wgmma-rs" and p.tiles.bn == 64 and p.pdl, p.explain()
@@ -50,6 +50,8 @@ def test_small_register_a_form_waits_after_its_weight_prefetch(m):
 
 def test_not_the_prefill_kernels_and_the_switch(monkeypatch):
     assert not humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl  # producer-warpgroup prefill form
+    tuned = humming.plan("w4a16", 256, N, K, profile="nvidia-h200")  # the same form, a tuned entry at M 129-256
+    assert tuned.tiles.bn == 128 and not tuned.pdl
     assert not humming.plan("w4a8-int8", 4096, N, K, profile="nvidia-h200").pdl  # the native register-A W4A8 kernel
     monkeypatch.setenv(PDL_ENV, "0")
     assert not humming.plan("w4a16", 1, N, K, profile="nvidia-h200").pdl
