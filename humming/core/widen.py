@@ -118,4 +118,5 @@ def reason(caps, scheme, m: int) -> str:
     text = (f"widened activations ({ENV}; {describe_ranges(ranges)} here): {scheme.act} "
             f"codes quantized as the reference does, widened exactly to 16 bits, multiplied on the weight-only kernel "
             f"of the same weights; {scale}")
-    return text + (f"; the only path here: {native.splitlines()[0]}" if native and ranges is None else "")
+    why = native.splitlines()[0].split("; use ")[0] if native else ""  # (its advice names the weight-only scheme)
+    return text + (f"; the only path here: {why}" if native and ranges is None else "")
