@@ -492,17 +492,26 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) ->
         handle = prepared(qw, x.dtype, x.device, profile)
     elif x.shape[-1] != qw.shape[1]:
         raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={qw.shape[1]}")
-    if x.numel() >= WGMMA_WNA16_MIN_M * qw.shape[1] and _switch_on(WGMMA_WNA16_ENV):
-        from humming.core.planner_wgmma_rs import min_m
+    return gemm_prepared(x, _wna16_handle_for(x, qw, profile, handle), bias)
 
-        lowest = min_m()  # the register-A kernel: M >= 1024 by default (HUMMING_WGMMA_RS=1: 128, =0: never)
-        rs = (_wna16_wgmma_rs_handle(x, qw, profile, handle) if lowest is not None and x.numel() >= lowest * qw.shape[1]
-              else handle)
+
+def _wna16_handle_for(x: torch.Tensor, qw, profile, handle: int, row_scale: bool = False) -> int:
+    """The WnA16 handle that runs x's M, from the mma.sync / stream handle ``handle`` (prepared weights): the
+    register-A wgmma kernel from its threshold (M >= 1024 by default; HUMMING_WGMMA_RS=1: 128, =0: never); below it
+    the handle's own plan (stream, tile, or a register-A form), else the dequant-smem wgmma kernel from M 128 where
+    that plan is not register-A. ``row_scale``: only kernels that take per-token scales (not the dequant-smem one)."""
+    if x.numel() < WGMMA_WNA16_MIN_M * qw.shape[1] or not _switch_on(WGMMA_WNA16_ENV):
+        return handle
+    from humming.core.planner_wgmma_rs import min_m
+
+    lowest = min_m()
+    if lowest is not None and x.numel() >= lowest * qw.shape[1]:
+        rs = _wna16_wgmma_rs_handle(x, qw, profile, handle)
         if rs != handle:
-            handle = rs
-        elif plan_for(handle, x.numel() // qw.shape[1]).path != "wgmma-rs":  # below 1024 the small register-A form
-            handle = _wna16_wgmma_handle(x, qw, profile, handle)          # (the mma.sync handle's plan) wins where
-    return gemm_prepared(x, handle, bias)                                  # it applies, else dequant-smem wgmma
+            return rs
+    if row_scale or plan_for(handle, x.numel() // qw.shape[1]).path == "wgmma-rs":
+        return handle
+    return _wna16_wgmma_handle(x, qw, profile, handle)
 
 
 _choices: dict = {}
@@ -574,9 +583,7 @@ def _gemm_widened(x: torch.Tensor, qw, bias, caps, profile) -> torch.Tensor:
     x16 = qa.codes
     cache = qw.__dict__.setdefault("_humming_weight_only", {})
     wq = cache.setdefault("qw", qw.with_scheme(qw.scheme.with_(act=None)))
-    handle = prepared(wq, act16, x.device, profile)
-    handle = _wna16_wgmma_rs_handle(x16, wq, profile, handle) if _wgmma_rs_eligible(
-        caps, wq.scheme, x16.shape[0], n, k, act_name(act16)) else handle
+    handle = _wna16_handle_for(x16, wq, profile, prepared(wq, act16, x.device, profile), row_scale=True)
     values = qa.scale_values().to(device=x.device, dtype=torch.float32)
     if qa.mode == "dynamic_token":
         gscale = values.reshape(-1).contiguous()
