@@ -84,32 +84,27 @@ def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", tma: bool 
         stages = next((s for s in range(6, 1, -1) if tma_smem_bytes(s, bn) <= limit), None)
         if stages is None:
             raise UnsupportedOnDevice(f"no TMA wgmma tile 128x{bn}x128 with 2 slots fits {caps.name}'s {limit} B")
-        reasons[0] = reasons[0].replace("{N}", str(bn))
-        reasons.append(f"tile {BM}x{bn}x{BK}, warp-specialised: one producer warpgroup (its thread 0 issues a TMA "
-                       f"tensor copy of each operand tile per stage into {stages} slots, FULL/EMPTY mbarriers), two "
-                       f"consumer warpgroups x m64n{bn}k32 that meet only at the mbarriers, so one promotes while "
-                       f"the other's wgmmas run; {tma_smem_bytes(stages, bn) // 1024} KiB of {limit // 1024} KiB "
-                       f"shared memory")
-        reasons.append("no split-K: one K loop per output tile")
-        return Plan(
-            scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
-            instruction=replace(form, shape=(64, bn, 32)), path="native", layout=layout,
-            tiles=TileConfig(BM, bn, BK, stages, TMA_THREADS // 32, 1, 1, bulk=1), splits=1, async_copy=True,
-            smem_bytes=tma_smem_bytes(stages, bn), reasons=tuple(reasons),
-        )
-    stages = next((s for s in range(6, 2, -1) if wgmma_smem_bytes(bn, s) <= limit), None)
-    if stages is None:
-        raise UnsupportedOnDevice(f"no wgmma tile 128x{bn}x128 with 3 stages fits {caps.name}'s {limit} B of shared memory")
+        smem = tma_smem_bytes(stages, bn)
+        tile = (f"tile {BM}x{bn}x{BK}, warp-specialised: one producer warpgroup (its thread 0 issues a TMA "
+                f"tensor copy of each operand tile per stage into {stages} slots, FULL/EMPTY mbarriers), two "
+                f"consumer warpgroups x m64n{bn}k32 that meet only at the mbarriers, so one promotes while "
+                f"the other's wgmmas run; {smem // 1024} KiB of {limit // 1024} KiB shared memory")
+        tiles = TileConfig(BM, bn, BK, stages, TMA_THREADS // 32, 1, 1, bulk=1)
+    else:
+        stages = next((s for s in range(6, 2, -1) if wgmma_smem_bytes(bn, s) <= limit), None)
+        if stages is None:
+            raise UnsupportedOnDevice(f"no wgmma tile 128x{bn}x128 with 3 stages fits {caps.name}'s {limit} B of shared memory")
+        smem = wgmma_smem_bytes(bn, stages)
+        tile = (f"tile {BM}x{bn}x{BK}: 2 warpgroups x m64n{bn}k32, 4 k32 steps per stage; {stages} stages "
+                f"(cp.async, {stages - 2} in flight + 1 stage under wgmma), "
+                f"{smem // 1024} KiB of {limit // 1024} KiB shared memory")
+        tiles = TileConfig(BM, bn, BK, stages, 8, 1, 1)
     reasons[0] = reasons[0].replace("{N}", str(bn))
-    reasons.append(f"tile {BM}x{bn}x{BK}: 2 warpgroups x m64n{bn}k32, 4 k32 steps per stage; {stages} stages "
-                   f"(cp.async, {stages - 2} in flight + 1 stage under wgmma), "
-                   f"{wgmma_smem_bytes(bn, stages) // 1024} KiB of {limit // 1024} KiB shared memory")
-    reasons.append("no split-K: one K loop per output tile")
-    tiles = TileConfig(BM, bn, BK, stages, 8, 1, 1)
+    reasons += [tile, "no split-K: one K loop per output tile"]
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bn, 32)), path="native", layout=layout, tiles=tiles, splits=1, async_copy=True,
-        smem_bytes=wgmma_smem_bytes(bn, stages), reasons=tuple(reasons),
+        smem_bytes=smem, reasons=tuple(reasons),
     )
 
 
