@@ -23,6 +23,7 @@ The tensor maps are the last two kernel parameters (``humming.api.tma_boxes`` sa
 from __future__ import annotations
 
 from humming.core.generator_wgmma import eight_bit_params, wgmma_epilogue
+from humming.core.wgmma_common import WS_BLOCK_HEAD
 from humming.devices.base import HelperRequest
 
 THREADS = 384
@@ -84,13 +85,7 @@ static_assert(SLOT_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "1024-byte aligned 
 static_assert(WG_ACC_REGS == BN / 2, "m64nBN accumulators: BN/2 registers per thread");
 }}
 
-{params}  using namespace cfg;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int ktiles = K / BK;
-  const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
-  const uint32_t full0 = smem0 + BAR_OFFSET, empty0 = full0 + 8 * STAGES;
+{params}{WS_BLOCK_HEAD};
   if (tid == 0) {{
     #pragma unroll 1
     for (int s = 0; s < STAGES; ++s) {{

@@ -31,6 +31,7 @@ from humming.core.generator_wgmma import (
     w4a8_widen,
     wgmma_epilogue,
 )
+from humming.core.wgmma_common import WS_BLOCK_HEAD
 
 # a consumer's last wgmma group of a stage has read the slot: release it to the producer
 _RELEASE_SLOT = "      if (gi == BK / 32 / GSTEPS - 1) mbar_arrive(empty0 + 8 * (kt % STAGES));  // the slot is free\n"
@@ -82,13 +83,7 @@ static_assert(LOOKAHEAD >= 1, "at least three slots");
 static_assert(BK / 32 % GSTEPS == 0, "wgmma groups split the stage's k32 steps evenly");
 }}
 
-{params}  using namespace cfg;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int ktiles = K / BK;
-  const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
-  const uint32_t full0 = smem0 + BAR_OFFSET, empty0 = full0 + 8 * STAGES{", load0 = empty0 + 8 * STAGES" if tma else ""};
+{params}{WS_BLOCK_HEAD}{", load0 = empty0 + 8 * STAGES" if tma else ""};
   if (tid == 0) {{
     #pragma unroll 1
     for (int s = 0; s < STAGES; ++s) {{

@@ -96,3 +96,15 @@ PRODUCER_WARPGROUP = """  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  //
   }
   setmaxnreg_inc<232>();  // the consumers take the producer's registers
 """
+
+
+# The start of the warp-specialised wgmma kernels' body (TMA W8A8, shared-memory W4A8): block coordinates, the
+# 1024-byte aligned slots and the FULL / EMPTY mbarrier arrays after them (a kernel may declare more barriers after
+# ``empty0`` on the same line, then ends it with ";").
+WS_BLOCK_HEAD = """  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int ktiles = K / BK;
+  const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
+  const uint32_t full0 = smem0 + BAR_OFFSET, empty0 = full0 + 8 * STAGES"""
