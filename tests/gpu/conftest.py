@@ -21,6 +21,17 @@ def native_8bit(monkeypatch):
     monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")
 
 
+def biased_weight(scheme, n: int, k: int, dtype, seed: int):
+    """A quantized random [n, k] weight (values ~0.05) with a random bias of ``dtype``, drawn after seeding torch with
+    ``seed`` (the bias first, then the weight)."""
+    import humming
+
+    torch.manual_seed(seed)
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    sch = humming.schemes.get(scheme) if isinstance(scheme, str) else scheme
+    return humming.quantize(torch.randn(n, k, device="cuda") * 0.05, sch, bias=bias)
+
+
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     return float((out - ref).norm() / ref.norm().clamp_min(1e-30))

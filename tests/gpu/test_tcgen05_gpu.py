@@ -11,7 +11,7 @@ import humming
 from humming import api
 from humming.core.planner_tcgen05 import UNVERIFIED_ENV, tcgen05_form
 
-from .conftest import rel_error
+from .conftest import biased_weight, rel_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
@@ -42,9 +42,7 @@ def test_tcgen05_kernel(scheme, dtype, n, k, unverified):
     caps = _require_tcgen05()
     if scheme == "w8a8-int8" and tcgen05_form(caps, "s8") is None:
         pytest.skip(f"{caps.name}: no tcgen05 kind::i8 (INT8 runs the legacy mma.sync path)")
-    torch.manual_seed(n + k + len(scheme))
-    bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(scheme), bias=bias)
+    qw = biased_weight(scheme, n, k, dtype, n + k + len(scheme))
     for m in MS:
         p = humming.plan(scheme, m, n, k, profile=caps, act="bf16" if dtype == torch.bfloat16 else "f16")
         assert p.family == "tcgen05", p.explain()
@@ -67,9 +65,7 @@ def test_tcgen05_wna16(group, dtype, unverified):
     n, k = 1024, 4096
     sch = humming.schemes.get("w4a16")
     sch = sch.with_(group_size=group) if group else sch.with_(granularity="channel", group_size=None)
-    torch.manual_seed(n + (group or 7))
-    bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, sch, bias=bias)
+    qw = biased_weight(sch, n, k, dtype, n + (group or 7))
     for m in (128, 200, 1024):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw)

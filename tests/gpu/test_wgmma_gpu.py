@@ -7,7 +7,7 @@ import torch
 import humming
 from humming import api
 
-from .conftest import rel_error
+from .conftest import biased_weight, rel_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
@@ -35,9 +35,7 @@ def _wgmma_plan(qw, dtype, caps, m):
 def test_wgmma_w8a8(scheme, dtype, n, k, monkeypatch):
     caps = _require_wgmma()
     monkeypatch.setenv(api.WGMMA_ENV, "1")
-    torch.manual_seed(n + k + len(scheme))
-    bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(scheme), bias=bias)
+    qw = biased_weight(scheme, n, k, dtype, n + k + len(scheme))
     for m in MS:
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw)
@@ -126,9 +124,7 @@ def test_wgmma_w4a8(scheme, dtype, n, k, monkeypatch):
     scales on fp32 partials, per-token activation scales and bias in the epilogue."""
     caps = _require_wgmma()
     monkeypatch.setenv(api.WGMMA_ENV, "1")
-    torch.manual_seed(n + k + len(scheme))
-    bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _w4a8_scheme(scheme), bias=bias)
+    qw = biased_weight(_w4a8_scheme(scheme), n, k, dtype, n + k + len(scheme))
     for m in W4A8_MS:
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw)

@@ -10,7 +10,7 @@ import humming
 from humming import api
 from humming.core.planner_wgmma import TMA_ENV, TMA_THREADS
 
-from .conftest import graph_replay_error, rel_error
+from .conftest import biased_weight, graph_replay_error, rel_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
@@ -39,9 +39,7 @@ def _spec(qw, dtype, caps, m):
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_tma_w8a8(scheme, dtype, n, k, monkeypatch):
     caps = _require(monkeypatch)
-    torch.manual_seed(n + k + len(scheme))
-    bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(scheme), bias=bias)
+    qw = biased_weight(scheme, n, k, dtype, n + k + len(scheme))
     for m in MS:
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw)
@@ -106,9 +104,7 @@ def test_tma_w4a8_warp_specialised(name, dtype, monkeypatch):
     if variant:
         sch = sch.with_(group_size=int(variant[len("group_size="):-1]))
     n, k = 1024, 4096
-    torch.manual_seed(len(name) + (dtype == torch.bfloat16))
-    bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, sch, bias=bias)
+    qw = biased_weight(sch, n, k, dtype, len(name) + (dtype == torch.bfloat16))
     for m in (64, 200, 1100):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw)
