@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from humming.core.generator_wgmma import eight_bit_params
 from humming.core.generator_wgmma_rs import STAGED_COPY_OUT
-from humming.core.planner_wgmma_rs8 import BC, BK, BT, OUT_PAD, PATH, PF
+from humming.core.planner_wgmma_rs8 import BC, BK, BT, OUT_PAD, PATH, PF, S_BYTES, W_BYTES, WIDE_BT
 from humming.core.wgmma_common import PRODUCER_WARPGROUP
 from humming.devices.base import HelperRequest
 
@@ -39,9 +39,14 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
     t = plan.tiles
     lay = plan.layout
     producer = t.bulk == 2  # a producer warpgroup brings the activations in by TMA; consumers release slots
-    if plan.path != PATH or (t.bm, t.bn, t.bk, t.threads) != (BT, BC, BK, 384 if producer else 256) or t.stages < 4:
-        raise ValueError(f"the register-A wgmma W4A8 kernel is written for 128 tokens x 128 channels x 128 k, "
-                         f"256 threads (384 with the producer warpgroup), >= 4 stages; got {t}")
+    wide = t.bm == WIDE_BT  # 256 tokens: weights and scales by bulk copy, each fragment widened once for two halves
+    if (plan.path != PATH or t.bm not in (BT, WIDE_BT) or (t.bn, t.bk, t.threads) != (BC, BK, 384 if producer else 256)
+            or t.stages < (3 if wide else 4) or (wide and not producer)):
+        raise ValueError(f"the register-A wgmma W4A8 kernel is written for 128 tokens (256 with the producer "
+                         f"warpgroup) x 128 channels x 128 k, 256 threads (384 with the producer warpgroup), >= 4 "
+                         f"stages (3 wide); got {t}")
+    if wide:
+        return _wide_kernel_source(plan, backend, caps)
     if lay.group not in (128, lay.k):
         raise ValueError(f"the register-A wgmma W4A8 kernel takes groups of 128 or per channel, not {lay.group}")
     per_channel = lay.group != 128
@@ -190,28 +195,7 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
 {final}
   {sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
 
-  // facc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
-  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
-  #pragma unroll
-  for (int j = 0; j < BT / 8; ++j) {{
-    float ts[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) {{
-      const int tok = m0 + 8 * j + 2 * q + e;
-      ts[e] = (TS && tok < M) ? scale * load_f32(TS + tok) : scale;
-    }}
-    #pragma unroll
-    for (int h = 0; h < 2; ++h) {{
-      const int ch = wg * 64 + w * 16 + 8 * h + g;
-      const float cs = CS ? load_f32(CS + n0 + ch) : 1.0f;
-      const float bs = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
-      const uint32_t v = f32x2_to_act2(facc[4 * j + 2 * h] * ts[0] * cs + bs, facc[4 * j + 2 * h + 1] * ts[1] * cs + bs);
-      const uint32_t o = x0 + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
-      sts_u16(o, (uint16_t)(v & 0xFFFFu));
-      sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
-    }}
-  }}
-{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
+{_EPILOGUE}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
 
 
 # the activation copies of the lock-step kernel: every thread copies its chunks of each stage with cp.async
@@ -227,3 +211,173 @@ _CP_ASYNC_LOADS = """  // activations: thread tid copies chunk tid % 8 (16 k) of
       copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);
     }
   };"""
+
+
+# the epilogue: facc[4j + 2h + e] (j < BT / 8; the wide form's two halves are j < 16 and j >= 16) -> the staging tile
+_EPILOGUE = """  // facc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
+  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  #pragma unroll
+  for (int j = 0; j < BT / 8; ++j) {
+    float ts[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int tok = m0 + 8 * j + 2 * q + e;
+      ts[e] = (TS && tok < M) ? scale * load_f32(TS + tok) : scale;
+    }
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int ch = wg * 64 + w * 16 + 8 * h + g;
+      const float cs = CS ? load_f32(CS + n0 + ch) : 1.0f;
+      const float bs = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
+      const uint32_t v = f32x2_to_act2(facc[4 * j + 2 * h] * ts[0] * cs + bs, facc[4 * j + 2 * h + 1] * ts[1] * cs + bs);
+      const uint32_t o = x0 + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
+      sts_u16(o, (uint16_t)(v & 0xFFFFu));
+      sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
+    }
+  }
+"""
+
+
+def _wide_kernel_source(plan, backend, caps) -> str:
+    """The wide form: 256 tokens per block, each warpgroup's A fragment widened once per stage for two m64n128k32
+    token halves; a producer warpgroup brings each stage's activations (one TMA tensor copy of 256 rows), the block's
+    int4 codes (two 4 KB bulk copies, one per 64-channel slab) and group scales (512 B) into one slot."""
+    from humming.devices.nvidia.backend import wgmma_rs8_prelude
+
+    t = plan.tiles
+    lay = plan.layout
+    if lay.group not in (128, lay.k):
+        raise ValueError(f"the register-A wgmma W4A8 kernel takes groups of 128 or per channel, not {lay.group}")
+    per_channel = lay.group != 128
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
+    prelude = wgmma_rs8_prelude(backend, request, BT, producer=True, weights_by_bulk=True)
+    lo, hi = (e.replace("WORD", "wq[j >> 2][j & 3]") for e in _widen(lay.a_type))
+    to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
+    if per_channel:
+        scale_decl = ("  // per-channel scales: this lane's two channels, once\n"
+                      "  const float s_lo = load_f32(S + n0 + tab), s_hi = load_f32(S + n0 + tab + 8);\n")
+        scale_pick = "const float sc0 = s_lo, sc1 = s_hi;"
+        scale_copy = ""
+        tx = "X_BYTES + W_BYTES"
+    else:
+        scale_decl = ""
+        scale_pick = ("const float sc0 = lds_f32(s0 + s * S_BYTES + tab * 4), "
+                      "sc1 = lds_f32(s0 + s * S_BYTES + (tab + 8) * 4);  // group kt")
+        scale_copy = "\n        bulk_copy_g2s(s0 + s * S_BYTES, S + (size_t)kt * N + n0, S_BYTES, full);  // group kt's scales"
+        tx = "X_BYTES + W_BYTES + S_BYTES"
+    params = eight_bit_params(
+        plan.kernel_name, b_doc="int4 codes in the register-A layout (humming.core.layout_wgmma_rs8)",
+        s_doc="fp32 scales [K/group, N], natural column order", bias_doc="[N] or null",
+        tensor_maps=("XMAP", f"activation codes [M, K]: boxes of {WIDE_BT} rows x 128 bytes, 128-byte swizzle"),
+        block_threads="cfg::BLOCK_THREADS")
+    promote = "\n".join(
+        f"        facc[WG_ACC_REGS * hv + 4 * j + {i}] += {to_f32}(part[4 * j + {i}]) * sc{i // 2};" for i in range(4))
+    return f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+{prelude}
+
+namespace cfg {{
+constexpr int BT = {WIDE_BT}, WT = {BT}, BC = {BC}, BK = {BK}, STAGES = {t.stages};   // tokens (per wgmma), channels, k bytes per stage
+constexpr int HALVES = BT / WT;          // token halves: one m64n128k32 chain each, sharing the widened A fragment
+constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile
+constexpr int BLOCK_THREADS = THREADS + 128;  // and a producer warpgroup (warps 8-11)
+constexpr int X_BYTES = BT * BK;         // one activation tile: BT rows x 128 bytes (128-byte swizzle)
+constexpr int SLAB_BYTES = 4096;         // one 64-channel x 128-k stage of int4 codes (layout_wgmma_rs8)
+constexpr int W_BYTES = {W_BYTES}, S_BYTES = {S_BYTES};   // a slot's codes (two slabs) and group scales (fp32)
+constexpr int STAGE_TX = {tx};   // bytes each stage's copies bring
+constexpr int OUT_LD = BC + {OUT_PAD};         // staging pitch (16-bit values)
+static_assert(W_BYTES == 2 * SLAB_BYTES, "two slabs per block");
+static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
+static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per thread");
+static_assert(BT * OUT_LD * 2 <= STAGES * X_BYTES, "the staging tile fits in the activation slots");
+static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
+}}
+
+{params}  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
+  const int g = lane >> 2, q = lane & 3;
+  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;
+  const int ktiles = K / BK;
+  const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;   // STAGES activation slots (then the staging tile)
+  const uint32_t w0 = x0 + STAGES * X_BYTES, s0 = w0 + STAGES * W_BYTES;   // code slots, scale slots
+
+  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
+  const uint32_t xbar0 = smem_u32(xbar);
+  if (tid == 0) {{
+    #pragma unroll
+    for (int s = 0; s < STAGES; ++s) {{
+      mbar_init(xbar0 + 8 * s, 1);
+      mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
+    }}
+    mbar_init_fence();
+  }}
+  __syncthreads();
+  if (warp >= THREADS / 32) {{  // ---- the producer warpgroup: its first thread issues each stage's copies
+    setmaxnreg_dec<40>();
+    if (tid == THREADS) {{
+      // the block's slabs n0 / 64 and n0 / 64 + 1: ktiles stages of SLAB_BYTES each
+      const unsigned char* codes = reinterpret_cast<const unsigned char*>(Bw) + (size_t)(n0 / 64) * ktiles * SLAB_BYTES;
+      #pragma unroll 1
+      for (int kt = 0; kt < ktiles; ++kt) {{
+        const int s = kt % STAGES;
+        const uint32_t full = xbar0 + 8 * s;
+        if (kt >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
+        mbar_expect_tx(full, STAGE_TX);
+        tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);
+        bulk_copy_g2s(w0 + s * W_BYTES, codes + (size_t)kt * SLAB_BYTES, SLAB_BYTES, full);
+        bulk_copy_g2s(w0 + s * W_BYTES + SLAB_BYTES, codes + ((size_t)ktiles + kt) * SLAB_BYTES, SLAB_BYTES, full);{scale_copy}
+      }}
+    }}
+    return;
+  }}
+  setmaxnreg_inc<232>();  // the consumers take the producer's registers
+
+  const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the block: tab and tab + 8
+  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16;   // its words 4 hf + jj: + hf * 512 in a slot
+{scale_decl}  float facc[BT / 2];     // [half][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
+  wg_acc_t part[WG_ACC_REGS];
+  #pragma unroll
+  for (int i = 0; i < BT / 2; ++i) facc[i] = 0.0f;
+  #pragma unroll
+  for (int i = 0; i < WG_ACC_REGS; ++i) part[i] = 0;
+
+  #pragma unroll 1
+  for (int kt = 0; kt < ktiles; ++kt) {{
+    const int s = kt % STAGES;
+    mbar_wait(xbar0 + 8 * s, (kt / STAGES) & 1);  // stage kt's activations, codes and scales have landed
+    uint32_t wq[2][4];   // word j = 4 hf + jj = k32 step j / 2, register pair j % 2
+    lds_128(wq[0], wlane + s * W_BYTES);
+    lds_128(wq[1], wlane + s * W_BYTES + 512);
+    {scale_pick}
+    // A of stage kt: a[ks][2 sub] = channel row g, a[ks][2 sub + 1] = row g + 8; k 32 ks + 16 sub + 4 q ..
+    uint32_t a[4][4];
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) {{
+      a[j >> 1][2 * (j & 1)] = {lo};
+      a[j >> 1][2 * (j & 1) + 1] = {hi};
+    }}
+    const uint64_t desc_x = make_smem_desc(x0 + s * X_BYTES);
+    #pragma unroll
+    for (int hv = 0; hv < HALVES; ++hv) {{  // tokens 128 hv .. 128 hv + 127: rows of the slot, + WT * 128 bytes each
+      wgmma_fence_operand(part);
+      wgmma_fence();
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
+        wgmma_k32_rs(part, a[ks], desc_x + hv * (WT * BK / 16) + 2 * ks, ks > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(part);
+      if (hv == HALVES - 1) {{  // this warp's reads of the slot are done: release it to the producer
+        __syncwarp();
+        if (lane == 0) {{ fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }}
+      }}
+      #pragma unroll
+      for (int j = 0; j < WT / 8; ++j) {{  // part[4j + 2h + e]: channel row g + 8h, token 128 hv + 8j + 2q + e
+{promote}
+      }}
+    }}
+  }}
+  consumer_sync();                 // all wgmmas done: the activation slots become the staging tile
+
+{_EPILOGUE}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""

@@ -1,10 +1,17 @@
 """Planning the register-A wgmma W4A8 kernel (``humming.core.generator_wgmma_rs8``; the default for M >= 128,
 HUMMING_WGMMA_W4A8_RS=0 never): signed int4 weights of ``humming.core.layout_wgmma_rs8`` widened in registers to s8 or
 e4m3 as the A operand of wgmma m64nNk32, the 8-bit activation codes the B operand in shared memory; groups of 128
-or per-channel scales. ``TileConfig.bm`` is the token tile (128), ``bn`` the 128 channels, ``bk`` the 128 k of one
-stage (one group)."""
+or per-channel scales. ``TileConfig.bm`` is the token tile (128, or 256 in the wide form), ``bn`` the 128 channels,
+``bk`` the 128 k of one stage (one group).
+
+The wide form (256 tokens, producer warpgroup only) widens each weight fragment once for two m64n128k32 token halves:
+the narrow form issues about twice the instructions of the W8A8 kernel per tile (Nsight Compute, H200, 8192x8192
+M=4096: 300 M vs 145 M warp instructions, tensor pipe 35% vs 73% busy), the widening of every fragment being the
+difference. Its weight codes and group scales arrive by bulk copy into the stage's slot with the activations, so no
+register ring holds weights in flight."""
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from humming.core.layout_wgmma_rs8 import RS8_BK
@@ -29,6 +36,10 @@ PRODUCER_ENV = "HUMMING_WGMMA_W4A8_RS_WS"  # "1": a producer warpgroup brings th
 # M128 139.4 -> 120.9, M1024 874.2 -> 735.4, M4096 3558.8 -> 2933.8 (W4A8-INT8 alike: 0.76-1.41x of cuBLAS fp16)
 PRODUCER_DEFAULT = True
 OUT_PAD = 8  # 16-bit values of padding per staging row
+WIDE_BT = 256  # tokens per block of the wide form (two m64n128k32 halves per warpgroup and stage)
+W_BYTES, S_BYTES = BC * BK // 2, BC * 4  # one stage's int4 codes (two 64-channel slabs) and fp32 group scales
+WIDE_ENV = "HUMMING_WGMMA_W4A8_RS_BT"  # "128" / "256": the token tile wherever it applies; unset: the rule below
+WIDE_MIN_M = 1024  # the wide form from this M (producer warpgroup declared)
 
 
 def min_m() -> int | None:
@@ -40,9 +51,22 @@ def enabled() -> bool:
     return min_m() is not None
 
 
-def smem_bytes(stages: int) -> int:
-    """STAGES activation tiles (BT rows x 128 B) and 1 KiB of alignment; the staging tile reuses them."""
-    return stages * BT * BK + 1024
+def smem_bytes(stages: int, tokens: int = BT) -> int:
+    """STAGES activation tiles (tokens x 128 B; the wide form adds each stage's weight codes and scales) and 1 KiB
+    of alignment; the staging tile reuses the activation tiles."""
+    extra = W_BYTES + S_BYTES if tokens == WIDE_BT else 0
+    return stages * (tokens * BK + extra) + 1024
+
+
+def token_tile(m: int, producer: bool) -> int:
+    """WIDE_BT from WIDE_MIN_M tokens where the producer warpgroup runs, else BT; HUMMING_WGMMA_W4A8_RS_BT=128/256
+    forces one (256 only with the producer warpgroup)."""
+    forced = os.environ.get(WIDE_ENV, "").strip()
+    if forced:
+        if forced not in (str(BT), str(WIDE_BT)):
+            raise ValueError(f"{WIDE_ENV}={forced!r}: expected {BT} or {WIDE_BT}")
+        return WIDE_BT if forced == str(WIDE_BT) and producer else BT
+    return WIDE_BT if producer and m >= WIDE_MIN_M else BT
 
 
 def _producer_wanted(caps, producer: bool | None) -> bool:
@@ -51,10 +75,12 @@ def _producer_wanted(caps, producer: bool | None) -> bool:
                            f"{caps.name} does not declare tma, mbarrier and setmaxnreg (the producer warpgroup)")
 
 
-def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", producer: bool | None = None) -> Plan:
+def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", producer: bool | None = None,
+                       tokens: int | None = None) -> Plan:
     """Plan the register-A wgmma W4A8 kernel for a ``WgmmaRs8Layout``, or UnsupportedOnDevice / ShapeError.
     ``producer``: a producer warpgroup issues TMA copies of the activations and the consumers meet only at mbarriers
-    (None: HUMMING_WGMMA_W4A8_RS_WS, else PRODUCER_DEFAULT, where tma/mbarrier/setmaxnreg are declared)."""
+    (None: HUMMING_WGMMA_W4A8_RS_WS, else PRODUCER_DEFAULT, where tma/mbarrier/setmaxnreg are declared).
+    ``tokens``: the token tile, 128 or 256 (the wide form, producer only); None: ``token_tile``."""
     a_type = layout.a_type
     form = wgmma_form(caps, a_type)
     acc = "s32" if a_type == "s8" else "f32"
@@ -68,34 +94,60 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                                   "per-channel scales")
     if BT not in form.n_values:
         raise UnsupportedOnDevice(f"{caps.name} declares no wgmma m64n{BT}k32 {a_type}")
+    use_producer = _producer_wanted(caps, producer)
+    bt = token_tile(m, use_producer) if tokens is None else tokens
+    if bt not in (BT, WIDE_BT):
+        raise ValueError(f"the register-A wgmma W4A8 kernel takes token tiles of {BT} or {WIDE_BT}, not {bt}")
+    if bt == WIDE_BT and not use_producer:
+        raise UnsupportedOnDevice(f"the wide register-A W4A8 form ({WIDE_BT} tokens) needs the producer warpgroup "
+                                  f"(tma, mbarrier, setmaxnreg declared; {PRODUCER_ENV} not 0)")
     limit = caps.limits.smem_per_block_kb * 1024
-    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(s) <= limit), None)
+    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(s, bt) <= limit), None)
     if stages is None:
         raise UnsupportedOnDevice(f"no register-A wgmma W4A8 tile with {MIN_STAGES} stages fits {caps.name}'s "
                                   f"{limit} B of shared memory")
     src = "int4 -> s8 (16 x code; the scales carry 1/16)" if a_type == "s8" else "int4 -> e4m3 (byte permutes)"
-    reasons = (
-        f"wgmma m64nNk32 {a_type} declared ({caps.target.arch}): A (weights) from registers, B (activation codes) "
-        "K-major in 128-byte-swizzled shared memory",
-        f"path {PATH} (M >= {DEFAULT_MIN_M}; {ENV}=0 switches it off): C^T = W x^T per tile; each lane loads its int4 codes of a 128-deep stage with two "
-        f"16-byte loads (humming.core.layout_wgmma_rs8), {PF} stages ahead, and widens them exactly ({src}) into "
-        "the m16n8k32 A fragment of its warp; no shared-memory traffic for the weights",
-        ("group 128" if group == 128 else "per-channel scales") + ": each stage's 128-deep partial is waited and "
-        "added into fp32 registers times the scale of the thread's two channels",
-        f"tile {BC} channels x {BT} tokens x {BK} k: 2 warpgroups x m64n{BT}k32, {stages} cp.async activation slots "
-        f"({stages - 1} in flight), {smem_bytes(stages) // 1024} KiB of {limit // 1024} KiB shared memory",
-        "epilogue: per-token activation scale, bias per channel, the tile transposed through shared memory, 16-byte "
-        "stores of whole token rows; no split-K",
-    )
-    use_producer = _producer_wanted(caps, producer)
-    if use_producer:
-        reasons += (f"{PRODUCER_ENV}: a producer warpgroup (setmaxnreg 40; the consumers take 232) issues one TMA "
-                    "tensor copy per activation stage into the slot the consumers released (EMPTY mbarriers); the "
-                    "two consumer warpgroups meet only at the FULL mbarriers, so one promotes while the other's "
-                    "wgmmas run",)
+    promotion = ("group 128" if group == 128 else "per-channel scales") + ": each stage's 128-deep partial is waited " \
+        "and added into fp32 registers times the scale of the thread's two channels"
+    if bt == WIDE_BT:
+        reasons = (
+            f"wgmma m64nNk32 {a_type} declared ({caps.target.arch}): A (weights) from registers, B (activation "
+            "codes) K-major in 128-byte-swizzled shared memory",
+            f"path {PATH} (M >= {DEFAULT_MIN_M}; {ENV}=0 switches it off), wide form (M >= {WIDE_MIN_M}; {WIDE_ENV}"
+            f"=128 switches it off): C^T = W x^T per tile; each lane reads its int4 codes of a 128-deep stage from "
+            f"the stage's slot with two 16-byte shared loads and widens them exactly ({src}) into the m16n8k32 A "
+            "fragment of its warp once for both token halves",
+            promotion + ", once per token half (the partial holds 128 tokens)",
+            f"tile {BC} channels x {WIDE_BT} tokens x {BK} k: 2 warpgroups x 2 halves x m64n128k32, {stages} slots "
+            f"of activations, weight codes and group scales, {smem_bytes(stages, bt) // 1024} KiB of "
+            f"{limit // 1024} KiB shared memory",
+            "epilogue: per-token activation scale, bias per channel, the tile transposed through shared memory, "
+            "16-byte stores of whole token rows; no split-K",
+            f"a producer warpgroup (setmaxnreg 40; the consumers take 232) issues per stage one TMA tensor copy of "
+            f"the activations ({WIDE_BT} rows), bulk copies of the two slabs' codes and the stage's scales into the "
+            "slot the consumers released (EMPTY mbarriers); the consumer warpgroups meet only at the FULL mbarriers",
+        )
+    else:
+        reasons = (
+            f"wgmma m64nNk32 {a_type} declared ({caps.target.arch}): A (weights) from registers, B (activation codes) "
+            "K-major in 128-byte-swizzled shared memory",
+            f"path {PATH} (M >= {DEFAULT_MIN_M}; {ENV}=0 switches it off): C^T = W x^T per tile; each lane loads its int4 codes of a 128-deep stage with two "
+            f"16-byte loads (humming.core.layout_wgmma_rs8), {PF} stages ahead, and widens them exactly ({src}) into "
+            "the m16n8k32 A fragment of its warp; no shared-memory traffic for the weights",
+            promotion,
+            f"tile {BC} channels x {BT} tokens x {BK} k: 2 warpgroups x m64n{BT}k32, {stages} cp.async activation slots "
+            f"({stages - 1} in flight), {smem_bytes(stages) // 1024} KiB of {limit // 1024} KiB shared memory",
+            "epilogue: per-token activation scale, bias per channel, the tile transposed through shared memory, 16-byte "
+            "stores of whole token rows; no split-K",
+        )
+        if use_producer:
+            reasons += (f"{PRODUCER_ENV}: a producer warpgroup (setmaxnreg 40; the consumers take 232) issues one TMA "
+                        "tensor copy per activation stage into the slot the consumers released (EMPTY mbarriers); the "
+                        "two consumer warpgroups meet only at the FULL mbarriers, so one promotes while the other's "
+                        "wgmmas run",)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, BT, 32)), path=PATH, layout=layout,
-        tiles=TileConfig(BT, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0),
-        splits=1, async_copy=True, smem_bytes=smem_bytes(stages), reasons=reasons,
+        tiles=TileConfig(bt, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0),
+        splits=1, async_copy=True, smem_bytes=smem_bytes(stages, bt), reasons=reasons,
     )

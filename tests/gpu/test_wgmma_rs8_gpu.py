@@ -100,3 +100,34 @@ def test_wgmma_rs8_producer_warpgroup(name, group, dtype, monkeypatch):
     err = graph_replay_error(lambda s: humming.gemm(s, qw), x,
                              lambda x2: humming.reference_gemm(x2, qw, bias=bias, out_dtype=torch.float32))
     assert err <= TOL
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g128' if g else 'channel'}" for n, g in CASES])
+def test_wgmma_rs8_wide_form(name, group, dtype, monkeypatch):
+    """HUMMING_WGMMA_W4A8_RS_BT=256: the wide form (256 tokens per block, each widened fragment used for two token
+    halves, codes and group scales by bulk copy into the slot) on partial and whole token tiles, K of 33 stages (the
+    slot ring wraps unevenly), a bias, and graph replay."""
+    _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
+    monkeypatch.setenv(ENV, "1")
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_BT", "256")
+    monkeypatch.setenv("HUMMING_POISON_OUTPUT", "1")
+    monkeypatch.setattr(api, "_POISON", True)
+    n, k = 768, 33 * 128
+    torch.manual_seed(3 * n + (group or 1) + len(name) + (dtype == torch.bfloat16))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    for m in (128, 300, 512, 777):
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        cache = qw.__dict__["_humming_prepared"]
+        handle = next(v for key, v in cache.items() if key[0] == "w4a8-wgmma-rs8" and key[1] == dtype)
+        spec = api._registry[handle].launches[m]
+        assert spec.plan.path == PATH and spec.plan.tiles.bm == 256 and spec.plan.threads == 384, spec.plan.explain()
+        assert not torch.isnan(out).any()
+        err = rel_error(out, humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32))
+        assert err <= TOL, (m, err, spec.plan.explain())
+    err = graph_replay_error(lambda s: humming.gemm(s, qw), x,
+                             lambda x2: humming.reference_gemm(x2, qw, bias=bias, out_dtype=torch.float32))
+    assert err <= TOL

@@ -51,7 +51,7 @@ def test_compiles_with_register_a_wgmma(a_type, group, act, producer):
     caps = _caps()
     k = 4096
     p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(a_type, 1024, k, group or k), 1024, act, scheme=SCHEME[a_type],
-                           producer=producer)
+                           producer=producer, tokens=128)
     assert p.path == PATH and p.threads == (384 if producer else 256) and p.tiles.bm == 128 and p.tiles.bn == 128
     assert p.tiles.bulk == (2 if producer else 0)
     src = api.source(p, caps)
@@ -75,6 +75,62 @@ def test_compiles_with_register_a_wgmma(a_type, group, act, producer):
     assert regs and max(regs) <= 255, log
     assert spills and max(spills) == 0, log
     assert "serialized" not in log, log
+
+
+WIDE_CASES = list(itertools.product(("e4m3", "s8"), (128, None), ("f16", "bf16")))
+
+
+@pytest.mark.parametrize("a_type,group,act", WIDE_CASES, ids=[f"{a}-g{g}-{c}" for a, g, c in WIDE_CASES])
+def test_wide_form_compiles(a_type, group, act):
+    """The wide form (256 tokens, the default from M 1024): two m64n128k32 register-A chains per stage sharing one
+    widened fragment, the codes and group scales by bulk copy into the slot (no global weight loads in the main
+    loop), the activations by one 256-row tensor copy; no spills (the consumers' 128 + 64 accumulators fit under
+    setmaxnreg 232)."""
+    _need_sm90a()
+    caps = _caps()
+    k = 4096
+    p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(a_type, 1024, k, group or k), 4096, act, scheme=SCHEME[a_type])
+    assert (p.tiles.bm, p.tiles.bn, p.threads, p.tiles.bulk, p.instruction.shape) == (256, 128, 384, 2, (64, 128, 32))
+    assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024 and "wide form" in p.explain()
+    assert api.tma_boxes(p) == ((4096, k, 256, 128, 1), None)
+    src = api.source(p, caps)
+    mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
+    ptx, log = mod.ptx, mod.log
+    acc = "s32" if a_type == "s8" else "f32"
+    rs = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.{acc}\.{a_type}\.{a_type} ", ptx)
+    assert len(rs) == 8 == ptx.count("wgmma.mma_async")  # 4 k32 steps x 2 token halves
+    bulk = ptx.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes")
+    assert bulk == (3 if group else 2), bulk  # two slabs of codes (+ the group scales)
+    assert ("ld.shared.f32" in ptx) == bool(group)
+    for ins in ("cp.async.bulk.tensor.2d", "setmaxnreg.inc.sync.aligned.u32 232", "bar.sync 1, 256",
+                "ld.shared.v4.u32", "fence.proxy.async.shared::cta", "st.global.v4.u32"):
+        assert ins in ptx, ins
+    assert "ld.global.nc.L1::no_allocate.v4.u32" not in ptx and "ldmatrix" not in ptx and "cp.async.cg" not in ptx
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", log)]
+    assert spills and max(spills) == 0, log
+    assert "serialized" not in log, log
+
+
+def test_wide_form_selection(monkeypatch):
+    """256 tokens from WIDE_MIN_M with the producer warpgroup, 128 below or without it; the environment forces either;
+    asking for the wide form without the producer warpgroup is refused with the reason."""
+    from humming.core import planner_wgmma_rs8 as rs8
+
+    caps = _caps()
+    lay = WgmmaRs8Layout("e4m3", 1024, 4096, 128)
+    monkeypatch.delenv(rs8.WIDE_ENV, raising=False)
+    assert plan_w4a8_wgmma_rs(caps, lay, rs8.WIDE_MIN_M - 1, "f16").tiles.bm == 128
+    assert plan_w4a8_wgmma_rs(caps, lay, rs8.WIDE_MIN_M, "f16").tiles.bm == 256
+    assert plan_w4a8_wgmma_rs(caps, lay, 4096, "f16", producer=False).tiles.bm == 128
+    with pytest.raises(UnsupportedOnDevice, match="producer warpgroup"):
+        plan_w4a8_wgmma_rs(caps, lay, 4096, "f16", producer=False, tokens=256)
+    monkeypatch.setenv(rs8.WIDE_ENV, "128")
+    assert plan_w4a8_wgmma_rs(caps, lay, 4096, "f16").tiles.bm == 128
+    monkeypatch.setenv(rs8.WIDE_ENV, "256")
+    assert plan_w4a8_wgmma_rs(caps, lay, 128, "f16").tiles.bm == 256
+    monkeypatch.setenv(rs8.WIDE_ENV, "192")
+    with pytest.raises(ValueError, match="HUMMING_WGMMA_W4A8_RS_BT"):
+        plan_w4a8_wgmma_rs(caps, lay, 4096, "f16")
 
 
 def test_selection_default_from_m_128(monkeypatch):

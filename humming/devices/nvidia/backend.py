@@ -436,9 +436,7 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
 }
 """
 
-BULK_COPY = r"""
-// ---- bulk copies (sm_90: the TMA engine, no tensor map): global -> shared, completion counted in bytes on an mbarrier
-""" + EXPECT_TX + r"""// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this block's shared memory
+BULK_G2S = r"""// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this block's shared memory
 __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
@@ -447,6 +445,9 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
 // bulk copies (async proxy): a slot is read into registers before the copy that refills it
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 """
+BULK_COPY = r"""
+// ---- bulk copies (sm_90: the TMA engine, no tensor map): global -> shared, completion counted in bytes on an mbarrier
+""" + EXPECT_TX + BULK_G2S
 
 
 TENSOR_COPY = r"""
@@ -806,6 +807,11 @@ def tcgen05_wna16_prelude(backend: NvidiaBackend, request: HelperRequest) -> str
 
 
 # ---- wgmma with the A operand in registers (sm_90a RS form): the WnA16 kernel that dequantizes weights in registers
+LDS_F32 = r"""__device__ __forceinline__ float lds_f32(uint32_t addr) {
+  float r; asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(r) : "r"(addr)); return r;
+}
+"""
+
 WGMMA_RS_EXTRA = r"""
 // 16-bit shared-memory store (the epilogue's staging tile) and 16-byte global store (its coalesced copy-out)
 __device__ __forceinline__ void sts_u16(uint32_t addr, uint16_t v) {
@@ -911,10 +917,12 @@ def consumer_sync_helper(consumer_threads: int) -> str:
                          f"{consumer_threads};\\n\" ::: \"memory\"); }}\n")
 
 
-def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, producer: bool = False) -> str:
+def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, producer: bool = False,
+                      weights_by_bulk: bool = False) -> str:
     """Helpers of the register-A wgmma W4A8 kernel: copies, epilogue arithmetic, fences and descriptors, the
     epilogue's staging stores, the int4 widenings of the W4A8 kernels and one m64n{n}k32 register-A step for the
-    plan's 8-bit operand type (request.mma, a wgmma e4m3/s8 form)."""
+    plan's 8-bit operand type (request.mma, a wgmma e4m3/s8 form); with ``weights_by_bulk`` (the wide form) the
+    bulk copy and a 32-bit shared load of a float."""
     if request.mma.family != "wgmma" or request.mma.a_type not in ("s8", "e4m3"):
         raise ValueError(f"wgmma_rs8_prelude needs a wgmma s8/e4m3 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
@@ -925,4 +933,8 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
         if request.caps is not None and not request.caps.memory.setmaxnreg:
             raise ValueError(f"{request.caps.name} does not declare setmaxnreg, which the producer warpgroup uses")
         parts += [tensor_copy_helpers(request.caps), consumer_sync_helper(256)]
+    if weights_by_bulk:  # the wide form: weight codes and scales by bulk copy into each stage's slot
+        if not producer:
+            raise ValueError("the weights arrive by bulk copy only with the producer warpgroup")
+        parts += [BULK_G2S, LDS_F32]
     return "\n".join(parts)
