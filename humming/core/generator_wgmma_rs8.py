@@ -270,8 +270,13 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         s_doc="fp32 scales [K/group, N], natural column order", bias_doc="[N] or null",
         tensor_maps=("XMAP", f"activation codes [M, K]: boxes of {WIDE_BT} rows x 128 bytes, 128-byte swizzle"),
         block_threads="cfg::BLOCK_THREADS")
-    promote = "\n".join(
-        f"        facc[WG_ACC_REGS * hv + 4 * j + {i}] += {to_f32}(part[4 * j + {i}]) * sc{i // 2};" for i in range(4))
+    stagger_take = stagger_give = ""
+    if t.fold:  # a staggered start: the warpgroups' wgmma chains alternate instead of running side by side
+        stagger_take = ("  if (wg == 1) consumer_turn_take();  // start one wgmma chain behind warpgroup 0, so that "
+                        "each promotes while the other's wgmmas run\n")
+        stagger_give = "\n      if (wg == 0 && kt == 0 && hv == 0) consumer_turn_give();  // warpgroup 1 may start"
+    main_loop = (_WIDE_LOOP_EARLY if t.x_ring else _WIDE_LOOP).format(
+        scale_pick=scale_pick, lo=lo, hi=hi, stagger_give=stagger_give, promote=_wide_promote(to_f32, t.x_ring))
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -342,7 +347,21 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
   #pragma unroll
   for (int i = 0; i < WG_ACC_REGS; ++i) part[i] = 0;
 
-  #pragma unroll 1
+{stagger_take}{main_loop}  consumer_sync();                 // all wgmmas done: the activation slots become the staging tile
+
+{_EPILOGUE}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
+
+
+def _wide_promote(to_f32: str, early: bool) -> str:
+    """facc[half hv] += the partial times the scales of the thread's two channels (sc0 / sc1, or sc[u][.] when the
+    next stage's fragment is widened ahead)."""
+    sc = (lambda i: f"sc[u][{i // 2}]") if early else (lambda i: f"sc{i // 2}")
+    return "\n".join(f"        facc[WG_ACC_REGS * hv + 4 * j + {i}] += {to_f32}(part[4 * j + {i}]) * {sc(i)};"
+                     for i in range(4))
+
+
+# the wide form's main loop: wait for the stage, widen its fragment, two token halves (chain, wait, promote)
+_WIDE_LOOP = """  #pragma unroll 1
   for (int kt = 0; kt < ktiles; ++kt) {{
     const int s = kt % STAGES;
     mbar_wait(xbar0 + 8 * s, (kt / STAGES) & 1);  // stage kt's activations, codes and scales have landed
@@ -365,7 +384,7 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
         wgmma_k32_rs(part, a[ks], desc_x + hv * (WT * BK / 16) + 2 * ks, ks > 0);
-      wgmma_commit();
+      wgmma_commit();{stagger_give}
       wgmma_wait<0>();
       wgmma_fence_operand(part);
       if (hv == HALVES - 1) {{  // this warp's reads of the slot are done: release it to the producer
@@ -378,6 +397,55 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
       }}
     }}
   }}
-  consumer_sync();                 // all wgmmas done: the activation slots become the staging tile
+"""
 
-{_EPILOGUE}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
+# ... with the next stage's fragment widened while the second half's chain runs (TileConfig.x_ring = 1): two
+# fragment registers sets, a[u] for stage kt + u, the loop unrolled by two so that their roles stay static
+_WIDE_LOOP_EARLY = """  uint32_t a[2][4][4];  // a[u][ks][2 sub + h]: the fragment of stage kt + u (row g + 8h, k 32 ks + 16 sub + 4 q ..)
+  float sc[2][2];       // their scales of the thread's two channels
+  auto widen_stage = [&](int kt, uint32_t (&frag)[4][4], float (&fsc)[2]) {{
+    const int s = kt % STAGES;
+    mbar_wait(xbar0 + 8 * s, (kt / STAGES) & 1);  // stage kt's activations, codes and scales have landed
+    uint32_t wq[2][4];   // word j = 4 hf + jj = k32 step j / 2, register pair j % 2
+    lds_128(wq[0], wlane + s * W_BYTES);
+    lds_128(wq[1], wlane + s * W_BYTES + 512);
+    {scale_pick}
+    fsc[0] = sc0;
+    fsc[1] = sc1;
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) {{
+      frag[j >> 1][2 * (j & 1)] = {lo};
+      frag[j >> 1][2 * (j & 1) + 1] = {hi};
+    }}
+  }};
+  widen_stage(0, a[0], sc[0]);
+  #pragma unroll 1
+  for (int kb = 0; kb < ktiles; kb += 2) {{
+    #pragma unroll
+    for (int u = 0; u < 2; ++u) {{
+      const int kt = kb + u, s = kt % STAGES;
+      if (kt >= ktiles) break;
+      const uint64_t desc_x = make_smem_desc(x0 + s * X_BYTES);
+      #pragma unroll
+      for (int hv = 0; hv < HALVES; ++hv) {{  // tokens 128 hv .. 128 hv + 127: rows of the slot, + WT * 128 bytes each
+        wgmma_fence_operand(part);
+        wgmma_fence();
+        #pragma unroll
+        for (int ks = 0; ks < 4; ++ks)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
+          wgmma_k32_rs(part, a[u][ks], desc_x + hv * (WT * BK / 16) + 2 * ks, ks > 0);
+        wgmma_commit();{stagger_give}
+        if (hv == HALVES - 1 && kt + 1 < ktiles) widen_stage(kt + 1, a[u ^ 1], sc[u ^ 1]);  // while the chain runs
+        wgmma_wait<0>();
+        wgmma_fence_operand(part);
+        if (hv == HALVES - 1) {{  // this warp's reads of the slot are done: release it to the producer
+          __syncwarp();
+          if (lane == 0) {{ fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }}
+        }}
+        #pragma unroll
+        for (int j = 0; j < WT / 8; ++j) {{  // part[4j + 2h + e]: channel row g + 8h, token 128 hv + 8j + 2q + e
+{promote}
+        }}
+      }}
+    }}
+  }}
+"""

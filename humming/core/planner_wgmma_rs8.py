@@ -40,6 +40,8 @@ WIDE_BT = 256  # tokens per block of the wide form (two m64n128k32 halves per wa
 W_BYTES, S_BYTES = BC * BK // 2, BC * 4  # one stage's int4 codes (two 64-channel slabs) and fp32 group scales
 WIDE_ENV = "HUMMING_WGMMA_W4A8_RS_BT"  # "128" / "256": the token tile wherever it applies; unset: the rule below
 WIDE_MIN_M = 1024  # the wide form from this M (producer warpgroup declared)
+STAGGER_ENV = "HUMMING_WGMMA_W4A8_RS_STAGGER"  # "0": both consumer warpgroups start at once (TileConfig.fold = 0)
+EARLY_ENV = "HUMMING_WGMMA_W4A8_RS_EARLY"  # "1": widen the next stage while the chain runs (TileConfig.x_ring = 1)
 
 
 def min_m() -> int | None:
@@ -127,6 +129,9 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
             f"the activations ({WIDE_BT} rows), bulk copies of the two slabs' codes and the stage's scales into the "
             "slot the consumers released (EMPTY mbarriers); the consumer warpgroups meet only at the FULL mbarriers",
         )
+        if os.environ.get(STAGGER_ENV, "1").strip() != "0":
+            reasons += (f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
+                        "0's, so each promotes while the other's wgmmas run",)
     else:
         reasons = (
             f"wgmma m64nNk32 {a_type} declared ({caps.target.arch}): A (weights) from registers, B (activation codes) "
@@ -148,6 +153,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, BT, 32)), path=PATH, layout=layout,
-        tiles=TileConfig(bt, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0),
+        tiles=TileConfig(bt, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
+                         fold=int(bt == WIDE_BT and os.environ.get(STAGGER_ENV, "1").strip() != "0"),
+                         x_ring=int(bt == WIDE_BT and os.environ.get(EARLY_ENV, "0").strip() == "1")),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, bt), reasons=reasons,
     )

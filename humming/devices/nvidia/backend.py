@@ -807,9 +807,12 @@ def tcgen05_wna16_prelude(backend: NvidiaBackend, request: HelperRequest) -> str
 
 
 # ---- wgmma with the A operand in registers (sm_90a RS form): the WnA16 kernel that dequantizes weights in registers
-LDS_F32 = r"""__device__ __forceinline__ float lds_f32(uint32_t addr) {
+RS8_WIDE_EXTRA = r"""__device__ __forceinline__ float lds_f32(uint32_t addr) {
   float r; asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(r) : "r"(addr)); return r;
 }
+// named barrier 2 across the two consumer warpgroups: one arrives (no wait), the other waits for it
+__device__ __forceinline__ void consumer_turn_give() { asm volatile("bar.arrive 2, 256;\n" ::: "memory"); }
+__device__ __forceinline__ void consumer_turn_take() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
 """
 
 WGMMA_RS_EXTRA = r"""
@@ -922,7 +925,7 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
     """Helpers of the register-A wgmma W4A8 kernel: copies, epilogue arithmetic, fences and descriptors, the
     epilogue's staging stores, the int4 widenings of the W4A8 kernels and one m64n{n}k32 register-A step for the
     plan's 8-bit operand type (request.mma, a wgmma e4m3/s8 form); with ``weights_by_bulk`` (the wide form) the
-    bulk copy and a 32-bit shared load of a float."""
+    bulk copy, a 32-bit shared load of a float and the consumers' turn barrier."""
     if request.mma.family != "wgmma" or request.mma.a_type not in ("s8", "e4m3"):
         raise ValueError(f"wgmma_rs8_prelude needs a wgmma s8/e4m3 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
@@ -936,5 +939,5 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
     if weights_by_bulk:  # the wide form: weight codes and scales by bulk copy into each stage's slot
         if not producer:
             raise ValueError("the weights arrive by bulk copy only with the producer warpgroup")
-        parts += [BULK_G2S, LDS_F32]
+        parts += [BULK_G2S, RS8_WIDE_EXTRA]
     return "\n".join(parts)
