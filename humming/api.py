@@ -274,7 +274,7 @@ def _plan_widened(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
     if p.path == "wgmma-dequant-smem":  # _gemm_widened keeps the mma.sync handle's plan there (no row scales)
         p = choose_plan(caps, layout_for(sch.with_(act=None), n, k, act16), m, act16, scheme=sch.name)
     return _replace(p, scheme=sch.name, row_scale=sch.act_scale.mode == "dynamic_token",
-                    reasons=(widen.reason(caps, sch, m),) + p.reasons)
+                    reasons=(widen.reason(caps, sch, m, n, k),) + p.reasons)
 
 
 def _workspace(device: torch.device, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1034,13 +1034,13 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
             if getattr(sch, "act", None):
                 from humming.core.paths import choose_path, runnable_path
 
-                widened = () if widen.refusal(sch, n, k) else widen.m_ranges(caps, sch)
+                widened = () if widen.refusal(sch, n, k) else widen.m_ranges(caps, sch, n, k)
                 if widened is None and widen.native_refusal(caps, sch):  # no native path: widening is the path
                     act = "f16" if caps.find_mma(family="mma_sync", a_type="f16") else "bf16"
                     p = plan_wna16(caps, layout_for(sch.with_(act=None), n, k, act), m, act, scheme=name)
                     shape = "x".join(map(str, p.instruction.shape))
                     row.update(family=p.family, instruction=f"mma.sync m{shape} {act}", path="widened",
-                               reason=widen.reason(caps, sch, m) + " [executes on the WnA16 kernel]")
+                               reason=widen.reason(caps, sch, m, n, k) + " [executes on the WnA16 kernel]")
                     rows.append(row)
                     continue
                 choice = runnable_path(caps, sch)

@@ -216,20 +216,26 @@ _CP_ASYNC_LOADS = """  // activations: thread tid copies chunk tid % 8 (16 k) of
 # the epilogue: facc[4j + 2h + e] (j < BT / 8; the wide form's two halves are j < 16 and j >= 16) -> the staging tile
 _EPILOGUE = """  // facc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
   const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  float cs[2], bs[2];   // the thread's two channels' weight scale and bias
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int ch = wg * 64 + w * 16 + 8 * h + g;
+    cs[h] = CS ? load_f32(CS + n0 + ch) : 1.0f;
+    bs[h] = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
+  }
+  float ts[BT / 4];     // the scales of the thread's tokens 8 (i / 2) + 2 q + i % 2: every load issued before any use
+  #pragma unroll
+  for (int i = 0; i < BT / 4; ++i) {
+    const int tok = m0 + 8 * (i >> 1) + 2 * q + (i & 1);
+    ts[i] = (TS && tok < M) ? scale * load_f32(TS + tok) : scale;
+  }
   #pragma unroll
   for (int j = 0; j < BT / 8; ++j) {
-    float ts[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int tok = m0 + 8 * j + 2 * q + e;
-      ts[e] = (TS && tok < M) ? scale * load_f32(TS + tok) : scale;
-    }
     #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int ch = wg * 64 + w * 16 + 8 * h + g;
-      const float cs = CS ? load_f32(CS + n0 + ch) : 1.0f;
-      const float bs = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
-      const uint32_t v = f32x2_to_act2(facc[4 * j + 2 * h] * ts[0] * cs + bs, facc[4 * j + 2 * h + 1] * ts[1] * cs + bs);
+      const uint32_t v = f32x2_to_act2(facc[4 * j + 2 * h] * ts[2 * j] * cs[h] + bs[h],
+                                       facc[4 * j + 2 * h + 1] * ts[2 * j + 1] * cs[h] + bs[h]);
       const uint32_t o = x0 + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
       sts_u16(o, (uint16_t)(v & 0xFFFFu));
       sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
@@ -275,8 +281,8 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         stagger_take = ("  if (wg == 1) consumer_turn_take();  // start one wgmma chain behind warpgroup 0, so that "
                         "each promotes while the other's wgmmas run\n")
         stagger_give = "\n      if (wg == 0 && kt == 0 && hv == 0) consumer_turn_give();  // warpgroup 1 may start"
-    main_loop = (_WIDE_LOOP_EARLY if t.x_ring else _WIDE_LOOP).format(
-        scale_pick=scale_pick, lo=lo, hi=hi, stagger_give=stagger_give, promote=_wide_promote(to_f32, t.x_ring))
+    main_loop = _WIDE_LOOP.format(scale_pick=scale_pick, lo=lo, hi=hi, stagger_give=stagger_give,
+                                  promote=_wide_promote(to_f32))
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -352,11 +358,9 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
 {_EPILOGUE}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
 
 
-def _wide_promote(to_f32: str, early: bool) -> str:
-    """facc[half hv] += the partial times the scales of the thread's two channels (sc0 / sc1, or sc[u][.] when the
-    next stage's fragment is widened ahead)."""
-    sc = (lambda i: f"sc[u][{i // 2}]") if early else (lambda i: f"sc{i // 2}")
-    return "\n".join(f"        facc[WG_ACC_REGS * hv + 4 * j + {i}] += {to_f32}(part[4 * j + {i}]) * {sc(i)};"
+def _wide_promote(to_f32: str) -> str:
+    """facc[half hv] += the partial times the scales of the thread's two channels (sc0: row g, sc1: row g + 8)."""
+    return "\n".join(f"        facc[WG_ACC_REGS * hv + 4 * j + {i}] += {to_f32}(part[4 * j + {i}]) * sc{i // 2};"
                      for i in range(4))
 
 
@@ -394,57 +398,6 @@ _WIDE_LOOP = """  #pragma unroll 1
       #pragma unroll
       for (int j = 0; j < WT / 8; ++j) {{  // part[4j + 2h + e]: channel row g + 8h, token 128 hv + 8j + 2q + e
 {promote}
-      }}
-    }}
-  }}
-"""
-
-# ... with the next stage's fragment widened while the second half's chain runs (TileConfig.x_ring = 1): two
-# fragment registers sets, a[u] for stage kt + u, the loop unrolled by two so that their roles stay static
-_WIDE_LOOP_EARLY = """  uint32_t a[2][4][4];  // a[u][ks][2 sub + h]: the fragment of stage kt + u (row g + 8h, k 32 ks + 16 sub + 4 q ..)
-  float sc[2][2];       // their scales of the thread's two channels
-  auto widen_stage = [&](int kt, uint32_t (&frag)[4][4], float (&fsc)[2]) {{
-    const int s = kt % STAGES;
-    mbar_wait(xbar0 + 8 * s, (kt / STAGES) & 1);  // stage kt's activations, codes and scales have landed
-    uint32_t wq[2][4];   // word j = 4 hf + jj = k32 step j / 2, register pair j % 2
-    lds_128(wq[0], wlane + s * W_BYTES);
-    lds_128(wq[1], wlane + s * W_BYTES + 512);
-    {scale_pick}
-    fsc[0] = sc0;
-    fsc[1] = sc1;
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) {{
-      frag[j >> 1][2 * (j & 1)] = {lo};
-      frag[j >> 1][2 * (j & 1) + 1] = {hi};
-    }}
-  }};
-  widen_stage(0, a[0], sc[0]);
-  #pragma unroll 1
-  for (int kb = 0; kb < ktiles; kb += 2) {{
-    #pragma unroll
-    for (int u = 0; u < 2; ++u) {{
-      const int kt = kb + u, s = kt % STAGES;
-      if (kt >= ktiles) break;
-      const uint64_t desc_x = make_smem_desc(x0 + s * X_BYTES);
-      #pragma unroll
-      for (int hv = 0; hv < HALVES; ++hv) {{  // tokens 128 hv .. 128 hv + 127: rows of the slot, + WT * 128 bytes each
-        wgmma_fence_operand(part);
-        wgmma_fence();
-        #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
-          wgmma_k32_rs(part, a[u][ks], desc_x + hv * (WT * BK / 16) + 2 * ks, ks > 0);
-        wgmma_commit();{stagger_give}
-        if (hv == HALVES - 1 && kt + 1 < ktiles) widen_stage(kt + 1, a[u ^ 1], sc[u ^ 1]);  // while the chain runs
-        wgmma_wait<0>();
-        wgmma_fence_operand(part);
-        if (hv == HALVES - 1) {{  // this warp's reads of the slot are done: release it to the producer
-          __syncwarp();
-          if (lane == 0) {{ fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }}
-        }}
-        #pragma unroll
-        for (int j = 0; j < WT / 8; ++j) {{  // part[4j + 2h + e]: channel row g + 8h, token 128 hv + 8j + 2q + e
-{promote}
-        }}
       }}
     }}
   }}

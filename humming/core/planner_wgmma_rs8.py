@@ -39,9 +39,13 @@ OUT_PAD = 8  # 16-bit values of padding per staging row
 WIDE_BT = 256  # tokens per block of the wide form (two m64n128k32 halves per warpgroup and stage)
 W_BYTES, S_BYTES = BC * BK // 2, BC * 4  # one stage's int4 codes (two 64-channel slabs) and fp32 group scales
 WIDE_ENV = "HUMMING_WGMMA_W4A8_RS_BT"  # "128" / "256": the token tile wherever it applies; unset: the rule below
-WIDE_MIN_M = 1024  # the wide form from this M (producer warpgroup declared)
+# the wide form from 256 tokens where its blocks fill at least 3/4 of the SMs once (producer warpgroup declared).
+# Measured on the H200 (2026-11-30, W4A8-FP8, us, narrow -> wide): 8192x8192 M256 61.1 -> 78.2 (64 blocks: narrow),
+# M512 113.9 -> 83.2, M1024 225.8 -> 160.5, M4096 899.4 -> 632.2; 28672x8192 M256 215.7 -> 153.1, M512 381.7 -> 291.9,
+# M1024 749.5 -> 525.2, M4096 2964.4 -> 2159.5 (before the staggered start and the batched epilogue loads)
+WIDE_MIN_M = 256
+WIDE_MIN_FILL = 0.75  # wide blocks / SMs
 STAGGER_ENV = "HUMMING_WGMMA_W4A8_RS_STAGGER"  # "0": both consumer warpgroups start at once (TileConfig.fold = 0)
-EARLY_ENV = "HUMMING_WGMMA_W4A8_RS_EARLY"  # "1": widen the next stage while the chain runs (TileConfig.x_ring = 1)
 
 
 def min_m() -> int | None:
@@ -60,15 +64,17 @@ def smem_bytes(stages: int, tokens: int = BT) -> int:
     return stages * (tokens * BK + extra) + 1024
 
 
-def token_tile(m: int, producer: bool) -> int:
-    """WIDE_BT from WIDE_MIN_M tokens where the producer warpgroup runs, else BT; HUMMING_WGMMA_W4A8_RS_BT=128/256
-    forces one (256 only with the producer warpgroup)."""
+def token_tile(m: int, producer: bool, n: int = 0, sms: int = 0) -> int:
+    """WIDE_BT from WIDE_MIN_M tokens where the producer warpgroup runs and ceil(m / 256) x n / 128 blocks fill
+    WIDE_MIN_FILL of the SMs (n or sms 0: no fill condition), else BT; HUMMING_WGMMA_W4A8_RS_BT=128/256 forces one
+    (256 only with the producer warpgroup)."""
     forced = os.environ.get(WIDE_ENV, "").strip()
     if forced:
         if forced not in (str(BT), str(WIDE_BT)):
             raise ValueError(f"{WIDE_ENV}={forced!r}: expected {BT} or {WIDE_BT}")
         return WIDE_BT if forced == str(WIDE_BT) and producer else BT
-    return WIDE_BT if producer and m >= WIDE_MIN_M else BT
+    fills = not (n and sms) or -(-m // WIDE_BT) * (n // BC) >= WIDE_MIN_FILL * sms
+    return WIDE_BT if producer and m >= WIDE_MIN_M and fills else BT
 
 
 def _producer_wanted(caps, producer: bool | None) -> bool:
@@ -97,7 +103,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     if BT not in form.n_values:
         raise UnsupportedOnDevice(f"{caps.name} declares no wgmma m64n{BT}k32 {a_type}")
     use_producer = _producer_wanted(caps, producer)
-    bt = token_tile(m, use_producer) if tokens is None else tokens
+    bt = token_tile(m, use_producer, n, caps.limits.sms) if tokens is None else tokens
     if bt not in (BT, WIDE_BT):
         raise ValueError(f"the register-A wgmma W4A8 kernel takes token tiles of {BT} or {WIDE_BT}, not {bt}")
     if bt == WIDE_BT and not use_producer:
@@ -115,8 +121,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         reasons = (
             f"wgmma m64nNk32 {a_type} declared ({caps.target.arch}): A (weights) from registers, B (activation "
             "codes) K-major in 128-byte-swizzled shared memory",
-            f"path {PATH} (M >= {DEFAULT_MIN_M}; {ENV}=0 switches it off), wide form (M >= {WIDE_MIN_M}; {WIDE_ENV}"
-            f"=128 switches it off): C^T = W x^T per tile; each lane reads its int4 codes of a 128-deep stage from "
+            f"path {PATH} (M >= {DEFAULT_MIN_M}; {ENV}=0 switches it off), wide form (M >= {WIDE_MIN_M} and blocks for "
+            f">= {WIDE_MIN_FILL:.0%} of the SMs; {WIDE_ENV}=128 switches it off): C^T = W x^T per tile; each lane reads its int4 codes of a 128-deep stage from "
             f"the stage's slot with two 16-byte shared loads and widens them exactly ({src}) into the m16n8k32 A "
             "fragment of its warp once for both token halves",
             promotion + ", once per token half (the partial holds 128 tokens)",
@@ -154,7 +160,6 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, BT, 32)), path=PATH, layout=layout,
         tiles=TileConfig(bt, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
-                         fold=int(bt == WIDE_BT and os.environ.get(STAGGER_ENV, "1").strip() != "0"),
-                         x_ring=int(bt == WIDE_BT and os.environ.get(EARLY_ENV, "0").strip() == "1")),
+                         fold=int(bt == WIDE_BT and os.environ.get(STAGGER_ENV, "1").strip() != "0")),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, bt), reasons=reasons,
     )

@@ -24,13 +24,16 @@ from humming.errors import HummingError, UnsupportedOnDevice
 ENV = "HUMMING_ACT_WIDEN"  # "0": never; "1": at every M; unset: the M ranges of DEFAULT_M_RANGES
 # M ranges that take the widened path by default, for profiles whose native 8-bit kernels are wgmma (measured on the
 # H200, 2026-11-30, docs/performance.md) and for the others (mma.sync 8-bit kernels: decode sizes only, where the
-# stream kernel's weight bandwidth decides); keyed by (weight width class, activation class). On the H200: W4A8
-# widened 1.3-2.8x faster at M <= 64 and 4-15% at M >= 1024 (fp8; int8 up to M = 2048, the native int8 kernel
-# faster at M = 4096 on 28672x8192); the native register-A kernel faster at M = 128-512 on wide layers. W8A8 (8-bit
-# weights): widened faster up to M = 8 only.
+# stream kernel's weight bandwidth decides); keyed by (weight width class, activation class). "4bit-rs8": int4
+# weights the register-A W4A8 kernel takes (groups of 128 or per channel, no zero points; its wide form from M 256):
+# widened 1.3-2.8x faster at M <= 64, and at M = 128 for fp8 on 8192x8192 (48.7 vs 62.7 us; a tie on 28672x8192,
+# while the native int8 kernel is 13% faster there); the native kernel 1.2-1.4x faster from M = 256 (wide form).
+# "4bit": other 4-bit layouts (the warp-specialised wgmma W4A8 kernel): widened 1.3-2.8x faster at M <= 64 and
+# 4-15% at M >= 1024 (fp8; int8 up to M = 2048). W8A8 (8-bit weights): widened faster up to M = 8 only.
 OPEN = 1 << 30  # no upper bound
 DEFAULT_M_RANGES = {
-    "wgmma": {("4bit", "fp8"): ((1, 64), (1024, OPEN)), ("4bit", "int8"): ((1, 64), (1024, 2048)),
+    "wgmma": {("4bit-rs8", "fp8"): ((1, 128),), ("4bit-rs8", "int8"): ((1, 64),),
+              ("4bit", "fp8"): ((1, 64), (1024, OPEN)), ("4bit", "int8"): ((1, 64), (1024, 2048)),
               ("8bit", "fp8"): ((1, 8),), ("8bit", "int8"): ((1, 8),)},
     "mma_sync": {("4bit", "fp8"): ((1, 16),), ("4bit", "int8"): ((1, 16),),
                  ("8bit", "fp8"): ((1, 8),), ("8bit", "int8"): ((1, 8),)},
@@ -68,8 +71,9 @@ def native_refusal(caps, scheme) -> str:
     return ""
 
 
-def m_ranges(caps, scheme) -> tuple[tuple[int, int], ...] | None:
-    """The M ranges that take the widened path (None: every M; (): never)."""
+def m_ranges(caps, scheme, n: int = 0, k: int = 0) -> tuple[tuple[int, int], ...] | None:
+    """The M ranges that take the widened path (None: every M; (): never); N and K (0: not known) tell whether the
+    register-A W4A8 kernel takes the weights."""
     env = os.environ.get(ENV, "")
     if env == "0":
         return ()
@@ -77,9 +81,21 @@ def m_ranges(caps, scheme) -> tuple[tuple[int, int], ...] | None:
         return None
     from humming.core.formats import get as get_format
 
-    table = DEFAULT_M_RANGES["wgmma" if caps.find_mma(family="wgmma") else "mma_sync"]
-    return table[("8bit" if int(get_format(scheme.weight).bits) > 4 else "4bit",
-                  "int8" if scheme.act == "int8" else "fp8")]
+    family = "wgmma" if caps.find_mma(family="wgmma") else "mma_sync"
+    width = "8bit" if int(get_format(scheme.weight).bits) > 4 else "4bit"
+    if family == "wgmma" and width == "4bit" and _register_a_w4a8(caps, scheme, n, k):
+        width = "4bit-rs8"
+    return DEFAULT_M_RANGES[family][(width, "int8" if scheme.act == "int8" else "fp8")]
+
+
+def _register_a_w4a8(caps, scheme, n: int, k: int) -> bool:
+    """The register-A wgmma W4A8 kernel is on and takes these weights (N, K of 0: any multiple of 128)."""
+    from humming.core import planner_wgmma_rs8 as rs8
+    from humming.core.layout_wgmma_rs8 import rs8_refusal
+
+    a_type = "s8" if scheme.act == "int8" else str(scheme.act)
+    return (rs8.enabled() and caps.find_mma(family="wgmma", a_type=a_type) is not None
+            and not rs8_refusal(scheme, n or 128, k or 128, a_type))
 
 
 def describe_ranges(ranges) -> str:
@@ -99,7 +115,7 @@ def applies(caps, scheme, m: int, n: int, k: int) -> bool:
     key = (caps.name, str(scheme), n, k, os.environ.get(ENV, ""))
     ranges = _decided.get(key, False)
     if ranges is False:
-        ranges = _decided[key] = () if refusal(scheme, n, k) else m_ranges(caps, scheme)
+        ranges = _decided[key] = () if refusal(scheme, n, k) else m_ranges(caps, scheme, n, k)
     return ranges is None or any(lo <= m <= hi for lo, hi in ranges)
 
 
@@ -110,8 +126,8 @@ def act_dtype(caps, x_dtype: torch.dtype) -> torch.dtype:
     return torch.float16
 
 
-def reason(caps, scheme, m: int) -> str:
-    ranges = m_ranges(caps, scheme)
+def reason(caps, scheme, m: int, n: int = 0, k: int = 0) -> str:
+    ranges = m_ranges(caps, scheme, n, k)
     native = native_refusal(caps, scheme)
     scale = ("per-token scales applied per output row in the fp32 epilogue (row_scale)"
              if scheme.act_scale.mode == "dynamic_token" else "the per-tensor scale in the fp32 epilogue")

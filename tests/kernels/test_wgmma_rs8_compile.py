@@ -112,25 +112,30 @@ def test_wide_form_compiles(a_type, group, act):
 
 
 def test_wide_form_selection(monkeypatch):
-    """256 tokens from WIDE_MIN_M with the producer warpgroup, 128 below or without it; the environment forces either;
-    asking for the wide form without the producer warpgroup is refused with the reason."""
+    """256 tokens from WIDE_MIN_M with the producer warpgroup where the wide blocks fill 3/4 of the SMs, 128 below or
+    without it; the environment forces either; asking for the wide form without the producer warpgroup is refused
+    with the reason."""
     from humming.core import planner_wgmma_rs8 as rs8
 
     caps = _caps()
-    lay = WgmmaRs8Layout("e4m3", 1024, 4096, 128)
+    sms = caps.limits.sms
+    big, small = WgmmaRs8Layout("e4m3", 28672, 4096, 128), WgmmaRs8Layout("e4m3", 8192, 4096, 128)
     monkeypatch.delenv(rs8.WIDE_ENV, raising=False)
-    assert plan_w4a8_wgmma_rs(caps, lay, rs8.WIDE_MIN_M - 1, "f16").tiles.bm == 128
-    assert plan_w4a8_wgmma_rs(caps, lay, rs8.WIDE_MIN_M, "f16").tiles.bm == 256
-    assert plan_w4a8_wgmma_rs(caps, lay, 4096, "f16", producer=False).tiles.bm == 128
+    assert plan_w4a8_wgmma_rs(caps, big, rs8.WIDE_MIN_M - 1, "f16").tiles.bm == 128
+    assert plan_w4a8_wgmma_rs(caps, big, rs8.WIDE_MIN_M, "f16").tiles.bm == 256  # 224 blocks
+    assert plan_w4a8_wgmma_rs(caps, small, 256, "f16").tiles.bm == 128  # 64 blocks: fewer than 3/4 of the SMs
+    assert plan_w4a8_wgmma_rs(caps, small, 512, "f16").tiles.bm == (256 if 128 >= 0.75 * sms else 128)
+    assert plan_w4a8_wgmma_rs(caps, small, 4096, "f16").tiles.bm == 256
+    assert plan_w4a8_wgmma_rs(caps, big, 4096, "f16", producer=False).tiles.bm == 128
     with pytest.raises(UnsupportedOnDevice, match="producer warpgroup"):
-        plan_w4a8_wgmma_rs(caps, lay, 4096, "f16", producer=False, tokens=256)
+        plan_w4a8_wgmma_rs(caps, big, 4096, "f16", producer=False, tokens=256)
     monkeypatch.setenv(rs8.WIDE_ENV, "128")
-    assert plan_w4a8_wgmma_rs(caps, lay, 4096, "f16").tiles.bm == 128
+    assert plan_w4a8_wgmma_rs(caps, big, 4096, "f16").tiles.bm == 128
     monkeypatch.setenv(rs8.WIDE_ENV, "256")
-    assert plan_w4a8_wgmma_rs(caps, lay, 128, "f16").tiles.bm == 256
+    assert plan_w4a8_wgmma_rs(caps, small, 128, "f16").tiles.bm == 256
     monkeypatch.setenv(rs8.WIDE_ENV, "192")
     with pytest.raises(ValueError, match="HUMMING_WGMMA_W4A8_RS_BT"):
-        plan_w4a8_wgmma_rs(caps, lay, 4096, "f16")
+        plan_w4a8_wgmma_rs(caps, big, 4096, "f16")
 
 
 def test_selection_default_from_m_128(monkeypatch):

@@ -21,7 +21,7 @@ def _default_thresholds(monkeypatch):
 
 
 @pytest.mark.parametrize("scheme,m,row_scale", [
-    ("w4a8-fp8", 1, True), ("w4a8-int8", 16, True), ("w4a8-fp8", 64, True), ("w4a8-fp8", 1024, True),
+    ("w4a8-fp8", 1, True), ("w4a8-int8", 16, True), ("w4a8-fp8", 64, True), ("w4a8-fp8", 128, True),
     ("w8a8-int8", 1, True),
     ("w8a8-fp8", 8, True), ("w8a8-fp8-tensor", 7, False), ("w4a8-mxfp4", 1, True),
 ])
@@ -44,15 +44,23 @@ def test_native_or_other_paths_stay(scheme, m):
 def test_ranges_per_profile_and_switch(monkeypatch):
     h200, a100 = api.resolve_profile("nvidia-h200"), api.resolve_profile("nvidia-a100")
     w4a8, w8a8 = humming.schemes.get("w4a8-fp8"), humming.schemes.get("w8a8-int8")
-    assert widen.m_ranges(h200, w4a8) == widen.DEFAULT_M_RANGES["wgmma"][("4bit", "fp8")]
+    # g128 int4 without zero points: the register-A W4A8 kernel takes it ("4bit-rs8"); groups of 64: "4bit"
+    assert widen.m_ranges(h200, w4a8, N, K) == widen.DEFAULT_M_RANGES["wgmma"][("4bit-rs8", "fp8")]
+    w4a8_g64 = w4a8.with_(group_size=64)
+    assert widen.m_ranges(h200, w4a8_g64, N, K) == widen.DEFAULT_M_RANGES["wgmma"][("4bit", "fp8")]
     assert widen.m_ranges(h200, w8a8) == widen.DEFAULT_M_RANGES["wgmma"][("8bit", "int8")]
     assert widen.m_ranges(a100, w8a8) == widen.DEFAULT_M_RANGES["mma_sync"][("8bit", "int8")]
     w4a8_int8 = humming.schemes.get("w4a8-int8")
-    assert widen.applies(h200, w4a8_int8, 2048, N, K) and not widen.applies(h200, w4a8_int8, 4096, N, K)
+    assert widen.applies(h200, w4a8_int8, 64, N, K) and not widen.applies(h200, w4a8_int8, 65, N, K)
+    assert not widen.applies(h200, w4a8_int8, 2048, N, K)
+    assert widen.applies(h200, w4a8_int8.with_(group_size=64), 2048, N, K)
     assert widen.applies(a100, w8a8, 8, N, K) and not widen.applies(a100, w8a8, 9, N, K)
-    assert widen.applies(h200, w4a8, 64, N, K) and not widen.applies(h200, w4a8, 128, N, K)
-    assert widen.applies(h200, w4a8, 1024, N, K) and widen.applies(h200, w4a8, 4096, N, K)
-    assert not widen.applies(h200, w4a8, 512, N, K)
+    assert widen.applies(h200, w4a8, 128, N, K) and not widen.applies(h200, w4a8, 129, N, K)
+    assert not widen.applies(h200, w4a8, 1024, N, K) and not widen.applies(h200, w4a8, 4096, N, K)
+    assert widen.applies(h200, w4a8_g64, 1024, N, K) and not widen.applies(h200, w4a8_g64, 512, N, K)
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS", "0")  # the register-A kernel off: the other 4-bit ranges
+    assert widen.m_ranges(h200, w4a8, N, K) == widen.DEFAULT_M_RANGES["wgmma"][("4bit", "fp8")]
+    monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS")
     assert widen.applies(a100, w4a8, 1 << 20, N, K)  # no fp8 tensor cores on the A100: the only path
     assert widen.describe_ranges(((1, 64), (1024, 2048))) == "M <= 64, M 1024-2048"
     assert widen.describe_ranges(((1, 64), (1024, widen.OPEN))) == "M <= 64, M >= 1024"
