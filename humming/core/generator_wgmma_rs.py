@@ -62,7 +62,11 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         raise ValueError(f"the register-A wgmma kernel cannot run this layout: {why}")
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=lay.decode, async_copy=True, caps=caps)
     tma = bool(t.bulk)  # the activations by TMA tensor copy (one thread, an mbarrier per slot) instead of cp.async
-    prelude = wgmma_rs_prelude(backend, request, t.bm, tensor_copy=tma, consumer_threads=256 if t.bulk == 2 else 0)
+    stagger = bool(t.stagger)
+    if stagger and (small or t.bulk != 2):
+        raise ValueError("the staggered start is an option of the two-warpgroup form with the producer warpgroup")
+    prelude = wgmma_rs_prelude(backend, request, t.bm, tensor_copy=tma, consumer_threads=256 if t.bulk == 2 else 0,
+                               stagger=stagger)
     s_group, z_group = lay.scale_group, lay.zero_group
     _, math, zero_decl = pair_decode(lay, bool(s_group), bool(z_group))
     # f16: odd pairs decoded in place as magic + 16 code (no shift; x 1/16 in the zero-point fma), X16_DECODE
@@ -121,6 +125,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         decode_body = _decode_pairs_x16(pick_code, bool(s_group)) if x16 else _decode_pairs(pick_code, math)
         fold_decl = fold_tail = ""
         mma_block = _PLAIN_MMA
+        if stagger:
+            mma_block = mma_block.replace("      wgmma_commit();\n", "      wgmma_commit();\n" + _STAGGER_GIVE)
         fence_acc = "wgmma_fence_operand(acc);"
         unroll = "2 * R"
     threads_line = ("constexpr int THREADS = 128;             // one warpgroup: the tile's 64 channels (one slab)" if small
@@ -195,6 +201,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         pdl_tail = ("  pdl_wait();  // the previous kernel's outputs (our activations) are visible; nothing was read or "
                     "written yet\n" + prologue)
         prologue = ""
+    stagger_take = _STAGGER_TAKE if stagger else ""
     release = ""
     block_sync = "__syncthreads"
     ws_threads = ""
@@ -262,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws else "T
     if (s < ktiles) {{
 {fetch("s", "s", "      ")}
     }}
-{pdl_tail}
+{pdl_tail}{stagger_take}
   for (int kb = 0; kb < ktiles; kb += U) {{
     #pragma unroll
     for (int u = 0; u < U; ++u) {{
@@ -442,6 +449,10 @@ def _decode_pairs(pick: str, math: str) -> str:
 
 
 # one stage's wgmmas into the accumulators (the prefill and the plain small-M form)
+_STAGGER_TAKE = ("\n  if (wg == 1) consumer_turn_take();  // start one wgmma group behind warpgroup 0, so that each decodes "
+                 "while the other's wgmmas run")
+_STAGGER_GIVE = "      if (wg == 0 && kt == 0) consumer_turn_give();  // warpgroup 1 may start\n"
+
 _PLAIN_MMA = """      wgmma_fence_operand(acc);
       wgmma_fence();               // the a[] registers and accumulators written above, before the wgmmas read them
       #pragma unroll

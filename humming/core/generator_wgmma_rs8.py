@@ -256,7 +256,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         raise ValueError(f"the register-A wgmma W4A8 kernel takes groups of 128 or per channel, not {lay.group}")
     per_channel = lay.group != 128
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
-    prelude = wgmma_rs8_prelude(backend, request, BT, producer=True, weights_by_bulk=True)
+    prelude = wgmma_rs8_prelude(backend, request, BT, producer=True, weights_by_bulk=True, stagger=bool(t.stagger))
     lo, hi = (e.replace("WORD", "wq[j >> 2][j & 3]") for e in _widen(lay.a_type))
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
@@ -277,7 +277,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         tensor_maps=("XMAP", f"activation codes [M, K]: boxes of {WIDE_BT} rows x 128 bytes, 128-byte swizzle"),
         block_threads="cfg::BLOCK_THREADS")
     stagger_take = stagger_give = ""
-    if t.fold:  # a staggered start: the warpgroups' wgmma chains alternate instead of running side by side
+    if t.stagger:  # a staggered start: the warpgroups' wgmma chains alternate instead of running side by side
         stagger_take = ("  if (wg == 1) consumer_turn_take();  // start one wgmma chain behind warpgroup 0, so that "
                         "each promotes while the other's wgmmas run\n")
         stagger_give = "\n      if (wg == 0 && kt == 0 && hv == 0) consumer_turn_give();  // warpgroup 1 may start"

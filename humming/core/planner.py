@@ -34,6 +34,8 @@ class TileConfig:
     bulk: int = 0  # stream path: 1 = weights, tables and activations reach a per-warp shared-memory ring of `stages`
     #                slots by bulk copy (TMA engine, mbarriers) instead of registers; register-A wgmma path: 1 = the
     #                activation stages arrive by TMA tensor copy instead of cp.async
+    stagger: int = 0  # warp-specialised register-A wgmma kernels: 1 = the second consumer warpgroup issues its first
+    #                   wgmmas after the first one's, so each promotes / decodes while the other's wgmmas run
 
     @property
     def threads(self) -> int:

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
 from humming.core.planner_wgmma_wna16 import wgmma_k16_form
-from humming.core.wgmma_common import declared_option, require_wgmma, threshold_from_env
+from humming.core.wgmma_common import STAGGER_ENV, declared_option, require_wgmma, stagger_wanted, threshold_from_env
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs"
@@ -186,7 +186,12 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
         reasons.append(f"a producer warpgroup ({WS_ENV}=0 turns it off; setmaxnreg 40, the consumers take 232) issues every tensor "
                        "copy into the slot the consumers released (EMPTY mbarriers); the two consumer warpgroups meet "
                        "only at the FULL mbarriers")
-    tiles = TileConfig(bt, BC, BK, stages, 1, 12 if producer_warp else 8, 1, bulk=2 if producer_warp else int(use_tma))
+    stagger = int(producer_warp and stagger_wanted())
+    if stagger:
+        reasons.append(f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
+                       "0's, so each decodes while the other's wgmmas run")
+    tiles = TileConfig(bt, BC, BK, stages, 1, 12 if producer_warp else 8, 1, bulk=2 if producer_warp else int(use_tma),
+                       stagger=stagger)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,

@@ -17,7 +17,7 @@ from dataclasses import replace
 from humming.core.layout_wgmma_rs8 import RS8_BK
 from humming.core.planner import Plan, TileConfig
 from humming.core.planner_wgmma import wgmma_form
-from humming.core.wgmma_common import declared_option, require_wgmma, threshold_from_env
+from humming.core.wgmma_common import STAGGER_ENV, declared_option, require_wgmma, stagger_wanted, threshold_from_env
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs8"
@@ -45,7 +45,6 @@ WIDE_ENV = "HUMMING_WGMMA_W4A8_RS_BT"  # "128" / "256": the token tile wherever 
 # M1024 749.5 -> 525.2, M4096 2964.4 -> 2159.5 (before the staggered start and the batched epilogue loads)
 WIDE_MIN_M = 256
 WIDE_MIN_FILL = 0.75  # wide blocks / SMs
-STAGGER_ENV = "HUMMING_WGMMA_W4A8_RS_STAGGER"  # "0": both consumer warpgroups start at once (TileConfig.fold = 0)
 
 
 def min_m() -> int | None:
@@ -135,7 +134,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
             f"the activations ({WIDE_BT} rows), bulk copies of the two slabs' codes and the stage's scales into the "
             "slot the consumers released (EMPTY mbarriers); the consumer warpgroups meet only at the FULL mbarriers",
         )
-        if os.environ.get(STAGGER_ENV, "1").strip() != "0":
+        if stagger_wanted():
             reasons += (f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
                         "0's, so each promotes while the other's wgmmas run",)
     else:
@@ -160,6 +159,6 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, BT, 32)), path=PATH, layout=layout,
         tiles=TileConfig(bt, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
-                         fold=int(bt == WIDE_BT and os.environ.get(STAGGER_ENV, "1").strip() != "0")),
+                         stagger=int(bt == WIDE_BT and stagger_wanted())),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, bt), reasons=reasons,
     )

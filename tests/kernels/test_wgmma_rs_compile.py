@@ -494,3 +494,32 @@ def test_prefill_form_producer_warpgroup(monkeypatch):
         assert max(int(v) for v in re.findall(r"(\d+) bytes spill stores", mod.log)) == 0, mod.log
         assert not re.search(r"C75\d\d", mod.log), mod.log
     assert "bar.sync 1, 256" in compile_cuda(src, [ws.kernel_name], "sm_90a", cache=False).ptx
+
+
+@pytest.mark.parametrize("stagger_env", ["", "0"])
+def test_two_warpgroup_form_staggered_start(stagger_env, monkeypatch):
+    """The two-warpgroup form with its producer warpgroup starts warpgroup 1 one wgmma group behind warpgroup 0
+    (TileConfig.stagger, named barrier 2: bar.arrive by warpgroup 0 after its first commit, bar.sync by warpgroup 1
+    before its loop); HUMMING_WGMMA_STAGGER=0 turns it off. It compiles without spills or serialized wgmmas; the small
+    form never staggers."""
+    if stagger_env:
+        monkeypatch.setenv("HUMMING_WGMMA_STAGGER", stagger_env)
+    else:
+        monkeypatch.delenv("HUMMING_WGMMA_STAGGER", raising=False)
+    try:
+        select_toolchain("sm_90a", None)
+    except UnsupportedOnDevice as exc:
+        pytest.skip(str(exc).splitlines()[0])
+    caps = api.resolve_profile(H200)
+    lay = layout_for(humming.schemes.get("w4a16"), 8192, 8192, "f16")
+    p = plan_wna16_wgmma_rs(caps, lay, 4096, "f16", scheme="w4a16")
+    on = stagger_env != "0"
+    assert p.tiles.bulk == 2 and p.tiles.stagger == int(on) and ("staggered start" in p.explain()) == on
+    src = api.source(p, caps)
+    assert ("if (wg == 1) consumer_turn_take();" in src) == on and ("consumer_turn_give();" in src) == on
+    mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
+    assert ("bar.arrive 2, 256" in mod.ptx) == on and ("bar.sync 2, 256" in mod.ptx) == on
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)]
+    assert spills and max(spills) == 0 and "serialized" not in mod.log, mod.log
+    small = plan_wna16_wgmma_rs(caps, lay, 32, "f16", scheme="w4a16")
+    assert small.tiles.stagger == 0

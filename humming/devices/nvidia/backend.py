@@ -810,7 +810,9 @@ def tcgen05_wna16_prelude(backend: NvidiaBackend, request: HelperRequest) -> str
 RS8_WIDE_EXTRA = r"""__device__ __forceinline__ float lds_f32(uint32_t addr) {
   float r; asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(r) : "r"(addr)); return r;
 }
-// named barrier 2 across the two consumer warpgroups: one arrives (no wait), the other waits for it
+"""
+
+CONSUMER_TURN = r"""// named barrier 2 across the two consumer warpgroups: one arrives (no wait), the other waits for it
 __device__ __forceinline__ void consumer_turn_give() { asm volatile("bar.arrive 2, 256;\n" ::: "memory"); }
 __device__ __forceinline__ void consumer_turn_take() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
 """
@@ -846,7 +848,7 @@ __device__ __forceinline__ uint32_t dq_raw_x16(uint32_t w) { return lop3_and_or(
 
 
 def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, tensor_copy: bool = False,
-                     consumer_threads: int = 0) -> str:
+                     consumer_threads: int = 0, stagger: bool = False) -> str:
     """Helpers of the register-A wgmma WnA16 kernel: copies, 16-bit pair arithmetic, the weight decode (dq_raw) of
     the mma.sync layout, fences and descriptors, the epilogue's staging stores and one m64n{n}k16 register-A step
     for the plan's activation type (request.mma, a wgmma f16/bf16 form); with ``tensor_copy`` the mbarriers and
@@ -866,6 +868,8 @@ def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, ten
         if request.caps is not None and not request.caps.memory.setmaxnreg:
             raise ValueError(f"{request.caps.name} does not declare setmaxnreg, which the producer warpgroup uses")
         parts.append(consumer_sync_helper(consumer_threads))
+    if stagger:  # the two consumer warpgroups' staggered start
+        parts.append(CONSUMER_TURN)
     return "\n".join(parts)
 
 
@@ -921,11 +925,11 @@ def consumer_sync_helper(consumer_threads: int) -> str:
 
 
 def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, producer: bool = False,
-                      weights_by_bulk: bool = False) -> str:
+                      weights_by_bulk: bool = False, stagger: bool = False) -> str:
     """Helpers of the register-A wgmma W4A8 kernel: copies, epilogue arithmetic, fences and descriptors, the
     epilogue's staging stores, the int4 widenings of the W4A8 kernels and one m64n{n}k32 register-A step for the
     plan's 8-bit operand type (request.mma, a wgmma e4m3/s8 form); with ``weights_by_bulk`` (the wide form) the
-    bulk copy, a 32-bit shared load of a float and the consumers' turn barrier."""
+    bulk copy and a 32-bit shared load of a float; with ``stagger`` the consumers' turn barrier."""
     if request.mma.family != "wgmma" or request.mma.a_type not in ("s8", "e4m3"):
         raise ValueError(f"wgmma_rs8_prelude needs a wgmma s8/e4m3 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
@@ -940,4 +944,6 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
         if not producer:
             raise ValueError("the weights arrive by bulk copy only with the producer warpgroup")
         parts += [BULK_G2S, RS8_WIDE_EXTRA]
+    if stagger:  # the consumers' staggered start
+        parts.append(CONSUMER_TURN)
     return "\n".join(parts)
