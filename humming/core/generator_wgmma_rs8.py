@@ -195,7 +195,7 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
 {final}
   {sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
 
-{_EPILOGUE}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
+{_epilogue(False)}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
 
 
 # the activation copies of the lock-step kernel: every thread copies its chunks of each stage with cp.async
@@ -213,23 +213,32 @@ _CP_ASYNC_LOADS = """  // activations: thread tid copies chunk tid % 8 (16 k) of
   };"""
 
 
+# the token scales of the narrow form's epilogue: loaded from global memory, every load issued before any use
+_TS_GLOBAL = """  float ts[BT / 4];     // the scales of the thread's tokens 8 (i / 2) + 2 q + i % 2: every load issued before any use
+  #pragma unroll
+  for (int i = 0; i < BT / 4; ++i) {
+    const int tok = m0 + 8 * (i >> 1) + 2 * q + (i & 1);
+    ts[i] = (TS && tok < M) ? scale * load_f32(TS + tok) : scale;
+  }
+"""
+# ... and the wide form's: a producer warp wrote the block's (times the device scalar and out_scale) into shared memory
+_TS_SHARED = """  mbar_wait(xbar0 + 8 * (2 * STAGES), 0);   // the producer warp's token scales are in shared memory
+  float ts[BT / 4];     // the scales of the thread's tokens 8 (i / 2) + 2 q + i % 2
+  #pragma unroll
+  for (int i = 0; i < BT / 4; ++i) ts[i] = lds_f32(t0 + (8 * (i >> 1) + 2 * q + (i & 1)) * 4);
+"""
+
+
 # the epilogue: facc[4j + 2h + e] (j < BT / 8; the wide form's two halves are j < 16 and j >= 16) -> the staging tile
 _EPILOGUE = """  // facc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
-  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
-  float cs[2], bs[2];   // the thread's two channels' weight scale and bias
+{scale_line}  float cs[2], bs[2];   // the thread's two channels' weight scale and bias
   #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int ch = wg * 64 + w * 16 + 8 * h + g;
     cs[h] = CS ? load_f32(CS + n0 + ch) : 1.0f;
     bs[h] = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
   }
-  float ts[BT / 4];     // the scales of the thread's tokens 8 (i / 2) + 2 q + i % 2: every load issued before any use
-  #pragma unroll
-  for (int i = 0; i < BT / 4; ++i) {
-    const int tok = m0 + 8 * (i >> 1) + 2 * q + (i & 1);
-    ts[i] = (TS && tok < M) ? scale * load_f32(TS + tok) : scale;
-  }
-  #pragma unroll
+{ts_block}  #pragma unroll
   for (int j = 0; j < BT / 8; ++j) {
     #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -257,7 +266,17 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     per_channel = lay.group != 128
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
     prelude = wgmma_rs8_prelude(backend, request, BT, producer=True, weights_by_bulk=True, stagger=bool(t.stagger))
-    lo, hi = (e.replace("WORD", "wq[j >> 2][j & 3]") for e in _widen(lay.a_type))
+    if lay.a_type == "e4m3":  # the lookup tables stay in registers (else every byte permute rebuilds its table)
+        lo, hi = ("int4n4_to_e4m3x4_t(wq[j >> 2][j & 3], lp0, lp1, ln0, ln1)",
+                  "int4n4_to_e4m3x4_t(wq[j >> 2][j & 3] >> 16, lp0, lp1, ln0, ln1)")
+        luts = ("  // the widening's lookup tables (int4n4_to_e4m3x4), in registers: ktiles >> 30 is 0 for any K here, but\n"
+                "  // not known to the compiler, so the tables are computed once instead of rematerialized per use\n"
+                "  const uint32_t keep = (uint32_t)(ktiles >> 30);\n"
+                "  const uint32_t lp0 = 0x44403800u + keep, lp1 = 0x4E4C4A48u + keep;   // 0 1 2 3 | 4 5 6 7\n"
+                "  const uint32_t ln0 = 0xCACCCED0u + keep, ln1 = 0xB8C0C4C8u + keep;   // -8 -7 -6 -5 | -4 -3 -2 -1\n")
+    else:
+        lo, hi = (e.replace("WORD", "wq[j >> 2][j & 3]") for e in _widen(lay.a_type))
+        luts = ""
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
         scale_decl = ("  // per-channel scales: this lane's two channels, once\n"
@@ -312,8 +331,9 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
   const int ktiles = K / BK;
   const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;   // STAGES activation slots (then the staging tile)
   const uint32_t w0 = x0 + STAGES * X_BYTES, s0 = w0 + STAGES * W_BYTES;   // code slots, scale slots
+  const uint32_t t0 = s0 + STAGES * S_BYTES;                       // the block's BT token scales (fp32)
 
-  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
+  __shared__ __align__(8) uint64_t xbar[2 * STAGES + 1];  // FULL[STAGES], EMPTY[STAGES], then the token scales'
   const uint32_t xbar0 = smem_u32(xbar);
   if (tid == 0) {{
     #pragma unroll
@@ -321,6 +341,7 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
       mbar_init(xbar0 + 8 * s, 1);
       mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
     }}
+    mbar_init(xbar0 + 8 * (2 * STAGES), 32);
     mbar_init_fence();
   }}
   __syncthreads();
@@ -339,6 +360,14 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
         bulk_copy_g2s(w0 + s * W_BYTES, codes + (size_t)kt * SLAB_BYTES, SLAB_BYTES, full);
         bulk_copy_g2s(w0 + s * W_BYTES + SLAB_BYTES, codes + ((size_t)ktiles + kt) * SLAB_BYTES, SLAB_BYTES, full);{scale_copy}
       }}
+    }} else if (warp == THREADS / 32 + 1) {{  // the next warp: the epilogue's token scales, off its critical path
+      const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+      #pragma unroll
+      for (int i = lane; i < BT; i += 32) {{
+        const int tok = m0 + i;
+        sts_f32(t0 + i * 4, (TS && tok < M) ? scale * load_f32(TS + tok) : scale);
+      }}
+      mbar_arrive(xbar0 + 8 * (2 * STAGES));  // release: the stores above are visible to whoever waits
     }}
     return;
   }}
@@ -346,7 +375,7 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
 
   const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the block: tab and tab + 8
   const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16;   // its words 4 hf + jj: + hf * 512 in a slot
-{scale_decl}  float facc[BT / 2];     // [half][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
+{scale_decl}{luts}  float facc[BT / 2];     // [half][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
   wg_acc_t part[WG_ACC_REGS];
   #pragma unroll
   for (int i = 0; i < BT / 2; ++i) facc[i] = 0.0f;
@@ -355,7 +384,7 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
 
 {stagger_take}{main_loop}  consumer_sync();                 // all wgmmas done: the activation slots become the staging tile
 
-{_EPILOGUE}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
+{_epilogue(True)}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
 
 
 def _wide_promote(to_f32: str) -> str:
@@ -402,3 +431,8 @@ _WIDE_LOOP = """  #pragma unroll 1
     }}
   }}
 """
+
+
+def _epilogue(wide: bool) -> str:
+    scale_line = "" if wide else "  const float scale = GS ? out_scale * load_f32(GS) : out_scale;\n"
+    return _EPILOGUE.replace("{scale_line}", scale_line).replace("{ts_block}", _TS_SHARED if wide else _TS_GLOBAL)

@@ -124,6 +124,12 @@ def _token_tile(m: int, n: int, sms: int, cands: list[int], reasons: list[str]) 
     return bt
 
 
+# the staggered start from this M: measured on the H200 (2026-11-30, bench_wna16, us, off -> on): 8192x8192 M4096
+# 909.6 -> 846.9, 28672x8192 M1024 746.2 -> 659.1, M512 404.1 -> 377.5; but 8192x8192 M256 58.3 -> 63.0 and 4096x14336
+# M512 96.0 -> 105.0 (few blocks per SM there), the rest within noise
+STAGGER_MIN_M = 1024
+
+
 def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None,
                         splits: int | None = None, stages: int | None = None, fold: int = 0,
                         small: bool | None = None, tma: bool | None = None) -> Plan:
@@ -186,7 +192,7 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
         reasons.append(f"a producer warpgroup ({WS_ENV}=0 turns it off; setmaxnreg 40, the consumers take 232) issues every tensor "
                        "copy into the slot the consumers released (EMPTY mbarriers); the two consumer warpgroups meet "
                        "only at the FULL mbarriers")
-    stagger = int(producer_warp and stagger_wanted())
+    stagger = int(producer_warp and stagger_wanted() and m >= STAGGER_MIN_M)
     if stagger:
         reasons.append(f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
                        "0's, so each decodes while the other's wgmmas run")

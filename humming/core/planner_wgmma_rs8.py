@@ -57,10 +57,11 @@ def enabled() -> bool:
 
 
 def smem_bytes(stages: int, tokens: int = BT) -> int:
-    """STAGES activation tiles (tokens x 128 B; the wide form adds each stage's weight codes and scales) and 1 KiB
-    of alignment; the staging tile reuses the activation tiles."""
-    extra = W_BYTES + S_BYTES if tokens == WIDE_BT else 0
-    return stages * (tokens * BK + extra) + 1024
+    """STAGES activation tiles (tokens x 128 B; the wide form adds each stage's weight codes and scales, and the
+    block's token scales) and 1 KiB of alignment; the staging tile reuses the activation tiles."""
+    if tokens == WIDE_BT:  # and the block's token scales
+        return stages * (tokens * BK + W_BYTES + S_BYTES) + tokens * 4 + 1024
+    return stages * tokens * BK + 1024
 
 
 def token_tile(m: int, producer: bool, n: int = 0, sms: int = 0) -> int:

@@ -101,7 +101,9 @@ def test_wide_form_compiles(a_type, group, act):
     assert len(rs) == 8 == ptx.count("wgmma.mma_async")  # 4 k32 steps x 2 token halves
     bulk = ptx.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes")
     assert bulk == (3 if group else 2), bulk  # two slabs of codes (+ the group scales)
-    assert ("ld.shared.f32" in ptx) == bool(group)
+    assert "st.shared.f32" in ptx and "ld.shared.f32" in ptx  # the token scales through shared memory (+ group scales)
+    if a_type == "e4m3":  # the widening's tables are computed once, not rebuilt per byte permute
+        assert "int4n4_to_e4m3x4_t(" in src and "const uint32_t keep = (uint32_t)(ktiles >> 30);" in src
     for ins in ("cp.async.bulk.tensor.2d", "setmaxnreg.inc.sync.aligned.u32 232", "bar.sync 1, 256",
                 "ld.shared.v4.u32", "fence.proxy.async.shared::cta", "st.global.v4.u32"):
         assert ins in ptx, ins

@@ -810,6 +810,14 @@ def tcgen05_wna16_prelude(backend: NvidiaBackend, request: HelperRequest) -> str
 RS8_WIDE_EXTRA = r"""__device__ __forceinline__ float lds_f32(uint32_t addr) {
   float r; asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(r) : "r"(addr)); return r;
 }
+__device__ __forceinline__ void sts_f32(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;\n" :: "r"(addr), "f"(v) : "memory");
+}
+// int4n4_to_e4m3x4 with its four lookup tables in registers the caller keeps (p0 p1: 0..7, n0 n1: -8..-1)
+__device__ __forceinline__ uint32_t int4n4_to_e4m3x4_t(uint32_t w, uint32_t p0, uint32_t p1, uint32_t n0, uint32_t n1) {
+  const uint32_t sel = w & 0x7777u;
+  return prmt_b32(prmt_b32(p0, p1, sel), prmt_b32(n0, n1, sel), ((w >> 1) & 0x4444u) | 0x3210u);
+}
 """
 
 CONSUMER_TURN = r"""// named barrier 2 across the two consumer warpgroups: one arrives (no wait), the other waits for it
