@@ -25,14 +25,13 @@ ENV = "HUMMING_ACT_WIDEN"  # "0": never; "1": at every M; unset: the M ranges of
 # M ranges that take the widened path by default, for profiles whose native 8-bit kernels are wgmma (measured on the
 # H200, 2026-11-30, docs/performance.md) and for the others (mma.sync 8-bit kernels: decode sizes only, where the
 # stream kernel's weight bandwidth decides); keyed by (weight width class, activation class). "4bit-rs8": int4
-# weights the register-A W4A8 kernel takes (groups of 128 or per channel, no zero points; its wide form from M 256):
-# widened 1.3-2.8x faster at M <= 64, and at M = 128 for fp8 on 8192x8192 (48.7 vs 62.7 us; a tie on 28672x8192,
-# while the native int8 kernel is 13% faster there); the native kernel 1.2-1.4x faster from M = 256 (wide form).
-# "4bit": other 4-bit layouts (the warp-specialised wgmma W4A8 kernel): widened 1.3-2.8x faster at M <= 64 and
-# 4-15% at M >= 1024 (fp8; int8 up to M = 2048). W8A8 (8-bit weights): widened faster up to M = 8 only.
+# weights the register-A W4A8 kernel takes (groups of 128 or per channel, no zero points): the ranges of
+# ``rs8_ranges`` (M <= 64, and where that kernel's blocks would not fill the SMs); the entry here holds where N is not
+# known. "4bit": other 4-bit layouts (the warp-specialised wgmma W4A8 kernel): widened 1.3-2.8x faster at M <= 64
+# and 4-15% at M >= 1024 (fp8; int8 up to M = 2048). W8A8 (8-bit weights): widened faster up to M = 8 only.
 OPEN = 1 << 30  # no upper bound
 DEFAULT_M_RANGES = {
-    "wgmma": {("4bit-rs8", "fp8"): ((1, 128),), ("4bit-rs8", "int8"): ((1, 64),),
+    "wgmma": {("4bit-rs8", "fp8"): ((1, 64),), ("4bit-rs8", "int8"): ((1, 64),),
               ("4bit", "fp8"): ((1, 64), (1024, OPEN)), ("4bit", "int8"): ((1, 64), (1024, 2048)),
               ("8bit", "fp8"): ((1, 8),), ("8bit", "int8"): ((1, 8),)},
     "mma_sync": {("4bit", "fp8"): ((1, 16),), ("4bit", "int8"): ((1, 16),),
@@ -84,8 +83,25 @@ def m_ranges(caps, scheme, n: int = 0, k: int = 0) -> tuple[tuple[int, int], ...
     family = "wgmma" if caps.find_mma(family="wgmma") else "mma_sync"
     width = "8bit" if int(get_format(scheme.weight).bits) > 4 else "4bit"
     if family == "wgmma" and width == "4bit" and _register_a_w4a8(caps, scheme, n, k):
-        width = "4bit-rs8"
+        return rs8_ranges(caps, n)
     return DEFAULT_M_RANGES[family][(width, "int8" if scheme.act == "int8" else "fp8")]
+
+
+RS8_MIN_FILL = 0.75  # the register-A W4A8 kernel's 128 x 128 blocks per SM below which the widened path takes over
+
+
+def rs8_ranges(caps, n: int) -> tuple[tuple[int, int], ...]:
+    """Where int4 weights of the register-A W4A8 kernel take the widened path: M <= 64, and every M whose 128-token x
+    128-channel blocks (that kernel has no split-K) fill fewer than RS8_MIN_FILL of the SMs. Measured on the H200
+    (2026-11-30, W4A8-FP8 native / widened, us): 8192x8192 M128 (64 blocks) 57.8 / 48.7, M256 (128) 59.0 / 66.0;
+    28672x8192 M128 (224) 116.7 / 123.5; 4096x14336 M128 (32) 92.2 / 47.4, M256 (64) 94.2 / 76.2, M512 (128) 99.1 /
+    109.1; W4A8-INT8 alike (8192x8192 M128 52.0 / 47.9, 28672x8192 M128 104.3 / 123.8)."""
+    sms = caps.limits.sms or 0
+    tiles = n // 128
+    if not (sms and tiles):
+        return DEFAULT_M_RANGES["wgmma"][("4bit-rs8", "fp8")]
+    token_tiles = max(0, -(-int(RS8_MIN_FILL * sms) // tiles) - 1)  # most 128-token tiles with blocks < the fill
+    return ((1, max(64, 128 * token_tiles)),)
 
 
 def _register_a_w4a8(caps, scheme, n: int, k: int) -> bool:

@@ -33,7 +33,7 @@ def test_widened_plans_on_h200(scheme, m, row_scale):
     assert p.to_dict().get("row_scale", False) == row_scale
 
 
-@pytest.mark.parametrize("scheme,m", [("w4a8-int8", 4096), ("w4a8-int8", 128), ("w8a8-fp8", 16), ("w8a8-int8", 1024),
+@pytest.mark.parametrize("scheme,m", [("w4a8-int8", 4096), ("w4a8-int8", 256), ("w8a8-fp8", 16), ("w8a8-int8", 1024),
                                       ("w8a8-fp8-block", 1), ("w4a4-nvfp4", 1), ("mxfp8", 1)])
 def test_native_or_other_paths_stay(scheme, m):
     p = humming.plan(scheme, m, N, K, profile="nvidia-h200")
@@ -45,13 +45,15 @@ def test_ranges_per_profile_and_switch(monkeypatch):
     h200, a100 = api.resolve_profile("nvidia-h200"), api.resolve_profile("nvidia-a100")
     w4a8, w8a8 = humming.schemes.get("w4a8-fp8"), humming.schemes.get("w8a8-int8")
     # g128 int4 without zero points: the register-A W4A8 kernel takes it ("4bit-rs8"); groups of 64: "4bit"
-    assert widen.m_ranges(h200, w4a8, N, K) == widen.DEFAULT_M_RANGES["wgmma"][("4bit-rs8", "fp8")]
+    assert widen.m_ranges(h200, w4a8, N, K) == widen.rs8_ranges(h200, N) == ((1, 128),)  # 64 blocks per 128 tokens
+    # the register-A kernel's blocks fill 3/4 of the SMs: at once on 28672 channels, from 4 token tiles on 4096
+    assert widen.rs8_ranges(h200, 28672) == ((1, 64),) and widen.rs8_ranges(h200, 4096) == ((1, 384),)
     w4a8_g64 = w4a8.with_(group_size=64)
     assert widen.m_ranges(h200, w4a8_g64, N, K) == widen.DEFAULT_M_RANGES["wgmma"][("4bit", "fp8")]
     assert widen.m_ranges(h200, w8a8) == widen.DEFAULT_M_RANGES["wgmma"][("8bit", "int8")]
     assert widen.m_ranges(a100, w8a8) == widen.DEFAULT_M_RANGES["mma_sync"][("8bit", "int8")]
     w4a8_int8 = humming.schemes.get("w4a8-int8")
-    assert widen.applies(h200, w4a8_int8, 64, N, K) and not widen.applies(h200, w4a8_int8, 65, N, K)
+    assert widen.applies(h200, w4a8_int8, 128, N, K) and not widen.applies(h200, w4a8_int8, 129, N, K)
     assert not widen.applies(h200, w4a8_int8, 2048, N, K)
     assert widen.applies(h200, w4a8_int8.with_(group_size=64), 2048, N, K)
     assert widen.applies(a100, w8a8, 8, N, K) and not widen.applies(a100, w8a8, 9, N, K)
