@@ -34,7 +34,6 @@ are unused), so the same launcher and the same prepared weights (humming.core.la
 from __future__ import annotations
 
 import os
-
 from math import lcm
 
 from humming.core.generator import _c, gs_epilogue_parts, pair_decode
