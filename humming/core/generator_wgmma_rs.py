@@ -33,7 +33,6 @@ are unused), so the same launcher and the same prepared weights (humming.core.la
 """
 from __future__ import annotations
 
-import os
 from math import lcm
 
 from humming.core.generator import _c, gs_epilogue_parts, pair_decode
@@ -129,11 +128,11 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         if stagger:
             mma_block = mma_block.replace("      wgmma_commit();\n", "      wgmma_commit();\n" + _STAGGER_GIVE)
         fence_acc = "wgmma_fence_operand(acc);"
-        unroll = "4 * R" if not small and os.environ.get("HUMMING_EXPERIMENT_RS_TRIP") == "4" else "2 * R"
+        unroll = "2 * R"
     threads_line = ("constexpr int THREADS = 128;             // one warpgroup: the tile's 64 channels (one slab)" if small
                     else "constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile")
     bounds = (4 if t.bm <= 64 else 3) if small else 1  # blocks per SM the registers must allow
-    unroll_n = {"2 * R": 2, "4 * R": 4}[unroll] * (pf + 1) if unroll.endswith("* R") else int(unroll)
+    unroll_n = 2 * (pf + 1) if unroll == "2 * R" else int(unroll)
     if const_slots and unroll_n % t.stages == 0:  # constant slots (kb is a multiple of the trip, hence of STAGES)
         kt_slot, next_slot = "(u % STAGES)", "((u + LOOKAHEAD) % STAGES)"
     else:
