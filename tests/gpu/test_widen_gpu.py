@@ -63,8 +63,8 @@ def test_default_rule_keeps_native_kernels_outside_the_ranges(monkeypatch):
     """Without the variable: W4A8 at M=1 widened; at an M outside DEFAULT_M_RANGES the native 8-bit kernel runs."""
     monkeypatch.delenv(widen.ENV, raising=False)
     caps = api.resolve_profile(None)
-    ranges = widen.m_ranges(caps, humming.schemes.get("w4a8-fp8"))
     n, k = 512, 2048
+    ranges = widen.m_ranges(caps, humming.schemes.get("w4a8-fp8"), n, k)  # the ranges of this N (and K)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a8-fp8")
     humming.gemm(torch.randn(1, k, device="cuda", dtype=torch.float16), qw)
     assert "_humming_weight_only" in qw.__dict__
