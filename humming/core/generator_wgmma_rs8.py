@@ -33,6 +33,14 @@ def _widen(a_type: str) -> tuple[str, str]:
     return "int4n4_to_e4m3x4(WORD)", "int4n4_to_e4m3x4(WORD >> 16)"
 
 
+def _channel_scales(at: str) -> tuple[str, str]:
+    """Per-channel scales: the declaration loading this lane's two channels' (at ``at`` and 8 channels on) once, and
+    the per-stage pick of them."""
+    return (f"  // per-channel scales: this lane's two channels, once\n"
+            f"  const float s_lo = load_f32({at}), s_hi = load_f32({at} + 8);\n",
+            "const float sc0 = s_lo, sc1 = s_hi;")
+
+
 def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
     from humming.devices.nvidia.backend import wgmma_rs8_prelude
 
@@ -57,10 +65,8 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
     hi = hi.replace("WORD", "wq[s][j >> 2][j & 3]")
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
-        scale_decl = ("  // per-channel scales: this lane's two channels, once\n"
-                      "  const float s_lo = load_f32(S + tab), s_hi = load_f32(S + tab + 8);\n")
+        scale_decl, scale_pick = _channel_scales("S + tab")
         scale_fetch = ""
-        scale_pick = "const float sc0 = s_lo, sc1 = s_hi;"
     else:
         scale_decl = "  float sq[R][2];  // group scales of the stages in flight: this lane's two channels\n"
         scale_fetch = ("{ const float* sp = S + (size_t)(ATOM) * N + tab; "
@@ -126,17 +132,8 @@ constexpr int STAGE_WORDS = 4 * 256;     // 32-bit words of one 64-channel x 128
 constexpr int OUT_LD = BC + {OUT_PAD};         // staging pitch (16-bit values)
 static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
 static_assert(WG_ACC_REGS == BT / 2, "m64nBT accumulators: BT/2 registers per thread");
-static_assert(BT * OUT_LD * 2 <= STAGES * X_BYTES, "the staging tile fits in the activation slots");
-static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
-}}
-
-{params}  using namespace cfg;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
-  const int g = lane >> 2, q = lane & 3;
-  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;
-  const int ktiles = K / BK;
-  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel slab
+{_CFG_END}
+{params}{_BLOCK_HEAD}  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel slab
   const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;         // STAGES activation slots, then the staging tile
 
 {load_code}
@@ -196,6 +193,20 @@ static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
   {sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
 
 {_epilogue(False)}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
+
+
+# the end of both forms' cfg namespace and the start of their kernel body (block coordinates, the lane's fragment row)
+_CFG_END = """static_assert(BT * OUT_LD * 2 <= STAGES * X_BYTES, "the staging tile fits in the activation slots");
+static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
+}
+"""
+_BLOCK_HEAD = """  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
+  const int g = lane >> 2, q = lane & 3;
+  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;
+  const int ktiles = K / BK;
+"""
 
 
 # the activation copies of the lock-step kernel: every thread copies its chunks of each stage with cp.async
@@ -279,9 +290,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         luts = ""
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
-        scale_decl = ("  // per-channel scales: this lane's two channels, once\n"
-                      "  const float s_lo = load_f32(S + n0 + tab), s_hi = load_f32(S + n0 + tab + 8);\n")
-        scale_pick = "const float sc0 = s_lo, sc1 = s_hi;"
+        scale_decl, scale_pick = _channel_scales("S + n0 + tab")
         scale_copy = ""
         tx = "X_BYTES + W_BYTES"
     else:
@@ -319,17 +328,8 @@ constexpr int OUT_LD = BC + {OUT_PAD};         // staging pitch (16-bit values)
 static_assert(W_BYTES == 2 * SLAB_BYTES, "two slabs per block");
 static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
 static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per thread");
-static_assert(BT * OUT_LD * 2 <= STAGES * X_BYTES, "the staging tile fits in the activation slots");
-static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
-}}
-
-{params}  using namespace cfg;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
-  const int g = lane >> 2, q = lane & 3;
-  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;
-  const int ktiles = K / BK;
-  const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;   // STAGES activation slots (then the staging tile)
+{_CFG_END}
+{params}{_BLOCK_HEAD}  const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;   // STAGES activation slots (then the staging tile)
   const uint32_t w0 = x0 + STAGES * X_BYTES, s0 = w0 + STAGES * W_BYTES;   // code slots, scale slots
   const uint32_t t0 = s0 + STAGES * S_BYTES;                       // the block's BT token scales (fp32)
 
