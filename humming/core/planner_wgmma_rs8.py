@@ -129,8 +129,9 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
             f"tile {BC} channels x {WIDE_BT} tokens x {BK} k: 2 warpgroups x 2 halves x m64n128k32, {stages} slots "
             f"of activations, weight codes and group scales, {smem_bytes(stages, bt) // 1024} KiB of "
             f"{limit // 1024} KiB shared memory",
-            "epilogue: per-token activation scale, bias per channel, the tile transposed through shared memory, "
-            "16-byte stores of whole token rows; no split-K",
+            "epilogue: per-token activation scale (the block's, staged in shared memory by a producer warp during "
+            "the main loop), bias per channel, the tile transposed through shared memory, 16-byte stores of whole "
+            "token rows; no split-K",
             f"a producer warpgroup (setmaxnreg 40; the consumers take 232) issues per stage one TMA tensor copy of "
             f"the activations ({WIDE_BT} rows), bulk copies of the two slabs' codes and the stage's scales into the "
             "slot the consumers released (EMPTY mbarriers); the consumer warpgroups meet only at the FULL mbarriers",
