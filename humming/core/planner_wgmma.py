@@ -49,6 +49,15 @@ def _tma_wanted(caps, tma: bool | None, fp8_promoted: bool) -> bool:
         f"{caps.name} does not declare tma, mbarrier and setmaxnreg (the TMA kernel)")
 
 
+def _most_stages(fewest: int, smem_of, limit: int, refusal: str, most: int = 6) -> tuple[int, int]:
+    """The most stages (most .. fewest) whose shared memory ``smem_of(stages)`` fits ``limit``, and that size;
+    UnsupportedOnDevice(``refusal``) when not even ``fewest`` fit."""
+    stages = next((s for s in range(most, fewest - 1, -1) if smem_of(s) <= limit), None)
+    if stages is None:
+        raise UnsupportedOnDevice(refusal)
+    return stages, smem_of(stages)
+
+
 def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", tma: bool | None = None) -> Plan:
     """Plan the wgmma W8A8 kernel for ``layout`` (a ``WgmmaW8A8Layout``), or UnsupportedOnDevice / ShapeError
     naming what is missing. ``tma``: the warp-specialised kernel whose producer brings both tiles in by TMA tensor
@@ -81,20 +90,17 @@ def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", tma: bool 
                        "accumulator for the whole K")
     bn = choose_tile_width(m, n, BM, sms, bns, reasons)
     if _tma_wanted(caps, tma, (promote or block) and a_type in ("e4m3", "e5m2")):
-        stages = next((s for s in range(6, 1, -1) if tma_smem_bytes(s, bn) <= limit), None)
-        if stages is None:
-            raise UnsupportedOnDevice(f"no TMA wgmma tile 128x{bn}x128 with 2 slots fits {caps.name}'s {limit} B")
-        smem = tma_smem_bytes(stages, bn)
+        stages, smem = _most_stages(2, lambda s: tma_smem_bytes(s, bn), limit,
+                                    f"no TMA wgmma tile 128x{bn}x128 with 2 slots fits {caps.name}'s {limit} B")
         tile = (f"tile {BM}x{bn}x{BK}, warp-specialised: one producer warpgroup (its thread 0 issues a TMA "
                 f"tensor copy of each operand tile per stage into {stages} slots, FULL/EMPTY mbarriers), two "
                 f"consumer warpgroups x m64n{bn}k32 that meet only at the mbarriers, so one promotes while "
                 f"the other's wgmmas run; {smem // 1024} KiB of {limit // 1024} KiB shared memory")
         tiles = TileConfig(BM, bn, BK, stages, TMA_THREADS // 32, 1, 1, bulk=1)
     else:
-        stages = next((s for s in range(6, 2, -1) if wgmma_smem_bytes(bn, s) <= limit), None)
-        if stages is None:
-            raise UnsupportedOnDevice(f"no wgmma tile 128x{bn}x128 with 3 stages fits {caps.name}'s {limit} B of shared memory")
-        smem = wgmma_smem_bytes(bn, stages)
+        stages, smem = _most_stages(3, lambda s: wgmma_smem_bytes(bn, s), limit,
+                                    f"no wgmma tile 128x{bn}x128 with 3 stages fits {caps.name}'s {limit} B of "
+                                    "shared memory")
         tile = (f"tile {BM}x{bn}x{BK}: 2 warpgroups x m64n{bn}k32, 4 k32 steps per stage; {stages} stages "
                 f"(cp.async, {stages - 2} in flight + 1 stage under wgmma), "
                 f"{smem // 1024} KiB of {limit // 1024} KiB shared memory")

@@ -32,6 +32,25 @@ def biased_weight(scheme, n: int, k: int, dtype, seed: int):
     return humming.quantize(torch.randn(n, k, device="cuda") * 0.05, sch, bias=bias)
 
 
+def fresh_gemm(qw, m: int, k: int, dtype):
+    """``humming.gemm`` on fresh random activations [m, k] of ``dtype``, synchronized: (activations, output)."""
+    import humming
+
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    out = humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    return x, out
+
+
+def launch_spec(qw, kind: str, dtype, m: int):
+    """The launch spec of M on ``qw``'s prepared handle of ``kind`` (e.g. "w8a8-wgmma", "w4a8-wgmma-rs8") for
+    activations of ``dtype``."""
+    from humming import api
+
+    handle = next(v for key, v in qw.__dict__["_humming_prepared"].items() if key[0] == kind and key[1] == dtype)
+    return api._registry[handle].launches[m]
+
+
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     return float((out - ref).norm() / ref.norm().clamp_min(1e-30))

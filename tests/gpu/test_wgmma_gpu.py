@@ -7,7 +7,7 @@ import torch
 import humming
 from humming import api
 
-from .conftest import biased_weight, rel_error
+from .conftest import biased_weight, fresh_gemm, rel_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
@@ -37,9 +37,7 @@ def test_wgmma_w8a8(scheme, dtype, n, k, monkeypatch):
     monkeypatch.setenv(api.WGMMA_ENV, "1")
     qw = biased_weight(scheme, n, k, dtype, n + k + len(scheme))
     for m in MS:
-        x = torch.randn(m, k, device="cuda", dtype=dtype)
-        out = humming.gemm(x, qw)
-        torch.cuda.synchronize()
+        x, out = fresh_gemm(qw, m, k, dtype)
         p = _wgmma_plan(qw, dtype, caps, m)
         assert p.family == "wgmma" and p.kernel_name.startswith("hm_w8a8_wgmma_"), p.explain()
         assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
@@ -126,9 +124,7 @@ def test_wgmma_w4a8(scheme, dtype, n, k, monkeypatch):
     monkeypatch.setenv(api.WGMMA_ENV, "1")
     qw = biased_weight(_w4a8_scheme(scheme), n, k, dtype, n + k + len(scheme))
     for m in W4A8_MS:
-        x = torch.randn(m, k, device="cuda", dtype=dtype)
-        out = humming.gemm(x, qw)
-        torch.cuda.synchronize()
+        x, out = fresh_gemm(qw, m, k, dtype)
         p = _wgmma_plan(qw, dtype, caps, m)
         assert p.family == "wgmma" and p.kernel_name.startswith("hm_w4a8_wgmma_"), p.explain()
         assert p.layout.group == qw.scheme.weight_scale.group_size

@@ -8,7 +8,7 @@ import humming
 from humming import api
 from humming.core.planner_wgmma_rs8 import ENV, PATH
 
-from .conftest import graph_replay_error, rel_error
+from .conftest import fresh_gemm, graph_replay_error, launch_spec, rel_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
@@ -44,12 +44,8 @@ def test_wgmma_rs8_w4a8(name, group, dtype, n, k, monkeypatch):
     bias = torch.randn(n, device="cuda", dtype=dtype)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
     for m in MS:
-        x = torch.randn(m, k, device="cuda", dtype=dtype)
-        out = humming.gemm(x, qw)
-        torch.cuda.synchronize()
-        cache = qw.__dict__["_humming_prepared"]
-        handle = next(v for key, v in cache.items() if key[0] == "w4a8-wgmma-rs8" and key[1] == dtype)
-        p = api._registry[handle].launches[m].plan
+        x, out = fresh_gemm(qw, m, k, dtype)
+        p = launch_spec(qw, "w4a8-wgmma-rs8", dtype, m).plan
         assert p.path == PATH, p.explain()
         act = "f16" if dtype == torch.float16 else "bf16"
         assert humming.plan(_scheme(name, group), m, n, k, act=act).path == PATH
@@ -111,12 +107,8 @@ def _run_checked(qw, bias, dtype, k: int, ms, expected) -> None:
     """Run the register-A W4A8 kernel at each M on fresh activations: its plan is this path and passes
     ``expected(plan)``, the output is fully written and matches the reference; then CUDA-graph replay of the last M."""
     for m in ms:
-        x = torch.randn(m, k, device="cuda", dtype=dtype)
-        out = humming.gemm(x, qw)
-        torch.cuda.synchronize()
-        cache = qw.__dict__["_humming_prepared"]
-        handle = next(v for key, v in cache.items() if key[0] == "w4a8-wgmma-rs8" and key[1] == dtype)
-        spec = api._registry[handle].launches[m]
+        x, out = fresh_gemm(qw, m, k, dtype)
+        spec = launch_spec(qw, "w4a8-wgmma-rs8", dtype, m)
         assert spec.plan.path == PATH and expected(spec.plan), spec.plan.explain()
         assert spec.xmap is not None and not torch.isnan(out).any()
         err = rel_error(out, humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32))

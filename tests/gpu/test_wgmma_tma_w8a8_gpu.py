@@ -10,7 +10,7 @@ import humming
 from humming import api
 from humming.core.planner_wgmma import TMA_ENV, TMA_THREADS
 
-from .conftest import biased_weight, graph_replay_error, rel_error
+from .conftest import biased_weight, fresh_gemm, graph_replay_error, rel_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
@@ -41,9 +41,7 @@ def test_tma_w8a8(scheme, dtype, n, k, monkeypatch):
     caps = _require(monkeypatch)
     qw = biased_weight(scheme, n, k, dtype, n + k + len(scheme))
     for m in MS:
-        x = torch.randn(m, k, device="cuda", dtype=dtype)
-        out = humming.gemm(x, qw)
-        torch.cuda.synchronize()
+        x, out = fresh_gemm(qw, m, k, dtype)
         spec = _spec(qw, dtype, caps, m)
         p = spec.plan
         assert p.tiles.bulk == 1 and p.threads == TMA_THREADS and spec.xmap is not None and spec.wmap is not None, \
@@ -106,9 +104,7 @@ def test_tma_w4a8_warp_specialised(name, dtype, monkeypatch):
     n, k = 1024, 4096
     qw = biased_weight(sch, n, k, dtype, len(name) + (dtype == torch.bfloat16))
     for m in (64, 200, 1100):
-        x = torch.randn(m, k, device="cuda", dtype=dtype)
-        out = humming.gemm(x, qw)
-        torch.cuda.synchronize()
+        x, out = fresh_gemm(qw, m, k, dtype)
         spec = _spec(qw, dtype, caps, m)
         p = spec.plan
         assert p.tiles.bulk == 1 and p.threads == TMA_THREADS and spec.wmap is not None, p.explain()
