@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from humming.core.generator_wgmma import eight_bit_params
 from humming.core.generator_wgmma_rs import STAGED_COPY_OUT
-from humming.core.planner_wgmma_rs8 import BC, BK, BT, OUT_PAD, PATH, PF, S_BYTES, W_BYTES, WIDE_BT
+from humming.core.planner_wgmma_rs8 import BC, BK, BT, OUT_PAD, PATH, PF, QUARTER_WT, S_BYTES, W_BYTES, WIDE_BT
 from humming.core.wgmma_common import PRODUCER_WARPGROUP
 from humming.devices.base import HelperRequest
 
@@ -59,7 +59,10 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
         raise ValueError(f"the register-A wgmma W4A8 kernel takes groups of 128 or per channel, not {lay.group}")
     per_channel = lay.group != 128
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
-    prelude = wgmma_rs8_prelude(backend, request, t.bm, producer=producer)
+    chain = plan.instruction.shape[1]  # tokens per wgmma chain: 128 (one partial) or 64 (two halves, two partials)
+    if chain not in (BT, QUARTER_WT):
+        raise ValueError(f"the register-A W4A8 kernel runs chains of {BT} or {QUARTER_WT} tokens, not {chain}")
+    prelude = wgmma_rs8_prelude(backend, request, chain, producer=producer)
     lo, hi = _widen(lay.a_type)
     lo = lo.replace("WORD", "wq[s][j >> 2][j & 3]")
     hi = hi.replace("WORD", "wq[s][j >> 2][j & 3]")
@@ -118,12 +121,18 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
             lines.append(scale_fetch.replace("SLOT", slot).replace("ATOM", atom))
         return "\n".join(indent + ln for ln in lines)
 
+    if chain == BT:
+        partials = "  wg_acc_t part[WG_ACC_REGS];\n"
+        chains = _NARROW_CHAIN.format(release=release, to_f32=to_f32)
+    else:
+        partials = "  wg_acc_t pa[WG_ACC_REGS], pb[WG_ACC_REGS];   // two partials: one half runs while the other is promoted\n"
+        chains = _narrow_halves(release, to_f32)
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
 
 namespace cfg {{
-constexpr int BT = {BT}, BC = {BC}, BK = {BK}, STAGES = {t.stages};   // tokens, channels, k (bytes) per stage
+constexpr int BT = {BT}, WT = {chain}, BC = {BC}, BK = {BK}, STAGES = {t.stages};   // tokens (per wgmma chain), channels, k (bytes) per stage
 constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile{block_threads}
 constexpr int LOOKAHEAD = STAGES - 1;    // activation stages loading while one is multiplied
 constexpr int PF = {PF}, R = PF + 1;           // weight stages in flight per lane, register ring size
@@ -131,7 +140,7 @@ constexpr int X_BYTES = BT * BK;         // one activation tile: BT rows x 128 b
 constexpr int STAGE_WORDS = 4 * 256;     // 32-bit words of one 64-channel x 128-k stage of int4 codes (4 KB)
 constexpr int OUT_LD = BC + {OUT_PAD};         // staging pitch (16-bit values)
 static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
-static_assert(WG_ACC_REGS == BT / 2, "m64nBT accumulators: BT/2 registers per thread");
+static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per thread");
 {_CFG_END}
 {params}{_BLOCK_HEAD}  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel slab
   const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;         // STAGES activation slots, then the staging tile
@@ -143,10 +152,9 @@ static_assert(WG_ACC_REGS == BT / 2, "m64nBT accumulators: BT/2 registers per th
   const int tab = slab * 64 + 16 * w + g;                        // this lane's channels: tab and tab + 8
 {scale_decl}  uint32_t wq[R][2][4];  // codes of the stages in flight: word j = 4 hf + jj = k32 step j / 2, register pair j % 2
 
-  float facc[WG_ACC_REGS];
-  wg_acc_t part[WG_ACC_REGS];
-  #pragma unroll
-  for (int i = 0; i < WG_ACC_REGS; ++i) {{ facc[i] = 0.0f; part[i] = 0; }}
+  float facc[BT / 2];
+{partials}  #pragma unroll
+  for (int i = 0; i < BT / 2; ++i) facc[i] = 0.0f;
 
 {prologue}  #pragma unroll
   for (int s = 0; s < PF; ++s)
@@ -172,7 +180,16 @@ static_assert(WG_ACC_REGS == BT / 2, "m64nBT accumulators: BT/2 registers per th
       }}
 {stage_wait}
       const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);
-      wgmma_fence_operand(part);
+{chains}    }}
+  }}
+{final}
+  {sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
+
+{_epilogue(False)}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
+
+
+# the narrow form's stage: one m64n128k32 chain into the partial, wait, promote
+_NARROW_CHAIN = """      wgmma_fence_operand(part);
       wgmma_fence();               // the a[] registers written above, before the wgmmas read them
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
@@ -187,12 +204,37 @@ static_assert(WG_ACC_REGS == BT / 2, "m64nBT accumulators: BT/2 registers per th
         facc[4 * j + 2] += {to_f32}(part[4 * j + 2]) * sc1;
         facc[4 * j + 3] += {to_f32}(part[4 * j + 3]) * sc1;
       }}
-    }}
-  }}
-{final}
-  {sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
+"""
 
-{_epilogue(False)}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
+
+def _narrow_halves(release: str, to_f32: str) -> str:
+    """The narrow form's stage as two m64n64k32 token halves into two partials: the second half is issued before
+    the first is waited for (wait_group 1) and promoted."""
+    ind = "      "
+    wait, fence, promote = _wait_promote(1, 0, to_f32, ind).split("\n", 2)  # the slot is released after the last wait
+    return (_chain_step(0, ind) + _chain_step(1, ind) + _wait_promote(0, 1, to_f32, ind)
+            + f"{wait}\n{fence}{release}\n{promote}")
+
+
+def _part(c: int) -> str:
+    return "pa" if c % 2 == 0 else "pb"
+
+
+def _chain_step(c: int, ind: str) -> str:
+    """Issue the 64-token chain c (tokens 64c ..) into partial pa / pb: four k32 steps, one commit group."""
+    return (f"{ind}wgmma_fence_operand({_part(c)});\n{ind}wgmma_fence();\n{ind}#pragma unroll\n"
+            f"{ind}for (int ks = 0; ks < 4; ++ks)  // tokens {64 * c}..{64 * c + 63}: slot rows + {64 * c}\n"
+            f"{ind}  wgmma_k32_rs({_part(c)}, a[ks], desc_x + {c} * (WT * BK / 16) + 2 * ks, ks > 0);\n"
+            f"{ind}wgmma_commit();\n")
+
+
+def _wait_promote(c: int, pending: int, to_f32: str, ind: str) -> str:
+    """Wait until chain c is done (``pending`` later groups may run on) and add its partial into facc."""
+    body = "\n".join(f"{ind}  facc[WG_ACC_REGS * {c} + 4 * j + {i}] += {to_f32}({_part(c)}[4 * j + {i}]) * sc{i // 2};"
+                     for i in range(4))
+    return (f"{ind}wgmma_wait<{pending}>();   // chain {c} done\n{ind}wgmma_fence_operand({_part(c)});\n"
+            f"{ind}#pragma unroll\n{ind}for (int j = 0; j < WT / 8; ++j) {{  // {_part(c)}[4j + 2h + e]: token "
+            f"{64 * c} + 8j + 2q + e\n{body}\n{ind}}}\n")
 
 
 # the end of both forms' cfg namespace and the start of their kernel body (block coordinates, the lane's fragment row)
@@ -276,7 +318,10 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         raise ValueError(f"the register-A wgmma W4A8 kernel takes groups of 128 or per channel, not {lay.group}")
     per_channel = lay.group != 128
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
-    prelude = wgmma_rs8_prelude(backend, request, BT, producer=True, weights_by_bulk=True, stagger=bool(t.stagger))
+    chain = plan.instruction.shape[1]  # tokens per wgmma chain: 128 (two halves) or 64 (four quarters, two partials)
+    if chain not in (BT, QUARTER_WT):
+        raise ValueError(f"the wide register-A W4A8 form runs chains of {BT} or {QUARTER_WT} tokens, not {chain}")
+    prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger))
     if lay.a_type == "e4m3":  # the lookup tables stay in registers (else every byte permute rebuilds its table)
         lo, hi = ("int4n4_to_e4m3x4_t(wq[j >> 2][j & 3], lp0, lp1, ln0, ln1)",
                   "int4n4_to_e4m3x4_t(wq[j >> 2][j & 3] >> 16, lp0, lp1, ln0, ln1)")
@@ -308,16 +353,28 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     if t.stagger:  # a staggered start: the warpgroups' wgmma chains alternate instead of running side by side
         stagger_take = ("  if (wg == 1) consumer_turn_take();  // start one wgmma chain behind warpgroup 0, so that "
                         "each promotes while the other's wgmmas run\n")
-        stagger_give = "\n      if (wg == 0 && kt == 0 && hv == 0) consumer_turn_give();  // warpgroup 1 may start"
-    main_loop = _WIDE_LOOP.format(scale_pick=scale_pick, lo=lo, hi=hi, stagger_give=stagger_give,
-                                  promote=_wide_promote(to_f32))
+        first = " && hv == 0" if chain == BT else ""
+        stagger_give = f"\n      if (wg == 0 && kt == 0{first}) consumer_turn_give();  // warpgroup 1 may start"
+    if chain == BT:
+        main_loop = _WIDE_LOOP.format(scale_pick=scale_pick, lo=lo, hi=hi, stagger_give=stagger_give,
+                                      promote=_wide_promote(to_f32))
+        partials = ("  wg_acc_t part[WG_ACC_REGS];\n  #pragma unroll\n"
+                    "  for (int i = 0; i < WG_ACC_REGS; ++i) part[i] = 0;\n")
+        chain_doc = "HALVES = BT / WT;          // token halves: one m64n128k32 chain each, sharing the widened A fragment"
+    else:
+        main_loop = _quarter_loop(scale_pick, lo, hi, stagger_give, to_f32)
+        partials = ("  wg_acc_t pa[WG_ACC_REGS], pb[WG_ACC_REGS];   // two partials: one chain runs while the other's "
+                    "is promoted\n  #pragma unroll\n  for (int i = 0; i < WG_ACC_REGS; ++i) { pa[i] = 0; pb[i] = 0; }\n")
+        chain_doc = ("CHAINS = BT / WT;          // token quarters: one m64n64k32 chain each, sharing the widened A "
+                     "fragment")
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
 
 namespace cfg {{
-constexpr int BT = {WIDE_BT}, WT = {BT}, BC = {BC}, BK = {BK}, STAGES = {t.stages};   // tokens (per wgmma), channels, k bytes per stage
-constexpr int HALVES = BT / WT;          // token halves: one m64n128k32 chain each, sharing the widened A fragment
+constexpr int BT = {WIDE_BT}, WT = {chain}, BC = {BC}, BK = {BK}, STAGES = {t.stages};   // tokens (per wgmma), channels, k bytes per stage
+constexpr int {chain_doc}
+static_assert(BT % WT == 0, "whole chains");
 constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile
 constexpr int BLOCK_THREADS = THREADS + 128;  // and a producer warpgroup (warps 8-11)
 constexpr int X_BYTES = BT * BK;         // one activation tile: BT rows x 128 bytes (128-byte swizzle)
@@ -375,13 +432,10 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 
   const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the block: tab and tab + 8
   const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16;   // its words 4 hf + jj: + hf * 512 in a slot
-{scale_decl}{luts}  float facc[BT / 2];     // [half][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
-  wg_acc_t part[WG_ACC_REGS];
+{scale_decl}{luts}  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
   #pragma unroll
   for (int i = 0; i < BT / 2; ++i) facc[i] = 0.0f;
-  #pragma unroll
-  for (int i = 0; i < WG_ACC_REGS; ++i) part[i] = 0;
-
+{partials}
 {stagger_take}{main_loop}  consumer_sync();                 // all wgmmas done: the activation slots become the staging tile
 
 {_epilogue(True)}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
@@ -430,6 +484,43 @@ _WIDE_LOOP = """  #pragma unroll 1
       }}
     }}
   }}
+"""
+
+
+def _quarter_loop(scale_pick: str, lo: str, hi: str, stagger_give: str, to_f32: str) -> str:
+    """The wide form's main loop with four m64n64k32 token quarters per stage and two partials (pa, pb): chain c + 1
+    is issued before chain c is waited for and promoted, so each warpgroup keeps a chain queued on the tensor pipe
+    while it promotes. (The last quarter's promotion stays in its stage: deferred under the next stage's first chain,
+    ptxas cannot tell that pb was waited for across the loop edge and injects a full wait, C7517.)"""
+    ind = "    "
+    give = stagger_give.replace("\n      ", ind) + "\n" if stagger_give else ""
+    release = (f"{ind}__syncwarp();   // this warp's reads of the slot are done: release it to the producer\n"
+               f"{ind}if (lane == 0) {{ fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }}\n")
+    last = _wait_promote(3, 0, to_f32, ind).split("\n", 1)
+    return (_QUARTER_HEAD.format(scale_pick=scale_pick, lo=lo, hi=hi)
+            + _chain_step(0, ind) + give + _chain_step(1, ind) + _wait_promote(0, 1, to_f32, ind)
+            + _chain_step(2, ind) + _wait_promote(1, 1, to_f32, ind)
+            + _chain_step(3, ind) + _wait_promote(2, 1, to_f32, ind)
+            + last[0] + "\n" + release + last[1] + "  }\n")
+
+
+# the quarter loop's head: wait for the stage, its codes and scales, widen the fragment
+_QUARTER_HEAD = """  #pragma unroll 1
+  for (int kt = 0; kt < ktiles; ++kt) {{
+    const int s = kt % STAGES;
+    mbar_wait(xbar0 + 8 * s, (kt / STAGES) & 1);  // stage kt's activations, codes and scales have landed
+    uint32_t wq[2][4];   // word j = 4 hf + jj = k32 step j / 2, register pair j % 2
+    lds_128(wq[0], wlane + s * W_BYTES);
+    lds_128(wq[1], wlane + s * W_BYTES + 512);
+    {scale_pick}
+    // A of stage kt: a[ks][2 sub] = channel row g, a[ks][2 sub + 1] = row g + 8; k 32 ks + 16 sub + 4 q ..
+    uint32_t a[4][4];
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) {{
+      a[j >> 1][2 * (j & 1)] = {lo};
+      a[j >> 1][2 * (j & 1) + 1] = {hi};
+    }}
+    const uint64_t desc_x = make_smem_desc(x0 + s * X_BYTES);
 """
 
 

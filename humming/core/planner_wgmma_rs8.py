@@ -45,6 +45,37 @@ WIDE_ENV = "HUMMING_WGMMA_W4A8_RS_BT"  # "128" / "256": the token tile wherever 
 # M1024 749.5 -> 525.2, M4096 2964.4 -> 2159.5 (before the staggered start and the batched epilogue loads)
 WIDE_MIN_M = 256
 WIDE_MIN_FILL = 0.75  # wide blocks / SMs
+QUARTER_WT = 64  # the other chain width: m64n64k32 token quarters (wide) / halves (narrow) into two partials
+CHAIN_ENV = "HUMMING_WGMMA_W4A8_RS_CHAIN"  # "128" / "64": tokens per wgmma chain (both forms); unset: the defaults below
+# 64 in both forms: measured on the H200 (2026-11-30, scripts/ab_env.py, W4A8-FP8, us, chain 128 -> 64): 8192x8192
+# M256 (narrow) 57.6 -> 55.1, M1024 143.3 -> 139.8, M4096 633.5 -> 571.8; 28672x8192 M128 (narrow) 117.1 -> 113.0,
+# M512 302.9 -> 281.8, M1024 544.7 -> 507.9, M4096 2059.7 -> 1944.7; 4096x14336 M4096 562.1 -> 534.2; W4A8-INT8
+# 8192x8192 M4096 698.8 -> 591.9; never slower
+WIDE_CHAIN = QUARTER_WT
+
+
+NARROW_CHAIN = QUARTER_WT
+
+
+def wide_chain() -> int:
+    """Tokens per wgmma chain of the wide form: BT (two halves, one partial: chain, wait, promote) or QUARTER_WT
+    (four quarters, two partials: the next chain runs while the last one is promoted); HUMMING_WGMMA_W4A8_RS_CHAIN."""
+    return _chain(WIDE_CHAIN)
+
+
+def narrow_chain() -> int:
+    """Tokens per wgmma chain of the narrow form: BT (one partial) or QUARTER_WT (two halves, two partials: the second
+    half runs while the first is promoted); HUMMING_WGMMA_W4A8_RS_CHAIN."""
+    return _chain(NARROW_CHAIN)
+
+
+def _chain(default: int) -> int:
+    forced = os.environ.get(CHAIN_ENV, "").strip()
+    if not forced:
+        return default
+    if forced not in (str(BT), str(QUARTER_WT)):
+        raise ValueError(f"{CHAIN_ENV}={forced!r}: expected {BT} or {QUARTER_WT}")
+    return int(forced)
 
 
 def min_m() -> int | None:
@@ -117,16 +148,27 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     src = "int4 -> s8 (16 x code; the scales carry 1/16)" if a_type == "s8" else "int4 -> e4m3 (byte permutes)"
     promotion = ("group 128" if group == 128 else "per-channel scales") + ": each stage's 128-deep partial is waited " \
         "and added into fp32 registers times the scale of the thread's two channels"
+    chain = wide_chain() if bt == WIDE_BT else narrow_chain()
+    if chain not in form.n_values:
+        raise UnsupportedOnDevice(f"{caps.name} declares no wgmma m64n{chain}k32 {a_type} ({CHAIN_ENV})")
+    piece = "half" if bt // chain == 2 else "quarter"
+    if chain == QUARTER_WT:
+        promotion += (f", once per token {piece} of {chain}: {piece} c + 1's chain is issued before {piece} c's is "
+                      f"waited for (wait_group 1) and promoted, into two partials ({CHAIN_ENV}={BT}: one partial, "
+                      "chain, wait, promote)")
     if bt == WIDE_BT:
+        chains = ("2 halves x m64n128k32" if chain == BT else "4 quarters x m64n64k32 (two partials)")
+        if chain == BT:
+            promotion += ", once per token half (the partial holds 128 tokens)"
         reasons = (
             f"wgmma m64nNk32 {a_type} declared ({caps.target.arch}): A (weights) from registers, B (activation "
             "codes) K-major in 128-byte-swizzled shared memory",
             f"path {PATH} (M >= {DEFAULT_MIN_M}; {ENV}=0 switches it off), wide form (M >= {WIDE_MIN_M} and blocks for "
             f">= {WIDE_MIN_FILL:.0%} of the SMs; {WIDE_ENV}=128 switches it off): C^T = W x^T per tile; each lane reads its int4 codes of a 128-deep stage from "
             f"the stage's slot with two 16-byte shared loads and widens them exactly ({src}) into the m16n8k32 A "
-            "fragment of its warp once for both token halves",
-            promotion + ", once per token half (the partial holds 128 tokens)",
-            f"tile {BC} channels x {WIDE_BT} tokens x {BK} k: 2 warpgroups x 2 halves x m64n128k32, {stages} slots "
+            f"fragment of its warp once for all {WIDE_BT // chain} token {'halves' if chain == BT else 'quarters'}",
+            promotion,
+            f"tile {BC} channels x {WIDE_BT} tokens x {BK} k: 2 warpgroups x {chains}, {stages} slots "
             f"of activations, weight codes and group scales, {smem_bytes(stages, bt) // 1024} KiB of "
             f"{limit // 1024} KiB shared memory",
             "epilogue: per-token activation scale (the block's, staged in shared memory by a producer warp during "
@@ -147,7 +189,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
             f"16-byte loads (humming.core.layout_wgmma_rs8), {PF} stages ahead, and widens them exactly ({src}) into "
             "the m16n8k32 A fragment of its warp; no shared-memory traffic for the weights",
             promotion,
-            f"tile {BC} channels x {BT} tokens x {BK} k: 2 warpgroups x m64n{BT}k32, {stages} cp.async activation slots "
+            f"tile {BC} channels x {BT} tokens x {BK} k: 2 warpgroups x "
+            f"{'m64n128k32' if chain == BT else '2 halves x m64n64k32 (two partials)'}, {stages} cp.async activation slots "
             f"({stages - 1} in flight), {smem_bytes(stages) // 1024} KiB of {limit // 1024} KiB shared memory",
             "epilogue: per-token activation scale, bias per channel, the tile transposed through shared memory, 16-byte "
             "stores of whole token rows; no split-K",
@@ -159,7 +202,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                         "wgmmas run",)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
-        instruction=replace(form, shape=(64, BT, 32)), path=PATH, layout=layout,
+        instruction=replace(form, shape=(64, chain, 32)), path=PATH, layout=layout,
         tiles=TileConfig(bt, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
                          stagger=int(bt == WIDE_BT and stagger_wanted())),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, bt), reasons=reasons,

@@ -70,37 +70,46 @@ def test_wgmma_rs8_default_from_m_128(monkeypatch):
     assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL
 
 
+@pytest.mark.parametrize("chain", [128, 64], ids=["one-partial", "two-halves"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g128' if g else 'channel'}" for n, g in CASES])
-def test_wgmma_rs8_producer_warpgroup(name, group, dtype, monkeypatch):
+def test_wgmma_rs8_producer_warpgroup(name, group, dtype, chain, monkeypatch):
     """HUMMING_WGMMA_W4A8_RS_WS=1: a producer warpgroup brings the activation codes in by TMA tensor copies and the
-    consumers release slots by mbarrier (384 threads), with a partial last token tile and graph replay."""
+    consumers release slots by mbarrier (384 threads), with a partial last token tile and graph replay; one
+    128-token chain per stage or two 64-token halves into two partials (HUMMING_WGMMA_W4A8_RS_CHAIN=64)."""
     _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
     monkeypatch.setenv(ENV, "1")
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_WS", "1")
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_BT", "128")
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", str(chain))
     n, k = 1024, 4096
     torch.manual_seed(n + (group or 1) + len(name) + (dtype == torch.bfloat16))
     bias = torch.randn(n, device="cuda", dtype=dtype)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
-    _run_checked(qw, bias, dtype, k, (128, 300, 1100), lambda p: p.tiles.bulk == 2 and p.threads == 384)
+    _run_checked(qw, bias, dtype, k, (128, 300, 1100), lambda p: p.tiles.bulk == 2 and p.threads == 384
+                 and p.tiles.bm == 128 and p.instruction.shape[1] == chain)
 
 
+@pytest.mark.parametrize("chain", [128, 64], ids=["halves", "quarters"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g128' if g else 'channel'}" for n, g in CASES])
-def test_wgmma_rs8_wide_form(name, group, dtype, monkeypatch):
+def test_wgmma_rs8_wide_form(name, group, dtype, chain, monkeypatch):
     """HUMMING_WGMMA_W4A8_RS_BT=256: the wide form (256 tokens per block, each widened fragment used for two token
-    halves, codes and group scales by bulk copy into the slot) on partial and whole token tiles, K of 33 stages (the
-    slot ring wraps unevenly), a bias, and graph replay."""
+    halves, or four quarters with two partials (HUMMING_WGMMA_W4A8_RS_CHAIN=64), codes and group scales by bulk copy
+    into the slot) on partial and whole token tiles, K of 33 stages (the slot ring wraps unevenly), a bias, and graph
+    replay."""
     _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
     monkeypatch.setenv(ENV, "1")
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_BT", "256")
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", str(chain))
     monkeypatch.setenv("HUMMING_POISON_OUTPUT", "1")
     monkeypatch.setattr(api, "_POISON", True)
     n, k = 768, 33 * 128
     torch.manual_seed(3 * n + (group or 1) + len(name) + (dtype == torch.bfloat16))
     bias = torch.randn(n, device="cuda", dtype=dtype)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
-    _run_checked(qw, bias, dtype, k, (128, 300, 512, 777), lambda p: p.tiles.bm == 256 and p.threads == 384)
+    _run_checked(qw, bias, dtype, k, (128, 300, 512, 777),
+                 lambda p: p.tiles.bm == 256 and p.threads == 384 and p.instruction.shape[1] == chain)
 
 
 def _run_checked(qw, bias, dtype, k: int, ms, expected) -> None:

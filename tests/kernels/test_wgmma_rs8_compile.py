@@ -39,15 +39,17 @@ def _scheme(a_type, group=128):
     return sch.with_(granularity="channel", group_size=None) if group is None else sch.with_(group_size=group)
 
 
-CASES = list(itertools.product(("e4m3", "s8"), (128, None), ("f16", "bf16"), (True, False)))
+CASES = list(itertools.product(("e4m3", "s8"), (128, None), ("f16", "bf16"), (True, False), (128, 64)))
 
 
-@pytest.mark.parametrize("a_type,group,act,producer", CASES,
-                         ids=[f"{a}-g{g}-{c}-{'producer' if w else 'lockstep'}" for a, g, c, w in CASES])
-def test_compiles_with_register_a_wgmma(a_type, group, act, producer):
+@pytest.mark.parametrize("a_type,group,act,producer,chain", CASES,
+                         ids=[f"{a}-g{g}-{c}-{'producer' if w else 'lockstep'}-n{n}" for a, g, c, w, n in CASES])
+def test_compiles_with_register_a_wgmma(a_type, group, act, producer, chain, monkeypatch):
     """Both variants: the default producer warpgroup (TMA copies of the activation codes, mbarrier slots, 384
-    threads) and the lock-step one (every thread's cp.async, a block barrier per stage)."""
+    threads) and the lock-step one (every thread's cp.async, a block barrier per stage); each with one m64n128k32
+    chain per stage or two m64n64k32 halves into two partials (HUMMING_WGMMA_W4A8_RS_CHAIN=64, wait_group 1)."""
     _need_sm90a()
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", str(chain))
     caps = _caps()
     k = 4096
     p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(a_type, 1024, k, group or k), 1024, act, scheme=SCHEME[a_type],
@@ -59,9 +61,12 @@ def test_compiles_with_register_a_wgmma(a_type, group, act, producer):
     ptx, log = mod.ptx, mod.log
     acc = "s32" if a_type == "s8" else "f32"
     tail = r"p;" if a_type == "s8" else r"p, 1, 1;"
-    rs = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.{acc}\.{a_type}\.{a_type} \{{[^}}]*\}}, "
+    rs = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{chain}k32\.{acc}\.{a_type}\.{a_type} \{{[^}}]*\}}, "
                     rf"\{{%r\d+, ?%r\d+, ?%r\d+, ?%r\d+\}}, %rd\d+, {re.escape(tail)}", ptx)
-    assert rs and len(rs) == ptx.count("wgmma.mma_async")
+    assert rs and len(rs) == ptx.count("wgmma.mma_async") and len(rs) % (4 * 128 // chain) == 0  # per unrolled stage
+    waits = re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+);", ptx)
+    assert sorted(set(waits)) == (["0"] if chain == 128 else ["0", "1"]), waits
+    assert "C7517" not in log, log
     copy = "cp.async.bulk.tensor.2d" if producer else "cp.async.cg.shared.global"
     for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 0",
                 copy, "ld.global.nc.L1::no_allocate.v4.u32", "st.global.v4.u32", "st.shared.u16"):
@@ -80,25 +85,31 @@ def test_compiles_with_register_a_wgmma(a_type, group, act, producer):
 WIDE_CASES = list(itertools.product(("e4m3", "s8"), (128, None), ("f16", "bf16")))
 
 
+@pytest.mark.parametrize("chain", [128, 64], ids=["halves", "quarters"])
 @pytest.mark.parametrize("a_type,group,act", WIDE_CASES, ids=[f"{a}-g{g}-{c}" for a, g, c in WIDE_CASES])
-def test_wide_form_compiles(a_type, group, act):
+def test_wide_form_compiles(a_type, group, act, chain, monkeypatch):
     """The wide form (256 tokens, the default from M 1024): two m64n128k32 register-A chains per stage sharing one
-    widened fragment, the codes and group scales by bulk copy into the slot (no global weight loads in the main
-    loop), the activations by one 256-row tensor copy; no spills (the consumers' 128 + 64 accumulators fit under
-    setmaxnreg 232)."""
+    widened fragment (or four m64n64k32 chains into two partials, HUMMING_WGMMA_W4A8_RS_CHAIN=64: each chain issued
+    before the previous one is waited for with wait_group 1), the codes and group scales by bulk copy into the slot
+    (no global weight loads in the main loop), the activations by one 256-row tensor copy; no spills (the consumers'
+    128 + 64 accumulators fit under setmaxnreg 232), no wait that ptxas had to inject and no serialized wgmma."""
     _need_sm90a()
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", str(chain))
     caps = _caps()
     k = 4096
     p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(a_type, 1024, k, group or k), 4096, act, scheme=SCHEME[a_type])
-    assert (p.tiles.bm, p.tiles.bn, p.threads, p.tiles.bulk, p.instruction.shape) == (256, 128, 384, 2, (64, 128, 32))
+    assert (p.tiles.bm, p.tiles.bn, p.threads, p.tiles.bulk, p.instruction.shape) == (256, 128, 384, 2, (64, chain, 32))
     assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024 and "wide form" in p.explain()
     assert api.tma_boxes(p) == ((4096, k, 256, 128, 1), None)
     src = api.source(p, caps)
     mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
     ptx, log = mod.ptx, mod.log
     acc = "s32" if a_type == "s8" else "f32"
-    rs = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.{acc}\.{a_type}\.{a_type} ", ptx)
-    assert len(rs) == 8 == ptx.count("wgmma.mma_async")  # 4 k32 steps x 2 token halves
+    rs = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{chain}k32\.{acc}\.{a_type}\.{a_type} ", ptx)
+    assert len(rs) == 4 * 256 // chain == ptx.count("wgmma.mma_async")  # 4 k32 steps x 2 token halves / 4 quarters
+    waits = re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+);", ptx)
+    assert sorted(set(waits)) == (["0"] if chain == 128 else ["0", "1"]), waits
+    assert "C7517" not in log and "injected" not in log and "C7514" not in log, log
     bulk = ptx.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes")
     assert bulk == (3 if group else 2), bulk  # two slabs of codes (+ the group scales)
     assert "st.shared.f32" in ptx and "ld.shared.f32" in ptx  # the token scales through shared memory (+ group scales)
@@ -138,6 +149,14 @@ def test_wide_form_selection(monkeypatch):
     monkeypatch.setenv(rs8.WIDE_ENV, "192")
     with pytest.raises(ValueError, match="HUMMING_WGMMA_W4A8_RS_BT"):
         plan_w4a8_wgmma_rs(caps, big, 4096, "f16")
+    monkeypatch.delenv(rs8.WIDE_ENV)
+    for chain in (64, 128):  # the chain width of both forms
+        monkeypatch.setenv(rs8.CHAIN_ENV, str(chain))
+        assert plan_w4a8_wgmma_rs(caps, big, 4096, "f16").instruction.shape == (64, chain, 32)
+        assert plan_w4a8_wgmma_rs(caps, big, 128, "f16").instruction.shape == (64, chain, 32)
+    monkeypatch.setenv(rs8.CHAIN_ENV, "32")
+    with pytest.raises(ValueError, match="HUMMING_WGMMA_W4A8_RS_CHAIN"):
+        plan_w4a8_wgmma_rs(caps, big, 4096, "f16")
 
 
 def test_selection_default_from_m_128(monkeypatch):
@@ -172,8 +191,10 @@ def _check_kernel_indexing(src: str) -> None:
         "a[j >> 1][2 * (j & 1)] = ", "a[j >> 1][2 * (j & 1) + 1] = ",
         "copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);",
         "const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);",
-        "wgmma_k32_rs(part, a[ks], desc_x + 2 * ks, ks > 0);",
-        "facc[4 * j + 0] += ", "(part[4 * j + 2]) * sc1;",
+        # two 64-token halves into two partials (the default chain; per token the same sums as one 128-token partial)
+        "wgmma_k32_rs(pa, a[ks], desc_x + 0 * (WT * BK / 16) + 2 * ks, ks > 0);",
+        "wgmma_k32_rs(pb, a[ks], desc_x + 1 * (WT * BK / 16) + 2 * ks, ks > 0);",
+        "facc[WG_ACC_REGS * 0 + 4 * j + 0] += ", "(pb[4 * j + 2]) * sc1;",
         "const int ch = wg * 64 + w * 16 + 8 * h + g;",
         "const uint32_t o = x0 + ((8 * j + 2 * q) * OUT_LD + ch) * 2;",
         "const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;",
