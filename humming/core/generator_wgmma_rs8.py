@@ -134,6 +134,7 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
 namespace cfg {{
 constexpr int BT = {BT}, WT = {chain}, BC = {BC}, BK = {BK}, STAGES = {t.stages};   // tokens (per wgmma chain), channels, k (bytes) per stage
 constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile{block_threads}
+constexpr int RASTER = {t.raster};             // token tiles per rasterization group (0: launch order)
 constexpr int LOOKAHEAD = STAGES - 1;    // activation stages loading while one is multiplied
 constexpr int PF = {PF}, R = PF + 1;           // weight stages in flight per lane, register ring size
 constexpr int X_BYTES = BT * BK;         // one activation tile: BT rows x 128 bytes
@@ -142,7 +143,7 @@ constexpr int OUT_LD = BC + {OUT_PAD};         // staging pitch (16-bit values)
 static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
 static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per thread");
 {_CFG_END}
-{params}{_BLOCK_HEAD}  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel slab
+{params}{_block_head(t.raster)}  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel slab
   const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;         // STAGES activation slots, then the staging tile
 
 {load_code}
@@ -246,9 +247,21 @@ _BLOCK_HEAD = """  using namespace cfg;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
   const int g = lane >> 2, q = lane & 3;
-  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;
-  const int ktiles = K / BK;
+{tile_of_block}  const int ktiles = K / BK;
 """
+_LAUNCH_ORDER = "  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;\n"
+# groups of RASTER token tiles (the grid's x): in launch order, a group's blocks take its token tiles for one channel
+# tile after another, so the blocks running at once share RASTER activation tiles instead of all of them
+_RASTER = """  const int bid = blockIdx.x + blockIdx.y * gridDim.x, per_group = RASTER * gridDim.y;   // launch order
+  const int first = bid / per_group * RASTER, rows = min((int)gridDim.x - first, RASTER);   // the group's token tiles
+  const int m0 = (first + bid % per_group % rows) * BT, n0 = (bid % per_group / rows) * BC;
+"""
+
+
+def _block_head(raster: int) -> str:
+    """The kernel body's start: thread coordinates and the block's tile (launch order, or rasterized in groups of
+    ``raster`` token tiles)."""
+    return _BLOCK_HEAD.replace("{tile_of_block}", _RASTER if raster else _LAUNCH_ORDER)
 
 
 # the activation copies of the lock-step kernel: every thread copies its chunks of each stage with cp.async
@@ -377,6 +390,7 @@ constexpr int {chain_doc}
 static_assert(BT % WT == 0, "whole chains");
 constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile
 constexpr int BLOCK_THREADS = THREADS + 128;  // and a producer warpgroup (warps 8-11)
+constexpr int RASTER = {t.raster};             // token tiles per rasterization group (0: launch order)
 constexpr int X_BYTES = BT * BK;         // one activation tile: BT rows x 128 bytes (128-byte swizzle)
 constexpr int SLAB_BYTES = 4096;         // one 64-channel x 128-k stage of int4 codes (layout_wgmma_rs8)
 constexpr int W_BYTES = {W_BYTES}, S_BYTES = {S_BYTES};   // a slot's codes (two slabs) and group scales (fp32)
@@ -386,7 +400,7 @@ static_assert(W_BYTES == 2 * SLAB_BYTES, "two slabs per block");
 static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
 static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per thread");
 {_CFG_END}
-{params}{_BLOCK_HEAD}  const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;   // STAGES activation slots (then the staging tile)
+{params}{_block_head(t.raster)}  const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;   // STAGES activation slots (then the staging tile)
   const uint32_t w0 = x0 + STAGES * X_BYTES, s0 = w0 + STAGES * W_BYTES;   // code slots, scale slots
   const uint32_t t0 = s0 + STAGES * S_BYTES;                       // the block's BT token scales (fp32)
 

@@ -57,6 +57,25 @@ WIDE_CHAIN = QUARTER_WT
 NARROW_CHAIN = QUARTER_WT
 
 
+RASTER_ENV = "HUMMING_WGMMA_W4A8_RS_RASTER"  # token tiles per rasterization group; "0": launch order; unset: RASTER
+# 4: in launch order the blocks running at once cover every token tile, so the activations (33.5 MB at M 4096 x K 8192)
+# do not stay in L2 and are read from DRAM once per wave (Nsight Compute: 305 MB per GEMM against 67 MB of inputs).
+# Measured on the H200 (2026-11-30, scripts/ab_env.py, W4A8-FP8, us, 0 / 4 / 8): 8192x8192 M4096 569.5 / 550.6 /
+# 564.6, M1024 140.9 / 141.2 / 141.3; 28672x8192 M4096 1924.5 / 1938.4 / 1920.5; 4096x14336 M4096 509.9 / 506.2 / 508.7
+RASTER = 4
+
+
+def raster_tiles() -> int:
+    """Token tiles per block-rasterization group (TileConfig.raster; 0 = launch order): HUMMING_WGMMA_W4A8_RS_RASTER,
+    else RASTER."""
+    forced = os.environ.get(RASTER_ENV, "").strip()
+    if not forced:
+        return RASTER
+    if not forced.isdigit() or int(forced) > 64:
+        raise ValueError(f"{RASTER_ENV}={forced!r}: expected a count of token tiles, 0 (launch order) to 64")
+    return int(forced)
+
+
 def wide_chain() -> int:
     """Tokens per wgmma chain of the wide form: BT (two halves, one partial: chain, wait, promote) or QUARTER_WT
     (four quarters, two partials: the next chain runs while the last one is promoted); HUMMING_WGMMA_W4A8_RS_CHAIN."""
@@ -200,10 +219,15 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                         "tensor copy per activation stage into the slot the consumers released (EMPTY mbarriers); the "
                         "two consumer warpgroups meet only at the FULL mbarriers, so one promotes while the other's "
                         "wgmmas run",)
+    raster = raster_tiles()
+    if raster:
+        reasons += (f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
+                    "blocks take its token tiles for one channel tile after another, so the blocks running together "
+                    f"share {raster} activation tiles in L2 instead of all of them",)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, chain, 32)), path=PATH, layout=layout,
         tiles=TileConfig(bt, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
-                         stagger=int(bt == WIDE_BT and stagger_wanted())),
+                         stagger=int(bt == WIDE_BT and stagger_wanted()), raster=raster),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, bt), reasons=reasons,
     )

@@ -90,18 +90,19 @@ def test_wgmma_rs8_producer_warpgroup(name, group, dtype, chain, monkeypatch):
                  and p.tiles.bm == 128 and p.instruction.shape[1] == chain)
 
 
-@pytest.mark.parametrize("chain", [128, 64], ids=["halves", "quarters"])
+@pytest.mark.parametrize("chain,raster", [(128, 0), (64, 0), (64, 3)], ids=["halves", "quarters", "quarters-raster3"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g128' if g else 'channel'}" for n, g in CASES])
-def test_wgmma_rs8_wide_form(name, group, dtype, chain, monkeypatch):
+def test_wgmma_rs8_wide_form(name, group, dtype, chain, raster, monkeypatch):
     """HUMMING_WGMMA_W4A8_RS_BT=256: the wide form (256 tokens per block, each widened fragment used for two token
     halves, or four quarters with two partials (HUMMING_WGMMA_W4A8_RS_CHAIN=64), codes and group scales by bulk copy
     into the slot) on partial and whole token tiles, K of 33 stages (the slot ring wraps unevenly), a bias, and graph
-    replay."""
+    replay; blocks in launch order or rasterized in groups of 3 token tiles (M 777: groups of 3 and 1)."""
     _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
     monkeypatch.setenv(ENV, "1")
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_BT", "256")
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", str(chain))
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_RASTER", str(raster))
     monkeypatch.setenv("HUMMING_POISON_OUTPUT", "1")
     monkeypatch.setattr(api, "_POISON", True)
     n, k = 768, 33 * 128
@@ -109,7 +110,8 @@ def test_wgmma_rs8_wide_form(name, group, dtype, chain, monkeypatch):
     bias = torch.randn(n, device="cuda", dtype=dtype)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
     _run_checked(qw, bias, dtype, k, (128, 300, 512, 777),
-                 lambda p: p.tiles.bm == 256 and p.threads == 384 and p.instruction.shape[1] == chain)
+                 lambda p: p.tiles.bm == 256 and p.threads == 384 and p.instruction.shape[1] == chain
+                 and p.tiles.raster == raster)
 
 
 def _run_checked(qw, bias, dtype, k: int, ms, expected) -> None:

@@ -343,3 +343,34 @@ def test_emulated_kernel_matches_reference(a_type, group, act):
     ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32).double()
     err = float((out - ref).norm() / ref.norm())
     assert err < 5e-3, err
+
+
+@pytest.mark.parametrize("raster", [0, 1, 3, 4])
+def test_block_rasterization_covers_every_tile_once(raster, monkeypatch):
+    """HUMMING_WGMMA_W4A8_RS_RASTER: the generated kernel's block -> tile statements (read from the source and
+    evaluated here with the same integer arithmetic) give every (token tile, channel tile) of the grid exactly once,
+    for grids whose token tiles are and are not a multiple of the group; blocks in a group run its token tiles
+    for one channel tile after another."""
+    from humming.core import planner_wgmma_rs8 as rs8
+
+    monkeypatch.setenv(rs8.RASTER_ENV, str(raster))
+    caps = _caps()
+    p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout("e4m3", 1024, 4096, 128), 4096, "f16", scheme="w4a8-fp8")
+    assert p.tiles.raster == raster and ("rasterized" in p.explain()) == bool(raster)
+    src = api.source(p, caps)
+    assert f"constexpr int RASTER = {raster};" in src
+    head = src[src.index("  const int g = lane >> 2, q = lane & 3;\n"):src.index("  const int ktiles = K / BK;")]
+    stmts = [ln.split("//")[0].strip().removeprefix("const int ").rstrip(";") for ln in head.splitlines()[1:]]
+    for gx, gy in ((16, 8), (7, 5), (1, 3), (5, 1)):
+        seen = []
+        for by, bx in itertools.product(range(gy), range(gx)):  # launch order: x fastest
+            env = {"blockIdx": type("B", (), {"x": bx, "y": by}), "gridDim": type("G", (), {"x": gx, "y": gy}),
+                   "RASTER": raster, "BT": 1, "BC": 1, "min": min, "int": int}
+            for stmt in stmts:
+                for part in re.split(r", (?=\w+ = )", stmt):
+                    name, expr = part.split(" = ", 1)
+                    env[name] = eval(expr.replace("(int)", "").replace("/", "//"), env)  # non-negative ints only
+            seen.append((env["m0"], env["n0"]))
+        assert sorted(seen) == sorted(itertools.product(range(gx), range(gy))), (raster, gx, gy)
+        if raster and gx > raster and gy > 1:  # the first blocks: the first group's token tiles on channel tile 0, then 1
+            assert seen[:2 * min(raster, gx)] == [(m, n) for n in (0, 1) for m in range(min(raster, gx))]
