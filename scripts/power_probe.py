@@ -49,7 +49,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0)
     args = ap.parse_args()
     x = torch.randn(args.m, args.k, device="cuda", dtype=torch.float16)
-    work = {"cublas-fp16": (lambda w=torch.randn(args.n, args.k, device="cuda", dtype=torch.float16): x @ w.t())}
+    w16 = torch.randn(args.n, args.k, device="cuda", dtype=torch.float16)
+    work = {"cublas-fp16": (lambda: x @ w16.t())}
     for s in args.schemes.split(","):
         qw = humming.quantize(torch.randn(args.n, args.k, device="cuda") * 0.05, s)
         work[s] = (lambda qw=qw: humming.gemm(x, qw))
