@@ -4,6 +4,7 @@ reference (relative error printed); plans re-made per setting. Prints one line p
 
     python scripts/ab_env.py --env HUMMING_WGMMA_W4A8_RS_CHAIN --values 128,64 --scheme w4a8-fp8 \
         --ms 512,1024,4096 [--shapes 8192x8192,28672x8192,4096x14336] [--out DIR]
+    (several switches at once: --env A+B --values 1+0,unset)
 """
 from __future__ import annotations
 
@@ -31,6 +32,20 @@ def forget_plans(qws) -> None:
                 api._registry[handle].launches.clear()
 
 
+def _apply(env: str, value: str) -> None:
+    """Set the switch(es): ``env`` may name several variables joined by '+', each value then gives one per variable
+    ('unset' leaves a variable at its default)."""
+    names = env.split("+")
+    parts = value.split("+") if value != "unset" else ["unset"] * len(names)
+    if len(parts) != len(names):
+        raise SystemExit(f"value {value!r} does not give one setting per variable of {env!r}")
+    for name, part in zip(names, parts):
+        if part == "unset":
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = part
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--env", required=True)
@@ -55,17 +70,14 @@ def main() -> None:
             # the settings in the order a b .. b a (each value's best of two): the GPU's clock follows its recent
             # load, so a single pass favours whichever setting runs second
             for v in values + values[::-1]:
-                if v == "unset":
-                    os.environ.pop(args.env, None)
-                else:
-                    os.environ[args.env] = v
+                _apply(args.env, v)
                 forget_plans(qws)
                 out = humming.gemm(x, qws[0]).double()
                 row[f"{v}_err"] = float((out - ref).norm() / ref.norm())
                 t = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
                 row[f"{v}_us"] = min(t, row.get(f"{v}_us", t))
                 row[f"{v}_plan"] = humming.plan(args.scheme, m, n, k).summary()
-            os.environ.pop(args.env, None)
+            _apply(args.env, "unset")
             forget_plans(qws)
             rows.append(row)
             cells = ", ".join(f"{args.env}={v}: {row[f'{v}_us']:.1f} us ({row['cublas_us'] / row[f'{v}_us']:.2f}x, "
@@ -74,7 +86,7 @@ def main() -> None:
         del qws, ws
         torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
-    name = f"ab_{args.env.lower()}_{args.scheme}.json"
+    name = f"ab_{args.env.lower().replace('+', '_')}_{args.scheme}.json"
     with open(os.path.join(args.out, name), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "env": args.env, "rows": rows}, f, indent=1)
 
