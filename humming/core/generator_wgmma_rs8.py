@@ -9,8 +9,11 @@ WnA16 register-A kernel, ``humming.core.generator_wgmma_rs``, for 8-bit activati
     g + 8): s8 as 16 x code with two masks, e4m3 with int4n4_to_e4m3x4 on each 16-bit half.
   * B = activation codes: 128 token rows x 128 k bytes per stage, cp.async into 128-byte-swizzled K-major slots
     (rows past M zero-filled), read through a matrix descriptor (+32 bytes per k32 step).
-  * Per stage: four m64n128k32 into a partial (scale-d 0 on the first), wait, facc += partial x the group scale of
-    the thread's two channels (group 128 = one stage; per-channel: one scale, loaded once).
+  * Per stage: two 64-token chains (four m64n64k32 each, scale-d 0 on the first) into two partials pa / pb; the
+    second is issued before the first is waited for (wait_group 1), then facc += partial x the group scale of the
+    thread's two channels (group 128 = one stage; per-channel: one scale, loaded once). With 128-token chains
+    (HUMMING_WGMMA_W4A8_RS_CHAIN=128): four m64n128k32 into one partial, wait, promote.
+  * Blocks take their tiles in launch order or rasterized in groups of TileConfig.raster token tiles (_block_head).
 
 Iteration kt: widen the codes of kt (ring slot kt % R) -> load the codes (and group scales) of kt + PF -> wait for
 this thread's copies of kt -> fence.proxy.async -> __syncthreads (everyone's copies landed; every wgmma of kt - 1 is
