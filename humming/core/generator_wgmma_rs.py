@@ -42,6 +42,19 @@ from humming.devices.base import HelperRequest
 
 X16_DECODE = True  # see _decode_pairs_x16
 
+# the block's tile (m0 tokens, n0 channels): in launch order, or (TileConfig.raster) in groups of RASTER token tiles
+# (the grid's x) whose blocks take the group's token tiles for one channel tile after another, so the blocks running
+# at once share RASTER activation tiles in L2 instead of all of them (also the register-A W4A8 kernel's)
+TILE_IN_LAUNCH_ORDER = "  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;"
+TILE_RASTERIZED = """  const int bid = blockIdx.x + blockIdx.y * gridDim.x, per_group = RASTER * gridDim.y;   // launch order
+  const int first = bid / per_group * RASTER, rows = min((int)gridDim.x - first, RASTER);   // the group's token tiles
+  const int m0 = (first + bid % per_group % rows) * BT, n0 = (bid % per_group / rows) * BC;"""
+
+
+def tile_of_block(raster: int) -> str:
+    """The kernel lines giving the block's m0 / n0 (no trailing newline)."""
+    return TILE_RASTERIZED if raster else TILE_IN_LAUNCH_ORDER
+
 
 def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     from humming.devices.nvidia.backend import wgmma_rs_prelude
@@ -63,6 +76,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=lay.decode, async_copy=True, caps=caps)
     tma = bool(t.bulk)  # the activations by TMA tensor copy (one thread, an mbarrier per slot) instead of cp.async
     stagger = bool(t.stagger)
+    if t.raster and small:
+        raise ValueError("block rasterization is an option of the two-warpgroup form (the small form splits K over z)")
     if stagger and (small or t.bulk != 2):
         raise ValueError("the staggered start is an option of the two-warpgroup form with the producer warpgroup")
     prelude = wgmma_rs_prelude(backend, request, t.bm, tensor_copy=tma, consumer_threads=256 if t.bulk == 2 else 0,
@@ -219,6 +234,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
 namespace cfg {{
 constexpr int BT = {t.bm}, BC = {t.bn}, BK = {BK}, STAGES = {t.stages};   // tokens, channels, k per stage
 {threads_line}{ws_threads}
+constexpr int RASTER = {t.raster};             // token tiles per rasterization group (0: launch order)
 constexpr int LOOKAHEAD = STAGES - 2;    // activation stages loading while one is multiplied and one may still be read
 constexpr int PF = {pf}, R = PF + 1;           // weight atoms in flight per lane, register ring size
 constexpr int U = {unroll};                 // stages per trip of the main loop (unrolled: ring slots are constants)
@@ -248,7 +264,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws else "T
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
   const int g = lane >> 2, q = lane & 3;
-  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;{pdl_trigger}
+{tile_of_block(t.raster)}{pdl_trigger}
   {ktiles_line}
   const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel atom row
   // the swizzle repeats every 1024 bytes of address: start on such a boundary (1 KiB is reserved)

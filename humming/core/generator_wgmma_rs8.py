@@ -24,7 +24,7 @@ a staging tile and copied out in 16-byte chunks of token rows. The parameter lis
 from __future__ import annotations
 
 from humming.core.generator_wgmma import eight_bit_params
-from humming.core.generator_wgmma_rs import STAGED_COPY_OUT
+from humming.core.generator_wgmma_rs import STAGED_COPY_OUT, tile_of_block
 from humming.core.planner_wgmma_rs8 import BC, BK, BT, OUT_PAD, PATH, PF, QUARTER_WT, S_BYTES, W_BYTES, WIDE_BT
 from humming.core.wgmma_common import PRODUCER_WARPGROUP
 from humming.devices.base import HelperRequest
@@ -252,19 +252,10 @@ _BLOCK_HEAD = """  using namespace cfg;
   const int g = lane >> 2, q = lane & 3;
 {tile_of_block}  const int ktiles = K / BK;
 """
-_LAUNCH_ORDER = "  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;\n"
-# groups of RASTER token tiles (the grid's x): in launch order, a group's blocks take its token tiles for one channel
-# tile after another, so the blocks running at once share RASTER activation tiles instead of all of them
-_RASTER = """  const int bid = blockIdx.x + blockIdx.y * gridDim.x, per_group = RASTER * gridDim.y;   // launch order
-  const int first = bid / per_group * RASTER, rows = min((int)gridDim.x - first, RASTER);   // the group's token tiles
-  const int m0 = (first + bid % per_group % rows) * BT, n0 = (bid % per_group / rows) * BC;
-"""
-
-
 def _block_head(raster: int) -> str:
     """The kernel body's start: thread coordinates and the block's tile (launch order, or rasterized in groups of
     ``raster`` token tiles)."""
-    return _BLOCK_HEAD.replace("{tile_of_block}", _RASTER if raster else _LAUNCH_ORDER)
+    return _BLOCK_HEAD.replace("{tile_of_block}", tile_of_block(raster) + "\n")
 
 
 # the activation copies of the lock-step kernel: every thread copies its chunks of each stage with cp.async

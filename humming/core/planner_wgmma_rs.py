@@ -13,7 +13,14 @@ from dataclasses import replace
 
 from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
 from humming.core.planner_wgmma_wna16 import wgmma_k16_form
-from humming.core.wgmma_common import STAGGER_ENV, declared_option, require_wgmma, stagger_wanted, threshold_from_env
+from humming.core.wgmma_common import (
+    STAGGER_ENV,
+    declared_option,
+    raster_from_env,
+    require_wgmma,
+    stagger_wanted,
+    threshold_from_env,
+)
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs"
@@ -124,6 +131,8 @@ def _token_tile(m: int, n: int, sms: int, cands: list[int], reasons: list[str]) 
     return bt
 
 
+RASTER_ENV = "HUMMING_WGMMA_RS_RASTER"  # two-warpgroup form: token tiles per rasterization group; "0": launch order
+RASTER = 0
 # the staggered start from this M: measured on the H200 (2026-11-30, bench_wna16, us, off -> on): 8192x8192 M4096
 # 909.6 -> 846.9, 28672x8192 M1024 746.2 -> 659.1, M512 404.1 -> 377.5; but 8192x8192 M256 58.3 -> 63.0 and 4096x14336
 # M512 96.0 -> 105.0 (few blocks per SM there), the rest within noise
@@ -196,8 +205,13 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     if stagger:
         reasons.append(f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
                        "0's, so each decodes while the other's wgmmas run")
+    raster = raster_from_env(RASTER_ENV, RASTER)
+    if raster:
+        reasons.append(f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
+                       "blocks take its token tiles for one channel tile after another, so the blocks running together "
+                       f"share {raster} activation tiles in L2 instead of all of them")
     tiles = TileConfig(bt, BC, BK, stages, 1, 12 if producer_warp else 8, 1, bulk=2 if producer_warp else int(use_tma),
-                       stagger=stagger)
+                       stagger=stagger, raster=raster)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,

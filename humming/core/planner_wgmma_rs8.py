@@ -17,7 +17,14 @@ from dataclasses import replace
 from humming.core.layout_wgmma_rs8 import RS8_BK
 from humming.core.planner import Plan, TileConfig
 from humming.core.planner_wgmma import wgmma_form
-from humming.core.wgmma_common import STAGGER_ENV, declared_option, require_wgmma, stagger_wanted, threshold_from_env
+from humming.core.wgmma_common import (
+    STAGGER_ENV,
+    declared_option,
+    raster_from_env,
+    require_wgmma,
+    stagger_wanted,
+    threshold_from_env,
+)
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs8"
@@ -68,12 +75,7 @@ RASTER = 4
 def raster_tiles() -> int:
     """Token tiles per block-rasterization group (TileConfig.raster; 0 = launch order): HUMMING_WGMMA_W4A8_RS_RASTER,
     else RASTER."""
-    forced = os.environ.get(RASTER_ENV, "").strip()
-    if not forced:
-        return RASTER
-    if not forced.isdigit() or int(forced) > 64:
-        raise ValueError(f"{RASTER_ENV}={forced!r}: expected a count of token tiles, 0 (launch order) to 64")
-    return int(forced)
+    return raster_from_env(RASTER_ENV, RASTER)
 
 
 def wide_chain() -> int:

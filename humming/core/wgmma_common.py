@@ -51,6 +51,17 @@ def threshold_from_env(env: str, forced: int, default: int | None) -> int | None
     return default
 
 
+def raster_from_env(env: str, default: int) -> int:
+    """Token tiles per block-rasterization group (TileConfig.raster; 0 = launch order): the environment variable
+    ``env`` (a count, 0 to 64), else ``default``."""
+    forced = os.environ.get(env, "").strip()
+    if not forced:
+        return default
+    if not forced.isdigit() or int(forced) > 64:
+        raise ValueError(f"{env}={forced!r}: expected a count of token tiles, 0 (launch order) to 64")
+    return int(forced)
+
+
 def declared_option(declared: bool, option: bool | None, env: str, default: bool, missing: str) -> bool:
     """An optional kernel variant that needs declared capabilities: ``option`` True forces it (UnsupportedOnDevice
     saying ``missing`` where not ``declared``), False refuses it, None takes the environment variable ``env``

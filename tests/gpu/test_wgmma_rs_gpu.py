@@ -80,3 +80,28 @@ def test_wgmma_rs_default_from_m_1024(monkeypatch):
     assert any(key[0] == "wna16-wgmma-rs" for key in qw.__dict__["_humming_prepared"])
     ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
     assert rel_error(out, ref) <= TOL[torch.float16]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name,group", [("w4a16", 128), ("w4a16-zp", None)], ids=["g128", "zp-channel"])
+def test_wgmma_rs_two_warpgroup_rasterized(name, group, dtype, monkeypatch):
+    """HUMMING_WGMMA_RS_RASTER=3: the two-warpgroup form takes its tiles in groups of 3 token tiles (M 1100 with 256-
+    or 128-token tiles: groups that do and do not divide the grid's token tiles), every output written and right."""
+    _require_wgmma(dtype)
+    monkeypatch.setenv("HUMMING_WGMMA_RS_RASTER", "3")
+    monkeypatch.setenv("HUMMING_POISON_OUTPUT", "1")
+    monkeypatch.setattr(api, "_POISON", True)
+    n, k = 1024, 2048
+    torch.manual_seed(11 + (group or 1) + len(name) + (dtype == torch.bfloat16))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    for m in (1024, 1100):
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        rs, _ = _handles(qw, dtype)
+        p = api._registry[rs].launches[m].plan
+        assert p.path == PATH and p.tiles.bn == 128 and p.tiles.raster == 3, p.explain()
+        assert not torch.isnan(out).any()
+        err = rel_error(out, humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32))
+        assert err <= TOL[dtype], (m, err, p.explain())

@@ -523,3 +523,30 @@ def test_two_warpgroup_form_staggered_start(stagger_env, monkeypatch):
     assert spills and max(spills) == 0 and "serialized" not in mod.log, mod.log
     small = plan_wna16_wgmma_rs(caps, lay, 32, "f16", scheme="w4a16")
     assert small.tiles.stagger == 0
+
+
+def test_two_warpgroup_form_rasterized(monkeypatch):
+    """HUMMING_WGMMA_RS_RASTER: the two-warpgroup form takes its tiles in groups of token tiles (the block -> tile
+    statements shared with the register-A W4A8 kernel, whose test evaluates them), compiles without spills; the
+    small form (split-K over the grid's z) never rasterizes, and its generator refuses a plan that asks."""
+    from humming.core.generator_wgmma_rs import TILE_IN_LAUNCH_ORDER, TILE_RASTERIZED
+
+    _need_sm90a()
+    monkeypatch.setenv("HUMMING_WGMMA_RS_RASTER", "3")
+    p = _plan(m=4096, n=8192, k=4096)
+    assert p.tiles.bn == 128 and p.tiles.raster == 3 and "rasterized in groups of 3" in p.explain()
+    src = api.source(p, _caps())
+    assert TILE_RASTERIZED in src and TILE_IN_LAUNCH_ORDER not in src and "constexpr int RASTER = 3;" in src
+    mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)]
+    assert spills and max(spills) == 0, mod.log
+    small = _plan(m=64, n=8192, k=4096, bt=64)
+    assert small.tiles.raster == 0
+    with pytest.raises(ValueError, match="rasterization"):
+        api.source(replace(small, tiles=replace(small.tiles, raster=3)), _caps())
+    monkeypatch.setenv("HUMMING_WGMMA_RS_RASTER", "0")
+    p0 = _plan(m=4096, n=8192, k=4096)
+    assert p0.tiles.raster == 0 and TILE_IN_LAUNCH_ORDER in api.source(p0, _caps())
+    monkeypatch.setenv("HUMMING_WGMMA_RS_RASTER", "x")
+    with pytest.raises(ValueError, match="HUMMING_WGMMA_RS_RASTER"):
+        _plan(m=4096, n=8192, k=4096)
