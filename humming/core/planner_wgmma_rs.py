@@ -132,7 +132,10 @@ def _token_tile(m: int, n: int, sms: int, cands: list[int], reasons: list[str]) 
 
 
 RASTER_ENV = "HUMMING_WGMMA_RS_RASTER"  # two-warpgroup form: token tiles per rasterization group; "0": launch order
-RASTER = 0
+# 4: measured on the H200 (2026-11-30, scripts/ab_env.py, W4A16, us, 0 / 4 / 8): M4096 8192x8192 884.1 / 868.7 / 876.4,
+# 28672x8192 3178.2 / 3092.7 / 3090.9, 4096x14336 776.0 / 757.0 / 767.2; at M1024 (4 token tiles: the same block
+# order) 192.6 / 190.0 / 190.0, 683.5 / 706.4 / 704.6, 170.1 / 171.4 / 172.2, i.e. this machine's spread
+RASTER = 4
 # the staggered start from this M: measured on the H200 (2026-11-30, bench_wna16, us, off -> on): 8192x8192 M4096
 # 909.6 -> 846.9, 28672x8192 M1024 746.2 -> 659.1, M512 404.1 -> 377.5; but 8192x8192 M256 58.3 -> 63.0 and 4096x14336
 # M512 96.0 -> 105.0 (few blocks per SM there), the rest within noise
