@@ -455,8 +455,8 @@ def _wide_promote(to_f32: str) -> str:
                      for i in range(4))
 
 
-# the wide form's main loop: wait for the stage, widen its fragment, two token halves (chain, wait, promote)
-_WIDE_LOOP = """  #pragma unroll 1
+# a wide-form stage's head: wait for the stage, its codes and scales, widen the fragment (both chain widths)
+_WIDE_STAGE_HEAD = """  #pragma unroll 1
   for (int kt = 0; kt < ktiles; ++kt) {{
     const int s = kt % STAGES;
     mbar_wait(xbar0 + 8 * s, (kt / STAGES) & 1);  // stage kt's activations, codes and scales have landed
@@ -472,7 +472,10 @@ _WIDE_LOOP = """  #pragma unroll 1
       a[j >> 1][2 * (j & 1) + 1] = {hi};
     }}
     const uint64_t desc_x = make_smem_desc(x0 + s * X_BYTES);
-    #pragma unroll
+"""
+
+# the wide form's main loop with 128-token chains: two token halves (chain, wait, promote)
+_WIDE_LOOP = _WIDE_STAGE_HEAD + """    #pragma unroll
     for (int hv = 0; hv < HALVES; ++hv) {{  // tokens 128 hv .. 128 hv + 127: rows of the slot, + WT * 128 bytes each
       wgmma_fence_operand(part);
       wgmma_fence();
@@ -505,31 +508,13 @@ def _quarter_loop(scale_pick: str, lo: str, hi: str, stagger_give: str, to_f32: 
     release = (f"{ind}__syncwarp();   // this warp's reads of the slot are done: release it to the producer\n"
                f"{ind}if (lane == 0) {{ fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }}\n")
     last = _wait_promote(3, 0, to_f32, ind).split("\n", 1)
-    return (_QUARTER_HEAD.format(scale_pick=scale_pick, lo=lo, hi=hi)
+    return (_WIDE_STAGE_HEAD.format(scale_pick=scale_pick, lo=lo, hi=hi)
             + _chain_step(0, ind) + give + _chain_step(1, ind) + _wait_promote(0, 1, to_f32, ind)
             + _chain_step(2, ind) + _wait_promote(1, 1, to_f32, ind)
             + _chain_step(3, ind) + _wait_promote(2, 1, to_f32, ind)
             + last[0] + "\n" + release + last[1] + "  }\n")
 
 
-# the quarter loop's head: wait for the stage, its codes and scales, widen the fragment
-_QUARTER_HEAD = """  #pragma unroll 1
-  for (int kt = 0; kt < ktiles; ++kt) {{
-    const int s = kt % STAGES;
-    mbar_wait(xbar0 + 8 * s, (kt / STAGES) & 1);  // stage kt's activations, codes and scales have landed
-    uint32_t wq[2][4];   // word j = 4 hf + jj = k32 step j / 2, register pair j % 2
-    lds_128(wq[0], wlane + s * W_BYTES);
-    lds_128(wq[1], wlane + s * W_BYTES + 512);
-    {scale_pick}
-    // A of stage kt: a[ks][2 sub] = channel row g, a[ks][2 sub + 1] = row g + 8; k 32 ks + 16 sub + 4 q ..
-    uint32_t a[4][4];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) {{
-      a[j >> 1][2 * (j & 1)] = {lo};
-      a[j >> 1][2 * (j & 1) + 1] = {hi};
-    }}
-    const uint64_t desc_x = make_smem_desc(x0 + s * X_BYTES);
-"""
 
 
 def _epilogue(wide: bool) -> str:
