@@ -477,9 +477,7 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) ->
     """y = x @ dequantize(qw)^T (+ bias). CUDA tensors run the generated kernel for the current device
     (or the profile forced by HUMMING_DEVICE_PROFILE / ``profile``); CPU tensors run the reference."""
     cache = qw.__dict__.get("_humming_prepared")
-    # the hot path keys the prepared handle by the device's index (-1 on the CPU, never stored): a tuple of an int
-    # hashes in a fraction of the time of one holding a torch.device, and x.get_device() builds no object
-    handle = cache.get((x.dtype, x.get_device(), profile)) if cache else None
+    handle = cache.get((x.dtype, x.device, profile)) if cache else None
     if handle is None:
         n, k = qw.shape
         if x.shape[-1] != k:
@@ -492,7 +490,6 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) ->
             return _gemm_quantized_act(x, qw, bias, profile)
         act_name(x.dtype)
         handle = prepared(qw, x.dtype, x.device, profile)
-        qw.__dict__["_humming_prepared"][(x.dtype, x.get_device(), profile)] = handle
     elif x.shape[-1] != qw.shape[1]:
         raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={qw.shape[1]}")
     return gemm_prepared(x, _wna16_handle_for(x, qw, profile, handle), bias)

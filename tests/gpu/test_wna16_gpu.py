@@ -156,23 +156,6 @@ def test_upconvert_paths(scheme, dtype):
         assert err <= 5e-3, f"{scheme} M={m}: relative error {err:.2e}"
 
 
-def test_prepared_handle_found_by_device_index():
-    """humming.gemm keeps the prepared handle under (dtype, device index, profile) too (the per-call lookup hashes an
-    int instead of a torch.device): the second call finds it there, the same handle as prepared() registered, and a
-    different dtype or a CPU input does not."""
-    qw = humming.quantize(torch.randn(256, 512, device="cuda") * 0.05, "w4a16")
-    x = torch.randn(3, 512, device="cuda", dtype=torch.float16)
-    first = humming.gemm(x, qw)
-    cache = qw.__dict__["_humming_prepared"]
-    handle = cache[(torch.float16, x.get_device(), None)]
-    assert handle == cache[(torch.float16, x.device, None)] == api.prepared(qw, torch.float16, x.device)
-    assert torch.equal(humming.gemm(x, qw), first)
-    assert (torch.bfloat16, x.get_device(), None) not in cache and (torch.float16, -1, None) not in cache
-    out_bf16 = humming.gemm(x.to(torch.bfloat16), qw)
-    assert cache[(torch.bfloat16, x.get_device(), None)] != handle and out_bf16.dtype == torch.bfloat16
-    assert humming.gemm(x.cpu(), qw.to("cpu")).device.type == "cpu"
-
-
 def test_empty_batch():
     qw = _weight("w4a16", 256, 1024, torch.float16)
     assert humming.gemm(torch.empty(0, 1024, device="cuda", dtype=torch.float16), qw).shape == (0, 256)
