@@ -211,7 +211,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
             "the m16n8k32 A fragment of its warp; no shared-memory traffic for the weights",
             promotion,
             f"tile {BC} channels x {BT} tokens x {BK} k: 2 warpgroups x "
-            f"{'m64n128k32' if chain == BT else '2 halves x m64n64k32 (two partials)'}, {stages} cp.async activation slots "
+            f"{'m64n128k32' if chain == BT else '2 halves x m64n64k32 (two partials)'}, {stages} {'TMA' if use_producer else 'cp.async'} activation slots "
             f"({stages - 1} in flight), {smem_bytes(stages) // 1024} KiB of {limit // 1024} KiB shared memory",
             "epilogue: per-token activation scale, bias per channel, the tile transposed through shared memory, 16-byte "
             "stores of whole token rows; no split-K",
