@@ -30,6 +30,19 @@ from humming.core.wgmma_common import PRODUCER_WARPGROUP
 from humming.devices.base import HelperRequest
 
 
+def _group_and_chain(plan, caps) -> tuple[bool, HelperRequest, int]:
+    """Both forms' checks: groups of 128 or per channel, chains of 128 or 64 tokens (the wide form: two halves or
+    four quarters; the narrow form: one partial or two halves). Returns (per channel, the helper request, chain)."""
+    lay = plan.layout
+    if lay.group not in (128, lay.k):
+        raise ValueError(f"the register-A wgmma W4A8 kernel takes groups of 128 or per channel, not {lay.group}")
+    chain = plan.instruction.shape[1]  # tokens per wgmma chain
+    if chain not in (BT, QUARTER_WT):
+        raise ValueError(f"the register-A W4A8 kernel runs chains of {BT} or {QUARTER_WT} tokens, not {chain}")
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
+    return lay.group != 128, request, chain
+
+
 def _widen(a_type: str) -> tuple[str, str]:
     if a_type == "s8":
         return "s8x16_lo(WORD)", "s8x16_hi(WORD)"
@@ -58,13 +71,7 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
                          f"stages (3 wide); got {t}")
     if wide:
         return _wide_kernel_source(plan, backend, caps)
-    if lay.group not in (128, lay.k):
-        raise ValueError(f"the register-A wgmma W4A8 kernel takes groups of 128 or per channel, not {lay.group}")
-    per_channel = lay.group != 128
-    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
-    chain = plan.instruction.shape[1]  # tokens per wgmma chain: 128 (one partial) or 64 (two halves, two partials)
-    if chain not in (BT, QUARTER_WT):
-        raise ValueError(f"the register-A W4A8 kernel runs chains of {BT} or {QUARTER_WT} tokens, not {chain}")
+    per_channel, request, chain = _group_and_chain(plan, caps)
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=producer)
     lo, hi = _widen(lay.a_type)
     lo = lo.replace("WORD", "wq[s][j >> 2][j & 3]")
@@ -321,13 +328,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
 
     t = plan.tiles
     lay = plan.layout
-    if lay.group not in (128, lay.k):
-        raise ValueError(f"the register-A wgmma W4A8 kernel takes groups of 128 or per channel, not {lay.group}")
-    per_channel = lay.group != 128
-    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
-    chain = plan.instruction.shape[1]  # tokens per wgmma chain: 128 (two halves) or 64 (four quarters, two partials)
-    if chain not in (BT, QUARTER_WT):
-        raise ValueError(f"the wide register-A W4A8 form runs chains of {BT} or {QUARTER_WT} tokens, not {chain}")
+    per_channel, request, chain = _group_and_chain(plan, caps)
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger))
     if lay.a_type == "e4m3":  # the lookup tables stay in registers (else every byte permute rebuilds its table)
         lo, hi = ("int4n4_to_e4m3x4_t(wq[j >> 2][j & 3], lp0, lp1, ln0, ln1)",

@@ -36,8 +36,9 @@ class TileConfig:
     #                activation stages arrive by TMA tensor copy instead of cp.async
     stagger: int = 0  # warp-specialised register-A wgmma kernels: 1 = the second consumer warpgroup issues its first
     #                   wgmmas after the first one's, so each promotes / decodes while the other's wgmmas run
-    raster: int = 0  # register-A W4A8 kernel: token tiles per rasterization group (the blocks of a group take its
-    #                  token tiles for one channel tile after another, sharing the activations in L2); 0 = launch order
+    raster: int = 0  # register-A W4A8 kernel and two-warpgroup W4A16 form: token tiles per rasterization group (the
+    #                  blocks of a group take its token tiles for one channel tile after another, sharing the
+    #                  activations in L2); 0 = launch order
 
     @property
     def threads(self) -> int:

@@ -72,12 +72,6 @@ RASTER_ENV = "HUMMING_WGMMA_W4A8_RS_RASTER"  # token tiles per rasterization gro
 RASTER = 4
 
 
-def raster_tiles() -> int:
-    """Token tiles per block-rasterization group (TileConfig.raster; 0 = launch order): HUMMING_WGMMA_W4A8_RS_RASTER,
-    else RASTER."""
-    return raster_from_env(RASTER_ENV, RASTER)
-
-
 def wide_chain() -> int:
     """Tokens per wgmma chain of the wide form: BT (two halves, one partial: chain, wait, promote) or QUARTER_WT
     (four quarters, two partials: the next chain runs while the last one is promoted); HUMMING_WGMMA_W4A8_RS_CHAIN."""
@@ -221,7 +215,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                         "tensor copy per activation stage into the slot the consumers released (EMPTY mbarriers); the "
                         "two consumer warpgroups meet only at the FULL mbarriers, so one promotes while the other's "
                         "wgmmas run",)
-    raster = raster_tiles()
+    raster = raster_from_env(RASTER_ENV, RASTER)
     if raster:
         reasons += (f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
                     "blocks take its token tiles for one channel tile after another, so the blocks running together "
