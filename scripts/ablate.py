@@ -1,0 +1,104 @@
+"""Ablations (GPU): what limits a planned kernel? Each variant is the generated source with one part changed (the
+weight loads re-reading one atom so they hit L2, a cheaper decode, a step left out) — the results are WRONG by
+design; only the time says something: if removing X barely changes the time, X is not what limits the kernel.
+CUDA-graph replay over weight copies past the L2, every variant in the order a b .. b a (best of two).
+
+    python scripts/ablate.py --scheme w4a16 --m 1 --shapes 28672x8192,8192x8192 [--variants l2only,dq5] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import torch  # noqa: E402
+
+import humming  # noqa: E402
+from humming import api  # noqa: E402
+from humming.tuner import copies_for, graph_time_us  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ab_env import forget_plans  # noqa: E402
+
+# name -> [(regex, replacement)]; a variant whose patterns do not all match the kernel's source is skipped
+VARIANTS: dict[str, list[tuple[str, str]]] = {
+    # stream kernel: every refill re-reads the warp's first atom (L2 hits): the time without DRAM
+    "l2only": [(r"load_g128\(buf\[\(s \+ PF\) % R\]\[c\], p \+ c \* 128\)", "load_g128(buf[(s + PF) % R][c], wbase + c * 128)")],
+    # small register-A form: the same for its 4-byte weight loads
+    "l2only_rs": [(r"wq\[\(s \+ PF\) % R\]\[ks\] = load_g32\(p \+ ks \* 128\)", "wq[(s + PF) % R][ks] = load_g32(wsrc + ks * 128)")],
+    # a decode of 5 instead of 7 instructions per word (odd pairs masked in place, x16): what a re-packed layout
+    # would save
+    "dq5": [(r"return lop3_and_or\(w >> \(J \* 4\), 0x000F000Fu, 0x64006400u\);",
+             "return lop3_and_or(J >= 2 ? w >> 8 : w, (J & 1) ? 0x00F000F0u : 0x000F000Fu, 0x64006400u);")],
+    # no activation sums (the zero-point term)
+    "nosx": [(r"mma_k16\(sx\[j\], ones,", "if (false) mma_k16(sx[j], ones,")],
+    # no per-atom fold (scale, zero point): raw sums added
+    "nofold": [(r"acc\[tt\]\[j\]\[e\] = fmaf\(sf, fmaf\(zf, sx\[j\]\[e\], (tmp[^)]*)\), acc\[tt\]\[j\]\[e\]\);",
+                r"acc[tt][j][e] += \1;")],
+}
+
+
+def patched(variant: str):
+    """A kernel_source that applies ``variant``'s substitutions (raises KeyError naming a pattern that missed)."""
+    original = api.kernel_source.__wrapped__ if hasattr(api.kernel_source, "__wrapped__") else api.kernel_source
+
+    def source(p, backend, caps):
+        text = original(p, backend, caps)
+        for pattern, repl in VARIANTS.get(variant, []):
+            text, count = re.subn(pattern, repl, text)
+            if not count:
+                raise KeyError(pattern)
+        return text
+    source.__wrapped__ = original
+    return source
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scheme", default="w4a16")
+    ap.add_argument("--m", type=int, default=1)
+    ap.add_argument("--shapes", default="28672x8192,8192x8192,4096x14336")
+    ap.add_argument("--variants", default="l2only,dq5,nosx,nofold")
+    ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    args = ap.parse_args()
+    variants = ["base", *args.variants.split(",")]
+    rows = []
+    for shape in args.shapes.split(","):
+        n, k = map(int, shape.split("x"))
+        qws = [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, args.scheme)
+               for _ in range(copies_for(n * k // 2))]
+        x = torch.randn(args.m, k, device="cuda", dtype=torch.float16)
+        ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
+        row = {"n": n, "k": k, "m": args.m, "plan": humming.plan(args.scheme, args.m, n, k).summary()}
+        for v in variants + variants[::-1]:
+            api.kernel_source = patched(v)
+            api._compiled.clear()
+            forget_plans(qws)
+            try:
+                out = humming.gemm(x, qws[0]).double()
+            except KeyError as e:
+                row[f"{v}_us"] = None
+                row[f"{v}_note"] = f"pattern not in this kernel: {e}"
+                continue
+            row[f"{v}_err"] = float((out - ref).norm() / ref.norm())
+            t = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
+            row[f"{v}_us"] = min(t, row.get(f"{v}_us") or t)
+        api.kernel_source = patched("base")
+        api._compiled.clear()
+        forget_plans(qws)
+        rows.append(row)
+        cells = ", ".join(f"{v} {row[f'{v}_us']:.1f}" if row.get(f"{v}_us") else f"{v} n/a" for v in variants)
+        print(f"{args.scheme} {n}x{k} M={args.m}: {cells} us  [{row['plan']}]", flush=True)
+        del qws
+        torch.cuda.empty_cache()
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"ablate_{args.scheme}_m{args.m}.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
