@@ -37,7 +37,7 @@ def _row(rank, t, default_us) -> str:
     ratio = f"x{default_us / t.us:.2f}" if default_us else "-"
     kind = {"stream": "stream", "wgmma-rs": "rs"}.get(p.path, "tile")
     tile = f"{tl.bm}x{tl.bn}x{tl.bk}"
-    options = ",".join(name for name, on in (("x_ring", tl.x_ring), (f"fold{tl.fold}", tl.fold), ("bulk", tl.bulk)) if on)
+    options = ",".join(name for name, on in (("x_ring", tl.x_ring), ("x_smem", tl.x_smem), (f"fold{tl.fold}", tl.fold), ("bulk", tl.bulk)) if on)
     return (f"  {rank:>4} {t.us:9.1f} {ratio:>7}  {kind:6} {tile:<12} {tl.stages:>6} "
             f"{tl.warps_m}x{tl.warps_n}x{tl.warps_k:<3} {p.splits:>5}  {options or '-'}")
 

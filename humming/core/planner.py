@@ -36,6 +36,8 @@ class TileConfig:
     #                activation stages arrive by TMA tensor copy instead of cp.async
     stagger: int = 0  # warp-specialised register-A wgmma kernels: 1 = the second consumer warpgroup issues its first
     #                   wgmmas after the first one's, so each promotes / decodes while the other's wgmmas run
+    x_smem: int = 0  # stream path: 1 = the block's activations (tokens < M over its K range) and per-atom tables are
+    #                  copied once into shared memory after the launch and read with shared loads per atom
     raster: int = 0  # register-A W4A8 kernel and two-warpgroup W4A16 form: token tiles per rasterization group (the
     #                  blocks of a group take its token tiles for one channel tile after another, sharing the
     #                  activations in L2); 0 = launch order
@@ -146,7 +148,7 @@ class Plan:
         if self.path == "wgmma-rs":
             kind = "wgmmars"  # register-A wgmma (bm = tokens, bn = channels)
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
-                f"{'x' if t.x_ring else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}{'b' if t.bulk else ''}"
+                f"{'x' if t.x_ring else ''}{'s' if t.x_smem else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}{'b' if t.bulk else ''}"
                 f"{'_ts' if self.row_scale else ''}{'_pdl' if self.pdl else ''}_{self.kernel_key}")
 
     def summary(self) -> str:
@@ -246,8 +248,8 @@ def _check_forced(t: TileConfig, m: int, n: int, k: int, layout: WeightLayout) -
         problems.append(f"group sizes {groups} must divide or be multiples of BK={t.bk}")
     if t.stages < 2 or t.threads > 1024:
         problems.append("at least 2 stages and at most 1024 threads")
-    if t.x_ring or t.fold:
-        problems.append("x_ring and fold are stream-path options")
+    if t.x_ring or t.fold or t.x_smem:
+        problems.append("x_ring, x_smem and fold are stream-path options")
     if problems:
         raise ShapeError(f"tile {t} is not valid here: " + "; ".join(problems))
 
@@ -376,11 +378,17 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
             x_ring = 0
             why += (f"; {STREAM_BULK_ENV}=1: weights, tables and activations bulk-copied into a ring of "
                     f"{in_flight + 1} shared-memory slots per warp")
+        x_smem = 0
         if tiles is not None:
             warps_k, in_flight, x_ring, fold, bulk = tiles.warps_k, tiles.stages - 1, tiles.x_ring, tiles.fold, tiles.bulk
+            x_smem = tiles.x_smem
             why = f"{warps_k} warps per slab, {in_flight} atom(s) in flight forced (tuned)"
             if x_ring:
                 why += ", activations in flight with them"
+            if x_smem:
+                if x_ring or bulk:
+                    raise ShapeError("x_smem excludes x_ring and bulk: the activations come from one place")
+                why += ", activations and tables staged once in shared memory"
             if bulk:
                 if not _bulk_declared(caps):
                     raise UnsupportedOnDevice(f"{caps.name} does not declare tma and mbarrier, which the bulk-copy "
@@ -395,9 +403,9 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
 
                 if fold_applies(layout):
                     raise ShapeError(fold_applies(layout))
-                if fold == 2 and not (x_ring or bulk):
-                    raise ShapeError("fold=2 (channel tiles outermost) needs x_ring or bulk: every k16 step's "
-                                     "activations in registers")
+                if fold == 2 and not (x_ring or bulk or x_smem):
+                    raise ShapeError("fold=2 (channel tiles outermost) needs x_ring, x_smem or bulk: every k16 step's "
+                                     "activations at hand")
                 if fold == 2:
                     why += " with the channel tiles outermost (fewer live registers)"
                 why += ", codes multiplied raw, zero point and scale applied per atom in fp32 (fold)"
@@ -411,9 +419,10 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
             reasons.append(f"M={m} <= {STREAM_MAX_M}: stream path: weights are the MMA's A operand, bulk-copied into "
                            f"shared memory and read once per atom into registers")
         else:
-            st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight + 1, 1, 1, warps_k, x_ring, fold)
+            st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight + 1, 1, 1, warps_k, x_ring, fold,
+                            x_smem=x_smem)
             reasons.append(f"M={m} <= {STREAM_MAX_M}: stream path: weights are the MMA's A operand, loaded straight "
-                           f"into registers with 16-byte loads; no shared-memory staging")
+                           f"into registers with 16-byte loads" + ("" if x_smem else "; no shared-memory staging"))
         if splits is None:
             splits = auto_splits
         elif (k // 64 // warps_k) % splits:
@@ -421,10 +430,23 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
         else:
             why += f"; split-K {splits} forced (tuned)"
         reasons.append(why)
+        smem = st.smem_bytes(layout, "stream")
+        if x_smem:
+            from humming.core.generator_stream import x_smem_layout
+
+            staged = x_smem_layout(layout, m, k // splits, smem, st.threads)
+            if isinstance(staged, str):
+                raise ShapeError(staged)
+            smem = staged["total"]
+            if smem > limit:
+                raise UnsupportedOnDevice(f"staging {m} token(s) x {k // splits} of K in shared memory needs {smem} B; "
+                                          f"{caps.name} allows {limit}")
+            reasons.append(f"x_smem: {staged['x_bytes']} B of activations and {staged['table_bytes']} B of tables per "
+                           f"block copied into shared memory once, after the launch")
         return Plan(
             scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=out or act, family="mma_sync",
             instruction=instruction, path="stream", layout=layout, tiles=st, splits=splits,
-            async_copy=async_copy, smem_bytes=st.smem_bytes(layout, "stream"), reasons=tuple(reasons),
+            async_copy=async_copy, smem_bytes=smem, reasons=tuple(reasons),
         )
     candidates = _tile_candidates(m, n, k, layout, sms)
     if tiles is not None:

@@ -401,10 +401,11 @@ def candidate_configs(m: int) -> list[tuple[str, TileConfig, int]]:
         for wk in _STREAM_WARPS_K:
             for splits in _STREAM_SPLITS:
                 for in_flight in _STREAM_IN_FLIGHT:
-                    for x_ring in (0, 1):
-                        for fold in ((0, 1, 2) if x_ring else (0, 1)):  # the planner refuses what a layout cannot take
-                            out.append(("stream", TileConfig(bm, 64, 64 * wk, in_flight + 1, 1, 1, wk, x_ring, fold),
-                                        splits))
+                    # activations: loaded per atom (0, 0), in the register ring (1, 0), staged in shared memory (0, 1)
+                    for x_ring, x_smem in ((0, 0), (1, 0), (0, 1)):
+                        for fold in ((0, 1, 2) if x_ring or x_smem else (0, 1)):  # the planner refuses what a layout cannot take
+                            out.append(("stream", TileConfig(bm, 64, 64 * wk, in_flight + 1, 1, 1, wk, x_ring, fold,
+                                                             x_smem=x_smem), splits))
                 for slots in _STREAM_BULK_SLOTS:
                     for fold in (0, 1, 2):
                         out.append(("stream", TileConfig(bm, 64, 64 * wk, slots, 1, 1, wk, 0, fold, 1), splits))

@@ -175,3 +175,61 @@ def test_fold_tt_outer_needs_the_activation_ring():
     with pytest.raises(ShapeError, match="needs x_ring"):
         plan_wna16(caps, base.layout, 16, "f16", scheme="w4a16", path="stream", splits=1,
                    tiles=TileConfig(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, 0, 2))
+
+
+@pytest.mark.parametrize("scheme", ["w4a16", "w4a16-zp", "w8a16", "w4a16[group_size=-1]"])
+@pytest.mark.parametrize("m,fold", [(1, 1), (1, 2), (3, 0), (8, 1)])
+def test_stream_x_smem_compiles(scheme, m, fold):
+    """x_smem (the block's activations and table rows staged once in shared memory): the plan counts the staging in
+    its shared memory and says so, the main loop reads no activations or tables from global memory, and the kernel
+    compiles for the H200 (with PDL: tables before the wait, activations after it) and an Ampere profile, without
+    spills for int4 codes."""
+    from humming.core.planner import TileConfig, plan_wna16, with_pdl
+
+    for name in ("nvidia-h200", "nvidia-a100"):
+        caps = api.resolve_profile(name)
+        base = api.plan(scheme, m, 1024, 4096, profile=caps)
+        plain = plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=2,
+                           tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, int(fold == 2), fold))  # fold 2 needs a ring
+        p = with_pdl(caps, plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=2,
+                                      tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, fold, x_smem=1)))
+        assert p.tiles.x_smem and p.kernel_name != plain.kernel_name
+        assert p.smem_bytes >= plain.smem_bytes + m * 2048 * 2 and any(r.startswith("x_smem: ") for r in p.reasons)
+        src = api.source(p)
+        body = src[src.index("for (int i = 0; i < natoms; i += R)"):src.index("// fold the warps' partial sums")]
+        assert "load_g32(" not in body and "load_g128_cached(" not in body
+        assert ("lds_u4(" in body) == bool(p.layout.scale_group or p.layout.zero_group)  # w8a16: no group scales
+        assert "stage_rows<XS_TOKENS, XS_K / 8>" in src and f"XS_TOKENS = {m}, XS_K = 2048" in src
+        head = src[src.index("uint32_t buf[R][CB][4];"):src.index("for (int i = 0; i < natoms; i += R)")]
+        tables = head.count("stage_rows<")
+        assert tables == 1 + bool(p.layout.scale_group) + bool(p.layout.zero_group), head
+        if p.pdl and tables > 1:  # the weights' tables may be read before the previous kernel ends, activations after
+            assert head.index("stage_rows<") < head.index("pdl_wait();") < head.index("stage_rows<XS_TOKENS")
+        route = get_backend(caps).compile_route(caps)
+        mod = compile_cuda(src, [p.kernel_name], route.arch, options=[*route.options, "--ptxas-options=-v"], cache=False)
+        if "w8" not in scheme:
+            assert " 0 bytes spill stores" in mod.log, mod.log
+
+
+def test_stream_x_smem_refusals():
+    """x_smem refuses what it cannot stage, with the reason: groups under 64 (a table row per k16 step), more than
+    X_SMEM_MAX_COPIES copies per thread, and x_ring or bulk at the same time; fold=2 accepts it as its activations."""
+    from humming.core.generator_stream import X_SMEM_MAX_COPIES
+    from humming.core.planner import TileConfig, plan_wna16
+    from humming.errors import ShapeError
+
+    caps = api.resolve_profile("nvidia-h200")
+    g32 = api.plan("w4a16[group_size=32]", 1, 1024, 4096, profile=caps)
+    with pytest.raises(ShapeError, match="groups of at least 64"):
+        plan_wna16(caps, g32.layout, 1, "f16", scheme="w4a16", path="stream", splits=1,
+                   tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 0, x_smem=1))
+    base = api.plan("w4a16", 8, 1024, 8192, profile=caps)
+    with pytest.raises(ShapeError, match=f"at most {X_SMEM_MAX_COPIES}"):  # 8 tokens x 8192 x 2 B over 128 threads
+        plan_wna16(caps, base.layout, 8, "f16", scheme="w4a16", path="stream", splits=1,
+                   tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=1))
+    with pytest.raises(ShapeError, match="excludes x_ring"):
+        plan_wna16(caps, base.layout, 1, "f16", scheme="w4a16", path="stream", splits=1,
+                   tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 1, 1, x_smem=1))
+    p = plan_wna16(caps, base.layout, 1, "f16", scheme="w4a16", path="stream", splits=1,
+                   tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 2, x_smem=1))
+    assert p.tiles.fold == 2 and "float tmp[TOKEN_TILES][4];" in api.source(p)
