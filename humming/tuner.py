@@ -111,10 +111,14 @@ def _clear_plan(api, handles, m: int) -> None:
 
 
 def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10, jobs: int | None = None,
-               include_tile_for_stream: bool = True, progress=None, seed: int = 0) -> list[TuneResult]:
+               include_tile_for_stream: bool = True, progress=None, seed: int = 0,
+               only: str | None = None) -> list[TuneResult]:
     """Time the planner's default and every candidate plan for each M on the live GPU (random weights), and
     check each one's result against ``reference_gemm`` (a wrong candidate is reported as failed, never timed
-    as a winner). ``progress(text)`` is called with one line per step. Nothing is recorded here."""
+    as a winner). ``progress(text)`` is called with one line per step. Nothing is recorded here.
+
+    ``only``: a TileConfig option (e.g. "x_smem"): time only the candidates that set it, next to the planner's
+    default and the plan the runtime chooses now (a tuned entry, if any), so a winner beats both."""
     torch = require_gpu()
     import humming
     from humming import api
@@ -146,6 +150,9 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
         for m in ms:
             m = int(m)
             plans = tuning.candidates(caps, layout, m, dtype, scheme_str, include_tile_for_stream=include_tile_for_stream)
+            if only:
+                now = tuning.choose_plan(caps, layout, m, dtype, scheme_str)
+                plans = [plans[0], now] + [p for p in plans[1:] if getattr(p.tiles, only, 0)]
             plans = [planner.with_pdl(caps, p) for p in plans]  # timed as the runtime launches them (PDL where applies)
             default = plans[0]  # the planner's rules (plan_wna16 without forcing), never a tuned entry
             t0 = time.perf_counter()

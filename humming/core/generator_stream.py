@@ -590,7 +590,7 @@ def _bulk_main_loop(lay, table_rows, atom_body: str) -> str:
 # once into shared memory, after the weight prefetch; the main loop then reads them with shared loads instead of
 # an L2 round trip per atom (measured on the H200, 2026-11-30: with activation and scale loads removed outright,
 # the M=1 28672x8192 kernel ran 39.7 -> 36.2 us).
-X_SMEM_MAX_COPIES = 16  # 16-byte copies of activations per thread (two round trips of 8)
+X_SMEM_MAX_COPIES = 32  # 16-byte copies of activations per thread (four round trips of 8)
 
 _STAGE_ROWS = r"""
 // rows x cols16 16-byte words from global memory (rows `gpitch` elements apart) into packed shared-memory rows;

@@ -112,7 +112,8 @@ class Plan:
 
     @property
     def kernel_key(self) -> str:
-        """What the kernel source depends on (not M, N, K or the split count, which are launch arguments)."""
+        """What the kernel source depends on (not M, N, K or the split count, which are launch arguments; the
+        x_smem stream kernel compiles M and the K range of a split in)."""
         t = self.tiles
         if self.is_8bit:
             parts8 = (self.family, self.path, tuple(self.instruction.shape), self.instruction.a_type, self.act, t,
@@ -128,6 +129,8 @@ class Plan:
             *((True,) if getattr(self.layout, "zero_float", False) else ()),
             *(("row_scale",) if self.row_scale else ()),
             *(("pdl",) if self.pdl else ()),
+            # x_smem stages exactly M tokens over the K range of one split: both are compiled into its source
+            *(("x_smem", self.m, self.k // self.splits) if getattr(t, "x_smem", 0) else ()),
         )
         return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
 

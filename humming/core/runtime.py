@@ -61,7 +61,9 @@ class LoadedKernel:
                 )
                 self._kernel = _check(driver.cuLibraryGetKernel(self._library, self.name.encode()), f"finding {self.name}")
             dev = _check(driver.cuDeviceGet(device), "cuDeviceGet")
-            if self.smem_bytes > 48 * 1024:
+            # above 48 KiB of shared memory per block a kernel must opt in; static shared memory (a few bytes of
+            # flags in some kernels) counts against the same limit, so opt in from 46 KiB of dynamic memory
+            if self.smem_bytes > 46 * 1024:
                 attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
                 _check(driver.cuKernelSetAttribute(attr, self.smem_bytes, self._kernel, dev), f"smem limit of {self.name}")
             fn = _check(driver.cuKernelGetFunction(self._kernel), f"function of {self.name}")

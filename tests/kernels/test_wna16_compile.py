@@ -223,8 +223,8 @@ def test_stream_x_smem_refusals():
     with pytest.raises(ShapeError, match="groups of at least 64"):
         plan_wna16(caps, g32.layout, 1, "f16", scheme="w4a16", path="stream", splits=1,
                    tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 0, x_smem=1))
-    base = api.plan("w4a16", 8, 1024, 8192, profile=caps)
-    with pytest.raises(ShapeError, match=f"at most {X_SMEM_MAX_COPIES}"):  # 8 tokens x 8192 x 2 B over 128 threads
+    base = api.plan("w4a16", 8, 1024, 16384, profile=caps)
+    with pytest.raises(ShapeError, match=f"at most {X_SMEM_MAX_COPIES}"):  # 8 tokens x 16384 x 2 B over 128 threads
         plan_wna16(caps, base.layout, 8, "f16", scheme="w4a16", path="stream", splits=1,
                    tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=1))
     with pytest.raises(ShapeError, match="excludes x_ring"):
@@ -233,3 +233,19 @@ def test_stream_x_smem_refusals():
     p = plan_wna16(caps, base.layout, 1, "f16", scheme="w4a16", path="stream", splits=1,
                    tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 2, x_smem=1))
     assert p.tiles.fold == 2 and "float tmp[TOKEN_TILES][4];" in api.source(p)
+
+
+def test_stream_x_smem_kernels_differ_by_staged_extent():
+    """The x_smem kernel compiles M and a split's K range into its staging: plans that differ only there must not
+    share a kernel name (the runtime caches compiled kernels by name), while the plain stream kernel still does."""
+    from humming.core.planner import TileConfig, plan_wna16
+
+    caps = api.resolve_profile("nvidia-h200")
+    base = api.plan("w4a16", 1, 1024, 4096, profile=caps)
+    names = {}
+    for x_smem in (0, 1):
+        for m, splits in ((1, 1), (1, 2), (2, 2)):
+            p = plan_wna16(caps, base.layout, m, "f16", scheme="w4a16", path="stream", splits=splits,
+                           tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=x_smem))
+            names.setdefault(x_smem, set()).add(p.kernel_name)
+    assert len(names[0]) == 1 and len(names[1]) == 3
