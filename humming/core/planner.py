@@ -339,6 +339,33 @@ def _stream_config(n: int, k: int, m: int, container: int, sms: int) -> tuple[in
     )
 
 
+# x_smem by rule (no tuned entry): a split's K range at most this long, so the staged activations stay small
+X_SMEM_RULE_MAX_K = 4096
+
+
+def _x_smem_default(layout: WeightLayout, m: int, k: int, warps_k: int, auto_splits: int, forced_splits) -> int | None:
+    """The split count for the stream kernel's x_smem variant by rule (codes of at most 4 bits, groups of 64 or
+    more, a split's K range <= X_SMEM_RULE_MAX_K, at most half of X_SMEM_MAX_COPIES activation copies per thread),
+    or None where the rule does not take it. H200 measurements (2026-11-30, tune --only x_smem): with those
+    settings x_smem with fold=2 ran at or ahead of the register-ring default at M 1, 2, 4 and 8 on 8192x8192,
+    28672x8192 and 4096x14336 (e.g. 28672x8192 M=1 38.4 against 48.3 us)."""
+    from humming.core.generator_stream import X_SMEM_MAX_COPIES, x_smem_layout
+
+    if layout.decode.container > 4:
+        return None
+    atoms = k // 64 // warps_k
+    choices = [forced_splits] if forced_splits else [s for s in (1, 2, 4, 8, 16) if s >= auto_splits]
+    for splits in choices:
+        if atoms % splits or k // splits > X_SMEM_RULE_MAX_K:
+            continue
+        if m * (k // splits) * 2 // 16 > X_SMEM_MAX_COPIES // 2 * 32 * warps_k:
+            continue
+        if isinstance(x_smem_layout(layout, m, k // splits, 0, 32 * warps_k), str):
+            return None
+        return splits
+    return None
+
+
 def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", scheme: str = "",
                tiles: TileConfig | None = None, splits: int | None = None, path: str | None = None) -> Plan:
     """Plan a WnA16 GEMM C[M, N] = A[M, K] @ W[N, K]^T for a prepared weight layout on a profile.
@@ -367,21 +394,27 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
         if m > STREAM_MAX_M:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}, got M={m}")
         warps_k, in_flight, auto_splits, why = _stream_config(n, k, m, layout.decode.container, sms)
-        x_ring = fold = 0
+        x_ring = fold = x_smem_rule = 0
         if tiles is None and m <= 8:
             from humming.core.generator_stream import fold_applies
 
             if not fold_applies(layout):  # measured on the H200 (2026-11-30): 10-15% faster at M=1 on every shape
                 x_ring = fold = 1
                 why += "; M <= 8: codes multiplied raw, zero point and scale per atom in fp32 (fold), activations in flight"
+                staged = _x_smem_default(layout, m, k, warps_k, auto_splits, splits)
+                if staged is not None:
+                    x_ring, x_smem_rule, fold, auto_splits = 0, 1, 2, staged
+                    why += (f"; activations and tables staged in shared memory instead (x_smem, channel tiles outermost) "
+                            f"over {k // staged} of K per split (X_SMEM_RULE_MAX_K; see _x_smem_default for the "
+                            f"measurements)")
         bulk = 0
         if tiles is None and os.environ.get(STREAM_BULK_ENV, "") == "1" and _bulk_declared(caps):
             bulk = 1
             in_flight = _bulk_ring_slots(layout, warps_k, 8 if m <= 8 else 16, limit) - 1
-            x_ring = 0
+            x_ring = x_smem_rule = 0
             why += (f"; {STREAM_BULK_ENV}=1: weights, tables and activations bulk-copied into a ring of "
                     f"{in_flight + 1} shared-memory slots per warp")
-        x_smem = 0
+        x_smem = x_smem_rule
         if tiles is not None:
             warps_k, in_flight, x_ring, fold, bulk = tiles.warps_k, tiles.stages - 1, tiles.x_ring, tiles.fold, tiles.bulk
             x_smem = tiles.x_smem
