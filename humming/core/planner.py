@@ -343,10 +343,11 @@ def _stream_config(n: int, k: int, m: int, container: int, sms: int) -> tuple[in
 X_SMEM_RULE_MAX_K = 4096
 
 
-def _x_smem_default(layout: WeightLayout, m: int, k: int, warps_k: int, auto_splits: int, forced_splits) -> int | None:
+def _x_smem_default(layout: WeightLayout, m: int, k: int, warps_k: int, auto_splits: int, forced_splits,
+                    smem_limit: int) -> int | None:
     """The split count for the stream kernel's x_smem variant by rule (codes of at most 4 bits, groups of 64 or
-    more, a split's K range <= X_SMEM_RULE_MAX_K, at most half of X_SMEM_MAX_COPIES activation copies per thread),
-    or None where the rule does not take it. H200 measurements (2026-11-30, tune --only x_smem): with those
+    more, a split's K range <= X_SMEM_RULE_MAX_K, at most half of X_SMEM_MAX_COPIES activation copies per thread,
+    the staging within the profile's shared memory per block), or None where the rule does not take it. H200 measurements (2026-11-30, tune --only x_smem): with those
     settings x_smem with fold=2 ran at or ahead of the register-ring default at M 1, 2, 4 and 8 on 8192x8192,
     28672x8192 and 4096x14336 (e.g. 28672x8192 M=1 38.4 against 48.3 us)."""
     from humming.core.generator_stream import X_SMEM_MAX_COPIES, x_smem_layout
@@ -360,7 +361,9 @@ def _x_smem_default(layout: WeightLayout, m: int, k: int, warps_k: int, auto_spl
             continue
         if m * (k // splits) * 2 // 16 > X_SMEM_MAX_COPIES // 2 * 32 * warps_k:
             continue
-        if isinstance(x_smem_layout(layout, m, k // splits, 0, 32 * warps_k), str):
+        fold_area = TileConfig(8, 64, 64 * warps_k, 3, 1, 1, warps_k).smem_bytes(layout, "stream")
+        staged = x_smem_layout(layout, m, k // splits, fold_area, 32 * warps_k)
+        if isinstance(staged, str) or staged["total"] > smem_limit:
             return None
         return splits
     return None
@@ -401,7 +404,7 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
             if not fold_applies(layout):  # measured on the H200 (2026-11-30): 10-15% faster at M=1 on every shape
                 x_ring = fold = 1
                 why += "; M <= 8: codes multiplied raw, zero point and scale per atom in fp32 (fold), activations in flight"
-                staged = _x_smem_default(layout, m, k, warps_k, auto_splits, splits)
+                staged = _x_smem_default(layout, m, k, warps_k, auto_splits, splits, limit)
                 if staged is not None:
                     x_ring, x_smem_rule, fold, auto_splits = 0, 1, 2, staged
                     why += (f"; activations and tables staged in shared memory instead (x_smem, channel tiles outermost) "
