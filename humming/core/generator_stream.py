@@ -642,8 +642,15 @@ def _table_rows(group: int, k_split: int) -> int:
     return k_split // group if k_split % group == 0 else k_split // group + 2
 
 
+def x_smem_tokens(m: int, bm: int) -> int:
+    """Token rows an x_smem kernel reserves: 1 for M=1, else the token tile (8 or 16), so that one kernel serves
+    every M of its tuning bucket (2-8, 9-16) and a layer's first call compiles no more kernels than before."""
+    return 1 if m == 1 else bm
+
+
 def x_smem_layout(layout, m: int, k_split: int, fold_bytes: int, threads: int) -> dict | str:
-    """Shared-memory offsets of the x_smem staging (after the warps' fold area), or why it cannot stage this."""
+    """Shared-memory offsets of the x_smem staging of ``m`` reserved token rows (after the warps' fold area), or
+    why it cannot stage this."""
     tables = [(var, group) for var, group in (("ss", layout.scale_group), ("zz", layout.zero_group)) if group]
     for _, group in tables:
         if 0 < group < 64:
@@ -669,10 +676,12 @@ def _x_smem_parts(plan) -> tuple[str, str, str]:
     """(table staging + shared-memory pointers, activation staging + barrier, cfg constants) of an x_smem plan."""
     t, lay = plan.tiles, plan.layout
     k_split = plan.k // plan.splits
-    staged = x_smem_layout(lay, plan.m, k_split, t.smem_bytes(lay, "stream"), t.threads)
+    tokens = x_smem_tokens(plan.m, t.bm)
+    staged = x_smem_layout(lay, tokens, k_split, t.smem_bytes(lay, "stream"), t.threads)
     if isinstance(staged, str):
         raise ValueError(staged)
-    consts = (f"\nconstexpr int XS_TOKENS = {plan.m}, XS_K = {k_split};  // staged activations: tokens x K range"
+    consts = (f"\nconstexpr int XS_TOKENS = {tokens}, XS_K = {k_split};  // staged activations: at most XS_TOKENS "
+              f"tokens x the K range of a split"
               f"\nconstexpr int XS_OFFSET = {staged['x_offset']};  // bytes into shared memory (after the fold area)")
     lines = ["", "  // x_smem: this block's table rows now, its activations after the wait; shared loads per atom",
              "  uint16_t* const x_s = reinterpret_cast<uint16_t*>(smem + XS_OFFSET);"]
@@ -685,7 +694,7 @@ def _x_smem_parts(plan) -> tuple[str, str, str]:
                   f"  const int {var}_row0 = {row0};",
                   f"  stage_rows<{rows}, 8>({var}_s, {ptr} + (size_t){var}_row0 * N + n0, N, {total} - {var}_row0);"]
     stage_x = """
-  if (M > XS_TOKENS) __trap();  // the plan staged XS_TOKENS rows: a launch for more tokens is a planning bug
+  if (M > XS_TOKENS) __trap();  // the plan reserved XS_TOKENS rows: a launch for more tokens is a planning bug
   stage_rows<XS_TOKENS, XS_K / 8>(x_s, A + (size_t)atom0 * 64, K, M);
   __syncthreads();  // the staged copies are visible to every warp"""
     return "\n".join(lines), stage_x, consts

@@ -129,8 +129,8 @@ class Plan:
             *((True,) if getattr(self.layout, "zero_float", False) else ()),
             *(("row_scale",) if self.row_scale else ()),
             *(("pdl",) if self.pdl else ()),
-            # x_smem stages exactly M tokens over the K range of one split: both are compiled into its source
-            *(("x_smem", self.m, self.k // self.splits) if getattr(t, "x_smem", 0) else ()),
+            # x_smem reserves 1 token row (M=1) or the token tile's, over the K range of one split: compiled in
+            *(("x_smem", 1 if self.m == 1 else t.bm, self.k // self.splits) if getattr(t, "x_smem", 0) else ()),
         )
         return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
 
@@ -350,7 +350,7 @@ def _x_smem_default(layout: WeightLayout, m: int, k: int, warps_k: int, auto_spl
     the staging within the profile's shared memory per block), or None where the rule does not take it. H200 measurements (2026-11-30, tune --only x_smem): with those
     settings x_smem with fold=2 ran at or ahead of the register-ring default at M 1, 2, 4 and 8 on 8192x8192,
     28672x8192 and 4096x14336 (e.g. 28672x8192 M=1 38.4 against 48.3 us)."""
-    from humming.core.generator_stream import X_SMEM_MAX_COPIES, x_smem_layout
+    from humming.core.generator_stream import X_SMEM_MAX_COPIES, x_smem_layout, x_smem_tokens
 
     if layout.decode.container > 4:
         return None
@@ -359,10 +359,10 @@ def _x_smem_default(layout: WeightLayout, m: int, k: int, warps_k: int, auto_spl
     for splits in choices:
         if atoms % splits or k // splits > X_SMEM_RULE_MAX_K:
             continue
-        if m * (k // splits) * 2 // 16 > X_SMEM_MAX_COPIES // 2 * 32 * warps_k:
+        if x_smem_tokens(m, 8) * (k // splits) * 2 // 16 > X_SMEM_MAX_COPIES // 2 * 32 * warps_k:
             continue
         fold_area = TileConfig(8, 64, 64 * warps_k, 3, 1, 1, warps_k).smem_bytes(layout, "stream")
-        staged = x_smem_layout(layout, m, k // splits, fold_area, 32 * warps_k)
+        staged = x_smem_layout(layout, x_smem_tokens(m, 8), k // splits, fold_area, 32 * warps_k)
         if isinstance(staged, str) or staged["total"] > smem_limit:
             return None
         return splits
@@ -471,17 +471,18 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
         reasons.append(why)
         smem = st.smem_bytes(layout, "stream")
         if x_smem:
-            from humming.core.generator_stream import x_smem_layout
+            from humming.core.generator_stream import x_smem_layout, x_smem_tokens
 
-            staged = x_smem_layout(layout, m, k // splits, smem, st.threads)
+            rows = x_smem_tokens(m, st.bm)
+            staged = x_smem_layout(layout, rows, k // splits, smem, st.threads)
             if isinstance(staged, str):
                 raise ShapeError(staged)
             smem = staged["total"]
             if smem > limit:
-                raise UnsupportedOnDevice(f"staging {m} token(s) x {k // splits} of K in shared memory needs {smem} B; "
-                                          f"{caps.name} allows {limit}")
-            reasons.append(f"x_smem: {staged['x_bytes']} B of activations and {staged['table_bytes']} B of tables per "
-                           f"block copied into shared memory once, after the launch")
+                raise UnsupportedOnDevice(f"staging {rows} token row(s) x {k // splits} of K in shared memory needs "
+                                          f"{smem} B; {caps.name} allows {limit}")
+            reasons.append(f"x_smem: {staged['x_bytes']} B of activations ({rows} token row(s) reserved) and "
+                           f"{staged['table_bytes']} B of tables per block copied into shared memory once, after the launch")
         return Plan(
             scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=out or act, family="mma_sync",
             instruction=instruction, path="stream", layout=layout, tiles=st, splits=splits,

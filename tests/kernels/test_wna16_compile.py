@@ -198,12 +198,13 @@ def test_stream_x_smem_compiles(scheme, m, fold):
         p = with_pdl(caps, plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=2,
                                       tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, fold, x_smem=1)))
         assert p.tiles.x_smem and p.kernel_name != plain.kernel_name
-        assert p.smem_bytes >= plain.smem_bytes + m * 2048 * 2 and any(r.startswith("x_smem: ") for r in p.reasons)
+        rows = 1 if m == 1 else 8  # one kernel per tuning bucket: M=1, or up to the token tile
+        assert p.smem_bytes >= plain.smem_bytes + rows * 2048 * 2 and any(r.startswith("x_smem: ") for r in p.reasons)
         src = api.source(p)
         body = src[src.index("for (int i = 0; i < natoms; i += R)"):src.index("// fold the warps' partial sums")]
         assert "load_g32(" not in body and "load_g128_cached(" not in body
         assert ("lds_u4(" in body) == bool(p.layout.scale_group or p.layout.zero_group)  # w8a16: no group scales
-        assert "stage_rows<XS_TOKENS, XS_K / 8>" in src and f"XS_TOKENS = {m}, XS_K = 2048" in src
+        assert "stage_rows<XS_TOKENS, XS_K / 8>" in src and f"XS_TOKENS = {rows}, XS_K = 2048" in src
         head = src[src.index("uint32_t buf[R][CB][4];"):src.index("for (int i = 0; i < natoms; i += R)")]
         tables = head.count("stage_rows<")
         assert tables == 1 + bool(p.layout.scale_group) + bool(p.layout.zero_group), head
@@ -240,8 +241,9 @@ def test_stream_x_smem_refusals():
 
 
 def test_stream_x_smem_kernels_differ_by_staged_extent():
-    """The x_smem kernel compiles M and a split's K range into its staging: plans that differ only there must not
-    share a kernel name (the runtime caches compiled kernels by name), while the plain stream kernel still does."""
+    """The x_smem kernel compiles its reserved token rows (1 for M=1, else the token tile) and a split's K range into
+    its staging: plans that differ there must not share a kernel name (the runtime caches compiled kernels by name),
+    while every M of one bucket (2-8) shares one kernel, as the plain stream kernel does."""
     from humming.core.planner import TileConfig, plan_wna16
 
     caps = api.resolve_profile("nvidia-h200")
@@ -253,3 +255,6 @@ def test_stream_x_smem_kernels_differ_by_staged_extent():
                            tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=x_smem))
             names.setdefault(x_smem, set()).add(p.kernel_name)
     assert len(names[0]) == 1 and len(names[1]) == 3
+    bucket = {plan_wna16(caps, base.layout, m, "f16", scheme="w4a16", path="stream", splits=2,
+                         tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=1)).kernel_name for m in range(2, 9)}
+    assert len(bucket) == 1
