@@ -10,7 +10,7 @@ GIL), through the disk cache, so the runtime and a second build find them all th
 Works without a GPU: kernels are compiled for the profile's target.
 
 Cold start (``precompile``): the first launch of a prepared WnA16 weight compiles the kernel it needs in the
-calling thread and starts the other kernels of the layer's decode buckets (M <= 64; ``HUMMING_PRECOMPILE=all``:
+calling thread, then starts the other kernels of the layer's decode buckets (M <= 64; ``HUMMING_PRECOMPILE=all``:
 every bucket, ``0``: none) compiling on a background thread pool whose threads run at a lower CPU priority, so
 that the waiting call is not slowed by them. A later call for one of those M finds its kernel compiled, or waits
 for the compile already running (``api.compile_plan`` compiles each kernel once). ``wait_precompiled()`` waits
@@ -320,7 +320,7 @@ def precompile(handle: int, ms: Iterable[int] | None = None, skip: Iterable[str]
 
 
 def precompile_on_first_launch(handle: int, m: int, plan) -> list[Future]:
-    """Called by the runtime before it compiles the kernel of a launch: on the first launch of a WnA16 weight,
+    """Called by the runtime after it compiled the kernel of a launch: on the first launch of a WnA16 weight,
     schedule the rest of its bucket kernels (``HUMMING_PRECOMPILE``) in the background."""
     from humming import api
 

@@ -314,11 +314,11 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
     spec = prep.launches.get(m)
     if spec is None:
         p = plan_for(handle, m)
-        if not prep.launches:  # first launch of this weight: its other bucket kernels compile in the background
-            from humming.aot import precompile_on_first_launch
+        kernel, _ = compile_plan(p, prep.caps, prep.run_arch)
+        if not prep.launches:  # first launch of this weight: its other bucket kernels compile in the background,
+            from humming.aot import precompile_on_first_launch  # after this call's own (no compile competes with it)
 
             precompile_on_first_launch(handle, m, p)
-        kernel, _ = compile_plan(p, prep.caps, prep.run_arch)
         n, k = p.n, p.k
         grid = p.grid
         ws, cnt = _workspace(device, grid[2] * grid[0] * p.tiles.bm * n if grid[2] > 1 else 0, grid[0] * grid[1])
