@@ -62,6 +62,14 @@ def kernel(hint: str, threads: int, unroll: int, smem: int = 0) -> LoadedKernel:
     return LoadedKernel(mod.cubin, "read_words", smem)
 
 
+def buffers(mb: float) -> tuple[int, list]:
+    """(bytes, copies of random data of that size together past twice the 60 MB L2)."""
+    nbytes = int(mb * 1e6) // 16 * 16
+    copies = max(2, int(2 * 60e6 / nbytes) + 1)
+    return nbytes, [torch.randint(-2**31, 2**31 - 1, (nbytes // 4,), dtype=torch.int32, device="cuda")
+                    for _ in range(copies)]
+
+
 def reader(k: LoadedKernel, grid: int, threads: int, buf, words: int, steps: int, sink):
     """One launch of the read kernel over ``buf`` on the current stream, as a callable."""
     args = [ctypes.c_void_p(buf.data_ptr()), ctypes.c_longlong(words), ctypes.c_int(steps),
@@ -83,10 +91,7 @@ def main() -> None:
     sink = torch.zeros(1024, dtype=torch.int32, device="cuda")
     rows = []
     for mb in (float(v) for v in args.mb.split(",")):
-        nbytes = int(mb * 1e6) // 16 * 16
-        copies = max(2, int(2 * 60e6 / nbytes) + 1)
-        bufs = [torch.randint(-2**31, 2**31 - 1, (nbytes // 4,), dtype=torch.int32, device="cuda")
-                for _ in range(copies)]
+        nbytes, bufs = buffers(mb)
         words = nbytes // 16
         best = None
         for hint in HINTS:
@@ -120,10 +125,7 @@ def inflight_sweep(args) -> None:
     sink = torch.zeros(1024, dtype=torch.int32, device="cuda")
     rows = []
     for mb in (float(v) for v in args.mb.split(",")):
-        nbytes = int(mb * 1e6) // 16 * 16
-        copies = max(2, int(2 * 60e6 / nbytes) + 1)
-        bufs = [torch.randint(-2**31, 2**31 - 1, (nbytes // 4,), dtype=torch.int32, device="cuda")
-                for _ in range(copies)]
+        nbytes, bufs = buffers(mb)
         words = nbytes // 16
         for threads in (128, 256):
             for unroll in (2, 4, 8, 16):

@@ -68,3 +68,30 @@ def graph_replay_error(gemm, x: torch.Tensor, reference) -> float:
     graph.replay()
     torch.cuda.synchronize()
     return rel_error(out, reference(fresh))
+
+
+def run_forced_plans(qw, dtype, ms, plans_for, tol: float) -> int:
+    """Run ``qw`` at each M of ``ms`` with every plan that ``plans_for(prep, base_plan, m)`` yields forced on its
+    prepared handle (fresh random activations per M; outputs NaN-poisoned by this conftest): each must write its
+    whole output and match the reference within ``tol``. The handle's own plans come back afterwards. Returns how
+    many plans ran."""
+    import humming
+    from humming import api
+
+    handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
+    prep = api._registry[handle]
+    ran = 0
+    for m in ms:
+        x = torch.randn(m, qw.shape[1], device="cuda", dtype=dtype)
+        ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+        for p in plans_for(prep, api.plan_for(handle, m), m):
+            prep.plans[m], _ = p, prep.launches.pop(m, None)
+            out = api.gemm_prepared(x, handle)
+            torch.cuda.synchronize()
+            assert not torch.isnan(out).any(), (p.kernel_name, "output not fully written")
+            err = rel_error(out, ref)
+            assert err <= tol, f"{p.kernel_name} M={m} split {p.splits}: relative error {err:.2e}"
+            ran += 1
+        prep.plans.pop(m, None)
+        prep.launches.pop(m, None)
+    return ran

@@ -10,7 +10,7 @@ from humming import api
 from humming.core.planner import TileConfig, plan_wna16
 from humming.errors import ShapeError
 
-from .conftest import rel_error
+from .conftest import graph_replay_error, rel_error, run_forced_plans
 
 pytestmark = pytest.mark.gpu
 
@@ -29,14 +29,7 @@ def _require_bulk():
 
 
 def _run(qw, dtype, ms, configs):
-    n, k = qw.shape
-    handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
-    prep = api._registry[handle]
-    ran = 0
-    for m in ms:
-        x = torch.randn(m, k, device="cuda", dtype=dtype)
-        ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
-        base = api.plan_for(handle, m)
+    def plans(prep, base, m):
         for wk, slots, fold, splits in configs:
             try:
                 p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream",
@@ -44,16 +37,8 @@ def _run(qw, dtype, ms, configs):
             except ShapeError:  # fold with groups of 32 or float codes, or a split that does not divide the atoms
                 continue
             assert p.tiles.bulk and p.kernel_name.split("_")[-2].endswith("b"), p.kernel_name
-            prep.plans[m], _ = p, prep.launches.pop(m, None)
-            out = api.gemm_prepared(x, handle)
-            torch.cuda.synchronize()
-            assert not torch.isnan(out).any(), (p.kernel_name, "output not fully written")
-            err = rel_error(out, ref)
-            assert err <= TOL[dtype], f"{p.kernel_name} M={m} split {splits}: relative error {err:.2e}"
-            ran += 1
-        prep.plans.pop(m, None)
-        prep.launches.pop(m, None)
-    return ran
+            yield p
+    return run_forced_plans(qw, dtype, ms, plans, TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
@@ -80,16 +65,10 @@ def test_stream_bulk_wide_layer_and_graph():
     prep.launches.pop(5, None)
     x = torch.randn(5, 2048, device="cuda", dtype=torch.float16)
     eager = api.gemm_prepared(x, handle).clone()
-    graph, static = torch.cuda.CUDAGraph(), x.clone()
-    api.gemm_prepared(static, handle)
     torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        out = api.gemm_prepared(static, handle)
-    x2 = torch.randn_like(x)
-    static.copy_(x2)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert rel_error(out, humming.reference_gemm(x2, qw, out_dtype=torch.float32)) <= TOL[torch.float16]
+    err = graph_replay_error(lambda xs: api.gemm_prepared(xs, handle), x,
+                             lambda fresh: humming.reference_gemm(fresh, qw, out_dtype=torch.float32))
+    assert err <= TOL[torch.float16]
     assert rel_error(eager, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[torch.float16]
     prep.plans.pop(5, None)
     prep.launches.pop(5, None)

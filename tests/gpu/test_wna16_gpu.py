@@ -7,7 +7,7 @@ import torch
 import humming
 from humming import api
 
-from .conftest import rel_error
+from .conftest import rel_error, run_forced_plans
 
 pytestmark = pytest.mark.gpu
 
@@ -171,29 +171,14 @@ def test_stream_variants(scheme, dtype):
     from humming.core.planner import TileConfig, plan_wna16
     from humming.errors import ShapeError
 
-    n, k = 512, 4096
-    qw = _weight(humming.schemes.get(scheme), n, k, dtype)
-    handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
-    prep = api._registry[handle]
-    ran = 0
-    for m in (1, 7, 16):
-        x = torch.randn(m, k, device="cuda", dtype=dtype)
-        ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
-        base = api.plan_for(handle, m)
+    qw = _weight(humming.schemes.get(scheme), 512, 4096, dtype)
+
+    def plans(prep, base, m):
         for x_ring, fold, splits in ((1, 0, 1), (0, 1, 1), (1, 1, 2), (0, 1, 4), (1, 2, 1), (1, 2, 2)):
             t = base.tiles
             try:
-                p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream",
-                               splits=splits, tiles=TileConfig(t.bm, 64, t.bk, 2, 1, 1, t.warps_k, x_ring, fold))
+                yield plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream",
+                                 splits=splits, tiles=TileConfig(t.bm, 64, t.bk, 2, 1, 1, t.warps_k, x_ring, fold))
             except ShapeError:  # e.g. fold with groups of 32, or a split that does not divide the atoms
                 continue
-            prep.plans[m], _ = p, prep.launches.pop(m, None)
-            out = api.gemm_prepared(x, handle)
-            torch.cuda.synchronize()
-            assert not torch.isnan(out).any(), (p.kernel_name, "output not fully written")
-            err = rel_error(out, ref)
-            assert err <= TOL[dtype], f"{p.kernel_name} M={m}: relative error {err:.2e}"
-            ran += 1
-        prep.plans.pop(m, None)
-        prep.launches.pop(m, None)
-    assert ran
+    assert run_forced_plans(qw, dtype, (1, 7, 16), plans, TOL[dtype])
