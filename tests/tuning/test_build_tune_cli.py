@@ -197,3 +197,23 @@ def test_tune_cli_records_the_winner(monkeypatch, capsys, tmp_path):
     assert len(json.loads(json_out.read_text())) == 2
     assert cli(["tune", "--shapes", "1024x2048", "--m", "16", "--no-record"]) == 0
     assert tuning.lookup(caps, layout, 1024, 2048, 16) is None
+
+
+def test_tune_only_passes_the_option_and_rejects_unknown_ones(monkeypatch, capsys):
+    """`--only x_smem` reaches tuner.tune_layer (which then times only candidates with that option next to the default
+    and the plan chosen now); an option the tuner does not know is refused before any GPU is looked for."""
+    from humming import tuner
+
+    seen = {}
+
+    def fake_tune_layer(scheme, n, k, ms, **kw):
+        seen.update(kw)
+        return []
+
+    monkeypatch.setattr(tuner, "require_gpu", lambda what="": None)
+    monkeypatch.setattr(tuner, "tune_layer", fake_tune_layer)
+    assert cli(["tune", "--shapes", "1024x2048", "--m", "1", "--only", "x_smem", "--no-record"]) == 0
+    assert seen["only"] == "x_smem"
+    with pytest.raises(SystemExit):
+        cli(["tune", "--shapes", "1024x2048", "--only", "warp_magic"])
+    assert "invalid choice" in capsys.readouterr().err
