@@ -398,23 +398,24 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}, got M={m}")
         warps_k, in_flight, auto_splits, why = _stream_config(n, k, m, layout.decode.container, sms)
         x_ring = fold = x_smem_rule = 0
+        bulk_wanted = tiles is None and os.environ.get(STREAM_BULK_ENV, "") == "1" and _bulk_declared(caps)
         if tiles is None and m <= 8:
             from humming.core.generator_stream import fold_applies
 
             if not fold_applies(layout):  # measured on the H200 (2026-11-30): 10-15% faster at M=1 on every shape
                 x_ring = fold = 1
                 why += "; M <= 8: codes multiplied raw, zero point and scale per atom in fp32 (fold), activations in flight"
-                staged = _x_smem_default(layout, m, k, warps_k, auto_splits, splits, limit)
+                staged = None if bulk_wanted else _x_smem_default(layout, m, k, warps_k, auto_splits, splits, limit)
                 if staged is not None:
                     x_ring, x_smem_rule, fold, auto_splits = 0, 1, 2, staged
                     why += (f"; activations and tables staged in shared memory instead (x_smem, channel tiles outermost) "
                             f"over {k // staged} of K per split (X_SMEM_RULE_MAX_K; see _x_smem_default for the "
                             f"measurements)")
         bulk = 0
-        if tiles is None and os.environ.get(STREAM_BULK_ENV, "") == "1" and _bulk_declared(caps):
+        if bulk_wanted:
             bulk = 1
             in_flight = _bulk_ring_slots(layout, warps_k, 8 if m <= 8 else 16, limit) - 1
-            x_ring = x_smem_rule = 0
+            x_ring = 0
             why += (f"; {STREAM_BULK_ENV}=1: weights, tables and activations bulk-copied into a ring of "
                     f"{in_flight + 1} shared-memory slots per warp")
         x_smem = x_smem_rule
