@@ -8,8 +8,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
@@ -28,21 +26,13 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--m", type=int, default=1)
     args = ap.parse_args()
-    from bench_wna16 import _empty_cache
+    from bench_wna16 import first_call_s
 
     if args.mode != "default":
         os.environ[aot.ENV_PRECOMPILE] = args.mode
     qw = humming.quantize(torch.randn(args.n, args.k, device="cuda") * 0.05, "w4a16")
     x = torch.randn(args.m, args.k, device="cuda", dtype=torch.float16)
-    torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as d:
-        _empty_cache(d)
-        t0 = time.perf_counter()
-        humming.gemm(x, qw)
-        torch.cuda.synchronize()
-        first = time.perf_counter() - t0
-        aot.wait_precompiled()
-        ready = time.perf_counter() - t0
+    first, ready = first_call_s(qw, x)
     stats = sorted(compile_stats(), key=lambda s: -s.seconds)
     print(f"{args.mode}: first call {first:.2f} s, every scheduled kernel ready {ready:.2f} s, {len(stats)} compiles: "
           + ", ".join(f"{s.kernel_names[0]} {s.seconds:.2f} s" for s in stats[:12]))
