@@ -255,9 +255,11 @@ class _LaunchSpec:
     xmap: object = None  # runtime.TensorMap2D of the activations where the kernel reads them by TMA (slot 15)
     wmap: object = None  # ... of the weights (slot 16), encoded when the weight tensor changes
     pdl: bool = False  # launched with programmatic stream serialization (plan.pdl)
+    cluster: tuple | None = None  # the thread-block cluster shape (plan.cluster_dims) or None
 
     def __post_init__(self):
         self.grid, self.threads, self.pdl = self.plan.grid, self.plan.threads, self.plan.pdl
+        self.cluster = self.plan.cluster_dims
 
 
 _registry: list[_Prepared] = []
@@ -387,7 +389,7 @@ def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gs
                 slots[slot].value = None if t is None else t.data_ptr()
             if spec.wmap is not None:
                 spec.wmap.encode(slots[16], slots[1].value)
-        spec.kernel.launch(device, spec.grid, spec.threads, stream, block, spec.pdl)
+        spec.kernel.launch(device, spec.grid, spec.threads, stream, block, spec.pdl, spec.cluster)
     return out
 
 

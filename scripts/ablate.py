@@ -44,6 +44,33 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                    "wq[(s + PF) % R][ks] = load_g32(wsrc + (size_t)((kt + PF) % 16) * ATOM_WORDS + ks * 128)")],
     "nomem_rs": [(r"wq\[\(s \+ PF\) % R\]\[ks\] = load_g32\(p \+ ks \* 128\)",
                   "wq[(s + PF) % R][ks] = (uint32_t)(size_t)(p + ks * 128)")],
+    # stream kernel: each channel tile's k16 steps into two partial sums (even / odd ks), added at the fold: halves
+    # the chain of dependent HMMAs per atom (a correct variant)
+    "tmp2": [(r"float tmp\[TOKEN_TILES\]\[4\];", "float tmp[TOKEN_TILES][4], tmp2[TOKEN_TILES][4];"),
+             (r"for \(int e = 0; e < 4; \+\+e\) tmp\[j\]\[e\] = 0.0f;",
+              "for (int e = 0; e < 4; ++e) tmp[j][e] = tmp2[j][e] = 0.0f;"),
+             (r"mma_k16\(tmp\[j\], a, xa\[ks\]", "mma_k16((ks & 1) ? tmp2[j] : tmp[j], a, xa[ks]"),
+             (r"fmaf\(zf, sx\[j\]\[e\], tmp\[j\]\[e\]\)", "fmaf(zf, sx[j][e], tmp[j][e] + tmp2[j][e])")],
+    # the same for the activation sums (an all-ones A): two chains of two HMMAs (a correct variant)
+    "sx2": [(r"float sx\[TOKEN_TILES\]\[4\];", "float sx[TOKEN_TILES][4], sx2[TOKEN_TILES][4];"),
+            (r"for \(int e = 0; e < 4; \+\+e\) sx\[j\]\[e\] = 0.0f;",
+             "for (int e = 0; e < 4; ++e) sx[j][e] = sx2[j][e] = 0.0f;"),
+            (r"mma_k16\(sx\[j\], ones,", "mma_k16((ks & 1) ? sx2[j] : sx[j], ones,"),
+            (r"(\n\s*)#pragma unroll\n(\s*)for \(int tt = 0; tt < 4; \+\+tt\) \{",
+             r"\1for (int j = 0; j < TOKEN_TILES; ++j) for (int e = 0; e < 4; ++e) sx[j][e] += sx2[j][e];\1#pragma unroll\n\2for (int tt = 0; tt < 4; ++tt) {")],
+    # the reverse of sx2 where the generator now emits two chains: one chain of four again (A/B of that change)
+    "sx1": [(r"\(ks & 1\) \? sx2\[j\] : sx\[j\]", "sx[j]")],
+    # small register-A form at 128 tokens (shared memory allows 2 blocks per SM): a deeper weight ring, registers for
+    # 2 blocks per SM instead of 3 (correct variants)
+    "pf6_rs": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 6, R = PF + 1;"),
+               (r"__launch_bounds__\(cfg::THREADS, 3\)", "__launch_bounds__(cfg::THREADS, 2)")],
+    "pf8_rs": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 8, R = PF + 1;"),
+               (r"__launch_bounds__\(cfg::THREADS, 3\)", "__launch_bounds__(cfg::THREADS, 2)")],
+    # the two-warpgroup register-A form: a deeper weight ring (its consumers have 232 registers; correct variants)
+    "pf6_2wg": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 6, R = PF + 1;")],
+    "pf8_2wg": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 8, R = PF + 1;")],
+    # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs
+    "nosync_rs": [(r"__syncthreads\(\);             // everyone's; both warpgroups are done with the wgmmas of kt - 2", "")],
     # a decode of 5 instead of 7 instructions per word (odd pairs masked in place, x16): what a re-packed layout
     # would save
     "dq5": [(r"return lop3_and_or\(w >> \(J \* 4\), 0x000F000Fu, 0x64006400u\);",

@@ -83,6 +83,7 @@ class Memory:
     mbarrier: bool = False
     setmaxnreg: bool = False
     griddepcontrol: bool = False  # programmatic dependent launch (griddepcontrol.wait / .launch_dependents)
+    cluster_multicast: bool = False  # thread-block clusters: multicast tensor copies, mbarrier arrivals on a peer
     tmem_kb: int | None = None
 
 

@@ -22,7 +22,8 @@ MMA_FAMILIES: tuple[str, ...] = ("tcgen05", "wgmma", "ppu_mma", "mma_sync")
 TCGEN05_KINDS: tuple[str, ...] = ("f16", "tf32", "f8f6f4", "i8", "mxf8f6f4", "mxf4", "mxf4nvf4")
 MMA_SYNC_KINDS: tuple[str, ...] = ("f8f6f4", "mxf8f6f4", "mxf4", "mxf4nvf4")
 
-MEMORY_FEATURES: tuple[str, ...] = ("cp_async", "ldmatrix", "stmatrix", "tma", "mbarrier", "setmaxnreg", "griddepcontrol")
+MEMORY_FEATURES: tuple[str, ...] = ("cp_async", "ldmatrix", "stmatrix", "tma", "mbarrier", "setmaxnreg", "griddepcontrol",
+                                     "cluster_multicast")
 # "tmem" is the target-rule word for a non-null memory.tmem_kb.
 TARGET_MEMORY_WORDS: tuple[str, ...] = MEMORY_FEATURES + ("tmem",)
 

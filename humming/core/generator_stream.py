@@ -427,14 +427,22 @@ def _fold_tt_outer_body(per_atom_code: str, lay, scales: bool, zeros: bool, deco
       {{
         const uint32_t one2 = f32x2_to_act2(1.0f, 1.0f);
         const uint32_t ones[4] = {{one2, one2, one2, one2}};
+        // two chains of two MMAs (even / odd k16 steps) instead of one of four: 28672x8192 M=1 (x_smem) 37.9 ->
+        // 36.4 us on the H200 (2026-11-30, scripts/ablate.py sx1); the fold=1 form keeps one chain (there two
+        // measured up to 6% slower: more registers)
+        float sx2[TOKEN_TILES][4];
         #pragma unroll
         for (int j = 0; j < TOKEN_TILES; ++j)
           #pragma unroll
-          for (int e = 0; e < 4; ++e) sx[j][e] = 0.0f;
+          for (int e = 0; e < 4; ++e) sx[j][e] = sx2[j][e] = 0.0f;
         #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
           #pragma unroll
-          for (int j = 0; j < TOKEN_TILES; ++j) mma_k16(sx[j], ones, {xs}[ks][j][0], {xs}[ks][j][1]);
+          for (int j = 0; j < TOKEN_TILES; ++j) mma_k16((ks & 1) ? sx2[j] : sx[j], ones, {xs}[ks][j][0], {xs}[ks][j][1]);
+        #pragma unroll
+        for (int j = 0; j < TOKEN_TILES; ++j)
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) sx[j][e] += sx2[j][e];
       }}
       #pragma unroll
       for (int tt = 0; tt < 4; ++tt) {{

@@ -36,7 +36,7 @@ from __future__ import annotations
 from math import lcm
 
 from humming.core.generator import _c, gs_epilogue_parts, pair_decode
-from humming.core.planner_wgmma_rs import BC, BK, OUT_PAD, PATH, PF, SMALL_BC, layout_refusal
+from humming.core.planner_wgmma_rs import BC, BK, OUT_PAD, PATH, PF, SMALL_BC, layout_refusal, small_ring
 from humming.core.wgmma_common import PRODUCER_WARPGROUP
 from humming.devices.base import HelperRequest
 
@@ -63,9 +63,10 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     lay = plan.layout
     small = t.bn == SMALL_BC  # the small-M form: one warpgroup (64 channels), BT = 16..128 tokens, split-K
     if small:
-        if plan.path != PATH or (t.bk, t.threads) != (BK, 128) or t.stages < 4 or t.bm % 16 or t.bm > 128:
+        if plan.path != PATH or (t.bk, t.threads) != (BK, 160 if t.cluster else 128) or t.stages < 4 or t.bm % 16 \
+                or t.bm > 128:
             raise ValueError(f"the small-M register-A wgmma kernel is written for 16..128 tokens (a multiple of 16) x "
-                             f"64 channels x 64 k, 128 threads, >= 4 stages; got {t}")
+                             f"64 channels x 64 k, 128 threads (160 with cluster), >= 4 stages; got {t}")
     elif plan.path != PATH or (t.bn, t.bk, t.threads) != (BC, BK, 384 if t.bulk == 2 else 256) or t.stages < 4 \
             or t.bm not in (128, 256):
         raise ValueError(f"the register-A wgmma kernel is written for (128|256) tokens x 128 channels x 64 k, "
@@ -80,8 +81,13 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         raise ValueError("block rasterization is an option of the two-warpgroup form (the small form splits K over z)")
     if stagger and (small or t.bulk != 2):
         raise ValueError("the staggered start is an option of the two-warpgroup form with the producer warpgroup")
+    cluster = t.cluster
+    if cluster and not (small and t.bulk == 1):
+        raise ValueError("cluster (multicast activation stages) is an option of the small-M form with TMA copies (bulk=1)")
+    if cluster and (t.stages % cluster or cluster not in (2, 4)):
+        raise ValueError(f"cluster {cluster}: 2 or 4 blocks, dividing the {t.stages} stages (one copying block per slot)")
     prelude = wgmma_rs_prelude(backend, request, t.bm, tensor_copy=tma, consumer_threads=256 if t.bulk == 2 else 0,
-                               stagger=stagger)
+                               stagger=stagger, cluster=bool(cluster))
     s_group, z_group = lay.scale_group, lay.zero_group
     _, math, zero_decl = pair_decode(lay, bool(s_group), bool(z_group))
     # f16: odd pairs decoded in place as magic + 16 code (no shift; x 1/16 in the zero-point fma), X16_DECODE
@@ -121,7 +127,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     # trip (a multiple of 2 R stages) makes every slot index a constant: no slot arithmetic or descriptor building per
     # stage (measured 7% faster at M 32-64; at 128 tokens the extra ring slot cost more registers than it saved)
     const_slots = small and t.bm <= 64
-    pf = t.stages - 1 if const_slots else t.stages - 2 if small else PF
+    ring_pf, ring_blocks = small_ring(caps, t.bm, t.stages, t.cluster) if small else (t.prefetch or PF, 1)
+    pf = ring_pf
     fold = t.fold
     if fold and not small:
         raise ValueError("fold (the scale, and with fold=2 the zero point, applied per group in fp32) is a small-M option")
@@ -146,7 +153,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         unroll = "2 * R"
     threads_line = ("constexpr int THREADS = 128;             // one warpgroup: the tile's 64 channels (one slab)" if small
                     else "constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile")
-    bounds = (4 if t.bm <= 64 else 3) if small else 1  # blocks per SM the registers must allow
+    bounds = ring_blocks  # blocks per SM the registers must allow
     unroll_n = 2 * (pf + 1) if unroll == "2 * R" else int(unroll)
     if const_slots and unroll_n % t.stages == 0:  # constant slots (kb is a multiple of the trip, hence of STAGES)
         kt_slot, next_slot = "(u % STAGES)", "((u + LOOKAHEAD) % STAGES)"
@@ -155,7 +162,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     if small:
         ktiles_line = ("const int katoms = K / BK, ktiles = k_per_split / BK;   // k atoms of a slab, of this split\n"
                        "  const int kt0 = blockIdx.z * ktiles;                        // this split's first k atom")
-        load_code = _tma_load_stage("(kt0 + kt) * BK") if tma else _SMALL_LOAD_STAGE
+        load_code = (_CLUSTER_SETUP + _cluster_producer("(kt0 + kt) * BK", bool(plan.pdl)) if cluster else
+                     _tma_load_stage("(kt0 + kt) * BK") if tma else _SMALL_LOAD_STAGE)
         wsrc_line = "const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + lane * 4 + w;"
         splitk_code = _SMALL_SPLITK
         copy_out = STAGED_COPY_OUT.replace("c >> 4, ch = c & 15", "c >> 3, ch = c & 7").replace(
@@ -220,6 +228,17 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     release = ""
     block_sync = "__syncthreads"
     ws_threads = ""
+    if cluster:  # the producer warp copies every stage; no block barrier per stage (slots released by mbarrier)
+        refill = prologue = ""
+        pdl_tail = "  pdl_wait();  // the previous kernel's outputs are visible and nothing of it is read any more\n" \
+            if plan.pdl else ""
+        block_sync = "consumer_sync"
+        splitk_code = splitk_code.replace("__syncthreads()", "consumer_sync()")
+        ws_threads = "\nconstexpr int BLOCK_THREADS = THREADS + 32;  // and a producer warp (warp 4) for the tensor copies"
+        prev = "((u + STAGES - 1) % STAGES)" if kt_slot == "(u % STAGES)" else "((kt + STAGES - 1) % STAGES)"
+        release = ("\n      if (lane == 0 && kt > 0 && kt - 1 + STAGES < ktiles)  // this warp is done with stage kt - 1: "
+                   "release its slot to the block that refills it\n"
+                   f"        mbar_arrive_peer(xbar0 + 8 * (STAGES + {prev}), (kt - 1) % CLUSTER);")
     if ws:
         load_code = PRODUCER_WARPGROUP
         prev_slot = "((u + STAGES - 1) % STAGES)" if kt_slot == "(u % STAGES)" else "((kt + STAGES - 1) % STAGES)"
@@ -227,6 +246,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                    "warp is done with stage kt - 1: its slot may be refilled")
         block_sync = "consumer_sync"
         ws_threads = "\nconstexpr int BLOCK_THREADS = THREADS + 128;  // and a producer warpgroup (warps 8-11)"
+    cluster_line = (f"\nconstexpr int CLUSTER = {cluster};           // blocks per cluster (adjacent slabs) sharing each "
+                    "activation stage" if cluster else "")
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -234,7 +255,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
 namespace cfg {{
 constexpr int BT = {t.bm}, BC = {t.bn}, BK = {BK}, STAGES = {t.stages};   // tokens, channels, k per stage
 {threads_line}{ws_threads}
-constexpr int RASTER = {t.raster};             // token tiles per rasterization group (0: launch order)
+constexpr int RASTER = {t.raster};             // token tiles per rasterization group (0: launch order){cluster_line}
 constexpr int LOOKAHEAD = STAGES - 2;    // activation stages loading while one is multiplied and one may still be read
 constexpr int PF = {pf}, R = PF + 1;           // weight atoms in flight per lane, register ring size
 constexpr int U = {unroll};                 // stages per trip of the main loop (unrolled: ring slots are constants)
@@ -249,7 +270,7 @@ static_assert(BT * OUT_LD * 2 <= STAGES * X_BYTES, "the staging tile fits in the
 static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
 }}
 
-extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws else "THREADS"}, {bounds}) {plan.kernel_name}(
+extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or cluster else "THREADS"}, {bounds}) {plan.kernel_name}(
     const uint16_t* __restrict__ A,      // activations [M, K], row-major (K-major)
     const uint32_t* __restrict__ B,      // int4 codes in the mma.sync atom layout (humming.core.layout)
     const uint16_t* __restrict__ S,      // group scales [K/group, N] (act type, permuted columns) or null
@@ -381,6 +402,53 @@ def _tma_load_stage(k_coord: str) -> str:
       tma_load_2d(x0 + slot * X_BYTES, &XMAP, {k_coord}, m0, xbar0 + 8 * slot);
     }}
   }};
+"""
+
+
+# the cluster variant of the small-M form (TileConfig.cluster): CLUSTER blocks of adjacent slabs (the same token tile
+# and split) share each activation stage. Stage kt is copied by the block of rank kt % CLUSTER, by one multicast
+# tensor copy into the same slot of every block of the cluster (one read from L2 instead of CLUSTER), completing on
+# each block's own slot mbarrier ("full"). A slot's copying block is fixed (STAGES % CLUSTER == 0); before it refills
+# the slot it waits on its "empty" mbarrier for the releases of all 4 x CLUSTER consumer warps (mbar_arrive_peer after
+# their wgmma wait). A fifth warp does the copies, so no consumer ever waits for a peer: a slot is refilled as soon as
+# the slowest block of the cluster released it, STAGES - 2 stages before it is needed.
+_CLUSTER_SETUP = """  // activation slots: full mbarriers [0, STAGES) (this block's copy landed), empty [STAGES, 2 STAGES) (released)
+  __shared__ __align__(8) uint64_t xbar[2 * STAGES];
+  const uint32_t xbar0 = smem_u32(xbar);
+  if (tid == 0) {
+    #pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(xbar0 + 8 * s, 1);
+      mbar_init(xbar0 + 8 * (STAGES + s), 4 * CLUSTER);  // every consumer warp of every block of the cluster
+    }
+    mbar_init_fence();
+  }
+  cluster_sync();  // every block's mbarriers exist before a peer copies into its slots or arrives on them
+"""
+
+
+def _cluster_producer(k_coord: str, pdl: bool) -> str:
+    """Warp 4's loop (one lane): for every stage kt of the split, arm this block's full mbarrier of its slot with the
+    tile's bytes (once the slot's previous phase has completed), and where this block copies kt, wait until every
+    warp of the cluster released the slot, then multicast the tile."""
+    wait = "      pdl_wait();  // the previous kernel's outputs (our activations) are visible\n" if pdl else ""
+    return f"""  if (warp == 4) {{  // the producer warp: every activation stage of this block, and the cluster's share of copies
+    if (lane == 0) {{
+{wait}      const int crank = (int)cluster_rank();
+      for (int kt = 0; kt < ktiles; ++kt) {{
+        const int slot = kt % STAGES;
+        const uint32_t phase = (uint32_t)(kt / STAGES - 1) & 1u;  // the slot's previous use (kt >= STAGES)
+        if (kt >= STAGES) mbar_wait(xbar0 + 8 * slot, phase);  // its last tile landed here: arm the next phase
+        mbar_expect_tx(xbar0 + 8 * slot, X_BYTES);  // this block's slot receives the whole tile, whoever copies it
+        if (kt % CLUSTER == crank) {{
+          if (kt >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + slot), phase);  // every warp released it
+          tma_load_2d_multicast(x0 + slot * X_BYTES, &XMAP, {k_coord}, m0, xbar0 + 8 * slot,
+                                (uint16_t)((1u << CLUSTER) - 1));
+        }}
+      }}
+    }}
+    return;  // the consumers meet at consumer_sync() (named barrier 1) from here on
+  }}
 """
 
 

@@ -41,6 +41,10 @@ class TileConfig:
     raster: int = 0  # register-A W4A8 kernel and two-warpgroup W4A16 form: token tiles per rasterization group (the
     #                  blocks of a group take its token tiles for one channel tile after another, sharing the
     #                  activations in L2); 0 = launch order
+    cluster: int = 0  # small-M register-A wgmma form with TMA copies: blocks per thread-block cluster along the
+    #                   channel slabs (2 or 4); each activation stage is read from L2 once per cluster and multicast
+    #                   into every block's slot; 0 = no cluster
+    prefetch: int = 0  # two-warpgroup register-A form: weight atoms in flight per lane (0 = the form's default PF)
 
     @property
     def threads(self) -> int:
@@ -103,6 +107,12 @@ class Plan:
         return (math.ceil(self.m / self.tiles.bm), self.n // self.tiles.bn, self.splits)
 
     @property
+    def cluster_dims(self) -> tuple[int, int, int] | None:
+        """The launch's thread-block cluster shape (blocks along x, y, z), or None for a launch without clusters."""
+        c = getattr(self.tiles, "cluster", 0)
+        return (1, c, 1) if c > 1 else None
+
+    @property
     def acc_type(self) -> str:
         return "s32" if getattr(self.instruction, "a_type", "") in ("s8", "u8") else "f32"
 
@@ -152,6 +162,7 @@ class Plan:
             kind = "wgmmars"  # register-A wgmma (bm = tokens, bn = channels)
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
                 f"{'x' if t.x_ring else ''}{'s' if t.x_smem else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}{'b' if t.bulk else ''}"
+                f"{f'c{t.cluster}' if t.cluster else ''}{f'p{t.prefetch}' if t.prefetch else ''}"
                 f"{'_ts' if self.row_scale else ''}{'_pdl' if self.pdl else ''}_{self.kernel_key}")
 
     def summary(self) -> str:

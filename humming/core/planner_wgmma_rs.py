@@ -109,10 +109,53 @@ def layout_refusal(layout, bc: int = BC) -> str:
     return ""
 
 
+CLUSTER_SIZES = (2, 4)  # blocks per cluster of the small form's multicast variant (portable sizes, at most 8)
+
+
+def _cluster_refusal(caps, n: int, stages: int, tma: bool, cluster: int) -> str:
+    """Why the small form cannot use thread-block clusters of ``cluster`` blocks here ('' if it can, or for 0)."""
+    if not cluster:
+        return ""
+    if cluster not in CLUSTER_SIZES:
+        return f"cluster takes {' or '.join(map(str, CLUSTER_SIZES))} blocks, not {cluster}"
+    if not caps.memory.cluster_multicast:
+        return f"{caps.name} does not declare cluster_multicast (thread-block clusters with multicast tensor copies)"
+    if not tma:
+        return "cluster multicasts tensor copies: it needs the TMA activation stages (tma=True)"
+    if (n // SMALL_BC) % cluster:
+        return f"cluster {cluster}: the {n // SMALL_BC} slabs of 64 channels (N={n}) must be a multiple of {cluster}"
+    if stages % cluster:
+        return f"cluster {cluster}: the {stages} activation stages must be a multiple of {cluster} (one copying block per slot)"
+    return ""
+
+
 def smem_bytes(bt: int, stages: int) -> int:
     """STAGES activation tiles (bt rows x 128 B) and 1 KiB to align them to 1024 bytes; the epilogue's staging
     tile (bt rows x (128 + OUT_PAD) 16-bit values) reuses them."""
     return stages * bt * BK * 2 + 1024
+
+
+# the two-warpgroup form below its default M (a tuned plan): measured on the H200 (2026-11-30, scripts/ablate.py
+# pf6_2wg, us, PF 4 -> 6): 28672x8192 M128 117.2 -> 111.5, 8192x8192 M256 57.9 -> 56.4, 28672x8192 M256 185.5 ->
+# 185.2; from M 1024 slower (8192x8192 M4096 833.8 -> 854.5, 28672x8192 M1024 681.6 -> 698.0): there the default PF
+DEEP_RING_2WG = 6
+DEEP_RING_PF = 8  # weight atoms in flight per lane where shared memory holds only 2 blocks per SM (see small_ring)
+
+
+def small_ring(caps, bt: int, stages: int, cluster: int = 0) -> tuple[int, int]:
+    """(weight atoms in flight per lane, blocks per SM its registers are budgeted for) of the small-M form. Up to 64
+    tokens the ring has a slot per activation stage (STAGES - 1 in flight) and 4 blocks share an SM, above it
+    STAGES - 2 and 3 (one block fewer with a cluster's producer warp). Where the activation stages leave room for
+    only 2 blocks in the profile's shared memory (128 tokens x 6 stages: 97 KiB), the registers of a third block
+    go to a deeper ring of DEEP_RING_PF atoms: 8192x8192 M=128 41.8 -> 38.8 us on the H200 (6 atoms: 40.0;
+    2026-11-30, scripts/ablate.py pf8_rs)."""
+    blocks = (4 if bt <= 64 else 3) - (1 if cluster else 0)
+    pf = stages - 1 if bt <= 64 else stages - 2
+    limit = caps.limits.smem_per_block_kb if caps is not None else None
+    if bt > 64 and not cluster and limit and (limit + 1) * 1024 // smem_bytes(bt, stages) <= 2:  # (with the
+        # producer warp's 32 threads the deeper ring spills)
+        blocks, pf = 2, max(pf, DEEP_RING_PF)
+    return pf, blocks
 
 
 def _token_tile(m: int, n: int, sms: int, cands: list[int], reasons: list[str]) -> int:
@@ -144,20 +187,24 @@ STAGGER_MIN_M = 1024
 
 def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None,
                         splits: int | None = None, stages: int | None = None, fold: int = 0,
-                        small: bool | None = None, tma: bool | None = None) -> Plan:
+                        small: bool | None = None, tma: bool | None = None, cluster: int = 0) -> Plan:
     """Plan the register-A wgmma WnA16 kernel for a ``WeightLayout`` (humming.core.layout), or UnsupportedOnDevice /
     ShapeError naming what is missing. ``bt`` forces the token tile (128 or 256; 16-64 for the small-M form, which
     M <= SMALL_MAX_M takes by default); ``splits``, ``stages`` and ``fold`` (raw codes into the wgmma, zero point and
     scale per group in fp32) are options of the small-M form, which ``small=True`` forces at any M (token tiles of
     up to SMALL_MAX_BT). ``tma`` brings the activation stages in by TMA tensor copy (one thread per stage, an mbarrier
-    per slot) instead of every thread's cp.async; None: HUMMING_WGMMA_RS_TMA, else TMA_DEFAULT."""
+    per slot) instead of every thread's cp.async; None: HUMMING_WGMMA_RS_TMA, else TMA_DEFAULT. ``cluster`` (2 or 4,
+    small-M form with TMA): blocks of that many adjacent slabs form a thread-block cluster and read each activation
+    stage from L2 once, multicast into all of their slots."""
     form = wgmma_k16_form(caps, act)
     require_wgmma(caps, m, form, f"m64nNk16 {act} x {act} -> f32", "the mma.sync kernels run WnA16 there",
                   "register-A wgmma WnA16 pipeline")
     if small is None:
         small = (bt is None and m <= SMALL_MAX_M) or (bt is not None and bt < 128)
     if small:
-        return _plan_small(caps, layout, m, act, scheme, form, bt, splits, stages, fold, tma_wanted(caps, tma))
+        return _plan_small(caps, layout, m, act, scheme, form, bt, splits, stages, fold, tma_wanted(caps, tma), cluster)
+    if cluster:
+        raise ShapeError("cluster (multicast activation stages) is an option of the small-M form")
     if fold:
         raise ShapeError("fold is an option of the small-M form (token tiles of 16 or 32)")
     why = layout_refusal(layout)
@@ -208,13 +255,17 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     if stagger:
         reasons.append(f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
                        "0's, so each decodes while the other's wgmmas run")
+    prefetch = DEEP_RING_2WG if m < DEFAULT_MIN_M else 0
+    if prefetch:
+        reasons.append(f"below M {DEFAULT_MIN_M}: {prefetch} weight atoms in flight per lane instead of {PF} (few "
+                       "tiles per SM: the weight latency is not hidden by other blocks)")
     raster = raster_from_env(RASTER_ENV, RASTER)
     if raster:
         reasons.append(f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
                        "blocks take its token tiles for one channel tile after another, so the blocks running together "
                        f"share {raster} activation tiles in L2 instead of all of them")
     tiles = TileConfig(bt, BC, BK, stages, 1, 12 if producer_warp else 8, 1, bulk=2 if producer_warp else int(use_tma),
-                       stagger=stagger, raster=raster)
+                       stagger=stagger, raster=raster, prefetch=prefetch)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,
@@ -272,7 +323,7 @@ def small_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan | No
 
 
 def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | None, splits: int | None,
-                stages: int | None, fold: int = 0, tma: bool = False) -> Plan:
+                stages: int | None, fold: int = 0, tma: bool = False, cluster: int = 0) -> Plan:
     why = layout_refusal(layout, SMALL_BC)
     if why:
         err = ShapeError if why.startswith(("N=", "K=")) else UnsupportedOnDevice
@@ -318,6 +369,9 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         split_why += (f"; fold={fold}: " + ("the scale" if fold == 1 else "the wgmma takes the raw codes (magic + code); "
                                             "zero point (activation sums from an all-ones A) and scale")
                       + " applied per " + (f"group of {ga * BK}" if ga else "split") + " in fp32")
+    cluster_why = _cluster_refusal(caps, n, stages, tma, cluster)
+    if cluster_why:
+        raise (UnsupportedOnDevice if "declare" in cluster_why else ShapeError)(cluster_why)
     d = layout.decode
     reasons = [
         f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (weights) from registers, B (activations) K-major in "
@@ -326,11 +380,19 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         + (f"every one of the M={m} tokens in one m64n{bt}k16 per k16 step" if m <= bt else
            f"{math.ceil(m / bt)} token tiles of {bt} (m64n{bt}k16 per k16 step)")
         + f"; each warp decodes its 16 channels ({d.kind}{d.bits}, the stream kernel's prepared weights) "
-        f"{stages - 1 if bt <= 64 else stages - 2} atoms ahead",
+        f"{small_ring(caps, bt, stages, cluster)[0]} atoms ahead",
         f"{stages} {_copy_words(tma)} activation stages of {bt} x 64 ({smem_bytes(bt, stages) // 1024} KiB); {split_why}; "
         "split-K partials added by the last block in a fixed order",
     ]
-    tiles = TileConfig(bt, SMALL_BC, BK, stages, 1, 4, 1, 0, fold, int(tma))
+    if cluster:
+        reasons.append(
+            f"cluster {cluster} (cluster_multicast declared): the blocks of {cluster} adjacent slabs form a thread-block "
+            f"cluster; block r copies the stages s with s % {cluster} == r by one multicast tensor copy into all "
+            f"{cluster} blocks' slots (each activation stage leaves L2 once per cluster instead of once per block); a "
+            "slot is refilled once every block has released it (an mbarrier arrival per warp on the copying block); a "
+            "fifth warp issues the copies (160 threads), so no consumer waits for a peer and no block-wide barrier "
+            "runs per stage")
+    tiles = TileConfig(bt, SMALL_BC, BK, stages, 1, 5 if cluster else 4, 1, 0, fold, int(tma), cluster=cluster)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=splits,

@@ -71,12 +71,13 @@ class LoadedKernel:
             self._functions[device] = fn
         return fn
 
-    def launch(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args, pdl: bool = False) -> None:
+    def launch(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args, pdl: bool = False,
+               cluster: tuple[int, int, int] | None = None) -> None:
         """args: an ArgBlock, or a list of ctypes values (c_void_p, c_int, c_float) in parameter order. ``pdl``: launch
         with programmatic stream serialization (the kernel must griddepcontrol.wait before it reads what the previous
-        kernel wrote, or writes)."""
-        if pdl:
-            self._launch_pdl(device, grid, block, stream, args)
+        kernel wrote, or writes). ``cluster``: the thread-block cluster shape (each grid dimension a multiple of it)."""
+        if pdl or cluster:
+            self._launch_ex(device, grid, block, stream, args, pdl, cluster)
             return
         if isinstance(args, ArgBlock):
             params = args.address
@@ -100,32 +101,45 @@ class LoadedKernel:
             _check(err, f"launching {self.name} grid={grid} block={block} smem={self.smem_bytes}")
 
 
-    def _launch_pdl(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args) -> None:
+    def _launch_ex(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args, pdl: bool,
+                   cluster: tuple[int, int, int] | None) -> None:
+        """cuLaunchKernelEx with the PDL and / or cluster-dimension attributes."""
         if not isinstance(args, ArgBlock):
-            raise LaunchError("PDL launches take an ArgBlock")
+            raise LaunchError("PDL and cluster launches take an ArgBlock")
+        if cluster and any(g % c for g, c in zip(grid, cluster)):
+            raise LaunchError(f"launching {self.name}: grid {grid} is not a multiple of the cluster shape {cluster}")
         handle = self._handles.get(device)
         if handle is None:
             self._function(device)
             handle = self._handles[device]
+        what = f"launching {self.name} ({'PDL, ' if pdl else ''}cluster {cluster}) grid={grid} block={block}"
         raw = _raw_launch_ex()
         if raw is not None:
-            cfg = _pdl_config()
+            cfg = _ex_config(pdl, tuple(cluster) if cluster else None)
             cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
             cfg.blockDimX, cfg.sharedMemBytes, cfg.hStream = block, self.smem_bytes, stream
             err = raw(ctypes.byref(cfg), handle, args.address, None)
             if err:
-                _check(_driver().CUresult(err), f"launching {self.name} (PDL) grid={grid} block={block}")
+                _check(_driver().CUresult(err), what)
             return
         driver = _driver()
-        attr = driver.CUlaunchAttribute()
-        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value.programmaticStreamSerializationAllowed = 1
+        attrs = []
+        if pdl:
+            attr = driver.CUlaunchAttribute()
+            attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(attr)
+        if cluster:
+            attr = driver.CUlaunchAttribute()
+            attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+            attrs.append(attr)
         cfg = driver.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
         cfg.sharedMemBytes, cfg.hStream = self.smem_bytes, driver.CUstream(stream)
-        cfg.attrs, cfg.numAttrs = [attr], 1
-        _check(driver.cuLaunchKernelEx(cfg, self._function(device), args.address, 0), f"launching {self.name} (PDL)")
+        cfg.attrs, cfg.numAttrs = attrs, len(attrs)
+        _check(driver.cuLaunchKernelEx(cfg, self._function(device), args.address, 0), what)
 
 
 # cuLaunchKernelEx's CUlaunchConfig and CUlaunchAttribute (CUDA driver API; the attribute value is a 64-byte union)
@@ -140,20 +154,29 @@ class _LaunchConfig(ctypes.Structure):
                 ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
 
 
-_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
-_pdl_local = threading.local()  # one config per thread (the hot path rewrites grid, block and stream)
+_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4  # value: {x, y, z} unsigned
+_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # value: int programmaticStreamSerializationAllowed
+_ex_local = threading.local()  # per thread, one config per (pdl, cluster) (the hot path rewrites grid, block and stream)
 
 
-def _pdl_config() -> _LaunchConfig:
-    cfg = getattr(_pdl_local, "cfg", None)
+def _ex_config(pdl: bool, cluster: tuple[int, int, int] | None) -> _LaunchConfig:
+    configs = getattr(_ex_local, "configs", None)
+    if configs is None:
+        configs = _ex_local.configs = {}
+    cfg = configs.get((pdl, cluster))
     if cfg is None:
-        attr = _LaunchAttribute()
-        attr.id = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value[0] = 1  # programmaticStreamSerializationAllowed
+        wanted = ([(_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, (1,))] if pdl else []) + \
+                 ([(_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, cluster)] if cluster else [])
+        attrs = (_LaunchAttribute * len(wanted))()
+        for attr, (ident, values) in zip(attrs, wanted):
+            attr.id = ident
+            for i, v in enumerate(values):
+                attr.value[i] = v
         cfg = _LaunchConfig()
         cfg.blockDimY = cfg.blockDimZ = 1
-        cfg.attrs, cfg.numAttrs = ctypes.pointer(attr), 1
-        _pdl_local.cfg, _pdl_local.attr = cfg, attr
+        cfg.attrs, cfg.numAttrs = ctypes.cast(attrs, ctypes.POINTER(_LaunchAttribute)), len(wanted)
+        cfg._keep = attrs  # the attribute array lives as long as the config
+        configs[(pdl, cluster)] = cfg
     return cfg
 
 

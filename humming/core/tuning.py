@@ -233,7 +233,8 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
             plan = _rs_prefill_plan(caps, layout, m, act, scheme, tiles.bm)
         elif path == RS_PATH:
             plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages, tiles.bm, tiles.fold,
-                                  True if tiles.bulk else None)  # bulk=0 (or an entry older than it): the default
+                                  True if tiles.bulk else None,  # bulk=0 (or an entry older than it): the default
+                                  tiles.cluster)
         else:
             plan = plan_wna16(caps, layout, m, act, scheme=scheme, tiles=tiles, splits=splits, path=path)
     except (ShapeError, UnsupportedOnDevice, KeyError, TypeError, ValueError) as exc:
@@ -280,7 +281,7 @@ def _rs_prefill_plan(caps, layout, m: int, act: str, scheme: str, bt: int) -> Pl
 
 
 def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | None, stages: int | None,
-                   bt: int | None = None, fold: int = 0, tma: bool | None = None) -> Plan:
+                   bt: int | None = None, fold: int = 0, tma: bool | None = None, cluster: int = 0) -> Plan:
     """The small-M register-A wgmma plan (runs on the mma.sync handle's prepared weights), or UnsupportedOnDevice /
     ShapeError: it needs M 9-64, a layout it decodes, the wgmma kernels enabled and the live GPU of the profile's
     target (a profile forced onto another GPU keeps the mma.sync kernels)."""
@@ -288,7 +289,7 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
 
     _require_register_a_here(caps, m, rs.SMALL_MIN_M, "small-M")
     return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, splits=splits, stages=stages, fold=fold,
-                                  small=True, tma=tma)
+                                  small=True, tma=tma, cluster=cluster)
 
 
 def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
@@ -449,12 +450,15 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
         configs = itertools.product((64, 128), (1, 2, 4), (4, 6), (0,), copies)
     else:
         configs = ()
+    # with TMA copies, also as thread-block clusters of 2 / 4 slabs sharing each activation stage (multicast)
+    clusters = (0,) + (rs.CLUSTER_SIZES if caps.memory.cluster_multicast else ())
     for bt, splits, stages, fold, tma in configs:
-        try:
-            p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages, bt, fold, tma)
-        except HummingError:
-            continue
-        _add_unique(plans, seen, p)
+        for cluster in clusters if tma else (0,):
+            try:
+                p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages, bt, fold, tma, cluster)
+            except HummingError:
+                continue
+            _add_unique(plans, seen, p)
     if rs.MIN_M <= m < rs.DEFAULT_MIN_M:  # the two-warpgroup form (128 channels per block: half the activation reads)
         for bt in (128, 256):
             try:

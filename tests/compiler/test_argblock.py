@@ -31,7 +31,7 @@ def test_launch_rewrites_weight_pointers_only_when_other_tensors_come(monkeypatc
     seen = []
 
     class RecordingKernel:  # stands in for the loaded CUBIN: records what the driver would read
-        def launch(self, device, grid, threads, stream, block, pdl=False):
+        def launch(self, device, grid, threads, stream, block, pdl=False, cluster=None):
             seen.append(list(block.values()))
 
     values = [0] * 7 + [0x7000, 0x7100, 4, 128, 256, 256, 1.0, 0]

@@ -550,3 +550,30 @@ def test_two_warpgroup_form_rasterized(monkeypatch):
     monkeypatch.setenv("HUMMING_WGMMA_RS_RASTER", "x")
     with pytest.raises(ValueError, match="HUMMING_WGMMA_RS_RASTER"):
         _plan(m=4096, n=8192, k=4096)
+
+
+def test_weight_ring_depth():
+    """How many weight atoms each lane keeps in flight: the small form's ring follows its activation stages, and goes
+    to DEEP_RING_PF atoms with registers for 2 blocks per SM where shared memory holds only 2 (128 tokens x 6
+    stages); the two-warpgroup form keeps DEEP_RING_2WG atoms below M 1024 and PF from there. The generated kernels
+    say so and compile without spills."""
+    from humming.core.planner_wgmma_rs import DEEP_RING_2WG, DEEP_RING_PF, PF, small_ring
+
+    caps = _caps()
+    assert small_ring(caps, 128, 6) == (DEEP_RING_PF, 2)  # 97 KiB of stages: 2 blocks per SM
+    assert small_ring(caps, 128, 4) == (2, 3) and small_ring(caps, 64, 4) == (3, 4) and small_ring(caps, 16, 8) == (7, 4)
+    assert small_ring(caps, 128, 6, cluster=2) == (4, 2) and small_ring(caps, 16, 8, cluster=4) == (7, 3)
+    _need_sm90a()
+    lay = layout_for(_scheme(), 8192, 8192, "f16")
+    deep = plan_wna16_wgmma_rs(caps, lay, 128, "f16", scheme="w4a16", bt=128, stages=6, small=True)
+    assert f"{DEEP_RING_PF} atoms ahead" in deep.explain()
+    below = plan_wna16_wgmma_rs(caps, lay, 256, "f16", scheme="w4a16", bt=128, small=False)
+    at = plan_wna16_wgmma_rs(caps, lay, 1024, "f16", scheme="w4a16", bt=128, small=False)
+    assert below.tiles.prefetch == DEEP_RING_2WG and at.tiles.prefetch == 0 and f"p{DEEP_RING_2WG}_" in below.kernel_name
+    for p, pf, bounds in ((deep, DEEP_RING_PF, "THREADS, 2"), (below, DEEP_RING_2WG, "BLOCK_THREADS, 1"),
+                          (at, PF, "BLOCK_THREADS, 1")):
+        src = api.source(p, caps)
+        assert f"constexpr int PF = {pf}, R = PF + 1;" in src and f"__launch_bounds__(cfg::{bounds})" in src
+        mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",))
+        assert max(int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)) == 0, mod.log
+        assert not re.search(r"C751\d", mod.log), mod.log

@@ -211,8 +211,12 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
             from humming.core.planner_wgmma_rs import RASTER
 
             raster = RASTER if p.path == "wgmma-rs" and t["bn"] == 128 else 0
-            assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, **t, "bulk": bulk, "stagger": stagger,
-                                                   "raster": raster}
+            # ... and below M 1024 keep a deeper weight ring (a planner rule)
+            from humming.core.planner_wgmma_rs import DEEP_RING_2WG
+
+            prefetch = DEEP_RING_2WG if p.path == "wgmma-rs" and t["bn"] == 128 and m < 1024 else 0
+            assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, **t, "bulk": bulk,
+                                                   "stagger": stagger, "raster": raster, "prefetch": prefetch}
             assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024
         assert "shipped tuned_h200.json" in p.reasons[-1]
 

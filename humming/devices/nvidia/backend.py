@@ -471,6 +471,43 @@ def tensor_copy_helpers(caps, mbarriers: bool = True) -> str:
     return (MBARRIER if mbarriers else "") + EXPECT_TX + TENSOR_COPY
 
 
+CLUSTER_MULTICAST = r"""
+// ---- thread-block clusters (sm_90a): blocks of one cluster run together and reach each other's shared memory.
+// This block's rank in its cluster
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r; asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r)); return r;
+}
+// every thread of every block of the cluster (release / acquire: shared-memory writes before are seen after)
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// one arrival on the mbarrier at the same shared-memory offset in block `rank` of the cluster. It releases a slot
+// whose readers were wgmmas already waited for (wgmma.wait_group), and the refill is a tensor copy: the default
+// (release, CTA scope) arrival suffices; .release.cluster would add a GPU-wide memory barrier (MEMBAR.GPU, which
+// waits for this warp's weight loads in flight) to every stage.
+__device__ __forceinline__ void mbar_arrive_peer(uint32_t bar, uint32_t rank) {
+  asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+               " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" :: "r"(bar), "r"(rank) : "memory");
+}
+// tma_load_2d into the same shared-memory offset of every block in `mask` (bit i: rank i), each completing on its
+// own mbarrier at offset `bar`: one read of the box from L2 for all of them
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const TmaMap* map, int c0, int c1, uint32_t bar,
+                                                      uint16_t mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+               " [%0], [%1, {%2, %3}], [%4], %5;\n"
+               :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+"""
+
+
+def cluster_multicast_helpers(caps) -> str:
+    """Cluster rank and barrier, peer mbarrier arrivals and the multicast tensor copy (after tensor_copy_helpers),
+    for a profile that declares cluster_multicast (ValueError otherwise)."""
+    if caps is not None and not caps.memory.cluster_multicast:
+        raise ValueError(f"{caps.name} does not declare cluster_multicast (thread-block clusters, multicast tensor copies)")
+    return CLUSTER_MULTICAST
+
+
 def stream_bulk_prelude(backend: NvidiaBackend, request: HelperRequest) -> str:
     """Helpers of the stream kernel whose weights, tables and activations arrive by bulk copy: those of the stream
     kernel, mbarriers and the bulk copy (the profile must declare tma and mbarrier)."""
@@ -856,11 +893,11 @@ __device__ __forceinline__ uint32_t dq_raw_x16(uint32_t w) { return lop3_and_or(
 
 
 def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, tensor_copy: bool = False,
-                     consumer_threads: int = 0, stagger: bool = False) -> str:
+                     consumer_threads: int = 0, stagger: bool = False, cluster: bool = False) -> str:
     """Helpers of the register-A wgmma WnA16 kernel: copies, 16-bit pair arithmetic, the weight decode (dq_raw) of
     the mma.sync layout, fences and descriptors, the epilogue's staging stores and one m64n{n}k16 register-A step
     for the plan's activation type (request.mma, a wgmma f16/bf16 form); with ``tensor_copy`` the mbarriers and
-    the TMA tensor copy that bring the activations in."""
+    the TMA tensor copy that bring the activations in; with ``cluster`` the cluster helpers and the multicast copy."""
     if request.mma.family != "wgmma" or request.mma.a_type not in ("f16", "bf16"):
         raise ValueError(f"wgmma_rs_prelude needs a wgmma f16/bf16 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
@@ -872,6 +909,11 @@ def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, ten
         parts.append(DQ_RAW_X16)
     if tensor_copy:
         parts.append(tensor_copy_helpers(request.caps))
+    if cluster:
+        if not tensor_copy:
+            raise ValueError("the cluster multicast copies are tensor copies: tensor_copy=True")
+        parts.append(cluster_multicast_helpers(request.caps))
+        parts.append(consumer_barrier_helper(128))  # the warpgroup's barrier once the producer warp has left
     if consumer_threads:  # a barrier of the consumer warps alone (the producer warpgroup has left): named barrier 1
         if request.caps is not None and not request.caps.memory.setmaxnreg:
             raise ValueError(f"{request.caps.name} does not declare setmaxnreg, which the producer warpgroup uses")
@@ -926,10 +968,15 @@ __device__ __forceinline__ void wgmma_k{k}_rs({fence_t} (&d)[{regs}], const uint
 """
 
 
+def consumer_barrier_helper(consumer_threads: int) -> str:
+    """consumer_sync(): a barrier of the consumer warps alone (named barrier 1; a producer warp has left)."""
+    return (f"__device__ __forceinline__ void consumer_sync() {{ asm volatile(\"bar.sync 1, "
+            f"{consumer_threads};\\n\" ::: \"memory\"); }}\n")
+
+
 def consumer_sync_helper(consumer_threads: int) -> str:
     """setmaxnreg and a barrier of the consumer warps alone (named barrier 1; the producer warpgroup has left)."""
-    return SETMAXNREG + (f"__device__ __forceinline__ void consumer_sync() {{ asm volatile(\"bar.sync 1, "
-                         f"{consumer_threads};\\n\" ::: \"memory\"); }}\n")
+    return SETMAXNREG + consumer_barrier_helper(consumer_threads)
 
 
 def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, producer: bool = False,
