@@ -428,8 +428,8 @@ def _fold_tt_outer_body(per_atom_code: str, lay, scales: bool, zeros: bool, deco
         const uint32_t one2 = f32x2_to_act2(1.0f, 1.0f);
         const uint32_t ones[4] = {{one2, one2, one2, one2}};
         // two chains of two MMAs (even / odd k16 steps) instead of one of four: 28672x8192 M=1 (x_smem) 37.9 ->
-        // 36.4 us on the H200 (2026-11-30, scripts/ablate.py sx1); the fold=1 form keeps one chain (there two
-        // measured up to 6% slower: more registers)
+        // 36.4 us (docs/performance.md, ninth session); the fold=1 form keeps one chain (two measured up to 6%
+        // slower there: more registers)
         float sx2[TOKEN_TILES][4];
         #pragma unroll
         for (int j = 0; j < TOKEN_TILES; ++j)
