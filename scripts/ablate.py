@@ -68,6 +68,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                (r"__launch_bounds__\(cfg::THREADS, 3\)", "__launch_bounds__(cfg::THREADS, 2)")],
     # the small form's deep ring (128 tokens x 6 stages) deeper still (correct variants)
     "pf10_deep": [(r"constexpr int PF = 8, R = PF \+ 1;", "constexpr int PF = 10, R = PF + 1;")],
+    "pf8_deep": [(r"constexpr int PF = 10, R = PF \+ 1;", "constexpr int PF = 8, R = PF + 1;")],
     "pf12_deep": [(r"constexpr int PF = 8, R = PF \+ 1;", "constexpr int PF = 12, R = PF + 1;")],
     # the two-warpgroup register-A form: a deeper weight ring (its consumers have 232 registers; correct variants)
     "pf6_2wg": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 6, R = PF + 1;")],

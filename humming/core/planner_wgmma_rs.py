@@ -139,7 +139,7 @@ def smem_bytes(bt: int, stages: int) -> int:
 # pf6_2wg, us, PF 4 -> 6): 28672x8192 M128 117.2 -> 111.5, 8192x8192 M256 57.9 -> 56.4, 28672x8192 M256 185.5 ->
 # 185.2; from M 1024 slower (8192x8192 M4096 833.8 -> 854.5, 28672x8192 M1024 681.6 -> 698.0): there the default PF
 DEEP_RING_2WG = 6
-DEEP_RING_PF = 8  # weight atoms in flight per lane where shared memory holds only 2 blocks per SM (see small_ring)
+DEEP_RING_PF = 10  # weight atoms in flight per lane where shared memory holds only 2 blocks per SM (see small_ring)
 
 
 def small_ring(caps, bt: int, stages: int, cluster: int = 0) -> tuple[int, int]:
@@ -147,8 +147,9 @@ def small_ring(caps, bt: int, stages: int, cluster: int = 0) -> tuple[int, int]:
     tokens the ring has a slot per activation stage (STAGES - 1 in flight) and 4 blocks share an SM, above it
     STAGES - 2 and 3 (one block fewer with a cluster's producer warp). Where the activation stages leave room for
     only 2 blocks in the profile's shared memory (128 tokens x 6 stages: 97 KiB), the registers of a third block
-    go to a deeper ring of DEEP_RING_PF atoms: 8192x8192 M=128 41.8 -> 38.8 us on the H200 (6 atoms: 40.0;
-    2026-11-30, scripts/ablate.py pf8_rs)."""
+    go to a deeper ring of DEEP_RING_PF atoms: 8192x8192 M=128 41.8 us with 4 atoms, 40.0 with 6, 38.8 with 8, 38.1
+    with 10 (twice), 39.3 with 12; 4096x14336 M=256 60.1 -> 58.6 from 8 to 10 (H200, 2026-11-30, scripts/ablate.py
+    pf6_rs / pf8_rs / pf10_deep; docs/performance.md, ninth session)."""
     blocks = (4 if bt <= 64 else 3) - (1 if cluster else 0)
     pf = stages - 1 if bt <= 64 else stages - 2
     limit = caps.limits.smem_per_block_kb if caps is not None else None
