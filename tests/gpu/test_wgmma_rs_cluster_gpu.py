@@ -12,7 +12,7 @@ from humming.core.planner import with_pdl
 from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
 
 from .conftest import graph_replay_error, rel_error
-from .test_wgmma_rs_gpu import TOL, _require_wgmma, _scheme
+from .test_wgmma_rs_gpu import TOL, _biased_layer, _require_wgmma
 
 pytestmark = pytest.mark.gpu
 
@@ -37,10 +37,8 @@ def _force(qw, m: int, dtype, pdl: bool = False, **options):
                          ids=["w4a16-g128", "w4a16-zp-g128", "w4a16-channel"])
 def test_cluster_small_form(name, group, dtype):
     _require_wgmma(dtype)
-    n, k = 1024, 4096
-    torch.manual_seed(n + (group or 1) + len(name))
-    bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    k = 4096
+    qw, bias = _biased_layer(name, group, dtype, k=k)
     for m, bt, splits, stages, fold, cluster in CLUSTER_CASES:
         if fold and (group is None or name.endswith("zp")):
             fold = 0

@@ -35,6 +35,13 @@ def _scheme(name, group):
     return sch.with_(granularity="channel", group_size=None) if group is None else sch.with_(group_size=group)
 
 
+def _biased_layer(name, group, dtype, n: int = 1024, k: int = 4096):
+    """A quantized n x k layer of the scheme with a bias (seeded per scheme), and the bias."""
+    torch.manual_seed(n + (group or 1) + len(name))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    return humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias), bias
+
+
 def _handles(qw, dtype):
     cache = qw.__dict__["_humming_prepared"]
     rs = next(v for key, v in cache.items() if key[0] == "wna16-wgmma-rs" and key[1] == dtype)

@@ -11,7 +11,7 @@ from humming import api
 from humming.core.planner_wgmma_rs import TMA_ENV, plan_wna16_wgmma_rs
 
 from .conftest import graph_replay_error, rel_error
-from .test_wgmma_rs_gpu import TOL, _require_wgmma, _scheme
+from .test_wgmma_rs_gpu import TOL, _biased_layer, _require_wgmma
 
 pytestmark = pytest.mark.gpu
 
@@ -54,10 +54,8 @@ SMALL = [(9, 16, 1, 0), (16, 16, 4, 1), (24, 32, 2, 0), (33, 48, 1, 0), (64, 64,
 @pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g' + str(g) if g else 'channel'}" for n, g in CASES])
 def test_small_form_tma(name, group, dtype):
     _require_wgmma(dtype)
-    n, k = 1024, 4096
-    torch.manual_seed(n + (group or 1) + len(name))
-    bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    k = 4096
+    qw, bias = _biased_layer(name, group, dtype, k=k)
     for m, bt, splits, fold in SMALL:
         if fold and (group is None or name.endswith("zp")):
             fold = 0  # (fold=1 with zero tables spills at 16 tokens: not a configuration the planner picks)
