@@ -73,6 +73,10 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # the two-warpgroup register-A form: a deeper weight ring (its consumers have 232 registers; correct variants)
     "pf6_2wg": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 6, R = PF + 1;")],
     "pf8_2wg": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 8, R = PF + 1;")],
+    # small register-A form: the weight words through the L2 only (ld.global.cg, no L1 allocation): does sharing the
+    # 128-byte lines of the four warps in L1 help or hurt? (a correct variant)
+    "cg_rs": [(r"wq\[\(s \+ PF\) % R\]\[ks\] = load_g32\(p \+ ks \* 128\)",
+               "asm volatile(\"ld.global.cg.u32 %0, [%1];\" : \"=r\"(wq[(s + PF) % R][ks]) : \"l\"(p + ks * 128))")],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs
     "nosync_rs": [(r"__syncthreads\(\);             // everyone's; both warpgroups are done with the wgmmas of kt - 2", "")],
     # a decode of 5 instead of 7 instructions per word (odd pairs masked in place, x16): what a re-packed layout
