@@ -112,15 +112,14 @@ class LoadedKernel:
         if handle is None:
             self._function(device)
             handle = self._handles[device]
-        what = f"launching {self.name} ({'PDL, ' if pdl else ''}cluster {cluster}) grid={grid} block={block}"
         raw = _raw_launch_ex()
-        if raw is not None:
+        if raw is not None:  # the hot path (every decode launch): no allocation beyond the call itself
             cfg = _ex_config(pdl, tuple(cluster) if cluster else None)
             cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
             cfg.blockDimX, cfg.sharedMemBytes, cfg.hStream = block, self.smem_bytes, stream
             err = raw(ctypes.byref(cfg), handle, args.address, None)
             if err:
-                _check(_driver().CUresult(err), what)
+                _check(_driver().CUresult(err), self._what(grid, block, pdl, cluster))
             return
         driver = _driver()
         attrs = []
@@ -139,7 +138,11 @@ class LoadedKernel:
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
         cfg.sharedMemBytes, cfg.hStream = self.smem_bytes, driver.CUstream(stream)
         cfg.attrs, cfg.numAttrs = attrs, len(attrs)
-        _check(driver.cuLaunchKernelEx(cfg, self._function(device), args.address, 0), what)
+        _check(driver.cuLaunchKernelEx(cfg, self._function(device), args.address, 0),
+               self._what(grid, block, pdl, cluster))
+
+    def _what(self, grid, block, pdl: bool, cluster) -> str:
+        return f"launching {self.name} ({'PDL, ' if pdl else ''}cluster {cluster}) grid={grid} block={block}"
 
 
 # cuLaunchKernelEx's CUlaunchConfig and CUlaunchAttribute (CUDA driver API; the attribute value is a 64-byte union)
