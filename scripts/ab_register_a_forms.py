@@ -7,7 +7,6 @@ copies past the L2, each output checked against the reference. Prints one line p
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -19,6 +18,9 @@ import humming  # noqa: E402
 from humming import api  # noqa: E402
 from humming.core import planner_wgmma_rs as rs  # noqa: E402
 from humming.tuner import copies_for, graph_time_us  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from results import save_rows  # noqa: E402
 
 
 def _form_handle(base: int, small: bool) -> int:
@@ -60,9 +62,7 @@ def main() -> None:
                   f"{row['default_err']:.1e} {row['small_err']:.1e} {row['prefill_err']:.1e}", flush=True)
         del qws, bases, forms
         torch.cuda.empty_cache()
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "ab_register_a_forms.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    save_rows(args.out, "ab_register_a_forms.json", rows)
 
 
 if __name__ == "__main__":

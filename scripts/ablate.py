@@ -8,7 +8,6 @@ CUDA-graph replay over weight copies past the L2, every variant in the order a b
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -23,6 +22,7 @@ from humming.tuner import copies_for, graph_time_us  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ab_env import forget_plans  # noqa: E402
+from results import save_rows  # noqa: E402
 
 # name -> [(regex, replacement)]; a variant whose patterns do not all match the kernel's source is skipped
 VARIANTS: dict[str, list[tuple[str, str]]] = {
@@ -149,9 +149,7 @@ def main() -> None:
         print(f"{args.scheme} {n}x{k} M={args.m}: {cells} us  [{row['plan']}]", flush=True)
         del qws
         torch.cuda.empty_cache()
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"ablate_{args.scheme}_m{args.m}.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    save_rows(args.out, f"ablate_{args.scheme}_m{args.m}.json", rows)
 
 
 if __name__ == "__main__":

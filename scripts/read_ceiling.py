@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import sys
 
@@ -20,6 +19,9 @@ import torch  # noqa: E402
 from humming.core.compiler import compile_cuda  # noqa: E402
 from humming.core.runtime import LoadedKernel  # noqa: E402
 from humming.tuner import graph_time_us  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from results import save_rows  # noqa: E402
 
 HINTS = {"plain": "ld.global.nc.L1::no_allocate.v4.u32",
          "l2_256b": "ld.global.nc.L1::no_allocate.L2::256B.v4.u32",
@@ -114,9 +116,7 @@ def main() -> None:
                   f"U {h['unroll']} steps {h['steps']} {h['mode']} grid {h['grid']}", flush=True)
         del bufs
         torch.cuda.empty_cache()
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "read_ceiling.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    save_rows(args.out, "read_ceiling.json", rows)
 
 
 def inflight_sweep(args) -> None:
@@ -143,9 +143,7 @@ def inflight_sweep(args) -> None:
                   f"threads x U {r['unroll']:2d}): {r['us']:7.2f} us {r['tb_s']:.2f} TB/s", flush=True)
         del bufs
         torch.cuda.empty_cache()
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "read_inflight.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    save_rows(args.out, "read_inflight.json", rows)
 
 
 if __name__ == "__main__":
