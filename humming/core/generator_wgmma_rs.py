@@ -36,7 +36,17 @@ from __future__ import annotations
 from math import lcm
 
 from humming.core.generator import _c, gs_epilogue_parts, pair_decode
-from humming.core.planner_wgmma_rs import BC, BK, OUT_PAD, PATH, PF, SMALL_BC, layout_refusal, small_ring
+from humming.core.planner_wgmma_rs import (
+    BC,
+    BK,
+    OUT_PAD,
+    PATH,
+    PF,
+    SMALL_BC,
+    cluster_refusal,
+    layout_refusal,
+    small_ring,
+)
 from humming.core.wgmma_common import PRODUCER_WARPGROUP
 from humming.devices.base import HelperRequest
 
@@ -82,10 +92,11 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     if stagger and (small or t.bulk != 2):
         raise ValueError("the staggered start is an option of the two-warpgroup form with the producer warpgroup")
     cluster = t.cluster
-    if cluster and not (small and t.bulk == 1):
-        raise ValueError("cluster (multicast activation stages) is an option of the small-M form with TMA copies (bulk=1)")
-    if cluster and (t.stages % cluster or cluster not in (2, 4)):
-        raise ValueError(f"cluster {cluster}: 2 or 4 blocks, dividing the {t.stages} stages (one copying block per slot)")
+    if cluster and not small:
+        raise ValueError("cluster (multicast activation stages) is an option of the small-M form")
+    why = cluster_refusal(caps, plan.n, t.stages, t.bulk == 1, cluster)  # the planner's own check
+    if why:
+        raise ValueError(why)
     prelude = wgmma_rs_prelude(backend, request, t.bm, tensor_copy=tma, consumer_threads=256 if t.bulk == 2 else 0,
                                stagger=stagger, cluster=bool(cluster))
     s_group, z_group = lay.scale_group, lay.zero_group

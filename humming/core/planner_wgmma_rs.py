@@ -112,13 +112,14 @@ def layout_refusal(layout, bc: int = BC) -> str:
 CLUSTER_SIZES = (2, 4)  # blocks per cluster of the small form's multicast variant (portable sizes, at most 8)
 
 
-def _cluster_refusal(caps, n: int, stages: int, tma: bool, cluster: int) -> str:
-    """Why the small form cannot use thread-block clusters of ``cluster`` blocks here ('' if it can, or for 0)."""
+def cluster_refusal(caps, n: int, stages: int, tma: bool, cluster: int) -> str:
+    """Why the small form cannot use thread-block clusters of ``cluster`` blocks here ('' if it can, or for 0); the
+    profile's capability is not asked when ``caps`` is None (the generator's check of a given plan)."""
     if not cluster:
         return ""
     if cluster not in CLUSTER_SIZES:
         return f"cluster takes {' or '.join(map(str, CLUSTER_SIZES))} blocks, not {cluster}"
-    if not caps.memory.cluster_multicast:
+    if caps is not None and not caps.memory.cluster_multicast:
         return f"{caps.name} does not declare cluster_multicast (thread-block clusters with multicast tensor copies)"
     if not tma:
         return "cluster multicasts tensor copies: it needs the TMA activation stages (tma=True)"
@@ -370,7 +371,7 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         split_why += (f"; fold={fold}: " + ("the scale" if fold == 1 else "the wgmma takes the raw codes (magic + code); "
                                             "zero point (activation sums from an all-ones A) and scale")
                       + " applied per " + (f"group of {ga * BK}" if ga else "split") + " in fp32")
-    cluster_why = _cluster_refusal(caps, n, stages, tma, cluster)
+    cluster_why = cluster_refusal(caps, n, stages, tma, cluster)
     if cluster_why:
         raise (UnsupportedOnDevice if "declare" in cluster_why else ShapeError)(cluster_why)
     d = layout.decode
