@@ -95,7 +95,7 @@ def kernel_plans(caps, shapes: Iterable[tuple[int, int]], scheme, ms: Iterable[i
     plans: dict = {}
     ms = list(ms)
     for n, k in shapes:
-        layout = layout_for(scheme, n, k, act)
+        layout = layout_for(scheme, n, k, act, caps=caps)
         for m in ms:
             p = tuning.choose_plan(caps, layout, m, act, scheme=getattr(scheme, "name", None) or str(scheme))
             plans.setdefault(p.kernel_name, p)

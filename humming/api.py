@@ -54,8 +54,8 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
     if _wgmma_rs_eligible(caps, sch, m, n, k, act):  # M >= 1024 (HUMMING_WGMMA_RS): weights as wgmma's register A
         from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
 
-        return plan_wna16_wgmma_rs(caps, layout_for(sch, n, k, act), m, act, scheme=sch.name)
-    if _wgmma_wna16_eligible(caps, sch, m, n, k, act) and choose_plan(caps, layout_for(sch, n, k, act), m, act,
+        return plan_wna16_wgmma_rs(caps, layout_for(sch, n, k, act, caps=caps), m, act, scheme=sch.name)
+    if _wgmma_wna16_eligible(caps, sch, m, n, k, act) and choose_plan(caps, layout_for(sch, n, k, act, caps=caps), m, act,
                                                                       scheme=sch.name).path != "wgmma-rs":
         # unless HUMMING_WGMMA_WNA16=0, and where the small register-A form does not take M: the plan that gemm runs
         from humming.core.layout_wgmma_wna16 import wgmma_wna16_layout
@@ -71,7 +71,7 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
             from humming.core.planner_tcgen05 import plan_wna16_tcgen05
 
             return plan_wna16_tcgen05(caps, wgmma_wna16_layout(sch, n, k, act), m, act, scheme=sch.name)
-    layout = layout_for(sch, n, k, act)
+    layout = layout_for(sch, n, k, act, caps=caps)
     p = choose_plan(caps, layout, m, act, scheme=sch.name)
     if tc:  # today's kernel runs it; the reason says which kernel would with the variable set
         from dataclasses import replace as _replace
@@ -155,7 +155,7 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
             layout = W8A8Layout(choice.a_type, n, k, sch.weight_scale.granularity)
         return plan_w8a8(caps, layout, m, act, choice, scheme=sch.name)
     if choice.path == "upconvert":
-        p = choose_plan(caps, layout_for(sch.with_(act=None), n, k, choice.a_type), m, choice.a_type, scheme=sch.name)
+        p = choose_plan(caps, layout_for(sch.with_(act=None), n, k, choice.a_type, caps=caps), m, choice.a_type, scheme=sch.name)
         return Plan(**{**p.__dict__, "reasons": choice.reasons + p.reasons})
     raise UnsupportedOnDevice(
         f"{sch.name} on {caps.name}: planned path {choice.path} ({choice.describe()}); this kernel is not generated "
@@ -274,7 +274,7 @@ def _plan_widened(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
     act16 = act_name(widen.act_dtype(caps, torch.bfloat16 if act == "bf16" else torch.float16))
     p = plan(sch.with_(act=None), m, n, k, profile=caps, act=act16)
     if p.path == "wgmma-dequant-smem":  # _gemm_widened keeps the mma.sync handle's plan there (no row scales)
-        p = choose_plan(caps, layout_for(sch.with_(act=None), n, k, act16), m, act16, scheme=sch.name)
+        p = choose_plan(caps, layout_for(sch.with_(act=None), n, k, act16, caps=caps), m, act16, scheme=sch.name)
     return _replace(p, scheme=sch.name, row_scale=sch.act_scale.mode == "dynamic_token",
                     reasons=(widen.reason(caps, sch, m, n, k),) + p.reasons)
 
@@ -445,7 +445,7 @@ def prepared(qw, dtype: torch.dtype, device: torch.device, profile=None) -> int:
     if handle is None:
         caps = resolve_profile(profile)
         run_arch = _emulation_arch(caps)
-        packed = prepare(qw.to(device), dtype)
+        packed = prepare(qw.to(device), dtype, caps)
         handle = _register(packed, caps, run_arch, scheme=getattr(qw.scheme, "name", "") or "")
         cache[key] = handle
     return handle
@@ -791,7 +791,7 @@ def _wgmma_rs_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
     if wgmma_k16_form(caps, act) is None:
         return False
     try:
-        lay = layout_for(scheme, n, k, act)
+        lay = layout_for(scheme, n, k, act, caps=caps)
     except HummingError:
         return False
     return not rs.layout_refusal(lay) and (rs.forced() or not rs.default_refusal(lay))
@@ -1039,7 +1039,7 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
                 widened = () if widen.refusal(sch, n, k) else widen.m_ranges(caps, sch, n, k)
                 if widened is None and widen.native_refusal(caps, sch):  # no native path: widening is the path
                     act = "f16" if caps.find_mma(family="mma_sync", a_type="f16") else "bf16"
-                    p = plan_wna16(caps, layout_for(sch.with_(act=None), n, k, act), m, act, scheme=name)
+                    p = plan_wna16(caps, layout_for(sch.with_(act=None), n, k, act, caps=caps), m, act, scheme=name)
                     shape = "x".join(map(str, p.instruction.shape))
                     row.update(family=p.family, instruction=f"mma.sync m{shape} {act}", path="widened",
                                reason=widen.reason(caps, sch, m, n, k) + " [executes on the WnA16 kernel]")
@@ -1085,7 +1085,7 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
             act = "f16" if caps.find_mma(family="mma_sync", a_type="f16") else "bf16"
             gs = sch.weight_scale.group_size
             kk = k if not gs else max(k, gs) // gs * gs
-            p = plan_wna16(caps, layout_for(sch, n, math.lcm(kk, 64), act), m, act, scheme=name)
+            p = plan_wna16(caps, layout_for(sch, n, math.lcm(kk, 64), act, caps=caps), m, act, scheme=name)
             shape = "x".join(map(str, p.instruction.shape))
             reason = p.reasons[0]
             if _wgmma_wna16_eligible(caps, sch, max(m, WGMMA_WNA16_MIN_M), n, k, act):

@@ -39,11 +39,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "noxs": [(r"load_g128_cached\(ss8, S \+ \(size_t\)\(atom \* 64 / 128\) \* N \+ n0 \+ \(lane >> 2\) \* 8\);",
               "ss8[0] = ss8[1] = ss8[2] = ss8[3] = 0x3c003c00u + atom;"),
              (r"load_g32\(xp\)", "(uint32_t)(size_t)xp"), (r"load_g32\(xp \+ 8\)", "(uint32_t)(size_t)(xp + 8)")],
-    # small register-A form: the same three for its 4-byte weight loads
-    "l2only_rs": [(r"wq\[\(s \+ PF\) % R\]\[ks\] = load_g32\(p \+ ks \* 128\)",
-                   "wq[(s + PF) % R][ks] = load_g32(wsrc + (size_t)((kt + PF) % 16) * ATOM_WORDS + ks * 128)")],
-    "nomem_rs": [(r"wq\[\(s \+ PF\) % R\]\[ks\] = load_g32\(p \+ ks \* 128\)",
-                  "wq[(s + PF) % R][ks] = (uint32_t)(size_t)(p + ks * 128)")],
+    # register-A forms: the same for their weight chunks
+    "l2only_rs": [(r"load_g128\(wq\[\(s \+ PF\) % R\], p\);",
+                   "load_g128(wq[(s + PF) % R], wsrc + (size_t)((kt + PF) % 16) * ATOM_WORDS);")],
+    "nomem_rs": [(r"load_g128\(wq\[\(s \+ PF\) % R\], p\);",
+                  "{ uint32_t* d_ = wq[(s + PF) % R]; d_[0] = d_[1] = d_[2] = d_[3] = (uint32_t)(size_t)p; }")],
     # stream kernel: each channel tile's k16 steps into two partial sums (even / odd ks), added at the fold: halves
     # the chain of dependent HMMAs per atom (a correct variant)
     "tmp2": [(r"float tmp\[TOKEN_TILES\]\[4\];", "float tmp[TOKEN_TILES][4], tmp2[TOKEN_TILES][4];"),
@@ -73,10 +73,20 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # the two-warpgroup register-A form: a deeper weight ring (its consumers have 232 registers; correct variants)
     "pf6_2wg": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 6, R = PF + 1;")],
     "pf8_2wg": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 8, R = PF + 1;")],
-    # small register-A form: the weight words through the L2 only (ld.global.cg, no L1 allocation): does sharing the
-    # 128-byte lines of the four warps in L1 help or hurt? (a correct variant)
-    "cg_rs": [(r"wq\[\(s \+ PF\) % R\]\[ks\] = load_g32\(p \+ ks \* 128\)",
-               "asm volatile(\"ld.global.cg.u32 %0, [%1];\" : \"=r\"(wq[(s + PF) % R][ks]) : \"l\"(p + ks * 128))")],
+    # register-A forms: the weight chunk through the L2 only (ld.global.cg; a correct variant)
+    "cg_rs": [(r"load_g128\(wq\[([^\]]+)\], p\);",
+               r'{ uint32_t* d_ = wq[\1]; asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(d_[0]), "=r"(d_[1]), "=r"(d_[2]), "=r"(d_[3]) : "l"(p)); }')],
+    # small register-A form, fold=1: the group's fold waits for all but the newest wgmma group instead of draining the
+    # queue (wrong results; ptxas then serializes every wgmma, C7514: 51.4 -> 61.5 us at 28672x8192 M=16)
+    "defer_rs": [(r"(if \(u % 2 == 1\) \{  // the group is complete: fold it into acc\n\s*)wgmma_wait<0>\(\);",
+                  r"\1wgmma_wait<1>();")],
+    # small register-A form, fold=1: the four k16 wgmmas of a stage into two accumulator sets (even / odd ks), two
+    # chains of two instead of one of four (a correct variant)
+    "chain2_rs": [(r"float tmp\[WG_ACC_REGS\];", "float tmp[WG_ACC_REGS], tmp2[WG_ACC_REGS];"),
+                  (r"wgmma_fence_operand\(tmp\);", "wgmma_fence_operand(tmp); wgmma_fence_operand(tmp2);"),
+                  (r"wgmma_k16_rs\(tmp, a\[ks\], desc_x \+ 2 \* ks, ks > 0 \|\| !first\);",
+                   "wgmma_k16_rs((ks & 1) ? tmp2 : tmp, a[ks], desc_x + 2 * ks, ks > 1 || !first);"),
+                  (r"fmaf\(ss, tmp\[i\], acc\[i\]\)", "fmaf(ss, tmp[i] + tmp2[i], acc[i])")],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs
     "nosync_rs": [(r"__syncthreads\(\);             // everyone's; both warpgroups are done with the wgmmas of kt - 2", "")],
     # a decode of 5 instead of 7 instructions per word (odd pairs masked in place, x16): what a re-packed layout

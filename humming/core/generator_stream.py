@@ -14,6 +14,7 @@ partials are added by the last block of the slab, in a fixed order.
 from __future__ import annotations
 
 from humming.core.generator import _c, gs_epilogue_parts, helper_prelude, pair_decode
+from humming.core.layout import pair_index_c
 
 
 def stream_kernel_source(plan, backend, caps=None) -> str:
@@ -126,22 +127,16 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
               #pragma unroll
               for (int r = 0; r < 2; ++r) {{
                 const int nt = 2 * tt + h;
-                const int p = nt * 2 + r;
-                const int wi = (CB >= 4 ? 0 : (ks * CB) % 4) + p / {ppw};
-                uint32_t v = dq_raw(words[wi], p % {ppw});
+                const int p = {pair_index_c("ks", "nt", "r", lay.tile_major)};  // the lane's pair index in the atom
+                uint32_t v = dq_raw(WORDS[p / {ppw} / 4][p / {ppw} % 4], p % {ppw});
                 {pick}
                 {decode}
                 a[r * 2 + h] = v;
               }}"""
-    load_words = """uint32_t words[CB >= 4 ? CB : 4];
-          #pragma unroll
-          for (int c = 0; c < (CB >= 4 ? CB / 4 : 1); ++c)
-            #pragma unroll
-            for (int e = 0; e < 4; ++e) words[c * 4 + e] = buf[s][(ks * CB) / 4 + c][e];"""
-    if bulk:
-        load_words = load_words.replace("buf[s]", "wv")
+    # the atom's words are in registers already (ring slot s, or wv of the bulk variant), indexed by constants
+    decode_pairs = decode_pairs.replace("WORDS", "wv" if bulk else "buf[s]")
     if t.fold == 2:
-        atom_body = _fold_tt_outer_body(per_atom_code, lay, bool(s_group), bool(z_group), decode_pairs, load_words,
+        atom_body = _fold_tt_outer_body(per_atom_code, lay, bool(s_group), bool(z_group), decode_pairs,
                                         "xa" if bulk or staged else "xr[s]")
     else:
         atom_body = f"""      {per_atom_code}{atom_head}
@@ -150,7 +145,6 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
           {activations}
           {k_line}
           {per_step_code}{ks_head}
-          {load_words}
           #pragma unroll
           for (int tt = 0; tt < 4; ++tt) {{
             {decode_pairs}
@@ -416,7 +410,7 @@ def _fold_factors(lay, scales: bool, zeros: bool) -> tuple[str, str]:
     return z, sc
 
 
-def _fold_tt_outer_body(per_atom_code: str, lay, scales: bool, zeros: bool, decode_pairs: str, load_words: str,
+def _fold_tt_outer_body(per_atom_code: str, lay, scales: bool, zeros: bool, decode_pairs: str,
                         xs: str) -> str:
     """fold == 2: the fold arithmetic with the 16-channel tiles outermost, so only one tile's raw sums are live
     (4 x TOKEN_TILES registers instead of 16 x TOKEN_TILES). Every k16 step's activations must already be in
@@ -453,7 +447,6 @@ def _fold_tt_outer_body(per_atom_code: str, lay, scales: bool, zeros: bool, deco
           for (int e = 0; e < 4; ++e) tmp[j][e] = 0.0f;
         #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {{
-          {load_words}
           {{
             {decode_pairs}
             #pragma unroll

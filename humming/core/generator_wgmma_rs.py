@@ -4,10 +4,11 @@ at prefill sizes. Each block computes C^T = W x^T for 128 output channels x BT t
   * A = weights, from registers: warp w of warpgroup wg supplies rows 16w .. 16w+15 of the warpgroup's 64 rows =
     channels n0 + 64 wg + 16 w + {g, g + 8} (g = lane / 4) in the m16n8k16 A-fragment layout (wgmma RS form). Those
     are exactly the pairs (n8 tiles 2w and 2w + 1, r = 0/1) of the mma.sync atom layout (humming.core.layout): for the
-    64 x 64 atom (slab n0/64 + wg, k atom kt) a lane's chunk ks (16 bytes) holds k16 step ks of all four 16-channel
-    tiles, word tt = tile tt, pair J = 2h + r of that word = register a[r * 2 + h]. So the lane loads word w of each
-    of the four chunks (four 4-byte loads at 512-byte steps; the four warps of the warpgroup read the other words of
-    the same 128-byte lines, through L1), PF atoms ahead in a register ring, and decodes a[ks][0..3] with the helpers
+    64 x 64 atom (slab n0/64 + wg, k atom kt), in the tile-major order that profiles with this kernel get, a lane's
+    chunk tt (16 bytes) holds 16-channel tile tt, word ks = k16 step ks, pair J = 2h + r of that word = register
+    a[r * 2 + h]. So the lane loads chunk w with one 16-byte load (each warp its own 512 contiguous bytes; in the
+    step-major order, word w of each of the four chunks: four 4-byte loads, 2.4-4.8% slower at M 16-256 on the
+    H200), PF atoms ahead in a register ring, and decodes a[ks][0..3] with the helpers
     of the mma.sync kernels (dq_raw: magic number | code, + -(magic + zero), x scale, in the activation type). The
     scale/zero tables ([rows][N/64][8 (g)][8 (n8 tile)]) give the lane its two channels' values in one 4-byte word
     (n8 tiles 2w, 2w + 1), once per atom (groups are multiples of 64).
@@ -124,12 +125,22 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         pick.append("const uint32_t zz = zz_const;")
 
     def fetch(slot: str, atom: str, indent: str) -> str:
-        lines = [f"const uint32_t* p = wsrc + (size_t)({atom}) * ATOM_WORDS;",
-                 "#pragma unroll",
-                 f"for (int ks = 0; ks < 4; ++ks) wq[{slot}][ks] = load_g32(p + ks * 128);  // word w of chunk ks"]
+        lines = [f"const uint32_t* p = wsrc + (size_t)({atom}) * ATOM_WORDS;"]
+        if lay.tile_major:
+            lines.append(f"load_g128(wq[{slot}], p);  // chunk w: k16 steps 0..3 of this warp's 16 channels")
+        else:
+            lines += ["#pragma unroll",
+                      f"for (int ks = 0; ks < 4; ++ks) wq[{slot}][ks] = load_g32(p + ks * 128);  // word w of chunk ks"]
         lines += [ln.replace("SLOT", slot).replace("ATOM", f"kt0 + {atom}" if small else atom) for ln in ring_load]
         return "\n".join(indent + ln for ln in lines)
 
+    if lay.tile_major:
+        wsrc_lane = "w * 128 + lane * 4"
+        wsrc_doc = "// weights: this lane's chunk w of atom (slab, kt) at ((slab * K/64 + kt) * 4 + w) * 128 + lane * 4 (words)"
+    else:
+        wsrc_lane = "lane * 4 + w"
+        wsrc_doc = ("// weights: word w of this lane's chunk ks of atom (slab, kt) at ((slab * K/64 + kt) * 4 + ks) * 128 + "
+                    "lane * 4 + w")
     ring_decl_code = "".join("\n  " + ln for ln in ring_decl)
     fixed_code = "".join("\n  " + ln for ln in fixed)
     pick_code = "\n          ".join(pick)
@@ -175,7 +186,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                        "  const int kt0 = blockIdx.z * ktiles;                        // this split's first k atom")
         load_code = (_CLUSTER_SETUP + _cluster_producer("(kt0 + kt) * BK", bool(plan.pdl)) if cluster else
                      _tma_load_stage("(kt0 + kt) * BK") if tma else _SMALL_LOAD_STAGE)
-        wsrc_line = "const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + lane * 4 + w;"
+        wsrc_line = f"const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + {wsrc_lane};"
         splitk_code = _SMALL_SPLITK
         copy_out = STAGED_COPY_OUT.replace("c >> 4, ch = c & 15", "c >> 3, ch = c & 7").replace(
             "token row c / 16, channels 8 (c % 16)", "token row c / 8, channels 8 (c % 8)").replace(
@@ -183,7 +194,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     else:
         ktiles_line = "const int ktiles = K / BK;"
         load_code = _tma_load_stage("kt * BK") if tma else _LOAD_STAGE
-        wsrc_line = "const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + lane * 4 + w;"
+        wsrc_line = f"const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + {wsrc_lane};"
         splitk_code = ""
         copy_out = STAGED_COPY_OUT
     gs_doc, scale_line, _ = gs_epilogue_parts(plan, "")
@@ -303,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
   const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;         // STAGES activation slots, then the staging tile
 
 {load_code}
-  // weights: word w of this lane's chunk ks of atom (slab, kt) at ((slab * K/64 + kt) * 4 + ks) * 128 + lane * 4 + w
+  {wsrc_doc}
   {wsrc_line}
   const int tab = slab * 64 + g * 8 + 2 * w;                     // tables: n8 tiles 2w (low half), 2w + 1 (high)
 {zero_decl}  uint32_t wq[R][4];  // codes of the atoms in flight: k16 step ks of channels 16w + g (+8){ring_decl_code}{fixed_code}

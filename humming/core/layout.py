@@ -4,12 +4,18 @@ Atoms. The weight matrix W[N, K] is cut into atoms of 64 (n) x 64 (k). Within an
 the 32 lanes of a warp owns exactly the B-operand fragments it needs for the MMA m16n8k16
 (see ``mma_fragment``): for k16 step ``ks`` (0..3), n8 tile ``nt`` (0..7) and register ``r``
 (0: rows k..k+1, 1: rows k+8..k+9) a lane holds one *pair* of codes (h = 0, 1), both in one
-column n. Pair p = (ks*8 + nt)*2 + r of a lane is stored in word p // ppw at bit
-(p % ppw)*cb + 16*h, where cb is the container width and ppw = 16 // cb: so one shift and one
-mask yield both codes of a pair, one per 16-bit half. A lane's words for the atom form ``cb``
-chunks of 16 bytes; memory order is [n_atom][k_atom][chunk][lane][4 words], so a block streams
-each 64-wide column slab contiguously along K and a warp reads a chunk with one conflict-free
-16-byte shared-memory load per lane.
+column n. Pair p of a lane (``pair_index_c``) is stored in word p // ppw at bit (p % ppw)*cb + 16*h,
+where cb is the container width and ppw = 16 // cb: so one shift and one mask yield both codes of a
+pair, one per 16-bit half. Two orders of a lane's pairs:
+  * step-major (the default): p = (ks * 8 + nt) * 2 + r, so one k16 step's words are contiguous;
+  * tile-major (``WeightLayout.tile_major``): p = ((nt // 2) * 4 + ks) * 4 + (nt % 2) * 2 + r, the 16-channel
+    tile first. With int4 (cb = 4) word ks of chunk tt is then step ks of tile tt, and a warp that owns one tile
+    (the register-A wgmma kernels) reads its four steps with one 16-byte load per lane instead of four 4-byte
+    loads. ``tile_major_order`` says where a profile gets it (int4 on profiles with those kernels); the
+    mma.sync kernels read both orders (their step-major reads are the cheaper ones).
+A lane's words for the atom form ``cb`` chunks of 16 bytes; memory order is
+[n_atom][k_atom][chunk][lane][4 words], so a block streams each 64-wide column slab contiguously
+along K and a warp reads a chunk with one conflict-free 16-byte load per lane.
 
 Scales and zeros are stored [rows][N/64][8 (n % 8)][8 (n8 tile)], so a lane finds the eight
 values of its eight n8 tiles in one 16-byte load.
@@ -50,6 +56,7 @@ class WeightLayout:
     channel_scale: bool  # fp32 per-column scale applied in the epilogue
     act_order: bool
     zero_float: bool = False  # float zero points: the zero table holds -zero * scale, applied by one fma
+    tile_major: bool = False  # the codes' pair order inside an atom (module docstring)
 
 
 @dataclass
@@ -74,15 +81,40 @@ def check_shape(n: int, k: int) -> None:
         raise ShapeError(f"K={k} is not a multiple of {ATOM_K}; pad the input features to a multiple of {ATOM_K}")
 
 
-def pack_codes(codes: torch.Tensor, decode: WeightDecode) -> torch.Tensor:
+def tile_major_order(caps, layout: WeightLayout) -> bool:
+    """Whether weights of ``layout`` prepared for profile ``caps`` get the tile-major pair order: where the
+    register-A wgmma kernels take them by default (4-bit integer codes widened with the magic number, the groups
+    those kernels run by default, on a profile that declares wgmma m64nNk16 for the activation type). The other
+    kernels read either order; the tile kernel's step-major reads are the cheaper ones. False without a profile."""
+    d = layout.decode
+    if caps is None or (d.kind, d.bits, d.container, d.int_path) != ("int", 4, 4, "magic"):
+        return False
+    from humming.core import planner_wgmma_rs as rs
+    from humming.core.planner_wgmma_wna16 import wgmma_k16_form
+
+    return (wgmma_k16_form(caps, d.act) is not None and not rs.layout_refusal(layout, rs.SMALL_BC)
+            and not rs.default_refusal(layout))
+
+
+def pair_index_c(ks: str, nt: str, r: str, tile_major: bool) -> str:
+    """C expression of a lane's pair index in an atom (module docstring) from its k16 step, n8 tile and register."""
+    if tile_major:
+        return f"((({nt}) >> 1) * 4 + ({ks})) * 4 + (({nt}) & 1) * 2 + ({r})"
+    return f"(({ks}) * 8 + ({nt})) * 2 + ({r})"
+
+
+def pack_codes(codes: torch.Tensor, decode: WeightDecode, tile_major: bool = False) -> torch.Tensor:
     """uint8 kernel codes [N, K] -> int32 atom layout (see module docstring)."""
     n, k = codes.shape
     check_shape(n, k)
     cb, ppw = decode.container, decode.pairs_per_word
     c = codes.to(torch.int64)
-    # n = na*64 + nt*8 + g ; k = ka*64 + ks*16 + r*8 + q*2 + h ; lane = g*4 + q
-    c = c.view(n // 64, 8, 8, k // 64, 4, 2, 4, 2)  # na nt g ka ks r q h
-    c = c.permute(0, 3, 2, 6, 4, 1, 5, 7)  # na ka g q ks nt r h
+    # n = na*64 + (2 tt + nh)*8 + g ; k = ka*64 + ks*16 + r*8 + q*2 + h ; lane = g*4 + q
+    c = c.view(n // 64, 4, 2, 8, k // 64, 4, 2, 4, 2)  # na tt nh g ka ks r q h
+    if tile_major:
+        c = c.permute(0, 4, 3, 7, 1, 5, 2, 6, 8)  # na ka g q tt ks nh r h
+    else:
+        c = c.permute(0, 4, 3, 7, 5, 1, 2, 6, 8)  # na ka g q ks tt nh r h
     c = c.reshape(n // 64, k // 64, 32, 64 // ppw, ppw, 2)  # .. lane word j h
     shifts = (torch.arange(ppw, device=c.device).view(ppw, 1) * cb + torch.tensor([0, 16], device=c.device)).to(
         torch.int64
@@ -107,8 +139,9 @@ def permute_columns_accum(t: torch.Tensor) -> torch.Tensor:
     return t.view(rows, n // 64, 8, 4, 2).permute(0, 1, 3, 2, 4).contiguous().view(rows, n)
 
 
-def layout_for(scheme, n: int, k: int, act: str, *, act_order: bool = False) -> WeightLayout:
-    """The kernel-visible layout of a scheme's weights, without needing the weights themselves."""
+def layout_for(scheme, n: int, k: int, act: str, *, act_order: bool = False, caps=None) -> WeightLayout:
+    """The kernel-visible layout of a scheme's weights, without needing the weights themselves; ``caps``: the
+    profile they are prepared for (it decides the pair order, ``tile_major_order``)."""
     from humming.core.formats import get as get_format
 
     if getattr(scheme, "act", None):
@@ -147,10 +180,11 @@ def layout_for(scheme, n: int, k: int, act: str, *, act_order: bool = False) -> 
             zero_const = -(decode.zero_bias + float(1 << (decode.bits - 1)))
         else:
             zero_const = -decode.zero_bias
-    return WeightLayout(
+    layout = WeightLayout(
         decode=decode, n=n, k=k, scale_group=group, zero_group=zero_group, zero_const=zero_const,
         channel_scale=spec.granularity == "channel" and not group, act_order=act_order, zero_float=zero_float,
     )
+    return dataclasses.replace(layout, tile_major=True) if tile_major_order(caps, layout) else layout
 
 
 _ACT_MAX_EXP = {"f16": 15, "bf16": 127}  # largest power of two below each type's maximum
@@ -172,13 +206,14 @@ def _range_shift(scales: torch.Tensor, fix_exp: int, max_value: float, act: str)
     return max(k_scale, k_weight)
 
 
-def prepare(qw, act_dtype: torch.dtype) -> PackedWeight:
-    """Repack a canonical QuantizedWeight for the mma-family WnA16 kernels."""
+def prepare(qw, act_dtype: torch.dtype, caps=None) -> PackedWeight:
+    """Repack a canonical QuantizedWeight for the mma-family WnA16 kernels of profile ``caps`` (which decides the
+    pair order; without one: step-major)."""
     from humming.core.formats import get as get_format
 
     act = act_name(act_dtype)
     n, k = qw.shape
-    layout = layout_for(qw.scheme, n, k, act)
+    layout = layout_for(qw.scheme, n, k, act, caps=caps)
     decode = layout.decode
     fmt = get_format(qw.scheme.weight)
     device = qw.packed.device
@@ -228,7 +263,7 @@ def prepare(qw, act_dtype: torch.dtype) -> PackedWeight:
             negz = negz[:, :1]
         zeros_t = permute_columns(negz.t().contiguous()).to(act_dtype)
 
-    qweight = pack_codes(codes.to(torch.uint8), decode)
+    qweight = pack_codes(codes.to(torch.uint8), decode, layout.tile_major)
     bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
     if perm is not None:
         layout = dataclasses.replace(layout, act_order=True)

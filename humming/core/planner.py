@@ -137,6 +137,7 @@ class Plan:
             self.family, self.path, tuple(self.instruction.shape), self.act, d, self.layout.scale_group,
             self.layout.zero_group, self.layout.zero_const, t, self.async_copy,
             *((True,) if getattr(self.layout, "zero_float", False) else ()),
+            *(("tile_major",) if getattr(self.layout, "tile_major", False) else ()),
             *(("row_scale",) if self.row_scale else ()),
             *(("pdl",) if self.pdl else ()),
             # x_smem reserves 1 token row (M=1) or the token tile's, over the K range of one split: compiled in

@@ -16,8 +16,8 @@ SCHEMES = ["w1a16", "w4a16", "w4a16-zp", "w8a16", "w8a16-zp", "w3a16", "w2a16", 
            "w4a16[weight=int7]"]
 
 
-def unpack_atoms(qweight: torch.Tensor, n: int, k: int, cb: int) -> torch.Tensor:
-    """Kernel indexing: lane l, k16 step ks, n8 tile nt, register r, half h -> (n, k)."""
+def unpack_atoms(qweight: torch.Tensor, n: int, k: int, cb: int, tile_major: bool = False) -> torch.Tensor:
+    """Kernel indexing: lane l, k16 step ks, n8 tile nt, register r, half h -> (n, k), in either pair order."""
     ppw = 16 // cb
     words = qweight.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
     words = words.view(n // 64, k // 64, cb, 32, 4).permute(0, 1, 3, 2, 4).reshape(n // 64, k // 64, 32, 4 * cb)
@@ -27,7 +27,8 @@ def unpack_atoms(qweight: torch.Tensor, n: int, k: int, cb: int) -> torch.Tensor
         for ks in range(4):
             for nt in range(8):
                 for r in range(2):
-                    p = (ks * 8 + nt) * 2 + r
+                    # humming.core.layout.pair_index_c
+                    p = ((nt >> 1) * 4 + ks) * 4 + (nt & 1) * 2 + r if tile_major else (ks * 8 + nt) * 2 + r
                     w = words[:, :, lane, p // ppw]  # [na, ka]
                     for h in range(2):
                         code = (w >> ((p % ppw) * cb + 16 * h)) & ((1 << cb) - 1)
@@ -58,15 +59,19 @@ def widen(codes: torch.Tensor, dec, dtype) -> torch.Tensor:
     return bits.to(torch.int16).view(dtype)
 
 
+@pytest.mark.parametrize("profile", [None, "nvidia-h200"], ids=["no-profile", "h200"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_emulated_kernel_matches_reference(scheme, dtype):
+def test_emulated_kernel_matches_reference(scheme, dtype, profile):
     torch.manual_seed(sum(map(ord, scheme)))
     n, k = 128, 256
     qw = humming.quantize(torch.randn(n, k) * 0.05, scheme)
-    pk = prepare(qw, dtype)
+    pk = prepare(qw, dtype, None if profile is None else humming.api.resolve_profile(profile))
     lay, dec = pk.layout, pk.layout.decode
-    codes = unpack_atoms(pk.qweight, n, k, dec.container)
+    # the H200 gets the tile-major pair order where its register-A wgmma kernels take the weights by default (int4
+    # with groups of 64-256 or per channel: not mxint4's groups of 32); everything else step-major
+    assert lay.tile_major == (profile is not None and scheme in ("w4a16", "w4a16-zp"))
+    codes = unpack_atoms(pk.qweight, n, k, dec.container, lay.tile_major)
     expect = qw.codes().to(torch.int64)
     if dec.kind == "int" and humming.formats.get(qw.scheme.weight).signed:
         expect = expect ^ (1 << (dec.bits - 1))

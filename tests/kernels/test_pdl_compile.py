@@ -43,7 +43,7 @@ def test_small_register_a_form_waits_after_its_weight_prefetch(m):
     assert p.path == "wgmma-rs" and p.tiles.bn == 64 and p.pdl, p.explain()
     src = api.source(p)
     wait = src.index("pdl_wait();  //")
-    assert src.index("pdl_launch_dependents();  //") < src.index("wq[s][ks] = load_g32") < wait
+    assert src.index("pdl_launch_dependents();  //") < src.index("load_g128(wq[s], p)") < wait
     assert src.index("if (s < ktiles) load_stage(s, s);") > wait  # the activation stages (TMA or cp.async)
     api.compile_plan(p, "nvidia-h200")
 

@@ -55,7 +55,7 @@ def _scheme(name="w4a16", group=128):
 
 
 def _plan(act="f16", name="w4a16", group=128, m=1024, n=1024, k=4096, bt=None, profile=H200, tma=None):
-    lay = layout_for(_scheme(name, group), n, k, act)
+    lay = layout_for(_scheme(name, group), n, k, act, caps=_caps(profile))  # tile-major where the profile has wgmma
     return plan_wna16_wgmma_rs(_caps(profile), lay, m, act, scheme=name, bt=bt, tma=tma)
 
 
@@ -84,7 +84,7 @@ def test_compiles_with_register_a_wgmma(act, bt, name, group):
     assert len(rs) == len(forms) > 0
     for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 1",
                 "wgmma.wait_group.sync.aligned 0", "fence.proxy.async.shared::cta", _copy_instruction(p),
-                "ld.global.nc.u32", "lop3.b32", "st.global.v4.u32", "st.shared.u16"):
+                "ld.global.nc.L1::no_allocate.v4.u32", "lop3.b32", "st.global.v4.u32", "st.shared.u16"):
         assert ins in ptx, ins
     assert "ldmatrix" not in ptx and "mma.sync" not in ptx and "tcgen05" not in ptx
     log = mod.log
@@ -228,8 +228,8 @@ def _check_kernel_indexing(src: str) -> None:
         "const int lrow = tid >> 3, lch = tid & 7;", "const uint32_t lswz = swz128(lrow, lch);",
         "copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);",
         "const int slab = n0 / 64 + wg;",
-        "const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + lane * 4 + w;",
-        "const uint32_t* p = wsrc + (size_t)(", "wq[", "][ks] = load_g32(p + ks * 128);",
+        "const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + w * 128 + lane * 4;",
+        "const uint32_t* p = wsrc + (size_t)(", "load_g128(wq[", "], p);",
         "const int tab = slab * 64 + g * 8 + 2 * w;",
         "const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);",
         "wgmma_k16_rs(acc, a[ks], desc_x + 2 * ks, 1);",
@@ -280,7 +280,7 @@ def _warpgroup_a(p, packed, slab: int, kt: int, ks: int) -> torch.Tensor:
     words = packed.qweight.to(torch.int64) & 0xFFFFFFFF
     w_, lane = torch.meshgrid(torch.arange(4), torch.arange(32), indexing="ij")
     g, q = lane // 4, lane % 4
-    word = words[(slab * ktiles + kt) * 512 + ks * 128 + lane * 4 + w_]  # [4 warps, 32 lanes]
+    word = words[(slab * ktiles + kt) * 512 + w_ * 128 + lane * 4 + ks]  # [4 warps, 32 lanes]: chunk w, word ks
     tab = slab * 64 + g * 8 + 2 * w_
 
     def table_pair(t, group):  # the 32-bit word at t + row * N + tab: (low half, high half)
@@ -373,7 +373,8 @@ def test_emulated_kernel_matches_reference(act, name, group, bt):
     m, n, k = 200, 256, 256 if group != 128 else 384
     bias = torch.randn(n).to(dtype)
     qw = humming.quantize(torch.randn(n, k) * 0.05, _scheme(name, group), bias=bias)
-    packed = prepare(qw, dtype)  # the stream / mma.sync kernels' prepared weights
+    packed = prepare(qw, dtype, _caps())  # the weights as the H200 gets them (tile-major pair order)
+    assert packed.layout.tile_major
     # the emulation models the cp.async copies; a TMA copy writes the same 128-byte-swizzled slot (the map's swizzle
     # mode is this layout by definition, and the GPU tests run both)
     p = replace(_plan(act, name, group, m=m, n=n, k=k, bt=bt, tma=False), layout=packed.layout)

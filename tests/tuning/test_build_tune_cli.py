@@ -30,7 +30,7 @@ def _need_nvrtc(caps):
 def _expected_kernels(caps, ms):
     names = set()
     for n, k in SHAPES:
-        layout = layout_for(schemes.get("w4a16"), n, k, "f16")
+        layout = layout_for(schemes.get("w4a16"), n, k, "f16", caps=caps)
         names |= {tuning.choose_plan(caps, layout, m, "f16", "w4a16").kernel_name for m in ms}
     return names
 
@@ -79,7 +79,7 @@ def test_build_plans_every_bucket_by_default():
     ms = aot.ms_for(None)
     assert ms[:16] == list(range(1, 17)) and max(ms) > 1024 and 1024 in ms
     plans = aot.kernel_plans(caps, [(8192, 8192)], schemes.get("w4a16"), ms)
-    layout = layout_for(schemes.get("w4a16"), 8192, 8192, "f16")
+    layout = layout_for(schemes.get("w4a16"), 8192, 8192, "f16", caps=caps)
     assert set(plans) == {tuning.choose_plan(caps, layout, m, "f16", "w4a16").kernel_name for m in ms}
     assert any("tuned" in p.reasons[-1] for p in plans.values())  # the shipped H200 entries are used
     assert aot.ms_for([1, 20], exact=True) == [1, 20]
@@ -170,7 +170,7 @@ def test_tune_cli_records_the_winner(monkeypatch, capsys, tmp_path):
     caps = get_profile("nvidia-h200")
 
     def fake_tune_layer(scheme, n, k, ms, **kw):
-        layout = layout_for(scheme, n, k, kw["dtype"])
+        layout = layout_for(scheme, n, k, kw["dtype"], caps=caps)
         out = []
         for m in ms:
             plans = tuning.candidates(caps, layout, m, kw["dtype"], str(scheme))
@@ -187,7 +187,7 @@ def test_tune_cli_records_the_winner(monkeypatch, capsys, tmp_path):
     out = capsys.readouterr().out
     assert "1024x2048 M=1 (bucket 1): default 100.0 us, best 97.5 us" in out
     assert "<- default" in out and "recorded nvidia-h200|w4a16|int4.f16.g128.z0|1024x2048|1" in out
-    layout = layout_for(schemes.get("w4a16"), 1024, 2048, "f16")
+    layout = layout_for(schemes.get("w4a16"), 1024, 2048, "f16", caps=caps)
     m1 = tuning.lookup(caps, layout, 1024, 2048, 1)
     assert m1["measured_us"] == 97.5 and m1["default_us"] == 100.0 and m1["device"] == "Fake GPU"
     # M=128: the best is within --min-gain (1%) of the default, so the default's config is kept
