@@ -87,6 +87,10 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                   (r"wgmma_k16_rs\(tmp, a\[ks\], desc_x \+ 2 \* ks, ks > 0 \|\| !first\);",
                    "wgmma_k16_rs((ks & 1) ? tmp2 : tmp, a[ks], desc_x + 2 * ks, ks > 1 || !first);"),
                   (r"fmaf\(ss, tmp\[i\], acc\[i\]\)", "fmaf(ss, tmp[i] + tmp2[i], acc[i])")],
+    # small register-A form at 16-32 tokens (8 stages, PF 7): a deeper weight ring (R stays a multiple of STAGES / 2 so
+    # that the constant slots hold; correct variants)
+    "pf11_16": [(r"constexpr int PF = 7, R = PF \+ 1;", "constexpr int PF = 11, R = PF + 1;")],
+    "pf15_16": [(r"constexpr int PF = 7, R = PF \+ 1;", "constexpr int PF = 15, R = PF + 1;")],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs
     "nosync_rs": [(r"__syncthreads\(\);             // everyone's; both warpgroups are done with the wgmmas of kt - 2", "")],
     # a decode of 5 instead of 7 instructions per word (odd pairs masked in place, x16): what a re-packed layout
