@@ -27,7 +27,7 @@ def add_arguments(p) -> None:
     p.add_argument("--min-gain", type=float, default=0.01,
                    help="keep the planner's default unless a candidate is this fraction faster (default 0.01)")
     p.add_argument("--stream-only", action="store_true", help="for M <= 16 time only stream-path candidates")
-    p.add_argument("--only", default=None, choices=["x_ring", "x_smem", "fold", "bulk", "cluster"],
+    p.add_argument("--only", default=None, choices=["x_ring", "x_smem", "fold", "bulk", "cluster", "balance"],
                    help="time only candidates with this option (plus the default and the plan chosen now)")
     p.add_argument("--file", default=None, help="tuning file to write (default: $HUMMING_TUNE_FILE or <cache>/tuning.json)")
     p.add_argument("--no-record", action="store_true", help="only print; store nothing")

@@ -83,7 +83,8 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     if staged:
         if per_step:
             raise ValueError("x_smem stages tables of groups >= 64 (one row per atom); this layout has smaller groups")
-        per_atom.insert(0, _X_SMEM_ACTIVATIONS)
+        # balance: every block stages all of K, so the staged row is indexed by the absolute atom
+        per_atom.insert(0, _X_SMEM_ACTIVATIONS.replace("(atom - atom0)", "atom") if t.balance else _X_SMEM_ACTIVATIONS)
     per_step_code = "\n          ".join(per_step)
     per_atom_code = "\n      ".join(per_atom)
     ring_decl_code = "".join("\n  " + line for line in ring_decl)
@@ -197,11 +198,11 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
 {atom_body}  }}
 """
     bulk_consts = bulk_fold_sync = ""
-    wbase_line = "const uint32_t* wbase = B + ((size_t)blockIdx.y * katoms_total) * ATOM_U4 * 4 + lane * 4;"
+    wbase_line = "const uint32_t* wbase = B + ((size_t)slab * katoms_total) * ATOM_U4 * 4 + lane * 4;"
     if bulk:
         bulk_consts = _bulk_constants(lay, token_tiles, table_rows)
         bulk_fold_sync = "\n    __syncthreads();  // every warp is done with its ring, which the fold overwrites"
-        wbase_line = "const uint32_t* wbase = B + ((size_t)blockIdx.y * katoms_total) * ATOM_U4 * 4;  // this slab's atoms"
+        wbase_line = "const uint32_t* wbase = B + ((size_t)slab * katoms_total) * ATOM_U4 * 4;  // this slab's atoms"
     gs_doc, scale_line, row_mul = gs_epilogue_parts(plan, "tok")
     pdl_trigger = ""
     if plan.pdl:
@@ -209,12 +210,25 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
 
         prelude += grid_dependency_helpers(caps)
         pdl_trigger = "\n  pdl_launch_dependents();  // the next kernel may start its weight prefetch as SMs free up"
+    if t.balance:
+        if bulk:
+            raise ValueError("balance is written for the register-ring stream kernel")
+        unit_code = """  // balance: blocks 0 .. N/64 - BALANCE - 1 take whole slabs; the last BALANCE slabs run as two blocks each, one
+  // per half of K (split-K partials, the second to finish adds both)
+  const int full = N / 64 - BALANCE, unit = blockIdx.y;
+  const int slab = unit < full ? unit : full + (unit - full) / 2;
+  const int zsplit = unit < full ? 0 : (unit - full) % 2, splits = unit < full ? 1 : 2;
+  k_per_split = K / splits;"""
+        balance_const = f"\nconstexpr int BALANCE = {t.balance};                 // slabs split in two halves of K"
+    else:
+        unit_code = "  const int slab = blockIdx.y, zsplit = blockIdx.z, splits = gridDim.z;"
+        balance_const = ""
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
 
 namespace cfg {{
-constexpr int WARPS_K = {t.warps_k};
+constexpr int WARPS_K = {t.warps_k};{balance_const}
 constexpr int THREADS = 32 * WARPS_K;
 constexpr int TOKEN_TILES = {token_tiles};         // n8 tiles of activations (tokens)
 constexpr int CB = {cb};                            // container bits per code
@@ -233,9 +247,10 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int last_block;{pdl_trigger}
   const int lane = threadIdx.x & 31, wk = threadIdx.x >> 5;
-  const int n0 = blockIdx.y * 64;
+{unit_code}
+  const int n0 = slab * 64;
   const int katoms_total = K / 64;
-  const int atom0 = blockIdx.z * (k_per_split / 64);
+  const int atom0 = zsplit * (k_per_split / 64);
   const int natoms = k_per_split / 64 / WARPS_K;
   const int g = lane >> 2, q = lane & 3;
   // this lane's 16-byte words of atom a: chunk c at ((slab * katoms + a) * ATOM_U4 + c * 32 + lane) * 16 bytes
@@ -273,7 +288,6 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
             for (int e = 0; e < 4; ++e) acc[i][j][e] += red[(w - 1) * PER_WARP + ((i * TOKEN_TILES + j) * 4 + e) * 32 + lane];
     }}
   }}
-  const int splits = gridDim.z;
   const int m_pad = TOKEN_TILES * 8;
   if (splits > 1) {{
     if (wk == 0) {{
@@ -284,13 +298,13 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
           #pragma unroll
           for (int e = 0; e < 4; ++e) {{
             const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q + (e & 1);
-            WS[((size_t)blockIdx.z * m_pad + tok) * N + ch] = acc[i][j][e];
+            WS[((size_t)zsplit * m_pad + tok) * N + ch] = acc[i][j][e];
           }}
     }}
     fence_device();
     __syncthreads();
     if (threadIdx.x == 0) {{
-      int* counter = CNT + blockIdx.y;
+      int* counter = CNT + slab;
       const int ticket = atomic_add_i32(counter, 1);
       last_block = ticket == splits - 1;
       if (last_block) store_i32(counter, 0);
@@ -677,6 +691,7 @@ def _x_smem_parts(plan) -> tuple[str, str, str]:
     """(table staging + shared-memory pointers, activation staging + barrier, cfg constants) of an x_smem plan."""
     t, lay = plan.tiles, plan.layout
     k_split = plan.k // plan.splits
+    origin = "0" if t.balance else "atom0"  # the first staged atom (balance: every block stages all of K)
     tokens = x_smem_tokens(plan.m, t.bm)
     staged = x_smem_layout(lay, tokens, k_split, t.smem_bytes(lay, "stream"), t.threads)
     if isinstance(staged, str):
@@ -689,13 +704,13 @@ def _x_smem_parts(plan) -> tuple[str, str, str]:
     for tab in staged["tables"]:
         var, group, rows = tab["var"], tab["group"], tab["rows"]
         ptr = "S" if var == "ss" else "Z"
-        row0 = "0" if group < 0 else f"atom0 * 64 / {group}"
+        row0 = "0" if group < 0 else f"{origin} * 64 / {group}"
         total = "1" if group < 0 else f"(K + {group - 1}) / {group}"
         lines += [f"  uint16_t* const {var}_s = reinterpret_cast<uint16_t*>(smem + {tab['offset']});",
                   f"  const int {var}_row0 = {row0};",
                   f"  stage_rows<{rows}, 8>({var}_s, {ptr} + (size_t){var}_row0 * N + n0, N, {total} - {var}_row0);"]
-    stage_x = """
+    stage_x = f"""
   if (M > XS_TOKENS) __trap();  // the plan reserved XS_TOKENS rows: a launch for more tokens is a planning bug
-  stage_rows<XS_TOKENS, XS_K / 8>(x_s, A + (size_t)atom0 * 64, K, M);
+  stage_rows<XS_TOKENS, XS_K / 8>(x_s, A + (size_t){origin} * 64, K, M);
   __syncthreads();  // the staged copies are visible to every warp"""
     return "\n".join(lines), stage_x, consts

@@ -45,6 +45,9 @@ class TileConfig:
     #                   channel slabs (2 or 4); each activation stage is read from L2 once per cluster and multicast
     #                   into every block's slot; 0 = no cluster
     prefetch: int = 0  # two-warpgroup register-A form: weight atoms in flight per lane (0 = the form's default PF)
+    balance: int = 0  # stream path without split-K: the last `balance` slabs run as two blocks each, one per half of
+    #                   K (the second to finish adds both); N/64 + balance blocks that fill whole rounds of blocks per
+    #                   SM give every SM about the same bytes to stream
 
     @property
     def threads(self) -> int:
@@ -104,7 +107,13 @@ class Plan:
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        return (math.ceil(self.m / self.tiles.bm), self.n // self.tiles.bn, self.splits)
+        return (math.ceil(self.m / self.tiles.bm), self.n // self.tiles.bn + getattr(self.tiles, "balance", 0),
+                self.splits)
+
+    @property
+    def partials(self) -> int:
+        """Split-K partials per output tile the workspace must hold (1: none)."""
+        return 2 if getattr(self.tiles, "balance", 0) else self.splits
 
     @property
     def cluster_dims(self) -> tuple[int, int, int] | None:
@@ -164,6 +173,7 @@ class Plan:
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
                 f"{'x' if t.x_ring else ''}{'s' if t.x_smem else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}{'b' if t.bulk else ''}"
                 f"{f'c{t.cluster}' if t.cluster else ''}{f'p{t.prefetch}' if t.prefetch else ''}"
+                f"{f'v{t.balance}' if getattr(t, 'balance', 0) else ''}"
                 f"{'_ts' if self.row_scale else ''}{'_pdl' if self.pdl else ''}_{self.kernel_key}")
 
     def summary(self) -> str:
@@ -430,10 +440,10 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
             x_ring = 0
             why += (f"; {STREAM_BULK_ENV}=1: weights, tables and activations bulk-copied into a ring of "
                     f"{in_flight + 1} shared-memory slots per warp")
-        x_smem = x_smem_rule
+        x_smem, balance = x_smem_rule, 0
         if tiles is not None:
             warps_k, in_flight, x_ring, fold, bulk = tiles.warps_k, tiles.stages - 1, tiles.x_ring, tiles.fold, tiles.bulk
-            x_smem = tiles.x_smem
+            x_smem, balance = tiles.x_smem, tiles.balance
             why = f"{warps_k} warps per slab, {in_flight} atom(s) in flight forced (tuned)"
             if x_ring:
                 why += ", activations in flight with them"
@@ -472,7 +482,7 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
                            f"shared memory and read once per atom into registers")
         else:
             st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight + 1, 1, 1, warps_k, x_ring, fold,
-                            x_smem=x_smem)
+                            x_smem=x_smem, balance=balance)
             reasons.append(f"M={m} <= {STREAM_MAX_M}: stream path: weights are the MMA's A operand, loaded straight "
                            f"into registers with 16-byte loads" + ("" if x_smem else "; no shared-memory staging"))
         if splits is None:
@@ -481,6 +491,17 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
             raise ShapeError(f"split-K {splits} does not divide the {k // 64 // warps_k} atoms per warp")
         else:
             why += f"; split-K {splits} forced (tuned)"
+        if balance:
+            if bulk:
+                raise ShapeError("balance is written for the register-ring stream kernel, not bulk")
+            if splits != 1:
+                raise ShapeError(f"balance splits some slabs in two halves of K itself; split-K {splits} excludes it")
+            if not 0 < balance <= n // 64:
+                raise ShapeError(f"balance {balance}: between 1 and the {n // 64} slabs of N={n}")
+            if (k // 64 // warps_k) % 2:
+                raise ShapeError(f"balance halves K: the {k // 64 // warps_k} atoms per warp must be even")
+            why += (f"; balance {balance}: the last {balance} of {n // 64} slabs run as two blocks each (one per half "
+                    f"of K), {n // 64 + balance} blocks")
         reasons.append(why)
         smem = st.smem_bytes(layout, "stream")
         if x_smem:

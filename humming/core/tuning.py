@@ -438,6 +438,7 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
         except HummingError:
             continue
         _add_unique(plans, seen, p)
+    _add_balanced(plans, seen, caps, layout, m, act, scheme)
     from humming.core import planner_wgmma_rs as rs
 
     # the small-M register-A wgmma form where the profile runs wgmma here: (token tile, splits, stages, fold, tma);
@@ -467,6 +468,24 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
                 continue
             _add_unique(plans, seen, p)
     return plans
+
+
+def _add_balanced(plans: list, seen: set, caps, layout, m: int, act: str, scheme: str) -> None:
+    """Stream candidates without split-K, again with ``balance``: the last slabs split in two halves of K so that
+    N/64 + balance blocks fill whole rounds of blocks per SM. How many blocks of a kernel fit an SM depends on its
+    registers (known after compiling), so the first two rounds above the slab count are timed."""
+    sms, slabs = caps.limits.sms or 0, layout.n // 64
+    rounds = [r for r in range(1, 9) if slabs < sms * r <= 2 * slabs][:2]
+    if not sms or m > STREAM_MAX_M or not rounds:
+        return
+    for p in [p for p in plans if p.path == "stream" and p.splits == 1 and not p.tiles.bulk]:
+        for r in rounds:
+            try:
+                q = plan_wna16(caps, layout, m, act, scheme=scheme, path="stream", splits=1,
+                               tiles=dataclasses.replace(p.tiles, balance=sms * r - slabs))
+            except HummingError:
+                continue
+            _add_unique(plans, seen, q)
 
 
 __all__ = [
