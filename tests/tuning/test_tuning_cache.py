@@ -201,6 +201,7 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
         assert (p.tiles.warps_k, p.tiles.stages, p.tiles.bk) == (t["warps_k"], t["stages"], t["bk"])
         if p.path == "stream":
             assert p.tiles.bm == (8 if m <= 8 else 16) and m <= 16
+            assert p.tiles.balance == t.get("balance", 0) and p.grid[1] == entry["n"] // 64 + p.tiles.balance
         else:
             # an entry's bulk=0 on the register-A path means "the default way of copying the activations" (TMA
             # where the profile declares it; entries older than that option say nothing else)
@@ -215,7 +216,8 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
             from humming.core.planner_wgmma_rs import DEEP_RING_2WG
 
             prefetch = DEEP_RING_2WG if p.path == "wgmma-rs" and t["bn"] == 128 and m < 1024 else 0
-            assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, **t, "bulk": bulk,
+            assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, "balance": 0, **t,
+                                                   "bulk": bulk,
                                                    "stagger": stagger, "raster": raster, "prefetch": prefetch}
             assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024
         assert "shipped tuned_h200.json" in p.reasons[-1]
