@@ -80,6 +80,13 @@ def _copy_words(tma: bool) -> str:
     return "TMA tensor-copy" if tma else "cp.async"
 
 
+def _load_words(layout) -> str:
+    """How a lane reads its weight words of an atom, by the layout's pair order (humming.core.layout)."""
+    if getattr(layout, "tile_major", False):
+        return "tile-major pair order: one 16-byte load per lane and atom"
+    return "step-major pair order: four 4-byte loads per lane and atom"
+
+
 def default_refusal(layout) -> str:
     """Why the default selection (no HUMMING_WGMMA_RS) leaves a layout the kernel could run to the other kernels."""
     for what, group in (("scale", layout.scale_group), ("zero", layout.zero_group)):
@@ -226,7 +233,8 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
         f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (weights) from registers, B (activations) K-major in "
         "128-byte-swizzled shared memory",
         f"path {PATH} (from M {DEFAULT_MIN_M}; {ENV}=1: from M {MIN_M}): C^T = W x^T per tile; each warp loads its 16 channels x 64 k of int4 codes "
-        f"(the mma.sync atom layout, the stream kernel's prepared weights) from global memory {PF} atoms ahead, "
+        f"(the mma.sync atom layout, the stream kernel's prepared weights; {_load_words(layout)}) from global memory "
+        f"{PF} atoms ahead, "
         f"decodes them in registers ({d.kind}{d.bits}: magic number | code, {zero}, {scale}) into the m16n8k16 A "
         "fragment that each warp of a warpgroup supplies; no shared-memory traffic for the weights",
     ]
@@ -381,8 +389,8 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         f"path {PATH}, small-M form: one warpgroup per block owns one 64-channel slab; "
         + (f"every one of the M={m} tokens in one m64n{bt}k16 per k16 step" if m <= bt else
            f"{math.ceil(m / bt)} token tiles of {bt} (m64n{bt}k16 per k16 step)")
-        + f"; each warp decodes its 16 channels ({d.kind}{d.bits}, the stream kernel's prepared weights) "
-        f"{small_ring(caps, bt, stages, cluster)[0]} atoms ahead",
+        + f"; each warp decodes its 16 channels ({d.kind}{d.bits}, the stream kernel's prepared weights; "
+        f"{_load_words(layout)}) {small_ring(caps, bt, stages, cluster)[0]} atoms ahead",
         f"{stages} {_copy_words(tma)} activation stages of {bt} x 64 ({smem_bytes(bt, stages) // 1024} KiB); {split_why}; "
         "split-K partials added by the last block in a fixed order",
     ]
