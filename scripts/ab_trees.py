@@ -21,9 +21,9 @@ from results import save_rows  # noqa: E402
 
 def _worker(cases: list[str]) -> None:
     import torch
+    from gemm_timing import error_and_time, weight_copies
 
     import humming
-    from humming.tuner import copies_for, graph_time_us
 
     rows = []
     for case in cases:
@@ -31,12 +31,9 @@ def _worker(cases: list[str]) -> None:
         scheme, m, shape = spec.split(":")
         n, k = map(int, shape.split("x"))
         torch.manual_seed(0)
-        qws = [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, scheme) for _ in range(copies_for(n * k // 2))]
+        qws = weight_copies(scheme, n, k)
         x = torch.randn(int(m), k, device="cuda", dtype=torch.float16)
-        ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
-        out = humming.gemm(x, qws[0]).double()
-        err = float((out - ref).norm() / ref.norm())
-        us = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
+        err, us = error_and_time(x, qws)
         plan = humming.plan(scheme, int(m), n, k).kernel_name
         rows.append({"case": case, "us": us, "err": err, "kernel": plan})
         del qws

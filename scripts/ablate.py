@@ -18,10 +18,10 @@ import torch  # noqa: E402
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
-from humming.tuner import copies_for, graph_time_us  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ab_env import forget_plans  # noqa: E402
+from gemm_timing import error_and_time, reference, weight_copies  # noqa: E402
 from results import save_rows  # noqa: E402
 
 # name -> [(regex, replacement)]; a variant whose patterns do not all match the kernel's source is skipped
@@ -137,23 +137,20 @@ def main() -> None:
     rows = []
     for shape in args.shapes.split(","):
         n, k = map(int, shape.split("x"))
-        qws = [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, args.scheme)
-               for _ in range(copies_for(n * k // 2))]
+        qws = weight_copies(args.scheme, n, k)
         x = torch.randn(args.m, k, device="cuda", dtype=torch.float16)
-        ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
+        ref = reference(x, qws[0])
         row = {"n": n, "k": k, "m": args.m, "plan": humming.plan(args.scheme, args.m, n, k).summary()}
         for v in variants + variants[::-1]:
             api.kernel_source = patched(v)
             api._compiled.clear()
             forget_plans(qws)
             try:
-                out = humming.gemm(x, qws[0]).double()
+                row[f"{v}_err"], t = error_and_time(x, qws, ref)
             except KeyError as e:
                 row[f"{v}_us"] = None
                 row[f"{v}_note"] = f"pattern not in this kernel: {e}"
                 continue
-            row[f"{v}_err"] = float((out - ref).norm() / ref.norm())
-            t = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
             row[f"{v}_us"] = min(t, row.get(f"{v}_us") or t)
         api.kernel_source = patched("base")
         api._compiled.clear()

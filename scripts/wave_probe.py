@@ -17,9 +17,9 @@ import torch  # noqa: E402
 import humming  # noqa: E402
 from humming import api  # noqa: E402
 from humming.core.planner import plan_wna16  # noqa: E402
-from humming.tuner import copies_for, graph_time_us  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
+from gemm_timing import error_and_time, weight_copies  # noqa: E402
 from results import save_rows  # noqa: E402
 
 
@@ -36,17 +36,14 @@ def main() -> None:
     print("plan of", args.n, ":", base.summary())
     rows = []
     for n in map(int, args.widths.split(",")):
-        qws = [humming.quantize(torch.randn(n, args.k, device="cuda") * 0.05, args.scheme)
-               for _ in range(copies_for(n * args.k // 2))]
+        qws = weight_copies(args.scheme, n, args.k)
         x = torch.randn(args.m, args.k, device="cuda", dtype=torch.float16)
         for qw in qws:
             prep = api._registry[api.prepared(qw, x.dtype, x.device)]
             prep.plans[args.m] = plan_wna16(prep.caps, prep.packed.layout, args.m, base.act, scheme=base.scheme,
                                             path=base.path, splits=base.splits, tiles=base.tiles)
             prep.launches.pop(args.m, None)
-        ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
-        err = float((humming.gemm(x, qws[0]).double() - ref).norm() / ref.norm())
-        us = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
+        err, us = error_and_time(x, qws)
         slabs = n // 64
         rows.append({"n": n, "slabs": slabs, "us": us, "err": err, "us_per_slab": us / slabs})
         print(f"N={n}: {slabs} slabs, {us:.1f} us ({us / slabs * 1000:.1f} ns per slab), err {err:.1e}", flush=True)

@@ -119,7 +119,7 @@ def kernel_source(plan, backend, caps=None) -> str:
         return f"(kk / {group})"
 
     pick, decode_body, zero_const_bits = pair_decode(lay, bool(s_rows), bool(z_rows))
-    words_decl, load_words, word = _tile_weight_words(cb, lay.tile_major)
+    load_words, word = _tile_weight_words(cb, lay.tile_major)
 
     src = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
@@ -188,7 +188,6 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
 {PIPELINE_HEAD}    #pragma unroll
     for (int i = 0; i < KATOMS / WARPS_K; ++i) {{
       const int ka = i * WARPS_K + wk;
-{words_decl}
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {{
         const int kk = ka * 64 + ks * 16;  // k offset inside the stage
@@ -411,14 +410,14 @@ def _table_load(ptr: str, rows: str, offset: str, row_expr: str) -> str:
 """
 
 
-def _tile_weight_words(cb: int, tile_major: bool) -> tuple[str, str, str]:
-    """The tile kernel's weight words from shared memory: their declaration (before the loop over k16 steps), their
-    loads (in it, per atom ta), and the expression of the word that holds pair p (n8 tile nt, step ks).
+def _tile_weight_words(cb: int, tile_major: bool) -> tuple[str, str]:
+    """The tile kernel's weight words from shared memory: their loads (in the loop over k16 steps, per atom ta) and
+    the expression of the word that holds pair p (n8 tile nt, step ks).
     Step-major order: one step's words are contiguous (cb / 4 16-byte loads, or the 16 bytes that hold them).
-    Tile-major order (humming.core.layout; int4 on profiles with the register-A wgmma kernels, where this kernel
-    runs only what those refuse): each tile's words are loaded on their own (cb = 8: 8 bytes per step; 4: 4 bytes;
-    2: 4 bytes every second step), which keeps the registers of one step (these kernels sit at the register limit;
-    the whole atom's words at once spilled); with cb = 1 one 16-byte load at the first step holds the whole atom."""
+    Tile-major order (humming.core.layout: int4 only, on profiles with the register-A wgmma kernels, where this
+    kernel runs only what those do not): one step's four words lie in four chunks, one 4-byte load each, which keeps
+    the registers of one step (these kernels sit at the register limit: the atom's 16 words at once spilled more;
+    ptxas still spills 4 bytes in the H200's M=128 tile, and the kernel measured 2-9% slower than step-major)."""
     if not tile_major:
         load = """          // this lane's codes for step ks: words [ks*CB, ks*CB + CB) of its stream
           uint32_t words[CB >= 4 ? CB : 4];
@@ -432,23 +431,15 @@ def _tile_weight_words(cb: int, tile_major: bool) -> tuple[str, str, str]:
               for (int e = 0; e < 4; ++e) words[c * 4 + e] = q[e];
             }
           }"""
-        return "", load, f"words[(CB >= 4 ? 0 : (ks * CB) % 4) + (p % 16) / {16 // cb}]"
-    addr = "base + A_BYTES + (ka * NATOMS + na) * ATOM_WORDS * 4 + lane * 16"
-    if cb == 1:
-        decl = "      uint32_t wb[TA][4];  // this lane's words of each of its atoms: word tt = tile tt, all four steps"
-        load = f"          if (ks == 0) lds_128(wb[ta], {addr});"
-        return decl, load, "wb[ta][nt >> 1]"
-    steps = 2 if cb == 2 else 1  # k16 steps per load
-    per = max(1, cb // 4)  # words of one tile per load
-    one = {1: "wb[ta][tt][0] = lds_32(ADDR)", 2: "lds_64(wb[ta][tt], ADDR)"}[per]
-    decl = f"      uint32_t wb[TA][4][{per}];  // this lane's words of tile tt for step ks{' (and ks + 1)' if steps == 2 else ''}"
-    load = f"""          {f"if (ks % {steps} == 0)" if steps > 1 else "// every step"}
-            #pragma unroll
-            for (int tt = 0; tt < 4; ++tt) {{
-              const int w0 = (tt * 4 + ks) * CB / 4;  // their first word among the lane's 4 CB words of the atom
-              {one.replace("ADDR", addr + " + (w0 / 4) * 512 + (w0 % 4) * 4")};
-            }}"""
-    return decl, load, f"wb[ta][nt >> 1][p / {16 // cb} - ((nt >> 1) * 4 + ks) * CB / 4]"
+        return load, f"words[(CB >= 4 ? 0 : (ks * CB) % 4) + (p % 16) / {16 // cb}]"
+    if cb != 4:
+        raise ValueError(f"the tile-major pair order is made for 4-bit containers only, not {cb}-bit")
+    load = """          // this lane's codes for step ks: word ks of chunk tt = tile tt
+          uint32_t words[4];
+          #pragma unroll
+          for (int tt = 0; tt < 4; ++tt)
+            words[tt] = lds_32(base + A_BYTES + (ka * NATOMS + na) * ATOM_WORDS * 4 + tt * 512 + lane * 16 + ks * 4);"""
+    return load, "words[nt >> 1]"
 
 
 def _per_tile_table(name: str, var: str, offset: str, row: str) -> str:

@@ -83,8 +83,7 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     if staged:
         if per_step:
             raise ValueError("x_smem stages tables of groups >= 64 (one row per atom); this layout has smaller groups")
-        # balance: every block stages all of K, so the staged row is indexed by the absolute atom
-        per_atom.insert(0, _X_SMEM_ACTIVATIONS.replace("(atom - atom0)", "atom") if t.balance else _X_SMEM_ACTIVATIONS)
+        per_atom.insert(0, _X_SMEM_ACTIVATIONS.replace("(atom - atom0)", f"(atom - {_staged_origin(t)})"))
     per_step_code = "\n          ".join(per_step)
     per_atom_code = "\n      ".join(per_atom)
     ring_decl_code = "".join("\n  " + line for line in ring_decl)
@@ -687,11 +686,17 @@ def x_smem_layout(layout, m: int, k_split: int, fold_bytes: int, threads: int) -
     return out
 
 
+def _staged_origin(tiles) -> str:
+    """The first atom an x_smem block stages: its split's first (atom0), or 0 with balance (every block stages all
+    of K, whichever half it multiplies)."""
+    return "0" if tiles.balance else "atom0"
+
+
 def _x_smem_parts(plan) -> tuple[str, str, str]:
     """(table staging + shared-memory pointers, activation staging + barrier, cfg constants) of an x_smem plan."""
     t, lay = plan.tiles, plan.layout
     k_split = plan.k // plan.splits
-    origin = "0" if t.balance else "atom0"  # the first staged atom (balance: every block stages all of K)
+    origin = _staged_origin(t)
     tokens = x_smem_tokens(plan.m, t.bm)
     staged = x_smem_layout(lay, tokens, k_split, t.smem_bytes(lay, "stream"), t.threads)
     if isinstance(staged, str):

@@ -109,3 +109,40 @@ def test_emulated_kernel_matches_reference(scheme, dtype, profile):
     ref = humming.reference_gemm(x, qw, out_dtype=torch.float32).double()
     err = float((y - ref).norm() / ref.norm())
     assert err <= TOL[dtype], f"relative error {err:.2e}"
+
+
+def test_tile_kernel_reads_the_tile_major_order():
+    """The mma.sync tile kernel runs tile-major weights where the register-A kernels do not (e.g. HUMMING_WGMMA_RS=0
+    or a tuned tile entry): one 4-byte shared load per tile and step. At the 255-register limit of the M=128 tile
+    ptxas spills 4 bytes there (the step-major kernel: none), which this bounds; other containers never get that
+    order and the generator refuses it for them. tests/gpu/test_pair_order_gpu.py checks the results."""
+    import dataclasses
+    import re
+
+    from humming import api
+    from humming.core.compiler import compile_cuda
+    from humming.core.layout import layout_for
+    from humming.core.nvrtc import select_toolchain
+    from humming.core.planner import plan_wna16
+    from humming.errors import UnsupportedOnDevice
+
+    caps = api.resolve_profile("nvidia-h200")
+    try:
+        select_toolchain("sm_90a", None)
+    except UnsupportedOnDevice as exc:
+        pytest.skip(str(exc).splitlines()[0])
+    regs = {}
+    for tile_major in (False, True):
+        lay = dataclasses.replace(layout_for(humming.schemes.get("w4a16"), 4096, 4096, "f16", caps=caps),
+                                  tile_major=tile_major)
+        p = plan_wna16(caps, lay, 128, "f16", scheme="w4a16", path="tile")
+        src = api.source(p, caps)
+        assert ("lds_32(base + A_BYTES" in src) == tile_major
+        mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
+        spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)]
+        assert spills and max(spills) <= (8 if tile_major else 0), mod.log
+        regs[tile_major] = max(int(r) for r in re.findall(r"Used (\d+) registers", mod.log))
+    assert regs[True] <= 255 and abs(regs[True] - regs[False]) <= 8, regs
+    w8 = dataclasses.replace(layout_for(humming.schemes.get("w8a16"), 4096, 4096, "f16", caps=caps), tile_major=True)
+    with pytest.raises(ValueError, match="4-bit containers only"):
+        api.source(plan_wna16(caps, w8, 128, "f16", scheme="w8a16", path="tile"), caps)

@@ -24,9 +24,6 @@ __device__ __forceinline__ void lds_128(uint32_t (&r)[4], uint32_t addr) {
 __device__ __forceinline__ uint32_t lds_32(uint32_t addr) {
   uint32_t r; asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(r) : "r"(addr)); return r;
 }
-__device__ __forceinline__ void lds_64(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
