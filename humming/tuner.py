@@ -153,7 +153,7 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
             if only:
                 now = tuning.choose_plan(caps, layout, m, dtype, scheme_str)
                 plans = [plans[0], now] + [p for p in plans[1:] if getattr(p.tiles, only, 0)]
-            plans = [planner.with_pdl(caps, p) for p in plans]  # timed as the runtime launches them (PDL where applies)
+            plans = [planner.launch_options(caps, p) for p in plans]  # timed as the runtime launches them (PDL, split clusters)
             default = plans[0]  # the planner's rules (plan_wna16 without forcing), never a tuned entry
             t0 = time.perf_counter()
             unique = {p.kernel_name: p for p in plans}

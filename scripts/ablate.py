@@ -33,6 +33,14 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # stream kernel: no weight loads at all (the ring gets the address bits): the time of the arithmetic alone
     "nomem": [(r"load_g128\(buf\[\(s \+ PF\) % R\]\[c\], p \+ c \* 128\)",
                "{ uint32_t* d_ = buf[(s + PF) % R][c]; d_[0] = d_[1] = d_[2] = d_[3] = (uint32_t)(size_t)(p + c * 128); }")],
+    # the small register-A form without its split-K fix-up (wrong with splits > 1)
+    "nofix_rs": [(r"if \(gridDim\.z > 1\) \{", "if (false) {")],
+    # fold=2 stream kernel without its activation sums (two chains; wrong results): what sums computed once per block
+    # instead of per warp and atom could save
+    "nosx2": [(r"mma_k16\(\(ks & 1\) \? sx2\[j\] : sx\[j\], ones,", "if (false) mma_k16((ks & 1) ? sx2[j] : sx[j], ones,")],
+    # no split-K fix-up: each block writes its partial straight to the output (wrong with splits > 1): what the
+    # workspace round trip (write, fence, counter, read back) costs
+    "nofix": [(r"if \(splits > 1\) \{", "if (false) {")],
     # no main loop: launch, prologue, split-K reduction and epilogue only
     "empty": [(r"const int natoms = k_per_split / 64 / WARPS_K;", "const int natoms = 0;")],
     # stream kernel without the activation ring: no activation or scale loads (constants from the addresses)

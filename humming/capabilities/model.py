@@ -84,6 +84,8 @@ class Memory:
     setmaxnreg: bool = False
     griddepcontrol: bool = False  # programmatic dependent launch (griddepcontrol.wait / .launch_dependents)
     cluster_multicast: bool = False  # thread-block clusters: multicast tensor copies, mbarrier arrivals on a peer
+    cluster_dsmem: bool = False  # thread-block clusters: distributed shared memory (mapa, st.shared::cluster) and
+    #                              barrier.cluster (sm_90 and later)
     tmem_kb: int | None = None
 
 

@@ -11,7 +11,7 @@ Profile grammar (every section optional except `name`; sections merge along `ext
     wgmma:    {shapes: [ENTRY...], remove: [SELECTOR...]}
     tcgen05:  {kinds: {KIND: ENTRY or [ENTRY...]}, kinds_remove: [KIND...]}
     vendor_extensions: {NAME: {spelling, description, confirmed, mma: [ENTRY...], data: {...}}}
-    memory: {cp_async, ldmatrix, stmatrix, tma, mbarrier, setmaxnreg, griddepcontrol, cluster_multicast: bool, tmem_kb: int|null}
+    memory: {cp_async, ldmatrix, stmatrix, tma, mbarrier, setmaxnreg, griddepcontrol, cluster_multicast, cluster_dsmem: bool, tmem_kb: int|null}
     limits: {sms, smem_per_block_kb, max_threads_per_block, registers_per_thread, warp_size,
              l2_mb, memory_gb, memory_tb_s, peak_tflops: {type: TFLOPS}}
     formats: {hidden: [e3m4, e0m3]}

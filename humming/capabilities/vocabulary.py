@@ -23,7 +23,7 @@ TCGEN05_KINDS: tuple[str, ...] = ("f16", "tf32", "f8f6f4", "i8", "mxf8f6f4", "mx
 MMA_SYNC_KINDS: tuple[str, ...] = ("f8f6f4", "mxf8f6f4", "mxf4", "mxf4nvf4")
 
 MEMORY_FEATURES: tuple[str, ...] = ("cp_async", "ldmatrix", "stmatrix", "tma", "mbarrier", "setmaxnreg", "griddepcontrol",
-                                     "cluster_multicast")
+                                     "cluster_multicast", "cluster_dsmem")
 # "tmem" is the target-rule word for a non-null memory.tmem_kb.
 TARGET_MEMORY_WORDS: tuple[str, ...] = MEMORY_FEATURES + ("tmem",)
 

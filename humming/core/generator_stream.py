@@ -203,6 +203,16 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
         bulk_fold_sync = "\n    __syncthreads();  // every warp is done with its ring, which the fold overwrites"
         wbase_line = "const uint32_t* wbase = B + ((size_t)slab * katoms_total) * ATOM_U4 * 4;  // this slab's atoms"
     gs_doc, scale_line, row_mul = gs_epilogue_parts(plan, "tok")
+    split_code = _SPLITS_BY_WORKSPACE
+    if plan.cluster_splits:
+        from humming.core.planner import cluster_splits_bytes
+        from humming.devices.nvidia.backend import cluster_dsmem_helpers
+
+        if bulk or t.balance:
+            raise ValueError("split-K clusters are written for the register-ring stream kernel without balance")
+        prelude += cluster_dsmem_helpers(caps)
+        split_code = (f"  constexpr int CS_OFFSET = {plan.smem_bytes - cluster_splits_bytes(plan)};  "
+                      f"// the other splits' partials (first block)\n" + _SPLITS_BY_CLUSTER)
     pdl_trigger = ""
     if plan.pdl:
         from humming.devices.nvidia.backend import grid_dependency_helpers
@@ -288,52 +298,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     }}
   }}
   const int m_pad = TOKEN_TILES * 8;
-  if (splits > 1) {{
-    if (wk == 0) {{
-      #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        #pragma unroll
-        for (int j = 0; j < TOKEN_TILES; ++j)
-          #pragma unroll
-          for (int e = 0; e < 4; ++e) {{
-            const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q + (e & 1);
-            WS[((size_t)zsplit * m_pad + tok) * N + ch] = acc[i][j][e];
-          }}
-    }}
-    fence_device();
-    __syncthreads();
-    if (threadIdx.x == 0) {{
-      int* counter = CNT + slab;
-      const int ticket = atomic_add_i32(counter, 1);
-      last_block = ticket == splits - 1;
-      if (last_block) store_i32(counter, 0);
-    }}
-    __syncthreads();
-    if (!last_block) return;
-    fence_device();
-    if (wk == 0) {{
-      // acc = the partials of splits 0, 1, ... added in that order (deterministic whichever block is last).
-      // The split loop stays rolled (compile time); the loads of one pass do not depend on each
-      // other, so they overlap: one L2 round trip per split (a rolled loop per accumulator paid one per add).
-      #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        #pragma unroll
-        for (int j = 0; j < TOKEN_TILES; ++j)
-          #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-      #pragma unroll 1
-      for (int z = 0; z < splits; ++z)
-        #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          #pragma unroll
-          for (int j = 0; j < TOKEN_TILES; ++j)
-            #pragma unroll
-            for (int e = 0; e < 4; ++e) {{
-              const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q + (e & 1);
-              acc[i][j][e] += load_f32_l2(WS + ((size_t)z * m_pad + tok) * N + ch);
-            }}
-    }}
-  }}
+{split_code}
   if (wk != 0) return;
   {scale_line}
   #pragma unroll
@@ -719,3 +684,84 @@ def _x_smem_parts(plan) -> tuple[str, str, str]:
   stage_rows<XS_TOKENS, XS_K / 8>(x_s, A + (size_t){origin} * 64, K, M);
   __syncthreads();  // the staged copies are visible to every warp"""
     return "\n".join(lines), stage_x, consts
+
+# split-K partials through the global workspace: each split writes its partial, the last block to take a ticket on
+# the slab's counter adds them all (in split order)
+_SPLITS_BY_WORKSPACE = r"""  if (splits > 1) {
+    if (wk == 0) {
+      #pragma unroll
+      for (int i = 0; i < 4; ++i)
+        #pragma unroll
+        for (int j = 0; j < TOKEN_TILES; ++j)
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q + (e & 1);
+            WS[((size_t)zsplit * m_pad + tok) * N + ch] = acc[i][j][e];
+          }
+    }
+    fence_device();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int* counter = CNT + slab;
+      const int ticket = atomic_add_i32(counter, 1);
+      last_block = ticket == splits - 1;
+      if (last_block) store_i32(counter, 0);
+    }
+    __syncthreads();
+    if (!last_block) return;
+    fence_device();
+    if (wk == 0) {
+      // acc = the partials of splits 0, 1, ... added in that order (deterministic whichever block is last).
+      // The split loop stays rolled (compile time); the loads of one pass do not depend on each
+      // other, so they overlap: one L2 round trip per split (a rolled loop per accumulator paid one per add).
+      #pragma unroll
+      for (int i = 0; i < 4; ++i)
+        #pragma unroll
+        for (int j = 0; j < TOKEN_TILES; ++j)
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+      #pragma unroll 1
+      for (int z = 0; z < splits; ++z)
+        #pragma unroll
+        for (int i = 0; i < 4; ++i)
+          #pragma unroll
+          for (int j = 0; j < TOKEN_TILES; ++j)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q + (e & 1);
+              acc[i][j][e] += load_f32_l2(WS + ((size_t)z * m_pad + tok) * N + ch);
+            }
+    }
+  }"""
+
+# split-K partials inside a thread-block cluster (1 x 1 x splits; Plan.cluster_splits): the other splits store theirs
+# into the first block's shared memory (CS_OFFSET: (splits - 1) x [4 * TOKEN_TILES tiles][32 lanes] x 4 floats), one
+# cluster barrier, and the first block adds them in split order
+_SPLITS_BY_CLUSTER = r"""  if (splits > 1) {
+    const uint32_t rank = cluster_rank();  // = zsplit (the cluster spans the grid's z)
+    constexpr int PART_BYTES = 4 * TOKEN_TILES * 32 * 16;
+    if (rank > 0 && wk == 0) {
+      const uint32_t dst = cluster_peer_addr(smem_u32(smem + CS_OFFSET), 0) + (rank - 1) * PART_BYTES;
+      #pragma unroll
+      for (int i = 0; i < 4; ++i)
+        #pragma unroll
+        for (int j = 0; j < TOKEN_TILES; ++j)
+          st_cluster_f32x4(dst + ((i * TOKEN_TILES + j) * 32 + lane) * 16, acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
+    }
+    // every split's partial is in the first block (which stays until it has read them). Letting the other blocks
+    // leave after their arrival alone measured the same (docs/performance.md, eleventh session)
+    cluster_sync();
+    if (rank > 0) return;
+    if (wk == 0) {
+      #pragma unroll 1
+      for (int z = 1; z < splits; ++z) {
+        const float* part = reinterpret_cast<const float*>(smem + CS_OFFSET + (z - 1) * PART_BYTES);
+        #pragma unroll
+        for (int i = 0; i < 4; ++i)
+          #pragma unroll
+          for (int j = 0; j < TOKEN_TILES; ++j)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += part[((i * TOKEN_TILES + j) * 32 + lane) * 4 + e];
+      }
+    }
+  }"""

@@ -100,6 +100,9 @@ class Plan:
     # programmatic dependent launch: the kernel prefetches its weights, then waits for the previous kernel of the
     # stream (griddepcontrol.wait) before it reads activations or writes anything; launched with the PDL attribute
     pdl: bool = False
+    # stream kernel with split-K: the splits of a slab form one thread-block cluster (1 x 1 x splits) and add their
+    # partials in the first block's shared memory (distributed shared memory) instead of a workspace round trip
+    cluster_splits: bool = False
 
     @property
     def threads(self) -> int:
@@ -113,11 +116,15 @@ class Plan:
     @property
     def partials(self) -> int:
         """Split-K partials per output tile the workspace must hold (1: none)."""
+        if self.cluster_splits:
+            return 1
         return 2 if getattr(self.tiles, "balance", 0) else self.splits
 
     @property
     def cluster_dims(self) -> tuple[int, int, int] | None:
         """The launch's thread-block cluster shape (blocks along x, y, z), or None for a launch without clusters."""
+        if self.cluster_splits:
+            return (1, 1, self.splits)
         c = getattr(self.tiles, "cluster", 0)
         return (1, c, 1) if c > 1 else None
 
@@ -149,6 +156,7 @@ class Plan:
             *(("tile_major",) if getattr(self.layout, "tile_major", False) else ()),
             *(("row_scale",) if self.row_scale else ()),
             *(("pdl",) if self.pdl else ()),
+            *(("cluster_splits",) if self.cluster_splits else ()),
             # x_smem reserves 1 token row (M=1) or the token tile's, over the K range of one split: compiled in
             *(("x_smem", 1 if self.m == 1 else t.bm, self.k // self.splits) if getattr(t, "x_smem", 0) else ()),
         )
@@ -174,7 +182,8 @@ class Plan:
                 f"{'x' if t.x_ring else ''}{'s' if t.x_smem else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}{'b' if t.bulk else ''}"
                 f"{f'c{t.cluster}' if t.cluster else ''}{f'p{t.prefetch}' if t.prefetch else ''}"
                 f"{f'v{t.balance}' if getattr(t, 'balance', 0) else ''}"
-                f"{'_ts' if self.row_scale else ''}{'_pdl' if self.pdl else ''}_{self.kernel_key}")
+                f"{'_ts' if self.row_scale else ''}{'_pdl' if self.pdl else ''}{'_cs' if self.cluster_splits else ''}"
+                f"_{self.kernel_key}")
 
     def summary(self) -> str:
         t = self.tiles
@@ -322,6 +331,47 @@ def with_pdl(caps, plan: Plan) -> Plan:
         f"programmatic dependent launch ({PDL_ENV}; griddepcontrol declared): launched with the PDL attribute, "
         "the kernel prefetches its first weight atoms while the previous kernel of the stream finishes, then "
         "waits for it (griddepcontrol.wait) before reading activations or writing",))
+
+
+CLUSTER_SPLITS_ENV = "HUMMING_CLUSTER_SPLITS"  # "0": split-K partials through the workspace; "1" / unset: by cluster
+# split counts that go through a cluster by default: measured on the H200 (2026-11-30, docs/performance.md, eleventh
+# session), 2 splits in a cluster beat the workspace (4096x14336 M=1 13.4-13.6 -> 11.9-12.0 us) but 4 lost
+# (4096x14336 M=4, x_smem, 8 warps: 14.7 -> 18.8 us): the cluster's blocks must be placed together
+CLUSTER_SPLITS_MAX = 2
+
+
+def cluster_splits_bytes(plan: Plan) -> int:
+    """Shared memory the first block of a split cluster sets aside for the other splits' partials: one fp32 tile
+    of the block's 64 channels x token tiles (4 values per lane and 16-channel tile) per other split."""
+    return (plan.splits - 1) * 4 * (plan.tiles.bm // 8) * 32 * 16
+
+
+def with_cluster_splits(caps, plan: Plan) -> Plan:
+    """The plan with its split-K partials added inside a thread-block cluster where that applies: the register-ring
+    stream kernel with 2 .. CLUSTER_SPLITS_MAX splits and no balance, on a profile declaring cluster_dsmem, with room
+    in shared memory. HUMMING_CLUSTER_SPLITS=0: never; =N (2..8): up to N splits."""
+    env = os.environ.get(CLUSTER_SPLITS_ENV, "")
+    if env not in ("", "0", "1") and not (env.isdigit() and 2 <= int(env) <= 8):
+        raise ValueError(f"{CLUSTER_SPLITS_ENV}={env!r}: 0 (off), 1 (default: up to {CLUSTER_SPLITS_MAX} splits) "
+                         f"or the most splits per cluster, 2..8")
+    most = 0 if env == "0" else CLUSTER_SPLITS_MAX if env in ("", "1") else int(env)
+    t = plan.tiles
+    if (plan.cluster_splits or plan.path != "stream" or t.bulk or getattr(t, "balance", 0)
+            or not 1 < plan.splits <= most or not caps.memory.cluster_dsmem):
+        return plan
+    extra = cluster_splits_bytes(plan)
+    limit = (caps.limits.smem_per_block_kb or 0) * 1024
+    if plan.smem_bytes + extra > limit:
+        return plan
+    return replace(plan, cluster_splits=True, smem_bytes=plan.smem_bytes + extra, reasons=plan.reasons + (
+        f"split-K in clusters ({CLUSTER_SPLITS_ENV}; cluster_dsmem declared): the {plan.splits} splits of a slab run "
+        f"as one thread-block cluster and add their partials in the first block's shared memory ({extra} B) instead "
+        f"of a round trip through a global workspace and a counter",))
+
+
+def launch_options(caps, plan: Plan) -> Plan:
+    """The plan as the runtime launches it: programmatic dependent launch and split-K clusters where they apply."""
+    return with_cluster_splits(caps, with_pdl(caps, plan))
 
 
 STREAM_BULK_ENV = "HUMMING_STREAM_BULK"  # "1": the default stream plans use the bulk-copy ring where declared

@@ -295,11 +295,11 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
 def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     """What the runtime should run for M: the tuned plan on a hit, else the planner's rules (the small-M register-A
     wgmma form where it applies and the live GPU runs the profile's wgmma, else plan_wna16)."""
-    from humming.core.planner import with_pdl
+    from humming.core.planner import launch_options
 
     tuned = tuned_plan(caps, layout, m, act, scheme)
     if tuned is not None:
-        return with_pdl(caps, tuned)
+        return launch_options(caps, tuned)
     from humming.core import planner_wgmma_rs as rs
 
     if m >= rs.SMALL_MIN_M and _switch_on("HUMMING_WGMMA_WNA16"):
@@ -308,8 +308,8 @@ def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
         if _wgmma_runs_here(caps):
             p = rs.small_default(caps, layout, m, act, scheme)
             if p is not None:
-                return with_pdl(caps, p)
-    return with_pdl(caps, plan_wna16(caps, layout, m, act, scheme=scheme))
+                return launch_options(caps, p)
+    return launch_options(caps, plan_wna16(caps, layout, m, act, scheme=scheme))
 
 
 def _switch_on(name: str) -> bool:
@@ -382,7 +382,7 @@ def entries() -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------------ candidates
-_STREAM_WARPS_K = (2, 4, 8)
+_STREAM_WARPS_K = (2, 4, 8, 16)  # 16: 512 threads, 128 registers each (the small layers at M <= 8, eleventh session)
 _STREAM_SPLITS = (1, 2, 4, 8)
 _STREAM_IN_FLIGHT = (1, 2, 3)
 _STREAM_BULK_SLOTS = (2, 4, 6, 8)  # ring slots per warp of the bulk-copy stream kernel (profiles declaring tma)

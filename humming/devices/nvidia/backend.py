@@ -474,8 +474,8 @@ def tensor_copy_helpers(caps, mbarriers: bool = True) -> str:
     return (MBARRIER if mbarriers else "") + EXPECT_TX + TENSOR_COPY
 
 
-CLUSTER_MULTICAST = r"""
-// ---- thread-block clusters (sm_90a): blocks of one cluster run together and reach each other's shared memory.
+CLUSTER_BASICS = r"""
+// ---- thread-block clusters (sm_90 and later): blocks of one cluster run together and reach each other's shared memory.
 // This block's rank in its cluster
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r; asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r)); return r;
@@ -484,7 +484,19 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-// one arrival on the mbarrier at the same shared-memory offset in block `rank` of the cluster. It releases a slot
+"""
+
+CLUSTER_DSMEM = r"""// distributed shared memory: the address of this block's shared-memory address `addr` in block `rank` of the
+// cluster, and a 16-byte store there (seen by that block after a cluster_sync)
+__device__ __forceinline__ uint32_t cluster_peer_addr(uint32_t addr, uint32_t rank) {
+  uint32_t r; asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank)); return r;
+}
+__device__ __forceinline__ void st_cluster_f32x4(uint32_t addr, float a, float b, float c, float d) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+"""
+
+CLUSTER_MULTICAST = r"""// one arrival on the mbarrier at the same shared-memory offset in block `rank` of the cluster. It releases a slot
 // whose readers were wgmmas already waited for (wgmma.wait_group), and the refill is a tensor copy: the default
 // (release, CTA scope) arrival suffices; .release.cluster would add a GPU-wide memory barrier (MEMBAR.GPU, which
 // waits for this warp's weight loads in flight) to every stage.
@@ -503,12 +515,20 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const TmaMap
 """
 
 
+def cluster_dsmem_helpers(caps) -> str:
+    """Cluster rank and barrier, and stores into a peer block's shared memory, for a profile that declares
+    cluster_dsmem (ValueError otherwise)."""
+    if caps is not None and not caps.memory.cluster_dsmem:
+        raise ValueError(f"{caps.name} does not declare cluster_dsmem (thread-block clusters, distributed shared memory)")
+    return CLUSTER_BASICS + CLUSTER_DSMEM
+
+
 def cluster_multicast_helpers(caps) -> str:
     """Cluster rank and barrier, peer mbarrier arrivals and the multicast tensor copy (after tensor_copy_helpers),
     for a profile that declares cluster_multicast (ValueError otherwise)."""
     if caps is not None and not caps.memory.cluster_multicast:
         raise ValueError(f"{caps.name} does not declare cluster_multicast (thread-block clusters, multicast tensor copies)")
-    return CLUSTER_MULTICAST
+    return CLUSTER_BASICS + CLUSTER_MULTICAST
 
 
 def stream_bulk_prelude(backend: NvidiaBackend, request: HelperRequest) -> str:

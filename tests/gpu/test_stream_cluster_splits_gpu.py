@@ -1,0 +1,103 @@
+"""Split-K clusters of the stream kernel (Plan.cluster_splits: the splits of a slab run as one thread-block cluster and
+add their partials in the first block's shared memory) against the reference: register-ring and x_smem forms, fold
+0/1/2, 2 to 8 splits, 1 or 2 token tiles, PDL on and off, repeated launches, CUDA-graph replay, and the same plans
+through the workspace (HUMMING_CLUSTER_SPLITS=0) giving the same bits. Outputs are NaN-poisoned before each launch
+(conftest), data is fresh random per case, and every case checks that the cluster kernel is the one that ran."""
+import pytest
+import torch
+
+import humming
+from humming import api
+from humming.core.planner import CLUSTER_SPLITS_ENV, TileConfig, launch_options, plan_wna16, with_pdl
+from humming.errors import ShapeError
+
+from .conftest import graph_replay_error, run_forced_plans
+
+pytestmark = pytest.mark.gpu
+
+TOL = {torch.float16: 1e-3, torch.bfloat16: 5e-3}
+# (warps per slab, stages, fold, x_ring, x_smem, splits, pdl)
+CONFIGS = [(8, 3, 2, 0, 1, 2, True), (4, 3, 1, 1, 0, 2, True), (4, 4, 0, 0, 0, 4, False), (2, 3, 1, 0, 1, 8, True),
+           (16, 3, 2, 0, 1, 2, True), (4, 2, 2, 1, 0, 8, False)]
+
+
+@pytest.fixture(autouse=True)
+def _clusters_up_to_8(monkeypatch):
+    """Clusters for every split count these tests plan (the default takes 2 splits only: 4 measured slower)."""
+    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "8")
+
+
+def _require_clusters():
+    if not api.resolve_profile(None).memory.cluster_dsmem:
+        pytest.skip("the current device's profile declares no cluster_dsmem")
+
+
+def _plan(prep, base, m, wk, stages, fold, x_ring, x_smem, splits, pdl, clusters=True):
+    p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream", splits=splits,
+                   tiles=TileConfig(base.tiles.bm, 64, 64 * wk, stages, 1, 1, wk, x_ring, fold, x_smem=x_smem))
+    p = with_pdl(prep.caps, p) if pdl else p
+    return launch_options(prep.caps, p) if clusters else p
+
+
+def _run(qw, dtype, ms, configs):
+    def plans(prep, base, m):
+        for cfg in configs:
+            try:
+                p = _plan(prep, base, m, *cfg)
+            except ShapeError:  # fold with float codes, too many tokens to stage, K not split that way
+                continue
+            assert p.cluster_splits and p.cluster_dims == (1, 1, cfg[5]), p.kernel_name
+            assert "cluster_peer_addr(" in api.source(p) and p.partials == 1
+            yield p
+    return run_forced_plans(qw, dtype, ms, plans, TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("scheme", ["w4a16", "w4a16-zp", "w8a16", "w4a16[group_size=-1]", "w4a16-fp4[group_size=128]"])
+def test_stream_cluster_splits(scheme, dtype):
+    _require_clusters()
+    torch.manual_seed(hash((scheme, str(dtype), "cs")) % 2**31)
+    qw = humming.quantize(torch.randn(512, 8192, device="cuda") * 0.05, scheme)
+    assert _run(qw, dtype, (1, 3, 8, 13), CONFIGS)
+
+
+def test_stream_cluster_splits_match_workspace_bits():
+    """The cluster adds the partials in split order, as the workspace path does: the same output bits."""
+    _require_clusters()
+    torch.manual_seed(31)
+    qw = humming.quantize(torch.randn(1024, 8192, device="cuda") * 0.05, "w4a16")
+    handle = api.prepared(qw, torch.float16, torch.device("cuda", torch.cuda.current_device()))
+    prep = api._registry[handle]
+    for m, cfg in ((1, (8, 3, 2, 0, 1, 4, True)), (5, (4, 3, 1, 1, 0, 2, True)), (16, (4, 3, 0, 0, 0, 8, False))):
+        x = torch.randn(m, 8192, device="cuda", dtype=torch.float16)
+        outs = []
+        for clusters in (True, False):
+            p = _plan(prep, api.plan_for(handle, m), m, *cfg, clusters=clusters)
+            assert p.cluster_splits == clusters
+            prep.plans[m], _ = p, prep.launches.pop(m, None)
+            outs.append(api.gemm_prepared(x, handle).clone())
+        assert torch.equal(outs[0], outs[1]), f"M={m} {cfg}"
+        prep.plans.pop(m, None)
+        prep.launches.pop(m, None)
+
+
+def test_stream_cluster_splits_repeats_and_graph():
+    """A narrow, deep layer (64 slabs x 4 splits, the shape the option is for) launched many times in a row, then
+    CUDA-graph replay with fresh activations."""
+    _require_clusters()
+    torch.manual_seed(13)
+    qw = humming.quantize(torch.randn(4096, 14336, device="cuda") * 0.05, "w4a16")
+    handle = api.prepared(qw, torch.float16, torch.device("cuda", torch.cuda.current_device()))
+    prep = api._registry[handle]
+    prep.plans[1] = _plan(prep, api.plan_for(handle, 1), 1, 16, 3, 2, 0, 1, 2, True)
+    prep.launches.pop(1, None)
+    x = torch.randn(1, 14336, device="cuda", dtype=torch.float16)
+    ref = humming.reference_gemm(x, qw, out_dtype=torch.float32).double()
+    for _ in range(20):
+        out = api.gemm_prepared(x, handle).double()
+        assert float((out - ref).norm() / ref.norm()) <= TOL[torch.float16]
+    err = graph_replay_error(lambda xs: api.gemm_prepared(xs, handle), x,
+                             lambda fresh: humming.reference_gemm(fresh, qw, out_dtype=torch.float32))
+    assert err <= TOL[torch.float16]
+    prep.plans.pop(1, None)
+    prep.launches.pop(1, None)

@@ -1,0 +1,92 @@
+"""CPU: split-K clusters of the stream kernel (Plan.cluster_splits): where the planner applies them (profiles
+declaring cluster_dsmem, 2..8 splits, no balance or bulk, room in shared memory, HUMMING_CLUSTER_SPLITS), the launch
+shape, and NVRTC compilation (no spills; distributed-shared-memory stores and a cluster barrier in the PTX, no
+workspace counter) for Hopper and Blackwell. The GPU test (tests/gpu/test_stream_cluster_splits_gpu.py) checks the
+results."""
+import re
+
+import pytest
+
+import humming
+from humming import api
+from humming.core.compiler import compile_cuda
+from humming.core.layout import layout_for
+from humming.core.nvrtc import select_toolchain
+from humming.core.planner import (
+    CLUSTER_SPLITS_ENV,
+    TileConfig,
+    cluster_splits_bytes,
+    launch_options,
+    plan_wna16,
+)
+from humming.devices import get_backend
+from humming.errors import UnsupportedOnDevice
+
+
+def _stream(caps, n, k, m, splits, **tiles):
+    base = dict(bm=8 if m <= 8 else 16, bn=64, bk=512, stages=3, warps_m=1, warps_n=1, warps_k=8, fold=2, x_smem=1)
+    base.update(tiles)
+    lay = layout_for(humming.schemes.get("w4a16"), n, k, "f16", caps=caps)
+    return plan_wna16(caps, lay, m, "f16", scheme="w4a16", path="stream", splits=splits, tiles=TileConfig(**base))
+
+
+def test_plan_shape_and_reasons(monkeypatch):
+    monkeypatch.delenv(CLUSTER_SPLITS_ENV, raising=False)
+    caps = api.resolve_profile("nvidia-h200")
+    base = _stream(caps, 4096, 14336, 1, 2)
+    p = launch_options(caps, base)
+    assert p.cluster_splits and p.cluster_dims == (1, 1, 2) and p.grid == (1, 64, 2) and p.partials == 1
+    assert p.smem_bytes == base.smem_bytes + cluster_splits_bytes(p) and cluster_splits_bytes(p) == 2048
+    assert p.kernel_key != base.kernel_key
+    assert "_cs_" in p.kernel_name and any("split-K in clusters" in r for r in p.reasons)
+    src = api.source(p, caps)
+    assert f"constexpr int CS_OFFSET = {base.smem_bytes};" in src and "int* counter = CNT + slab;" not in src
+    assert "int* counter = CNT + slab;" in api.source(base, caps)  # the workspace path without the option
+    # 4 splits: the workspace by default (measured slower in a cluster), a cluster with HUMMING_CLUSTER_SPLITS=4;
+    # two token tiles: 4 KiB per other split
+    four = _stream(caps, 4096, 14336, 16, 4, fold=1, x_smem=0, x_ring=1)
+    assert not launch_options(caps, four).cluster_splits and launch_options(caps, four).partials == 4
+    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "4")
+    assert launch_options(caps, four).cluster_splits and cluster_splits_bytes(launch_options(caps, four)) == 3 * 4096
+
+
+def test_where_it_does_not_apply(monkeypatch):
+    monkeypatch.delenv(CLUSTER_SPLITS_ENV, raising=False)
+    h200 = api.resolve_profile("nvidia-h200")
+    assert not launch_options(h200, _stream(h200, 4096, 14336, 1, 1)).cluster_splits  # no split
+    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "8")
+    assert not launch_options(h200, _stream(h200, 4096, 16384, 1, 16, warps_k=2, bk=128)).cluster_splits  # > 8
+    monkeypatch.delenv(CLUSTER_SPLITS_ENV)
+    balanced = _stream(h200, 8192, 8192, 1, 1, balance=4)
+    assert not launch_options(h200, balanced).cluster_splits and launch_options(h200, balanced).partials == 2
+    for name in ("thead-zhenwu-810e", "nvidia-a100", "nvidia-rtx-5090"):  # no cluster_dsmem declared
+        caps = api.resolve_profile(name)
+        assert not caps.memory.cluster_dsmem
+        assert not launch_options(caps, _stream(caps, 4096, 14336, 1, 2, x_smem=0, x_ring=1, fold=1)).cluster_splits
+    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "0")
+    assert not launch_options(h200, _stream(h200, 4096, 14336, 1, 2)).cluster_splits
+    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "9")
+    with pytest.raises(ValueError, match="HUMMING_CLUSTER_SPLITS='9'"):
+        launch_options(h200, _stream(h200, 4096, 14336, 1, 2))
+
+
+@pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-b200"])
+@pytest.mark.parametrize("m,splits,form", [(1, 2, dict()), (4, 4, dict(x_smem=0, x_ring=1, fold=1, warps_k=4, bk=256)),
+                                           (16, 8, dict(x_smem=0, fold=0, warps_k=2, bk=128))])
+def test_compiles_with_cluster_stores(profile, m, splits, form, monkeypatch):
+    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "8")
+    caps = api.resolve_profile(profile)
+    route = get_backend(caps).compile_route(caps)
+    try:
+        select_toolchain(route.arch, route.min_nvrtc)
+    except UnsupportedOnDevice as exc:
+        pytest.skip(str(exc).splitlines()[0])
+    p = launch_options(caps, _stream(caps, 4096, 14336, m, splits, **form))
+    assert p.cluster_splits
+    mod = compile_cuda(api.source(p, caps), [p.kernel_name], route.arch, options=(*route.options, "--ptxas-options=-v"),
+                       cache=False)
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)]
+    assert spills and max(spills) == 0, mod.log
+    assert "mapa.shared::cluster.u32" in mod.ptx and "st.shared::cluster.v4.f32" in mod.ptx
+    assert "barrier.cluster.arrive.release.aligned" in mod.ptx and "barrier.cluster.wait.acquire.aligned" in mod.ptx
+    assert "atom.global.add" not in mod.ptx  # no workspace counter
