@@ -322,20 +322,21 @@ def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
     }}
   }}
 
+  // split-K partials: each split's tile in accumulator-register order, 4 registers per 16-byte store,
+  // WS[tile][split][warp (wm, wn)][chunk (i, j)][lane] (a warp's store covers 512 contiguous bytes); lane l of a
+  // warp reads back only what lane l of the same warp of the other blocks wrote
   const int splits = gridDim.z;
-  const int m_pad = gridDim.x * BM;
   if (splits > 1) {{
+    constexpr int WARP_FLOATS = TM * TA * 8 * 4 * 32, TILE_FLOATS = WARP_FLOATS * WARPS_M * WARPS_N;
+    float* tile_ws = WS + (size_t)(blockIdx.y * gridDim.x + blockIdx.x) * splits * TILE_FLOATS
+                     + (wm * WARPS_N + wn) * WARP_FLOATS + lane * 4;
     if (wk == 0) {{
       #pragma unroll
       for (int i = 0; i < TM; ++i)
         #pragma unroll
         for (int j = 0; j < TA * 8; ++j)
-          #pragma unroll
-          for (int h = 0; h < 2; ++h) {{
-            const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;
-            const int col = n0 + (wn * TA + j / 8) * 64 + (j % 8) * 8 + (lane & 3) * 2;
-            store_f32x2(WS + ((size_t)blockIdx.z * m_pad + row) * N + col, {acc}[i][j][2 * h], {acc}[i][j][2 * h + 1]);
-          }}
+          store_f32x4(tile_ws + (size_t)blockIdx.z * TILE_FLOATS + (i * TA * 8 + j) * 128, {acc}[i][j][0], {acc}[i][j][1],
+                      {acc}[i][j][2], {acc}[i][j][3]);
     }}
     fence_device();
     __syncthreads();
@@ -363,15 +364,12 @@ def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
         #pragma unroll
         for (int i = 0; i < TM; ++i)
           #pragma unroll
-          for (int j = 0; j < TA * 8; ++j)
+          for (int j = 0; j < TA * 8; ++j) {{
+            float r[4];
+            load_f32x4_l2(r, tile_ws + (size_t)z * TILE_FLOATS + (i * TA * 8 + j) * 128);
             #pragma unroll
-            for (int h = 0; h < 2; ++h) {{
-              const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;
-              const int col = n0 + (wn * TA + j / 8) * 64 + (j % 8) * 8 + (lane & 3) * 2;
-              float p0, p1;
-              load_f32x2_l2(p0, p1, WS + ((size_t)z * m_pad + row) * N + col);
-              {acc}[i][j][2 * h] += p0; {acc}[i][j][2 * h + 1] += p1;
-            }}
+            for (int e = 0; e < 4; ++e) {acc}[i][j][e] += r[e];
+          }}
     }}
   }}
 

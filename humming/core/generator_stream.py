@@ -297,7 +297,6 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
             for (int e = 0; e < 4; ++e) acc[i][j][e] += red[(w - 1) * PER_WARP + ((i * TOKEN_TILES + j) * 4 + e) * 32 + lane];
     }}
   }}
-  const int m_pad = TOKEN_TILES * 8;
 {split_code}
   if (wk != 0) return;
   {scale_line}
@@ -685,19 +684,20 @@ def _x_smem_parts(plan) -> tuple[str, str, str]:
   __syncthreads();  // the staged copies are visible to every warp"""
     return "\n".join(lines), stage_x, consts
 
-# split-K partials through the global workspace: each split writes its partial, the last block to take a ticket on
-# the slab's counter adds them all (in split order)
+# split-K partials through the global workspace: each split writes its partial in accumulator-register order (4
+# registers per 16-byte store, WS[slab][split][16-channel tile i, token tile j][lane]: a warp's store covers 512
+# contiguous bytes), the last block to take a ticket on the slab's counter reads them back the same way and adds them
+# in split order. Lane l of warp 0 reads only what lane l of the other blocks' warp 0 wrote.
 _SPLITS_BY_WORKSPACE = r"""  if (splits > 1) {
+    constexpr int SPLIT_FLOATS = 4 * TOKEN_TILES * 4 * 32;  // one split's partial of the slab
+    float* slab_ws = WS + (size_t)slab * splits * SPLIT_FLOATS + lane * 4;
     if (wk == 0) {
       #pragma unroll
       for (int i = 0; i < 4; ++i)
         #pragma unroll
         for (int j = 0; j < TOKEN_TILES; ++j)
-          #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q + (e & 1);
-            WS[((size_t)zsplit * m_pad + tok) * N + ch] = acc[i][j][e];
-          }
+          store_f32x4(slab_ws + (size_t)zsplit * SPLIT_FLOATS + (i * TOKEN_TILES + j) * 128, acc[i][j][0], acc[i][j][1],
+                      acc[i][j][2], acc[i][j][3]);
     }
     fence_device();
     __syncthreads();
@@ -725,12 +725,12 @@ _SPLITS_BY_WORKSPACE = r"""  if (splits > 1) {
         #pragma unroll
         for (int i = 0; i < 4; ++i)
           #pragma unroll
-          for (int j = 0; j < TOKEN_TILES; ++j)
+          for (int j = 0; j < TOKEN_TILES; ++j) {
+            float r[4];
+            load_f32x4_l2(r, slab_ws + (size_t)z * SPLIT_FLOATS + (i * TOKEN_TILES + j) * 128);
             #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int ch = n0 + i * 16 + g + 8 * (e >> 1), tok = j * 8 + 2 * q + (e & 1);
-              acc[i][j][e] += load_f32_l2(WS + ((size_t)z * m_pad + tok) * N + ch);
-            }
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += r[e];
+          }
     }
   }"""
 

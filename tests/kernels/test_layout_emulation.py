@@ -113,9 +113,11 @@ def test_emulated_kernel_matches_reference(scheme, dtype, profile):
 
 def test_tile_kernel_reads_the_tile_major_order():
     """The mma.sync tile kernel runs tile-major weights where the register-A kernels do not (e.g. HUMMING_WGMMA_RS=0
-    or a tuned tile entry): one 4-byte shared load per tile and step. At the 255-register limit of the M=128 tile
-    ptxas spills 4 bytes there (the step-major kernel: none), which this bounds; other containers never get that
-    order and the generator refuses it for them. tests/gpu/test_pair_order_gpu.py checks the results."""
+    or a tuned tile entry): one 4-byte shared load per tile and step. At the 254-255-register limit of the M=128 tile
+    ptxas may spill up to 8 bytes (since the 16-byte split-K partials, 2026-11-30: the step-major kernel 8 bytes, in
+    the split-K fix-up after the main loop, nvdisasm; the tile-major one none), which this bounds; other containers
+    never get that order and the generator refuses it for them. tests/gpu/test_pair_order_gpu.py checks the
+    results."""
     import dataclasses
     import re
 
@@ -140,7 +142,7 @@ def test_tile_kernel_reads_the_tile_major_order():
         assert ("lds_32(base + A_BYTES" in src) == tile_major
         mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
         spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)]
-        assert spills and max(spills) <= (8 if tile_major else 0), mod.log
+        assert spills and max(spills) <= 8, mod.log
         regs[tile_major] = max(int(r) for r in re.findall(r"Used (\d+) registers", mod.log))
     assert regs[True] <= 255 and abs(regs[True] - regs[False]) <= 8, regs
     w8 = dataclasses.replace(layout_for(humming.schemes.get("w8a16"), 4096, 4096, "f16", caps=caps), tile_major=True)

@@ -25,7 +25,7 @@ def test_stream_kernels_wait_after_the_weight_prefetch(profile, m):
     trigger, wait = src.index("pdl_launch_dependents();  //"), src.index("pdl_wait();  //")
     first_weight, first_act = src.index("load_g128(buf[s][c]"), src.index("A + (size_t)")
     assert trigger < first_weight < wait < first_act
-    split_write = "cluster_peer_addr(smem_u32" if p.cluster_splits else "WS[((size_t)"  # split-K partials: cluster or workspace
+    split_write = "cluster_peer_addr(smem_u32" if p.cluster_splits else "store_f32x4(slab_ws"  # split-K partials: cluster or workspace
     assert src.index("store_act(C + ") > wait and src.index(split_write) > wait
     module = api.compile_plan(p, profile)[1]
     if module is not None and getattr(module, "ptx", None):

@@ -426,7 +426,7 @@ def test_small_form_compiles(act, bt, stages, fold, name, group):
     assert forms == {(f"m64n{bt}k16", act, act)}, forms
     rs = re.findall(r"m64n\d+k16\.f32\.\w+\.\w+ \{[^}]*\}, \{%r\d+, ?%r\d+, ?%r\d+, ?%r\d+\}, %rd\d+, p, 1, 1, 0;", ptx)
     assert rs  # register A
-    for ins in ("atom.global.add.s32", "ld.global.cg.f32", "membar.gl", _copy_instruction(p),
+    for ins in ("atom.global.add.s32", "ld.global.cg.v4.f32", "st.global.v4.f32", "membar.gl", _copy_instruction(p),
                 "fence.proxy.async.shared::cta", "st.global.v4.u32"):
         assert ins in ptx, ins  # the split-K fix-up, the activation copies and the staged copy-out
     log = mod.log

@@ -60,6 +60,12 @@ __device__ __forceinline__ float load_f32_l2(const float* p) {
 __device__ __forceinline__ void store_f32x2(float* p, float a, float b) {
   asm volatile("st.global.v2.f32 [%0], {%1,%2};\n" :: "l"(p), "f"(a), "f"(b) : "memory");
 }
+__device__ __forceinline__ void load_f32x4_l2(float (&r)[4], const float* p) {
+  asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(r[0]), "=f"(r[1]), "=f"(r[2]), "=f"(r[3]) : "l"(p));
+}
+__device__ __forceinline__ void store_f32x4(float* p, float a, float b, float c, float d) {
+  asm volatile("st.global.v4.f32 [%0], {%1,%2,%3,%4};\n" :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
 __device__ __forceinline__ void store_u32(void* p, uint32_t v) { asm volatile("st.global.b32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory"); }
 __device__ __forceinline__ uint16_t load_u16(const void* p) {
   uint16_t r; asm("ld.global.nc.u16 %0, [%1];\n" : "=h"(r) : "l"(p)); return r;
