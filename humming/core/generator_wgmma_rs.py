@@ -188,6 +188,13 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                      _tma_load_stage("(kt0 + kt) * BK") if tma else _SMALL_LOAD_STAGE)
         wsrc_line = f"const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + {wsrc_lane};"
         splitk_code = _SMALL_SPLITK
+        if plan.cluster_splits:
+            from humming.devices.nvidia.backend import cluster_dsmem_helpers
+
+            if cluster:
+                raise ValueError("split-K clusters exclude the multicast cluster option (one cluster shape per launch)")
+            prelude += cluster_dsmem_helpers(caps)
+            splitk_code = _SMALL_SPLITK_CLUSTER
         copy_out = STAGED_COPY_OUT.replace("c >> 4, ch = c & 15", "c >> 3, ch = c & 7").replace(
             "token row c / 16, channels 8 (c % 16)", "token row c / 8, channels 8 (c % 8)").replace(
             "chunk c = tid + 256 i", "chunk c = tid + 128 i")
@@ -510,6 +517,36 @@ _SMALL_SPLITK = """  if (gridDim.z > 1) {
         #pragma unroll
         for (int e = 0; e < 4; ++e) acc[4 * v + e] += r[e];
       }
+  }
+"""
+
+
+# split-K of the small-M form in a thread-block cluster (1 x 1 x splits; Plan.cluster_splits): once every block of the
+# cluster is past its main loop, the first block's activation slots are free; the other splits store their
+# accumulators there (register order, [split - 1][chunk v][thread] x 16 bytes), and the first block adds them in split
+# order before the slots become its staging tile. No workspace, no fence, no counter.
+_SMALL_SPLITK_CLUSTER = """  if (gridDim.z > 1) {
+    constexpr int CHUNKS = WG_ACC_REGS / 4, SPLIT_BYTES = WG_ACC_REGS * 128 * 4;
+    const uint32_t rank = cluster_rank();  // = blockIdx.z (the cluster spans the grid's z)
+    cluster_sync();  // every block of the cluster is past its main loop: the first block's slots are free
+    if (rank > 0) {
+      const uint32_t dst = cluster_peer_addr(x0, 0) + (rank - 1) * SPLIT_BYTES + tid * 16;
+      #pragma unroll
+      for (int v = 0; v < CHUNKS; ++v)
+        st_cluster_f32x4(dst + v * 2048, acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]);
+    }
+    cluster_sync();  // the other splits' partials are in the first block
+    if (rank > 0) return;
+    #pragma unroll 1
+    for (int z = 1; z < (int)gridDim.z; ++z)
+      #pragma unroll
+      for (int v = 0; v < CHUNKS; ++v) {
+        uint32_t r[4];
+        lds_128(r, x0 + (z - 1) * SPLIT_BYTES + v * 2048 + tid * 16);
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) acc[4 * v + e] += u32_as_f32(r[e]);
+      }
+    __syncthreads();  // every partial is read before the staging tile overwrites the slots
   }
 """
 

@@ -348,25 +348,33 @@ def cluster_splits_bytes(plan: Plan) -> int:
 
 def with_cluster_splits(caps, plan: Plan) -> Plan:
     """The plan with its split-K partials added inside a thread-block cluster where that applies: the register-ring
-    stream kernel with 2 .. CLUSTER_SPLITS_MAX splits and no balance, on a profile declaring cluster_dsmem, with room
-    in shared memory. HUMMING_CLUSTER_SPLITS=0: never; =N (2..8): up to N splits."""
+    stream kernel with 2 .. CLUSTER_SPLITS_MAX splits and no balance (with room in shared memory), or the small-M
+    register-A wgmma form without its multicast cluster (the partials land in the first block's activation slots),
+    on a profile declaring cluster_dsmem. HUMMING_CLUSTER_SPLITS=0: never; =N (2..8): up to N splits."""
     env = os.environ.get(CLUSTER_SPLITS_ENV, "")
     if env not in ("", "0", "1") and not (env.isdigit() and 2 <= int(env) <= 8):
         raise ValueError(f"{CLUSTER_SPLITS_ENV}={env!r}: 0 (off), 1 (default: up to {CLUSTER_SPLITS_MAX} splits) "
                          f"or the most splits per cluster, 2..8")
     most = 0 if env == "0" else CLUSTER_SPLITS_MAX if env in ("", "1") else int(env)
     t = plan.tiles
-    if (plan.cluster_splits or plan.path != "stream" or t.bulk or getattr(t, "balance", 0)
-            or not 1 < plan.splits <= most or not caps.memory.cluster_dsmem):
+    if plan.cluster_splits or not 1 < plan.splits <= most or not caps.memory.cluster_dsmem:
+        return plan
+    why = (f"split-K in clusters ({CLUSTER_SPLITS_ENV}; cluster_dsmem declared): the {plan.splits} splits of a slab "
+           f"run as one thread-block cluster and add their partials in the first block's shared memory")
+    if plan.path == "wgmma-rs" and t.bn == 64 and not t.cluster and not t.stagger:
+        # the other splits' accumulators (BT / 2 fp32 per thread, 128 threads) must fit the STAGES activation slots
+        if (plan.splits - 1) * t.bm * 256 > t.stages * t.bm * 128:
+            return plan
+        return replace(plan, cluster_splits=True, reasons=plan.reasons + (
+            why + " (its activation slots, free after the main loop) instead of a global workspace and a counter",))
+    if plan.path != "stream" or t.bulk or getattr(t, "balance", 0):
         return plan
     extra = cluster_splits_bytes(plan)
     limit = (caps.limits.smem_per_block_kb or 0) * 1024
     if plan.smem_bytes + extra > limit:
         return plan
     return replace(plan, cluster_splits=True, smem_bytes=plan.smem_bytes + extra, reasons=plan.reasons + (
-        f"split-K in clusters ({CLUSTER_SPLITS_ENV}; cluster_dsmem declared): the {plan.splits} splits of a slab run "
-        f"as one thread-block cluster and add their partials in the first block's shared memory ({extra} B) instead "
-        f"of a round trip through a global workspace and a counter",))
+        why + f" ({extra} B) instead of a round trip through a global workspace and a counter",))
 
 
 def launch_options(caps, plan: Plan) -> Plan:

@@ -1,8 +1,9 @@
-"""Split-K clusters of the stream kernel (Plan.cluster_splits: the splits of a slab run as one thread-block cluster and
+"""Split-K clusters of the stream kernel and the small register-A form (Plan.cluster_splits: the splits of a slab run as one thread-block cluster and
 add their partials in the first block's shared memory) against the reference: register-ring and x_smem forms, fold
 0/1/2, 2 to 8 splits, 1 or 2 token tiles, PDL on and off, repeated launches, CUDA-graph replay, and the same plans
 through the workspace (HUMMING_CLUSTER_SPLITS=0) giving the same bits. Outputs are NaN-poisoned before each launch
-(conftest), data is fresh random per case, and every case checks that the cluster kernel is the one that ran."""
+(conftest), data is fresh random per case, and every case checks that the cluster kernel is the one that ran. The
+small-M register-A wgmma form's split clusters (partials in the first block's activation slots) likewise."""
 import pytest
 import torch
 
@@ -11,7 +12,7 @@ from humming import api
 from humming.core.planner import CLUSTER_SPLITS_ENV, TileConfig, launch_options, plan_wna16, with_pdl
 from humming.errors import ShapeError
 
-from .conftest import graph_replay_error, run_forced_plans
+from .conftest import graph_replay_error, rel_error, run_forced_plans
 
 pytestmark = pytest.mark.gpu
 
@@ -101,3 +102,46 @@ def test_stream_cluster_splits_repeats_and_graph():
     assert err <= TOL[torch.float16]
     prep.plans.pop(1, None)
     prep.launches.pop(1, None)
+
+
+# the small-M register-A wgmma form, split-K in a cluster: (M, token tile, splits, stages, fold, tma)
+RS_CASES = [(1, 16, 2, 8, 1, True), (16, 16, 4, 8, 0, True), (24, 32, 2, 4, 1, False), (64, 64, 2, 6, 0, True),
+            (100, 128, 2, 6, 0, True), (128, 128, 4, 6, 0, False), (9, 16, 2, 4, 1, True)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name,group", [("w4a16", 128), ("w4a16-zp", 128), ("w4a16", None)],
+                         ids=["w4a16-g128", "w4a16-zp-g128", "w4a16-channel"])
+def test_small_register_a_cluster_splits(name, group, dtype):
+    """Against the reference, and the same bits as the workspace path (both add the splits in order)."""
+    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+
+    from .test_wgmma_rs_gpu import _biased_layer, _require_wgmma
+
+    _require_wgmma(dtype)
+    _require_clusters()
+    k = 4096
+    qw, bias = _biased_layer(name, group, dtype, k=k)
+    handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
+    prep = api._registry[handle]
+    act = "f16" if dtype == torch.float16 else "bf16"
+    for m, bt, splits, stages, fold, tma in RS_CASES:
+        if fold and (group is None or name.endswith("zp")):
+            fold = 0
+        base = with_pdl(prep.caps, plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, act, scheme="w4a16", tma=tma,
+                                                       small=True, bt=bt, splits=splits, stages=stages, fold=fold))
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
+        outs = []
+        for p, cluster in ((launch_options(prep.caps, base), (1, 1, splits)), (base, None)):
+            assert p.cluster_splits == (cluster is not None), p.explain()
+            prep.plans[m], _ = p, prep.launches.pop(m, None)
+            out = humming.gemm(x, qw)
+            torch.cuda.synchronize()
+            assert prep.launches[m].cluster == cluster
+            assert not torch.isnan(out).any(), ("output not fully written", p.kernel_name)
+            assert rel_error(out, ref) <= TOL[dtype], (m, p.explain())
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1]), (m, bt, splits)
+        prep.plans.pop(m, None)
+        prep.launches.pop(m, None)

@@ -1,4 +1,4 @@
-"""CPU: split-K clusters of the stream kernel (Plan.cluster_splits): where the planner applies them (profiles
+"""CPU: split-K clusters of the stream kernel and the small register-A form (Plan.cluster_splits): where the planner applies them (profiles
 declaring cluster_dsmem, 2..8 splits, no balance or bulk, room in shared memory, HUMMING_CLUSTER_SPLITS), the launch
 shape, and NVRTC compilation (no spills; distributed-shared-memory stores and a cluster barrier in the PTX, no
 workspace counter) for Hopper and Blackwell. The GPU test (tests/gpu/test_stream_cluster_splits_gpu.py) checks the
@@ -90,3 +90,37 @@ def test_compiles_with_cluster_stores(profile, m, splits, form, monkeypatch):
     assert "mapa.shared::cluster.u32" in mod.ptx and "st.shared::cluster.v4.f32" in mod.ptx
     assert "barrier.cluster.arrive.release.aligned" in mod.ptx and "barrier.cluster.wait.acquire.aligned" in mod.ptx
     assert "atom.global.add" not in mod.ptx  # no workspace counter
+
+
+def test_small_register_a_form_splits_in_clusters(monkeypatch):
+    """The small-M register-A wgmma form: 2 splits (the default) meet in the first block's activation slots; not with
+    its multicast cluster option, nor where the other splits' accumulators would not fit the slots."""
+    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+
+    monkeypatch.delenv(CLUSTER_SPLITS_ENV, raising=False)
+    caps = api.resolve_profile("nvidia-h200")
+    lay = layout_for(humming.schemes.get("w4a16"), 8192, 8192, "f16", caps=caps)
+
+    def small(m, **kw):
+        return plan_wna16_wgmma_rs(caps, lay, m, "f16", scheme="w4a16", tma=True, small=True, **kw)
+
+    p = launch_options(caps, small(128, bt=128, splits=2, stages=6))
+    assert p.cluster_splits and p.cluster_dims == (1, 1, 2) and p.partials == 1 and "_cs_" in p.kernel_name
+    assert p.smem_bytes == small(128, bt=128, splits=2, stages=6).smem_bytes  # the slots hold the partials
+    src = api.source(p, caps)
+    assert "cluster_peer_addr(x0, 0)" in src and "atomic_add_i32(counter" not in src
+    assert not launch_options(caps, small(16, bt=16, splits=4, stages=8)).cluster_splits  # 4 splits: workspace
+    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "8")
+    assert launch_options(caps, small(16, bt=16, splits=4, stages=8)).cluster_splits
+    assert not launch_options(caps, small(16, bt=16, splits=8, stages=8)).cluster_splits  # 7 partials > 8 slots / 2
+    assert not launch_options(caps, small(16, bt=16, splits=2, stages=8, cluster=2)).cluster_splits  # multicast
+    route = get_backend(caps).compile_route(caps)
+    try:
+        select_toolchain(route.arch, route.min_nvrtc)
+    except UnsupportedOnDevice as exc:
+        pytest.skip(str(exc).splitlines()[0])
+    mod = compile_cuda(src, [p.kernel_name], route.arch, options=(*route.options, "--ptxas-options=-v"), cache=False)
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)]
+    assert spills and max(spills) == 0, mod.log
+    assert "st.shared::cluster.v4.f32" in mod.ptx and "barrier.cluster.wait.acquire.aligned" in mod.ptx
+    assert "atom.global.add" not in mod.ptx
