@@ -92,7 +92,8 @@ def host_overhead_us(n_calls: int = 2000) -> float:
 
 def host_overhead_parts(n_calls: int = 2000) -> dict:
     """Per-call host time (us) of the eager path and of its layers: output allocation (torch.empty, new_empty),
-    the current-stream query, cuLaunchKernel alone (ctypes, prepared arguments), the launch (api._launch: spec
+    the current-stream query, cuLaunchKernel alone (ctypes, prepared arguments), the spec's prepared launcher (the
+    driver call the hot path makes, PDL / cluster attributes included), the launch (api._launch: spec
     lookup, output allocation, argument slots, cuLaunchKernel), gemm_prepared, gemm."""
     qw = humming.quantize(torch.randn(256, 1024, device="cuda") * 0.05, "w4a16")
     x = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
@@ -111,6 +112,7 @@ def host_overhead_parts(n_calls: int = 2000) -> dict:
         "new_empty": lambda: x.new_empty((1, 256)),
         "current_stream": lambda: api._current_stream(0),
         "driver_launch": lambda: spec.kernel.launch(0, spec.grid, spec.threads, stream, spec.static_args),
+        "prepared_launch": lambda: spec.fire(stream),  # the hot path's launcher (PDL / cluster attributes as planned)
         "launch": lambda: api._launch(handle, x, packed.qweight, packed.scales, packed.zeros,
                                       packed.channel_scale, packed.bias),
         "gemm_prepared": lambda: api.gemm_prepared(x, handle),

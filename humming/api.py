@@ -256,6 +256,7 @@ class _LaunchSpec:
     wmap: object = None  # ... of the weights (slot 16), encoded when the weight tensor changes
     pdl: bool = False  # launched with programmatic stream serialization (plan.pdl)
     cluster: tuple | None = None  # the thread-block cluster shape (plan.cluster_dims) or None
+    fire: object = None  # runtime.LoadedKernel.launcher for this spec's device: launches on a given stream
 
     def __post_init__(self):
         self.grid, self.threads, self.pdl = self.plan.grid, self.plan.threads, self.plan.pdl
@@ -390,7 +391,10 @@ def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gs
                 slots[slot].value = None if t is None else t.data_ptr()
             if spec.wmap is not None:
                 spec.wmap.encode(slots[16], slots[1].value)
-        spec.kernel.launch(device, spec.grid, spec.threads, stream, block, spec.pdl, spec.cluster)
+        fire = spec.fire
+        if fire is None:  # built once per (weight, M): grid, block, attributes and argument block are fixed
+            fire = spec.fire = spec.kernel.launcher(device, spec.grid, spec.threads, block, spec.pdl, spec.cluster)
+        fire(stream)
     return out
 
 

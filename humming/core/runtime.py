@@ -101,6 +101,44 @@ class LoadedKernel:
             _check(err, f"launching {self.name} grid={grid} block={block} smem={self.smem_bytes}")
 
 
+    def launcher(self, device: int, grid: tuple[int, int, int], block: int, args, pdl: bool = False,
+                 cluster: tuple[int, int, int] | None = None):
+        """A function of the stream that launches this kernel with everything else fixed (an ArgBlock whose slots
+        the caller rewrites between launches): the launch configuration is built and checked once, so the hot path
+        is one driver call through ctypes (host time on every decode call). Falls back to ``launch``."""
+        if not isinstance(args, ArgBlock):
+            raise LaunchError("a launcher takes an ArgBlock")
+        if cluster and any(g % c for g, c in zip(grid, cluster)):
+            raise LaunchError(f"launching {self.name}: grid {grid} is not a multiple of the cluster shape {cluster}")
+        self._function(device)
+        handle, params, what = self._handles[device], args.address, self._what(grid, block, pdl, cluster)
+        raw_ex, raw = (_raw_launch_ex(), None) if pdl or cluster else (None, _raw_launch())
+        if pdl or cluster:
+            if raw_ex is None:
+                return lambda stream: self._launch_ex(device, grid, block, stream, args, pdl, cluster)
+            cfg = _new_ex_config(pdl, tuple(cluster) if cluster else None)
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+            cfg.blockDimX, cfg.sharedMemBytes = block, self.smem_bytes
+            cfg_address = ctypes.addressof(cfg)
+
+            def launch_ex(stream: int) -> None:
+                cfg.hStream = stream
+                err = raw_ex(cfg_address, handle, params, None)
+                if err:
+                    _check(_driver().CUresult(err), what)
+            launch_ex.config = cfg  # keeps the configuration (and its attributes) alive with the function
+            return launch_ex
+        if raw is None:
+            return lambda stream: self.launch(device, grid, block, stream, args)
+        gx, gy, gz = grid
+        smem = self.smem_bytes
+
+        def launch(stream: int) -> None:
+            err = raw(handle, gx, gy, gz, block, 1, 1, smem, stream, params, None)
+            if err:
+                _check(_driver().CUresult(err), what)
+        return launch
+
     def _launch_ex(self, device: int, grid: tuple[int, int, int], block: int, stream: int, args, pdl: bool,
                    cluster: tuple[int, int, int] | None) -> None:
         """cuLaunchKernelEx with the PDL and / or cluster-dimension attributes."""
@@ -162,24 +200,29 @@ _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # value: int program
 _ex_local = threading.local()  # per thread, one config per (pdl, cluster) (the hot path rewrites grid, block and stream)
 
 
+def _new_ex_config(pdl: bool, cluster: tuple[int, int, int] | None) -> _LaunchConfig:
+    """A CUlaunchConfig with the PDL and / or cluster-dimension attributes (grid, block, memory and stream unset)."""
+    wanted = ([(_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, (1,))] if pdl else []) + \
+             ([(_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, cluster)] if cluster else [])
+    attrs = (_LaunchAttribute * len(wanted))()
+    for attr, (ident, values) in zip(attrs, wanted):
+        attr.id = ident
+        for i, v in enumerate(values):
+            attr.value[i] = v
+    cfg = _LaunchConfig()
+    cfg.blockDimY = cfg.blockDimZ = 1
+    cfg.attrs, cfg.numAttrs = ctypes.cast(attrs, ctypes.POINTER(_LaunchAttribute)), len(wanted)
+    cfg._keep = attrs  # the attribute array lives as long as the config
+    return cfg
+
+
 def _ex_config(pdl: bool, cluster: tuple[int, int, int] | None) -> _LaunchConfig:
     configs = getattr(_ex_local, "configs", None)
     if configs is None:
         configs = _ex_local.configs = {}
     cfg = configs.get((pdl, cluster))
     if cfg is None:
-        wanted = ([(_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, (1,))] if pdl else []) + \
-                 ([(_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, cluster)] if cluster else [])
-        attrs = (_LaunchAttribute * len(wanted))()
-        for attr, (ident, values) in zip(attrs, wanted):
-            attr.id = ident
-            for i, v in enumerate(values):
-                attr.value[i] = v
-        cfg = _LaunchConfig()
-        cfg.blockDimY = cfg.blockDimZ = 1
-        cfg.attrs, cfg.numAttrs = ctypes.cast(attrs, ctypes.POINTER(_LaunchAttribute)), len(wanted)
-        cfg._keep = attrs  # the attribute array lives as long as the config
-        configs[(pdl, cluster)] = cfg
+        cfg = configs[(pdl, cluster)] = _new_ex_config(pdl, cluster)
     return cfg
 
 

@@ -30,9 +30,12 @@ def test_launch_rewrites_weight_pointers_only_when_other_tensors_come(monkeypatc
     p = humming.plan("w4a16", 4, 128, 256, profile="nvidia-a100")
     seen = []
 
-    class RecordingKernel:  # stands in for the loaded CUBIN: records what the driver would read
-        def launch(self, device, grid, threads, stream, block, pdl=False, cluster=None):
-            seen.append(list(block.values()))
+    class RecordingKernel:  # stands in for the loaded CUBIN: records what the driver would read at each launch
+        built = 0
+
+        def launcher(self, device, grid, threads, block, pdl=False, cluster=None):
+            RecordingKernel.built += 1  # once per launch spec: the hot path reuses it
+            return lambda stream: seen.append(list(block.values()))
 
     values = [0] * 7 + [0x7000, 0x7100, 4, 128, 256, 256, 1.0, 0]
     spec = api._LaunchSpec(p, RecordingKernel(), ArgBlock(api._PARAM_KINDS, values))
@@ -57,4 +60,4 @@ def test_launch_rewrites_weight_pointers_only_when_other_tensors_come(monkeypatc
     launch(torch.zeros(4, 256), [*w[:4], other_bias])  # a per-call bias replaces slot 5
     launch(torch.zeros(4, 256), [w[0], None, None, w[3], None], gscale=torch.ones(1))  # None -> null pointers
     launch(torch.zeros(4, 256), w)
-    assert len(seen) == 5
+    assert len(seen) == 5 and RecordingKernel.built == 1

@@ -115,3 +115,8 @@ def test_cluster_shape_must_divide_the_grid():
         k.launch(0, (1, 3, 1), 128, 0, args, cluster=(1, 2, 1))
     with pytest.raises(LaunchError, match="take an ArgBlock"):
         k.launch(0, (1, 2, 1), 128, 0, [torch.tensor(0)], cluster=(1, 2, 1))
+    # the prepared launcher of the hot path checks the same once, when it is built
+    with pytest.raises(LaunchError, match=r"grid \(1, 1, 3\) is not a multiple of the cluster shape \(1, 1, 2\)"):
+        k.launcher(0, (1, 1, 3), 128, args, pdl=True, cluster=(1, 1, 2))
+    with pytest.raises(LaunchError, match="takes an ArgBlock"):
+        k.launcher(0, (1, 1, 2), 128, [torch.tensor(0)])
