@@ -70,6 +70,27 @@ def graph_replay_error(gemm, x: torch.Tensor, reference) -> float:
     return rel_error(out, reference(fresh))
 
 
+def forced_repeats_and_replay(qw, handle: int, plan, x: torch.Tensor, tol: float, times: int = 20) -> None:
+    """Force ``plan`` for x's M on the prepared ``handle``, launch it ``times`` times in a row (counters and slots
+    must reset themselves) checking each output against the reference, then CUDA-graph replay with fresh
+    activations; the handle's own plan comes back afterwards."""
+    import humming
+    from humming import api
+
+    prep, m = api._registry[handle], x.shape[0]
+    prep.plans[m], _ = plan, prep.launches.pop(m, None)
+    ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+    try:
+        for _ in range(times):
+            assert rel_error(api.gemm_prepared(x, handle), ref) <= tol, plan.kernel_name
+        err = graph_replay_error(lambda xs: api.gemm_prepared(xs, handle), x,
+                                 lambda fresh: humming.reference_gemm(fresh, qw, out_dtype=torch.float32))
+        assert err <= tol, (plan.kernel_name, "graph replay", err)
+    finally:
+        prep.plans.pop(m, None)
+        prep.launches.pop(m, None)
+
+
 def run_forced_plans(qw, dtype, ms, plans_for, tol: float) -> int:
     """Run ``qw`` at each M of ``ms`` with every plan that ``plans_for(prep, base_plan, m)`` yields forced on its
     prepared handle (fresh random activations per M; outputs NaN-poisoned by this conftest): each must write its

@@ -11,7 +11,7 @@ from humming import api
 from humming.core.planner import TileConfig, plan_wna16, with_pdl
 from humming.errors import ShapeError
 
-from .conftest import graph_replay_error, run_forced_plans
+from .conftest import forced_repeats_and_replay, run_forced_plans
 
 pytestmark = pytest.mark.gpu
 
@@ -65,16 +65,6 @@ def test_stream_balance_wide_layer_repeats_and_graph():
     torch.manual_seed(12)
     qw = humming.quantize(torch.randn(28672, 1024, device="cuda") * 0.05, "w4a16")
     handle = api.prepared(qw, torch.float16, torch.device("cuda", torch.cuda.current_device()))
-    prep = api._registry[handle]
-    prep.plans[1] = _plan(prep, api.plan_for(handle, 1), 1, 4, 3, 2, 0, 1, 80, True)
-    prep.launches.pop(1, None)
+    p = _plan(api._registry[handle], api.plan_for(handle, 1), 1, 4, 3, 2, 0, 1, 80, True)
     x = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
-    ref = humming.reference_gemm(x, qw, out_dtype=torch.float32).double()
-    for _ in range(20):
-        out = api.gemm_prepared(x, handle).double()
-        assert float((out - ref).norm() / ref.norm()) <= TOL[torch.float16]
-    err = graph_replay_error(lambda xs: api.gemm_prepared(xs, handle), x,
-                             lambda fresh: humming.reference_gemm(fresh, qw, out_dtype=torch.float32))
-    assert err <= TOL[torch.float16]
-    prep.plans.pop(1, None)
-    prep.launches.pop(1, None)
+    forced_repeats_and_replay(qw, handle, p, x, TOL[torch.float16])

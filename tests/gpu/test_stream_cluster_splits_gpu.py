@@ -12,7 +12,7 @@ from humming import api
 from humming.core.planner import CLUSTER_SPLITS_ENV, TileConfig, launch_options, plan_wna16, with_pdl
 from humming.errors import ShapeError
 
-from .conftest import graph_replay_error, rel_error, run_forced_plans
+from .conftest import forced_repeats_and_replay, rel_error, run_forced_plans
 
 pytestmark = pytest.mark.gpu
 
@@ -83,25 +83,16 @@ def test_stream_cluster_splits_match_workspace_bits():
 
 
 def test_stream_cluster_splits_repeats_and_graph():
-    """A narrow, deep layer (64 slabs x 4 splits, the shape the option is for) launched many times in a row, then
-    CUDA-graph replay with fresh activations."""
+    """A narrow, deep layer (64 slabs x 2 splits, the shipped 4096x14336 M=1 form) launched many times in a row,
+    then CUDA-graph replay with fresh activations."""
     _require_clusters()
     torch.manual_seed(13)
     qw = humming.quantize(torch.randn(4096, 14336, device="cuda") * 0.05, "w4a16")
     handle = api.prepared(qw, torch.float16, torch.device("cuda", torch.cuda.current_device()))
-    prep = api._registry[handle]
-    prep.plans[1] = _plan(prep, api.plan_for(handle, 1), 1, 16, 3, 2, 0, 1, 2, True)
-    prep.launches.pop(1, None)
+    p = _plan(api._registry[handle], api.plan_for(handle, 1), 1, 16, 3, 2, 0, 1, 2, True)
+    assert p.cluster_splits
     x = torch.randn(1, 14336, device="cuda", dtype=torch.float16)
-    ref = humming.reference_gemm(x, qw, out_dtype=torch.float32).double()
-    for _ in range(20):
-        out = api.gemm_prepared(x, handle).double()
-        assert float((out - ref).norm() / ref.norm()) <= TOL[torch.float16]
-    err = graph_replay_error(lambda xs: api.gemm_prepared(xs, handle), x,
-                             lambda fresh: humming.reference_gemm(fresh, qw, out_dtype=torch.float32))
-    assert err <= TOL[torch.float16]
-    prep.plans.pop(1, None)
-    prep.launches.pop(1, None)
+    forced_repeats_and_replay(qw, handle, p, x, TOL[torch.float16])
 
 
 # the small-M register-A wgmma form, split-K in a cluster: (M, token tile, splits, stages, fold, tma)
