@@ -100,8 +100,9 @@ class Plan:
     # programmatic dependent launch: the kernel prefetches its weights, then waits for the previous kernel of the
     # stream (griddepcontrol.wait) before it reads activations or writes anything; launched with the PDL attribute
     pdl: bool = False
-    # stream kernel with split-K: the splits of a slab form one thread-block cluster (1 x 1 x splits) and add their
-    # partials in the first block's shared memory (distributed shared memory) instead of a workspace round trip
+    # split-K of the stream kernel or the small register-A form: the splits of a slab form one thread-block cluster
+    # (1 x 1 x splits) and add their partials in the first block's shared memory (distributed shared memory) instead
+    # of a workspace round trip (planner.with_cluster_splits)
     cluster_splits: bool = False
 
     @property
