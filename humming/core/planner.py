@@ -216,6 +216,7 @@ class Plan:
             "kernel": self.kernel_name, "reasons": list(self.reasons),
             **({"row_scale": True} if self.row_scale else {}),
             **({"pdl": True} if self.pdl else {}),
+            **({"cluster_splits": True} if self.cluster_splits else {}),
         }
 
 

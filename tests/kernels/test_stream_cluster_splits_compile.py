@@ -39,6 +39,7 @@ def test_plan_shape_and_reasons(monkeypatch):
     assert p.smem_bytes == base.smem_bytes + cluster_splits_bytes(p) and cluster_splits_bytes(p) == 2048
     assert p.kernel_key != base.kernel_key
     assert "_cs_" in p.kernel_name and any("split-K in clusters" in r for r in p.reasons)
+    assert p.to_dict()["cluster_splits"] is True and "cluster_splits" not in base.to_dict()
     src = api.source(p, caps)
     assert f"constexpr int CS_OFFSET = {base.smem_bytes};" in src and "int* counter = CNT + slab;" not in src
     assert "int* counter = CNT + slab;" in api.source(base, caps)  # the workspace path without the option
