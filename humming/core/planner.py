@@ -367,7 +367,10 @@ def with_cluster_splits(caps, plan: Plan) -> Plan:
         # the other splits' accumulators (BT / 2 fp32 per thread, 128 threads) must fit the STAGES activation slots
         if (plan.splits - 1) * t.bm * 256 > t.stages * t.bm * 128:
             return plan
-        return replace(plan, cluster_splits=True, reasons=plan.reasons + (
+        workspace = "split-K partials added by the last block in a fixed order"  # (planner_wgmma_rs's reason)
+        reasons = tuple(r.replace(workspace, "split-K partials added in split order in a cluster (below)")
+                        for r in plan.reasons)
+        return replace(plan, cluster_splits=True, reasons=reasons + (
             why + " (its activation slots, free after the main loop) instead of a global workspace and a counter",))
     if plan.path != "stream" or t.bulk or getattr(t, "balance", 0):
         return plan

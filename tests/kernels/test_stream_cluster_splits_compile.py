@@ -108,6 +108,8 @@ def test_small_register_a_form_splits_in_clusters(monkeypatch):
     p = launch_options(caps, small(128, bt=128, splits=2, stages=6))
     assert p.cluster_splits and p.cluster_dims == (1, 1, 2) and p.partials == 1 and "_cs_" in p.kernel_name
     assert p.smem_bytes == small(128, bt=128, splits=2, stages=6).smem_bytes  # the slots hold the partials
+    assert not any("added by the last block" in r for r in p.reasons), p.explain()
+    assert any("added by the last block" in r for r in small(16, bt=16, splits=4, stages=8).reasons)
     src = api.source(p, caps)
     assert "cluster_peer_addr(x0, 0)" in src and "atomic_add_i32(counter" not in src
     assert not launch_options(caps, small(16, bt=16, splits=4, stages=8)).cluster_splits  # 4 splits: workspace
