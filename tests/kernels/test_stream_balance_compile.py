@@ -2,19 +2,15 @@
 its refusals, the launch shape, the tuner's candidates, and NVRTC compilation (no spills) for the H200 and an Ampere
 profile. The GPU test (tests/gpu/test_stream_balance_gpu.py) checks the results."""
 import dataclasses
-import re
 
 import pytest
 
 import humming
 from humming import api
 from humming.core import tuning
-from humming.core.compiler import compile_cuda
 from humming.core.layout import layout_for
-from humming.core.nvrtc import select_toolchain
 from humming.core.planner import TileConfig, plan_wna16
-from humming.devices import get_backend
-from humming.errors import ShapeError, UnsupportedOnDevice
+from humming.errors import ShapeError
 
 
 def _layout(caps, n, k, scheme="w4a16"):
@@ -69,17 +65,9 @@ def test_tuner_times_the_two_rounds_above_the_slab_count():
 
 @pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-a100"])
 @pytest.mark.parametrize("form", [dict(), dict(x_smem=0, fold=1, x_ring=1), dict(x_smem=0, fold=0, warps_k=2, bk=128)])
-def test_compiles_without_spills(profile, form):
+def test_compiles_without_spills(profile, form, compiled_without_spills):
     caps = api.resolve_profile(profile)
-    route = get_backend(caps).compile_route(caps)
-    try:
-        select_toolchain(route.arch, route.min_nvrtc)
-    except UnsupportedOnDevice as exc:
-        pytest.skip(str(exc).splitlines()[0])
     p = _balanced(caps, 4096, 4096, 1, 20, **form)
-    mod = compile_cuda(api.source(p, caps), [p.kernel_name], route.arch, options=(*route.options, "--ptxas-options=-v"),
-                       cache=False)
-    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)]
-    assert spills and max(spills) == 0, mod.log
+    mod = compiled_without_spills(p, caps)
     assert "atom.global.add.s32" in mod.ptx  # the per-slab counter of the halves
     assert dataclasses.replace(p.tiles, balance=0) != p.tiles

@@ -3,15 +3,12 @@ declaring cluster_dsmem, 2..8 splits, no balance or bulk, room in shared memory,
 shape, and NVRTC compilation (no spills; distributed-shared-memory stores and a cluster barrier in the PTX, no
 workspace counter) for Hopper and Blackwell. The GPU test (tests/gpu/test_stream_cluster_splits_gpu.py) checks the
 results."""
-import re
 
 import pytest
 
 import humming
 from humming import api
-from humming.core.compiler import compile_cuda
 from humming.core.layout import layout_for
-from humming.core.nvrtc import select_toolchain
 from humming.core.planner import (
     CLUSTER_SPLITS_ENV,
     TileConfig,
@@ -19,8 +16,6 @@ from humming.core.planner import (
     launch_options,
     plan_wna16,
 )
-from humming.devices import get_backend
-from humming.errors import UnsupportedOnDevice
 
 
 def _stream(caps, n, k, m, splits, **tiles):
@@ -74,26 +69,18 @@ def test_where_it_does_not_apply(monkeypatch):
 @pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-b200"])
 @pytest.mark.parametrize("m,splits,form", [(1, 2, dict()), (4, 4, dict(x_smem=0, x_ring=1, fold=1, warps_k=4, bk=256)),
                                            (16, 8, dict(x_smem=0, fold=0, warps_k=2, bk=128))])
-def test_compiles_with_cluster_stores(profile, m, splits, form, monkeypatch):
+def test_compiles_with_cluster_stores(profile, m, splits, form, monkeypatch, compiled_without_spills):
     monkeypatch.setenv(CLUSTER_SPLITS_ENV, "8")
     caps = api.resolve_profile(profile)
-    route = get_backend(caps).compile_route(caps)
-    try:
-        select_toolchain(route.arch, route.min_nvrtc)
-    except UnsupportedOnDevice as exc:
-        pytest.skip(str(exc).splitlines()[0])
     p = launch_options(caps, _stream(caps, 4096, 14336, m, splits, **form))
     assert p.cluster_splits
-    mod = compile_cuda(api.source(p, caps), [p.kernel_name], route.arch, options=(*route.options, "--ptxas-options=-v"),
-                       cache=False)
-    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)]
-    assert spills and max(spills) == 0, mod.log
+    mod = compiled_without_spills(p, caps)
     assert "mapa.shared::cluster.u32" in mod.ptx and "st.shared::cluster.v4.f32" in mod.ptx
     assert "barrier.cluster.arrive.release.aligned" in mod.ptx and "barrier.cluster.wait.acquire.aligned" in mod.ptx
     assert "atom.global.add" not in mod.ptx  # no workspace counter
 
 
-def test_small_register_a_form_splits_in_clusters(monkeypatch):
+def test_small_register_a_form_splits_in_clusters(monkeypatch, compiled_without_spills):
     """The small-M register-A wgmma form: 2 splits (the default) meet in the first block's activation slots; not with
     its multicast cluster option, nor where the other splits' accumulators would not fit the slots."""
     from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
@@ -117,13 +104,6 @@ def test_small_register_a_form_splits_in_clusters(monkeypatch):
     assert launch_options(caps, small(16, bt=16, splits=4, stages=8)).cluster_splits
     assert not launch_options(caps, small(16, bt=16, splits=8, stages=8)).cluster_splits  # 7 partials > 8 slots / 2
     assert not launch_options(caps, small(16, bt=16, splits=2, stages=8, cluster=2)).cluster_splits  # multicast
-    route = get_backend(caps).compile_route(caps)
-    try:
-        select_toolchain(route.arch, route.min_nvrtc)
-    except UnsupportedOnDevice as exc:
-        pytest.skip(str(exc).splitlines()[0])
-    mod = compile_cuda(src, [p.kernel_name], route.arch, options=(*route.options, "--ptxas-options=-v"), cache=False)
-    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)]
-    assert spills and max(spills) == 0, mod.log
+    mod = compiled_without_spills(p, caps)
     assert "st.shared::cluster.v4.f32" in mod.ptx and "barrier.cluster.wait.acquire.aligned" in mod.ptx
     assert "atom.global.add" not in mod.ptx
