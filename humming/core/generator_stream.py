@@ -684,6 +684,7 @@ def _x_smem_parts(plan) -> tuple[str, str, str]:
   __syncthreads();  // the staged copies are visible to every warp"""
     return "\n".join(lines), stage_x, consts
 
+
 # split-K partials through the global workspace: each split writes its partial in accumulator-register order (4
 # registers per 16-byte store, WS[slab][split][16-channel tile i, token tile j][lane]: a warp's store covers 512
 # contiguous bytes), the last block to take a ticket on the slab's counter reads them back the same way and adds them
