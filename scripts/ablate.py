@@ -113,9 +113,31 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 }
 
 
+# register-A kernels, parameterised (correct variants where the ring still fits the unrolled trip: 2 (PF + 1) a
+# multiple of STAGES): "pfN" weight atoms in flight per lane, "lbN" N blocks per SM in __launch_bounds__ (registers
+# capped at 64K / (N x threads)), "w0" wait for the stage's own wgmma group (wgmma_wait<0>) instead of the previous
+# one: the decoded a[] registers need not outlive a stage (one set instead of two)
+_PARAMETERISED = {
+    "pf": lambda n: [(r"constexpr int PF = \d+, R = PF \+ 1;", f"constexpr int PF = {n}, R = PF + 1;")],
+    "lb": lambda n: [(r"(__launch_bounds__\(cfg::[A-Z_]+, )\d+\)", rf"\g<1>{n})")],
+}
+_WAIT0 = [(r"wgmma_wait<1>\(\);( +// the group of kt - 1)", r"wgmma_wait<0>();\1")]
+
+
+def _part(part: str) -> list[tuple[str, str]]:
+    if part in VARIANTS or part == "base":
+        return VARIANTS.get(part, [])
+    if part == "w0":
+        return _WAIT0
+    head, digits = part.rstrip("0123456789"), part[len(part.rstrip("0123456789")):]
+    if head in _PARAMETERISED and digits:
+        return _PARAMETERISED[head](int(digits))
+    raise KeyError(f"unknown variant {part!r}")
+
+
 def _substitutions(variant: str) -> list[tuple[str, str]]:
     """A variant's substitutions; "a+b" applies both."""
-    return [sub for part in variant.split("+") for sub in VARIANTS.get(part, [])]
+    return [sub for part in variant.split("+") for sub in _part(part)]
 
 
 def patched(variant: str):

@@ -34,6 +34,7 @@ are unused), so the same launcher and the same prepared weights (humming.core.la
 """
 from __future__ import annotations
 
+import re
 from math import lcm
 
 from humming.core.generator import _c, gs_epilogue_parts, pair_decode
@@ -52,6 +53,9 @@ from humming.core.wgmma_common import PRODUCER_WARPGROUP
 from humming.devices.base import HelperRequest
 
 X16_DECODE = True  # see _decode_pairs_x16
+# the wait after a stage's commit that leaves the stage's own group in flight (replaced under the occupancy option)
+_PREVIOUS_GROUP_WAIT = re.compile(r"wgmma_wait<1>\(\);( +)// the group of kt - 1 has finished \(its registers and its "
+                                  r"slot are free\)")
 
 # the block's tile (m0 tokens, n0 channels): in launch order, or (TileConfig.raster) in groups of RASTER token tiles
 # (the grid's x) whose blocks take the group's token tiles for one channel tile after another, so the blocks running
@@ -149,7 +153,10 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     # trip (a multiple of 2 R stages) makes every slot index a constant: no slot arithmetic or descriptor building per
     # stage (measured 7% faster at M 32-64; at 128 tokens the extra ring slot cost more registers than it saved)
     const_slots = small and t.bm <= 64
-    ring_pf, ring_blocks = small_ring(caps, t.bm, t.stages, t.cluster) if small else (t.prefetch or PF, 1)
+    ring_pf, ring_blocks = (small_ring(caps, t.bm, t.stages, t.cluster, t.occupancy, t.prefetch) if small
+                            else (t.prefetch or PF, 1))
+    if t.occupancy and not small:
+        raise ValueError("occupancy is an option of the small-M form")
     pf = ring_pf
     fold = t.fold
     if fold and not small:
@@ -173,6 +180,11 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
             mma_block = mma_block.replace("      wgmma_commit();\n", "      wgmma_commit();\n" + _STAGGER_GIVE)
         fence_acc = "wgmma_fence_operand(acc);"
         unroll = "2 * R"
+    if t.occupancy:  # each stage waits for its own group: the decoded a[] registers need not outlive the stage
+        mma_block, count = _PREVIOUS_GROUP_WAIT.subn(
+            r"wgmma_wait<0>();\1// this stage's group has finished (occupancy: one set of decoded registers)", mma_block)
+        if not count:
+            raise ValueError("internal: the small form's stage has no wait for the previous wgmma group")
     threads_line = ("constexpr int THREADS = 128;             // one warpgroup: the tile's 64 channels (one slab)" if small
                     else "constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile")
     bounds = ring_blocks  # blocks per SM the registers must allow

@@ -48,6 +48,9 @@ class TileConfig:
     balance: int = 0  # stream path without split-K: the last `balance` slabs run as two blocks each, one per half of
     #                   K (the second to finish adds both); N/64 + balance blocks that fill whole rounds of blocks per
     #                   SM give every SM about the same bytes to stream
+    occupancy: int = 0  # small-M register-A form: blocks per SM its registers are budgeted for (0: the form's own
+    #                     rule); set, each stage waits for its own wgmmas so one set of decoded weights is live, and
+    #                     the weight ring holds `prefetch` atoms (default OCCUPANCY_PF): more, shallower warpgroups
 
     @property
     def threads(self) -> int:
@@ -182,7 +185,7 @@ class Plan:
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
                 f"{'x' if t.x_ring else ''}{'s' if t.x_smem else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}{'b' if t.bulk else ''}"
                 f"{f'c{t.cluster}' if t.cluster else ''}{f'p{t.prefetch}' if t.prefetch else ''}"
-                f"{f'v{t.balance}' if getattr(t, 'balance', 0) else ''}"
+                f"{f'v{t.balance}' if getattr(t, 'balance', 0) else ''}{f'o{t.occupancy}' if t.occupancy else ''}"
                 f"{'_ts' if self.row_scale else ''}{'_pdl' if self.pdl else ''}{'_cs' if self.cluster_splits else ''}"
                 f"_{self.kernel_key}")
 

@@ -150,21 +150,47 @@ DEEP_RING_2WG = 6
 DEEP_RING_PF = 10  # weight atoms in flight per lane where shared memory holds only 2 blocks per SM (see small_ring)
 
 
-def small_ring(caps, bt: int, stages: int, cluster: int = 0) -> tuple[int, int]:
+# the occupancy option of the small-M form (TileConfig.occupancy): 7 blocks per SM (72 registers a thread) with 3 atoms
+# in flight and each stage waiting for its own wgmmas; 28672x8192 M=16 with 2 splits in a cluster (896 blocks, all
+# resident on 132 SMs): 44.9 us against 50.3 for the 4-block form (H200, 2026-11-30, scripts/ablate.py
+# w0+pf3+lb7; docs/performance.md, twelfth session). One warpgroup's m64nBTk16 wgmmas run one after another at a
+# latency far above their issue cost, so more warpgroups per SM, not a deeper ring, is what speeds the small form.
+OCCUPANCY_PF = 3
+OCCUPANCY_RANGE = (5, 8)  # blocks per SM the option takes (at 8: 64 registers a thread, the least ptxas allows)
+
+
+def occupancy_refusal(bt: int, occupancy: int, prefetch: int, cluster: int) -> str:
+    """Why the small form cannot take ``occupancy`` / ``prefetch`` ("" when it can)."""
+    lo, hi = OCCUPANCY_RANGE
+    if occupancy and not lo <= occupancy <= hi:
+        return f"occupancy (blocks per SM of the small form) is {lo}..{hi} or 0 (the form's rule), not {occupancy}"
+    if occupancy and cluster:
+        return "occupancy excludes the multicast cluster option (its producer warp needs the registers)"
+    if occupancy and bt > 64:
+        return f"occupancy applies to token tiles up to 64 (the accumulators of {bt} tokens need more registers)"
+    if prefetch and not 1 <= prefetch <= 12:
+        return f"prefetch (weight atoms in flight per lane) is 1..12, not {prefetch}"
+    return ""
+
+
+def small_ring(caps, bt: int, stages: int, cluster: int = 0, occupancy: int = 0, prefetch: int = 0) -> tuple[int, int]:
     """(weight atoms in flight per lane, blocks per SM its registers are budgeted for) of the small-M form. Up to 64
     tokens the ring has a slot per activation stage (STAGES - 1 in flight) and 4 blocks share an SM, above it
     STAGES - 2 and 3 (one block fewer with a cluster's producer warp). Where the activation stages leave room for
     only 2 blocks in the profile's shared memory (128 tokens x 6 stages: 97 KiB), the registers of a third block
     go to a deeper ring of DEEP_RING_PF atoms: 8192x8192 M=128 41.8 us with 4 atoms, 40.0 with 6, 38.8 with 8, 38.1
     with 10 (twice), 39.3 with 12; 4096x14336 M=256 60.1 -> 58.6 from 8 to 10 (H200, 2026-11-30, scripts/ablate.py
-    pf6_rs / pf8_rs / pf10_deep; docs/performance.md, ninth session)."""
+    pf6_rs / pf8_rs / pf10_deep; docs/performance.md, ninth session). ``occupancy`` (a plan option) sets the blocks
+    and a ring of ``prefetch`` (else OCCUPANCY_PF) atoms; ``prefetch`` alone deepens or shortens the ring."""
+    if occupancy:
+        return prefetch or OCCUPANCY_PF, occupancy
     blocks = (4 if bt <= 64 else 3) - (1 if cluster else 0)
     pf = stages - 1 if bt <= 64 else stages - 2
     limit = caps.limits.smem_per_block_kb if caps is not None else None
     if bt > 64 and not cluster and limit and (limit + 1) * 1024 // smem_bytes(bt, stages) <= 2:  # (with the
         # producer warp's 32 threads the deeper ring spills)
         blocks, pf = 2, max(pf, DEEP_RING_PF)
-    return pf, blocks
+    return prefetch or pf, blocks
 
 
 def _token_tile(m: int, n: int, sms: int, cands: list[int], reasons: list[str]) -> int:
@@ -196,7 +222,8 @@ STAGGER_MIN_M = 1024
 
 def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None,
                         splits: int | None = None, stages: int | None = None, fold: int = 0,
-                        small: bool | None = None, tma: bool | None = None, cluster: int = 0) -> Plan:
+                        small: bool | None = None, tma: bool | None = None, cluster: int = 0,
+                        occupancy: int = 0, prefetch: int = 0) -> Plan:
     """Plan the register-A wgmma WnA16 kernel for a ``WeightLayout`` (humming.core.layout), or UnsupportedOnDevice /
     ShapeError naming what is missing. ``bt`` forces the token tile (128 or 256; 16-64 for the small-M form, which
     M <= SMALL_MAX_M takes by default); ``splits``, ``stages`` and ``fold`` (raw codes into the wgmma, zero point and
@@ -204,14 +231,19 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     up to SMALL_MAX_BT). ``tma`` brings the activation stages in by TMA tensor copy (one thread per stage, an mbarrier
     per slot) instead of every thread's cp.async; None: HUMMING_WGMMA_RS_TMA, else TMA_DEFAULT. ``cluster`` (2 or 4,
     small-M form with TMA): blocks of that many adjacent slabs form a thread-block cluster and read each activation
-    stage from L2 once, multicast into all of their slots."""
+    stage from L2 once, multicast into all of their slots. ``occupancy`` (blocks per SM, OCCUPANCY_RANGE) and
+    ``prefetch`` (weight atoms in flight per lane) are options of the small-M form (see small_ring)."""
     form = wgmma_k16_form(caps, act)
     require_wgmma(caps, m, form, f"m64nNk16 {act} x {act} -> f32", "the mma.sync kernels run WnA16 there",
                   "register-A wgmma WnA16 pipeline")
     if small is None:
         small = (bt is None and m <= SMALL_MAX_M) or (bt is not None and bt < 128)
     if small:
-        return _plan_small(caps, layout, m, act, scheme, form, bt, splits, stages, fold, tma_wanted(caps, tma), cluster)
+        return _plan_small(caps, layout, m, act, scheme, form, bt, splits, stages, fold, tma_wanted(caps, tma), cluster,
+                           occupancy, prefetch)
+    if occupancy or prefetch:
+        raise ShapeError("occupancy and prefetch are options of the small-M form (the two-warpgroup form sets its ring "
+                         "from M)")
     if cluster:
         raise ShapeError("cluster (multicast activation stages) is an option of the small-M form")
     if fold:
@@ -333,7 +365,8 @@ def small_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan | No
 
 
 def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | None, splits: int | None,
-                stages: int | None, fold: int = 0, tma: bool = False, cluster: int = 0) -> Plan:
+                stages: int | None, fold: int = 0, tma: bool = False, cluster: int = 0, occupancy: int = 0,
+                prefetch: int = 0) -> Plan:
     why = layout_refusal(layout, SMALL_BC)
     if why:
         err = ShapeError if why.startswith(("N=", "K=")) else UnsupportedOnDevice
@@ -382,6 +415,10 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
     cluster_why = cluster_refusal(caps, n, stages, tma, cluster)
     if cluster_why:
         raise (UnsupportedOnDevice if "declare" in cluster_why else ShapeError)(cluster_why)
+    why = occupancy_refusal(bt, occupancy, prefetch, cluster)
+    if why:
+        raise ShapeError(why)
+    pf, blocks = small_ring(caps, bt, stages, cluster, occupancy, prefetch)
     d = layout.decode
     reasons = [
         f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (weights) from registers, B (activations) K-major in "
@@ -390,7 +427,7 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         + (f"every one of the M={m} tokens in one m64n{bt}k16 per k16 step" if m <= bt else
            f"{math.ceil(m / bt)} token tiles of {bt} (m64n{bt}k16 per k16 step)")
         + f"; each warp decodes its 16 channels ({d.kind}{d.bits}, the stream kernel's prepared weights; "
-        f"{_load_words(layout)}) {small_ring(caps, bt, stages, cluster)[0]} atoms ahead",
+        f"{_load_words(layout)}) {pf} atoms ahead",
         f"{stages} {_copy_words(tma)} activation stages of {bt} x 64 ({smem_bytes(bt, stages) // 1024} KiB); {split_why}; "
         "split-K partials added by the last block in a fixed order",
     ]
@@ -402,7 +439,14 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
             "slot is refilled once every block has released it (an mbarrier arrival per warp on the copying block); a "
             "fifth warp issues the copies (160 threads), so no consumer waits for a peer and no block-wide barrier "
             "runs per stage")
-    tiles = TileConfig(bt, SMALL_BC, BK, stages, 1, 5 if cluster else 4, 1, 0, fold, int(tma), cluster=cluster)
+    if occupancy:
+        reasons.append(
+            f"occupancy {occupancy}: registers budgeted for {occupancy} blocks per SM ({65536 // (occupancy * 128)} a "
+            f"thread) with {pf} weight atoms in flight; each stage waits for its own wgmmas (one set of decoded "
+            f"weights live): a warpgroup's small wgmmas run one after another, so more warpgroups per SM "
+            f"({sms * occupancy} slots for {math.ceil(m / bt) * (n // SMALL_BC) * splits} blocks) hide their latency")
+    tiles = TileConfig(bt, SMALL_BC, BK, stages, 1, 5 if cluster else 4, 1, 0, fold, int(tma), cluster=cluster,
+                       prefetch=prefetch, occupancy=occupancy)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=splits,

@@ -234,7 +234,7 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
         elif path == RS_PATH:
             plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages, tiles.bm, tiles.fold,
                                   True if tiles.bulk else None,  # bulk=0 (or an entry older than it): the default
-                                  tiles.cluster)
+                                  tiles.cluster, tiles.occupancy, tiles.prefetch)
         else:
             plan = plan_wna16(caps, layout, m, act, scheme=scheme, tiles=tiles, splits=splits, path=path)
     except (ShapeError, UnsupportedOnDevice, KeyError, TypeError, ValueError) as exc:
@@ -250,6 +250,7 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
 RS_PATH = "wgmma-rs"  # the register-A wgmma kernel; its small-M form (M 9-64) is a tuning candidate
 _RS_SPLITS = (1, 2, 4, 8, 16)
 _RS_STAGES = (4, 6, 8)
+_RS_OCCUPANCY = (6, 7, 8)  # blocks per SM of the small form's occupancy option among the tuner's candidates
 
 
 def _require_register_a_here(caps, m: int, lowest: int, form: str) -> None:
@@ -281,7 +282,8 @@ def _rs_prefill_plan(caps, layout, m: int, act: str, scheme: str, bt: int) -> Pl
 
 
 def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | None, stages: int | None,
-                   bt: int | None = None, fold: int = 0, tma: bool | None = None, cluster: int = 0) -> Plan:
+                   bt: int | None = None, fold: int = 0, tma: bool | None = None, cluster: int = 0,
+                   occupancy: int = 0, prefetch: int = 0) -> Plan:
     """The small-M register-A wgmma plan (runs on the mma.sync handle's prepared weights), or UnsupportedOnDevice /
     ShapeError: it needs M 9-64, a layout it decodes, the wgmma kernels enabled and the live GPU of the profile's
     target (a profile forced onto another GPU keeps the mma.sync kernels)."""
@@ -289,7 +291,7 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
 
     _require_register_a_here(caps, m, rs.SMALL_MIN_M, "small-M")
     return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, splits=splits, stages=stages, fold=fold,
-                                  small=True, tma=tma, cluster=cluster)
+                                  small=True, tma=tma, cluster=cluster, occupancy=occupancy, prefetch=prefetch)
 
 
 def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
@@ -457,6 +459,15 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
         for cluster in clusters if tma else (0,):
             try:
                 p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages, bt, fold, tma, cluster)
+            except HummingError:
+                continue
+            _add_unique(plans, seen, p)
+    # up to 64 tokens, also with the occupancy option (more warpgroups per SM, each with a shallow ring), activations
+    # by TMA where declared
+    if rs.SMALL_MIN_M <= m <= rs.SMALL_MAX_M:
+        for splits, stages, fold, occupancy in itertools.product(_RS_SPLITS, (4, 8), (0, 1), _RS_OCCUPANCY):
+            try:
+                p = _rs_small_plan(caps, layout, m, act, scheme, splits, stages, None, fold, copies[-1], 0, occupancy)
             except HummingError:
                 continue
             _add_unique(plans, seen, p)

@@ -216,7 +216,8 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
             from humming.core.planner_wgmma_rs import DEEP_RING_2WG
 
             prefetch = DEEP_RING_2WG if p.path == "wgmma-rs" and t["bn"] == 128 and m < 1024 else 0
-            assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, "balance": 0, **t,
+            assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, "balance": 0,
+                                                   "occupancy": 0, **t,
                                                    "bulk": bulk,
                                                    "stagger": stagger, "raster": raster, "prefetch": prefetch}
             assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024
