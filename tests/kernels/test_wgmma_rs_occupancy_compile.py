@@ -99,3 +99,19 @@ def test_tuned_entry_with_occupancy_comes_back(tmp_path, monkeypatch):
     entry = {"tiles": dataclasses.asdict(p.tiles), "splits": p.splits, "path": p.path}
     tiles, splits, path = tuning._forced(entry)
     assert (tiles.occupancy, tiles.prefetch, splits, path) == (7, 4, 2, "wgmma-rs")
+
+
+@pytest.mark.parametrize("n,k,m,splits,fold", [(24576, 8192, 16, 2, 1), (24576, 8192, 32, 2, 0), (57344, 8192, 16, 1, 1),
+                                               (24576, 4096, 24, 2, 0)])
+def test_wide_layers_take_the_option_by_default(n, k, m, splits, fold, monkeypatch):
+    """Without a tuned entry, layers whose N/64 slabs fill the form's 4 blocks per SM take 7 blocks per SM with the
+    splits that still all fit at once; narrower layers keep the form's own rule (more splits, 4 blocks per SM)."""
+    from humming.core.planner_wgmma_rs import small_default
+
+    caps = api.resolve_profile(H200)
+    p = small_default(caps, _layout(n=n, k=k), m, "f16", "w4a16")
+    assert (p.tiles.occupancy, p.splits, p.tiles.fold) == (7, splits, fold), p.explain()
+    narrow = small_default(caps, _layout(n=8192, k=8192), m, "f16", "w4a16")
+    assert narrow.tiles.occupancy == 0 and narrow.splits > 1
+    widest = small_default(caps, _layout(n=65536, k=8192), m, "f16", "w4a16")  # 1024 slabs > 7 x 132 blocks
+    assert widest.tiles.occupancy == 0
