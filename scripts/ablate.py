@@ -120,6 +120,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 _PARAMETERISED = {
     "pf": lambda n: [(r"constexpr int PF = \d+, R = PF \+ 1;", f"constexpr int PF = {n}, R = PF + 1;")],
     "lb": lambda n: [(r"(__launch_bounds__\(cfg::[A-Z_]+, )\d+\)", rf"\g<1>{n})")],
+    # small register-A form: thread 0 also asks the L2 for the atom N stages past the ring (one bulk prefetch of its
+    # 2 KB, no registers)
+    "l2pf": lambda n: [(r"(load_g128\(wq\[\(s \+ PF\) % R\], p\);)",
+                        rf'\1 if (tid == 0 && kt + PF + {n} < ktiles) asm volatile("cp.async.bulk.prefetch.L2.global '
+                        rf'[%0], 2048;" :: "l"(p + {n} * ATOM_WORDS) : "memory");')],
 }
 _WAIT0 = [(r"wgmma_wait<1>\(\);( +// the group of kt - 1)", r"wgmma_wait<0>();\1")]
 
