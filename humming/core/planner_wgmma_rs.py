@@ -372,7 +372,10 @@ def _occupancy_default(caps, layout, m: int, act: str, scheme: str, bt: int, tab
     slabs fill 4 blocks per SM): 7 blocks per SM with 2 splits where they all fit at once, else with 1 where the
     slabs do; token tiles of 16 (fold=1, 8 stages) or 32 (plain, 4 stages: fold=1 spills there). Measured on
     28672x8192 (H200, 2026-11-30, the tuner's winners, twelfth session): M=16 45.1 us against 50.3, M=32 53.1
-    against 55.1. None where it does not apply."""
+    against 55.1; measured with the TMA activation copies only, so profiles without them keep the form's rule. None
+    where it does not apply."""
+    if not tma_wanted(caps, None):
+        return None
     sms = caps.limits.sms or _DEFAULT_SMS
     slabs, katoms = layout.n // SMALL_BC, layout.k // BK
     occupancy = 7

@@ -115,3 +115,13 @@ def test_wide_layers_take_the_option_by_default(n, k, m, splits, fold, monkeypat
     assert narrow.tiles.occupancy == 0 and narrow.splits > 1
     widest = small_default(caps, _layout(n=65536, k=8192), m, "f16", "w4a16")  # 1024 slabs > 7 x 132 blocks
     assert widest.tiles.occupancy == 0
+
+
+def test_default_needs_the_tma_copies(monkeypatch):
+    """The default rule was measured with TMA activation copies: with cp.async (HUMMING_WGMMA_RS_TMA=0) the form's
+    own rule plans."""
+    from humming.core.planner_wgmma_rs import TMA_ENV, small_default
+
+    monkeypatch.setenv(TMA_ENV, "0")
+    p = small_default(api.resolve_profile(H200), _layout(n=24576, k=8192), 16, "f16", "w4a16")
+    assert p.tiles.occupancy == 0 and not p.tiles.bulk
