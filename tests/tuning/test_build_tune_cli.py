@@ -217,3 +217,22 @@ def test_tune_only_passes_the_option_and_rejects_unknown_ones(monkeypatch, capsy
     with pytest.raises(SystemExit):
         cli(["tune", "--shapes", "1024x2048", "--only", "warp_magic"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_tune_table_row_names_every_option():
+    """The tuner's table names each candidate's options, so rows that differ only in one (occupancy, a split
+    cluster, balance, ...) can be told apart."""
+    from dataclasses import replace
+
+    from humming.cli.tune import _row
+    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+    from humming.tuner import Timing
+
+    caps = get_profile("nvidia-h200")
+    lay = layout_for(schemes.get("w4a16"), 28672, 8192, "f16", caps=caps)
+    p = plan_wna16_wgmma_rs(caps, lay, 16, "f16", scheme="w4a16", splits=2, stages=8, fold=1, small=True, tma=True,
+                            occupancy=7, prefetch=4)
+    row = _row(1, Timing(replace(p, cluster_splits=True), 44.7), 56.6)
+    assert "fold1,bulk,occupancy7,prefetch4,split-cluster" in row and "x1.27" in row and "44.7" in row
+    plain = _row(2, Timing(replace(p, tiles=replace(p.tiles, fold=0, bulk=0, occupancy=0, prefetch=0)), 50.0), 0)
+    assert plain.rstrip().endswith(" -")
