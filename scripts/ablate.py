@@ -127,6 +127,12 @@ _PARAMETERISED = {
                         rf'[%0], 2048;" :: "l"(p + {n} * ATOM_WORDS) : "memory");')],
 }
 _WAIT0 = [(r"wgmma_wait<1>\(\);( +// the group of kt - 1)", r"wgmma_wait<0>();\1")]
+# register-A kernels: the block barrier and the refill of the slot of kt - 2 after the stage's wgmmas are issued (they
+# run during the barrier) instead of before them (a correct variant)
+_LATE_REFILL = [(r"(      __syncthreads\(\);             // everyone's; both warpgroups are done with the wgmmas of kt - 2\n"
+                 r"      \{\n        const int next = kt \+ LOOKAHEAD;  // refills the slot of kt - 2\n"
+                 r"        if \(next < ktiles\) load_stage\([^\n]*\n      \}\n)((?:.|\n)*?wgmma_commit\(\);\n)",
+                 r"\2\1")]
 
 
 def _part(part: str) -> list[tuple[str, str]]:
@@ -134,6 +140,8 @@ def _part(part: str) -> list[tuple[str, str]]:
         return VARIANTS.get(part, [])
     if part == "w0":
         return _WAIT0
+    if part == "late_refill":
+        return _LATE_REFILL
     head, digits = part.rstrip("0123456789"), part[len(part.rstrip("0123456789")):]
     if head in _PARAMETERISED and digits:
         return _PARAMETERISED[head](int(digits))

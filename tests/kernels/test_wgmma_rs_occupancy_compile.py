@@ -125,3 +125,17 @@ def test_default_needs_the_tma_copies(monkeypatch):
     monkeypatch.setenv(TMA_ENV, "0")
     p = small_default(api.resolve_profile(H200), _layout(n=24576, k=8192), 16, "f16", "w4a16")
     assert p.tiles.occupancy == 0 and not p.tiles.bulk
+
+
+@pytest.mark.parametrize("m,bt,occupancy,late", [(16, 16, 7, True), (32, 32, 7, True), (16, 16, 0, False),
+                                                 (64, 64, 0, True), (128, 128, 0, True)])
+def test_block_barrier_after_the_wgmmas_where_measured_faster(m, bt, occupancy, late):
+    """With TMA copies, at the occupancy option or from 64 tokens, the block barrier and the refill of the slot of
+    kt - 2 follow the stage's wgmma issue; at 16-32 tokens with 4 blocks per SM they precede it."""
+    p = _plan(m=m, bt=bt, fold=0, occupancy=occupancy, stages=4 if bt < 128 else 6, splits=2)
+    loop = api.source(p)
+    loop = loop[loop.index("for (int kb = 0;"):loop.index("// all wgmmas and copies done")]
+    stage_barrier = "__syncthreads();             // everyone's"
+    barrier, commit = loop.index(stage_barrier), loop.index("wgmma_commit();")
+    assert (barrier > commit) == late
+    assert loop.count(stage_barrier) == 1 and loop.count("load_stage(") == 1
