@@ -260,8 +260,10 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         # (scripts/ablate.py late_refill): 28672x8192 M16 / M32 (occupancy 7) 47.4 -> 45.0 / 55.2 -> 53.0 us, M64
         # 70.9 -> 70.3, 8192x8192 M128 33.4 -> 33.0, 4096x14336 M64 / M128 22.1 -> 21.6 / 32.2 -> 31.3; slower at
         # 16 tokens with 4 blocks per SM (8192x8192 M16 17.3 -> 18.1), hence not there
-        mma_block = mma_block.replace("      wgmma_commit();\n", "      wgmma_commit();\n" + refill, 1)
-        refill = ""
+        wgmma_commit = "      wgmma_commit();\n"
+        if wgmma_commit not in mma_block:
+            raise ValueError("internal: the small form's stage has no wgmma commit to put the block barrier after")
+        mma_block, refill = mma_block.replace(wgmma_commit, wgmma_commit + refill, 1), ""
     pdl_trigger = pdl_tail = ""
     if plan.pdl:  # weights are constant: their first stages load before the wait for the previous kernel
         if ws:
