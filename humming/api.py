@@ -324,8 +324,7 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
             precompile_on_first_launch(handle, m, p)
         n, k = p.n, p.k
         grid = p.grid
-        parts = p.partials
-        ws, cnt = _workspace(device, parts * grid[0] * p.tiles.bm * n if parts > 1 else 0, grid[0] * grid[1])
+        ws, cnt = _workspace(device, p.workspace_floats, grid[0] * grid[1])
         values = [0] * 7 + [ws.data_ptr(), cnt.data_ptr(), m, n, k, k // grid[2], prep.packed.out_scale, 0]
         x_box, w_box = tma_boxes(p)
         maps = [b for b in (x_box, w_box) if b is not None]

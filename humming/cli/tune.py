@@ -27,7 +27,8 @@ def add_arguments(p) -> None:
     p.add_argument("--min-gain", type=float, default=0.01,
                    help="keep the planner's default unless a candidate is this fraction faster (default 0.01)")
     p.add_argument("--stream-only", action="store_true", help="for M <= 16 time only stream-path candidates")
-    p.add_argument("--only", default=None, choices=["x_ring", "x_smem", "fold", "bulk", "cluster", "balance", "occupancy"],
+    p.add_argument("--only", default=None, choices=["x_ring", "x_smem", "fold", "bulk", "cluster", "balance", "occupancy",
+                                                   "tail", "streamk"],
                    help="time only candidates with this option (plus the default and the plan chosen now)")
     p.add_argument("--file", default=None, help="tuning file to write (default: $HUMMING_TUNE_FILE or <cache>/tuning.json)")
     p.add_argument("--no-record", action="store_true", help="only print; store nothing")
@@ -43,7 +44,7 @@ def _row(rank, t, default_us) -> str:
         ("x_ring", tl.x_ring), ("x_smem", tl.x_smem), (f"fold{tl.fold}", tl.fold), ("bulk", tl.bulk),
         (f"cluster{tl.cluster}", tl.cluster), (f"balance{tl.balance}", tl.balance), (f"raster{tl.raster}", tl.raster),
         (f"occupancy{tl.occupancy}", tl.occupancy), (f"prefetch{tl.prefetch}", tl.prefetch),
-        ("split-cluster", p.cluster_splits)) if on)
+        (f"tail{tl.tail}", tl.tail), (f"streamk{tl.streamk}", tl.streamk), ("split-cluster", p.cluster_splits)) if on)
     return (f"  {rank:>4} {t.us:9.1f} {ratio:>7}  {kind:6} {tile:<12} {tl.stages:>6} "
             f"{tl.warps_m}x{tl.warps_n}x{tl.warps_k:<3} {p.splits:>5}  {options or '-'}")
 

@@ -37,7 +37,9 @@ from __future__ import annotations
 import re
 from math import lcm
 
+from humming.core import generator_wgmma_rs_streamk as streamk
 from humming.core.generator import _c, gs_epilogue_parts, pair_decode
+from humming.core.planner import TAIL_SPLITS
 from humming.core.planner_wgmma_rs import (
     BC,
     BK,
@@ -135,7 +137,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         else:
             lines += ["#pragma unroll",
                       f"for (int ks = 0; ks < 4; ++ks) wq[{slot}][ks] = load_g32(p + ks * 128);  // word w of chunk ks"]
-        lines += [ln.replace("SLOT", slot).replace("ATOM", f"kt0 + {atom}" if small else atom) for ln in ring_load]
+        lines += [ln.replace("SLOT", slot).replace("ATOM", f"kt0 + {atom}" if small or t.tail or t.streamk else atom)
+                  for ln in ring_load]
         return "\n".join(indent + ln for ln in lines)
 
     if lay.tile_major:
@@ -193,6 +196,9 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         kt_slot, next_slot = "(u % STAGES)", "((u + LOOKAHEAD) % STAGES)"
     else:
         kt_slot, next_slot = "(kt % STAGES)", "next % STAGES"
+    kt_phase = "(kt / STAGES) & 1"
+    if t.streamk:  # stage kt of a segment is the block's stage it0 + kt (the producer copies segment after segment)
+        kt_slot, kt_phase = "((it0 + kt) % STAGES)", "((it0 + kt) / STAGES) & 1"
     if small:
         ktiles_line = ("const int katoms = K / BK, ktiles = k_per_split / BK;   // k atoms of a slab, of this split\n"
                        "  const int kt0 = blockIdx.z * ktiles;                        // this split's first k atom")
@@ -210,6 +216,22 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         copy_out = STAGED_COPY_OUT.replace("c >> 4, ch = c & 15", "c >> 3, ch = c & 7").replace(
             "token row c / 16, channels 8 (c % 16)", "token row c / 8, channels 8 (c % 8)").replace(
             "chunk c = tid + 256 i", "chunk c = tid + 128 i")
+    elif t.streamk:  # the planner's streamk_refusal: the producer warpgroup, no stagger, no tail
+        if t.bulk != 2 or t.stagger or t.tail:
+            raise ValueError("stream-K is written for the producer-warpgroup form without the staggered start or tail")
+        ktiles_line = ""  # katoms in the schedule, kt0 and ktiles per segment
+        load_code = ""
+        wsrc_line = f"const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + {wsrc_lane};"
+        splitk_code = streamk.SPLITK
+        copy_out = STAGED_COPY_OUT
+    elif t.tail:  # the planner's tail_refusal: the producer warpgroup, whole K quarters
+        if t.bulk != 2 or t.raster:
+            raise ValueError("tail is written for the producer-warpgroup form in launch order")
+        ktiles_line = _TAIL_KTILES
+        load_code = ""
+        wsrc_line = f"const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + {wsrc_lane};"
+        splitk_code = _TAIL_SPLITK
+        copy_out = STAGED_COPY_OUT
     else:
         ktiles_line = "const int ktiles = K / BK;"
         load_code = _tma_load_stage("kt * BK") if tma else _LOAD_STAGE
@@ -229,7 +251,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
       const uint32_t v = f32x2_to_act2(acc[4 * j + 2 * h] * cs + bs, acc[4 * j + 2 * h + 1] * cs + bs);"""
     if tma:
         commit = commit_in_loop = ""
-        stage_wait = ("      mbar_wait(xbar0 + 8 * " + kt_slot + ", (kt / STAGES) & 1);  // the tensor copy of stage kt "
+        stage_wait = ("      mbar_wait(xbar0 + 8 * " + kt_slot + ", " + kt_phase + ");  // the tensor copy of stage kt "
                       "has landed (phase: the slot's use count)")
         final_wait = "  fence_proxy_async();"
         params_end = (",        " + gs_doc + "\n"
@@ -291,22 +313,43 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                    "release its slot to the block that refills it\n"
                    f"        mbar_arrive_peer(xbar0 + 8 * (STAGES + {prev}), (kt - 1) % CLUSTER);")
     if ws:
-        load_code = PRODUCER_WARPGROUP
+        load_code = streamk.PRODUCER if t.streamk else PRODUCER_WARPGROUP
+        if t.tail:  # the block's K range starts at atom kt0
+            load_code = load_code.replace("&XMAP, kt * BK, m0", "&XMAP, (kt0 + kt) * BK, m0")
+            if "(kt0 + kt) * BK" not in load_code:
+                raise ValueError("internal: the producer warpgroup's tensor copy has no k coordinate to offset")
         prev_slot = "((u + STAGES - 1) % STAGES)" if kt_slot == "(u % STAGES)" else "((kt + STAGES - 1) % STAGES)"
-        release = ("\n      if (lane == 0 && kt > 0) mbar_arrive(xbar0 + 8 * (STAGES + " + prev_slot + "));  // this "
+        first = "kt > 0"
+        if t.streamk:  # (the first stage of a segment releases the last of the one before)
+            prev_slot, first = "((it0 + kt + STAGES - 1) % STAGES)", "it0 + kt > 0"
+        release = (f"\n      if (lane == 0 && {first}) mbar_arrive(xbar0 + 8 * (STAGES + " + prev_slot + "));  // this "
                    "warp is done with stage kt - 1: its slot may be refilled")
         block_sync = "consumer_sync"
         ws_threads = "\nconstexpr int BLOCK_THREADS = THREADS + 128;  // and a producer warpgroup (warps 8-11)"
+    tail_line = (f"\nconstexpr int TAIL = {t.tail}, TAIL_SPLITS = {TAIL_SPLITS};   // the last TAIL tiles: "
+                 "TAIL_SPLITS blocks each" if t.tail else "")
+    sync_words = ("// all wgmmas done; the last segment's copy-out has read the staging tile" if t.streamk else
+                  "// all wgmmas and copies done: the activation slots become the staging tile")
+    tile_code = (streamk.SCHEDULE if t.streamk else _TAIL_TILE if t.tail else tile_of_block(t.raster))
+    streamk_helpers = streamk.helpers(t.raster) if t.streamk else ""
+    slab_line = "  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel atom row\n"
+    staging = "x0"
+    if t.streamk:  # per segment: the tile's slab, and a staging tile after the activation slots (which keep loading)
+        staging = "stg0"
+        slab_head, slab_body = "", slab_line + "  const uint32_t stg0 = x0 + STAGES * X_BYTES;                  // the staging tile\n"
+        copy_out = copy_out[:-2] if copy_out.endswith("}\n") else copy_out
+    else:
+        slab_head, slab_body = slab_line, ""
     cluster_line = (f"\nconstexpr int CLUSTER = {cluster};           // blocks per cluster (adjacent slabs) sharing each "
                     "activation stage" if cluster else "")
-    return f"""// ===== humming generated kernel: {plan.kernel_name}
+    source = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
 
 namespace cfg {{
 constexpr int BT = {t.bm}, BC = {t.bn}, BK = {BK}, STAGES = {t.stages};   // tokens, channels, k per stage
 {threads_line}{ws_threads}
-constexpr int RASTER = {t.raster};             // token tiles per rasterization group (0: launch order){cluster_line}
+constexpr int RASTER = {t.raster};             // token tiles per rasterization group (0: launch order){cluster_line}{tail_line}
 constexpr int LOOKAHEAD = STAGES - 2;    // activation stages loading while one is multiplied and one may still be read
 constexpr int PF = {pf}, R = PF + 1;           // weight atoms in flight per lane, register ring size
 constexpr int U = {unroll};                 // stages per trip of the main loop (unrolled: ring slots are constants)
@@ -320,7 +363,7 @@ static_assert(LOOKAHEAD >= 2, "at least four stages");
 static_assert(BT * OUT_LD * 2 <= STAGES * X_BYTES, "the staging tile fits in the activation slots");
 static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
 }}
-
+{streamk_helpers}
 extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or cluster else "THREADS"}, {bounds}) {plan.kernel_name}(
     const uint16_t* __restrict__ A,      // activations [M, K], row-major (K-major)
     const uint32_t* __restrict__ B,      // int4 codes in the mma.sync atom layout (humming.core.layout)
@@ -329,21 +372,20 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
     const float* __restrict__ CS,        // per-channel fp32 scale [N] or null
     const uint16_t* __restrict__ BIAS,   // [N] or null
     uint16_t* __restrict__ C,            // output [M, N], row-major
-    float* __restrict__ WS, int* __restrict__ CNT,   {"// split-K partials and tile counters" if small else "// unused (no split-K)"}
+    float* __restrict__ WS, int* __restrict__ CNT,   {"// split-K partials and tile counters" if small or t.tail or t.streamk else "// unused (no split-K)"}
     int M, int N, int K, int k_per_split, float out_scale,
     const float* __restrict__ GS{params_end}
   using namespace cfg;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
   const int g = lane >> 2, q = lane & 3;
-{tile_of_block(t.raster)}{pdl_trigger}
+{tile_code}{pdl_trigger}
   {ktiles_line}
-  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel atom row
-  // the swizzle repeats every 1024 bytes of address: start on such a boundary (1 KiB is reserved)
+{slab_head}  // the swizzle repeats every 1024 bytes of address: start on such a boundary (1 KiB is reserved)
   const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;         // STAGES activation slots, then the staging tile
 
 {load_code}
-  {wsrc_doc}
+{{SEGMENT_BODY}}{slab_body}  {wsrc_doc}
   {wsrc_line}
   const int tab = slab * 64 + g * 8 + 2 * w;                     // tables: n8 tiles 2w (low half), 2w + 1 (high)
 {zero_decl}  uint32_t wq[R][4];  // codes of the atoms in flight: k16 step ks of channels 16w + g (+8){ring_decl_code}{fixed_code}
@@ -386,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
   wgmma_wait<0>();
   {fence_acc}{fold_tail}
 {final_wait}
-  {block_sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
+  {block_sync}();                 {sync_words}
 {splitk_code}
   // acc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
   {scale_line}
@@ -397,12 +439,17 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
     const float bs = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
     #pragma unroll
     for (int j = 0; j < BT / 8; ++j) {{{row_pair}
-      const uint32_t o = x0 + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
+      const uint32_t o = {staging} + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
       sts_u16(o, (uint16_t)(v & 0xFFFFu));
       sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
     }}
   }}
-{copy_out.replace("__syncthreads()", block_sync + "()")}"""
+{copy_out.replace("__syncthreads()", block_sync + "()").replace("lds_128(r, x0 + ", f"lds_128(r, {staging} + ")}"""
+    if t.streamk:  # the tile body runs once per segment
+        head, body = source.split("{SEGMENT_BODY}")
+        body = "\n".join(("  " + ln) if ln else ln for ln in body.split("\n"))
+        return head + streamk.SEGMENT_OPEN + "\n" + body.rstrip() + "\n" + streamk.SEGMENT_CLOSE
+    return source.replace("{SEGMENT_BODY}", "")
 
 
 _LOAD_STAGE = """  // activations: thread tid copies chunk tid % 8 of token rows tid / 8 + 32 i ((row mod 8) is the same for every i)
@@ -536,6 +583,51 @@ _SMALL_SPLITK = """  if (gridDim.z > 1) {
       for (int v = 0; v < CHUNKS; ++v) {
         float r[4];
         load_f32x4_l2(r, tile_ws + (size_t)z * SPLIT_FLOATS + v * 512);
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) acc[4 * v + e] += r[e];
+      }
+  }
+"""
+
+
+# the tail option of the two-warpgroup form (launch order): blocks 0 .. tiles - TAIL - 1 take whole tiles (token tile
+# fastest), the rest are the TAIL_SPLITS quarters of K of each of the last TAIL tiles
+_TAIL_TILE = """  // tail: blocks before `full` take whole tiles; each of the last TAIL tiles runs as TAIL_SPLITS blocks
+  const int tiles_x = (M + BT - 1) / BT, full = tiles_x * (N / BC) - TAIL, unit = blockIdx.y;
+  const int tail = unit < full ? -1 : (unit - full) / TAIL_SPLITS;   // this block's tail tile, or -1
+  const int tile = tail < 0 ? unit : full + tail;
+  const int m0 = tile % tiles_x * BT, n0 = tile / tiles_x * BC;"""
+_TAIL_KTILES = """const int katoms = K / BK, ktiles = tail < 0 ? katoms : katoms / TAIL_SPLITS;   // k atoms of a slab, of this block
+  const int zsplit = tail < 0 ? 0 : (unit - full) % TAIL_SPLITS, kt0 = zsplit * ktiles;   // this block's first k atom"""
+
+# split-K of the tail tiles (the consumer warpgroups; the producer has returned): as _SMALL_SPLITK, for 256 threads,
+# WS[tail tile][split][chunk v][thread], a counter per tail tile
+_TAIL_SPLITK = """  if (tail >= 0) {
+    __shared__ int last_block;
+    constexpr int CHUNKS = WG_ACC_REGS / 4, SPLIT_FLOATS = WG_ACC_REGS * THREADS;  // one split's partial of the tile
+    float* tile_ws = WS + (size_t)tail * TAIL_SPLITS * SPLIT_FLOATS + tid * 4;
+    #pragma unroll
+    for (int v = 0; v < CHUNKS; ++v)
+      store_f32x4(tile_ws + (size_t)zsplit * SPLIT_FLOATS + v * 4 * THREADS, acc[4 * v], acc[4 * v + 1],
+                  acc[4 * v + 2], acc[4 * v + 3]);
+    fence_device();
+    consumer_sync();
+    if (tid == 0) {
+      const int ticket = atomic_add_i32(CNT + tail, 1);
+      last_block = ticket == TAIL_SPLITS - 1;
+      if (last_block) store_i32(CNT + tail, 0);
+    }
+    consumer_sync();
+    if (!last_block) return;
+    fence_device();
+    #pragma unroll
+    for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;
+    #pragma unroll 1
+    for (int z = 0; z < TAIL_SPLITS; ++z)  // in split order: the sum does not depend on which block came last
+      #pragma unroll
+      for (int v = 0; v < CHUNKS; ++v) {
+        float r[4];
+        load_f32x4_l2(r, tile_ws + (size_t)z * SPLIT_FLOATS + v * 4 * THREADS);
         #pragma unroll
         for (int e = 0; e < 4; ++e) acc[4 * v + e] += r[e];
       }

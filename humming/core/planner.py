@@ -17,6 +17,7 @@ from humming.errors import ShapeError, UnsupportedOnDevice
 # k16 steps are spelled from the largest declared shape first
 _K16_SHAPES = ((16, 8, 16), (16, 8, 8))
 _DEFAULT_SMS = 80  # used only when a profile does not know its SM count (said in the reasons)
+TAIL_SPLITS = 4  # TileConfig.tail: blocks per tail tile of the two-warpgroup register-A form (one per quarter of K)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,11 @@ class TileConfig:
     occupancy: int = 0  # small-M register-A form: blocks per SM its registers are budgeted for (0: the form's own
     #                     rule); set, each stage waits for its own wgmmas so one set of decoded weights is live, and
     #                     the weight ring holds `prefetch` atoms (default OCCUPANCY_PF): more, shallower warpgroups
+    tail: int = 0  # two-warpgroup register-A form with one token tile: the last `tail` channel tiles run as
+    #                TAIL_SPLITS blocks each (one per quarter of K, fp32 partials added by the last), so the round
+    #                after the last whole one takes a quarter-tile granularity instead of whole tiles
+    streamk: int = 0  # two-warpgroup register-A form: this many persistent blocks (one per SM) take the tiles in whole
+    #                   waves, then split the left-over tiles' k atoms evenly (stream-K); 0 = one block per tile
 
     @property
     def threads(self) -> int:
@@ -114,15 +120,32 @@ class Plan:
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        return (math.ceil(self.m / self.tiles.bm), self.n // self.tiles.bn + getattr(self.tiles, "balance", 0),
-                self.splits)
+        t = self.tiles
+        if getattr(t, "streamk", 0):  # persistent blocks along y
+            return (1, t.streamk, 1)
+        if getattr(t, "tail", 0):  # every tile in launch order along y, then the tail tiles' K quarters
+            return (1, math.ceil(self.m / t.bm) * (self.n // t.bn) + t.tail * (TAIL_SPLITS - 1), 1)
+        return (math.ceil(self.m / t.bm), self.n // t.bn + getattr(t, "balance", 0), self.splits)
 
     @property
     def partials(self) -> int:
         """Split-K partials per output tile the workspace must hold (1: none)."""
         if self.cluster_splits:
             return 1
+        if getattr(self.tiles, "tail", 0):
+            return TAIL_SPLITS
         return 2 if getattr(self.tiles, "balance", 0) else self.splits
+
+    @property
+    def workspace_floats(self) -> int:
+        """fp32 split-K partials the launch's workspace must hold (0: none)."""
+        t = self.tiles
+        if getattr(t, "streamk", 0):  # two slots per block: its first and its last segment
+            return t.streamk * 2 * t.bm * t.bn
+        if getattr(t, "tail", 0):
+            return t.tail * TAIL_SPLITS * t.bm * t.bn
+        parts = self.partials
+        return parts * self.grid[0] * t.bm * self.n if parts > 1 else 0
 
     @property
     def cluster_dims(self) -> tuple[int, int, int] | None:
@@ -186,6 +209,7 @@ class Plan:
                 f"{'x' if t.x_ring else ''}{'s' if t.x_smem else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}{'b' if t.bulk else ''}"
                 f"{f'c{t.cluster}' if t.cluster else ''}{f'p{t.prefetch}' if t.prefetch else ''}"
                 f"{f'v{t.balance}' if getattr(t, 'balance', 0) else ''}{f'o{t.occupancy}' if t.occupancy else ''}"
+                f"{f'q{t.tail}' if getattr(t, 'tail', 0) else ''}{f'k{t.streamk}' if getattr(t, 'streamk', 0) else ''}"
                 f"{'_ts' if self.row_scale else ''}{'_pdl' if self.pdl else ''}{'_cs' if self.cluster_splits else ''}"
                 f"_{self.kernel_key}")
 

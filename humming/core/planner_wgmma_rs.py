@@ -4,14 +4,15 @@ operand of wgmma m64nNk16, activations the B operand in shared memory. The defau
 declares the wgmma k16 form of the activation type and cp.async; HUMMING_WGMMA_RS=1 takes it from M >= 128, =0 never.
 
 Tile naming: ``TileConfig.bm`` is the token tile (the wgmma N, 128 or 256), ``bn`` the 128 output channels of the
-two warpgroups, ``bk`` the 64 k of one stage; so ``Plan.grid`` = (token tiles, channel tiles, 1)."""
+two warpgroups, ``bk`` the 64 k of one stage; so ``Plan.grid`` = (token tiles, channel tiles, 1), or with the tail
+option (1, tiles + 3 x tail, 1): every tile in launch order, the last ``tail`` of them as four K quarters each."""
 from __future__ import annotations
 
 import math
 import os
 from dataclasses import replace
 
-from humming.core.planner import _DEFAULT_SMS, Plan, TileConfig
+from humming.core.planner import _DEFAULT_SMS, TAIL_SPLITS, Plan, TileConfig
 from humming.core.planner_wgmma_wna16 import wgmma_k16_form
 from humming.core.wgmma_common import (
     STAGGER_ENV,
@@ -137,10 +138,11 @@ def cluster_refusal(caps, n: int, stages: int, tma: bool, cluster: int) -> str:
     return ""
 
 
-def smem_bytes(bt: int, stages: int) -> int:
+def smem_bytes(bt: int, stages: int, staging: bool = False) -> int:
     """STAGES activation tiles (bt rows x 128 B) and 1 KiB to align them to 1024 bytes; the epilogue's staging
-    tile (bt rows x (128 + OUT_PAD) 16-bit values) reuses them."""
-    return stages * bt * BK * 2 + 1024
+    tile (bt rows x (128 + OUT_PAD) 16-bit values) reuses them, or with ``staging`` (the stream-K option, whose
+    producer keeps loading the next segment's stages) comes after them."""
+    return stages * bt * BK * 2 + 1024 + (bt * (BC + OUT_PAD) * 2 if staging else 0)
 
 
 # the two-warpgroup form below its default M (a tuned plan): measured on the H200 (2026-11-30, scripts/ablate.py
@@ -220,10 +222,43 @@ RASTER = 4
 STAGGER_MIN_M = 1024
 
 
+def tail_tiles(tiles: int, sms: int) -> int:
+    """The tail option's tile count for a two-warpgroup launch of ``tiles`` blocks at one block per SM: the tiles
+    left for the last round, where their K quarters need fewer quarter rounds than one whole round (224 tiles on
+    132 SMs: 92, whose 368 quarters take 3 quarter rounds: 1.75 rounds of work instead of 2), else 0."""
+    left = tiles % sms if sms else 0
+    if not left or math.ceil(left * TAIL_SPLITS / sms) >= TAIL_SPLITS:
+        return 0
+    return left
+
+
+def tail_refusal(m: int, n: int, k: int, bt: int, tail: int, producer_warp: bool) -> str:
+    """Why the two-warpgroup form cannot take the tail option ("" when it can)."""
+    if not tail:
+        return ""
+    if not producer_warp:
+        return "tail is written for the two-warpgroup form with the producer warpgroup (TMA copies, setmaxnreg)"
+    tiles = math.ceil(m / bt) * (n // BC)
+    if not 0 < tail <= tiles:
+        return f"tail {tail}: between 1 and the {tiles} tiles of M={m} x N={n}"
+    if (k // BK) % TAIL_SPLITS:
+        return f"tail splits K in {TAIL_SPLITS}: the {k // BK} k atoms of K={k} must be a multiple of {TAIL_SPLITS}"
+    return ""
+
+
+def streamk_refusal(tail: int, producer_warp: bool) -> str:
+    """Why the two-warpgroup form cannot take the stream-K option ("" when it can)."""
+    if not producer_warp:
+        return "stream-K is written for the two-warpgroup form with the producer warpgroup (TMA copies, setmaxnreg)"
+    if tail:
+        return "stream-K and tail both split tiles of the last round: one or the other"
+    return ""
+
+
 def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None,
                         splits: int | None = None, stages: int | None = None, fold: int = 0,
                         small: bool | None = None, tma: bool | None = None, cluster: int = 0,
-                        occupancy: int = 0, prefetch: int = 0) -> Plan:
+                        occupancy: int = 0, prefetch: int = 0, tail: int = 0, streamk: int = 0) -> Plan:
     """Plan the register-A wgmma WnA16 kernel for a ``WeightLayout`` (humming.core.layout), or UnsupportedOnDevice /
     ShapeError naming what is missing. ``bt`` forces the token tile (128 or 256; 16-64 for the small-M form, which
     M <= SMALL_MAX_M takes by default); ``splits``, ``stages`` and ``fold`` (raw codes into the wgmma, zero point and
@@ -232,12 +267,18 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     per slot) instead of every thread's cp.async; None: HUMMING_WGMMA_RS_TMA, else TMA_DEFAULT. ``cluster`` (2 or 4,
     small-M form with TMA): blocks of that many adjacent slabs form a thread-block cluster and read each activation
     stage from L2 once, multicast into all of their slots. ``occupancy`` (blocks per SM, OCCUPANCY_RANGE) and
-    ``prefetch`` (weight atoms in flight per lane) are options of the small-M form (see small_ring)."""
+    ``prefetch`` (weight atoms in flight per lane) are options of the small-M form (see small_ring). ``tail`` (the
+    two-warpgroup form, see tail_tiles): the last ``tail`` tiles in launch order run as TAIL_SPLITS blocks each, one
+    per quarter of K. ``streamk`` (the two-warpgroup form): that many persistent blocks (one per SM) take the tiles
+    in whole waves, then split the k atoms of the tiles left over evenly (humming.core.generator_wgmma_rs_streamk)."""
     form = wgmma_k16_form(caps, act)
     require_wgmma(caps, m, form, f"m64nNk16 {act} x {act} -> f32", "the mma.sync kernels run WnA16 there",
                   "register-A wgmma WnA16 pipeline")
     if small is None:
         small = (bt is None and m <= SMALL_MAX_M) or (bt is not None and bt < 128)
+    if small and (tail or streamk):
+        raise ShapeError(f"{'tail' if tail else 'stream-K'} is an option of the two-warpgroup form (the small form "
+                         "splits K with splits)")
     if small:
         return _plan_small(caps, layout, m, act, scheme, form, bt, splits, stages, fold, tma_wanted(caps, tma), cluster,
                            occupancy, prefetch)
@@ -270,16 +311,19 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
         f"decodes them in registers ({d.kind}{d.bits}: magic number | code, {zero}, {scale}) into the m16n8k16 A "
         "fragment that each warp of a warpgroup supplies; no shared-memory traffic for the weights",
     ]
+    if bt not in (None, 128, 256):
+        raise ShapeError(f"the two-warpgroup register-A form takes token tiles of 128 or 256, not {bt}")
     cands = [b for b in ((bt,) if bt else (256, 128)) if b in form.n_values]
     if not cands:
         raise UnsupportedOnDevice(f"{caps.name} declares no wgmma m64n{bt or 256}k16 {act}")
     bt = _token_tile(m, n, sms, cands, reasons)
-    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(bt, s) <= limit), None)
+    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(bt, s, bool(streamk)) <= limit),
+                  None)
     if stages is None:
         raise UnsupportedOnDevice(
             f"no register-A wgmma tile of {bt} tokens with {MIN_STAGES} stages fits {caps.name}'s {limit} B of "
             "shared memory")
-    smem = smem_bytes(bt, stages)
+    smem = smem_bytes(bt, stages, bool(streamk))
     use_tma = tma_wanted(caps, tma)
     producer_warp = use_tma and declared_option(bool(caps.memory.setmaxnreg), None, WS_ENV, WS_DEFAULT, "")
     reasons.append(
@@ -287,13 +331,24 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
         f"{_copy_words(use_tma)} activation slots ({stages if producer_warp else stages - 2} in flight; rows past M "
         f"zero-filled); {smem // 1024} KiB of "
         f"{limit // 1024} KiB shared memory")
+    why = tail_refusal(m, n, k, bt, tail, producer_warp) or (streamk_refusal(tail, producer_warp) if streamk else "")
+    if why:
+        raise ShapeError(why)
+    if streamk and not 0 < streamk <= 65535:
+        raise ShapeError(f"stream-K takes 1..65535 persistent blocks, not {streamk}")
+    tiles = math.ceil(m / bt) * (n // BC)
     reasons.append("epilogue: scales and bias per channel, the tile transposed through shared memory, 16-byte "
-                   "stores of whole token rows (rows past M skipped); no split-K")
+                   "stores of whole token rows (rows past M skipped); " + (
+                       f"tail {tail}: the last {tail} of {tiles} tiles run as {TAIL_SPLITS} blocks each, one per "
+                       f"quarter of K ({tiles - tail + tail * TAIL_SPLITS} blocks on {sms} SMs: the work of "
+                       f"{tiles / sms:.2f} rounds of whole tiles, which alone take {math.ceil(tiles / sms)}); fp32 "
+                       "partials added by the last block of a tile in a fixed order"
+                       if tail else _streamk_words(tiles, k // BK, streamk) if streamk else "no split-K"))
     if producer_warp:
         reasons.append(f"a producer warpgroup ({WS_ENV}=0 turns it off; setmaxnreg 40, the consumers take 232) issues every tensor "
                        "copy into the slot the consumers released (EMPTY mbarriers); the two consumer warpgroups meet "
                        "only at the FULL mbarriers")
-    stagger = int(producer_warp and stagger_wanted() and m >= STAGGER_MIN_M)
+    stagger = int(producer_warp and stagger_wanted() and m >= STAGGER_MIN_M and not streamk)
     if stagger:
         reasons.append(f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
                        "0's, so each decodes while the other's wgmmas run")
@@ -301,18 +356,27 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     if prefetch:
         reasons.append(f"below M {DEFAULT_MIN_M}: {prefetch} weight atoms in flight per lane instead of {PF} (few "
                        "tiles per SM: the weight latency is not hidden by other blocks)")
-    raster = raster_from_env(RASTER_ENV, RASTER)
+    raster = 0 if tail else raster_from_env(RASTER_ENV, RASTER)  # the tail option's blocks go in launch order
     if raster:
         reasons.append(f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
                        "blocks take its token tiles for one channel tile after another, so the blocks running together "
                        f"share {raster} activation tiles in L2 instead of all of them")
     tiles = TileConfig(bt, BC, BK, stages, 1, 12 if producer_warp else 8, 1, bulk=2 if producer_warp else int(use_tma),
-                       stagger=stagger, raster=raster, prefetch=prefetch)
+                       stagger=stagger, raster=raster, prefetch=prefetch, tail=tail, streamk=streamk)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,
         async_copy=True, smem_bytes=smem, reasons=tuple(reasons),
     )
+
+
+def _streamk_words(tiles: int, katoms: int, blocks: int) -> str:
+    waves, left = divmod(tiles, blocks)
+    return (f"stream-K over {blocks} persistent blocks: {waves} wave(s) of whole tiles, then the {left * katoms} k atoms "
+            f"of the {left} tiles left split evenly ({left * katoms / blocks:.1f} a block, each block's run within at "
+            "most two tiles); the producer copies every segment's stages without a break, each segment's epilogue "
+            "goes through a staging tile of its own; a split tile's fp32 partials are added by the last of its blocks, "
+            "in block order")
 
 
 # ---- the small-M form (decode batches and prefill below M 1024): one warpgroup per block (64 channels, one slab),

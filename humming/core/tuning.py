@@ -37,6 +37,7 @@ import functools
 import itertools
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -230,7 +231,7 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
         if path == "stream" and m > STREAM_MAX_M:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}")
         if path == RS_PATH and tiles.bn > 64:  # the two-warpgroup form below its default M (same weights)
-            plan = _rs_prefill_plan(caps, layout, m, act, scheme, tiles.bm)
+            plan = _rs_prefill_plan(caps, layout, m, act, scheme, tiles.bm, tiles.tail, tiles.streamk)
         elif path == RS_PATH:
             plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages, tiles.bm, tiles.fold,
                                   True if tiles.bulk else None,  # bulk=0 (or an entry older than it): the default
@@ -268,17 +269,17 @@ def _require_register_a_here(caps, m: int, lowest: int, form: str) -> None:
         raise UnsupportedOnDevice(f"the live GPU is not {caps.name}'s own target (wgmma kernels run only there)")
 
 
-def _rs_prefill_plan(caps, layout, m: int, act: str, scheme: str, bt: int) -> Plan:
+def _rs_prefill_plan(caps, layout, m: int, act: str, scheme: str, bt: int, tail: int = 0, streamk: int = 0) -> Plan:
     """The two-warpgroup register-A plan (128 channels per block, its producer warpgroup where declared) at an M
-    below its default threshold, with a token tile of ``bt``: a tuning candidate from M 128, run on the same
-    prepared weights as the small form."""
+    below its default threshold, with a token tile of ``bt`` (and ``tail`` tiles split in K quarters, or ``streamk``
+    persistent blocks): a tuning candidate from M 128, run on the same prepared weights as the small form."""
     from humming.core import planner_wgmma_rs as rs
 
     _require_register_a_here(caps, m, rs.MIN_M, "two-warpgroup")
     why = rs.layout_refusal(layout) or rs.default_refusal(layout)
     if why:
         raise UnsupportedOnDevice(f"the two-warpgroup register-A form does not take this layout: {why}")
-    return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, small=False)
+    return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, small=False, tail=tail, streamk=streamk)
 
 
 def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | None, stages: int | None,
@@ -472,12 +473,17 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
                 continue
             _add_unique(plans, seen, p)
     if rs.MIN_M <= m < rs.DEFAULT_MIN_M:  # the two-warpgroup form (128 channels per block: half the activation reads)
+        # also with the tail option where the last round's tiles split in K quarters fill a round better, and as
+        # stream-K over one persistent block per SM
+        sms = caps.limits.sms or 0
         for bt in (128, 256):
-            try:
-                p = _rs_prefill_plan(caps, layout, m, act, scheme, bt)
-            except HummingError:
-                continue
-            _add_unique(plans, seen, p)
+            tail = rs.tail_tiles(math.ceil(m / bt) * (layout.n // rs.BC), sms)
+            for split_tail, streamk in ((0, 0), *(((tail, 0),) if tail else ()), *(((0, sms),) if sms else ())):
+                try:
+                    p = _rs_prefill_plan(caps, layout, m, act, scheme, bt, split_tail, streamk)
+                except HummingError:
+                    continue
+                _add_unique(plans, seen, p)
     return plans
 
 

@@ -189,7 +189,7 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
                                    entry["m_bucket"])
     bucket = tuning.bucket_of(entry["m"])
     assert bucket.label == entry["m_bucket"]
-    for m in (bucket.lo, entry["m"], bucket.hi):
+    for m in (v for v in (bucket.lo, entry["m"], bucket.hi) if v is not None):  # (the last bucket has no end)
         p = tuning.tuned_plan(caps, layout, m, "f16")
         if entry["path"] == "wgmma-rs" and t_bn(entry) > 64 and m < 128:
             # the two-warpgroup form runs from one 128-token tile: below it the planner's rules (the small form)
@@ -207,17 +207,20 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
             # where the profile declares it; entries older than that option say nothing else)
             bulk = t.get("bulk") or int(p.path == "wgmma-rs" and tma_wanted(caps, None))
             # the two-warpgroup form with its producer warpgroup starts its consumers staggered (a planner rule)
-            stagger = int(p.path == "wgmma-rs" and t["bn"] == 128 and p.tiles.bulk == 2 and m >= 1024)
-            # the two-warpgroup form's plans (tuned ones too) rasterize their blocks (a planner rule)
+            # (not with stream-K)
+            stagger = int(p.path == "wgmma-rs" and t["bn"] == 128 and p.tiles.bulk == 2 and m >= 1024
+                          and not t.get("streamk"))
+            # the two-warpgroup form's plans (tuned ones too) rasterize their blocks, except with the tail option
+            # (a planner rule)
             from humming.core.planner_wgmma_rs import RASTER
 
-            raster = RASTER if p.path == "wgmma-rs" and t["bn"] == 128 else 0
+            raster = RASTER if p.path == "wgmma-rs" and t["bn"] == 128 and not t.get("tail") else 0
             # ... and below M 1024 keep a deeper weight ring (a planner rule)
             from humming.core.planner_wgmma_rs import DEEP_RING_2WG
 
             prefetch = DEEP_RING_2WG if p.path == "wgmma-rs" and t["bn"] == 128 and m < 1024 else 0
             assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, "balance": 0,
-                                                   "occupancy": 0, **t,
+                                                   "occupancy": 0, "tail": 0, "streamk": 0, **t,
                                                    "bulk": bulk,
                                                    "stagger": stagger, "raster": raster, "prefetch": prefetch}
             assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024

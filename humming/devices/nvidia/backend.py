@@ -67,11 +67,13 @@ __device__ __forceinline__ void store_f32x4(float* p, float a, float b, float c,
   asm volatile("st.global.v4.f32 [%0], {%1,%2,%3,%4};\n" :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
 __device__ __forceinline__ void store_u32(void* p, uint32_t v) { asm volatile("st.global.b32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory"); }
+// volatile like every load here: a plain asm is a pure function to the compiler, which may then issue it ahead of
+// the test that guards it (`CS ? load_f32(CS + n) : 1`, hoisted out of a loop: a read of a null pointer)
 __device__ __forceinline__ uint16_t load_u16(const void* p) {
-  uint16_t r; asm("ld.global.nc.u16 %0, [%1];\n" : "=h"(r) : "l"(p)); return r;
+  uint16_t r; asm volatile("ld.global.nc.u16 %0, [%1];\n" : "=h"(r) : "l"(p)); return r;
 }
 __device__ __forceinline__ float load_f32(const float* p) {
-  float r; asm("ld.global.nc.f32 %0, [%1];\n" : "=f"(r) : "l"(p)); return r;
+  float r; asm volatile("ld.global.nc.f32 %0, [%1];\n" : "=f"(r) : "l"(p)); return r;
 }
 // read-only global loads (weights streamed once; activations and scales shared through L1)
 __device__ __forceinline__ void load_g128(uint32_t (&r)[4], const void* p) {

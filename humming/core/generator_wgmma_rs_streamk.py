@@ -1,0 +1,150 @@
+"""CUDA pieces of the two-warpgroup register-A form's stream-K option (TileConfig.streamk; humming.core.generator_wgmma_rs
+assembles them): ``streamk`` persistent blocks (one per SM) take the tiles in waves (tile wave x P + b, whole K), then
+split the atoms of the tiles left over evenly, each block a contiguous run of them (tile-major, so a block's run spans
+at most two tiles: the last part of one and the first part of the next). The producer warpgroup streams the
+activation stages of every segment of the block without a break; the consumers run one segment after another (the
+weight ring restarts per segment) and write each segment through a staging tile of their own, so the producer fills
+the next segment's slots meanwhile. A split tile's partials (fp32, per block two slots: its first and its last
+segment) are added by the last of its blocks to finish (per-tile counter), in block order: the result does not
+depend on which finished last, and no block waits for another.
+"""
+from __future__ import annotations
+
+# the schedule as a small struct of the launch's numbers (made where needed, so that few registers stay live across
+# the main loop): P blocks; `waves` whole-tile waves; a block's stream-K atoms [run_start(b), run_start(b + 1)) among
+# those of the tiles after dp_tiles; tile -> (m0, n0) in launch order (token tile fastest) or in rasterization groups
+HELPERS = """
+// stream-K (TileConfig.streamk): P persistent blocks take the tiles in whole waves (tile wave * P + b), then split the
+// atoms of the tiles left over evenly, block b the run [run_start(b), run_start(b + 1)) in tile-major order
+struct StreamK {
+  int P, katoms, tiles_x, tiles_y, waves, dp_tiles;
+  long long sk_atoms;  // the left-over tiles' atoms
+  __device__ __forceinline__ StreamK(int M, int N, int K, int blocks) {
+    P = blocks, katoms = K / cfg::BK, tiles_x = (M + cfg::BT - 1) / cfg::BT, tiles_y = N / cfg::BC;
+    waves = tiles_x * tiles_y / P, dp_tiles = waves * P, sk_atoms = (long long)(tiles_x * tiles_y - dp_tiles) * katoms;
+  }
+  __device__ __forceinline__ int run_start(int b) const { return (int)(sk_atoms * b / P); }
+  // block b's next segment (tile, first k atom kt0, atoms ktiles) after (wave, ga); false when it has none left
+  __device__ __forceinline__ bool next(int b, int& wave, int& ga, int& tile, int& kt0, int& ktiles) const {
+    if (wave < waves) {
+      tile = wave++ * P + b, kt0 = 0, ktiles = katoms;
+      return true;
+    }
+    const int end = run_start(b + 1);
+    if (ga >= end) return false;
+    const int t = ga / katoms;
+    tile = dp_tiles + t, kt0 = ga - t * katoms, ktiles = min(katoms - kt0, end - ga);
+    ga += ktiles;
+    return true;
+  }
+  __device__ __forceinline__ void origin(int tile, int& m0, int& n0) const {{TILE_ORIGIN}
+  }
+};
+"""
+
+TILE_IN_LAUNCH_ORDER = """
+    m0 = tile % tiles_x * cfg::BT, n0 = tile / tiles_x * cfg::BC;"""
+TILE_RASTERIZED = """
+    const int per_group = cfg::RASTER * tiles_y, first = tile / per_group * cfg::RASTER;
+    const int rows = min(tiles_x - first, cfg::RASTER);
+    m0 = (first + tile % per_group % rows) * cfg::BT, n0 = (tile % per_group / rows) * cfg::BC;"""
+
+
+def helpers(raster: int) -> str:
+    return HELPERS.replace("{TILE_ORIGIN}", TILE_RASTERIZED if raster else TILE_IN_LAUNCH_ORDER)
+
+
+SCHEDULE = """  // stream-K: this block's segments come from StreamK(M, N, K, gridDim.y), made where needed
+  const int katoms = K / BK, blk = blockIdx.y;"""
+
+
+PRODUCER = """  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
+  const uint32_t xbar0 = smem_u32(xbar);
+  if (tid == 0) {
+    #pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(xbar0 + 8 * s, 1);
+      mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread copies every segment's stages in turn
+    setmaxnreg_dec<40>();
+    if (tid == THREADS) {
+      int wave = 0, ga = StreamK(M, N, K, gridDim.y).run_start(blk), tile, kt0, ktiles;
+      int it = 0;  // stages copied so far (slot it % STAGES)
+      while (StreamK(M, N, K, gridDim.y).next(blk, wave, ga, tile, kt0, ktiles)) {
+        int m0, n0;
+        StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);
+        #pragma unroll 1
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          const int s = it % STAGES;
+          if (it >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);  // stage it - STAGES released
+          mbar_expect_tx(xbar0 + 8 * s, X_BYTES);
+          tma_load_2d(x0 + s * X_BYTES, &XMAP, (kt0 + kt) * BK, m0, xbar0 + 8 * s);
+        }
+      }
+    }
+    return;
+  }
+  setmaxnreg_inc<232>();  // the consumers take the producer's registers
+"""
+
+SEGMENT_OPEN = """  int it0 = 0;  // stages consumed before this segment
+  int wave = 0, ga = StreamK(M, N, K, gridDim.y).run_start(blk), tile, kt0, ktiles;
+  #pragma unroll 1
+  while (StreamK(M, N, K, gridDim.y).next(blk, wave, ga, tile, kt0, ktiles)) {
+    int m0, n0;
+    StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);"""
+
+SEGMENT_CLOSE = """    it0 += ktiles;
+  }
+}
+"""
+
+# a stream-K segment (fewer atoms than K): store the partial into this block's slot (0: its first segment, 1: its
+# last), add its atoms to the tile's counter; the block that completes the tile's K adds every block's partial in
+# block order (blocks with no atoms, where the left-over atoms are fewer than the blocks, hold none)
+SPLITK = """  if (ktiles != katoms) {
+    __shared__ int last_segment;
+    const StreamK sk(M, N, K, gridDim.y);
+    constexpr int CHUNKS = WG_ACC_REGS / 4, SPLIT_FLOATS = WG_ACC_REGS * THREADS;  // one segment's partial of the tile
+    const long long t0 = (long long)(tile - sk.dp_tiles) * katoms;  // the tile's first stream-K atom
+    const int b_first = (int)(((t0 + 1) * sk.P - 1) / sk.sk_atoms), b_last = (int)(((t0 + katoms) * sk.P - 1) / sk.sk_atoms);
+    float* ws_lane = WS + tid * 4;
+    float* mine = ws_lane + ((size_t)blk * 2 + (ga - ktiles == sk.run_start(blk) ? 0 : 1)) * SPLIT_FLOATS;
+    #pragma unroll
+    for (int v = 0; v < CHUNKS; ++v)
+      store_f32x4(mine + v * 4 * THREADS, acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]);
+    fence_device();
+    consumer_sync();
+    if (tid == 0) {
+      int* counter = CNT + (tile - sk.dp_tiles);
+      const int done = atomic_add_i32(counter, ktiles) + ktiles;  // the tile's atoms summed so far
+      last_segment = done == katoms;
+      if (last_segment) store_i32(counter, 0);
+    }
+    consumer_sync();
+    if (!last_segment) {
+      it0 += ktiles;
+      continue;
+    }
+    fence_device();
+    #pragma unroll
+    for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;
+    #pragma unroll 1
+    for (int bj = b_first; bj <= b_last; ++bj) {  // block order: the sum does not depend on which block came last
+      const int s0 = sk.run_start(bj);  // block bj's first stream-K atom
+      if (s0 == sk.run_start(bj + 1)) continue;  // (no atoms)
+      const float* part = ws_lane + ((size_t)bj * 2 + (s0 >= t0 ? 0 : 1)) * SPLIT_FLOATS;
+      #pragma unroll
+      for (int v = 0; v < CHUNKS; ++v) {
+        float r[4];
+        load_f32x4_l2(r, part + v * 4 * THREADS);
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) acc[4 * v + e] += r[e];
+      }
+    }
+  }
+"""

@@ -1,0 +1,110 @@
+"""CPU: the two-warpgroup register-A form's stream-K option (TileConfig.streamk): the schedule's arithmetic (a model of
+the kernel's formulas covers every atom of every tile exactly once, a block's run meets at most two tiles, the
+partial slots and the per-tile atom counters add up, also with fewer left-over atoms than blocks), the plan's grid,
+workspace, shared memory and reasons, the refusals; the kernel compiles for sm_90a without serialized wgmmas and keeps
+the other kernels' source unchanged."""
+import re
+
+import pytest
+
+import humming
+from humming import api
+from humming.core.layout import layout_for
+from humming.core.planner_wgmma_rs import BC, OUT_PAD, plan_wna16_wgmma_rs, smem_bytes
+from humming.errors import ShapeError
+
+H200 = "nvidia-h200"
+
+
+def _layout(n=28672, k=8192, group=128, name="w4a16"):
+    sch = humming.schemes.get(name)
+    sch = sch.with_(granularity="channel", group_size=None) if group is None else sch.with_(group_size=group)
+    return layout_for(sch, n, k, "f16", caps=api.resolve_profile(H200))
+
+
+def _plan(m=128, bt=128, streamk=132, n=28672, k=8192, group=128, name="w4a16", **kw):
+    return plan_wna16_wgmma_rs(api.resolve_profile(H200), _layout(n, k, group, name), m, "f16", scheme=name, bt=bt,
+                               small=False, streamk=streamk, **kw)
+
+
+def _segments(tiles: int, katoms: int, blocks: int):
+    """The kernel's schedule (generator_wgmma_rs_streamk.SCHEDULE) in Python: per block, its (tile, kt0, ktiles)."""
+    waves, dp = tiles // blocks, tiles // blocks * blocks
+    sk_atoms = (tiles - dp) * katoms
+    out = []
+    for b in range(blocks):
+        segs = [(w * blocks + b, 0, katoms) for w in range(waves)]
+        ga, sk1 = sk_atoms * b // blocks, sk_atoms * (b + 1) // blocks
+        while ga < sk1:
+            t = ga // katoms
+            kt0 = ga - t * katoms
+            n = min(katoms - kt0, sk1 - ga)
+            segs.append((dp + t, kt0, n))
+            ga += n
+        out.append(segs)
+    return out, dp, sk_atoms
+
+
+@pytest.mark.parametrize("tiles,katoms,blocks", [(224, 128, 132), (1024, 128, 132), (32, 224, 132), (8, 4, 7),
+                                                 (133, 128, 132), (3584, 128, 132), (8, 64, 3), (1, 16, 132)])
+def test_schedule_covers_every_atom_once(tiles, katoms, blocks):
+    per_block, dp, sk_atoms = _segments(tiles, katoms, blocks)
+    covered = {}
+    for b, segs in enumerate(per_block):
+        split = [s for s in segs if s[2] != katoms]
+        assert len(split) <= 2  # a block's stream-K run meets at most two tiles: two partial slots
+        for tile, kt0, n in segs:
+            for kt in range(kt0, kt0 + n):
+                assert (tile, kt) not in covered
+                covered[(tile, kt)] = b
+    assert len(covered) == tiles * katoms
+    for tile in range(dp, tiles):  # the reader's block range and slot rule find every writer of a split tile
+        t0 = (tile - dp) * katoms
+        b_first, b_last = ((t0 + 1) * blocks - 1) // sk_atoms, ((t0 + katoms) * blocks - 1) // sk_atoms
+        writers = sorted({covered[(tile, kt)] for kt in range(katoms)})
+        if len(writers) == 1 and any(s == (tile, 0, katoms) for s in per_block[writers[0]]):
+            continue
+        assert writers == [b for b in range(b_first, b_last + 1) if sk_atoms * b // blocks < sk_atoms * (b + 1) // blocks]
+        for b in writers:
+            slot = 0 if sk_atoms * b // blocks >= t0 else 1
+            first = next(s for s in per_block[b] if s[2] != katoms)
+            assert (first[0] == tile) == (slot == 0)
+
+
+@pytest.mark.parametrize("m,bt,stages", [(128, 128, 6), (256, 256, 4), (4096, 256, 4)])
+def test_streamk_plan(m, bt, stages):
+    p = _plan(m=m, bt=bt, n=8192 if m == 4096 else 28672)
+    assert p.grid == (1, 132, 1) and p.workspace_floats == 132 * 2 * bt * 128
+    assert p.tiles.stages == stages and p.smem_bytes == smem_bytes(bt, stages, True)
+    assert p.smem_bytes == stages * bt * 128 + 1024 + bt * (BC + OUT_PAD) * 2 <= 227 * 1024
+    assert p.tiles.stagger == 0 and p.kernel_name.split("_")[-2].endswith("k132")
+    assert any("stream-K over 132 persistent blocks" in r for r in p.reasons)
+    src = api.source(p)
+    assert "StreamK(M, N, K, gridDim.y).next(blk, wave, ga, tile, kt0, ktiles)" in src
+    assert "tma_load_2d(x0 + s * X_BYTES, &XMAP, (kt0 + kt) * BK, m0" in src
+    assert "const uint32_t stg0 = x0 + STAGES * X_BYTES;" in src and "lds_128(r, stg0 + " in src
+    assert "mbar_wait(xbar0 + 8 * ((it0 + kt) % STAGES), ((it0 + kt) / STAGES) & 1)" in src
+    assert "atomic_add_i32(counter, ktiles)" in src and src.rstrip().endswith("it0 += ktiles;\n  }\n}")
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(tma=False), "producer warpgroup"),
+    (dict(tail=92), "one or the other"),
+    (dict(streamk=70000), "1..65535"),
+])
+def test_streamk_refusals(kwargs, words):
+    with pytest.raises(ShapeError, match=words):
+        _plan(**kwargs)
+
+
+def test_streamk_small_form_refused():
+    with pytest.raises(ShapeError, match="stream-K is an option of the two-warpgroup form"):
+        plan_wna16_wgmma_rs(api.resolve_profile(H200), _layout(), 64, "f16", bt=64, small=True, streamk=132)
+
+
+@pytest.mark.parametrize("m,bt,group,name", [(128, 128, 128, "w4a16"), (4096, 256, None, "w4a16-zp"),
+                                             (2048, 256, 64, "w4a16")])
+def test_streamk_kernels_compile(m, bt, group, name, compiled_without_spills):
+    p = _plan(m=m, bt=bt, group=group, name=name, n=8192)
+    mod = compiled_without_spills(p, api.resolve_profile(H200))
+    assert not re.search(r"C75\d\d", mod.log), mod.log  # no serialized wgmmas
