@@ -29,8 +29,14 @@ it does not when the same code is straight-line), hence wgmma_wait<0> at the end
 Epilogue: accumulator x out_scale (x *GS) x per-channel scale CS[n] + bias[n]; acc[4j + 2h + e] is channel
 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e (q = lane % 4); the tile is written transposed into shared memory
 ([token][channel], pitch 136 values), then copied out one 16-byte chunk per thread and step (whole token rows of
-256 bytes; rows past M skipped). The parameter list is that of the mma.sync tile kernel (WS, CNT and k_per_split
-are unused), so the same launcher and the same prepared weights (humming.core.layout.prepare) serve both.
+256 bytes; rows past M skipped). The parameter list is that of the mma.sync tile kernel (WS and CNT hold split-K
+partials and counters where a form splits K; k_per_split is the small form's), so the same launcher and the same
+prepared weights (humming.core.layout.prepare) serve both.
+
+Options of the two-warpgroup form that split the last round of tiles (TileConfig): ``tail`` runs the last tiles as
+four blocks each, one per quarter of K (_TAIL_TILE, _TAIL_SPLITK); ``streamk`` launches persistent blocks that take
+whole tiles in waves, then the left-over tiles' k atoms in even runs (humming.core.generator_wgmma_rs_streamk: the
+tile body becomes a loop over the block's segments).
 """
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ depend on which finished last, and no block waits for another.
 """
 from __future__ import annotations
 
+from humming.core.wgmma_common import PRODUCER_BARRIERS
+
 # the schedule as a small struct of the launch's numbers (made where needed, so that few registers stay live across
 # the main loop): P blocks; `waves` whole-tile waves; a block's stream-K atoms [run_start(b), run_start(b + 1)) among
 # those of the tiles after dp_tiles; tile -> (m0, n0) in launch order (token tile fastest) or in rasterization groups
@@ -55,26 +57,16 @@ def helpers(raster: int) -> str:
 
 
 SCHEDULE = """  // stream-K: this block's segments come from StreamK(M, N, K, gridDim.y), made where needed
-  const int katoms = K / BK, blk = blockIdx.y;"""
+  // (this block: blockIdx.y, read where needed: a variable of it is spilled rather than re-read)
+  const int katoms = K / BK;"""
 
 
-PRODUCER = """  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
-  const uint32_t xbar0 = smem_u32(xbar);
-  if (tid == 0) {
-    #pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(xbar0 + 8 * s, 1);
-      mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
-    }
-    mbar_init_fence();
-  }
-  __syncthreads();
-  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread copies every segment's stages in turn
+PRODUCER = PRODUCER_BARRIERS + """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread copies every segment's stages in turn
     setmaxnreg_dec<40>();
     if (tid == THREADS) {
-      int wave = 0, ga = StreamK(M, N, K, gridDim.y).run_start(blk), tile, kt0, ktiles;
+      int wave = 0, ga = StreamK(M, N, K, gridDim.y).run_start(blockIdx.y), tile, kt0, ktiles;
       int it = 0;  // stages copied so far (slot it % STAGES)
-      while (StreamK(M, N, K, gridDim.y).next(blk, wave, ga, tile, kt0, ktiles)) {
+      while (StreamK(M, N, K, gridDim.y).next(blockIdx.y, wave, ga, tile, kt0, ktiles)) {
         int m0, n0;
         StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);
         #pragma unroll 1
@@ -92,9 +84,9 @@ PRODUCER = """  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAG
 """
 
 SEGMENT_OPEN = """  int it0 = 0;  // stages consumed before this segment
-  int wave = 0, ga = StreamK(M, N, K, gridDim.y).run_start(blk), tile, kt0, ktiles;
+  int wave = 0, ga = StreamK(M, N, K, gridDim.y).run_start(blockIdx.y), tile, kt0, ktiles;
   #pragma unroll 1
-  while (StreamK(M, N, K, gridDim.y).next(blk, wave, ga, tile, kt0, ktiles)) {
+  while (StreamK(M, N, K, gridDim.y).next(blockIdx.y, wave, ga, tile, kt0, ktiles)) {
     int m0, n0;
     StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);"""
 
@@ -113,7 +105,7 @@ SPLITK = """  if (ktiles != katoms) {
     const long long t0 = (long long)(tile - sk.dp_tiles) * katoms;  // the tile's first stream-K atom
     const int b_first = (int)(((t0 + 1) * sk.P - 1) / sk.sk_atoms), b_last = (int)(((t0 + katoms) * sk.P - 1) / sk.sk_atoms);
     float* ws_lane = WS + tid * 4;
-    float* mine = ws_lane + ((size_t)blk * 2 + (ga - ktiles == sk.run_start(blk) ? 0 : 1)) * SPLIT_FLOATS;
+    float* mine = ws_lane + ((size_t)blockIdx.y * 2 + (ga - ktiles == sk.run_start(blockIdx.y) ? 0 : 1)) * SPLIT_FLOATS;
     #pragma unroll
     for (int v = 0; v < CHUNKS; ++v)
       store_f32x4(mine + v * 4 * THREADS, acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]);

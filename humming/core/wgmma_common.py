@@ -81,7 +81,8 @@ def declared_option(declared: bool, option: bool | None, env: str, default: bool
 # kt * BK) into the slot the consumers released (EMPTY: one arrival per consumer warp once its wgmmas of the stage are
 # done), completing on the slot's FULL mbarrier; the consumers then meet only at the FULL mbarriers (no block barrier
 # per stage) and take the producer's registers. Needs x0, ktiles, m0, tid and warp defined before it.
-PRODUCER_WARPGROUP = """  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
+# PRODUCER_BARRIERS: the FULL / EMPTY mbarriers, initialised before the block splits into producer and consumers.
+PRODUCER_BARRIERS = """  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
   const uint32_t xbar0 = smem_u32(xbar);
   if (tid == 0) {
     #pragma unroll
@@ -92,7 +93,8 @@ PRODUCER_WARPGROUP = """  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  //
     mbar_init_fence();
   }
   __syncthreads();
-  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread issues the copies
+"""
+PRODUCER_WARPGROUP = PRODUCER_BARRIERS + """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread issues the copies
     setmaxnreg_dec<40>();
     if (tid == THREADS) {
       #pragma unroll 1

@@ -80,7 +80,7 @@ def test_streamk_plan(m, bt, stages):
     assert p.tiles.stagger == 0 and p.kernel_name.split("_")[-2].endswith("k132")
     assert any("stream-K over 132 persistent blocks" in r for r in p.reasons)
     src = api.source(p)
-    assert "StreamK(M, N, K, gridDim.y).next(blk, wave, ga, tile, kt0, ktiles)" in src
+    assert "StreamK(M, N, K, gridDim.y).next(blockIdx.y, wave, ga, tile, kt0, ktiles)" in src
     assert "tma_load_2d(x0 + s * X_BYTES, &XMAP, (kt0 + kt) * BK, m0" in src
     assert "const uint32_t stg0 = x0 + STAGES * X_BYTES;" in src and "lds_128(r, stg0 + " in src
     assert "mbar_wait(xbar0 + 8 * ((it0 + kt) % STAGES), ((it0 + kt) / STAGES) & 1)" in src

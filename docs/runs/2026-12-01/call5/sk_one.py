@@ -1,9 +1,12 @@
-"""One stream-K launch, for compute-sanitizer: python probe/sk_one.py M BT BLOCKS [N K]"""
+"""One stream-K launch, for compute-sanitizer: python sk_one.py M BT BLOCKS [N K]"""
 import sys
+
 import torch
+
 import humming
 from humming import api
 from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+
 m, bt, blocks = (int(v) for v in sys.argv[1:4])
 n, k = (int(v) for v in sys.argv[4:6]) if len(sys.argv) > 5 else (1024, 4096)
 torch.manual_seed(0)
