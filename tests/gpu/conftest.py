@@ -116,3 +116,15 @@ def run_forced_plans(qw, dtype, ms, plans_for, tol: float) -> int:
         prep.plans.pop(m, None)
         prep.launches.pop(m, None)
     return ran
+
+
+def stream_plan(prep, base, m: int, wk: int, stages: int, fold: int, x_ring: int, x_smem: int, *, splits: int = 1,
+                balance: int = 0, pdl: bool = False):
+    """A stream-path plan of ``wk`` warps per slab for the prepared handle ``prep`` (token tile of its own plan
+    ``base``), with the given options and programmatic dependent launch where ``pdl``."""
+    from humming.core.planner import TileConfig, plan_wna16, with_pdl
+
+    p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream", splits=splits,
+                   tiles=TileConfig(base.tiles.bm, 64, 64 * wk, stages, 1, 1, wk, x_ring, fold, x_smem=x_smem,
+                                    balance=balance))
+    return with_pdl(prep.caps, p) if pdl else p

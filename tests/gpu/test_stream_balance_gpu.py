@@ -8,10 +8,10 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner import TileConfig, plan_wna16, with_pdl
+from humming.core.planner import TileConfig, plan_wna16
 from humming.errors import ShapeError
 
-from .conftest import forced_repeats_and_replay, run_forced_plans
+from .conftest import forced_repeats_and_replay, run_forced_plans, stream_plan
 
 pytestmark = pytest.mark.gpu
 
@@ -22,10 +22,7 @@ CONFIGS = [(4, 3, 2, 0, 1, 3, True), (4, 3, 1, 0, 1, 8, False), (8, 4, 0, 0, 1, 
 
 
 def _plan(prep, base, m, wk, stages, fold, x_ring, x_smem, balance, pdl):
-    p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream", splits=1,
-                   tiles=TileConfig(base.tiles.bm, 64, 64 * wk, stages, 1, 1, wk, x_ring, fold, x_smem=x_smem,
-                                    balance=balance))
-    return with_pdl(prep.caps, p) if pdl else p
+    return stream_plan(prep, base, m, wk, stages, fold, x_ring, x_smem, balance=balance, pdl=pdl)
 
 
 def _run(qw, dtype, ms, configs):

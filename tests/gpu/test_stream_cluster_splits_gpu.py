@@ -9,10 +9,10 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner import CLUSTER_SPLITS_ENV, TileConfig, launch_options, plan_wna16, with_pdl
+from humming.core.planner import CLUSTER_SPLITS_ENV, launch_options, with_pdl
 from humming.errors import ShapeError
 
-from .conftest import forced_repeats_and_replay, rel_error, run_forced_plans
+from .conftest import forced_repeats_and_replay, rel_error, run_forced_plans, stream_plan
 
 pytestmark = pytest.mark.gpu
 
@@ -34,9 +34,7 @@ def _require_clusters():
 
 
 def _plan(prep, base, m, wk, stages, fold, x_ring, x_smem, splits, pdl, clusters=True):
-    p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream", splits=splits,
-                   tiles=TileConfig(base.tiles.bm, 64, 64 * wk, stages, 1, 1, wk, x_ring, fold, x_smem=x_smem))
-    p = with_pdl(prep.caps, p) if pdl else p
+    p = stream_plan(prep, base, m, wk, stages, fold, x_ring, x_smem, splits=splits, pdl=pdl)
     return launch_options(prep.caps, p) if clusters else p
 
 
