@@ -472,7 +472,9 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
             except HummingError:
                 continue
             _add_unique(plans, seen, p)
-    if rs.MIN_M <= m < rs.DEFAULT_MIN_M:  # the two-warpgroup form (128 channels per block: half the activation reads)
+    # the two-warpgroup form (128 channels per block: half the activation reads), from one 128-token tile; from
+    # DEFAULT_MIN_M humming.gemm runs it (its own handle), so the bucket's winner is measured against it there too
+    if m >= rs.MIN_M:
         # also with the tail option where the last round's tiles split in K quarters fill a round better, and as
         # stream-K over one persistent block per SM
         sms = caps.limits.sms or 0

@@ -245,7 +245,7 @@ def test_candidates_default_first_valid_and_unique():
     # otherwise)
     for m, paths in ((1, {"stream", "dequant-to-activation"}), (16, {"stream", "dequant-to-activation", "wgmma-rs"}),
                      (40, {"dequant-to-activation", "wgmma-rs"}), (128, {"dequant-to-activation", "wgmma-rs"}),
-                     (1024, {"dequant-to-activation"})):
+                     (1024, {"dequant-to-activation", "wgmma-rs"})):
         layout = _layout(8192, 8192)
         plans = tuning.candidates(H200, layout, m, "f16", "w4a16")
         assert plans[0] == plan_wna16(H200, layout, m, "f16", scheme="w4a16")
@@ -255,6 +255,23 @@ def test_candidates_default_first_valid_and_unique():
         assert all(p.smem_bytes <= H200.limits.smem_per_block_kb * 1024 for p in plans)
     only = tuning.candidates(H200, _layout(8192, 8192), 1, "f16", include_tile_for_stream=False)
     assert {p.path for p in only[1:]} == {"stream"}
+
+
+@pytest.mark.parametrize("m", [1024, 4096])
+def test_candidates_hold_the_runtime_plan_from_m_1024(m, monkeypatch):
+    """From M 1024 humming.gemm runs the two-warpgroup register-A form (its own handle, planned by
+    plan_wna16_wgmma_rs; this machine plans as an H200 would): the tuner times that kernel and its stream-K variant
+    next to the others, so a bucket's winner is measured against what the runtime runs."""
+    from humming import api
+    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+
+    monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
+    layout = _layout(12288, 4096)
+    runtime = plan_wna16_wgmma_rs(H200, layout, m, "f16", scheme="w4a16")
+    assert runtime.tiles.bn == 128 and not runtime.tiles.streamk
+    plans = tuning.candidates(H200, layout, m, "f16", "w4a16")
+    assert any(p.path == "wgmma-rs" and p.tiles == runtime.tiles for p in plans)
+    assert any(p.tiles.streamk == H200.limits.sms and p.tiles.bm == runtime.tiles.bm for p in plans)
 
 
 def test_runtime_prefers_the_entries_of_its_own_scheme():
