@@ -819,7 +819,9 @@ def _wna16_wgmma_rs_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
         if (_wgmma_rs_eligible(caps, qw.scheme, rs.min_m() or rs.MIN_M, n, k, act) and not rs.layout_refusal(packed.layout)
                 and (rs.forced() or not rs.default_refusal(packed.layout))
                 and _wgmma_runs_here(caps)):
-            handle = _register_planned(packed, caps, None, rs.plan_wna16_wgmma_rs, act, qw.scheme.name)
+            from humming.core.tuning import register_a_prefill_plan
+
+            handle = _register_planned(packed, caps, None, register_a_prefill_plan, act, qw.scheme.name)
         cache[key] = handle
     return fallback if handle < 0 else handle
 

@@ -5,7 +5,8 @@ declares the wgmma k16 form of the activation type and cp.async; HUMMING_WGMMA_R
 
 Tile naming: ``TileConfig.bm`` is the token tile (the wgmma N, 128 or 256), ``bn`` the 128 output channels of the
 two warpgroups, ``bk`` the 64 k of one stage; so ``Plan.grid`` = (token tiles, channel tiles, 1), or with the tail
-option (1, tiles + 3 x tail, 1): every tile in launch order, the last ``tail`` of them as four K quarters each."""
+option (1, tiles + 3 x tail, 1): every tile in launch order, the last ``tail`` of them as four K quarters each; with
+stream-K (1, streamk, 1): persistent blocks."""
 from __future__ import annotations
 
 import math

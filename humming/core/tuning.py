@@ -295,6 +295,18 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
                                   small=True, tma=tma, cluster=cluster, occupancy=occupancy, prefetch=prefetch)
 
 
+def register_a_prefill_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
+    """The plan of the handle that runs the two-warpgroup register-A form from its default M (humming.api): a tuned
+    entry of M's bucket that is that form (``bn`` = 128, e.g. with stream-K) on a hit, else the planner's rules.
+    Entries of other kernels in the bucket (e.g. a tile kernel stored below the form's threshold) are not taken."""
+    from humming.core import planner_wgmma_rs as rs
+
+    tuned = tuned_plan(caps, layout, m, act, scheme)
+    if tuned is not None and tuned.path == RS_PATH and tuned.tiles.bn == rs.BC:
+        return tuned
+    return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme)
+
+
 def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     """What the runtime should run for M: the tuned plan on a hit, else the planner's rules (the small-M register-A
     wgmma form where it applies and the live GPU runs the profile's wgmma, else plan_wna16)."""

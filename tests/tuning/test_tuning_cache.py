@@ -274,6 +274,31 @@ def test_candidates_hold_the_runtime_plan_from_m_1024(m, monkeypatch):
     assert any(p.tiles.streamk == H200.limits.sms and p.tiles.bm == runtime.tiles.bm for p in plans)
 
 
+def test_register_a_prefill_handle_takes_two_warpgroup_entries(monkeypatch, tmp_path):
+    """The handle that runs the two-warpgroup form from M 1024 plans through tuning.register_a_prefill_plan: a stored
+    two-warpgroup entry of M's bucket (here stream-K at M 2048) on a hit, the planner's rules otherwise, and not an
+    entry of another kernel (the shipped 513-1024 tile-kernel entry of 8192x8192)."""
+    from humming import api
+    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+
+    monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
+    monkeypatch.setenv("HUMMING_TUNE_FILE", str(tmp_path / "tune.json"))
+    tuning.clear_memory()
+    layout = _layout(28672, 8192)
+    default = plan_wna16_wgmma_rs(H200, layout, 2048, "f16", scheme="w4a16")
+    assert tuning.register_a_prefill_plan(H200, layout, 2048, "f16", "w4a16").tiles == default.tiles
+    streamk = plan_wna16_wgmma_rs(H200, layout, 2048, "f16", scheme="w4a16", bt=256, small=False, streamk=132)
+    tuning.record(streamk, 1000.0, scheme="w4a16", device="test")
+    tuning.clear_memory()
+    got = tuning.register_a_prefill_plan(H200, layout, 3000, "f16", "w4a16")
+    assert got.tiles.streamk == 132 and got.grid == (1, 132, 1) and "tuned for M bucket >1024" in got.reasons[-1]
+    square = _layout(8192, 8192)
+    shipped = tuning.tuned_plan(H200, square, 1024, "f16", "w4a16")
+    assert shipped is not None and shipped.path != "wgmma-rs"  # a tile-kernel entry: not this handle's
+    assert tuning.register_a_prefill_plan(H200, square, 1024, "f16", "w4a16").tiles == \
+        plan_wna16_wgmma_rs(H200, square, 1024, "f16", scheme="w4a16").tiles
+
+
 def test_runtime_prefers_the_entries_of_its_own_scheme():
     """A prepared weight plans with its scheme's name (api.plan_for), as `humming build` does: when a tuning
     file holds entries of two schemes for one layout, each weight gets its own."""
