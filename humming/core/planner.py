@@ -52,9 +52,9 @@ class TileConfig:
     occupancy: int = 0  # small-M register-A form: blocks per SM its registers are budgeted for (0: the form's own
     #                     rule); set, each stage waits for its own wgmmas so one set of decoded weights is live, and
     #                     the weight ring holds `prefetch` atoms (default OCCUPANCY_PF): more, shallower warpgroups
-    tail: int = 0  # two-warpgroup register-A form with one token tile: the last `tail` channel tiles run as
-    #                TAIL_SPLITS blocks each (one per quarter of K, fp32 partials added by the last), so the round
-    #                after the last whole one takes a quarter-tile granularity instead of whole tiles
+    tail: int = 0  # two-warpgroup register-A form: the last `tail` tiles in launch order run as TAIL_SPLITS blocks
+    #                each (one per quarter of K, fp32 partials added by the last), so the round after the last
+    #                whole one takes a quarter-tile granularity instead of whole tiles
     streamk: int = 0  # two-warpgroup register-A form: this many persistent blocks (one per SM) take the tiles in whole
     #                   waves, then split the left-over tiles' k atoms evenly (stream-K); 0 = one block per tile
 
