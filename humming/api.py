@@ -51,10 +51,10 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
         sch = sch.with_(group_size=group_size)
     if getattr(sch, "act", None):
         return _plan_quantized_act(caps, sch, m, n, k, act)
-    if _wgmma_rs_eligible(caps, sch, m, n, k, act):  # M >= 1024 (HUMMING_WGMMA_RS): weights as wgmma's register A
-        from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+    if _wgmma_rs_eligible(caps, sch, m, n, k, act):  # M >= 513 (HUMMING_WGMMA_RS): weights as wgmma's register A
+        from humming.core.tuning import register_a_prefill_plan
 
-        return plan_wna16_wgmma_rs(caps, layout_for(sch, n, k, act, caps=caps), m, act, scheme=sch.name)
+        return register_a_prefill_plan(caps, layout_for(sch, n, k, act, caps=caps), m, act, scheme=sch.name)
     if _wgmma_wna16_eligible(caps, sch, m, n, k, act) and choose_plan(caps, layout_for(sch, n, k, act, caps=caps), m, act,
                                                                       scheme=sch.name).path != "wgmma-rs":
         # unless HUMMING_WGMMA_WNA16=0, and where the small register-A form does not take M: the plan that gemm runs
@@ -265,6 +265,8 @@ class _LaunchSpec:
 
 _registry: list[_Prepared] = []
 _workspaces: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+# Workspaces replaced by larger ones stay allocated: a CUDA graph captured earlier holds their addresses.
+_retired_workspaces: list[tuple[torch.Tensor, torch.Tensor]] = []
 
 
 def _plan_widened(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
@@ -284,6 +286,8 @@ def _workspace(device: torch.device, floats: int, counters: int) -> tuple[torch.
     idx = device.index if device.index is not None else torch.cuda.current_device()
     ws, cnt = _workspaces.get(idx, (None, None))
     if ws is None or ws.numel() < floats or cnt.numel() < counters:
+        if ws is not None:
+            _retired_workspaces.append((ws, cnt))
         floats = max(floats, 0 if ws is None else ws.numel(), 1 << 20)
         counters = max(counters, 0 if cnt is None else cnt.numel(), 1 << 14)
         ws = torch.empty(floats, dtype=torch.float32, device=device)
@@ -777,11 +781,11 @@ def _wna16_wgmma_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
     return fallback if handle < 0 else handle
 
 
-WGMMA_RS_ENV = "HUMMING_WGMMA_RS"  # register-A wgmma WnA16 kernel: default M >= 1024; "1": M >= 128; "0": never
+WGMMA_RS_ENV = "HUMMING_WGMMA_RS"  # register-A wgmma WnA16 kernel: default M >= 513; "1": M >= 128; "0": never
 
 
 def _wgmma_rs_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
-    """True when the register-A wgmma WnA16 kernel takes this call: M >= 1024 (HUMMING_WGMMA_RS=1: M >= 128; =0: never;
+    """True when the register-A wgmma WnA16 kernel takes this call: M >= 513 (HUMMING_WGMMA_RS=1: M >= 128; =0: never;
     HUMMING_WGMMA_WNA16=0 keeps the mma.sync kernels), a declared wgmma
     k16 form for the activation type, cp.async, and a layout it runs (int4 codes, integer or no zero points, scale
     and zero groups multiples of 64 or per channel, N % 128 == 0, K % 64 == 0; planner_wgmma_rs.layout_refusal)."""

@@ -37,6 +37,12 @@ def require_gpu(what: str = "tuning"):
 
 def graph_time_us(calls, reps: int = 20) -> float:
     """Median time of one call, from CUDA-graph replays of the whole sequence of ``calls``."""
+    return replay_time_us(capture_graph(calls), len(calls), reps)
+
+
+def capture_graph(calls):
+    """A CUDA graph of the whole sequence of ``calls`` (run once eagerly on a side stream first, then captured and
+    replayed once): what the kernels of the calls are is fixed at capture."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -51,6 +57,13 @@ def graph_time_us(calls, reps: int = 20) -> float:
             f()
     graph.replay()
     torch.cuda.synchronize()
+    return graph
+
+
+def replay_time_us(graph, calls: int, reps: int) -> float:
+    """Median time of one of the graph's ``calls`` over ``reps`` timed replays (CUDA events)."""
+    import torch
+
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -58,7 +71,7 @@ def graph_time_us(calls, reps: int = 20) -> float:
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / len(calls))
+        times.append(start.elapsed_time(end) * 1000.0 / calls)
     return statistics.median(times)
 
 
@@ -151,10 +164,10 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
             m = int(m)
             plans = tuning.candidates(caps, layout, m, dtype, scheme_str, include_tile_for_stream=include_tile_for_stream)
             if only:
-                now = tuning.choose_plan(caps, layout, m, dtype, scheme_str)
+                now = tuning.runtime_plan(caps, layout, m, dtype, scheme_str)
                 plans = [plans[0], now] + [p for p in plans[1:] if getattr(p.tiles, only, 0)]
             plans = [planner.launch_options(caps, p) for p in plans]  # timed as the runtime launches them (PDL, split clusters)
-            default = plans[0]  # the planner's rules (plan_wna16 without forcing), never a tuned entry
+            default = plans[0]  # the planner's rules (what gemm runs without a tuned entry), never a tuned entry
             t0 = time.perf_counter()
             unique = {p.kernel_name: p for p in plans}
             with ThreadPoolExecutor(workers) as pool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -19,7 +20,7 @@ import torch  # noqa: E402
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
-from humming.tuner import copies_for, graph_time_us  # noqa: E402
+from humming.tuner import capture_graph, copies_for, replay_time_us  # noqa: E402
 
 
 def forget_plans(qws) -> None:
@@ -30,6 +31,16 @@ def forget_plans(qws) -> None:
             if isinstance(handle, int):
                 api._registry[handle].plans.clear()
                 api._registry[handle].launches.clear()
+
+
+def ran_kernels(qw, m: int) -> list[str]:
+    """The kernel names of the plans the prepared handles of ``qw`` made for M (what humming.gemm launched: from M
+    1024 a handle of its own, so humming.plan alone may name another kernel)."""
+    names = []
+    for handle in qw.__dict__.get("_humming_prepared", {}).values():
+        if isinstance(handle, int) and m in api._registry[handle].plans:
+            names.append(api._registry[handle].plans[m].kernel_name)
+    return names
 
 
 def _apply(env: str, value: str) -> None:
@@ -54,6 +65,8 @@ def main() -> None:
     ap.add_argument("--ms", default="512,1024,4096")
     ap.add_argument("--shapes", default="8192x8192,28672x8192,4096x14336")
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--rounds", type=int, default=8, help="rounds over all settings, each starting one setting later")
+    ap.add_argument("--reps", type=int, default=5, help="timed graph replays per visit (their median is one sample)")
     args = ap.parse_args()
     values = args.values.split(",")
     rows = []
@@ -65,22 +78,35 @@ def main() -> None:
         for m in map(int, args.ms.split(",")):
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
             ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
-            row = {"n": n, "k": k, "m": m,
-                   "cublas_us": graph_time_us([lambda w=w, x=x: torch.matmul(x, w.t()) for w in ws])}
-            # the settings in the order a b .. b a (each value's best of two): the GPU's clock follows its recent
-            # load, so a single pass favours whichever setting runs second
-            for v in values + values[::-1]:
+            row = {"n": n, "k": k, "m": m}
+            # one graph per setting (the kernels are fixed at capture), then rounds that visit every graph, each
+            # round starting one setting later: the GPU's clock follows its recent load, so a fixed order favours
+            # whichever setting runs first (up to 8% in the thirteenth session's a b b a runs of one kernel)
+            graphs = {"cublas": capture_graph([lambda w=w, x=x: torch.matmul(x, w.t()) for w in ws])}
+            for v in values:
                 _apply(args.env, v)
                 forget_plans(qws)
                 out = humming.gemm(x, qws[0]).double()
                 row[f"{v}_err"] = float((out - ref).norm() / ref.norm())
-                t = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
-                row[f"{v}_us"] = min(t, row.get(f"{v}_us", t))
+                graphs[v] = capture_graph([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
                 row[f"{v}_plan"] = humming.plan(args.scheme, m, n, k).summary()
+                row[f"{v}_ran"] = ran_kernels(qws[0], m)
+            names = list(graphs)
+            samples: dict[str, list[float]] = {name: [] for name in names}
+            for r in range(args.rounds):
+                for name in names[r % len(names):] + names[:r % len(names)]:
+                    calls = len(ws) if name == "cublas" else len(qws)
+                    samples[name].append(replay_time_us(graphs[name], calls, args.reps))
+            for name in names:
+                key = "cublas_us" if name == "cublas" else f"{name}_us"
+                row[key] = statistics.median(samples[name])
+                row[key.replace("_us", "_rounds_us")] = samples[name]
+            del graphs
             _apply(args.env, "unset")
             forget_plans(qws)
             rows.append(row)
             cells = ", ".join(f"{args.env}={v}: {row[f'{v}_us']:.1f} us ({row['cublas_us'] / row[f'{v}_us']:.2f}x, "
+                              f"{min(row[f'{v}_rounds_us']):.1f}-{max(row[f'{v}_rounds_us']):.1f}, "
                               f"err {row[f'{v}_err']:.1e})" for v in values)
             print(f"{args.scheme} {n}x{k} M={m}: cuBLAS fp16 {row['cublas_us']:.1f} us; {cells}", flush=True)
         del qws, ws

@@ -26,14 +26,18 @@ from humming.core.wgmma_common import (
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs"
-ENV = "HUMMING_WGMMA_RS"  # "1": from M >= 128; "0": never (the dequant-smem kernel); unset: M >= 1024
+ENV = "HUMMING_WGMMA_RS"  # "1": from M >= 128; "0": never (the dequant-smem kernel); unset: M >= 513
 BC = 128  # output channels per block: two warpgroups x 64 rows of A
 BK = 64  # one 128-byte swizzle row of 16-bit activations per token per stage (one 64x64 weight atom)
 MIN_M = 128  # with HUMMING_WGMMA_RS=1: from one 128-token tile on
-# Without HUMMING_WGMMA_RS the kernel takes M >= 1024: measured on the H200 (2026-11-30) at M 1024/4096 it ran in
+# Without HUMMING_WGMMA_RS the kernel takes M >= 513: measured on the H200 (2026-11-30) at M 1024/4096 it ran in
 # 0.76-0.87x cuBLAS fp16 on 8192x8192, 28672x8192 and 4096x14336, against 0.59-0.67x for the dequant-smem wgmma
-# kernel; at M=128 it was slower (too few blocks, no split-K), M 256-1023 was not measured.
-DEFAULT_MIN_M = 1024
+# kernel; at M=128 it was slower (too few blocks, no split-K). At M=768 (2026-12-01, scripts/ab_env.py in rotated
+# rounds, us) it beat what ran there before (a tiled entry routed to the dequant-smem kernel, or the small form):
+# 28672x8192 925 -> 583 (504 with stream-K), 8192x8192 254 -> 196 (155), 4096x14336 187 -> 153 (139). From M 257
+# the tuner's winners were already this form (the 257-512 entries shipped for the three shapes).
+DEFAULT_MIN_M = 513
+DEEP_RING_BELOW_M = 1024  # below: DEEP_RING_2WG weight atoms in flight per lane (measured below; PF from here)
 MIN_STAGES, MAX_STAGES = 4, 6
 # weight atoms loaded ahead per lane in the two-warpgroup form (register ring of PF + 1): measured on the H200
 # (2026-11-30, bench_wna16 M 1024/4096) PF 4 against 2: 4096x14336 M4096 817 -> 731 us, 28672x8192 M1024 875 -> 808,
@@ -353,9 +357,9 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     if stagger:
         reasons.append(f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
                        "0's, so each decodes while the other's wgmmas run")
-    prefetch = DEEP_RING_2WG if m < DEFAULT_MIN_M else 0
+    prefetch = DEEP_RING_2WG if m < DEEP_RING_BELOW_M else 0
     if prefetch:
-        reasons.append(f"below M {DEFAULT_MIN_M}: {prefetch} weight atoms in flight per lane instead of {PF} (few "
+        reasons.append(f"below M {DEEP_RING_BELOW_M}: {prefetch} weight atoms in flight per lane instead of {PF} (few "
                        "tiles per SM: the weight latency is not hidden by other blocks)")
     raster = 0 if tail else raster_from_env(RASTER_ENV, RASTER)  # the tail option's blocks go in launch order
     if raster:
@@ -371,6 +375,55 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     )
 
 
+STREAMK_ENV = "HUMMING_WGMMA_RS_STREAMK"  # "0": the two-warpgroup form's default plans never take stream-K
+# The default plan takes stream-K (one persistent block per SM) where the 256-token tiles give each SM at least
+# STREAMK_MIN_TILES_PER_SM tiles, or fill the last round of tiles badly (at least STREAMK_MIN_SPLIT_TILES_PER_SM
+# tiles per SM, the rounds of whole tiles filled below STREAMK_MAX_FILL). Measured on the H200 (2026-12-01,
+# scripts/ab_env.py in rotated rounds, W4A16 g128, us, without -> with stream-K): tiles per SM (fill) 5.1-27 on
+# 28672x8192 M 768-8192: 583 -> 504, 754 -> 708, 1523 -> 1447, 3145 -> 2944, 6081 -> 5804; 3.9-15.5 on 8192x8192
+# M 2048-8192: 439 -> 428, 901 -> 880, 1767 -> 1713; 3.9-7.8 on 4096x14336 M 4096-8192: 778 -> 745, 1557 -> 1474;
+# badly filled rounds: 8192x8192 M768 (1.45 a SM, 73%) 196 -> 155, 4096x14336 M768 (0.73, 73%) 153 -> 139. Slower
+# where whole tiles fill the rounds: 8192x8192 M1024 (1.94, 97%) 209 -> 214, 4096x14336 M1024 (0.97, 97%) 178 -> 191;
+# even at 4096x14336 M2048 (1.94, 97%) 380 -> 372.
+STREAMK_MIN_TILES_PER_SM = 3.0
+STREAMK_MIN_SPLIT_TILES_PER_SM = 0.7  # fewer tiles than this per SM: not measured (stream-K would split every tile)
+STREAMK_MAX_FILL = 0.85
+STREAMK_BT = 256
+
+
+def streamk_default(caps, layout, m: int) -> tuple[int, str]:
+    """(persistent blocks, why) of the two-warpgroup form's default plan at M: one block per SM where the rule above
+    says stream-K pays, else (0, why not)."""
+    sms = caps.limits.sms or 0
+    if not sms:
+        return 0, "stream-K not planned: the profile declares no SM count"
+    if os.environ.get(STREAMK_ENV, "").strip() == "0":
+        return 0, f"stream-K off ({STREAMK_ENV}=0)"
+    tiles = math.ceil(m / STREAMK_BT) * (layout.n // BC)
+    per_sm = tiles / sms
+    fill = per_sm / math.ceil(per_sm)
+    words = f"{tiles} tiles of {STREAMK_BT} tokens on {sms} SMs: {per_sm:.2f} a SM, rounds of whole tiles {fill:.0%} full"
+    if per_sm >= STREAMK_MIN_TILES_PER_SM:
+        return sms, f"stream-K by default ({words}; from {STREAMK_MIN_TILES_PER_SM:g} a SM persistent blocks pay)"
+    if per_sm >= STREAMK_MIN_SPLIT_TILES_PER_SM and fill < STREAMK_MAX_FILL:
+        return sms, f"stream-K by default ({words}: the split left-over tiles fill the last round)"
+    return 0, f"no stream-K ({words})"
+
+
+def prefill_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
+    """The two-warpgroup form's plan by its rules (no tuning entry): stream-K where streamk_default says so and the
+    profile takes it, else the plain form."""
+    blocks, why = streamk_default(caps, layout, m)
+    if blocks:
+        try:
+            p = plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=STREAMK_BT, small=False, streamk=blocks)
+            return replace(p, reasons=p.reasons + (why + f" ({STREAMK_ENV}=0: off)",))
+        except (ShapeError, UnsupportedOnDevice) as exc:
+            why = f"no stream-K: {exc}"
+    p = plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, small=False)
+    return replace(p, reasons=p.reasons + (why,))
+
+
 def _streamk_words(tiles: int, katoms: int, blocks: int) -> str:
     waves, left = divmod(tiles, blocks)
     return (f"stream-K over {blocks} persistent blocks: {waves} wave(s) of whole tiles, then the {left * katoms} k atoms "
@@ -380,13 +433,17 @@ def _streamk_words(tiles: int, katoms: int, blocks: int) -> str:
             "in block order")
 
 
-# ---- the small-M form (decode batches and prefill below M 1024): one warpgroup per block (64 channels, one slab),
+# ---- the small-M form (decode batches and prefill below M 513): one warpgroup per block (64 channels, one slab),
 # BT tokens per tile in one wgmma m64nBTk16 (BT = M rounded up to 16, 128 from M 65), split-K over blocks with the
 # fixed-order fix-up of the mma.sync kernels. Planned by default for M 9-1023 where the live GPU runs wgmma
-# (small_default); it runs on the stream kernel's prepared weights.
+# (small_default; from M 513 only where the two-warpgroup form does not take the layout); it runs on the stream
+# kernel's prepared weights.
 SMALL_MAX_M = 64  # up to here the token tile is M rounded up to 16; above, tiles of SMALL_MAX_BT
 SMALL_MAX_BT = 128  # its widest token tile: wgmma m64n128k16, 64 accumulators per thread
 SMALL_MIN_M = 9  # below: the stream kernel (one n8 token tile of mma.sync)
+# the small form's default range ends below this M; from DEFAULT_MIN_M humming.gemm runs the two-warpgroup form where
+# it takes the layout, so M DEFAULT_MIN_M..1023 reach small_default only for layouts that form refuses by default
+SMALL_DEFAULT_BELOW_M = 1024
 SMALL_BC = 64
 SMALL_STAGES = 6
 
@@ -411,7 +468,7 @@ def small_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan | No
     5% faster there). Token tiles of M rounded up to 16 (128 from M 65); fold=1 (not where it
     would spill) and 8 stages up to 32 tokens, 4 stages at 64, 6 (4 on layers wider than 16384) at 128: the tuner's winners on the H200
     (2026-11-30). Callers check that the live GPU runs the profile's wgmma."""
-    if not SMALL_MIN_M <= m < DEFAULT_MIN_M or min_m() is None:
+    if not SMALL_MIN_M <= m < SMALL_DEFAULT_BELOW_M or min_m() is None:
         return None
     if wgmma_k16_form(caps, act) is None or not caps.memory.cp_async or layout_refusal(layout, SMALL_BC):
         return None

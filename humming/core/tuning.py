@@ -57,10 +57,13 @@ SHIPPED_DIR = Path(__file__).resolve().parent
 SHIPPED_GLOB = "tuned_*.json"
 
 # ------------------------------------------------------------------------------------------------ M buckets
-#: Upper bounds of the M buckets; M above the last bound falls in one open bucket.
-M_BUCKET_BOUNDS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 512, 1024)
-#: M values that stand for the open bucket when something must be done per M (``python -m humming build``).
-OPEN_BUCKET_SAMPLES: tuple[int, ...] = (1025, 2048, 4096, 8192, 16384)
+#: Upper bounds of the M buckets; M above the last bound falls in one open bucket. The prefill buckets follow the
+#: two-warpgroup form's 256-token tiles where a round of tiles decides (M 768: 3 tiles, 1024: 4).
+M_BUCKET_BOUNDS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 512, 768, 1024, 2048, 4096)
+#: Buckets above this M are planned at sample M values, not at every M, when something must be done per M
+#: (``python -m humming build``): the prefill kernels there do not change with M inside a bucket.
+SAMPLED_ABOVE_M = 1024
+LARGE_M_SAMPLES: tuple[int, ...] = (1025, 2048, 2049, 4096, 4097, 8192, 16384)
 DECODE_MAX_M = 64  # buckets up to here are "decode", above "prefill" (for reports)
 
 
@@ -79,10 +82,15 @@ class Bucket:
         return m >= self.lo and (self.hi is None or m <= self.hi)
 
     def ms(self) -> tuple[int, ...]:
-        """Every M of a closed bucket; samples of the open one."""
-        if self.hi is None:
-            return tuple(v for v in OPEN_BUCKET_SAMPLES if v >= self.lo)
+        """Every M of a bucket up to SAMPLED_ABOVE_M; samples (LARGE_M_SAMPLES) of those above it."""
+        if self.lo > SAMPLED_ABOVE_M:
+            return tuple(v for v in LARGE_M_SAMPLES if v in self)
         return tuple(range(self.lo, self.hi + 1))
+
+
+#: Buckets of older tuning files (before 2026-12-01: ..., 257-512, 513-1024, >1024), split since: an entry of one
+#: still applies to its M where no file has an entry of M's own bucket.
+LEGACY_BUCKETS: dict[str, Bucket] = {"513-1024": Bucket(513, 1024), ">1024": Bucket(1025, None)}
 
 
 def buckets() -> tuple[Bucket, ...]:
@@ -95,7 +103,8 @@ def buckets() -> tuple[Bucket, ...]:
 
 
 def bucket_of(m: int) -> Bucket:
-    """The M bucket holding ``m`` (1, 2-8, 9-16, 17-32, ..., 513-1024, >1024)."""
+    """The M bucket holding ``m`` (1, 2-8, 9-16, 17-32, ..., 257-512, 513-768, 769-1024, 1025-2048, 2049-4096,
+    >4096)."""
     if m < 1:
         raise ShapeError(f"M={m}: a GEMM needs at least one row")
     for b in buckets():
@@ -105,7 +114,7 @@ def bucket_of(m: int) -> Bucket:
 
 
 def m_bucket(m: int) -> str:
-    """The label of M's bucket: '1', '2-8', '9-16', ..., '513-1024', '>1024'."""
+    """The label of M's bucket: '1', '2-8', '9-16', ..., '513-768', '769-1024', '1025-2048', '2049-4096', '>4096'."""
     return bucket_of(m).label
 
 
@@ -196,20 +205,23 @@ def lookup(caps, layout, n: int, k: int, m: int, scheme: str = "") -> dict | Non
 
     Files are searched in priority order (user file, then shipped); within a file an entry of ``scheme`` is
     preferred, any entry of the same layout is taken otherwise (the layout, not the scheme's name, decides
-    the kernel). The returned dict is a copy with ``origin``
-    (which file it came from) added."""
+    the kernel). An entry of a bucket of older files that was split since (LEGACY_BUCKETS) stands in where no file has
+    one of M's own bucket. The returned dict is a copy with ``origin`` (which file it came from) added."""
     if not tuning_enabled():
         return None
-    profile, lk, bucket = _profile_name(caps), layout_key(layout), m_bucket(m)
-    exact = entry_key(profile, scheme, lk, n, k, bucket) if scheme else None
-    suffix = f"|{lk}|{n}x{k}|{bucket}"
-    prefix = f"{profile}|"
-    for origin, found in _sources():
-        if exact and exact in found:
-            return dict(found[exact], origin=origin)
-        same_layout = sorted(key for key in found if key.startswith(prefix) and key.endswith(suffix))
-        if same_layout:
-            return dict(found[same_layout[0]], origin=origin)
+    profile, lk = _profile_name(caps), layout_key(layout)
+    labels = (m_bucket(m),) + tuple(label for label, b in LEGACY_BUCKETS.items() if m in b)
+    sources = _sources()
+    for bucket in labels:  # a file's entry of M's own bucket wins over any file's entry of the legacy open bucket
+        exact = entry_key(profile, scheme, lk, n, k, bucket) if scheme else None
+        suffix = f"|{lk}|{n}x{k}|{bucket}"
+        prefix = f"{profile}|"
+        for origin, found in sources:
+            if exact and exact in found:
+                return dict(found[exact], origin=origin)
+            same_layout = sorted(key for key in found if key.startswith(prefix) and key.endswith(suffix))
+            if same_layout:
+                return dict(found[same_layout[0]], origin=origin)
     return None
 
 
@@ -242,7 +254,7 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
         log.info("humming tuning: stored config for %s bucket %s from %s ignored: %s",
                  layout_key(layout), m_bucket(m), entry.get("origin"), exc)
         return None
-    why = (f"tuned for M bucket {m_bucket(m)}: {entry.get('measured_us', '?')} us measured"
+    why = (f"tuned for M bucket {entry.get('m_bucket') or m_bucket(m)}: {entry.get('measured_us', '?')} us measured"
            + (f" (the default plan of that run: {entry['default_us']} us)" if entry.get("default_us") else "")
            + f" on {entry.get('device') or 'an unnamed device'}, {entry.get('date') or 'undated'} ({entry['origin']})")
     return dataclasses.replace(plan, reasons=plan.reasons + (why,))
@@ -304,7 +316,32 @@ def register_a_prefill_plan(caps, layout, m: int, act: str, scheme: str = "") ->
     tuned = tuned_plan(caps, layout, m, act, scheme)
     if tuned is not None and tuned.path == RS_PATH and tuned.tiles.bn == rs.BC:
         return tuned
-    return rs.plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme)
+    return rs.prefill_default(caps, layout, m, act, scheme)
+
+
+def runs_register_a_prefill(caps, layout, m: int) -> bool:
+    """True where humming.gemm runs M on its two-warpgroup register-A handle (humming.api._wna16_wgmma_rs_handle):
+    M from the form's threshold, the wgmma kernels on, the live GPU of the profile's target, a layout it takes."""
+    from humming.core import planner_wgmma_rs as rs
+
+    lowest = rs.min_m()
+    if lowest is None or m < lowest:
+        return False
+    try:
+        _require_register_a_here(caps, m, lowest, "two-warpgroup")
+    except (ShapeError, UnsupportedOnDevice):
+        return False
+    return not rs.layout_refusal(layout) and (rs.forced() or not rs.default_refusal(layout))
+
+
+def runtime_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
+    """The plan humming.gemm runs for M with the tuning files as they are (the register-A prefill handle's or
+    choose_plan's); the launch options applied."""
+    from humming.core.planner import launch_options
+
+    if runs_register_a_prefill(caps, layout, m):
+        return launch_options(caps, register_a_prefill_plan(caps, layout, m, act, scheme))
+    return choose_plan(caps, layout, m, act, scheme)
 
 
 def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
@@ -442,8 +479,14 @@ def _add_unique(plans: list[Plan], seen: set, p: Plan) -> None:
 
 
 def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile_for_stream: bool = True) -> list[Plan]:
-    """The planner's default plan first, then every valid candidate plan for M (duplicates removed)."""
-    default = plan_wna16(caps, layout, m, act, scheme=scheme)
+    """The planner's default plan first (what humming.gemm runs without a tuning entry: from the register-A prefill
+    form's threshold that form's rules), then every valid candidate plan for M (duplicates removed)."""
+    from humming.core import planner_wgmma_rs as rs
+
+    if runs_register_a_prefill(caps, layout, m):
+        default = rs.prefill_default(caps, layout, m, act, scheme)
+    else:
+        default = plan_wna16(caps, layout, m, act, scheme=scheme)
     plans, seen = [default], {(default.path, default.tiles, default.splits)}
     for path, tiles, splits in candidate_configs(m):
         if path == "tile" and m <= STREAM_MAX_M and not include_tile_for_stream:
@@ -454,7 +497,6 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
             continue
         _add_unique(plans, seen, p)
     _add_balanced(plans, seen, caps, layout, m, act, scheme)
-    from humming.core import planner_wgmma_rs as rs
 
     # the small-M register-A wgmma form where the profile runs wgmma here: (token tile, splits, stages, fold, tma);
     # fold=2 was never faster than fold=1 on the H200 (2026-11-30) and is not timed; above 64 tokens, tiles of 64 / 128;

@@ -59,3 +59,66 @@ def test_streamk_repeats_and_graph_replay(m):
     assert p.tiles.raster == RASTER and p.grid == (1, caps.limits.sms, 1)
     x = torch.randn(m, k, device="cuda", dtype=dtype)
     forced_repeats_and_replay(qw, handle, p, x, TOL[dtype])
+
+
+# shapes where the default rule (planner_wgmma_rs.streamk_default) takes stream-K or not, through humming.gemm:
+# (N, K, M, stream-K expected): 96 tiles of 256 tokens (0.73 a SM, 73% full), 512 (3.9 a SM), 128 (0.97: plain),
+# 60 (0.45: below what was measured, plain); M 513 / 700 run the two-warpgroup form (its threshold since 2026-12-01)
+DEFAULTS = [(4096, 2048, 768, True), (8192, 1024, 2048, True), (4096, 2048, 1024, False), (2560, 1024, 700, False),
+            (8192, 512, 513, True)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("case", DEFAULTS, ids=["x".join(str(v) for v in c[:3]) for c in DEFAULTS])
+def test_default_plans_through_gemm(case, dtype, monkeypatch):
+    """humming.gemm without tuning entries (HUMMING_TUNE=0): from M 513 the register-A prefill handle runs the
+    two-warpgroup form, stream-K where the rule says so; checked against the reference, repeated launches and graph
+    replay."""
+    from .conftest import graph_replay_error, rel_error
+
+    monkeypatch.setenv("HUMMING_TUNE", "0")
+    monkeypatch.delenv("HUMMING_WGMMA_RS_STREAMK", raising=False)
+    n, k, m, streamk = case
+    _require_wgmma(dtype)
+    torch.manual_seed(n + k + m)
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16", bias=bias)
+    ref_of = lambda a: humming.reference_gemm(a, qw, out_dtype=torch.float32)  # noqa: E731
+    for _ in range(3):  # fresh data each time; the per-tile counters reset themselves
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        assert out.shape == (m, n) and not torch.isnan(out).any()
+        assert rel_error(out, ref_of(x)) <= TOL[dtype]
+    ran = [api._registry[h].plans[m] for h in qw.__dict__["_humming_prepared"].values()
+           if isinstance(h, int) and m in api._registry[h].plans]
+    assert ran and ran[-1].path == "wgmma-rs" and ran[-1].tiles.bn == 128, [p.kernel_name for p in ran]
+    assert bool(ran[-1].tiles.streamk) == streamk, ran[-1].explain()
+    assert graph_replay_error(lambda a: humming.gemm(a, qw), x, ref_of) <= TOL[dtype]
+
+
+def test_default_streamk_with_per_token_scales(monkeypatch):
+    """W4A8-FP8 with groups of 64 widened at M 2048 (DEFAULT_M_RANGES: 4-bit layouts other than the register-A W4A8
+    kernel's) runs the two-warpgroup form's default plan with per-token scales in the epilogue: with stream-K there
+    (8192 channels: 512 tiles, 3.9 a SM), the split tiles' partials are added before the row scales."""
+    from humming.core import widen
+
+    from .conftest import rel_error
+
+    monkeypatch.setenv("HUMMING_TUNE", "0")
+    monkeypatch.delenv(widen.ENV, raising=False)
+    n, k, m = 8192, 1024, 2048
+    _require_wgmma(torch.float16)
+    torch.manual_seed(5)
+    sch = humming.schemes.get("w4a8-fp8[group_size=64]")
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, sch)
+    p = humming.plan(sch, m, n, k)
+    assert p.reasons[0].startswith("widened") and p.row_scale and p.tiles.streamk, p.explain()
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    out = humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    assert "_humming_weight_only" in qw.__dict__ and not torch.isnan(out).any()
+    assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= 1e-3
+    ran = [p for prep in api._registry for mm, p in prep.plans.items()
+           if (mm, p.n, p.k) == (m, n, k) and p.row_scale and p.path == "wgmma-rs"]
+    assert ran and all(p.tiles.streamk for p in ran), [p.kernel_name for p in ran]

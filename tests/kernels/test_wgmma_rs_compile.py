@@ -156,11 +156,12 @@ def test_every_profile_declaring_wgmma_compiles_it():
 def test_selection_is_opt_in_and_gated(monkeypatch):
     caps = _caps()
     sch = humming.schemes.get("w4a16")
-    monkeypatch.delenv(ENV, raising=False)  # the default: this kernel from M = 1024, its small form below
-    assert not api._wgmma_rs_eligible(caps, sch, 1023, 1024, 2048, "f16")
-    assert api._wgmma_rs_eligible(caps, sch, 1024, 1024, 2048, "f16")
-    small = humming.plan("w4a16", 1023, 1024, 2048, profile=H200)
+    monkeypatch.delenv(ENV, raising=False)  # the default: this kernel from M = 513 (2026-12-01), its small form below
+    assert not api._wgmma_rs_eligible(caps, sch, 512, 1024, 2048, "f16")
+    assert api._wgmma_rs_eligible(caps, sch, 513, 1024, 2048, "f16")
+    small = humming.plan("w4a16", 512, 1024, 2048, profile=H200)
     assert small.path == PATH and small.tiles.bn == 64 and small.tiles.bm == 128, small.explain()
+    assert humming.plan("w4a16", 513, 1024, 2048, profile=H200).tiles.bn == 128
     assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).tiles.bn == 128
     for name, group in itertools.product(("w4a16", "w4a16-zp"), (128, None)):  # the GPU-tested layouts
         assert humming.plan(_scheme(name, group), 4096, 1024, 2048, profile=H200).path == PATH, (name, group)
@@ -170,6 +171,7 @@ def test_selection_is_opt_in_and_gated(monkeypatch):
     monkeypatch.setenv(ENV, "0")
     assert humming.plan("w4a16", 4096, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
     assert humming.plan("w4a16", 1023, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
+    assert humming.plan("w4a16", 513, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
     assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).path != PATH
     monkeypatch.setenv(ENV, "1")
     for act, name, group in itertools.product(("f16", "bf16"), ("w4a16", "w4a16-zp"), (128, 64, 256, None)):

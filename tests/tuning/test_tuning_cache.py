@@ -27,8 +27,9 @@ def _layout(n=1024, k=2048, scheme=W4, act="f16"):
 # ---------------------------------------------------------------------------------------------- buckets
 @pytest.mark.parametrize("m, label", [
     (1, "1"), (2, "2-8"), (8, "2-8"), (9, "9-16"), (16, "9-16"), (17, "17-32"), (33, "33-64"), (64, "33-64"),
-    (65, "65-128"), (128, "65-128"), (129, "129-256"), (300, "257-512"), (1024, "513-1024"), (1025, ">1024"),
-    (10**6, ">1024"),
+    (65, "65-128"), (128, "65-128"), (129, "129-256"), (300, "257-512"), (513, "513-768"), (768, "513-768"),
+    (769, "769-1024"), (1024, "769-1024"), (1025, "1025-2048"),
+    (2048, "1025-2048"), (2049, "2049-4096"), (4096, "2049-4096"), (4097, ">4096"), (10**6, ">4096"),
 ])
 def test_bucket_labels(m, label):
     assert tuning.m_bucket(m) == label
@@ -43,7 +44,9 @@ def test_buckets_cover_every_m_once():
     for m in range(1, 3000):
         assert sum(m in b for b in bs) == 1
     assert tuning.bucket_of(20).ms() == tuple(range(17, 33))
-    assert all(m > 1024 for m in tuning.bucket_of(5000).ms())
+    assert tuning.bucket_of(1500).ms() == (1025, 2048)  # sampled above 1024: the prefill kernels do not change with M
+    assert tuning.bucket_of(3000).ms() == (2049, 4096)
+    assert all(m > 4096 for m in tuning.bucket_of(5000).ms())
     with pytest.raises(ShapeError):
         tuning.bucket_of(0)
 
@@ -187,8 +190,10 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
     assert tuning.layout_key(layout) == entry["layout"]
     assert key == tuning.entry_key(entry["profile"], entry["scheme"], entry["layout"], entry["n"], entry["k"],
                                    entry["m_bucket"])
-    bucket = tuning.bucket_of(entry["m"])
-    assert bucket.label == entry["m_bucket"]
+    # an entry of a bucket split since (513-1024 of 2026-11-29) covers the M of the old bucket that no entry of the
+    # new ones covers
+    bucket = tuning.LEGACY_BUCKETS.get(entry["m_bucket"]) or tuning.bucket_of(entry["m"])
+    assert bucket.label == entry["m_bucket"] and entry["m"] in bucket
     for m in (v for v in (bucket.lo, entry["m"], bucket.hi) if v is not None):  # (the last bucket has no end)
         p = tuning.tuned_plan(caps, layout, m, "f16")
         if entry["path"] == "wgmma-rs" and t_bn(entry) > 64 and m < 128:
@@ -248,7 +253,13 @@ def test_candidates_default_first_valid_and_unique():
                      (1024, {"dequant-to-activation", "wgmma-rs"})):
         layout = _layout(8192, 8192)
         plans = tuning.candidates(H200, layout, m, "f16", "w4a16")
-        assert plans[0] == plan_wna16(H200, layout, m, "f16", scheme="w4a16")
+        # the default first: what humming.gemm runs without an entry (from M 513 the two-warpgroup form's rules)
+        if m >= 513:
+            from humming.core.planner_wgmma_rs import prefill_default
+
+            assert plans[0] == prefill_default(H200, layout, m, "f16", "w4a16") and plans[0].path == "wgmma-rs"
+        else:
+            assert plans[0] == plan_wna16(H200, layout, m, "f16", scheme="w4a16")
         sigs = [(p.path, p.tiles, p.splits) for p in plans]
         assert len(sigs) == len(set(sigs)) and len(plans) > 10
         assert {p.path for p in plans} == paths
@@ -275,28 +286,31 @@ def test_candidates_hold_the_runtime_plan_from_m_1024(m, monkeypatch):
 
 
 def test_register_a_prefill_handle_takes_two_warpgroup_entries(monkeypatch, tmp_path):
-    """The handle that runs the two-warpgroup form from M 1024 plans through tuning.register_a_prefill_plan: a stored
-    two-warpgroup entry of M's bucket (here stream-K at M 2048) on a hit, the planner's rules otherwise, and not an
-    entry of another kernel (the shipped 513-1024 tile-kernel entry of 8192x8192)."""
+    """The handle that runs the two-warpgroup form from M 513 plans through tuning.register_a_prefill_plan: a stored
+    two-warpgroup entry of M's bucket (here the plain form with 128-token tiles at M 2048) on a hit, the form's rules
+    otherwise (stream-K on 28672x8192 at M 2048), and not an entry of another kernel (the shipped 513-1024
+    tile-kernel entry of 8192x8192)."""
     from humming import api
-    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs, prefill_default
 
     monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
     monkeypatch.setenv("HUMMING_TUNE_FILE", str(tmp_path / "tune.json"))
     tuning.clear_memory()
     layout = _layout(28672, 8192)
-    default = plan_wna16_wgmma_rs(H200, layout, 2048, "f16", scheme="w4a16")
+    default = prefill_default(H200, layout, 2048, "f16", scheme="w4a16")
+    assert default.tiles.streamk == 132 and default.grid == (1, 132, 1)
     assert tuning.register_a_prefill_plan(H200, layout, 2048, "f16", "w4a16").tiles == default.tiles
-    streamk = plan_wna16_wgmma_rs(H200, layout, 2048, "f16", scheme="w4a16", bt=256, small=False, streamk=132)
-    tuning.record(streamk, 1000.0, scheme="w4a16", device="test")
+    plain = plan_wna16_wgmma_rs(H200, layout, 2048, "f16", scheme="w4a16", bt=128, small=False)
+    tuning.record(plain, 1000.0, scheme="w4a16", device="test")
     tuning.clear_memory()
-    got = tuning.register_a_prefill_plan(H200, layout, 3000, "f16", "w4a16")
-    assert got.tiles.streamk == 132 and got.grid == (1, 132, 1) and "tuned for M bucket >1024" in got.reasons[-1]
+    got = tuning.register_a_prefill_plan(H200, layout, 1500, "f16", "w4a16")
+    assert got.tiles.bm == 128 and not got.tiles.streamk and "tuned for M bucket 1025-2048" in got.reasons[-1]
+    assert tuning.register_a_prefill_plan(H200, layout, 3000, "f16", "w4a16").tiles.streamk == 132  # another bucket
     square = _layout(8192, 8192)
     shipped = tuning.tuned_plan(H200, square, 1024, "f16", "w4a16")
     assert shipped is not None and shipped.path != "wgmma-rs"  # a tile-kernel entry: not this handle's
     assert tuning.register_a_prefill_plan(H200, square, 1024, "f16", "w4a16").tiles == \
-        plan_wna16_wgmma_rs(H200, square, 1024, "f16", scheme="w4a16").tiles
+        prefill_default(H200, square, 1024, "f16", "w4a16").tiles
 
 
 def test_runtime_prefers_the_entries_of_its_own_scheme():
@@ -354,3 +368,84 @@ def test_two_warpgroup_register_a_form_is_a_candidate_below_its_default_m(monkey
     tuning.record(winner, 100.0, scheme="w4a16")
     p = tuning.choose_plan(caps, layout, 400, "f16", scheme="w4a16")  # same bucket (257-512)
     assert p.path == PATH and (p.tiles.bn, p.tiles.bm) == (128, 128) and "tuned for M bucket" in p.explain()
+
+
+def test_legacy_open_bucket_entries_apply_above_1024(monkeypatch, tmp_path):
+    """Files written before the buckets from 513 were split keep working: an entry of the old open bucket (">1024")
+    applies to every M above 1024 where no file has an entry of M's own bucket, and such an entry wins over it."""
+    from humming import api
+    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+
+    monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
+    target = tmp_path / "tune.json"
+    monkeypatch.setenv("HUMMING_TUNE_FILE", str(target))
+    layout = _layout(4096, 14336)
+    streamk = plan_wna16_wgmma_rs(H200, layout, 8192, "f16", scheme="w4a16", bt=256, small=False, streamk=132)
+    key, entry = tuning.make_entry(streamk, 1000.0, scheme="w4a16", device="test")
+    legacy_key = key.rsplit("|", 1)[0] + "|>1024"
+    tuning.write_entries(target, {legacy_key: dict(entry, m_bucket=">1024")})
+    tuning.clear_memory()
+    for m in (1025, 3000, 8192):
+        got = tuning.register_a_prefill_plan(H200, layout, m, "f16", "w4a16")
+        assert got.tiles.streamk == 132 and "tuned for M bucket >1024" in got.reasons[-1], m
+    below = tuning.lookup(H200, layout, 4096, 14336, 1024, "w4a16")
+    assert below is None or below["m_bucket"] != ">1024"  # not at M <= 1024
+    plain = plan_wna16_wgmma_rs(H200, layout, 3000, "f16", scheme="w4a16", bt=128, small=False)
+    tuning.record(plain, 900.0, scheme="w4a16", device="test")  # bucket 2049-4096: wins there, not elsewhere
+    tuning.clear_memory()
+    assert not tuning.register_a_prefill_plan(H200, layout, 3000, "f16", "w4a16").tiles.streamk
+    assert tuning.register_a_prefill_plan(H200, layout, 8192, "f16", "w4a16").tiles.streamk == 132
+
+
+def test_legacy_513_1024_entries_apply_to_both_new_buckets(monkeypatch, tmp_path):
+    from humming import api
+    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+
+    monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
+    target = tmp_path / "tune.json"
+    monkeypatch.setenv("HUMMING_TUNE_FILE", str(target))
+    layout = _layout(4096, 14336)
+    streamk = plan_wna16_wgmma_rs(H200, layout, 1024, "f16", scheme="w4a16", bt=256, small=False, streamk=132)
+    key, entry = tuning.make_entry(streamk, 1000.0, scheme="w4a16", device="test")
+    assert key.endswith("|769-1024")
+    tuning.write_entries(target, {key.rsplit("|", 1)[0] + "|513-1024": dict(entry, m_bucket="513-1024")})
+    tuning.clear_memory()
+    for m in (513, 768, 769, 1024):
+        got = tuning.lookup(H200, layout, 4096, 14336, m, "w4a16")
+        assert got is not None and got["m_bucket"] == "513-1024", m
+    assert tuning.lookup(H200, layout, 4096, 14336, 1025, "w4a16") is None
+    assert tuning.lookup(H200, layout, 4096, 14336, 512, "w4a16")["m_bucket"] == "257-512"  # the shipped entry
+
+
+# the two-warpgroup form's stream-K rule against what was measured on the H200 (2026-12-01, rotated A/B rounds):
+# (N, K, M) -> stream-K won; M 2048 on 4096x14336 (1.94 tiles a SM, 97% full) is left plain (2% either way)
+@pytest.mark.parametrize("n, k, m, won", [
+    (28672, 8192, 768, True), (28672, 8192, 1024, True), (28672, 8192, 2048, True), (28672, 8192, 4096, True),
+    (28672, 8192, 8192, True), (8192, 8192, 768, True), (8192, 8192, 1024, False), (8192, 8192, 2048, True),
+    (8192, 8192, 4096, True), (8192, 8192, 8192, True), (4096, 14336, 768, True), (4096, 14336, 1024, False),
+    (4096, 14336, 4096, True), (4096, 14336, 8192, True),
+])
+def test_streamk_default_follows_the_measurements(n, k, m, won, monkeypatch):
+    from humming.core import planner_wgmma_rs as rs
+
+    monkeypatch.delenv(rs.STREAMK_ENV, raising=False)
+    layout = _layout(n, k)
+    blocks, why = rs.streamk_default(H200, layout, m)
+    assert bool(blocks) == won, why
+    p = rs.prefill_default(H200, layout, m, "f16", "w4a16")
+    assert p.tiles.streamk == blocks and why in p.reasons[-1]
+    if won:
+        assert p.tiles.bm == rs.STREAMK_BT and p.grid == (1, H200.limits.sms, 1)
+        monkeypatch.setenv(rs.STREAMK_ENV, "0")
+        off = rs.prefill_default(H200, layout, m, "f16", "w4a16")
+        assert not off.tiles.streamk and "HUMMING_WGMMA_RS_STREAMK=0" in off.reasons[-1]
+
+
+def test_streamk_default_needs_the_producer_warpgroup(monkeypatch):
+    """Where the profile takes no stream-K (no producer warpgroup: HUMMING_WGMMA_RS_WS=0), the plain form with the
+    reason."""
+    from humming.core import planner_wgmma_rs as rs
+
+    monkeypatch.setenv(rs.WS_ENV, "0")
+    p = rs.prefill_default(H200, _layout(28672, 8192), 4096, "f16", "w4a16")
+    assert not p.tiles.streamk and "no stream-K" in p.reasons[-1] and "producer" in p.reasons[-1]
