@@ -389,34 +389,45 @@ STREAMK_MIN_TILES_PER_SM = 3.0
 STREAMK_MIN_SPLIT_TILES_PER_SM = 0.7  # fewer tiles than this per SM: not measured (stream-K would split every tile)
 STREAMK_MAX_FILL = 0.85
 STREAMK_BT = 256
+# stream-K with 128-token tiles where 256-token tiles would carry mostly padding rows: M just above a multiple of 256
+# (M / (M rounded up to 256) below STREAMK_NARROW_BELOW). Measured on the H200 (2026-12-01, python -m humming tune
+# --only streamk, us, 256 -> 128 tokens): M=513 (67% of 768 rows used) 8192x8192 175.0 -> 160.2, 28672x8192 606.8 ->
+# 551.7, 4096x14336 141.9 -> 139.8; M=600 (78%) 144.7 -> 150.7, 468.1 -> 484.9, 132.2 -> 131.0; M=1100 (86%) 253.2 ->
+# 259.7, 853.1 -> 954.9, 230.7 -> 228.0
+STREAMK_NARROW_BELOW = 0.7
 
 
-def streamk_default(caps, layout, m: int) -> tuple[int, str]:
-    """(persistent blocks, why) of the two-warpgroup form's default plan at M: one block per SM where the rule above
-    says stream-K pays, else (0, why not)."""
+def streamk_default(caps, layout, m: int) -> tuple[int, int, str]:
+    """(persistent blocks, token tile, why) of the two-warpgroup form's default plan at M: one block per SM where the
+    rule above says stream-K pays, else (0, 0, why not)."""
     sms = caps.limits.sms or 0
     if not sms:
-        return 0, "stream-K not planned: the profile declares no SM count"
+        return 0, 0, "stream-K not planned: the profile declares no SM count"
     if os.environ.get(STREAMK_ENV, "").strip() == "0":
-        return 0, f"stream-K off ({STREAMK_ENV}=0)"
+        return 0, 0, f"stream-K off ({STREAMK_ENV}=0)"
     tiles = math.ceil(m / STREAMK_BT) * (layout.n // BC)
     per_sm = tiles / sms
     fill = per_sm / math.ceil(per_sm)
     words = f"{tiles} tiles of {STREAMK_BT} tokens on {sms} SMs: {per_sm:.2f} a SM, rounds of whole tiles {fill:.0%} full"
     if per_sm >= STREAMK_MIN_TILES_PER_SM:
-        return sms, f"stream-K by default ({words}; from {STREAMK_MIN_TILES_PER_SM:g} a SM persistent blocks pay)"
-    if per_sm >= STREAMK_MIN_SPLIT_TILES_PER_SM and fill < STREAMK_MAX_FILL:
-        return sms, f"stream-K by default ({words}: the split left-over tiles fill the last round)"
-    return 0, f"no stream-K ({words})"
+        why = f"stream-K by default ({words}; from {STREAMK_MIN_TILES_PER_SM:g} a SM persistent blocks pay)"
+    elif per_sm >= STREAMK_MIN_SPLIT_TILES_PER_SM and fill < STREAMK_MAX_FILL:
+        why = f"stream-K by default ({words}: the split left-over tiles fill the last round)"
+    else:
+        return 0, 0, f"no stream-K ({words})"
+    used = m / (math.ceil(m / STREAMK_BT) * STREAMK_BT)
+    if used < STREAMK_NARROW_BELOW:
+        return sms, 128, why + f"; tiles of 128 tokens: {used:.0%} of the 256-token tiles' rows would be tokens"
+    return sms, STREAMK_BT, why
 
 
 def prefill_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     """The two-warpgroup form's plan by its rules (no tuning entry): stream-K where streamk_default says so and the
     profile takes it, else the plain form."""
-    blocks, why = streamk_default(caps, layout, m)
+    blocks, bt, why = streamk_default(caps, layout, m)
     if blocks:
         try:
-            p = plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=STREAMK_BT, small=False, streamk=blocks)
+            p = plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, small=False, streamk=blocks)
             return replace(p, reasons=p.reasons + (why + f" ({STREAMK_ENV}=0: off)",))
         except (ShapeError, UnsupportedOnDevice) as exc:
             why = f"no stream-K: {exc}"

@@ -430,12 +430,12 @@ def test_streamk_default_follows_the_measurements(n, k, m, won, monkeypatch):
 
     monkeypatch.delenv(rs.STREAMK_ENV, raising=False)
     layout = _layout(n, k)
-    blocks, why = rs.streamk_default(H200, layout, m)
+    blocks, bt, why = rs.streamk_default(H200, layout, m)
     assert bool(blocks) == won, why
     p = rs.prefill_default(H200, layout, m, "f16", "w4a16")
     assert p.tiles.streamk == blocks and why in p.reasons[-1]
     if won:
-        assert p.tiles.bm == rs.STREAMK_BT and p.grid == (1, H200.limits.sms, 1)
+        assert bt == p.tiles.bm == rs.STREAMK_BT and p.grid == (1, H200.limits.sms, 1)
         monkeypatch.setenv(rs.STREAMK_ENV, "0")
         off = rs.prefill_default(H200, layout, m, "f16", "w4a16")
         assert not off.tiles.streamk and "HUMMING_WGMMA_RS_STREAMK=0" in off.reasons[-1]
@@ -449,3 +449,17 @@ def test_streamk_default_needs_the_producer_warpgroup(monkeypatch):
     monkeypatch.setenv(rs.WS_ENV, "0")
     p = rs.prefill_default(H200, _layout(28672, 8192), 4096, "f16", "w4a16")
     assert not p.tiles.streamk and "no stream-K" in p.reasons[-1] and "producer" in p.reasons[-1]
+
+
+@pytest.mark.parametrize("m, bt", [(513, 128), (530, 128), (540, 256), (600, 256), (768, 256), (1025, 256),
+                                   (1100, 256), (4097, 256)])
+def test_streamk_default_token_tile(m, bt, monkeypatch):
+    """128-token tiles where 256-token ones would be mostly padding rows (M just above a multiple of 256; measured
+    at M 513 / 600 / 1100 on the H200)."""
+    from humming.core import planner_wgmma_rs as rs
+
+    monkeypatch.delenv(rs.STREAMK_ENV, raising=False)
+    layout = _layout(28672, 8192)
+    blocks, got, why = rs.streamk_default(H200, layout, m)
+    assert blocks == 132 and got == bt, why
+    assert rs.prefill_default(H200, layout, m, "f16", "w4a16").tiles.bm == bt
