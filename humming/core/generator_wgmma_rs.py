@@ -57,7 +57,7 @@ from humming.core.planner_wgmma_rs import (
     layout_refusal,
     small_ring,
 )
-from humming.core.wgmma_common import PRODUCER_WARPGROUP
+from humming.core.wgmma_common import PRODUCER_WARPGROUP, add_partial, claim_tile, store_partial
 from humming.devices.base import HelperRequest
 
 X16_DECODE = True  # see _decode_pairs_x16
@@ -556,44 +556,21 @@ def _cluster_producer(k_coord: str, pdl: bool) -> str:
 """
 
 
-# split-K of the small-M form: every block stores its fp32 partials in accumulator-register order, 4 registers per
-# 16-byte store, WS[tile][split][chunk v = acc[4v .. 4v + 3]][thread]: a warp's store covers 512 contiguous bytes (the
-# channel-major layout before, one 4-byte store per register N apart, cost up to a third of the kernel: 8192x8192 M=64
-# 26.3 us, 20.9 without any fix-up). The last block of the tile (self-resetting counter) reads every split's chunks
-# back the same way and adds the splits 0, 1, ... in that order, so the result does not depend on which block
-# finishes last. Each thread reads only what the same thread of the other blocks wrote.
-_SMALL_SPLITK = """  if (gridDim.z > 1) {
+# split-K of the small-M form: every block stores its fp32 partial (wgmma_common.store_partial; the channel-major
+# layout before, one 4-byte store per register N apart, cost up to a third of the kernel: 8192x8192 M=64 26.3 us, 20.9
+# without any fix-up), WS[tile][split][chunk][thread]; the last block of the tile (self-resetting counter) adds the
+# splits 0, 1, ... in that order.
+_SMALL_SPLITK = ("""  if (gridDim.z > 1) {
     __shared__ int last_block;
     constexpr int CHUNKS = WG_ACC_REGS / 4, SPLIT_FLOATS = WG_ACC_REGS * 128;  // one split's partial of the tile
     float* tile_ws = WS + (size_t)(blockIdx.x * gridDim.y + blockIdx.y) * gridDim.z * SPLIT_FLOATS + tid * 4;
-    #pragma unroll
-    for (int v = 0; v < CHUNKS; ++v)
-      store_f32x4(tile_ws + (size_t)blockIdx.z * SPLIT_FLOATS + v * 512, acc[4 * v], acc[4 * v + 1], acc[4 * v + 2],
-                  acc[4 * v + 3]);
-    fence_device();
-    __syncthreads();
-    if (tid == 0) {
-      int* counter = CNT + blockIdx.x * gridDim.y + blockIdx.y;
-      const int ticket = atomic_add_i32(counter, 1);
-      last_block = ticket == (int)gridDim.z - 1;
-      if (last_block) store_i32(counter, 0);
-    }
-    __syncthreads();
-    if (!last_block) return;
-    fence_device();
-    #pragma unroll
-    for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;
-    #pragma unroll 1
-    for (int z = 0; z < (int)gridDim.z; ++z)  // rolled: the loads of one pass overlap (one L2 round trip per split)
-      #pragma unroll
-      for (int v = 0; v < CHUNKS; ++v) {
-        float r[4];
-        load_f32x4_l2(r, tile_ws + (size_t)z * SPLIT_FLOATS + v * 512);
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[4 * v + e] += r[e];
-      }
+""" + store_partial("tile_ws + (size_t)blockIdx.z * SPLIT_FLOATS", "512")
+    + claim_tile("CNT + blockIdx.x * gridDim.y + blockIdx.y", "1", "(int)gridDim.z", "__syncthreads", "return;")
+    + """    #pragma unroll 1
+    for (int z = 0; z < (int)gridDim.z; ++z) {  // rolled: the loads of one pass overlap (one L2 round trip per split)
+""" + add_partial("tile_ws + (size_t)z * SPLIT_FLOATS", "512") + """    }
   }
-"""
+""")
 
 
 # the tail option of the two-warpgroup form (launch order): blocks 0 .. tiles - TAIL - 1 take whole tiles (token tile
@@ -608,37 +585,17 @@ _TAIL_KTILES = """const int katoms = K / BK, ktiles = tail < 0 ? katoms : katoms
 
 # split-K of the tail tiles (the consumer warpgroups; the producer has returned): as _SMALL_SPLITK, for 256 threads,
 # WS[tail tile][split][chunk v][thread], a counter per tail tile
-_TAIL_SPLITK = """  if (tail >= 0) {
+_TAIL_SPLITK = ("""  if (tail >= 0) {
     __shared__ int last_block;
     constexpr int CHUNKS = WG_ACC_REGS / 4, SPLIT_FLOATS = WG_ACC_REGS * THREADS;  // one split's partial of the tile
     float* tile_ws = WS + (size_t)tail * TAIL_SPLITS * SPLIT_FLOATS + tid * 4;
-    #pragma unroll
-    for (int v = 0; v < CHUNKS; ++v)
-      store_f32x4(tile_ws + (size_t)zsplit * SPLIT_FLOATS + v * 4 * THREADS, acc[4 * v], acc[4 * v + 1],
-                  acc[4 * v + 2], acc[4 * v + 3]);
-    fence_device();
-    consumer_sync();
-    if (tid == 0) {
-      const int ticket = atomic_add_i32(CNT + tail, 1);
-      last_block = ticket == TAIL_SPLITS - 1;
-      if (last_block) store_i32(CNT + tail, 0);
-    }
-    consumer_sync();
-    if (!last_block) return;
-    fence_device();
-    #pragma unroll
-    for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;
-    #pragma unroll 1
-    for (int z = 0; z < TAIL_SPLITS; ++z)  // in split order: the sum does not depend on which block came last
-      #pragma unroll
-      for (int v = 0; v < CHUNKS; ++v) {
-        float r[4];
-        load_f32x4_l2(r, tile_ws + (size_t)z * SPLIT_FLOATS + v * 4 * THREADS);
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[4 * v + e] += r[e];
-      }
+""" + store_partial("tile_ws + (size_t)zsplit * SPLIT_FLOATS", "4 * THREADS")
+    + claim_tile("CNT + tail", "1", "TAIL_SPLITS", "consumer_sync", "return;")
+    + """    #pragma unroll 1
+    for (int z = 0; z < TAIL_SPLITS; ++z) {  // in split order: the sum does not depend on which block came last
+""" + add_partial("tile_ws + (size_t)z * SPLIT_FLOATS", "4 * THREADS") + """    }
   }
-"""
+""")
 
 
 # split-K of the small-M form in a thread-block cluster (1 x 1 x splits; Plan.cluster_splits): once every block of the

@@ -10,7 +10,7 @@ depend on which finished last, and no block waits for another.
 """
 from __future__ import annotations
 
-from humming.core.wgmma_common import PRODUCER_BARRIERS
+from humming.core.wgmma_common import PRODUCER_BARRIERS, add_partial, claim_tile, store_partial
 
 # the schedule as a small struct of the launch's numbers (made where needed, so that few registers stay live across
 # the main loop): P blocks; `waves` whole-tile waves; a block's stream-K atoms [run_start(b), run_start(b + 1)) among
@@ -98,7 +98,7 @@ SEGMENT_CLOSE = """    it0 += ktiles;
 # a stream-K segment (fewer atoms than K): store the partial into this block's slot (0: its first segment, 1: its
 # last), add its atoms to the tile's counter; the block that completes the tile's K adds every block's partial in
 # block order (blocks with no atoms, where the left-over atoms are fewer than the blocks, hold none)
-SPLITK = """  if (ktiles != katoms) {
+SPLITK = ("""  if (ktiles != katoms) {
     __shared__ int last_segment;
     const StreamK sk(M, N, K, gridDim.y);
     constexpr int CHUNKS = WG_ACC_REGS / 4, SPLIT_FLOATS = WG_ACC_REGS * THREADS;  // one segment's partial of the tile
@@ -106,37 +106,16 @@ SPLITK = """  if (ktiles != katoms) {
     const int b_first = (int)(((t0 + 1) * sk.P - 1) / sk.sk_atoms), b_last = (int)(((t0 + katoms) * sk.P - 1) / sk.sk_atoms);
     float* ws_lane = WS + tid * 4;
     float* mine = ws_lane + ((size_t)blockIdx.y * 2 + (ga - ktiles == sk.run_start(blockIdx.y) ? 0 : 1)) * SPLIT_FLOATS;
-    #pragma unroll
-    for (int v = 0; v < CHUNKS; ++v)
-      store_f32x4(mine + v * 4 * THREADS, acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]);
-    fence_device();
-    consumer_sync();
-    if (tid == 0) {
-      int* counter = CNT + (tile - sk.dp_tiles);
-      const int done = atomic_add_i32(counter, ktiles) + ktiles;  // the tile's atoms summed so far
-      last_segment = done == katoms;
-      if (last_segment) store_i32(counter, 0);
-    }
-    consumer_sync();
-    if (!last_segment) {
+""" + store_partial("mine", "4 * THREADS")
+    + claim_tile("CNT + (tile - sk.dp_tiles)", "ktiles", "katoms", "consumer_sync", """{
       it0 += ktiles;
       continue;
-    }
-    fence_device();
-    #pragma unroll
-    for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;
-    #pragma unroll 1
+    }""", flag="last_segment")
+    + """    #pragma unroll 1
     for (int bj = b_first; bj <= b_last; ++bj) {  // block order: the sum does not depend on which block came last
       const int s0 = sk.run_start(bj);  // block bj's first stream-K atom
       if (s0 == sk.run_start(bj + 1)) continue;  // (no atoms)
       const float* part = ws_lane + ((size_t)bj * 2 + (s0 >= t0 ? 0 : 1)) * SPLIT_FLOATS;
-      #pragma unroll
-      for (int v = 0; v < CHUNKS; ++v) {
-        float r[4];
-        load_f32x4_l2(r, part + v * 4 * THREADS);
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[4 * v + e] += r[e];
-      }
-    }
+""" + add_partial("part", "4 * THREADS") + """    }
   }
-"""
+""")

@@ -1,5 +1,6 @@
-"""What the wgmma planners share (planner_wgmma: W8A8/W4A8, planner_wgmma_wna16: WnA16): the checks every
-wgmma plan starts with, and the choice between 128- and 256-wide tiles by how well they fill the SMs."""
+"""What the wgmma planners and generators share (planner_wgmma: W8A8/W4A8, planner_wgmma_wna16: WnA16): the checks
+every wgmma plan starts with, the choice between 128- and 256-wide tiles by how well they fill the SMs, and CUDA
+pieces (the producer warpgroup's barriers, the split-K fix-up through a workspace)."""
 from __future__ import annotations
 
 import math
@@ -130,3 +131,49 @@ def stagger_wanted() -> bool:
     """The warp-specialised register-A kernels' staggered start (TileConfig.stagger): on unless HUMMING_WGMMA_STAGGER=0.
     Measured on the H200 (2026-11-30): the wide W4A8 form 632 -> 600 us (8192x8192, M=4096), 2222 -> 2122 (28672x8192)."""
     return os.environ.get(STAGGER_ENV, "1").strip() != "0"
+
+
+# ---- split-K fix-up through a global workspace (the register-A WnA16 kernels: the small form's splits, the tail
+# quarters, stream-K segments). Each block stores its fp32 partial in accumulator-register order: chunk v (acc[4v ..
+# 4v + 3]) of thread t at slot + 4 t + v * step (one 16-byte store; a warp's covers 512 contiguous bytes). Every thread
+# reads back only what the same thread of the other blocks wrote. The block whose counter addition completes the tile
+# adds the partials in a fixed order, so the result does not depend on which block finished last.
+def store_partial(slot: str, step: str) -> str:
+    """CUDA: this thread's accumulators stored at ``slot`` (the thread's own base) + v * ``step``."""
+    return f"""    #pragma unroll
+    for (int v = 0; v < CHUNKS; ++v)
+      store_f32x4({slot} + v * {step},
+                  acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]);
+"""
+
+
+def claim_tile(counter: str, add: str, total: str, sync: str, leave: str, flag: str = "last_block") -> str:
+    """CUDA: after store_partial: fence; one thread adds ``add`` to the tile's ``counter``; the block whose addition
+    brings it to ``total`` resets it and goes on with zeroed accumulators (the partials are added next), every other
+    block runs ``leave`` (``sync``: the barrier of the threads that hold accumulators; ``flag`` a __shared__ int)."""
+    return f"""    fence_device();
+    {sync}();
+    if (tid == 0) {{
+      int* counter = {counter};
+      const int done = atomic_add_i32(counter, {add}) + {add};  // the tile's share summed so far
+      {flag} = done == {total};
+      if ({flag}) store_i32(counter, 0);
+    }}
+    {sync}();
+    if (!{flag}) {leave}
+    fence_device();
+    #pragma unroll
+    for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;
+"""
+
+
+def add_partial(slot: str, step: str, indent: str = "      ") -> str:
+    """CUDA: the partial that store_partial wrote at ``slot`` added into this thread's accumulators (L2 loads)."""
+    return f"""{indent}#pragma unroll
+{indent}for (int v = 0; v < CHUNKS; ++v) {{
+{indent}  float r[4];
+{indent}  load_f32x4_l2(r, {slot} + v * {step});
+{indent}  #pragma unroll
+{indent}  for (int e = 0; e < 4; ++e) acc[4 * v + e] += r[e];
+{indent}}}
+"""

@@ -373,18 +373,9 @@ def test_two_warpgroup_register_a_form_is_a_candidate_below_its_default_m(monkey
 def test_legacy_open_bucket_entries_apply_above_1024(monkeypatch, tmp_path):
     """Files written before the buckets from 513 were split keep working: an entry of the old open bucket (">1024")
     applies to every M above 1024 where no file has an entry of M's own bucket, and such an entry wins over it."""
-    from humming import api
     from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
 
-    monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
-    target = tmp_path / "tune.json"
-    monkeypatch.setenv("HUMMING_TUNE_FILE", str(target))
-    layout = _layout(4096, 14336)
-    streamk = plan_wna16_wgmma_rs(H200, layout, 8192, "f16", scheme="w4a16", bt=256, small=False, streamk=132)
-    key, entry = tuning.make_entry(streamk, 1000.0, scheme="w4a16", device="test")
-    legacy_key = key.rsplit("|", 1)[0] + "|>1024"
-    tuning.write_entries(target, {legacy_key: dict(entry, m_bucket=">1024")})
-    tuning.clear_memory()
+    layout = _legacy_file(monkeypatch, tmp_path, 8192, ">1024")
     for m in (1025, 3000, 8192):
         got = tuning.register_a_prefill_plan(H200, layout, m, "f16", "w4a16")
         assert got.tiles.streamk == 132 and "tuned for M bucket >1024" in got.reasons[-1], m
@@ -394,10 +385,12 @@ def test_legacy_open_bucket_entries_apply_above_1024(monkeypatch, tmp_path):
     tuning.record(plain, 900.0, scheme="w4a16", device="test")  # bucket 2049-4096: wins there, not elsewhere
     tuning.clear_memory()
     assert not tuning.register_a_prefill_plan(H200, layout, 3000, "f16", "w4a16").tiles.streamk
-    assert tuning.register_a_prefill_plan(H200, layout, 8192, "f16", "w4a16").tiles.streamk == 132
+    assert "tuned for M bucket >1024" in tuning.register_a_prefill_plan(H200, layout, 8192, "f16", "w4a16").reasons[-1]
 
 
-def test_legacy_513_1024_entries_apply_to_both_new_buckets(monkeypatch, tmp_path):
+def _legacy_file(monkeypatch, tmp_path, m: int, bucket: str):
+    """A user tuning file holding one stream-K entry of 4096x14336 measured at ``m`` under the old ``bucket`` label;
+    the register-A form runs here (as on the H200). Returns the layout."""
     from humming import api
     from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
 
@@ -405,11 +398,16 @@ def test_legacy_513_1024_entries_apply_to_both_new_buckets(monkeypatch, tmp_path
     target = tmp_path / "tune.json"
     monkeypatch.setenv("HUMMING_TUNE_FILE", str(target))
     layout = _layout(4096, 14336)
-    streamk = plan_wna16_wgmma_rs(H200, layout, 1024, "f16", scheme="w4a16", bt=256, small=False, streamk=132)
+    streamk = plan_wna16_wgmma_rs(H200, layout, m, "f16", scheme="w4a16", bt=256, small=False, streamk=132)
     key, entry = tuning.make_entry(streamk, 1000.0, scheme="w4a16", device="test")
-    assert key.endswith("|769-1024")
-    tuning.write_entries(target, {key.rsplit("|", 1)[0] + "|513-1024": dict(entry, m_bucket="513-1024")})
+    assert key.endswith("|" + tuning.m_bucket(m)) and tuning.m_bucket(m) != bucket
+    tuning.write_entries(target, {key.rsplit("|", 1)[0] + "|" + bucket: dict(entry, m_bucket=bucket)})
     tuning.clear_memory()
+    return layout
+
+
+def test_legacy_513_1024_entries_apply_to_both_new_buckets(monkeypatch, tmp_path):
+    layout = _legacy_file(monkeypatch, tmp_path, 1024, "513-1024")
     for m in (513, 768, 769, 1024):
         got = tuning.lookup(H200, layout, 4096, 14336, m, "w4a16")
         assert got is not None and got["m_bucket"] == "513-1024", m
