@@ -28,17 +28,17 @@ def forget_plans(qws) -> None:
     environment (the weights stay prepared)."""
     for qw in qws:
         for handle in qw.__dict__.get("_humming_prepared", {}).values():
-            if isinstance(handle, int):
+            if isinstance(handle, int) and handle >= 0:
                 api._registry[handle].plans.clear()
                 api._registry[handle].launches.clear()
 
 
 def ran_kernels(qw, m: int) -> list[str]:
     """The kernel names of the plans the prepared handles of ``qw`` made for M (what humming.gemm launched: from M
-    1024 a handle of its own, so humming.plan alone may name another kernel)."""
+    513 the two-warpgroup form's handle of its own)."""
     names = []
     for handle in qw.__dict__.get("_humming_prepared", {}).values():
-        if isinstance(handle, int) and m in api._registry[handle].plans:
+        if isinstance(handle, int) and handle >= 0 and m in api._registry[handle].plans:
             names.append(api._registry[handle].plans[m].kernel_name)
     return names
 

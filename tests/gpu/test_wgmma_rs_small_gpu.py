@@ -147,17 +147,21 @@ def test_wgmma_rs_small_wide_tiles(name, group, dtype):
 
 
 def test_wgmma_rs_small_default_and_switches(monkeypatch):
-    """M 17-1023 take the small form by default (M 128-1023 instead of the dequant-smem wgmma kernel), M 9-16 on a
-    narrow layer too; HUMMING_WGMMA_RS=0 or HUMMING_WGMMA_WNA16=0 keep the mma.sync kernels."""
+    """M 17-512 take the small form by default (M 128-512 instead of the dequant-smem wgmma kernel), M 9-16 on a
+    narrow layer too; from M 513 the two-warpgroup form (its own handle); HUMMING_WGMMA_RS=0 or HUMMING_WGMMA_WNA16=0
+    keep the mma.sync kernels."""
     _require_wgmma(torch.float16)
     qw = humming.quantize(torch.randn(1024, 2048, device="cuda") * 0.05, "w4a16")
     handle = _small_handle(qw, torch.float16)
-    for m in (12, 40, 128, 700):
+    for m in (12, 40, 128, 512, 700):
         x = torch.randn(m, 2048, device="cuda", dtype=torch.float16)
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
-        assert api._registry[handle].launches[m].plan.path == PATH
-        assert humming.plan("w4a16", m, 1024, 2048).path == PATH
+        assert (m in api._registry[handle].launches) == (m <= 512)
+        ran = [api._registry[h].launches[m].plan for h in qw.__dict__["_humming_prepared"].values()
+               if isinstance(h, int) and h >= 0 and m in api._registry[h].launches]
+        assert len(ran) == 1 and ran[0].path == PATH and ran[0].tiles.bn == (64 if m <= 512 else 128)
+        assert humming.plan("w4a16", m, 1024, 2048).kernel_name == ran[0].kernel_name
         assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[torch.float16]
     for env in ("HUMMING_WGMMA_RS", "HUMMING_WGMMA_WNA16"):
         monkeypatch.setenv(env, "0")
