@@ -87,17 +87,25 @@ def ms_for(ms: Iterable[int] | None = None, exact: bool = False) -> list[int]:
 
 
 def kernel_plans(caps, shapes: Iterable[tuple[int, int]], scheme, ms: Iterable[int], act: str = "f16") -> dict:
-    """{kernel name: a plan that uses it} over every shape and M: what the runtime would compile.
-    Raises ShapeError for a shape the scheme's layout rejects."""
+    """{kernel name: a plan that uses it} over every shape and M: what the runtime would compile (humming.plan's
+    choice, i.e. the register-A prefill form from its threshold and the other wgmma handles, where the live GPU runs
+    the profile's wgmma; else the mma.sync handle's tuning.choose_plan). Raises ShapeError for a shape the scheme's
+    layout rejects."""
+    from humming import api
     from humming.core import tuning
     from humming.core.layout import layout_for
 
     plans: dict = {}
     ms = list(ms)
+    name = getattr(scheme, "name", None) or str(scheme)
+    wgmma_here = api._wgmma_runs_here(caps)
     for n, k in shapes:
         layout = layout_for(scheme, n, k, act, caps=caps)
         for m in ms:
-            p = tuning.choose_plan(caps, layout, m, act, scheme=getattr(scheme, "name", None) or str(scheme))
+            if wgmma_here:
+                p = api.plan(scheme, m, n, k, profile=caps, act=act)
+            else:
+                p = tuning.choose_plan(caps, layout, m, act, scheme=name)
             plans.setdefault(p.kernel_name, p)
     return plans
 

@@ -175,7 +175,7 @@ def test_shipped_h200_defaults_load():
     shipped = _shipped()
     assert len(shipped) >= 8
     buckets = {e["m_bucket"] for _, e in shipped}
-    assert {"1", "9-16", "65-128", "513-1024"} <= buckets
+    assert {"1", "9-16", "65-128", "257-512"} <= buckets
 
 
 def t_bn(entry: dict) -> int:
@@ -288,8 +288,7 @@ def test_candidates_hold_the_runtime_plan_from_m_1024(m, monkeypatch):
 def test_register_a_prefill_handle_takes_two_warpgroup_entries(monkeypatch, tmp_path):
     """The handle that runs the two-warpgroup form from M 513 plans through tuning.register_a_prefill_plan: a stored
     two-warpgroup entry of M's bucket (here the plain form with 128-token tiles at M 2048) on a hit, the form's rules
-    otherwise (stream-K on 28672x8192 at M 2048), and not an entry of another kernel (the shipped 513-1024
-    tile-kernel entry of 8192x8192)."""
+    otherwise (stream-K on 28672x8192 at M 2048), and not an entry of another kernel (a tile-kernel entry)."""
     from humming import api
     from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs, prefill_default
 
@@ -307,8 +306,12 @@ def test_register_a_prefill_handle_takes_two_warpgroup_entries(monkeypatch, tmp_
     assert got.tiles.bm == 128 and not got.tiles.streamk and "tuned for M bucket 1025-2048" in got.reasons[-1]
     assert tuning.register_a_prefill_plan(H200, layout, 3000, "f16", "w4a16").tiles.streamk == 132  # another bucket
     square = _layout(8192, 8192)
-    shipped = tuning.tuned_plan(H200, square, 1024, "f16", "w4a16")
-    assert shipped is not None and shipped.path != "wgmma-rs"  # a tile-kernel entry: not this handle's
+    tile = plan_wna16(H200, square, 1024, "f16", scheme="w4a16", tiles=TileConfig(128, 128, 64, 3, 2, 2, 1), splits=1,
+                      path="tile")
+    tuning.record(tile, 500.0, scheme="w4a16", device="test")
+    tuning.clear_memory()
+    stored = tuning.tuned_plan(H200, square, 1024, "f16", "w4a16")
+    assert stored is not None and stored.path != "wgmma-rs"  # a tile-kernel entry: not this handle's
     assert tuning.register_a_prefill_plan(H200, square, 1024, "f16", "w4a16").tiles == \
         prefill_default(H200, square, 1024, "f16", "w4a16").tiles
 

@@ -1,0 +1,59 @@
+"""CPU: every kernel that the shipped H200 tuning entries, and the two-warpgroup form's default rules on the shapes
+they were measured on, make the runtime launch compiles for sm_90a without spills or serialized wgmmas (ptxas -v)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from humming import schemes
+from humming.capabilities import get_profile
+from humming.core import tuning
+from humming.core.compiler import compile_cuda
+from humming.core.layout import layout_for
+from humming.core.nvrtc import select_toolchain
+from humming.core.planner import launch_options
+from humming.errors import UnsupportedOnDevice
+
+H200 = get_profile("nvidia-h200")
+
+
+def _need_sm90a():
+    try:
+        select_toolchain("sm_90a", None)
+    except UnsupportedOnDevice as exc:
+        pytest.skip(str(exc).splitlines()[0])
+
+
+def _shipped_h200():
+    path = next(p for p in tuning.shipped_files() if p.name == "tuned_h200.json")
+    return sorted(tuning.read_entries(path).items())
+
+
+def _assert_clean(plan) -> None:
+    from humming import api
+
+    mod = compile_cuda(api.source(plan, H200), [plan.kernel_name], "sm_90a", options=("--ptxas-options=-v",))
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)]
+    assert spills and max(spills) == 0, (plan.kernel_name, mod.log)
+    assert not re.search(r"C751\d", mod.log), (plan.kernel_name, mod.log)  # serialized wgmmas
+
+
+@pytest.mark.parametrize("key, entry", _shipped_h200(), ids=[k.split("|", 3)[-1] for k, _ in _shipped_h200()])
+def test_shipped_entries_compile_clean(key, entry):
+    _need_sm90a()
+    layout = layout_for(schemes.get(entry["scheme"]), entry["n"], entry["k"], "f16")
+    plan = tuning.tuned_plan(H200, layout, entry["m"], "f16", entry["scheme"])
+    assert plan is not None, key
+    _assert_clean(launch_options(H200, plan))
+
+
+@pytest.mark.parametrize("n, k", [(8192, 8192), (28672, 8192), (4096, 14336)])
+@pytest.mark.parametrize("m", [513, 768, 1024, 4096])
+def test_prefill_defaults_compile_clean(n, k, m, monkeypatch):
+    """What the register-A prefill handle runs there (plain or stream-K, 128- or 256-token tiles)."""
+    _need_sm90a()
+    monkeypatch.delenv("HUMMING_WGMMA_RS_STREAMK", raising=False)
+    plan = tuning.register_a_prefill_plan(H200, layout_for(schemes.get("w4a16"), n, k, "f16"), m, "f16", "w4a16")
+    assert plan.path == "wgmma-rs" and plan.tiles.bn == 128
+    _assert_clean(plan)
