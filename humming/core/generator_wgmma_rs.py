@@ -56,7 +56,6 @@ from humming.core.planner_wgmma_rs import (
     cluster_refusal,
     layout_refusal,
     small_ring,
-    staging_rows,
 )
 from humming.core.wgmma_common import PRODUCER_WARPGROUP, add_partial, claim_tile, store_partial
 from humming.devices.base import HelperRequest
@@ -347,62 +346,6 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         copy_out = copy_out[:-2] if copy_out.endswith("}\n") else copy_out
     else:
         slab_head, slab_body = slab_line, ""
-    out_rows = staging_rows(plan) if t.streamk else t.bm
-    if out_rows == t.bm:
-        epilogue = f"""  // acc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
-  {scale_line}
-  #pragma unroll
-  for (int h = 0; h < 2; ++h) {{
-    const int ch = wg * 64 + w * 16 + 8 * h + g;
-    const float cs = CS ? scale * load_f32(CS + n0 + ch) : scale;
-    const float bs = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
-    #pragma unroll
-    for (int j = 0; j < BT / 8; ++j) {{{row_pair}
-      const uint32_t o = {staging} + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
-      sts_u16(o, (uint16_t)(v & 0xFFFFu));
-      sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
-    }}
-  }}
-{copy_out.replace("__syncthreads()", block_sync + "()").replace("lds_128(r, x0 + ", f"lds_128(r, {staging} + ")}"""
-    else:  # stream-K with a staging tile of OUT_ROWS token rows: the tile goes out in BT / OUT_ROWS passes
-        epilogue = f"""  // acc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token - p OUT_ROWS][channel]
-  // in pass p = (8 j) / OUT_ROWS: the staging tile holds OUT_ROWS of the BT token rows
-  constexpr int OUT_ROWS = {out_rows};
-  {scale_line}
-  float cs2[2], bs2[2];
-  #pragma unroll
-  for (int h = 0; h < 2; ++h) {{
-    const int ch = wg * 64 + w * 16 + 8 * h + g;
-    cs2[h] = CS ? scale * load_f32(CS + n0 + ch) : scale;
-    bs2[h] = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
-  }}
-  #pragma unroll
-  for (int p = 0; p < BT / OUT_ROWS; ++p) {{
-    if (p > 0) {block_sync}();  // the previous pass's rows are copied out of the staging tile
-    #pragma unroll
-    for (int h = 0; h < 2; ++h) {{
-      const int ch = wg * 64 + w * 16 + 8 * h + g;
-      const float cs = cs2[h], bs = bs2[h];
-      #pragma unroll
-      for (int j = p * (OUT_ROWS / 8); j < (p + 1) * (OUT_ROWS / 8); ++j) {{{row_pair.replace(chr(10), chr(10) + "  ")}
-        const uint32_t o = {staging} + ((8 * j + 2 * q - p * OUT_ROWS) * OUT_LD + ch) * 2;   // tokens 8j + 2q, +1
-        sts_u16(o, (uint16_t)(v & 0xFFFFu));
-        sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
-      }}
-    }}
-    {block_sync}();
-    // copy-out: 16-byte chunk c = tid + 256 i is staged row c / 16 (token p OUT_ROWS + c / 16), channels 8 (c % 16) .. +7
-    #pragma unroll
-    for (int i = 0; i < OUT_ROWS * (BC / 8) / THREADS; ++i) {{
-      const int c = tid + THREADS * i, row = c >> 4, ch = c & 15, token = m0 + p * OUT_ROWS + row;
-      if (token < M) {{
-        uint32_t r[4];
-        lds_128(r, {staging} + (row * OUT_LD + ch * 8) * 2);
-        store_g128(C + (size_t)token * N + n0 + ch * 8, r);
-      }}
-    }}
-  }}
-"""
     cluster_line = (f"\nconstexpr int CLUSTER = {cluster};           // blocks per cluster (adjacent slabs) sharing each "
                     "activation stage" if cluster else "")
     source = f"""// ===== humming generated kernel: {plan.kernel_name}
@@ -493,7 +436,21 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
 {final_wait}
   {block_sync}();                 {sync_words}
 {splitk_code}
-{epilogue}"""
+  // acc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
+  {scale_line}
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) {{
+    const int ch = wg * 64 + w * 16 + 8 * h + g;
+    const float cs = CS ? scale * load_f32(CS + n0 + ch) : scale;
+    const float bs = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
+    #pragma unroll
+    for (int j = 0; j < BT / 8; ++j) {{{row_pair}
+      const uint32_t o = {staging} + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
+      sts_u16(o, (uint16_t)(v & 0xFFFFu));
+      sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
+    }}
+  }}
+{copy_out.replace("__syncthreads()", block_sync + "()").replace("lds_128(r, x0 + ", f"lds_128(r, {staging} + ")}"""
     if t.streamk:  # the tile body runs once per segment
         head, body = source.split("{SEGMENT_BODY}")
         body = "\n".join(("  " + ln) if ln else ln for ln in body.split("\n"))

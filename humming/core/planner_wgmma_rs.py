@@ -143,40 +143,11 @@ def cluster_refusal(caps, n: int, stages: int, tma: bool, cluster: int) -> str:
     return ""
 
 
-def smem_bytes(bt: int, stages: int, staging: bool = False, out_rows: int | None = None) -> int:
+def smem_bytes(bt: int, stages: int, staging: bool = False) -> int:
     """STAGES activation tiles (bt rows x 128 B) and 1 KiB to align them to 1024 bytes; the epilogue's staging
     tile (bt rows x (128 + OUT_PAD) 16-bit values) reuses them, or with ``staging`` (the stream-K option, whose
-    producer keeps loading the next segment's stages) comes after them, holding ``out_rows`` token rows (default bt;
-    fewer: the epilogue writes the tile in bt / out_rows passes)."""
-    return stages * bt * BK * 2 + 1024 + ((out_rows or bt) * (BC + OUT_PAD) * 2 if staging else 0)
-
-
-STREAMK_STAGES_ENV = "HUMMING_WGMMA_RS_STREAMK_STAGES"  # stream-K plans: this many activation stages (4-6), the
-# staging tile then written in 2 or 4 passes where the whole one does not fit beside them; unset: the most stages
-# with a whole staging tile (4 at 256 tokens, 6 at 128)
-STATIC_SMEM_RESERVE = 1024  # bytes kept free beside the dynamic shared memory for the kernel's static __shared__
-
-
-def streamk_stages(bt: int, limit: int, forced: int | None = None) -> tuple[int, int] | None:
-    """(stages, staging rows) of a stream-K plan: ``forced`` stages (else STREAMK_STAGES_ENV, else the most that fit
-    with a whole staging tile) with the largest staging tile of bt, bt/2 or bt/4 rows that fits beside them; None
-    when nothing fits."""
-    env = os.environ.get(STREAMK_STAGES_ENV, "").strip()
-    wanted = forced or (int(env) if env else None)
-    if wanted is not None and not MIN_STAGES <= wanted <= MAX_STAGES:
-        raise ShapeError(f"stream-K takes {MIN_STAGES}..{MAX_STAGES} activation stages, not {wanted}")
-    room = limit - STATIC_SMEM_RESERVE
-    for stages in ((wanted,) if wanted else range(MAX_STAGES, MIN_STAGES - 1, -1)):
-        for rows in ((bt, bt // 2, bt // 4) if wanted else (bt,)):
-            if smem_bytes(bt, stages, True, rows) <= room:
-                return stages, rows
-    return None
-
-
-def staging_rows(plan) -> int:
-    """The token rows of a stream-K plan's staging tile (its shared memory beside the activation slots)."""
-    t = plan.tiles
-    return (plan.smem_bytes - smem_bytes(t.bm, t.stages)) // ((BC + OUT_PAD) * 2)
+    producer keeps loading the next segment's stages) comes after them."""
+    return stages * bt * BK * 2 + 1024 + (bt * (BC + OUT_PAD) * 2 if staging else 0)
 
 
 # the two-warpgroup form below its default M (a tuned plan): measured on the H200 (2026-11-30, scripts/ablate.py
@@ -351,17 +322,13 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     if not cands:
         raise UnsupportedOnDevice(f"{caps.name} declares no wgmma m64n{bt or 256}k16 {act}")
     bt = _token_tile(m, n, sms, cands, reasons)
-    if streamk:
-        fit = streamk_stages(bt, limit)
-        stages, out_rows = fit if fit else (None, bt)
-    else:
-        stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(bt, s) <= limit), None)
-        out_rows = bt
+    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(bt, s, bool(streamk)) <= limit),
+                  None)
     if stages is None:
         raise UnsupportedOnDevice(
             f"no register-A wgmma tile of {bt} tokens with {MIN_STAGES} stages fits {caps.name}'s {limit} B of "
             "shared memory")
-    smem = smem_bytes(bt, stages, bool(streamk), out_rows)
+    smem = smem_bytes(bt, stages, bool(streamk))
     use_tma = tma_wanted(caps, tma)
     producer_warp = use_tma and declared_option(bool(caps.memory.setmaxnreg), None, WS_ENV, WS_DEFAULT, "")
     reasons.append(
@@ -382,9 +349,6 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
                        f"{tiles / sms:.2f} rounds of whole tiles, which alone take {math.ceil(tiles / sms)}); fp32 "
                        "partials added by the last block of a tile in a fixed order"
                        if tail else _streamk_words(tiles, k // BK, streamk) if streamk else "no split-K"))
-    if streamk and out_rows < bt:
-        reasons.append(f"{stages} activation stages ({STREAMK_STAGES_ENV}): the staging tile holds {out_rows} token rows, "
-                       f"the epilogue writes a segment's tile in {bt // out_rows} passes")
     if producer_warp:
         reasons.append(f"a producer warpgroup ({WS_ENV}=0 turns it off; setmaxnreg 40, the consumers take 232) issues every tensor "
                        "copy into the slot the consumers released (EMPTY mbarriers); the two consumer warpgroups meet "

@@ -122,25 +122,3 @@ def test_default_streamk_with_per_token_scales(monkeypatch):
     ran = [p for prep in api._registry for mm, p in prep.plans.items()
            if (mm, p.n, p.k) == (m, n, k) and p.row_scale and p.path == "wgmma-rs"]
     assert ran and all(p.tiles.streamk for p in ran), [p.kernel_name for p in ran]
-
-
-@pytest.mark.parametrize("stages", [5, 6])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-def test_streamk_deeper_ring_epilogue_in_passes(stages, dtype, monkeypatch):
-    """HUMMING_WGMMA_RS_STREAMK_STAGES: 5 or 6 activation stages at 256 tokens, the staging tile of 128 or 64 rows
-    written in 2 or 4 passes per segment; three token tiles, the last partly past M, zero points and bias."""
-    monkeypatch.setenv("HUMMING_WGMMA_RS_STREAMK_STAGES", str(stages))
-    _require_wgmma(dtype)
-    torch.manual_seed(stages)
-    n, k = 1024, 2048
-    bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme("w4a16-zp", 128), bias=bias)
-    act = "f16" if dtype == torch.float16 else "bf16"
-
-    def plans_for(prep, base, m):
-        p = plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, act, scheme="", bt=256, small=False, streamk=11)
-        assert p.tiles.stages == stages and "OUT_ROWS" in api.source(p)
-        yield p
-
-    ms = (129, 256, 2 * 256 + 5)
-    assert run_forced_plans(qw, dtype, ms, plans_for, TOL[dtype]) == len(ms)

@@ -108,26 +108,3 @@ def test_streamk_kernels_compile(m, bt, group, name, compiled_without_spills):
     p = _plan(m=m, bt=bt, group=group, name=name, n=8192)
     mod = compiled_without_spills(p, api.resolve_profile(H200))
     assert not re.search(r"C75\d\d", mod.log), mod.log  # no serialized wgmmas
-
-
-@pytest.mark.parametrize("stages, rows", [(5, 128), (6, 64)])
-def test_streamk_deeper_ring_compiles_clean(stages, rows, monkeypatch, compiled_without_spills):
-    """HUMMING_WGMMA_RS_STREAMK_STAGES=5/6 at 256 tokens: the staging tile of 128 / 64 rows beside the slots fits the
-    H200's shared memory, the epilogue goes out in passes; no spills, no serialized wgmmas. Unset: 4 stages, whole tile."""
-    from humming.core.planner_wgmma_rs import staging_rows
-
-    caps = api.resolve_profile(H200)
-    monkeypatch.delenv("HUMMING_WGMMA_RS_STREAMK_STAGES", raising=False)
-    base = _plan(m=4096, bt=256, n=8192)
-    assert base.tiles.stages == 4 and staging_rows(base) == 256 and "OUT_ROWS" not in api.source(base, caps)
-    monkeypatch.setenv("HUMMING_WGMMA_RS_STREAMK_STAGES", str(stages))
-    p = _plan(m=4096, bt=256, n=8192)
-    assert p.tiles.stages == stages and staging_rows(p) == rows
-    assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024 - 1024
-    assert any(f"{256 // rows} passes" in r for r in p.reasons)
-    assert f"constexpr int OUT_ROWS = {rows};" in api.source(p, caps)
-    mod = compiled_without_spills(p, caps)
-    assert not re.search(r"C75\d\d", mod.log), mod.log  # no serialized wgmmas
-    monkeypatch.setenv("HUMMING_WGMMA_RS_STREAMK_STAGES", "7")
-    with pytest.raises(ShapeError, match="4..6"):
-        _plan(m=4096, bt=256, n=8192)
