@@ -321,10 +321,27 @@ def precompile(handle: int, ms: Iterable[int] | None = None, skip: Iterable[str]
     skip = set(skip)
     plans: dict = {}
     for m in ms:
-        p = api.plan_for(handle, m)
+        p = launched_plan(handle, m)
         if p.kernel_name not in skip:
             plans.setdefault(p.kernel_name, p)
     return compile_in_background(plans.values(), prep.caps, prep.run_arch)
+
+
+def launched_plan(handle: int, m: int):
+    """The plan humming.gemm launches for M on the weight of this (mma.sync / stream) WnA16 handle: from the register-A
+    prefill form's threshold that form's handle's plan (tuning.register_a_prefill_plan) where it runs this layout
+    here, else the handle's own."""
+    from humming import api
+    from humming.core import tuning
+
+    prep = api._registry[handle]
+    layout = prep.packed.layout
+    if prep.run_arch is None and tuning.runs_register_a_prefill(prep.caps, layout, m):
+        try:
+            return tuning.register_a_prefill_plan(prep.caps, layout, m, layout.decode.act, prep.scheme)
+        except HummingError:  # (e.g. no wgmma form of this activation type): the handle's own plan
+            pass
+    return api.plan_for(handle, m)
 
 
 def precompile_on_first_launch(handle: int, m: int, plan) -> list[Future]:

@@ -250,3 +250,19 @@ def test_exit_drops_the_compiles_not_started(monkeypatch):
     gate.set()
     assert aot.wait_precompiled(timeout=30)
     assert sum(f.cancelled() for f in futures) == len(futures) - 1  # only the running one finished
+
+
+def test_background_plans_follow_the_launched_handle():
+    """HUMMING_PRECOMPILE=all: from M 513 the runtime launches the register-A prefill handle's plan (the live GPU of
+    the profile's target: none here), so that is what the background compiles there; below, the handle's own."""
+    caps = get_profile("nvidia-h200")
+    h = _handle(8192, 8192, "nvidia-h200")
+    layout = api._registry[h].packed.layout
+    for m in (16, 512):
+        assert aot.launched_plan(h, m).kernel_name == api.plan_for(h, m).kernel_name
+    for m in (513, 768, 4096):
+        p = aot.launched_plan(h, m)
+        assert p.kernel_name == tuning.register_a_prefill_plan(caps, layout, m, "f16", "w4a16").kernel_name
+        assert p.path == "wgmma-rs" and p.tiles.bn == 128
+    a100 = _handle(8192, 8192, "nvidia-a100")  # no wgmma there: the mma.sync handle's plan at every M
+    assert aot.launched_plan(a100, 4096).kernel_name == api.plan_for(a100, 4096).kernel_name
