@@ -212,7 +212,7 @@ def lookup(caps, layout, n: int, k: int, m: int, scheme: str = "") -> dict | Non
     profile, lk = _profile_name(caps), layout_key(layout)
     labels = (m_bucket(m),) + tuple(label for label, b in LEGACY_BUCKETS.items() if m in b)
     sources = _sources()
-    for bucket in labels:  # a file's entry of M's own bucket wins over any file's entry of the legacy open bucket
+    for bucket in labels:  # a file's entry of M's own bucket wins over any file's entry of a legacy bucket
         exact = entry_key(profile, scheme, lk, n, k, bucket) if scheme else None
         suffix = f"|{lk}|{n}x{k}|{bucket}"
         prefix = f"{profile}|"
@@ -321,11 +321,13 @@ def register_a_prefill_plan(caps, layout, m: int, act: str, scheme: str = "") ->
 
 def runs_register_a_prefill(caps, layout, m: int) -> bool:
     """True where humming.gemm runs M on its two-warpgroup register-A handle (humming.api._wna16_wgmma_rs_handle):
-    M from the form's threshold, the wgmma kernels on, the live GPU of the profile's target, a layout it takes."""
+    M from the form's threshold, the wgmma kernels on, a declared wgmma k16 form for the activations and cp.async, the
+    live GPU of the profile's target, a layout it takes."""
     from humming.core import planner_wgmma_rs as rs
+    from humming.core.planner_wgmma_wna16 import wgmma_k16_form
 
     lowest = rs.min_m()
-    if lowest is None or m < lowest:
+    if lowest is None or m < lowest or not caps.memory.cp_async or wgmma_k16_form(caps, layout.decode.act) is None:
         return False
     try:
         _require_register_a_here(caps, m, lowest, "two-warpgroup")

@@ -464,3 +464,21 @@ def test_streamk_default_token_tile(m, bt, monkeypatch):
     blocks, got, why = rs.streamk_default(H200, layout, m)
     assert blocks == 132 and got == bt, why
     assert rs.prefill_default(H200, layout, m, "f16", "w4a16").tiles.bm == bt
+
+
+def test_profiles_without_wgmma_keep_the_mma_sync_default_from_m_513():
+    """On a profile without wgmma (A100) the register-A prefill handle never runs: the tuner's default row, the
+    runtime's plan and humming.plan stay the mma.sync kernels at M >= 513 (no error)."""
+    from humming.core.planner import launch_options
+
+    a100 = get_profile("nvidia-a100")
+    layout = _layout(4096, 4096)
+    for m in (513, 1024, 4096):
+        assert not tuning.runs_register_a_prefill(a100, layout, m)
+        plans = tuning.candidates(a100, layout, m, "f16", "w4a16")
+        assert plans[0] == plan_wna16(a100, layout, m, "f16", scheme="w4a16")
+        assert all(p.family == "mma_sync" for p in plans)
+        assert tuning.runtime_plan(a100, layout, m, "f16", "w4a16") == tuning.choose_plan(a100, layout, m, "f16", "w4a16")
+    assert tuning.runs_register_a_prefill(H200, layout, 1024)
+    assert tuning.runtime_plan(H200, layout, 1024, "f16", "w4a16") == launch_options(
+        H200, tuning.register_a_prefill_plan(H200, layout, 1024, "f16", "w4a16"))
