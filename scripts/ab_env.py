@@ -1,6 +1,9 @@
 """A/B on the GPU: one scheme's `humming.gemm` under several settings of one environment switch, against cuBLAS fp16
-in the same run. CUDA-graph replay over weight copies past the L2; every setting's output checked against the
-reference (relative error printed); plans re-made per setting. Prints one line per (shape, M) and writes JSON.
+in the same run. One CUDA graph per setting (and one of cuBLAS) over weight copies past the L2, captured after the
+setting's plans are made; then ``--rounds`` rounds that replay every graph, each round starting one setting later
+(the GPU's clock follows its recent load: a fixed order favours one position), the median per setting. Every
+setting's output checked against the reference (relative error printed), and the kernels that ran recorded
+(``*_ran``). Prints one line per (shape, M) with the median and the rounds' min-max, and writes JSON.
 
     python scripts/ab_env.py --env HUMMING_WGMMA_W4A8_RS_CHAIN --values 128,64 --scheme w4a8-fp8 \
         --ms 512,1024,4096 [--shapes 8192x8192,28672x8192,4096x14336] [--out DIR]
