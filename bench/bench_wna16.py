@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
-from humming.tuner import capture_graph, copies_for, graph_time_us, replay_time_us  # noqa: E402  (shared with `humming tune`)
+from humming.tuner import copies_for, graph_time_us, rotated_graph_times_us  # noqa: E402  (shared with `humming tune`)
 
 SHAPES = [(8192, 8192), (28672, 8192), (4096, 14336)]
 MS = [1, 16, 64, 128, 256, 1024, 4096]
@@ -164,17 +164,6 @@ def mma_sync_column(x: torch.Tensor, qws: list, m: int) -> dict:
             os.environ[api.WGMMA_WNA16_ENV] = old
 
 
-def rotated_rounds_us(call_lists: list, rounds: int, reps: int = 5) -> list[float]:
-    """Median time of one call of each list, from one CUDA graph per list replayed in ``rounds`` rounds, each round
-    starting one list later (the GPU's clock follows its recent load: a fixed order favours one position)."""
-    graphs = [capture_graph(calls) for calls in call_lists]
-    samples: list[list[float]] = [[] for _ in graphs]
-    for r in range(rounds):
-        for i in [(r + j) % len(graphs) for j in range(len(graphs))]:
-            samples[i].append(replay_time_us(graphs[i], len(call_lists[i]), reps))
-    return [statistics.median(s) for s in samples]
-
-
 def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True, rounds: int = 0) -> dict:
     torch.manual_seed(0)
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": [],
@@ -201,7 +190,7 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True
             cublas_calls = [lambda w=w, x=x: torch.matmul(x, w.t()) for w in w16]
             hm_calls = [lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws]
             if rounds:
-                t_cublas, t_hm = rotated_rounds_us([cublas_calls, hm_calls], rounds)
+                t_cublas, t_hm = [statistics.median(s) for s in rotated_graph_times_us([cublas_calls, hm_calls], rounds)]
             else:
                 t_cublas, t_hm = graph_time_us(cublas_calls), graph_time_us(hm_calls)
             err = float((humming.gemm(x, qws[0]).double() - humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()).norm()

@@ -23,7 +23,7 @@ import torch  # noqa: E402
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
-from humming.tuner import capture_graph, copies_for, replay_time_us  # noqa: E402
+from humming.tuner import copies_for, graph_timer, rotated_samples  # noqa: E402
 
 
 def forget_plans(qws) -> None:
@@ -85,26 +85,20 @@ def main() -> None:
             # one graph per setting (the kernels are fixed at capture), then rounds that visit every graph, each
             # round starting one setting later: the GPU's clock follows its recent load, so a fixed order favours
             # whichever setting runs first (up to 8% in the thirteenth session's a b b a runs of one kernel)
-            graphs = {"cublas": capture_graph([lambda w=w, x=x: torch.matmul(x, w.t()) for w in ws])}
+            timers = {"cublas": graph_timer([lambda w=w, x=x: torch.matmul(x, w.t()) for w in ws], args.reps)}
             for v in values:
                 _apply(args.env, v)
                 forget_plans(qws)
                 out = humming.gemm(x, qws[0]).double()
                 row[f"{v}_err"] = float((out - ref).norm() / ref.norm())
-                graphs[v] = capture_graph([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
+                timers[v] = graph_timer([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws], args.reps)
                 row[f"{v}_plan"] = humming.plan(args.scheme, m, n, k).summary()
                 row[f"{v}_ran"] = ran_kernels(qws[0], m)
-            names = list(graphs)
-            samples: dict[str, list[float]] = {name: [] for name in names}
-            for r in range(args.rounds):
-                for name in names[r % len(names):] + names[:r % len(names)]:
-                    calls = len(ws) if name == "cublas" else len(qws)
-                    samples[name].append(replay_time_us(graphs[name], calls, args.reps))
-            for name in names:
+            for name, samples in zip(timers, rotated_samples(list(timers.values()), args.rounds)):
                 key = "cublas_us" if name == "cublas" else f"{name}_us"
-                row[key] = statistics.median(samples[name])
-                row[key.replace("_us", "_rounds_us")] = samples[name]
-            del graphs
+                row[key] = statistics.median(samples)
+                row[key.replace("_us", "_rounds_us")] = samples
+            del timers
             _apply(args.env, "unset")
             forget_plans(qws)
             rows.append(row)

@@ -31,6 +31,8 @@ def add_arguments(p) -> None:
                                                    "tail", "streamk"],
                    help="time only candidates with this option (plus the default and the plan chosen now)")
     p.add_argument("--file", default=None, help="tuning file to write (default: $HUMMING_TUNE_FILE or <cache>/tuning.json)")
+    p.add_argument("--retime", type=int, default=4,
+                   help="time the fastest N and the default again in rotated rounds before ranking (0: off)")
     p.add_argument("--no-record", action="store_true", help="only print; store nothing")
     p.add_argument("--json", default=None, help="also write every timing to this JSON file")
 
@@ -70,7 +72,7 @@ def main(args) -> int:
     for n, k in shapes:
         results = tuner.tune_layer(scheme, n, k, ms, dtype=args.dtype, reps=args.reps, jobs=args.jobs,
                                    include_tile_for_stream=not args.stream_only, only=args.only,
-                                   progress=lambda text: print(text, flush=True))
+                                   retime_top=args.retime, progress=lambda text: print(text, flush=True))
         for res in results:
             d_us = res.default.us
             win = res.winner(args.min_gain)

@@ -239,3 +239,61 @@ def test_tune_table_row_names_every_option():
     assert "fold1,bulk,occupancy7,prefetch4,split-cluster" in row and "x1.27" in row and "44.7" in row
     plain = _row(2, Timing(replace(p, tiles=replace(p.tiles, fold=0, bulk=0, occupancy=0, prefetch=0)), 50.0), 0)
     assert plain.rstrip().endswith(" -")
+
+
+def test_rotated_samples_start_each_round_one_timer_later():
+    """The order of the A/B helpers and the tuner's re-timing: every timer once per round, round r starting at
+    timer r % n, so each timer is first equally often over n rounds."""
+    from humming import tuner
+
+    calls = []
+
+    def timer(i):
+        def run():
+            calls.append(i)
+            return float(10 * i + len(calls))
+        return run
+
+    samples = tuner.rotated_samples([timer(0), timer(1), timer(2)], 4)
+    assert calls == [0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 1, 2]
+    assert [len(s) for s in samples] == [4, 4, 4]
+    assert samples[1] == [2.0 + 10, 4.0 + 10, 9.0 + 10, 11.0 + 10]
+    assert tuner.rotated_samples([], 3) == []
+
+
+def test_tune_cli_retime_option():
+    import argparse
+
+    from humming.cli import tune as tune_cli
+
+    p = argparse.ArgumentParser()
+    tune_cli.add_arguments(p)
+    assert p.parse_args([]).retime == 4 and p.parse_args(["--retime", "0"]).retime == 0
+
+
+def test_retime_reranks_the_fastest_and_the_default(monkeypatch):
+    """tuner._retime: the first pass's fastest `top` and the default get the rotated rounds' medians (each timer
+    captured while its plan is set) and are ranked by them ahead of the rest; plans are cleared after."""
+    import types
+
+    from humming import tuner
+
+    registry = [types.SimpleNamespace(plans={}, launches={}) for _ in range(2)]
+    api = types.SimpleNamespace(_registry=registry, gemm_prepared=lambda x, h: None)
+    second_pass = {"a": 12.0, "b": 9.0, "c": 11.0, "default": 10.0}
+
+    def fake_timer(calls, reps=5):
+        name = registry[0].plans[7]  # the plan set when the graph is captured
+        assert all(r.plans[7] == name for r in registry)
+        return lambda: second_pass[name]
+
+    monkeypatch.setattr(tuner, "graph_timer", fake_timer)
+    timings = [tuner.Timing(p, us) for p, us in (("a", 5.0), ("b", 6.0), ("c", 7.0), ("d", 8.0), ("default", 20.0))]
+    result = tuner.TuneResult("w4a16", 64, 64, 7, default=timings[-1], timings=timings)
+    said = []
+    tuner._retime(api, [0, 1], 7, None, result, 3, said.append)
+    # the re-timed ones ranked by the rounds, ahead of the one that was slower in the first pass
+    assert [(t.plan, t.us) for t in result.timings] == [("b", 9.0), ("default", 10.0), ("c", 11.0), ("a", 12.0),
+                                                        ("d", 8.0)]
+    assert result.best.plan == "b" and result.winner(0.01).plan == "b" and result.winner(0.2).plan == "default"
+    assert all(7 not in r.plans for r in registry) and "rotated rounds" in said[0]
