@@ -814,18 +814,13 @@ def _wna16_wgmma_rs_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
     handle = cache.get(key)
     if handle is None:
         from humming.core import planner_wgmma_rs as rs
+        from humming.core.tuning import register_a_prefill_plan, runs_register_a_prefill
 
         caps = resolve_profile(profile)
-        n, k = qw.shape
-        act = act_name(x.dtype)
         packed = _registry[fallback].packed
         handle = -1
-        if (_wgmma_rs_eligible(caps, qw.scheme, rs.min_m() or rs.MIN_M, n, k, act) and not rs.layout_refusal(packed.layout)
-                and (rs.forced() or not rs.default_refusal(packed.layout))
-                and _wgmma_runs_here(caps)):
-            from humming.core.tuning import register_a_prefill_plan
-
-            handle = _register_planned(packed, caps, None, register_a_prefill_plan, act, qw.scheme.name)
+        if runs_register_a_prefill(caps, packed.layout, rs.min_m() or rs.MIN_M):  # (the tuner and aot ask the same)
+            handle = _register_planned(packed, caps, None, register_a_prefill_plan, act_name(x.dtype), qw.scheme.name)
         cache[key] = handle
     return fallback if handle < 0 else handle
 

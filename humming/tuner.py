@@ -247,7 +247,7 @@ def _retime(api, handles, m: int, x, result: TuneResult, top: int, say) -> None:
     captured with its plan set) and rank them by those medians ahead of the rest: the first pass timed them minutes
     apart. (TuneResult.timings is then no longer sorted by ``us`` past the re-timed ones.)"""
     chosen = result.timings[:top]
-    if result.default.us is not None and result.default not in chosen:
+    if result.default.us is not None and not any(result.default is c for c in chosen):
         chosen.append(result.default)
     timers = []
     for t in chosen:

@@ -266,3 +266,28 @@ def test_background_plans_follow_the_launched_handle():
         assert p.path == "wgmma-rs" and p.tiles.bn == 128
     a100 = _handle(8192, 8192, "nvidia-a100")  # no wgmma there: the mma.sync handle's plan at every M
     assert aot.launched_plan(a100, 4096).kernel_name == api.plan_for(a100, 4096).kernel_name
+
+
+def test_register_a_prefill_handle_is_made_where_tuning_says_it_runs():
+    """api._wna16_wgmma_rs_handle asks tuning.runs_register_a_prefill (as the tuner and aot do): a handle of its own
+    for int4 g128 on the H200 profile (no GPU here: the profile's target counts as live), none on an A100 profile or
+    for a layout the form refuses by default (groups of 32); the decision is cached on the weight."""
+    import torch
+
+    def weight(n, k, profile, scheme="w4a16"):
+        caps = get_profile(profile)
+        sch = api._scheme(scheme)
+        packed = types.SimpleNamespace(layout=layout_for(sch, n, k, "f16"))
+        qw = types.SimpleNamespace(shape=(n, k), scheme=sch)
+        return qw, api._register(packed, caps, None)
+
+    x = torch.empty(1, 8192, dtype=torch.float16)
+    qw, fallback = weight(8192, 8192, "nvidia-h200")
+    h = api._wna16_wgmma_rs_handle(x, qw, "nvidia-h200", fallback)
+    assert h != fallback and api._registry[h].packed is api._registry[fallback].packed
+    assert api.plan_for(h, 1024).path == "wgmma-rs" and api.plan_for(h, 1024).tiles.bn == 128
+    assert api._wna16_wgmma_rs_handle(x, qw, "nvidia-h200", fallback) == h  # cached
+    qa, fa = weight(8192, 8192, "nvidia-a100")
+    assert api._wna16_wgmma_rs_handle(x, qa, "nvidia-a100", fa) == fa
+    q32, f32 = weight(8192, 8192, "nvidia-h200", "w4a16[group_size=32]")
+    assert api._wna16_wgmma_rs_handle(x, q32, "nvidia-h200", f32) == f32
