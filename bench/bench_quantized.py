@@ -8,13 +8,17 @@ Every scheme is timed twice: "native" (HUMMING_ACT_WIDEN=0: the 8-bit kernels, w
 and "widened" (HUMMING_ACT_WIDEN=1: codes widened to f16 on the weight-only kernels, humming.core.widen); the
 default column is the one humming.gemm picks without the variable. W8A8-FP8 also with
 HUMMING_WGMMA_FAST_ACCUM=1 from M >= 64 (no fp32 promotion of partial sums; JSON key w8a8-fp8_fast_us).
-Same method as bench_wna16.py: CUDA-graph replay over weight copies rotated past L2, median.
+Same method as bench_wna16.py: CUDA-graph replay over weight copies rotated past L2; every column's graph of a row
+is captured first, then all are timed in rotated rounds (``--rounds``, default 8, of 5 replays; round r starts with
+the r-th graph), the median over the rounds. ``--rounds 0``: each graph's 20 replays one after the other, in
+column order (the first column right after the row's CPU work).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -23,10 +27,11 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import humming  # noqa: E402
-from humming.tuner import copies_for, graph_time_us  # noqa: E402
+from humming.tuner import copies_for, graph_timer, rotated_samples  # noqa: E402
 
 SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8"]
 VARIANTS = {"native": "0", "widened": "1"}  # HUMMING_ACT_WIDEN per timed variant
+ROUNDS = 8  # rotated rounds of 5 replays over every column's graph (the module docstring)
 BASELINE = {"w8a8-fp8": ("cublaslt_fp8_rowwise_us", "cuBLASLt"), "w8a8-int8": ("torch_int_mm_us", "int_mm"),
             "w4a8-fp8": ("cublas_fp16_us", "fp16"), "w4a8-int8": ("cublas_fp16_us", "fp16")}
 
@@ -43,50 +48,53 @@ def _int8_rowwise(x: torch.Tensor):
     return torch.round(x.float() / scale).clamp(-127, 127).to(torch.int8), scale
 
 
-def baselines(x: torch.Tensor, n: int, k: int) -> dict:
-    """Times of cuBLAS fp16, cuBLASLt FP8 row-wise and torch._int_mm (with their activation quantization)."""
+def baselines(x: torch.Tensor, n: int, k: int, reps: int, row: dict) -> tuple[dict, list]:
+    """Timers (JSON key -> timer of one call's us) of cuBLAS fp16, cuBLASLt FP8 row-wise and torch._int_mm (with
+    their activation quantization), and the weight copies their graphs read (keep them alive while timing); a
+    baseline torch refuses is noted in ``row``."""
     m = x.shape[0]
-    out = {}
+    timers, keep = {}, []
     w16 = [torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.05 for _ in range(copies_for(n * k * 2))]
-    out["cublas_fp16_us"] = graph_time_us([lambda w=w: x @ w.t() for w in w16])
-    del w16
+    timers["cublas_fp16_us"] = graph_timer([lambda w=w: x @ w.t() for w in w16], reps)
     w8 = [(torch.randn(n, k, device="cuda") * 0.05).to(torch.float8_e4m3fn) for _ in range(copies_for(n * k))]
     sb = torch.ones(1, n, device="cuda")
+    keep += [w16, w8, sb]
 
     def fp8(w):
         a, sa = _fp8_rowwise(x)
         return torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float16)
 
     try:
-        out["cublaslt_fp8_rowwise_us"] = graph_time_us([lambda w=w: fp8(w) for w in w8])
+        timers["cublaslt_fp8_rowwise_us"] = graph_timer([lambda w=w: fp8(w) for w in w8], reps)
     except (RuntimeError, TypeError) as exc:
-        out["cublaslt_fp8_rowwise_us"] = None
-        out["cublaslt_fp8_error"] = str(exc).splitlines()[0]
-    del w8
+        row["cublaslt_fp8_rowwise_us"] = None
+        row["cublaslt_fp8_error"] = str(exc).splitlines()[0]
     if m > 16:
         wi = [torch.randint(-127, 128, (k, n), device="cuda", dtype=torch.int8) for _ in range(copies_for(n * k))]
+        keep.append(wi)
 
         def int8(w):
             a, sa = _int8_rowwise(x)
             return (torch._int_mm(a, w).float() * sa).half()
 
-        out["torch_int_mm_us"] = graph_time_us([lambda w=w: int8(w) for w in wi])
-        del wi
-    torch.cuda.empty_cache()
-    return out
+        timers["torch_int_mm_us"] = graph_timer([lambda w=w: int8(w) for w in wi], reps)
+    return timers, keep
 
 
-def _time_scheme(row: dict, scheme: str, key: str, qws: list, x: torch.Tensor) -> None:
-    """row[key_us]: graph-replay time of humming.gemm over the weight copies; row[key_err]: error vs reference."""
+def _time_scheme(row: dict, key: str, qws: list, x: torch.Tensor, reps: int):
+    """A timer of humming.gemm's graph over the weight copies (planned, compiled and captured now: the current
+    environment's kernels) or None where humming refuses (row[key_why]); row[key_err]: error vs reference."""
     try:
         for qw in qws:
             humming.gemm(x, qw)  # plan, compile, prepare outside the graph
-        row[f"{key}_us"] = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
+        timer = graph_timer([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws], reps)
         ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
         row[f"{key}_err"] = float((humming.gemm(x, qws[0]).double() - ref).norm() / ref.norm())
+        return timer
     except humming.HummingError as exc:
         row[f"{key}_us"] = None
         row[f"{key}_why"] = str(exc).splitlines()[0]
+        return None
 
 
 def main() -> None:
@@ -99,7 +107,10 @@ def main() -> None:
     ap.add_argument("--shapes", default="8192x8192,28672x8192")
     ap.add_argument("--schemes", default=",".join(SCHEMES))
     ap.add_argument("--no-fast-accum", action="store_true", help="skip the HUMMING_WGMMA_FAST_ACCUM=1 timings")
+    ap.add_argument("--rounds", type=int, default=ROUNDS,
+                    help=f"rotated rounds over every column's graph (default {ROUNDS}; 0: one after the other)")
     args = ap.parse_args()
+    reps = 5 if args.rounds else 20  # graph replays per sample
     caps = resolve_profile(None)
     rows = []
     for shape in args.shapes.split(","):
@@ -108,19 +119,30 @@ def main() -> None:
                    for s in args.schemes.split(",")}
         for m in map(int, args.ms.split(",")):
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
-            row = {"n": n, "k": k, "m": m, **baselines(x, n, k)}
+            row = {"n": n, "k": k, "m": m}
+            timers, keep = baselines(x, n, k, reps, row)
             for s, qws in weights.items():
+                keys = [(f"{s}_{variant}", {widen.ENV: value}) for variant, value in VARIANTS.items()]
+                if s == "w8a8-fp8" and m >= 64 and not args.no_fast_accum:
+                    keys.append((f"{s}_fast", {widen.ENV: "0", "HUMMING_WGMMA_FAST_ACCUM": "1"}))
                 try:
-                    for variant, value in VARIANTS.items():
-                        os.environ[widen.ENV] = value
-                        _time_scheme(row, s, f"{s}_{variant}", qws, x)
-                    if s == "w8a8-fp8" and m >= 64 and not args.no_fast_accum:
-                        os.environ[widen.ENV] = "0"
-                        os.environ["HUMMING_WGMMA_FAST_ACCUM"] = "1"
-                        _time_scheme(row, s, f"{s}_fast", qws, x)
+                    for key, env in keys:
+                        os.environ.update(env)
+                        timer = _time_scheme(row, key, qws, x, reps)
+                        if timer is not None:
+                            timers[f"{key}_us"] = timer
                 finally:
                     os.environ.pop(widen.ENV, None)
                     os.environ.pop("HUMMING_WGMMA_FAST_ACCUM", None)
+            # every column's graph once a round (round r starts with the r-th): the GPU's clock and power state
+            # follow its recent load, so a fixed order favours one position
+            samples = (rotated_samples(list(timers.values()), args.rounds) if args.rounds
+                       else [[timer()] for timer in timers.values()])
+            for key, values in zip(timers, samples):
+                row[key] = statistics.median(values)
+            del timers, keep
+            torch.cuda.empty_cache()
+            for s in weights:
                 picked = "widened" if widen.applies(caps, humming.schemes.get(s), m, n, k) else "native"
                 row[f"{s}_default"] = picked
                 row[f"{s}_us"] = row.get(f"{s}_{picked}_us")

@@ -1,10 +1,15 @@
 """W4A16 benchmark against cuBLAS fp16 on the shapes of shared/FACTS.md section 5.
 
 Method: CUDA-graph replay of a sequence of GEMMs that rotate over several weight copies (together
-past the 60 MB L2), median over replays, CUDA events. Also: effective weight bandwidth, cold compile
-time of the first kernel (empty cache), host overhead per eager call.
+past the 60 MB L2), CUDA events; cuBLAS's graph and humming's are timed in rotated rounds (``--rounds``,
+default 8, of 5 replays each; round r starts with the other library), the median over the rounds. Timed
+one after the other instead (``--rounds 0``: cuBLAS's 20 replays right after the CPU work of the row,
+then humming's), the first library runs on a GPU that has just been idle: cuBLAS's decode GEMMs then
+read 7-11% slower on the H200 and the ratio favours humming (docs/performance.md, fifteenth session).
+Also: effective weight bandwidth, cold compile time of the first kernel (empty cache), host overhead
+per eager call.
 
-    python bench/bench_wna16.py --out OUTDIR [--quick]
+    python bench/bench_wna16.py --out OUTDIR [--quick] [--rounds N]
 """
 from __future__ import annotations
 
@@ -22,10 +27,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
-from humming.tuner import copies_for, graph_time_us, rotated_graph_times_us  # noqa: E402  (shared with `humming tune`)
+from humming.tuner import copies_for, graph_timer, rotated_samples  # noqa: E402  (shared with `humming tune`)
 
 SHAPES = [(8192, 8192), (28672, 8192), (4096, 14336)]
 MS = [1, 16, 64, 128, 256, 1024, 4096]
+ROUNDS = 8  # rotated rounds of 5 replays per library (the module docstring says why not one after the other)
 
 
 def _empty_cache(d: str) -> None:
@@ -135,10 +141,10 @@ def host_overhead_parts(n_calls: int = 2000) -> dict:
     return out
 
 
-def mma_sync_column(x: torch.Tensor, qws: list, m: int) -> dict:
+def mma_sync_column(x: torch.Tensor, qws: list, m: int, reps: int) -> dict:
     """The mma.sync family alone (HUMMING_WGMMA_WNA16=0 in-process around the calls: the stream and tile kernels of
-    issue 4), where the default (the main column) runs a wgmma kernel: time, error and plan; {} where the default
-    already is the mma.sync family."""
+    issue 4), where the default (the main column) runs a wgmma kernel: a timer of its graph (``reps`` replays a
+    sample; the kernels are fixed at capture), error and plan; {} where the default already is the mma.sync family."""
     handles = [api.prepared(qw, x.dtype, x.device) for qw in qws]
 
     def forget():  # plans are cached per M: drop them so that the switch takes effect, and again after
@@ -152,10 +158,10 @@ def mma_sync_column(x: torch.Tensor, qws: list, m: int) -> dict:
     try:
         plan = api.plan_for(handles[0], m)
         out = humming.gemm(x, qws[0])
-        t = graph_time_us([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])
+        timer = graph_timer([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws], reps)
         ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
         err = float((out.double() - ref).norm() / ref.norm())
-        return {"us": t, "err": err, "plan": plan.summary()}
+        return {"timer": timer, "err": err, "plan": plan.summary()}
     finally:
         forget()
         if old is None:
@@ -164,11 +170,12 @@ def mma_sync_column(x: torch.Tensor, qws: list, m: int) -> dict:
             os.environ[api.WGMMA_WNA16_ENV] = old
 
 
-def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True, rounds: int = 0) -> dict:
+def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True, rounds: int = ROUNDS) -> dict:
     torch.manual_seed(0)
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": [],
-               "method": (f"cuBLAS and humming graphs in {rounds} rotated rounds of 5 replays (median)" if rounds else
-                          "cuBLAS then humming, each the median of 20 graph replays")}
+               "method": (f"cuBLAS, humming (and the mma.sync-only column) graphs in {rounds} rotated rounds of 5 "
+                          f"replays (median of the rounds)" if rounds else
+                          "cuBLAS then humming (then mma.sync only), each the median of 20 graph replays")}
     results["cold_start"] = cold_start()
     results["host_overhead_parts_us"] = host_overhead_parts()
     results["host_overhead_us"] = results["host_overhead_parts_us"]["gemm"]
@@ -189,23 +196,31 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
             cublas_calls = [lambda w=w, x=x: torch.matmul(x, w.t()) for w in w16]
             hm_calls = [lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws]
-            if rounds:
-                t_cublas, t_hm = [statistics.median(s) for s in rotated_graph_times_us([cublas_calls, hm_calls], rounds)]
-            else:
-                t_cublas, t_hm = graph_time_us(cublas_calls), graph_time_us(hm_calls)
+            reps = 5 if rounds else 20  # graph replays per sample
+            plan = humming.plan("w4a16", m, n, k)  # the plan humming.gemm runs
+            timers = {"cublas": graph_timer(cublas_calls, reps), "humming": graph_timer(hm_calls, reps)}
+            wg = mma_sync_column(x, qws, m, reps) if wgmma and plan.family == "wgmma" else {}
+            if wg:
+                timers["mma_sync"] = wg["timer"]
+            if rounds:  # every graph once a round, round r starting with graph r % len: no position is favoured
+                times = {name: statistics.median(samples)
+                         for name, samples in zip(timers, rotated_samples(list(timers.values()), rounds))}
+            else:  # one after the other (the first right after the row's CPU work)
+                times = {name: timer() for name, timer in timers.items()}
+            t_cublas, t_hm = times["cublas"], times["humming"]
+            del timers
             err = float((humming.gemm(x, qws[0]).double() - humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()).norm()
                         / humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double().norm())
             if q_bytes is None:
                 prep = api._registry[api.prepared(qws[0], torch.float16, x.device)].packed
                 q_bytes = sum(t.numel() * t.element_size() for t in prep.tensors() if t is not None)
-            plan = humming.plan("w4a16", m, n, k)  # the plan humming.gemm runs
             row = {
                 "n": n, "k": k, "m": m, "cublas_fp16_us": round(t_cublas, 2), "humming_w4a16_us": round(t_hm, 2),
                 "speedup_vs_cublas": round(t_cublas / t_hm, 3), "weight_tb_s": round(q_bytes / t_hm / 1e6, 3),
                 "tflops": round(2 * m * n * k / t_hm / 1e6, 1), "rel_err": err, "plan": plan.summary(),
             }
-            wg = mma_sync_column(x, qws, m) if wgmma and plan.family == "wgmma" else {}
             if wg:
+                wg["us"] = times["mma_sync"]
                 row.update(humming_w4a16_mma_sync_us=round(wg["us"], 2),
                            mma_sync_speedup_vs_cublas=round(t_cublas / wg["us"], 3), mma_sync_rel_err=wg["err"],
                            mma_sync_plan=wg["plan"])
@@ -251,8 +266,9 @@ def main() -> None:
     parser.add_argument("--ms", default=None, help="comma-separated M values (default: all)")
     parser.add_argument("--no-wgmma", action="store_true",
                         help="skip the mma.sync-only column (where the default runs a wgmma kernel)")
-    parser.add_argument("--rounds", type=int, default=0,
-                        help="time cuBLAS and humming in this many rotated rounds (default 0: one after the other)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help=f"time cuBLAS and humming in this many rotated rounds (default {ROUNDS}; 0: cuBLAS's "
+                             "20 replays, then humming's)")
     args = parser.parse_args()
     res = run(args.out, args.quick, args.ms, wgmma=not args.no_wgmma, rounds=args.rounds)
     print("\n| N x K | M | cuBLAS fp16 us | humming W4A16 us | x cuBLAS | weight TB/s | mma.sync only us | "

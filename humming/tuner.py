@@ -86,12 +86,6 @@ def rotated_samples(timers: list, rounds: int) -> list[list[float]]:
     return samples
 
 
-def rotated_graph_times_us(call_lists: list, rounds: int, reps: int = 5) -> list[list[float]]:
-    """Per list of calls: one CUDA graph of them, then ``rounds`` rotated rounds (rotated_samples) of ``reps`` timed
-    replays each; returns every list's per-round medians of one call's time (their median is the figure)."""
-    return rotated_samples([graph_timer(calls, reps) for calls in call_lists], rounds)
-
-
 def graph_timer(calls: list, reps: int = 5):
     """A timer (no arguments -> us) of one call's time over ``reps`` replays of a CUDA graph of ``calls`` captured now
     (the plans set now are the ones it runs)."""
@@ -273,5 +267,5 @@ def _try_compile(api, plan, prep) -> str:
     return ""
 
 
-__all__ = ["L2_BYTES", "Timing", "TuneResult", "copies_for", "graph_time_us", "require_gpu", "rotated_graph_times_us",
+__all__ = ["L2_BYTES", "Timing", "TuneResult", "capture_graph", "copies_for", "graph_time_us", "graph_timer", "require_gpu",
            "rotated_samples", "tune_layer"]

@@ -24,6 +24,33 @@ from ab_env import forget_plans  # noqa: E402
 from gemm_timing import error_and_time, reference, weight_copies  # noqa: E402
 from results import save_rows  # noqa: E402
 
+# mma_sync_rs: helpers and the stage's MMAs (replacement text: backslashes doubled for re.sub)
+MMA_SYNC_HELPERS = r"""__device__ __forceinline__ void sm_mma16816(float* c, const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void sm_ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+"""
+MMA_SYNC_STAGE = r"""if (first) {
+        #pragma unroll
+        for (int i = 0; i < WG_ACC_REGS; ++i) tmp[i] = 0.0f;
+      }
+      #pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        #pragma unroll
+        for (int tt = 0; tt < BT / 16; ++tt) {  // tokens 16 tt .. +15: matrices (8 tokens, 8 k) x 4 from ldmatrix
+          uint32_t b[4];
+          const int tok = 16 * tt + ((lane >> 4) << 3) + (lane & 7), chunk = 2 * ks + ((lane >> 3) & 1);
+          sm_ldsm_x4(b, x0 + (u % STAGES) * X_BYTES + tok * 128 + ((chunk ^ (tok & 7)) << 4));
+          sm_mma16816(tmp + 8 * tt, a[ks], b[0], b[1]);
+          sm_mma16816(tmp + 8 * tt + 4, a[ks], b[2], b[3]);
+        }
+      }"""
+
+
 # name -> [(regex, replacement)]; a variant whose patterns do not all match the kernel's source is skipped
 VARIANTS: dict[str, list[tuple[str, str]]] = {
     # stream kernel: every refill re-reads one of the slab's first 16 atoms (a 14-32 MB working set that stays in
@@ -43,6 +70,9 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "nofix": [(r"if \(splits > 1\) \{", "if (false) {")],
     # no main loop: launch, prologue, split-K reduction and epilogue only
     "empty": [(r"const int natoms = k_per_split / 64 / WARPS_K;", "const int natoms = 0;")],
+    # x_smem stream kernel without staging its activations / its table rows (wrong results): what the staging costs
+    "noxstage": [(r"stage_rows<XS_TOKENS, XS_K / 8>\(x_s, [^;]*;", "")],
+    "notables": [(r"stage_rows<64, 8>\(ss_s, [^;]*;", "")],
     # stream kernel without the activation ring: no activation or scale loads (constants from the addresses)
     "noxs": [(r"load_g128_cached\(ss8, S \+ \(size_t\)\(atom \* 64 / 128\) \* N \+ n0 \+ \(lane >> 2\) \* 8\);",
               "ss8[0] = ss8[1] = ss8[2] = ss8[3] = 0x3c003c00u + atom;"),
@@ -99,6 +129,36 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # that the constant slots hold; correct variants)
     "pf11_16": [(r"constexpr int PF = 7, R = PF \+ 1;", "constexpr int PF = 11, R = PF + 1;")],
     "pf15_16": [(r"constexpr int PF = 7, R = PF \+ 1;", "constexpr int PF = 15, R = PF + 1;")],
+    # small register-A form: no wait for the stage's activation tile (its tensor copy may still be in flight: wrong
+    # results): what waiting for the activations costs
+    "noxwait_rs": [(r"mbar_wait\(xbar0 \+ 8 \* \(u % STAGES\), \(kt / STAGES\) & 1\);", "")],
+    # small register-A form: only the prologue's activation stages are copied, the slots never refilled (wrong
+    # results): the time without the activations' L2 -> shared traffic (as much as the weights' at 16 tokens)
+    "xonce_rs": [(r"if \(next < ktiles\) load_stage\(\(\(u \+ LOOKAHEAD\) % STAGES\), next\);", ""),
+                 (r"mbar_wait\(xbar0 \+ 8 \* \(u % STAGES\), \(kt / STAGES\) & 1\);",
+                  "if (kt < LOOKAHEAD) mbar_wait(xbar0 + 8 * (u % STAGES), (kt / STAGES) & 1);")],
+    # small register-A form without its wgmmas (the decoded registers folded into the sums so that the decode stays;
+    # wrong results): what the tensor-core work and its waits cost
+    "nowgmma_rs": [(r"wgmma_k16_rs\(tmp, a\[ks\], desc_x \+ 2 \* ks, ks > 0 \|\| !first\);",
+                    "tmp[ks] += __uint_as_float((a[ks][0] ^ a[ks][1] ^ a[ks][2] ^ a[ks][3]) & 0x3fffffffu);")],
+    # small register-A form with no main loop / half of it (wrong results): the fixed part (launch, prologue, split-K
+    # fix-up, epilogue) and the time per stage
+    "noloop_rs": [(r"ktiles = k_per_split / BK;", "ktiles = 0;")],
+    "half_rs": [(r"ktiles = k_per_split / BK;", "ktiles = k_per_split / BK / 2;")],
+    # small register-A form without its group-scale loads (constants; wrong results)
+    "noscale_rs": [(r"sq\[s\] = load_g32\([^;]*;", "sq[s] = 0x3c003c00u;"),
+                   (r"sq\[\(s \+ PF\) % R\] = load_g32\([^;]*;", "sq[(s + PF) % R] = 0x3c003c00u;")],
+    # small register-A form: the codes go to the wgmmas with one add instead of the decode (wrong results): what
+    # the decode's masks and multiply cost
+    "nodecode_rs": [(r"a\[ks\]\[h\] = act2_add\(dq_raw\(wh, 0\), zz\);", "a[ks][h] = act2_add(wh, zz);"),
+                    (r"a\[ks\]\[2 \+ h\] = act2_fma\(dq_raw_x16\(wh\), x16_scale, zz16\);",
+                     "a[ks][2 + h] = act2_add(wh, zz16);")],
+    # small register-A form: the stage's k16 wgmmas replaced by mma.sync m16n8k16 per warp (B by ldmatrix from the
+    # 128-byte-swizzled slot; the accumulator layouts agree): a correct variant
+    "mmasync_rs": [(r'(extern "C" __global__)', MMA_SYNC_HELPERS.replace("\\", "\\\\") + r"\1"),
+                   (r"wgmma_fence_operand\(tmp\);\n\s*wgmma_fence\(\);[^\n]*\n\s*#pragma unroll\n[^\n]*\n\s*"
+                    r"wgmma_k16_rs\(tmp, a\[ks\], desc_x \+ 2 \* ks, ks > 0 \|\| !first\);\n\s*wgmma_commit\(\);",
+                    MMA_SYNC_STAGE.replace("\\", "\\\\"))],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs
     "nosync_rs": [(r"__syncthreads\(\);             // everyone's; both warpgroups are done with the wgmmas of kt - 2", "")],
     # a decode of 5 instead of 7 instructions per word (odd pairs masked in place, x16): what a re-packed layout
