@@ -51,6 +51,34 @@ MMA_SYNC_STAGE = r"""if (first) {
       }"""
 
 
+# small register-A form: the weight atoms staged through a ring of WRING shared-memory slots by bulk copies (thread 0,
+# an mbarrier per slot, WRING atoms ahead) instead of a register ring: a correct prototype
+WSMEM_SETUP = r"""constexpr int WRING = 8;  // weight ring: atoms in flight in shared memory
+  __shared__ __align__(128) uint32_t wsm[WRING][ATOM_WORDS];
+  __shared__ __align__(8) uint64_t wbar[WRING];
+  const uint32_t wbar0 = smem_u32(wbar), wsm0 = smem_u32(wsm);
+  if (tid == 0) {
+    #pragma unroll
+    for (int s = 0; s < WRING; ++s) mbar_init(wbar0 + 8 * s, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  auto load_weights = [&](int kt) {  // thread 0: atom kt of this block's slab into slot kt % WRING
+    if (tid == 0 && kt < ktiles) {
+      const uint32_t bar = wbar0 + 8 * (kt % WRING);
+      mbar_expect_tx(bar, ATOM_WORDS * 4);
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                   :: "r"(wsm0 + (kt % WRING) * ATOM_WORDS * 4), "l"(B + ((size_t)slab * katoms + kt0 + kt) * ATOM_WORDS),
+                      "r"(ATOM_WORDS * 4), "r"(bar) : "memory");
+    }
+  };
+  auto load_stage = [&](int slot, int kt) {"""
+WSMEM_WAIT = r"""uint32_t a[4][4];
+      uint32_t wcur[4];
+      mbar_wait(wbar0 + 8 * (kt % WRING), (kt / WRING) & 1);
+      lds_128(wcur, wsm0 + ((kt % WRING) * ATOM_WORDS + w * 128 + lane * 4) * 4);"""
+
+
 # name -> [(regex, replacement)]; a variant whose patterns do not all match the kernel's source is skipped
 VARIANTS: dict[str, list[tuple[str, str]]] = {
     # stream kernel: every refill re-reads one of the slab's first 16 atoms (a 14-32 MB working set that stays in
@@ -159,6 +187,14 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                    (r"wgmma_fence_operand\(tmp\);\n\s*wgmma_fence\(\);[^\n]*\n\s*#pragma unroll\n[^\n]*\n\s*"
                     r"wgmma_k16_rs\(tmp, a\[ks\], desc_x \+ 2 \* ks, ks > 0 \|\| !first\);\n\s*wgmma_commit\(\);",
                     MMA_SYNC_STAGE.replace("\\", "\\\\"))],
+    "wsmem_rs": [(r"auto load_stage = \[&\]\(int slot, int kt\) \{", WSMEM_SETUP.replace("\\", "\\\\")),
+                 (r"load_g128\(wq\[s\], p\);[^\n]*", "(void)p;"),
+                 (r"load_g128\(wq\[\(s \+ PF\) % R\], p\);[^\n]*", "(void)p;"),
+                 (r"(\n  pdl_wait\(\);)", r"\n  for (int s = 0; s < WRING; ++s) load_weights(s);\1"),
+                 (r"uint32_t a\[4\]\[4\];", WSMEM_WAIT.replace("\\", "\\\\")),
+                 (r"wq\[s\]\[ks\] >> \(8 \* h\)", "wcur[ks] >> (8 * h)"),
+                 (r"(if \(next < ktiles\) load_stage\(\(\(u \+ LOOKAHEAD\) % STAGES\), next\);)",
+                  r"\1\n        load_weights(kt + WRING);")],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs
     "nosync_rs": [(r"__syncthreads\(\);             // everyone's; both warpgroups are done with the wgmmas of kt - 2", "")],
     # a decode of 5 instead of 7 instructions per word (odd pairs masked in place, x16): what a re-packed layout
