@@ -101,7 +101,8 @@ def host_overhead_parts(n_calls: int = 2000) -> dict:
     """Per-call host time (us) of the eager path and of its layers: output allocation (torch.empty, new_empty),
     the current-stream query, cuLaunchKernel alone (ctypes, prepared arguments), the spec's prepared launcher (the
     driver call the hot path makes, PDL / cluster attributes included), the launch (api._launch: spec
-    lookup, output allocation, argument slots, cuLaunchKernel), gemm_prepared, gemm."""
+    lookup, output allocation, argument slots, cuLaunchKernel), gemm_prepared, gemm, and gemm into a given output
+    (``out=``: no allocation)."""
     qw = humming.quantize(torch.randn(256, 1024, device="cuda") * 0.05, "w4a16")
     x = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
     handle = api.prepared(qw, x.dtype, x.device)
@@ -124,6 +125,7 @@ def host_overhead_parts(n_calls: int = 2000) -> dict:
                                       packed.channel_scale, packed.bias),
         "gemm_prepared": lambda: api.gemm_prepared(x, handle),
         "gemm": lambda: humming.gemm(x, qw),
+        "gemm_out": lambda: humming.gemm(x, qw, out=out_keep),  # into the caller's output: no allocation
     }
     out = {}
     for name, fn in calls.items():

@@ -370,11 +370,13 @@ def _current_stream(device: int) -> int:
 
 
 def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gscale=None,
-            out_dtype: torch.dtype | None = None) -> torch.Tensor:
+            out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """One kernel launch for x's M; ``out``: a checked [M, N] output of the caller's (check_out) instead of a new one."""
     m = x.shape[0]
     spec = _registry[handle].launches.get(m) or _launch_spec(handle, m, x.device)
     # new_empty and get_device skip building and parsing torch.device objects (host time on every call)
-    out = x.new_empty((m, spec.plan.n)) if out_dtype is None else x.new_empty((m, spec.plan.n), dtype=out_dtype)
+    if out is None:
+        out = x.new_empty((m, spec.plan.n)) if out_dtype is None else x.new_empty((m, spec.plan.n), dtype=out_dtype)
     if _POISON:
         out.fill_(float("nan"))
     device = x.get_device()
@@ -460,49 +462,93 @@ def prepared(qw, dtype: torch.dtype, device: torch.device, profile=None) -> int:
 
 
 def gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None = None,
-                  gscale: torch.Tensor | None = None) -> torch.Tensor:
+                  gscale: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """The hot path once a weight is prepared: reshape, optional act-order gather, one kernel launch.
-    Under torch.compile it goes through the ``humming::wna16_gemm`` custom op, which traces."""
+    Under torch.compile it goes through the ``humming::wna16_gemm`` custom op, which traces. ``out``: where the
+    result goes (``humming.gemm``'s checks: shape [*x.shape[:-1], N], x's dtype and device, contiguous, 16-byte
+    aligned, not overlapping x), returned; by default a new tensor."""
     packed = _registry[handle].packed
     n, k = packed.layout.n, packed.layout.k
+    compiling = torch.compiler.is_compiling()
+    if out is not None:
+        check_out(out, x, n, kernel_writes=not compiling)
     flat = x.dim() == 2  # the common case needs no reshape/view (each costs host time on every call)
     x2 = x if flat else x.reshape(-1, k)
     if x2.shape[0] == 0:  # no tokens (an empty batch in a server): nothing to launch
-        return x.new_empty((*x.shape[:-1], n))
+        return x.new_empty((*x.shape[:-1], n)) if out is None else out
     if packed.perm is not None:
         x2 = x2.index_select(1, packed.perm)
     b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
-    if torch.compiler.is_compiling():
+    if compiling:
         x2 = x2.contiguous()
-        out = torch.ops.humming.wna16_gemm(x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b,
+        res = torch.ops.humming.wna16_gemm(x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b,
                                            gscale, handle)
-    else:
-        if x2.data_ptr() % 16 or not x2.is_contiguous():  # 16-byte rows for the vector and bulk copies
-            x2 = x2.clone(memory_format=torch.contiguous_format)  # (contiguous() keeps a misaligned view)
-        out = _launch(handle, x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b, gscale)
-    return out if flat else out.view(*x.shape[:-1], n)
+        if out is None:
+            return res if flat else res.view(*x.shape[:-1], n)
+        return out.copy_(res.view(out.shape))  # (the custom op is functional: the traced graph copies)
+    if x2.data_ptr() % 16 or not x2.is_contiguous():  # 16-byte rows for the vector and bulk copies
+        x2 = x2.clone(memory_format=torch.contiguous_format)  # (contiguous() keeps a misaligned view)
+    res = _launch(handle, x2, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, b, gscale,
+                  out=None if out is None else out if flat else out.view(-1, n))
+    if out is not None:
+        return out
+    return res if flat else res.view(*x.shape[:-1], n)
 
 
-def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None) -> torch.Tensor:
+def check_out(out: torch.Tensor, x: torch.Tensor, n: int, kernel_writes: bool = True) -> None:
+    """The checks of an ``out=`` argument: a tensor of shape [*x.shape[:-1], N] with x's dtype and device and, where a
+    kernel writes it (``kernel_writes``; under torch.compile the traced graph copies into it), contiguous (the
+    kernels write whole rows), its start 16-byte aligned (16-byte stores), and sharing no memory with x (the kernels
+    read x while they write). Raises ShapeError naming what is wrong."""
+    if not isinstance(out, torch.Tensor):
+        raise ShapeError(f"out must be a torch.Tensor, not {type(out).__name__}")
+    want = (*x.shape[:-1], n)
+    if out.shape != want:
+        raise ShapeError(f"out has shape {tuple(out.shape)}; this GEMM writes {want} (x's leading dimensions x N)")
+    if out.dtype != x.dtype:
+        raise ShapeError(f"out is {out.dtype}; this GEMM writes x's dtype, {x.dtype}")
+    if (out.get_device() != x.get_device()) if kernel_writes else (out.device != x.device):  # (ints: no objects)
+        raise ShapeError(f"out is on {out.device}, x on {x.device}: give an output on x's device")
+    if not kernel_writes:
+        return
+    if not out.is_contiguous() or out.data_ptr() % 16:
+        raise ShapeError("out must be contiguous and start on a 16-byte boundary (the kernels store whole 16-byte "
+                         "chunks of rows); e.g. torch.empty(..., device=x.device, dtype=x.dtype)")
+    if out.numel() and x.numel():
+        o0, x0 = out.data_ptr(), x.data_ptr()
+        if o0 < x0 + x.numel() * x.element_size() and x0 < o0 + out.numel() * out.element_size():
+            raise ShapeError("out shares memory with x (the kernels read x while they write out): give a separate "
+                             "output")
+
+
+def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None,
+         out: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ dequantize(qw)^T (+ bias). CUDA tensors run the generated kernel for the current device
-    (or the profile forced by HUMMING_DEVICE_PROFILE / ``profile``); CPU tensors run the reference."""
+    (or the profile forced by HUMMING_DEVICE_PROFILE / ``profile``); CPU tensors run the reference.
+    ``out``: a tensor of shape [*x.shape[:-1], N] with x's dtype and device, contiguous, 16-byte aligned and separate
+    from x, that receives the result and is returned (ShapeError otherwise). The weight-only kernels write into it
+    directly (no allocation per call); the quantized-activation and reference paths copy their result into it."""
     cache = qw.__dict__.get("_humming_prepared")
     handle = cache.get((x.dtype, x.device, profile)) if cache else None
     if handle is None:
         n, k = qw.shape
         if x.shape[-1] != k:
             raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={k}")
+        if out is not None:
+            check_out(out, x, n)
         if not x.is_cuda:
             from humming.core.reference import reference_gemm
 
-            return reference_gemm(x, qw, bias=bias)
+            y = reference_gemm(x, qw, bias=bias)
+            return y if out is None else out.copy_(y)
         if getattr(qw.scheme, "act", None):
-            return _gemm_quantized_act(x, qw, bias, profile)
+            y = _gemm_quantized_act(x, qw, bias, profile, out)
+            return y if out is None or y is out else out.copy_(y)
         act_name(x.dtype)
         handle = prepared(qw, x.dtype, x.device, profile)
     elif x.shape[-1] != qw.shape[1]:
         raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={qw.shape[1]}")
-    return gemm_prepared(x, _wna16_handle_for(x, qw, profile, handle), bias)
+    return gemm_prepared(x, _wna16_handle_for(x, qw, profile, handle), bias, out=out)
 
 
 def _wna16_handle_for(x: torch.Tensor, qw, profile, handle: int, row_scale: bool = False) -> int:
@@ -527,14 +573,15 @@ def _wna16_handle_for(x: torch.Tensor, qw, profile, handle: int, row_scale: bool
 _choices: dict = {}
 
 
-def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
+def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile, out: torch.Tensor | None = None) -> torch.Tensor:
     """Schemes that quantize activations, on the path ``runnable_path`` picks for the profile: the 8-bit kernels
     (W8A8/W4A8: mma.sync, wgmma at M >= 64 on sm_90a, tcgen05 only with HUMMING_UNVERIFIED_KERNELS=1), the
     block-scaled mma.sync kernel (sm_120a, only with HUMMING_UNVERIFIED_KERNELS=1), or *upconvert* (NVFP4/MX):
     activations quantized exactly as the reference does, widened to bf16/f16 without their global scale (exact),
     multiplied by the weight-only kernel of the same weights, global activation scale in the fp32 epilogue.
     128x128-block FP8 (w8a8-fp8-block) runs on the 8-bit kernels with its block scales applied per 128 of K.
-    A planned path without a kernel raises UnsupportedOnDevice saying so."""
+    A planned path without a kernel raises UnsupportedOnDevice saying so. ``out`` (checked by the caller): the
+    widened path writes into it where its output dtype is x's; the others return a new tensor (gemm copies)."""
     from humming.core.paths import runnable_path
 
     if x.numel() == 0:
@@ -542,7 +589,7 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     caps = resolve_profile(profile)
     n, k = qw.shape
     if widen.applies(caps, qw.scheme, x.numel() // k, n, k):  # 8-bit codes, exact in 16 bits: weight-only kernels
-        return _gemm_widened(x, qw, bias, caps, profile)
+        return _gemm_widened(x, qw, bias, caps, profile, out)
     key = (caps.name, str(qw.scheme))
     choice = _choices.get(key)
     if choice is None:  # planned once per (profile, scheme), not on every call
@@ -583,7 +630,7 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile) -> torch.Tensor:
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
-def _gemm_widened(x: torch.Tensor, qw, bias, caps, profile) -> torch.Tensor:
+def _gemm_widened(x: torch.Tensor, qw, bias, caps, profile, out: torch.Tensor | None = None) -> torch.Tensor:
     """W8A8 / W4A8 with per-token or per-tensor activation scales on the weight-only kernels (humming.core.widen):
     activations quantized as the reference does, the codes widened exactly to f16/bf16, the per-token scales
     applied per output row in the fp32 epilogue (a row-scaled twin of the weight-only handle, same weights)."""
@@ -600,9 +647,13 @@ def _gemm_widened(x: torch.Tensor, qw, bias, caps, profile) -> torch.Tensor:
         handle = _row_scaled(handle)
     else:
         gscale = values.reshape(1)
-    out = gemm_prepared(x16, handle, None if bias is None else bias.to(act16), gscale)
-    out = out.view(*x.shape[:-1], n)
-    return out if out.dtype == x.dtype else out.to(x.dtype)
+    direct = out if out is not None and act16 == x.dtype else None  # (x16 is [M, K]: out as [M, N])
+    y = gemm_prepared(x16, handle, None if bias is None else bias.to(act16), gscale,
+                      out=None if direct is None else direct.view(-1, n))
+    if direct is not None:
+        return direct
+    y = y.view(*x.shape[:-1], n)
+    return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
 def _row_scaled(handle: int) -> int:
