@@ -195,6 +195,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                  (r"wq\[s\]\[ks\] >> \(8 \* h\)", "wcur[ks] >> (8 * h)"),
                  (r"(if \(next < ktiles\) load_stage\(\(\(u \+ LOOKAHEAD\) % STAGES\), next\);)",
                   r"\1\n        load_weights(kt + WRING);")],
+    # small register-A form, occupancy option: the even stage's wgmma group is waited for with the odd stage's (one
+    # wait per two atoms; its decoded registers stay live across the odd stage's decode: 16 more registers; a correct
+    # prototype)
+    "pair_rs": [(r"\} else \{\n\s*wgmma_wait<0>\(\);\s*// this stage's group has finished[^\n]*\n\s*wgmma_fence_operand\(tmp\);\n\s*\}",
+                 "}")],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs
     "nosync_rs": [(r"__syncthreads\(\);             // everyone's; both warpgroups are done with the wgmmas of kt - 2", "")],
     # a decode of 5 instead of 7 instructions per word (odd pairs masked in place, x16): what a re-packed layout

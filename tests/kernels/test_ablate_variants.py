@@ -22,7 +22,8 @@ import ablate  # noqa: E402
 # clusters, the x_smem stream kernel at M=1)
 CASES = {
     (16, 28672): ["nomem_rs", "l2only_rs", "nodecode_rs", "nowgmma_rs", "noscale_rs", "noloop_rs", "half_rs",
-                  "xonce_rs", "nosync_rs", "mmasync_rs", "wsmem_rs", "nomem_rs+nowgmma_rs+nodecode_rs", "pf5", "lb7"],
+                  "xonce_rs", "nosync_rs", "mmasync_rs", "wsmem_rs", "pair_rs", "nomem_rs+nowgmma_rs+nodecode_rs", "pf5",
+                  "lb7"],
     (1, 28672): ["empty", "noxstage", "notables", "nomem", "l2only"],
 }
 
