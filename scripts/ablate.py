@@ -200,6 +200,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # prototype)
     "pair_rs": [(r"\} else \{\n\s*wgmma_wait<0>\(\);\s*// this stage's group has finished[^\n]*\n\s*wgmma_fence_operand\(tmp\);\n\s*\}",
                  "}")],
+    # register-A W4A8 kernel (wide form): the int4 codes go to the wgmmas unwidened / the partials are not promoted
+    # into the fp32 sums (wrong results): what the widening and the per-group promotion cost at M = 4096
+    "nowiden_rs8": [(r"int4n4_to_e4m3x4_t\((wq\[j >> 2\]\[j & 3\](?: >> 16)?), lp0, lp1, ln0, ln1\)", r"(\1)")],
+    "nopromote_rs8": [(r"\n\s*facc\[WG_ACC_REGS \* \d \+ 4 \* j \+ \d\] \+= wg_acc_to_f32\(p[ab]\[4 \* j \+ \d\]\) \* sc\d;",
+                       "")],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs
     "nosync_rs": [(r"__syncthreads\(\);             // everyone's; both warpgroups are done with the wgmmas of kt - 2", "")],
     # a decode of 5 instead of 7 instructions per word (odd pairs masked in place, x16): what a re-packed layout

@@ -18,25 +18,26 @@ from humming.errors import UnsupportedOnDevice
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
 import ablate  # noqa: E402
 
-# (M, N): the kernel family; the variants written for it (the small register-A form at 16 tokens with split-K
-# clusters, the x_smem stream kernel at M=1)
+# (scheme, M, N): the kernel family; the variants written for it (the small register-A form at 16 tokens with
+# split-K clusters, the x_smem stream kernel at M=1, the register-A W4A8 kernel's wide form at M=4096)
 CASES = {
-    (16, 28672): ["nomem_rs", "l2only_rs", "nodecode_rs", "nowgmma_rs", "noscale_rs", "noloop_rs", "half_rs",
+    ("w4a16", 16, 28672): ["nomem_rs", "l2only_rs", "nodecode_rs", "nowgmma_rs", "noscale_rs", "noloop_rs", "half_rs",
                   "xonce_rs", "nosync_rs", "mmasync_rs", "wsmem_rs", "pair_rs", "nomem_rs+nowgmma_rs+nodecode_rs", "pf5",
                   "lb7"],
-    (1, 28672): ["empty", "noxstage", "notables", "nomem", "l2only"],
+    ("w4a16", 1, 28672): ["empty", "noxstage", "notables", "nomem", "l2only"],
+    ("w4a8-fp8", 4096, 8192): ["nowiden_rs8", "nopromote_rs8", "nowiden_rs8+nopromote_rs8"],
 }
 
 
-@pytest.mark.parametrize("m, n, variant", [(m, n, v) for (m, n), vs in CASES.items() for v in vs])
-def test_variant_applies_and_compiles(m, n, variant):
+@pytest.mark.parametrize("scheme, m, n, variant", [(*case, v) for case, vs in CASES.items() for v in vs])
+def test_variant_applies_and_compiles(scheme, m, n, variant):
     caps = resolve_profile("nvidia-h200")
     route = get_backend(caps).compile_route(caps)
     try:
         select_toolchain(route.arch, route.min_nvrtc)
     except UnsupportedOnDevice as exc:
         pytest.skip(str(exc).splitlines()[0])
-    plan = humming.plan("w4a16", m, n, 8192, profile="nvidia-h200")
+    plan = humming.plan(scheme, m, n, 8192, profile="nvidia-h200")
     src = api.source(plan, caps)
     for pattern, repl in ablate._substitutions(variant):
         src, count = re.subn(pattern, repl, src)
