@@ -1,7 +1,9 @@
 """Ablations (GPU): what limits a planned kernel? Each variant is the generated source with one part changed (the
 weight loads re-reading one atom so they hit L2, a cheaper decode, a step left out) — the results are WRONG by
 design; only the time says something: if removing X barely changes the time, X is not what limits the kernel.
-CUDA-graph replay over weight copies past the L2, every variant in the order a b .. b a (best of two).
+CUDA-graph replay over weight copies past the L2: one graph per variant (captured with its kernels), then all timed in
+rotated rounds (``--rounds``, default 8, of ``--reps`` 5 replays; round r starts with the r-th variant), the median
+(until 2026-12-01 the order a b .. b a, best of two, which favoured the first variant by up to 8% at M >= 1024).
 
     python scripts/ablate.py --scheme w4a16 --m 1 --shapes 28672x8192,8192x8192 [--variants l2only,dq5] [--out DIR]
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -18,10 +21,11 @@ import torch  # noqa: E402
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
+from humming.tuner import graph_timer, rotated_samples  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ab_env import forget_plans  # noqa: E402
-from gemm_timing import error_and_time, reference, weight_copies  # noqa: E402
+from gemm_timing import reference, weight_copies  # noqa: E402
 from results import save_rows  # noqa: E402
 
 # mma_sync_rs: helpers and the stage's MMAs (replacement text: backslashes doubled for re.sub)
@@ -281,6 +285,8 @@ def main() -> None:
     ap.add_argument("--shapes", default="28672x8192,8192x8192,4096x14336")
     ap.add_argument("--variants", default="l2only,dq5,nosx,nofold")
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--rounds", type=int, default=8, help="rotated rounds over every variant's graph")
+    ap.add_argument("--reps", type=int, default=5, help="timed graph replays per visit (their median is one sample)")
     args = ap.parse_args()
     variants = ["base", *args.variants.split(",")]
     rows = []
@@ -290,24 +296,29 @@ def main() -> None:
         x = torch.randn(args.m, k, device="cuda", dtype=torch.float16)
         ref = reference(x, qws[0])
         row = {"n": n, "k": k, "m": args.m, "plan": humming.plan(args.scheme, args.m, n, k).summary()}
-        for v in variants + variants[::-1]:
+        timers, kernels = {}, []  # (the compiled variants stay referenced while their graphs are replayed)
+        for v in variants:
             api.kernel_source = patched(v)
             api._compiled.clear()
             forget_plans(qws)
             try:
-                row[f"{v}_err"], t = error_and_time(x, qws, ref)
+                row[f"{v}_err"] = float((humming.gemm(x, qws[0]).double() - ref).norm() / ref.norm())
             except KeyError as e:
                 row[f"{v}_us"] = None
                 row[f"{v}_note"] = f"pattern not in this kernel: {e}"
                 continue
-            row[f"{v}_us"] = min(t, row.get(f"{v}_us") or t)
+            timers[v] = graph_timer([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws], args.reps)
+            kernels.append(dict(api._compiled))
+        for v, samples in zip(timers, rotated_samples(list(timers.values()), args.rounds)):
+            row[f"{v}_us"] = statistics.median(samples)
+            row[f"{v}_rounds_us"] = samples
         api.kernel_source = patched("base")
         api._compiled.clear()
         forget_plans(qws)
         rows.append(row)
         cells = ", ".join(f"{v} {row[f'{v}_us']:.1f}" if row.get(f"{v}_us") else f"{v} n/a" for v in variants)
         print(f"{args.scheme} {n}x{k} M={args.m}: {cells} us  [{row['plan']}]", flush=True)
-        del qws
+        del qws, timers, kernels
         torch.cuda.empty_cache()
     save_rows(args.out, f"ablate_{args.scheme}_m{args.m}.json", rows)
 
