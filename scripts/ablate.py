@@ -21,6 +21,7 @@ import torch  # noqa: E402
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
+from humming.devices.nvidia.backend import BULK_G2S  # noqa: E402  (the backend's bulk-copy helper)
 from humming.tuner import graph_timer, rotated_samples  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -33,10 +34,6 @@ MMA_SYNC_HELPERS = r"""__device__ __forceinline__ void sm_mma16816(float* c, con
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ void sm_ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
 """
 MMA_SYNC_STAGE = r"""if (first) {
         #pragma unroll
@@ -48,7 +45,7 @@ MMA_SYNC_STAGE = r"""if (first) {
         for (int tt = 0; tt < BT / 16; ++tt) {  // tokens 16 tt .. +15: matrices (8 tokens, 8 k) x 4 from ldmatrix
           uint32_t b[4];
           const int tok = 16 * tt + ((lane >> 4) << 3) + (lane & 7), chunk = 2 * ks + ((lane >> 3) & 1);
-          sm_ldsm_x4(b, x0 + (u % STAGES) * X_BYTES + tok * 128 + ((chunk ^ (tok & 7)) << 4));
+          ldmatrix_x4(b, x0 + (u % STAGES) * X_BYTES + tok * 128 + ((chunk ^ (tok & 7)) << 4));
           sm_mma16816(tmp + 8 * tt, a[ks], b[0], b[1]);
           sm_mma16816(tmp + 8 * tt + 4, a[ks], b[2], b[3]);
         }
@@ -71,9 +68,8 @@ WSMEM_SETUP = r"""constexpr int WRING = 8;  // weight ring: atoms in flight in s
     if (tid == 0 && kt < ktiles) {
       const uint32_t bar = wbar0 + 8 * (kt % WRING);
       mbar_expect_tx(bar, ATOM_WORDS * 4);
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                   :: "r"(wsm0 + (kt % WRING) * ATOM_WORDS * 4), "l"(B + ((size_t)slab * katoms + kt0 + kt) * ATOM_WORDS),
-                      "r"(ATOM_WORDS * 4), "r"(bar) : "memory");
+      bulk_copy_g2s(wsm0 + (kt % WRING) * ATOM_WORDS * 4, B + ((size_t)slab * katoms + kt0 + kt) * ATOM_WORDS,
+                    ATOM_WORDS * 4, bar);
     }
   };
   auto load_stage = [&](int slot, int kt) {"""
@@ -191,7 +187,8 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                    (r"wgmma_fence_operand\(tmp\);\n\s*wgmma_fence\(\);[^\n]*\n\s*#pragma unroll\n[^\n]*\n\s*"
                     r"wgmma_k16_rs\(tmp, a\[ks\], desc_x \+ 2 \* ks, ks > 0 \|\| !first\);\n\s*wgmma_commit\(\);",
                     MMA_SYNC_STAGE.replace("\\", "\\\\"))],
-    "wsmem_rs": [(r"auto load_stage = \[&\]\(int slot, int kt\) \{", WSMEM_SETUP.replace("\\", "\\\\")),
+    "wsmem_rs": [(r'(extern "C" __global__)', BULK_G2S.replace("\\", "\\\\") + r"\1"),
+                 (r"auto load_stage = \[&\]\(int slot, int kt\) \{", WSMEM_SETUP.replace("\\", "\\\\")),
                  (r"load_g128\(wq\[s\], p\);[^\n]*", "(void)p;"),
                  (r"load_g128\(wq\[\(s \+ PF\) % R\], p\);[^\n]*", "(void)p;"),
                  (r"(\n  pdl_wait\(\);)", r"\n  for (int s = 0; s < WRING; ++s) load_weights(s);\1"),
