@@ -467,11 +467,17 @@ def gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None = None
     Under torch.compile it goes through the ``humming::wna16_gemm`` custom op, which traces. ``out``: where the
     result goes (``humming.gemm``'s checks: shape [*x.shape[:-1], N], x's dtype and device, contiguous, 16-byte
     aligned, not overlapping x), returned; by default a new tensor."""
+    if out is not None:
+        check_out(out, x, _registry[handle].packed.layout.n, kernel_writes=not torch.compiler.is_compiling())
+    return _gemm_prepared(x, handle, bias, gscale, out)
+
+
+def _gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None, gscale: torch.Tensor | None,
+                   out: torch.Tensor | None) -> torch.Tensor:
+    """gemm_prepared with ``out`` already checked (check_out) by the caller."""
     packed = _registry[handle].packed
     n, k = packed.layout.n, packed.layout.k
     compiling = torch.compiler.is_compiling()
-    if out is not None:
-        check_out(out, x, n, kernel_writes=not compiling)
     flat = x.dim() == 2  # the common case needs no reshape/view (each costs host time on every call)
     x2 = x if flat else x.reshape(-1, k)
     if x2.shape[0] == 0:  # no tokens (an empty batch in a server): nothing to launch
@@ -546,9 +552,11 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None,
             return y if out is None or y is out else out.copy_(y)
         act_name(x.dtype)
         handle = prepared(qw, x.dtype, x.device, profile)
+        return _gemm_prepared(x, _wna16_handle_for(x, qw, profile, handle), bias, None, out)  # (out checked above)
     elif x.shape[-1] != qw.shape[1]:
         raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={qw.shape[1]}")
-    return gemm_prepared(x, _wna16_handle_for(x, qw, profile, handle), bias, out=out)
+    handle = _wna16_handle_for(x, qw, profile, handle)
+    return _gemm_prepared(x, handle, bias, None, None) if out is None else gemm_prepared(x, handle, bias, out=out)
 
 
 def _wna16_handle_for(x: torch.Tensor, qw, profile, handle: int, row_scale: bool = False) -> int:
@@ -648,8 +656,8 @@ def _gemm_widened(x: torch.Tensor, qw, bias, caps, profile, out: torch.Tensor | 
     else:
         gscale = values.reshape(1)
     direct = out if out is not None and act16 == x.dtype else None  # (x16 is [M, K]: out as [M, N])
-    y = gemm_prepared(x16, handle, None if bias is None else bias.to(act16), gscale,
-                      out=None if direct is None else direct.view(-1, n))
+    y = _gemm_prepared(x16, handle, None if bias is None else bias.to(act16), gscale,  # (out checked by gemm)
+                       None if direct is None else direct.view(-1, n))
     if direct is not None:
         return direct
     y = y.view(*x.shape[:-1], n)
