@@ -201,11 +201,18 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # prototype)
     "pair_rs": [(r"\} else \{\n\s*wgmma_wait<0>\(\);\s*// this stage's group has finished[^\n]*\n\s*wgmma_fence_operand\(tmp\);\n\s*\}",
                  "}")],
-    # register-A W4A8 kernel (wide form): the int4 codes go to the wgmmas unwidened / the partials are not promoted
-    # into the fp32 sums (wrong results): what the widening and the per-group promotion cost at M = 4096
-    "nowiden_rs8": [(r"int4n4_to_e4m3x4_t\((wq\[j >> 2\]\[j & 3\](?: >> 16)?), lp0, lp1, ln0, ln1\)", r"(\1)")],
-    "nopromote_rs8": [(r"\n\s*facc\[WG_ACC_REGS \* \d \+ 4 \* j \+ \d\] \+= wg_acc_to_f32\(p[ab]\[4 \* j \+ \d\]\) \* sc\d;",
-                       "")],
+    # register-A W4A8 kernel (wide form): the int4 codes go to the wgmmas unwidened / only one of the four promotions
+    # of each partial row pair is kept (wrong results): what the widening and the per-group promotion cost at M = 4096.
+    # (Dropping every promotion leaves the partials unread and ptxas then deletes the wgmmas themselves: the
+    # fifteenth session's "nopromote_rs8" timed a kernel without tensor math.)
+    "nowiden_rs8": [(r"int4n8_to_e4m3x8_t\((wq\[j >> 2\]\[j & 3\]), lp0, lp1, ln0, ln1, (a\[[^;]*\]), (a\[[^;]*\])\);",
+                     r"{ \2 = \1; \3 = \1 >> 16; }")],
+    # the same kernel with the former widening (two int4n4_to_e4m3x4_t per word, 13-15 instructions instead of 11):
+    # what the word-level widening saved (a correct variant)
+    "oldwiden_rs8": [(r"int4n8_to_e4m3x8_t\((wq\[j >> 2\]\[j & 3\]), lp0, lp1, ln0, ln1, (a\[[^;]*\]), (a\[[^;]*\])\);",
+                      r"{ \2 = int4n4_to_e4m3x4_t(\1, lp0, lp1, ln0, ln1); \3 = int4n4_to_e4m3x4_t(\1 >> 16, lp0, lp1, ln0, ln1); }")],
+    "promote1_rs8": [(r"\n\s*facc\[WG_ACC_REGS \* \d \+ 4 \* j \+ [123]\] \+= wg_acc_to_f32\(p[ab]\[4 \* j \+ [123]\]\) \* sc\d;",
+                      "")],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs
     "nosync_rs": [(r"__syncthreads\(\);             // everyone's; both warpgroups are done with the wgmmas of kt - 2", "")],
     # a decode of 5 instead of 7 instructions per word (odd pairs masked in place, x16): what a re-packed layout

@@ -331,8 +331,8 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     per_channel, request, chain = _group_and_chain(plan, caps)
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger))
     if lay.a_type == "e4m3":  # the lookup tables stay in registers (else every byte permute rebuilds its table)
-        lo, hi = ("int4n4_to_e4m3x4_t(wq[j >> 2][j & 3], lp0, lp1, ln0, ln1)",
-                  "int4n4_to_e4m3x4_t(wq[j >> 2][j & 3] >> 16, lp0, lp1, ln0, ln1)")
+        widen = ("\n      int4n8_to_e4m3x8_t(wq[j >> 2][j & 3], lp0, lp1, ln0, ln1, a[j >> 1][2 * (j & 1)], "
+                 "a[j >> 1][2 * (j & 1) + 1]);")
         luts = ("  // the widening's lookup tables (int4n4_to_e4m3x4), in registers: ktiles >> 30 is 0 for any K here, but\n"
                 "  // not known to the compiler, so the tables are computed once instead of rematerialized per use\n"
                 "  const uint32_t keep = (uint32_t)(ktiles >> 30);\n"
@@ -340,6 +340,8 @@ def _wide_kernel_source(plan, backend, caps) -> str:
                 "  const uint32_t ln0 = 0xCACCCED0u + keep, ln1 = 0xB8C0C4C8u + keep;   // -8 -7 -6 -5 | -4 -3 -2 -1\n")
     else:
         lo, hi = (e.replace("WORD", "wq[j >> 2][j & 3]") for e in _widen(lay.a_type))
+        widen = (f" {{\n      a[j >> 1][2 * (j & 1)] = {lo};\n"
+                 f"      a[j >> 1][2 * (j & 1) + 1] = {hi};\n    }}")
         luts = ""
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
@@ -364,13 +366,13 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         first = " && hv == 0" if chain == BT else ""
         stagger_give = f"\n      if (wg == 0 && kt == 0{first}) consumer_turn_give();  // warpgroup 1 may start"
     if chain == BT:
-        main_loop = _WIDE_LOOP.format(scale_pick=scale_pick, lo=lo, hi=hi, stagger_give=stagger_give,
+        main_loop = _WIDE_LOOP.format(scale_pick=scale_pick, widen=widen, stagger_give=stagger_give,
                                       promote=_wide_promote(to_f32))
         partials = ("  wg_acc_t part[WG_ACC_REGS];\n  #pragma unroll\n"
                     "  for (int i = 0; i < WG_ACC_REGS; ++i) part[i] = 0;\n")
         chain_doc = "HALVES = BT / WT;          // token halves: one m64n128k32 chain each, sharing the widened A fragment"
     else:
-        main_loop = _quarter_loop(scale_pick, lo, hi, stagger_give, to_f32)
+        main_loop = _quarter_loop(scale_pick, widen, stagger_give, to_f32)
         partials = ("  wg_acc_t pa[WG_ACC_REGS], pb[WG_ACC_REGS];   // two partials: one chain runs while the other's "
                     "is promoted\n  #pragma unroll\n  for (int i = 0; i < WG_ACC_REGS; ++i) { pa[i] = 0; pb[i] = 0; }\n")
         chain_doc = ("CHAINS = BT / WT;          // token quarters: one m64n64k32 chain each, sharing the widened A "
@@ -468,10 +470,7 @@ _WIDE_STAGE_HEAD = """  #pragma unroll 1
     // A of stage kt: a[ks][2 sub] = channel row g, a[ks][2 sub + 1] = row g + 8; k 32 ks + 16 sub + 4 q ..
     uint32_t a[4][4];
     #pragma unroll
-    for (int j = 0; j < 8; ++j) {{
-      a[j >> 1][2 * (j & 1)] = {lo};
-      a[j >> 1][2 * (j & 1) + 1] = {hi};
-    }}
+    for (int j = 0; j < 8; ++j){widen}
     const uint64_t desc_x = make_smem_desc(x0 + s * X_BYTES);
 """
 
@@ -499,7 +498,7 @@ _WIDE_LOOP = _WIDE_STAGE_HEAD + """    #pragma unroll
 """
 
 
-def _quarter_loop(scale_pick: str, lo: str, hi: str, stagger_give: str, to_f32: str) -> str:
+def _quarter_loop(scale_pick: str, widen: str, stagger_give: str, to_f32: str) -> str:
     """The wide form's main loop with four m64n64k32 token quarters per stage and two partials (pa, pb): chain c + 1
     is issued before chain c is waited for and promoted, so each warpgroup keeps a chain queued on the tensor pipe
     while it promotes. (The last quarter's promotion stays in its stage: deferred under the next stage's first chain,
@@ -509,7 +508,7 @@ def _quarter_loop(scale_pick: str, lo: str, hi: str, stagger_give: str, to_f32: 
     release = (f"{ind}__syncwarp();   // this warp's reads of the slot are done: release it to the producer\n"
                f"{ind}if (lane == 0) {{ fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }}\n")
     last = _wait_promote(3, 0, to_f32, ind).split("\n", 1)
-    return (_WIDE_STAGE_HEAD.format(scale_pick=scale_pick, lo=lo, hi=hi)
+    return (_WIDE_STAGE_HEAD.format(scale_pick=scale_pick, widen=widen)
             + _chain_step(0, ind) + give + _chain_step(1, ind) + _wait_promote(0, 1, to_f32, ind)
             + _chain_step(2, ind) + _wait_promote(1, 1, to_f32, ind)
             + _chain_step(3, ind) + _wait_promote(2, 1, to_f32, ind)

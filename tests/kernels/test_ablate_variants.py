@@ -25,7 +25,7 @@ CASES = {
                   "xonce_rs", "nosync_rs", "mmasync_rs", "wsmem_rs", "pair_rs", "nomem_rs+nowgmma_rs+nodecode_rs", "pf5",
                   "lb7"],
     ("w4a16", 1, 28672): ["empty", "noxstage", "notables", "nomem", "l2only"],
-    ("w4a8-fp8", 4096, 8192): ["nowiden_rs8", "nopromote_rs8", "nowiden_rs8+nopromote_rs8"],
+    ("w4a8-fp8", 4096, 8192): ["nowiden_rs8", "promote1_rs8", "nowiden_rs8+promote1_rs8", "oldwiden_rs8"],
 }
 
 

@@ -883,6 +883,16 @@ __device__ __forceinline__ uint32_t int4n4_to_e4m3x4_t(uint32_t w, uint32_t p0, 
   const uint32_t sel = w & 0x7777u;
   return prmt_b32(prmt_b32(p0, p1, sel), prmt_b32(n0, n1, sel), ((w >> 1) & 0x4444u) | 0x3210u);
 }
+// both halves of a word at once (lo: nibbles 0-3, hi: nibbles 4-7), 11 instructions instead of 13-15: one AND makes
+// both halves' lookup selectors and one shift-and-merge both byte-pick selectors (prmt reads only the low 16 bits of
+// its selector, so lo uses them as they are and hi after one shift each)
+__device__ __forceinline__ void int4n8_to_e4m3x8_t(uint32_t w, uint32_t p0, uint32_t p1, uint32_t n0, uint32_t n1,
+                                                   uint32_t& lo, uint32_t& hi) {
+  const uint32_t sel = w & 0x77777777u;
+  const uint32_t pick = lop3_and_or(w >> 1, 0x44444444u, 0x32103210u);
+  lo = prmt_b32(prmt_b32(p0, p1, sel), prmt_b32(n0, n1, sel), pick);
+  hi = prmt_b32(prmt_b32(p0, p1, sel >> 16), prmt_b32(n0, n1, sel >> 16), pick >> 16);
+}
 """
 
 CONSUMER_TURN = r"""// named barrier 2 across the two consumer warpgroups: one arrives (no wait), the other waits for it
