@@ -49,6 +49,24 @@ def _widen(a_type: str) -> tuple[str, str]:
     return "int4n4_to_e4m3x4(WORD)", "int4n4_to_e4m3x4(WORD >> 16)"
 
 
+_LUTS = ("  // the widening's lookup tables (int4n4_to_e4m3x4), in registers: ktiles >> 30 is 0 for any K here, but\n"
+         "  // not known to the compiler, so the tables are computed once instead of rematerialized per use\n"
+         "  const uint32_t keep = (uint32_t)(ktiles >> 30);\n"
+         "  const uint32_t lp0 = 0x44403800u + keep, lp1 = 0x4E4C4A48u + keep;   // 0 1 2 3 | 4 5 6 7\n"
+         "  const uint32_t ln0 = 0xCACCCED0u + keep, ln1 = 0xB8C0C4C8u + keep;   // -8 -7 -6 -5 | -4 -3 -2 -1\n")
+
+
+def _widening(a_type: str, word: str, ind: str) -> tuple[str, str]:
+    """The body of the ``for (int j = 0; j < 8; ++j)`` loop that widens word j (``word``) into the two fragment
+    registers a[j / 2][2 (j % 2)] and a[j / 2][2 (j % 2) + 1], and the declarations it needs (e4m3: the lookup tables
+    in registers, both halves of a word in one int4n8_to_e4m3x8_t)."""
+    out = "a[j >> 1][2 * (j & 1)]", "a[j >> 1][2 * (j & 1) + 1]"
+    if a_type == "e4m3":
+        return f"\n{ind}  int4n8_to_e4m3x8_t({word}, lp0, lp1, ln0, ln1, {out[0]}, {out[1]});", _LUTS
+    lo, hi = (e.replace("WORD", word) for e in _widen(a_type))
+    return f" {{\n{ind}  {out[0]} = {lo};\n{ind}  {out[1]} = {hi};\n{ind}}}", ""
+
+
 def _channel_scales(at: str) -> tuple[str, str]:
     """Per-channel scales: the declaration loading this lane's two channels' (at ``at`` and 8 channels on) once, and
     the per-stage pick of them."""
@@ -73,9 +91,7 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
         return _wide_kernel_source(plan, backend, caps)
     per_channel, request, chain = _group_and_chain(plan, caps)
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=producer)
-    lo, hi = _widen(lay.a_type)
-    lo = lo.replace("WORD", "wq[s][j >> 2][j & 3]")
-    hi = hi.replace("WORD", "wq[s][j >> 2][j & 3]")
+    widen, luts = _widening(lay.a_type, "wq[s][j >> 2][j & 3]", "      ")
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
         scale_decl, scale_pick = _channel_scales("S + tab")
@@ -161,7 +177,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
   // weights: words 4 hf + jj of this lane at ((slab * ktiles + kt) * 4 + w) * 256 + hf * 128 + lane * 4 + jj
   const uint32_t* wsrc = Bw + (size_t)slab * ktiles * STAGE_WORDS + w * 256 + lane * 4;
   const int tab = slab * 64 + 16 * w + g;                        // this lane's channels: tab and tab + 8
-{scale_decl}  uint32_t wq[R][2][4];  // codes of the stages in flight: word j = 4 hf + jj = k32 step j / 2, register pair j % 2
+{scale_decl}{luts}  uint32_t wq[R][2][4];  // codes of the stages in flight: word j = 4 hf + jj = k32 step j / 2, register pair j % 2
 
   float facc[BT / 2];
 {partials}  #pragma unroll
@@ -181,10 +197,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
       // A of stage kt: a[ks][2 sub] = channel row g, a[ks][2 sub + 1] = row g + 8; k 32 ks + 16 sub + 4 q ..
       uint32_t a[4][4];
       #pragma unroll
-      for (int j = 0; j < 8; ++j) {{
-        a[j >> 1][2 * (j & 1)] = {lo};
-        a[j >> 1][2 * (j & 1) + 1] = {hi};
-      }}
+      for (int j = 0; j < 8; ++j){widen}
       {scale_pick}
       if (kt + PF < ktiles) {{  // the ring slot of kt - 1 takes stage kt + PF
 {fetch("(s + PF) % R", "kt + PF", "        ")}
@@ -330,19 +343,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     lay = plan.layout
     per_channel, request, chain = _group_and_chain(plan, caps)
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger))
-    if lay.a_type == "e4m3":  # the lookup tables stay in registers (else every byte permute rebuilds its table)
-        widen = ("\n      int4n8_to_e4m3x8_t(wq[j >> 2][j & 3], lp0, lp1, ln0, ln1, a[j >> 1][2 * (j & 1)], "
-                 "a[j >> 1][2 * (j & 1) + 1]);")
-        luts = ("  // the widening's lookup tables (int4n4_to_e4m3x4), in registers: ktiles >> 30 is 0 for any K here, but\n"
-                "  // not known to the compiler, so the tables are computed once instead of rematerialized per use\n"
-                "  const uint32_t keep = (uint32_t)(ktiles >> 30);\n"
-                "  const uint32_t lp0 = 0x44403800u + keep, lp1 = 0x4E4C4A48u + keep;   // 0 1 2 3 | 4 5 6 7\n"
-                "  const uint32_t ln0 = 0xCACCCED0u + keep, ln1 = 0xB8C0C4C8u + keep;   // -8 -7 -6 -5 | -4 -3 -2 -1\n")
-    else:
-        lo, hi = (e.replace("WORD", "wq[j >> 2][j & 3]") for e in _widen(lay.a_type))
-        widen = (f" {{\n      a[j >> 1][2 * (j & 1)] = {lo};\n"
-                 f"      a[j >> 1][2 * (j & 1) + 1] = {hi};\n    }}")
-        luts = ""
+    widen, luts = _widening(lay.a_type, "wq[j >> 2][j & 3]", "    ")
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
         scale_decl, scale_pick = _channel_scales("S + n0 + tab")

@@ -188,7 +188,9 @@ def _check_kernel_indexing(src: str) -> None:
         "const uint32_t* wsrc = Bw + (size_t)slab * ktiles * STAGE_WORDS + w * 256 + lane * 4;",
         "load_g128(wq[", "][0], p);", "][1], p + 128);",
         "const int tab = slab * 64 + 16 * w + g;",
-        "a[j >> 1][2 * (j & 1)] = ", "a[j >> 1][2 * (j & 1) + 1] = ",
+        *(("int4n8_to_e4m3x8_t(wq[s][j >> 2][j & 3], lp0, lp1, ln0, ln1, a[j >> 1][2 * (j & 1)], "
+           "a[j >> 1][2 * (j & 1) + 1]);",) if "int4n8_to_e4m3x8_t(wq" in src else
+          ("a[j >> 1][2 * (j & 1)] = ", "a[j >> 1][2 * (j & 1) + 1] = ")),
         "copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);",
         "const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);",
         # two 64-token halves into two partials (the default chain; per token the same sums as one 128-token partial)

@@ -8,7 +8,7 @@ import re
 import torch
 
 from humming.core import generator_wgmma_rs8
-from humming.devices.nvidia.backend import RS8_WIDE_EXTRA
+from humming.devices.nvidia.backend import RS8_WIDEN_T
 
 M32 = 0xFFFFFFFF
 
@@ -28,7 +28,7 @@ def prmt(a: int, b: int, sel: int) -> int:
 
 
 def _helper(name: str) -> str:
-    m = re.search(rf"{name}\([^)]*\)\s*\{{(.*?)\n\}}", RS8_WIDE_EXTRA, re.S)
+    m = re.search(rf"{name}\([^)]*\)\s*\{{(.*?)\n\}}", RS8_WIDEN_T, re.S)
     assert m, name
     return m.group(1)
 

@@ -878,7 +878,9 @@ RS8_WIDE_EXTRA = r"""__device__ __forceinline__ float lds_f32(uint32_t addr) {
 __device__ __forceinline__ void sts_f32(uint32_t addr, float v) {
   asm volatile("st.shared.f32 [%0], %1;\n" :: "r"(addr), "f"(v) : "memory");
 }
-// int4n4_to_e4m3x4 with its four lookup tables in registers the caller keeps (p0 p1: 0..7, n0 n1: -8..-1)
+"""
+
+RS8_WIDEN_T = r"""// int4n4_to_e4m3x4 with its four lookup tables in registers the caller keeps (p0 p1: 0..7, n0 n1: -8..-1)
 __device__ __forceinline__ uint32_t int4n4_to_e4m3x4_t(uint32_t w, uint32_t p0, uint32_t p1, uint32_t n0, uint32_t n1) {
   const uint32_t sel = w & 0x7777u;
   return prmt_b32(prmt_b32(p0, p1, sel), prmt_b32(n0, n1, sel), ((w >> 1) & 0x4444u) | 0x3210u);
@@ -1027,7 +1029,7 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
         raise ValueError(f"wgmma_rs8_prelude needs a wgmma s8/e4m3 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
         raise ValueError(f"wgmma n={n} is not a declared N of {request.mma.describe()}")
-    parts = [COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON, WGMMA_RS_EXTRA, WGMMA_W4A8,
+    parts = [COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON, WGMMA_RS_EXTRA, WGMMA_W4A8, RS8_WIDEN_T,
              _wgmma_k32_rs_helper(request.mma.a_type, n)]
     if producer:  # a producer warpgroup brings the activations in by TMA (tma, mbarrier, setmaxnreg declared)
         if request.caps is not None and not request.caps.memory.setmaxnreg:
