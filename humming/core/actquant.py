@@ -271,12 +271,17 @@ __device__ __forceinline__ uint32_t fold_abs_max(uint32_t m, const uint32_t (&w)
   return m;
 }}
 __device__ __forceinline__ float abs_max_value(uint32_t m) {{ return {to_f32}; }}
-// codes of x / denom (IEEE division, as the reference), {what}, in one store
-__device__ __forceinline__ void encode_store({code_t}* d, const uint32_t (&w)[aq::WORDS], float denom) {{
+// codes of x / denom (rounded as IEEE division, as the reference), {what}, in one store
+__device__ __forceinline__ void encode_store({code_t}* d, const uint32_t (&w)[aq::WORDS], const aq_divisor& denom) {{
   float f[aq::VEC], q[aq::VEC];
 {unpack}
-  #pragma unroll
-  for (int i = 0; i < aq::VEC; ++i) q[i] = div_rn(f[i], denom);
+  if (denom.fast) {{
+    #pragma unroll
+    for (int i = 0; i < aq::VEC; ++i) q[i] = aq_divide_fast(f[i], denom);
+  }} else {{
+    #pragma unroll
+    for (int i = 0; i < aq::VEC; ++i) q[i] = div_rn(f[i], denom.d);
+  }}
 {store}
 }}
 """
@@ -420,7 +425,7 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
 
   uint32_t stored;
   const float s = aq_scale(amax, {gs_arg}, stored);
-  const float denom = {denom};
+  const aq_divisor denom = aq_make_divisor({denom}, true);
   if (!active) return;
   if (li == 0) {_store_scale(p, "scales", "g")}
   unsigned char* dst = codes + g * (long long)aq::GROUP;
@@ -468,11 +473,12 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
   const float s = aq_scale(amax, 1.0f, stored);
   if (tid == 0) {_store_scale(p, "scales", "row")}
   unsigned char* dst = codes + row * (long long)aq::K;
+  const aq_divisor denom = aq_make_divisor(s, true);
   #pragma unroll
   for (int j = 0; j < aq::VPL; ++j) {{
     const int v = j * aq::THREADS + tid;
     if (v < {loads}) {{
-      encode_store(dst + v * aq::VEC, w[j], s);
+      encode_store(dst + v * aq::VEC, w[j], denom);
     }}
   }}
 }}
@@ -491,6 +497,7 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
   uint32_t stored;
   const float s = aq_scale_static(tval, stored);
   if (blockIdx.x == 0 && threadIdx.x == 0) {_store_scale(p, "scales", "0")}
+  const aq_divisor denom = aq_make_divisor(s, false);   // a static scale bounds nothing: divide
   const long long step = (long long)gridDim.x * aq::THREADS * aq::UNROLL;
   for (long long base = (long long)blockIdx.x * aq::THREADS * aq::UNROLL; base < count; base += step) {{
     uint32_t w[aq::UNROLL][aq::WORDS];
@@ -503,7 +510,7 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
     for (int u = 0; u < aq::UNROLL; ++u) {{
       const long long v = base + u * aq::THREADS + threadIdx.x;
       if (v < count) {{
-        encode_store(codes + v * aq::VEC, w[u], s);
+        encode_store(codes + v * aq::VEC, w[u], denom);
       }}
     }}
   }}
@@ -546,6 +553,27 @@ extern "C" __global__ void __launch_bounds__(aq::WARPS * 32) {p.amax_kernel_name
 """
 
 
+# Division by one denominator shared by a token row or group, rounded exactly as IEEE division (the reference's
+# x / s): one reciprocal per row instead of one division per element.
+AQ_DIVISOR = """// x / d for a d shared by many x, rounded exactly as IEEE division: with r = RN(1 / d), q = RN(x r) and the exact
+// remainder e = x - q d (one FMA), RN(q + e r) is RN(x / d) (aq_divide_fast) (Markstein's theorem: r within half an ulp of 1 / d, q
+// within one ulp of x / d) while d and 1 / d are normal; the dynamic scales keep |x / d| near the format's maximum,
+// and a quotient in the subnormal range encodes to zero either way. Otherwise (fast false) the division itself.
+struct aq_divisor {{ float d, r; bool fast; }};
+__device__ __forceinline__ aq_divisor aq_make_divisor(float d, bool allow_fast) {{
+  const uint32_t e = (f32_bits(d) >> 23) & 0xFFu;   // biased exponent: 2..253 keeps d and 1 / d normal and finite
+  aq_divisor v;
+  v.d = d;
+  v.fast = allow_fast && e >= 2u && e <= 253u;
+  v.r = v.fast ? rcp_rn(d) : 0.0f;
+  return v;
+}}
+__device__ __forceinline__ float aq_divide_fast(float x, const aq_divisor& v) {{
+  const float q = mul_rn(x, v.r);
+  return fma_rn(fma_rn(-q, v.d, x), v.r, q);
+}}""".replace("{{", "{").replace("}}", "}")
+
+
 def actquant_source(p: ActQuantPlan, prelude: str) -> str:
     """The CUDA C++ module of a plan: the backend's helper definitions (``prelude``), then the kernels."""
     fmt = formats.get(p.act)
@@ -566,7 +594,7 @@ def actquant_source(p: ActQuantPlan, prelude: str) -> str:
              prelude,
              "__device__ __forceinline__ uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }",
              "namespace aq {\n" + "\n".join(consts) + f"\nconstexpr int WORDS = {_words(p.dtype, p.vec)};"
-             "       // registers per vector\n}", _vector_functions(p)]
+             "       // registers per vector\n}", AQ_DIVISOR, _vector_functions(p)]
     if p.wide:
         parts.insert(-1, "// the exact value of code byte c\n__device__ __forceinline__ float aq_code_value(uint32_t c) "
                          f"{{ return {WIDE_CODE_VALUES[p.act]}; }}")

@@ -24,6 +24,7 @@ the FP4 targets, but it cannot be checked on a Hopper GPU).
 Helper contract (what the generated kernel calls; all ``__device__ __forceinline__``):
 
   bit casts and arithmetic   f32_bits(float) -> u32, bits_f32(u32) -> float, div_rn(a, b), mul_rn(a, b),
+                             rcp_rn(a) (IEEE 1/a), fma_rn(a, b, c) (a b + c, one rounding),
                              f32_to_int_rn(float) -> int (RNE, NaN -> 0, saturating)
   input decode               f16_to_f32(u32 h), bf16_to_f32(u32 h)
   global memory              ld_b128(u32 (&)[4], p), ld_b64(u32 (&)[2], p), ld_b32(p), ld_b16(p)  (read-only)
@@ -83,6 +84,8 @@ __device__ __forceinline__ uint32_t f32_bits(float x) { uint32_t r; asm("mov.b32
 __device__ __forceinline__ float bits_f32(uint32_t a) { float r; asm("mov.b32 %0, %1;" : "=f"(r) : "r"(a)); return r; }
 __device__ __forceinline__ float div_rn(float a, float b) { float r; asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
 __device__ __forceinline__ float mul_rn(float a, float b) { float r; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+__device__ __forceinline__ float rcp_rn(float a) { float r; asm("rcp.rn.f32 %0, %1;" : "=f"(r) : "f"(a)); return r; }
+__device__ __forceinline__ float fma_rn(float a, float b, float c) { float r; asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c)); return r; }
 // round half to even; NaN -> 0; out-of-range values saturate to the int32 range
 __device__ __forceinline__ int f32_to_int_rn(float a) { int r; asm("cvt.rni.s32.f32 %0, %1;" : "=r"(r) : "f"(a)); return r; }
 
