@@ -425,7 +425,7 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
 
   uint32_t stored;
   const float s = aq_scale(amax, {gs_arg}, stored);
-  const aq_divisor denom = aq_make_divisor({denom}, true);
+  const aq_divisor denom = aq_make_divisor({denom}, aq_finite(amax));
   if (!active) return;
   if (li == 0) {_store_scale(p, "scales", "g")}
   unsigned char* dst = codes + g * (long long)aq::GROUP;
@@ -473,7 +473,7 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
   const float s = aq_scale(amax, 1.0f, stored);
   if (tid == 0) {_store_scale(p, "scales", "row")}
   unsigned char* dst = codes + row * (long long)aq::K;
-  const aq_divisor denom = aq_make_divisor(s, true);
+  const aq_divisor denom = aq_make_divisor(s, aq_finite(amax));
   #pragma unroll
   for (int j = 0; j < aq::VPL; ++j) {{
     const int v = j * aq::THREADS + tid;
@@ -558,8 +558,11 @@ extern "C" __global__ void __launch_bounds__(aq::WARPS * 32) {p.amax_kernel_name
 AQ_DIVISOR = """// x / d for a d shared by many x, rounded exactly as IEEE division: with r = RN(1 / d), q = RN(x r) and the exact
 // remainder e = x - q d (one FMA), RN(q + e r) is RN(x / d) (aq_divide_fast) (Markstein's theorem: r within half an ulp of 1 / d, q
 // within one ulp of x / d) while d and 1 / d are normal; the dynamic scales keep |x / d| near the format's maximum,
-// and a quotient in the subnormal range encodes to zero either way. Otherwise (fast false) the division itself.
+// and a quotient in the subnormal range encodes to zero either way. Otherwise (fast false: a non-finite amax, an
+// extreme d, a static scale) the division itself.
 struct aq_divisor {{ float d, r; bool fast; }};
+// no infinity among the x (an infinite x over a finite d would give inf - inf in the correction): the group's amax
+__device__ __forceinline__ bool aq_finite(float amax) {{ return (f32_bits(amax) & 0x7FFFFFFFu) < 0x7F800000u; }}
 __device__ __forceinline__ aq_divisor aq_make_divisor(float d, bool allow_fast) {{
   const uint32_t e = (f32_bits(d) >> 23) & 0xFFu;   // biased exponent: 2..253 keeps d and 1 / d normal and finite
   aq_divisor v;
@@ -570,7 +573,8 @@ __device__ __forceinline__ aq_divisor aq_make_divisor(float d, bool allow_fast) 
 }}
 __device__ __forceinline__ float aq_divide_fast(float x, const aq_divisor& v) {{
   const float q = mul_rn(x, v.r);
-  return fma_rn(fma_rn(-q, v.d, x), v.r, q);
+  const float e = -fma_rn(q, v.d, -x);   // x - q d, written so that x = -0 keeps its sign (e = -0, q + e r = -0)
+  return fma_rn(e, v.r, q);
 }}""".replace("{{", "{").replace("}}", "}")
 
 

@@ -25,8 +25,21 @@ def rn32(v: F) -> F:
 
 def test_kernel_text_is_the_checked_sequence():
     assert "const float q = mul_rn(x, v.r);" in AQ_DIVISOR
-    assert "return fma_rn(fma_rn(-q, v.d, x), v.r, q);" in AQ_DIVISOR
+    assert "const float e = -fma_rn(q, v.d, -x);" in AQ_DIVISOR and "return fma_rn(e, v.r, q);" in AQ_DIVISOR
     assert "v.r = v.fast ? rcp_rn(d) : 0.0f;" in AQ_DIVISOR and "e >= 2u && e <= 253u" in AQ_DIVISOR
+
+
+def test_signed_zero_keeps_its_sign():
+    """x = -0: q = -0 and e = -(q d + 0) = -0 (with e = fma(-q, d, x) it would be +0 and q + e r = +0: the GPU run of
+    2026-12-01 caught that as code 0x00 instead of 0x80); IEEE: -0 + -0 = -0, +0 + -0 = +0."""
+    import numpy as np
+    for x in (np.float32(-0.0), np.float32(0.0)):
+        d = np.float32(3.0e-10)
+        r = np.float32(1) / d
+        q = x * r
+        e = -(q * d + (-x))
+        got = e * r + q
+        assert np.signbit(got) == np.signbit(x)
 
 
 def test_reciprocal_and_one_correction_round_as_division():
