@@ -21,7 +21,7 @@ where NaN is above infinity); ``s_raw = amax / fmt.max`` (IEEE division), two-le
 ue4m3 to nearest even and never 0, ue8m0 up to a power of two, f32 exact), a scale that is not > 0 is 1;
 codes ``encode(x / (s [* gs]))`` with round to nearest even and satfinite.
 
-The kernel body only calls named helpers (loads, stores, conversions, the element encoder ``aq_encode2``);
+The kernel body only calls named helpers (loads, stores, conversions, the element encoders ``aq_encode2`` and ``aq_encode2_finite``);
 their spelling comes from the device backend (``humming.devices.nvidia.actquant_spelling``), which picks a
 hardware conversion where the profile declares one and a bit-exact software one elsewhere.
 """
@@ -252,10 +252,10 @@ def _vector_functions(p: ActQuantPlan) -> str:
         fold = ("  #pragma unroll\n  for (int i = 0; i < aq::WORDS; ++i) m = umax(m, umax(w[i] & 0x7FFFu, "
                 "(w[i] >> 16) & 0x7FFFu));")
     if v == 1:
-        store = "  st_b8(d, aq_encode2(q[0], 0.0f) & 0xFFu);"
+        store = "  st_b8(d, aq_encode2_as<FAST>(q[0], 0.0f) & 0xFFu);"
     else:
         pairs = "\n".join(["  uint32_t c[aq::VEC / 2];", "  #pragma unroll",
-                           "  for (int i = 0; i < aq::VEC / 2; ++i) c[i] = aq_encode2(q[2 * i], q[2 * i + 1]);"])
+                           "  for (int i = 0; i < aq::VEC / 2; ++i) c[i] = aq_encode2_as<FAST>(q[2 * i], q[2 * i + 1]);"])
         st = {2: "st_b16(d, c[0]);", 4: "st_b32(d, c[0] | (c[1] << 16));",
               8: "st_b64(d, c[0] | (c[1] << 16), c[2] | (c[3] << 16));"}[v]
         store = pairs + "\n  " + st
@@ -271,18 +271,21 @@ __device__ __forceinline__ uint32_t fold_abs_max(uint32_t m, const uint32_t (&w)
   return m;
 }}
 __device__ __forceinline__ float abs_max_value(uint32_t m) {{ return {to_f32}; }}
-// codes of x / denom (rounded as IEEE division, as the reference), {what}, in one store
-__device__ __forceinline__ void encode_store({code_t}* d, const uint32_t (&w)[aq::WORDS], const aq_divisor& denom) {{
+// codes of x / denom (rounded as IEEE division, as the reference), {what}, in one store; FAST: the divisor's fast
+// form, whose group holds no NaN (so neither do the quotients: the encoder's NaN check is skipped)
+template <bool FAST>
+__device__ __forceinline__ uint32_t aq_encode2_as(float lo, float hi) {{ return FAST ? aq_encode2_finite(lo, hi) : aq_encode2(lo, hi); }}
+template <bool FAST>
+__device__ __forceinline__ void encode_store_as({code_t}* d, const uint32_t (&w)[aq::WORDS], const aq_divisor& denom) {{
   float f[aq::VEC], q[aq::VEC];
 {unpack}
-  if (denom.fast) {{
-    #pragma unroll
-    for (int i = 0; i < aq::VEC; ++i) q[i] = aq_divide_fast(f[i], denom);
-  }} else {{
-    #pragma unroll
-    for (int i = 0; i < aq::VEC; ++i) q[i] = div_rn(f[i], denom.d);
-  }}
+  #pragma unroll
+  for (int i = 0; i < aq::VEC; ++i) q[i] = FAST ? aq_divide_fast(f[i], denom) : div_rn(f[i], denom.d);
 {store}
+}}
+__device__ __forceinline__ void encode_store({code_t}* d, const uint32_t (&w)[aq::WORDS], const aq_divisor& denom) {{
+  if (denom.fast) encode_store_as<true>(d, w, denom);
+  else encode_store_as<false>(d, w, denom);
 }}
 """
 
@@ -373,10 +376,10 @@ def _wide_store(p: ActQuantPlan) -> str:
     """encode_store's tail for wide codes: the code bytes of c[] (two per word) as exact f16/bf16 values, stored."""
     pack = "f32_to_f16_rn" if p.wide == "f16" else "f32_to_bf16_rn"
     if p.vec == 1:
-        return f"  const uint32_t c = aq_encode2(q[0], 0.0f) & 0xFFu;\n  st_b16(d, {pack}(aq_code_value(c)));"
+        return f"  const uint32_t c = aq_encode2_as<FAST>(q[0], 0.0f) & 0xFFu;\n  st_b16(d, {pack}(aq_code_value(c)));"
     lines = ["  uint32_t c[aq::VEC / 2], o[aq::VEC / 2];  // code pairs; value pairs (low half first)", "  #pragma unroll",
              "  for (int i = 0; i < aq::VEC / 2; ++i) {",
-             "    c[i] = aq_encode2(q[2 * i], q[2 * i + 1]);",
+             "    c[i] = aq_encode2_as<FAST>(q[2 * i], q[2 * i + 1]);",
              f"    o[i] = {pack}(aq_code_value(c[i] & 0xFFu)) | ({pack}(aq_code_value((c[i] >> 8) & 0xFFu)) << 16);",
              "  }"]
     st = {2: "st_b32(d, o[0]);", 4: "st_b64(d, o[0], o[1]);",

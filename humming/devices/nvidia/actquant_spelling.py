@@ -33,6 +33,8 @@ Helper contract (what the generated kernel calls; all ``__device__ __forceinline
   warp                       shfl_xor_u32(v, lane_mask)
   element encode             aq_encode2(lo, hi) -> u32: code(lo) in bits 0..7, code(hi) in bits 8..15;
                              saturating, round to nearest even, one code per byte
+                             aq_encode2_finite(lo, hi): the same for inputs known not to be NaN (the NaN
+                             check of the hardware path skipped)
   scale conversions          f32_to_f16_rn(x) -> bits, f32_to_bf16_rn(x) -> bits (finite x),
                              f32_to_ue4m3_rn_sat(x) -> code (x > 0), ue4m3_to_f32(code),
                              f32_to_ue8m0_rp_sat(x) -> code (x > 0), ue8m0_to_f32(code)
@@ -231,6 +233,7 @@ __device__ __forceinline__ uint32_t f32_to_{name}_soft(float x) {{ return soft_f
 def _soft_encode2(f) -> str:
     return rf"""
 __device__ __forceinline__ uint32_t aq_encode2(float lo, float hi) {{ return f32_to_{f.name}_soft(lo) | (f32_to_{f.name}_soft(hi) << 8); }}
+__device__ __forceinline__ uint32_t aq_encode2_finite(float lo, float hi) {{ return aq_encode2(lo, hi); }}
 """
 
 
@@ -242,6 +245,7 @@ def _hardware_encode2(f) -> str:
 // int8: round half even, saturate to [-128, 127], NaN -> 0, in one instruction
 __device__ __forceinline__ uint32_t f32_to_s8_sat(float x) { uint32_t r; asm("cvt.rni.sat.s8.f32 %0, %1;" : "=r"(r) : "f"(x)); return r & 0xFFu; }
 __device__ __forceinline__ uint32_t aq_encode2(float lo, float hi) { return f32_to_s8_sat(lo) | (f32_to_s8_sat(hi) << 8); }
+__device__ __forceinline__ uint32_t aq_encode2_finite(float lo, float hi) { return aq_encode2(lo, hi); }
 """
     cvt = HW_CVT[name]
     # NaN: the reference gives the format's NaN code with the sign of the input (formats without NaN: +0); the
@@ -255,10 +259,13 @@ __device__ __forceinline__ uint32_t f32x2_to_e2m1x2(float lo, float hi) {{
   uint32_t r; asm("{{ .reg .b8 t; cvt.rn.satfinite.e2m1x2.f32 t, %1, %2; cvt.u32.u8 %0, t; }}" : "=r"(r) : "f"(hi), "f"(lo));
   return r & 0xFFu;
 }}
-__device__ __forceinline__ uint32_t aq_encode2(float lo, float hi) {{
-  {nan}
+__device__ __forceinline__ uint32_t aq_encode2_finite(float lo, float hi) {{
   const uint32_t p = f32x2_to_e2m1x2(lo, hi);
   return (p & 0xFu) | ((p & 0xF0u) << 4);
+}}
+__device__ __forceinline__ uint32_t aq_encode2(float lo, float hi) {{
+  {nan}
+  return aq_encode2_finite(lo, hi);
 }}
 """
     mask = "0x3F3Fu" if name in ("e2m3", "e3m2") else "0xFFFFu"  # FP6: a 6-bit code in each byte
@@ -267,6 +274,7 @@ __device__ __forceinline__ uint32_t aq_encode2(float lo, float hi) {{
 __device__ __forceinline__ uint32_t f32x2_to_{cvt}(float lo, float hi) {{
   uint16_t r; asm("cvt.rn.satfinite.{cvt}.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo)); return r & {mask};
 }}
+__device__ __forceinline__ uint32_t aq_encode2_finite(float lo, float hi) {{ return f32x2_to_{cvt}(lo, hi); }}
 __device__ __forceinline__ uint32_t aq_encode2(float lo, float hi) {{
   {nan}
   return f32x2_to_{cvt}(lo, hi);
