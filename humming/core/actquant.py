@@ -21,9 +21,10 @@ where NaN is above infinity); ``s_raw = amax / fmt.max`` (IEEE division), two-le
 ue4m3 to nearest even and never 0, ue8m0 up to a power of two, f32 exact), a scale that is not > 0 is 1;
 codes ``encode(x / (s [* gs]))`` with round to nearest even and satfinite.
 
-The kernel body only calls named helpers (loads, stores, conversions, the element encoders ``aq_encode2`` and ``aq_encode2_finite``);
-their spelling comes from the device backend (``humming.devices.nvidia.actquant_spelling``), which picks a
-hardware conversion where the profile declares one and a bit-exact software one elsewhere.
+The kernel body only calls named helpers (loads, stores, conversions, the element encoders ``aq_encode2`` and
+``aq_encode2_finite``); their spelling comes from the device backend (``humming.devices.nvidia.actquant_spelling``),
+which picks a hardware conversion where the profile declares one and a bit-exact software one elsewhere. Dynamic
+scales divide through one reciprocal per row or group (``AQ_DIVISOR``), rounded exactly as the reference's division.
 """
 from __future__ import annotations
 
@@ -558,27 +559,27 @@ extern "C" __global__ void __launch_bounds__(aq::WARPS * 32) {p.amax_kernel_name
 
 # Division by one denominator shared by a token row or group, rounded exactly as IEEE division (the reference's
 # x / s): one reciprocal per row instead of one division per element.
-AQ_DIVISOR = """// x / d for a d shared by many x, rounded exactly as IEEE division: with r = RN(1 / d), q = RN(x r) and the exact
-// remainder e = x - q d (one FMA), RN(q + e r) is RN(x / d) (aq_divide_fast) (Markstein's theorem: r within half an ulp of 1 / d, q
-// within one ulp of x / d) while d and 1 / d are normal; the dynamic scales keep |x / d| near the format's maximum,
-// and a quotient in the subnormal range encodes to zero either way. Otherwise (fast false: a non-finite amax, an
-// extreme d, a static scale) the division itself.
-struct aq_divisor {{ float d, r; bool fast; }};
+AQ_DIVISOR = """// x / d for one d shared by many x (aq_divide_fast), rounded exactly as IEEE division: r = RN(1 / d), q = RN(x r),
+// the exact remainder e = x - q d (one FMA), then RN(q + e r) = RN(x / d) by Markstein's theorem (r within half an
+// ulp of 1 / d, q within one ulp of x / d) while d and 1 / d are normal. The dynamic scales keep |x / d| near the
+// format's maximum, and a quotient in the subnormal range encodes to zero either way. Otherwise (fast false: a
+// non-finite amax, an extreme d, a static scale) the division itself.
+struct aq_divisor { float d, r; bool fast; };
 // no infinity among the x (an infinite x over a finite d would give inf - inf in the correction): the group's amax
-__device__ __forceinline__ bool aq_finite(float amax) {{ return (f32_bits(amax) & 0x7FFFFFFFu) < 0x7F800000u; }}
-__device__ __forceinline__ aq_divisor aq_make_divisor(float d, bool allow_fast) {{
+__device__ __forceinline__ bool aq_finite(float amax) { return (f32_bits(amax) & 0x7FFFFFFFu) < 0x7F800000u; }
+__device__ __forceinline__ aq_divisor aq_make_divisor(float d, bool allow_fast) {
   const uint32_t e = (f32_bits(d) >> 23) & 0xFFu;   // biased exponent: 2..253 keeps d and 1 / d normal and finite
   aq_divisor v;
   v.d = d;
   v.fast = allow_fast && e >= 2u && e <= 253u;
   v.r = v.fast ? rcp_rn(d) : 0.0f;
   return v;
-}}
-__device__ __forceinline__ float aq_divide_fast(float x, const aq_divisor& v) {{
+}
+__device__ __forceinline__ float aq_divide_fast(float x, const aq_divisor& v) {
   const float q = mul_rn(x, v.r);
   const float e = -fma_rn(q, v.d, -x);   // x - q d, written so that x = -0 keeps its sign (e = -0, q + e r = -0)
   return fma_rn(e, v.r, q);
-}}""".replace("{{", "{").replace("}}", "}")
+}"""
 
 
 def actquant_source(p: ActQuantPlan, prelude: str) -> str:
