@@ -6,7 +6,8 @@ WnA16 register-A kernel, ``humming.core.generator_wgmma_rs``, for 8-bit activati
     (n0 + 64 wg + 16 w + {g, g + 8}, g = lane / 4) in the m16n8k32 A-fragment layout. The lane's 32 bytes of codes
     of a 128-deep stage (layout_wgmma_rs8) come in two 16-byte loads, PF stages ahead in a register ring; word j =
     (k32 step j / 2, register pair j % 2) widens into a[j / 2][2 (j % 2)] (row g) and a[j / 2][2 (j % 2) + 1] (row
-    g + 8): s8 as 16 x code with two masks, e4m3 with int4n4_to_e4m3x4 on each 16-bit half.
+    g + 8): s8 as 16 x code with two masks, e4m3 with int4n8_to_e4m3x8_t (int4n4_to_e4m3x4 on each 16-bit half,
+    the masks shared, the lookup tables in registers).
   * B = activation codes: 128 token rows x 128 k bytes per stage, cp.async into 128-byte-swizzled K-major slots
     (rows past M zero-filled), read through a matrix descriptor (+32 bytes per k32 step).
   * Per stage: two 64-token chains (four m64n64k32 each, scale-d 0 on the first) into two partials pa / pb; the
