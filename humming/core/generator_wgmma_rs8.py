@@ -379,6 +379,12 @@ def _wide_kernel_source(plan, backend, caps) -> str:
                     "is promoted\n  #pragma unroll\n  for (int i = 0; i < WG_ACC_REGS; ++i) { pa[i] = 0; pb[i] = 0; }\n")
         chain_doc = ("CHAINS = BT / WT;          // token quarters: one m64n64k32 chain each, sharing the widened A "
                      "fragment")
+    if t.streamk:  # persistent blocks, one segment after another (humming.core.generator_wgmma_rs8_streamk)
+        from humming.core.generator_wgmma_rs8_streamk import wgmma_rs8_streamk_source
+
+        return wgmma_rs8_streamk_source(plan, backend, caps, dict(
+            request=request, chain=chain, per_channel=per_channel, luts=luts, tx=tx, main_loop=main_loop,
+            partials=partials, chain_doc=chain_doc))
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}

@@ -98,24 +98,32 @@ SEGMENT_CLOSE = """    it0 += ktiles;
 # a stream-K segment (fewer atoms than K): store the partial into this block's slot (0: its first segment, 1: its
 # last), add its atoms to the tile's counter; the block that completes the tile's K adds every block's partial in
 # block order (blocks with no atoms, where the left-over atoms are fewer than the blocks, hold none)
-SPLITK = ("""  if (ktiles != katoms) {
+def splitk(acc: str = "acc", regs: str = "WG_ACC_REGS", leave: str = """{
+      it0 += ktiles;
+      continue;
+    }""") -> str:
+    """The segment's split-K step for the accumulator array ``acc`` of ``regs`` floats per thread (a multiple of 4;
+    the workspace slot of a segment holds regs x THREADS floats); ``leave``: what a block that does not complete the
+    tile runs (the next segment)."""
+    return ("""  if (ktiles != katoms) {
     __shared__ int last_segment;
     const StreamK sk(M, N, K, gridDim.y);
-    constexpr int CHUNKS = WG_ACC_REGS / 4, SPLIT_FLOATS = WG_ACC_REGS * THREADS;  // one segment's partial of the tile
+    constexpr int CHUNKS = REGS / 4, SPLIT_FLOATS = REGS * THREADS;  // one segment's partial of the tile
     const long long t0 = (long long)(tile - sk.dp_tiles) * katoms;  // the tile's first stream-K atom
     const int b_first = (int)(((t0 + 1) * sk.P - 1) / sk.sk_atoms), b_last = (int)(((t0 + katoms) * sk.P - 1) / sk.sk_atoms);
     float* ws_lane = WS + tid * 4;
     float* mine = ws_lane + ((size_t)blockIdx.y * 2 + (ga - ktiles == sk.run_start(blockIdx.y) ? 0 : 1)) * SPLIT_FLOATS;
-""" + store_partial("mine", "4 * THREADS")
-    + claim_tile("CNT + (tile - sk.dp_tiles)", "ktiles", "katoms", "consumer_sync", """{
-      it0 += ktiles;
-      continue;
-    }""", flag="last_segment")
-    + """    #pragma unroll 1
+""".replace("REGS", regs) + store_partial("mine", "4 * THREADS", acc)
+        + claim_tile("CNT + (tile - sk.dp_tiles)", "ktiles", "katoms", "consumer_sync", leave, flag="last_segment",
+                     acc=acc, regs=regs)
+        + """    #pragma unroll 1
     for (int bj = b_first; bj <= b_last; ++bj) {  // block order: the sum does not depend on which block came last
       const int s0 = sk.run_start(bj);  // block bj's first stream-K atom
       if (s0 == sk.run_start(bj + 1)) continue;  // (no atoms)
       const float* part = ws_lane + ((size_t)bj * 2 + (s0 >= t0 ? 0 : 1)) * SPLIT_FLOATS;
-""" + add_partial("part", "4 * THREADS") + """    }
+""" + add_partial("part", "4 * THREADS", acc=acc) + """    }
   }
 """)
+
+
+SPLITK = splitk()

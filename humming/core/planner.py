@@ -55,8 +55,9 @@ class TileConfig:
     tail: int = 0  # two-warpgroup register-A form: the last `tail` tiles in launch order run as TAIL_SPLITS blocks
     #                each (one per quarter of K, fp32 partials added by the last), so the round after the last
     #                whole one takes a quarter-tile granularity instead of whole tiles
-    streamk: int = 0  # two-warpgroup register-A form: this many persistent blocks (one per SM) take the tiles in whole
-    #                   waves, then split the left-over tiles' k atoms evenly (stream-K); 0 = one block per tile
+    streamk: int = 0  # two-warpgroup register-A form and the wide register-A W4A8 form: this many persistent blocks
+    #                   (one per SM) take the tiles in whole waves, then split the left-over tiles' k atoms evenly
+    #                   (stream-K); 0 = one block per tile
 
     @property
     def threads(self) -> int:
@@ -199,7 +200,8 @@ class Plan:
             if self.family != "mma_sync":
                 w += "_" + self.family  # e.g. hm_w8a8_wgmma_...
             return (f"hm_{w}_{self.instruction.a_type}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}"
-                    f"w{t.warps_m}{t.warps_n}{t.warps_k}_{self.kernel_key}")
+                    f"w{t.warps_m}{t.warps_n}{t.warps_k}{f'k{t.streamk}' if getattr(t, 'streamk', 0) else ''}"
+                    f"_{self.kernel_key}")
         d = self.layout.decode
         w = f"{d.kind}{d.bits}"
         kind = "wgmma" if self.family == "wgmma" else "stream" if self.path == "stream" else "tile"

@@ -72,6 +72,12 @@ RASTER_ENV = "HUMMING_WGMMA_W4A8_RS_RASTER"  # token tiles per rasterization gro
 RASTER = 4
 
 
+STREAMK_ENV = "HUMMING_WGMMA_W4A8_RS_STREAMK"  # "0": never; a block count: stream-K wherever the wide form runs; unset:
+# the rule of streamk_blocks
+STREAMK_STAGING_TOKENS = 64  # the stream-K epilogue's staging tile: token rows per pass (a quarter of the wide tile)
+STREAMK_MIN_TILES_PER_SM = 3.0  # stream-K by default from this many wide tiles per SM (persistent blocks pay)
+
+
 def wide_chain() -> int:
     """Tokens per wgmma chain of the wide form: BT (two halves, one partial: chain, wait, promote) or QUARTER_WT
     (four quarters, two partials: the next chain runs while the last one is promoted); HUMMING_WGMMA_W4A8_RS_CHAIN."""
@@ -102,9 +108,13 @@ def enabled() -> bool:
     return min_m() is not None
 
 
-def smem_bytes(stages: int, tokens: int = BT) -> int:
+def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False) -> int:
     """STAGES activation tiles (tokens x 128 B; the wide form adds each stage's weight codes and scales, and the
-    block's token scales) and 1 KiB of alignment; the staging tile reuses the activation tiles."""
+    block's token scales) and 1 KiB of alignment; the staging tile reuses the activation tiles (stream-K: one staging
+    tile per warpgroup, STREAMK_STAGING_TOKENS rows of its 64 channels, instead of the token scales, as the slots keep
+    loading)."""
+    if tokens == WIDE_BT and streamk:
+        return stages * (tokens * BK + W_BYTES + S_BYTES) + 2 * STREAMK_STAGING_TOKENS * (BC // 2 + OUT_PAD) * 2 + 1024
     if tokens == WIDE_BT:  # and the block's token scales
         return stages * (tokens * BK + W_BYTES + S_BYTES) + tokens * 4 + 1024
     return stages * tokens * BK + 1024
@@ -123,6 +133,27 @@ def token_tile(m: int, producer: bool, n: int = 0, sms: int = 0) -> int:
     return WIDE_BT if producer and m >= WIDE_MIN_M and fills else BT
 
 
+def streamk_blocks(caps, m: int, n: int) -> tuple[int, str]:
+    """(persistent blocks, why) of the wide form's stream-K at M x N: HUMMING_WGMMA_W4A8_RS_STREAMK=0 never, =B
+    always with B blocks; unset: one block per SM from STREAMK_MIN_TILES_PER_SM wide tiles per SM (0: no stream-K)."""
+    forced = os.environ.get(STREAMK_ENV, "").strip()
+    sms = caps.limits.sms or 0
+    tiles = -(-m // WIDE_BT) * (n // BC)
+    if forced:
+        if not forced.isdigit() or not 0 <= int(forced) <= 65535:
+            raise ValueError(f"{STREAMK_ENV}={forced!r}: expected 0 (off) or a block count up to 65535")
+        if forced == "0":
+            return 0, f"no stream-K ({STREAMK_ENV}=0)"
+        return int(forced), f"stream-K over {int(forced)} blocks ({STREAMK_ENV})"
+    if not sms:
+        return 0, "no stream-K: the profile declares no SM count"
+    per_sm = tiles / sms
+    words = f"{tiles} tiles of {WIDE_BT} tokens on {sms} SMs: {per_sm:.2f} a SM"
+    if per_sm < STREAMK_MIN_TILES_PER_SM:
+        return 0, f"no stream-K ({words}; from {STREAMK_MIN_TILES_PER_SM:g} a SM)"
+    return sms, f"stream-K by default ({words}; {STREAMK_ENV}=0: off)"
+
+
 def _producer_wanted(caps, producer: bool | None) -> bool:
     return declared_option(bool(caps.memory.tma and caps.memory.mbarrier and caps.memory.setmaxnreg), producer,
                            PRODUCER_ENV, PRODUCER_DEFAULT,
@@ -130,11 +161,13 @@ def _producer_wanted(caps, producer: bool | None) -> bool:
 
 
 def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", producer: bool | None = None,
-                       tokens: int | None = None) -> Plan:
+                       tokens: int | None = None, streamk: int | None = None) -> Plan:
     """Plan the register-A wgmma W4A8 kernel for a ``WgmmaRs8Layout``, or UnsupportedOnDevice / ShapeError.
     ``producer``: a producer warpgroup issues TMA copies of the activations and the consumers meet only at mbarriers
     (None: HUMMING_WGMMA_W4A8_RS_WS, else PRODUCER_DEFAULT, where tma/mbarrier/setmaxnreg are declared).
-    ``tokens``: the token tile, 128 or 256 (the wide form, producer only); None: ``token_tile``."""
+    ``tokens``: the token tile, 128 or 256 (the wide form, producer only); None: ``token_tile``. ``streamk`` (the
+    wide form): that many persistent blocks take the tiles in whole waves, then split the left-over tiles' k atoms
+    evenly (humming.core.generator_wgmma_rs8_streamk); 0: one block per tile; None: ``streamk_blocks``."""
     a_type = layout.a_type
     form = wgmma_form(caps, a_type)
     acc = "s32" if a_type == "s8" else "f32"
@@ -155,8 +188,17 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     if bt == WIDE_BT and not use_producer:
         raise UnsupportedOnDevice(f"the wide register-A W4A8 form ({WIDE_BT} tokens) needs the producer warpgroup "
                                   f"(tma, mbarrier, setmaxnreg declared; {PRODUCER_ENV} not 0)")
+    if streamk is None:
+        blocks, streamk_why = streamk_blocks(caps, m, n) if bt == WIDE_BT else (0, "")
+    else:
+        blocks, streamk_why = streamk, (f"stream-K over {streamk} blocks (requested)" if streamk else "")
+    if blocks and bt != WIDE_BT:
+        raise UnsupportedOnDevice(f"stream-K is written for the wide register-A W4A8 form ({WIDE_BT} tokens)")
+    if not 0 <= blocks <= 65535:
+        raise ShapeError(f"stream-K takes 1..65535 persistent blocks, not {blocks}")
     limit = caps.limits.smem_per_block_kb * 1024
-    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(s, bt) <= limit), None)
+    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(s, bt, bool(blocks)) <= limit),
+                  None)
     if stages is None:
         raise UnsupportedOnDevice(f"no register-A wgmma W4A8 tile with {MIN_STAGES} stages fits {caps.name}'s "
                                   f"{limit} B of shared memory")
@@ -184,11 +226,12 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
             f"fragment of its warp once for all {WIDE_BT // chain} token {'halves' if chain == BT else 'quarters'}",
             promotion,
             f"tile {BC} channels x {WIDE_BT} tokens x {BK} k: 2 warpgroups x {chains}, {stages} slots "
-            f"of activations, weight codes and group scales, {smem_bytes(stages, bt) // 1024} KiB of "
+            f"of activations, weight codes and group scales, {smem_bytes(stages, bt, bool(blocks)) // 1024} KiB of "
             f"{limit // 1024} KiB shared memory",
+            _streamk_words(m, n, k, blocks, streamk_why) if blocks else
             "epilogue: per-token activation scale (the block's, staged in shared memory by a producer warp during "
             "the main loop), bias per channel, the tile transposed through shared memory, 16-byte stores of whole "
-            "token rows; no split-K",
+            "token rows; no split-K" + (f" ({streamk_why})" if streamk_why else ""),
             f"a producer warpgroup (setmaxnreg 40; the consumers take 232) issues per stage one TMA tensor copy of "
             f"the activations ({WIDE_BT} rows), bulk copies of the two slabs' codes and the stage's scales into the "
             "slot the consumers released (EMPTY mbarriers); the consumer warpgroups meet only at the FULL mbarriers",
@@ -224,6 +267,17 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, chain, 32)), path=PATH, layout=layout,
         tiles=TileConfig(bt, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
-                         stagger=int(bt == WIDE_BT and stagger_wanted()), raster=raster),
-        splits=1, async_copy=True, smem_bytes=smem_bytes(stages, bt), reasons=reasons,
+                         stagger=int(bt == WIDE_BT and stagger_wanted()), raster=raster, streamk=blocks),
+        splits=1, async_copy=True, smem_bytes=smem_bytes(stages, bt, bool(blocks)), reasons=reasons,
     )
+
+
+def _streamk_words(m: int, n: int, k: int, blocks: int, why: str) -> str:
+    tiles = -(-m // WIDE_BT) * (n // BC)
+    waves, left = divmod(tiles, blocks)
+    return (f"{why}: {blocks} persistent blocks take {waves} wave(s) of whole tiles, then the {left * (k // BK)} k "
+            f"atoms of the {left} tiles left split evenly ({left * (k // BK) / blocks:.1f} a block, each block's run "
+            "within at most two tiles); the producer copies every segment's stages without a break; a whole tile's "
+            f"epilogue (per-token activation scale from global memory, bias per channel) goes through a staging "
+            f"tile of its own ({STREAMK_STAGING_TOKENS} token rows a pass), 16-byte stores of whole token rows; a "
+            "split tile's fp32 partials are added by the last of its blocks, in block order")

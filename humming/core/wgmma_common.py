@@ -138,19 +138,22 @@ def stagger_wanted() -> bool:
 # 4v + 3]) of thread t at slot + 4 t + v * step (one 16-byte store; a warp's covers 512 contiguous bytes). Every thread
 # reads back only what the same thread of the other blocks wrote. The block whose counter addition completes the tile
 # adds the partials in a fixed order, so the result does not depend on which block finished last.
-def store_partial(slot: str, step: str) -> str:
-    """CUDA: this thread's accumulators stored at ``slot`` (the thread's own base) + v * ``step``."""
+def store_partial(slot: str, step: str, acc: str = "acc") -> str:
+    """CUDA: this thread's accumulators (``acc``, CHUNKS x 4 floats) stored at ``slot`` (the thread's own base) + v *
+    ``step``."""
     return f"""    #pragma unroll
     for (int v = 0; v < CHUNKS; ++v)
       store_f32x4({slot} + v * {step},
-                  acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]);
+                  {acc}[4 * v], {acc}[4 * v + 1], {acc}[4 * v + 2], {acc}[4 * v + 3]);
 """
 
 
-def claim_tile(counter: str, add: str, total: str, sync: str, leave: str, flag: str = "last_block") -> str:
+def claim_tile(counter: str, add: str, total: str, sync: str, leave: str, flag: str = "last_block", acc: str = "acc",
+               regs: str = "WG_ACC_REGS") -> str:
     """CUDA: after store_partial: fence; one thread adds ``add`` to the tile's ``counter``; the block whose addition
     brings it to ``total`` resets it and goes on with zeroed accumulators (the partials are added next), every other
-    block runs ``leave`` (``sync``: the barrier of the threads that hold accumulators; ``flag`` a __shared__ int)."""
+    block runs ``leave`` (``sync``: the barrier of the threads that hold accumulators; ``flag`` a __shared__ int;
+    ``acc``: the accumulator array, ``regs`` floats)."""
     return f"""    fence_device();
     {sync}();
     if (tid == 0) {{
@@ -163,17 +166,18 @@ def claim_tile(counter: str, add: str, total: str, sync: str, leave: str, flag: 
     if (!{flag}) {leave}
     fence_device();
     #pragma unroll
-    for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < {regs}; ++i) {acc}[i] = 0.0f;
 """
 
 
-def add_partial(slot: str, step: str, indent: str = "      ") -> str:
-    """CUDA: the partial that store_partial wrote at ``slot`` added into this thread's accumulators (L2 loads)."""
+def add_partial(slot: str, step: str, indent: str = "      ", acc: str = "acc") -> str:
+    """CUDA: the partial that store_partial wrote at ``slot`` added into this thread's accumulators ``acc`` (L2
+    loads)."""
     return f"""{indent}#pragma unroll
 {indent}for (int v = 0; v < CHUNKS; ++v) {{
 {indent}  float r[4];
 {indent}  load_f32x4_l2(r, {slot} + v * {step});
 {indent}  #pragma unroll
-{indent}  for (int e = 0; e < 4; ++e) acc[4 * v + e] += r[e];
+{indent}  for (int e = 0; e < 4; ++e) {acc}[4 * v + e] += r[e];
 {indent}}}
 """

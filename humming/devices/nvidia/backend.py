@@ -897,6 +897,12 @@ __device__ __forceinline__ void int4n8_to_e4m3x8_t(uint32_t w, uint32_t p0, uint
 }
 """
 
+# the wide W4A8 form's stream-K: the block index re-read where used (a volatile read, so the compiler recomputes what
+# depends on it instead of keeping it live), and a barrier of one consumer warpgroup (named barriers 3 and 4)
+STREAMK_RS8_EXTRA = r"""__device__ __forceinline__ int block_y() { int r; asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(r)); return r; }
+__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;\n" :: "r"(3 + wg) : "memory"); }
+"""
+
 CONSUMER_TURN = r"""// named barrier 2 across the two consumer warpgroups: one arrives (no wait), the other waits for it
 __device__ __forceinline__ void consumer_turn_give() { asm volatile("bar.arrive 2, 256;\n" ::: "memory"); }
 __device__ __forceinline__ void consumer_turn_take() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
@@ -1020,11 +1026,12 @@ def consumer_sync_helper(consumer_threads: int) -> str:
 
 
 def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, producer: bool = False,
-                      weights_by_bulk: bool = False, stagger: bool = False) -> str:
+                      weights_by_bulk: bool = False, stagger: bool = False, streamk: bool = False) -> str:
     """Helpers of the register-A wgmma W4A8 kernel: copies, epilogue arithmetic, fences and descriptors, the
     epilogue's staging stores, the int4 widenings of the W4A8 kernels and one m64n{n}k32 register-A step for the
     plan's 8-bit operand type (request.mma, a wgmma e4m3/s8 form); with ``weights_by_bulk`` (the wide form) the
-    bulk copy and a 32-bit shared load of a float; with ``stagger`` the consumers' turn barrier."""
+    bulk copy and a 32-bit shared load of a float; with ``stagger`` the consumers' turn barrier; with ``streamk``
+    the block-index read and the warpgroup barrier of the stream-K form."""
     if request.mma.family != "wgmma" or request.mma.a_type not in ("s8", "e4m3"):
         raise ValueError(f"wgmma_rs8_prelude needs a wgmma s8/e4m3 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
@@ -1041,4 +1048,6 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
         parts += [BULK_G2S, RS8_WIDE_EXTRA]
     if stagger:  # the consumers' staggered start
         parts.append(CONSUMER_TURN)
+    if streamk:
+        parts.append(STREAMK_RS8_EXTRA)
     return "\n".join(parts)

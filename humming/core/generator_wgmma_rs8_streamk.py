@@ -1,0 +1,225 @@
+"""The wide register-A W4A8 form with stream-K (TileConfig.streamk; humming.core.generator_wgmma_rs8 hands it over):
+``streamk`` persistent blocks (one per SM) take the 256-token tiles in whole waves, then split the atoms of the tiles
+left over evenly (the schedule of humming.core.generator_wgmma_rs_streamk, shared with the W4A16 form). The producer
+thread copies every segment's stages (activations by TMA, the two slabs' codes and the group scales by bulk copy)
+without a break, so the next segment's first stages land while the consumers finish the last one. The consumers run
+the wide form's stage loop once per segment, then either write the segment's fp32 partial (a split tile; the last of
+its blocks adds them in block order) or the tile: a quarter of it (64 tokens) at a time through a staging tile of its
+own after the slots (the slots keep loading), 16-byte stores of whole token rows. The token scales are read from
+global memory in the epilogue (no producer warp stages them: a block has many tiles)."""
+from __future__ import annotations
+
+from humming.core import generator_wgmma_rs_streamk as streamk
+from humming.core.generator_wgmma import eight_bit_params
+from humming.core.planner_wgmma_rs8 import BC, OUT_PAD, S_BYTES, STREAMK_STAGING_TOKENS, W_BYTES, WIDE_BT
+
+# the producer thread: every segment's stages into the slots in turn (slot it % STAGES, it = stages copied so far)
+_PRODUCER = """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread copies every segment's stages in turn
+    setmaxnreg_dec<40>();
+    if (tid == THREADS) {
+      int wave = 0, ga = StreamK(M, N, K, gridDim.y).run_start(blockIdx.y), tile, kt0, ktiles;
+      int it = 0;  // stages copied so far
+      while (StreamK(M, N, K, gridDim.y).next(blockIdx.y, wave, ga, tile, kt0, ktiles)) {
+        int m0, n0;
+        StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);
+        // the tile's slabs n0 / 64 and n0 / 64 + 1 (katoms stages of SLAB_BYTES each), from atom kt0
+        const unsigned char* codes = reinterpret_cast<const unsigned char*>(Bw) + ((size_t)(n0 / 64) * katoms + kt0) * SLAB_BYTES;
+        #pragma unroll 1
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          const int s = it % STAGES;
+          const uint32_t full = xbar0 + 8 * s;
+          if (it >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);  // stage it - STAGES released
+          mbar_expect_tx(full, STAGE_TX);
+          tma_load_2d(x0 + s * X_BYTES, &XMAP, (kt0 + kt) * BK, m0, full);
+          bulk_copy_g2s(w0 + s * W_BYTES, codes + (size_t)kt * SLAB_BYTES, SLAB_BYTES, full);
+          bulk_copy_g2s(w0 + s * W_BYTES + SLAB_BYTES, codes + ((size_t)katoms + kt) * SLAB_BYTES, SLAB_BYTES, full);{scale_copy}
+        }
+      }
+    }
+    return;
+  }
+  setmaxnreg_inc<232>();  // the consumers take the producer's registers
+"""
+
+# the consumers' view of the schedule: segment seg of block b computed from scratch (a block's stream-K run spans at
+# most two tiles), so that only the segment number lives across the stage loop (the registers hold the accumulators);
+# the block index is read by a volatile move each time (block_y), so the compiler recomputes the segment after the
+# stage loop instead of keeping its values live through it
+_SEGMENT = """
+// segment seg of block b: its tile, first k atom, atoms, and the block's stages before it; false past the last
+__device__ __forceinline__ bool streamk_segment(const StreamK& sk, int b, int seg, int& tile, int& kt0, int& ktiles,
+                                                int& it0) {
+  if (seg < sk.waves) {
+    tile = seg * sk.P + b, kt0 = 0, ktiles = sk.katoms, it0 = seg * sk.katoms;
+    return true;
+  }
+  const int end = sk.run_start(b + 1);
+  int ga = sk.run_start(b);
+  it0 = sk.waves * sk.katoms;
+  for (int i = sk.waves; i <= seg; ++i) {
+    if (ga >= end) return false;
+    const int t = ga / sk.katoms;
+    tile = sk.dp_tiles + t, kt0 = ga - t * sk.katoms, ktiles = min(sk.katoms - kt0, end - ga);
+    if (i < seg) ga += ktiles, it0 += ktiles;
+  }
+  return true;
+}
+"""
+
+# the segment's tile: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e. Each warpgroup writes its 64 channels
+# a quarter (QT tokens) at a time through a staging tile of its own [token][channel], copied out in 16-byte chunks
+# (warpgroup barriers only: the two warpgroups stay a wgmma chain apart from segment to segment, as staggered)
+_EPILOGUE = """    float cs[2], bs[2];   // the thread's two channels' weight scale and bias
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      cs[h] = CS ? load_f32(CS + n0 + tab + 8 * h) : 1.0f;
+      bs[h] = BIAS ? act_to_f32(load_u16(BIAS + n0 + tab + 8 * h)) : 0.0f;
+    }
+    const uint32_t stg = stg0 + wg * QT * WG_LD * 2;   // this warpgroup's staging tile
+    #pragma unroll
+    for (int c = 0; c < BT / QT; ++c) {
+      float ts[QT / 4];     // the scales of the thread's tokens QT c + 8 (i / 2) + 2 q + i % 2: every load before any use
+      #pragma unroll
+      for (int i = 0; i < QT / 4; ++i) {
+        const int tok = m0 + QT * c + 8 * (i >> 1) + 2 * q + (i & 1);
+        ts[i] = (TS && tok < M) ? scale * load_f32(TS + tok) : scale;
+      }
+      #pragma unroll
+      for (int jj = 0; jj < QT / 8; ++jj) {
+        const int j = QT / 8 * c + jj;
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t v = f32x2_to_act2(facc[4 * j + 2 * h] * ts[2 * jj] * cs[h] + bs[h],
+                                           facc[4 * j + 2 * h + 1] * ts[2 * jj + 1] * cs[h] + bs[h]);
+          const uint32_t o = stg + ((8 * jj + 2 * q) * WG_LD + 16 * w + 8 * h + g) * 2;   // tokens 8jj + 2q, + 1
+          sts_u16(o, (uint16_t)(v & 0xFFFFu));
+          sts_u16(o + WG_LD * 2, (uint16_t)(v >> 16));
+        }
+      }
+      warpgroup_sync(wg);
+      // copy-out: 16-byte chunk cc = (tid % 128) + 128 i is token row cc / 8 of the quarter, channels 8 (cc % 8) .. +7
+      #pragma unroll
+      for (int i = 0; i < QT * 8 / 128; ++i) {
+        const int cc = (tid & 127) + 128 * i, row = cc >> 3, ch = cc & 7, tok = m0 + QT * c + row;
+        if (tok < M) {
+          uint32_t r[4];
+          lds_128(r, stg + (row * WG_LD + ch * 8) * 2);
+          store_g128(C + (size_t)tok * N + n0 + 64 * wg + ch * 8, r);
+        }
+      }
+      warpgroup_sync(wg);  // the staging tile is free again
+    }
+"""
+
+
+def _per_segment(loop: str) -> str:
+    """The wide form's stage loop for a segment: stage kt of the segment is the block's stage it0 + kt."""
+    out = loop.replace("    const int s = kt % STAGES;\n", "    const int s = (it0 + kt) % STAGES;   // the block's stage it0 + kt\n")
+    out = out.replace("mbar_wait(xbar0 + 8 * s, (kt / STAGES) & 1);", "mbar_wait(xbar0 + 8 * s, ((it0 + kt) / STAGES) & 1);")
+    out = out.replace("wg == 0 && kt == 0", "wg == 0 && it0 + kt == 0")  # the staggered start: the block's first stage
+    if out.count("(it0 + kt)") != 2:
+        raise ValueError("internal: the wide form's stage loop no longer has the slot and phase lines stream-K rewrites")
+    return out
+
+
+def _indent(code: str, by: str = "  ") -> str:
+    return "\n".join(by + ln if ln else ln for ln in code.split("\n"))
+
+
+def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
+    """The stream-K kernel of the wide form; ``parts``: the wide form's pieces (generator_wgmma_rs8._wide_parts)."""
+    from humming.devices.nvidia.backend import wgmma_rs8_prelude
+
+    t = plan.tiles
+    if t.bm != WIDE_BT or t.bulk != 2:
+        raise ValueError("stream-K is written for the wide register-A W4A8 form (256 tokens, producer warpgroup)")
+    prelude = wgmma_rs8_prelude(backend, parts["request"], parts["chain"], producer=True, weights_by_bulk=True,
+                                stagger=bool(t.stagger), streamk=True)
+    # the tables' `keep` from the thread index: from katoms (uniform in the segment loop) ptxas computes the tables in
+    # uniform registers and copies them into vector registers at every use (~30 moves per stage)
+    luts = parts["luts"].replace("ktiles >> 30", "tid >> 30")
+    if luts and "tid >> 30" not in luts:
+        raise ValueError("internal: the widening's lookup tables no longer derive from ktiles >> 30")
+    scale_copy = ("\n          bulk_copy_g2s(s0 + s * S_BYTES, S + (size_t)(kt0 + kt) * N + n0, S_BYTES, full);  "
+                  "// group kt0 + kt's scales" if not parts["per_channel"] else "")
+    channel_decl, channel_scales = ("", "")
+    if parts["per_channel"]:
+        channel_decl = "    float s_lo, s_hi;  // per-channel scales of this lane's two channels of the tile\n"
+        channel_scales = ("      int m0, n0;\n      StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);\n"
+                          "      s_lo = load_f32(S + n0 + tab), s_hi = load_f32(S + n0 + tab + 8);\n")
+    stagger_take = ("  if (wg == 1) consumer_turn_take();  // start one wgmma chain behind warpgroup 0, so that each "
+                    "promotes while the other's wgmmas run\n" if t.stagger else "")
+    params = eight_bit_params(
+        plan.kernel_name, b_doc="int4 codes in the register-A layout (humming.core.layout_wgmma_rs8)",
+        s_doc="fp32 scales [K/group, N], natural column order", bias_doc="[N] or null",
+        tensor_maps=("XMAP", f"activation codes [M, K]: boxes of {WIDE_BT} rows x 128 bytes, 128-byte swizzle"),
+        block_threads="cfg::BLOCK_THREADS").replace("// unused (no split-K)", "// stream-K partials and tile counters")
+    return f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+{prelude}
+
+namespace cfg {{
+constexpr int BT = {WIDE_BT}, WT = {parts["chain"]}, BC = {BC}, BK = {t.bk}, STAGES = {t.stages};   // tokens (per wgmma), channels, k bytes per stage
+constexpr int {parts["chain_doc"]}
+static_assert(BT % WT == 0, "whole chains");
+constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile
+constexpr int BLOCK_THREADS = THREADS + 128;  // and a producer warpgroup (warps 8-11)
+constexpr int RASTER = {t.raster};             // token tiles per rasterization group (0: launch order)
+constexpr int X_BYTES = BT * BK;         // one activation tile: BT rows x 128 bytes (128-byte swizzle)
+constexpr int SLAB_BYTES = 4096;         // one 64-channel x 128-k stage of int4 codes (layout_wgmma_rs8)
+constexpr int W_BYTES = {W_BYTES}, S_BYTES = {S_BYTES};   // a slot's codes (two slabs) and group scales (fp32)
+constexpr int STAGE_TX = {parts["tx"]};   // bytes each stage's copies bring
+constexpr int QT = {STREAMK_STAGING_TOKENS};                // tokens per pass of the epilogue's staging tiles
+constexpr int WG_LD = BC / 2 + {OUT_PAD};          // a warpgroup's staging pitch (16-bit values): 64 channels and padding
+static_assert(W_BYTES == 2 * SLAB_BYTES, "two slabs per block");
+static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
+static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per thread");
+static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
+}}
+{streamk.helpers(t.raster)}{_SEGMENT}
+{params}  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
+  const int g = lane >> 2, q = lane & 3;
+  const int katoms = K / BK;
+  const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;   // STAGES activation slots
+  const uint32_t w0 = x0 + STAGES * X_BYTES, s0 = w0 + STAGES * W_BYTES;   // code slots, scale slots
+  const uint32_t stg0 = s0 + STAGES * S_BYTES;                     // the warpgroups' staging tiles (QT token rows each)
+
+  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
+  const uint32_t xbar0 = smem_u32(xbar);
+  if (tid == 0) {{
+    #pragma unroll
+    for (int s = 0; s < STAGES; ++s) {{
+      mbar_init(xbar0 + 8 * s, 1);
+      mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
+    }}
+    mbar_init_fence();
+  }}
+  __syncthreads();
+{_PRODUCER.replace("{scale_copy}", scale_copy)}
+  const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the tile: tab and tab + 8
+  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16;   // its words 4 hf + jj: + hf * 512 in a slot
+  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+{luts}  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
+{parts["partials"]}{stagger_take}
+  #pragma unroll 1
+  for (int seg = 0; ; ++seg) {{  // this block's segments
+    int it0, ktiles;  // the block's stages before this segment, the segment's atoms
+{channel_decl}    {{
+      int tile, kt0;
+      if (!streamk_segment(StreamK(M, N, K, gridDim.y), block_y(), seg, tile, kt0, ktiles, it0)) break;
+{channel_scales}    }}
+    #pragma unroll
+    for (int i = 0; i < BT / 2; ++i) facc[i] = 0.0f;
+{_indent(_per_segment(parts["main_loop"]).rstrip())}
+    int tile, kt0, m0, n0;  // the segment again (not kept live through the stage loop)
+    streamk_segment(StreamK(M, N, K, gridDim.y), block_y(), seg, tile, kt0, ktiles, it0);
+    StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);
+    const int ga = tile < StreamK(M, N, K, gridDim.y).dp_tiles ? 0  // (split tiles: the atom after the segment)
+        : (tile - StreamK(M, N, K, gridDim.y).dp_tiles) * katoms + kt0 + ktiles;
+{_indent(streamk.splitk("facc", "(BT / 2)", "continue;").rstrip())}
+{_EPILOGUE.rstrip()}
+  }}
+}}
+"""

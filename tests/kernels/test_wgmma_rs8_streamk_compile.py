@@ -1,0 +1,140 @@
+"""CPU: the wide register-A W4A8 form's stream-K option (TileConfig.streamk): the consumers' segment function (a
+model of the kernel's streamk_segment) visits the same segments as the producer's schedule, every atom of every tile
+once, with the stage count before each; the plan's grid, workspace, shared memory, reasons and default rule; the
+switch's refusals; the kernel compiles for sm_90a without spills or serialized wgmmas, for both operand types and both
+chain widths, and the forms without stream-K keep their source."""
+import re
+
+import pytest
+
+import humming
+from humming import api
+from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout
+from humming.core.planner_wgmma_rs8 import STREAMK_ENV, plan_w4a8_wgmma_rs, smem_bytes
+from humming.errors import ShapeError, UnsupportedOnDevice
+
+H200 = "nvidia-h200"
+
+
+def _producer_segments(tiles: int, katoms: int, blocks: int, b: int):
+    """The producer's order (generator_wgmma_rs_streamk.StreamK.next): whole tiles in waves, then the block's run."""
+    waves, dp = tiles // blocks, tiles // blocks * blocks
+    sk_atoms = (tiles - dp) * katoms
+    segs = [(w * blocks + b, 0, katoms) for w in range(waves)]
+    ga, end = sk_atoms * b // blocks, sk_atoms * (b + 1) // blocks
+    while ga < end:
+        t = ga // katoms
+        kt0 = ga - t * katoms
+        n = min(katoms - kt0, end - ga)
+        segs.append((dp + t, kt0, n))
+        ga += n
+    return segs
+
+
+def _consumer_segment(tiles: int, katoms: int, blocks: int, b: int, seg: int):
+    """streamk_segment of generator_wgmma_rs8_streamk in Python: (tile, kt0, ktiles, it0) or None past the last."""
+    waves, dp = tiles // blocks, tiles // blocks * blocks
+    sk_atoms = (tiles - dp) * katoms
+    if seg < waves:
+        return seg * blocks + b, 0, katoms, seg * katoms
+    end, ga, it0 = sk_atoms * (b + 1) // blocks, sk_atoms * b // blocks, waves * katoms
+    for i in range(waves, seg + 1):
+        if ga >= end:
+            return None
+        t = ga // katoms
+        tile, kt0 = dp + t, ga - t * katoms
+        ktiles = min(katoms - kt0, end - ga)
+        if i < seg:
+            ga, it0 = ga + ktiles, it0 + ktiles
+    return tile, kt0, ktiles, it0
+
+
+@pytest.mark.parametrize("tiles,katoms,blocks", [(1024, 64, 132), (3584, 64, 132), (512, 112, 132), (6, 33, 5),
+                                                 (24, 16, 5), (8, 32, 132), (4, 2, 13), (1, 1, 3)])
+def test_consumer_segments_follow_the_producer(tiles, katoms, blocks):
+    covered = set()
+    for b in range(blocks):
+        want = _producer_segments(tiles, katoms, blocks, b)
+        got, seg, stages = [], 0, 0
+        while (s := _consumer_segment(tiles, katoms, blocks, b, seg)) is not None:
+            tile, kt0, ktiles, it0 = s
+            assert it0 == stages  # the slot ring position: stages the producer copied before this segment
+            got.append((tile, kt0, ktiles))
+            stages, seg = stages + ktiles, seg + 1
+        assert got == want
+        assert sum(1 for s in got if s[2] != katoms) <= 2  # at most two split segments: two partial slots
+        for tile, kt0, n in got:
+            for kt in range(kt0, kt0 + n):
+                assert (tile, kt) not in covered
+                covered.add((tile, kt))
+    assert len(covered) == tiles * katoms
+
+
+def _layout(a_type="e4m3", n=8192, k=8192, group=128):
+    return WgmmaRs8Layout(a_type, n, k, group)
+
+
+def _plan(m=4096, a_type="e4m3", n=8192, k=8192, group=128, **kw):
+    return plan_w4a8_wgmma_rs(api.resolve_profile(H200), _layout(a_type, n, k, group), m, "f16", scheme="w4a8",
+                              **kw)
+
+
+def test_streamk_plan(monkeypatch):
+    monkeypatch.delenv(STREAMK_ENV, raising=False)
+    p = _plan()  # 1024 wide tiles on 132 SMs: 7.76 a SM
+    assert p.tiles.streamk == 132 and p.grid == (1, 132, 1) and p.tiles.bm == 256
+    assert p.workspace_floats == 132 * 2 * 256 * 128 and p.tiles.stages == 5
+    assert p.smem_bytes == smem_bytes(5, 256, True) == 5 * (32768 + 8192 + 512) + 2 * 64 * 72 * 2 + 1024
+    assert p.smem_bytes <= 227 * 1024 and p.kernel_name.split("_")[-2].endswith("k132")
+    assert any("100 tiles left split evenly" in r and "7 wave(s)" in r for r in p.reasons), p.reasons
+    assert _plan(streamk=0).tiles.streamk == 0 and _plan(streamk=0).grid == (16, 64, 1)
+
+
+@pytest.mark.parametrize("m,n,expect", [(4096, 8192, 132), (4096, 28672, 132), (4096, 4096, 132), (1024, 8192, 0),
+                                        (512, 28672, 132), (300, 1024, 0)])
+def test_default_rule(m, n, expect, monkeypatch):
+    monkeypatch.delenv(STREAMK_ENV, raising=False)
+    assert _plan(m=m, n=n).tiles.streamk == expect
+
+
+def test_switch(monkeypatch):
+    monkeypatch.setenv(STREAMK_ENV, "0")
+    assert _plan().tiles.streamk == 0
+    monkeypatch.setenv(STREAMK_ENV, "7")
+    p = _plan(m=1024)
+    assert p.tiles.streamk == 7 and p.grid == (1, 7, 1)
+    monkeypatch.setenv(STREAMK_ENV, "many")
+    with pytest.raises(ValueError, match=STREAMK_ENV):
+        _plan()
+
+
+def test_refusals(monkeypatch):
+    monkeypatch.delenv(STREAMK_ENV, raising=False)
+    with pytest.raises(UnsupportedOnDevice, match="wide register-A W4A8 form"):
+        _plan(m=4096, tokens=128, streamk=132)
+    with pytest.raises(ShapeError, match="1..65535"):
+        _plan(streamk=70000)
+    assert _plan(m=4096, tokens=128).tiles.streamk == 0  # the narrow form never takes the rule's stream-K
+
+
+@pytest.mark.parametrize("a_type,chain,group", [("e4m3", "64", 128), ("s8", "64", None), ("e4m3", "128", None),
+                                                ("s8", "128", 128)])
+def test_streamk_kernels_compile(a_type, chain, group, compiled_without_spills, monkeypatch):
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", chain)
+    p = _plan(a_type=a_type, group=group or 8192, streamk=132)
+    src = api.source(p)
+    assert "streamk_segment(StreamK(M, N, K, gridDim.y), block_y(), seg, tile, kt0, ktiles, it0)" in src
+    assert "mbar_wait(xbar0 + 8 * s, ((it0 + kt) / STAGES) & 1)" in src and "const int s = (it0 + kt) % STAGES;" in src
+    assert "atomic_add_i32(counter, ktiles)" in src and "warpgroup_sync(wg);" in src
+    assert ("const uint32_t keep = (uint32_t)(tid >> 30);" in src) == (a_type == "e4m3")
+    mod = compiled_without_spills(p, api.resolve_profile(H200))
+    assert not re.search(r"C75\d\d", mod.log), mod.log  # no serialized wgmmas
+    assert mod.ptx.count("wgmma.mma_async") >= 4 and re.search(r"bar\.sync\s+%r", mod.ptx)  # the warpgroup barrier
+
+
+def test_without_streamk_the_source_is_the_wide_form(monkeypatch):
+    """streamk = 0 gives the wide form's own kernel (no schedule, the token-scale warp, the staging in the slots)."""
+    p = _plan(streamk=0)
+    src = api.source(p)
+    assert "StreamK" not in src and "block_y" not in src and "mbar_init(xbar0 + 8 * (2 * STAGES), 32);" in src
+    assert humming.plan("w4a8-fp8", m=4096, n=8192, k=8192, profile=H200).tiles.streamk in (0, 132)
