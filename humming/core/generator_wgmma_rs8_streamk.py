@@ -147,8 +147,10 @@ def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
         channel_decl = "    float s_lo, s_hi;  // per-channel scales of this lane's two channels of the tile\n"
         channel_scales = ("      int m0, n0;\n      StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);\n"
                           "      s_lo = load_f32(S + n0 + tab), s_hi = load_f32(S + n0 + tab + 8);\n")
-    stagger_take = ("  if (wg == 1) consumer_turn_take();  // start one wgmma chain behind warpgroup 0, so that each "
-                    "promotes while the other's wgmmas run\n" if t.stagger else "")
+    # (every block has a segment: the planner launches no more blocks than k atoms where the tiles are fewer)
+    stagger_take = ("  if (wg == 1) consumer_turn_take();  // start one wgmma chain behind warpgroup 0 (which gives the "
+                    "turn at the block's\n                                      // first stage), so that each promotes "
+                    "while the other's wgmmas run\n" if t.stagger else "")
     params = eight_bit_params(
         plan.kernel_name, b_doc="int4 codes in the register-A layout (humming.core.layout_wgmma_rs8)",
         s_doc="fp32 scales [K/group, N], natural column order", bias_doc="[N] or null",

@@ -196,6 +196,10 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         raise UnsupportedOnDevice(f"stream-K is written for the wide register-A W4A8 form ({WIDE_BT} tokens)")
     if not 0 <= blocks <= 65535:
         raise ShapeError(f"stream-K takes 1..65535 persistent blocks, not {blocks}")
+    tiles, katoms = -(-m // WIDE_BT) * (n // BC), k // BK
+    if blocks > tiles * katoms:  # every block gets a segment (the kernel's staggered start waits for one)
+        streamk_why += f"; {tiles * katoms} blocks: as many as the tiles' k atoms"
+        blocks = tiles * katoms
     limit = caps.limits.smem_per_block_kb * 1024
     stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(s, bt, bool(blocks)) <= limit),
                   None)

@@ -50,7 +50,7 @@ def _consumer_segment(tiles: int, katoms: int, blocks: int, b: int, seg: int):
 
 
 @pytest.mark.parametrize("tiles,katoms,blocks", [(1024, 64, 132), (3584, 64, 132), (512, 112, 132), (6, 33, 5),
-                                                 (24, 16, 5), (8, 32, 132), (4, 2, 13), (1, 1, 3)])
+                                                 (24, 16, 5), (8, 32, 132), (4, 2, 13), (1, 1, 3), (3, 1, 65535)])
 def test_consumer_segments_follow_the_producer(tiles, katoms, blocks):
     covered = set()
     for b in range(blocks):
@@ -62,6 +62,7 @@ def test_consumer_segments_follow_the_producer(tiles, katoms, blocks):
             got.append((tile, kt0, ktiles))
             stages, seg = stages + ktiles, seg + 1
         assert got == want
+        assert got or blocks > tiles * katoms  # a block without segments only where the atoms are fewer
         assert sum(1 for s in got if s[2] != katoms) <= 2  # at most two split segments: two partial slots
         for tile, kt0, n in got:
             for kt in range(kt0, kt0 + n):
@@ -97,6 +98,18 @@ def test_default_rule(m, n, expect, monkeypatch):
     assert _plan(m=m, n=n).tiles.streamk == expect
 
 
+@pytest.mark.parametrize("m,n,k,blocks,planned", [(300, 256, 256, 13, 8), (256, 128, 128, 132, 1),
+                                                  (300, 1024, 4096, 132, 132), (1024, 768, 2048, 7, 7)])
+def test_every_block_has_a_segment(m, n, k, blocks, planned, monkeypatch):
+    """A block without segments would hang in the staggered start (warpgroup 1 waits for a turn warpgroup 0 gives at
+    the block's first stage; seen on the H200): the plan launches at most as many blocks as the tiles' k atoms."""
+    monkeypatch.setenv(STREAMK_ENV, str(blocks))
+    p = _plan(m=m, n=n, k=k, tokens=256)
+    assert p.tiles.streamk == planned and p.grid == (1, planned, 1)
+    tiles = -(-m // 256) * (n // 128)
+    assert all(_consumer_segment(tiles, k // 128, planned, b, 0) is not None for b in range(planned))
+
+
 def test_switch(monkeypatch):
     monkeypatch.setenv(STREAMK_ENV, "0")
     assert _plan().tiles.streamk == 0
@@ -126,6 +139,10 @@ def test_streamk_kernels_compile(a_type, chain, group, compiled_without_spills, 
     assert "streamk_segment(StreamK(M, N, K, gridDim.y), block_y(), seg, tile, kt0, ktiles, it0)" in src
     assert "mbar_wait(xbar0 + 8 * s, ((it0 + kt) / STAGES) & 1)" in src and "const int s = (it0 + kt) % STAGES;" in src
     assert "atomic_add_i32(counter, ktiles)" in src and "warpgroup_sync(wg);" in src
+    # the staggered start: warpgroup 1 waits for the turn once, warpgroup 0 gives it at the block's first stage (so
+    # every block needs a segment: test_every_block_has_a_segment)
+    assert src.count("consumer_turn_take();") == 1 and src.count("consumer_turn_give();") == 1
+    assert "if (wg == 0 && it0 + kt == 0" in src
     assert ("const uint32_t keep = (uint32_t)(tid >> 30);" in src) == (a_type == "e4m3")
     mod = compiled_without_spills(p, api.resolve_profile(H200))
     assert not re.search(r"C75\d\d", mod.log), mod.log  # no serialized wgmmas
