@@ -5,8 +5,9 @@ thread copies every segment's stages (activations by TMA, the two slabs' codes a
 without a break, so the next segment's first stages land while the consumers finish the last one. The consumers run
 the wide form's stage loop once per segment, then either write the segment's fp32 partial (a split tile; the last of
 its blocks adds them in block order) or the tile: a quarter of it (64 tokens) at a time through a staging tile of its
-own after the slots (the slots keep loading), 16-byte stores of whole token rows. The token scales are read from
-global memory in the epilogue (no producer warp stages them: a block has many tiles)."""
+own after the slots (the slots keep loading), 16-byte stores of whole token rows. A second producer warp stages each
+segment's token scales in one of two shared buffers (read from global memory in the epilogue they cost a load
+latency per pass)."""
 from __future__ import annotations
 
 from humming.core import generator_wgmma_rs_streamk as streamk
@@ -34,6 +35,22 @@ _PRODUCER = """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: it
           bulk_copy_g2s(w0 + s * W_BYTES, codes + (size_t)kt * SLAB_BYTES, SLAB_BYTES, full);
           bulk_copy_g2s(w0 + s * W_BYTES + SLAB_BYTES, codes + ((size_t)katoms + kt) * SLAB_BYTES, SLAB_BYTES, full);{scale_copy}
         }
+      }
+    } else if (warp == THREADS / 32 + 1) {  // the next warp: each segment's token scales (times the device scalar and
+      // out_scale) into shared buffer n % 2, off the consumers' critical path; buffer reuse waits for their release
+      const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+      int wave = 0, ga = StreamK(M, N, K, gridDim.y).run_start(blockIdx.y), tile, kt0, ktiles;
+      #pragma unroll 1
+      for (int n = 0; StreamK(M, N, K, gridDim.y).next(blockIdx.y, wave, ga, tile, kt0, ktiles); ++n) {
+        int m0, n0;
+        StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);
+        if (n >= 2) mbar_wait(tbar0 + 8 * (2 + (n & 1)), ((n >> 1) + 1) & 1);  // the consumers released use n - 2
+        #pragma unroll 1
+        for (int i = lane; i < BT; i += 32) {
+          const int tok = m0 + i;
+          sts_f32(t0 + ((n & 1) * BT + i) * 4, (TS && tok < M) ? scale * load_f32(TS + tok) : scale);
+        }
+        mbar_arrive(tbar0 + 8 * (n & 1));  // release: the stores above are visible to whoever waits
       }
     }
     return;
@@ -66,9 +83,9 @@ __device__ __forceinline__ bool streamk_segment(const StreamK& sk, int b, int se
 }
 """
 
-# the segment's tile: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e. Each warpgroup writes its 64 channels
-# a quarter (QT tokens) at a time through a staging tile of its own [token][channel], copied out in 16-byte chunks
-# (warpgroup barriers only: the two warpgroups stay a wgmma chain apart from segment to segment, as staggered)
+# the segment's tile: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e, times its token's scale (from the
+# segment's shared buffer, released after the last read). Each warpgroup writes its 64 channels a quarter (QT tokens)
+# at a time through a staging tile of its own [token][channel], copied out in 16-byte chunks (warpgroup barriers only)
 _EPILOGUE = """    float cs[2], bs[2];   // the thread's two channels' weight scale and bias
     #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -76,14 +93,14 @@ _EPILOGUE = """    float cs[2], bs[2];   // the thread's two channels' weight sc
       bs[h] = BIAS ? act_to_f32(load_u16(BIAS + n0 + tab + 8 * h)) : 0.0f;
     }
     const uint32_t stg = stg0 + wg * QT * WG_LD * 2;   // this warpgroup's staging tile
+    const uint32_t tsb = t0 + (seg & 1) * BT * 4;      // this segment's token scales (the producer's next warp)
+    mbar_wait(tbar0 + 8 * (seg & 1), (seg >> 1) & 1);
     #pragma unroll
     for (int c = 0; c < BT / QT; ++c) {
-      float ts[QT / 4];     // the scales of the thread's tokens QT c + 8 (i / 2) + 2 q + i % 2: every load before any use
+      float ts[QT / 4];     // the scales of the thread's tokens QT c + 8 (i / 2) + 2 q + i % 2
       #pragma unroll
-      for (int i = 0; i < QT / 4; ++i) {
-        const int tok = m0 + QT * c + 8 * (i >> 1) + 2 * q + (i & 1);
-        ts[i] = (TS && tok < M) ? scale * load_f32(TS + tok) : scale;
-      }
+      for (int i = 0; i < QT / 4; ++i) ts[i] = lds_f32(tsb + (QT * c + 8 * (i >> 1) + 2 * q + (i & 1)) * 4);
+      if (c == BT / QT - 1) release_token_scales(seg);
       #pragma unroll
       for (int jj = 0; jj < QT / 8; ++jj) {
         const int j = QT / 8 * c + jj;
@@ -110,6 +127,14 @@ _EPILOGUE = """    float cs[2], bs[2];   // the thread's two channels' weight sc
       warpgroup_sync(wg);  // the staging tile is free again
     }
 """
+
+
+# a segment that leaves its split tile to another block: its token-scale buffer use ends here
+_LEAVE = """{
+      mbar_wait(tbar0 + 8 * (seg & 1), (seg >> 1) & 1);  // (the buffer's phases count every segment)
+      release_token_scales(seg);
+      continue;
+    }"""
 
 
 def _per_segment(loop: str) -> str:
@@ -187,22 +212,33 @@ static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
   const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;   // STAGES activation slots
   const uint32_t w0 = x0 + STAGES * X_BYTES, s0 = w0 + STAGES * W_BYTES;   // code slots, scale slots
   const uint32_t stg0 = s0 + STAGES * S_BYTES;                     // the warpgroups' staging tiles (QT token rows each)
+  const uint32_t t0 = stg0 + 2 * QT * WG_LD * 2;                   // two buffers of BT token scales (fp32)
 
   __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
-  const uint32_t xbar0 = smem_u32(xbar);
+  __shared__ __align__(8) uint64_t tbar[4];           // token-scale buffers: FULL[2], then EMPTY[2]
+  const uint32_t xbar0 = smem_u32(xbar), tbar0 = smem_u32(tbar);
   if (tid == 0) {{
     #pragma unroll
     for (int s = 0; s < STAGES; ++s) {{
       mbar_init(xbar0 + 8 * s, 1);
       mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
     }}
+    #pragma unroll
+    for (int b = 0; b < 2; ++b) {{
+      mbar_init(tbar0 + 8 * b, 32);
+      mbar_init(tbar0 + 8 * (2 + b), THREADS / 32);
+    }}
     mbar_init_fence();
   }}
   __syncthreads();
+  // a consumer warp is done with segment seg's token scales (also a segment that leaves its split tile to others)
+  auto release_token_scales = [&](int seg) {{
+    __syncwarp();
+    if (lane == 0) mbar_arrive(tbar0 + 8 * (2 + (seg & 1)));
+  }};
 {_PRODUCER.replace("{scale_copy}", scale_copy)}
   const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the tile: tab and tab + 8
   const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16;   // its words 4 hf + jj: + hf * 512 in a slot
-  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
 {luts}  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
 {parts["partials"]}{stagger_take}
   #pragma unroll 1
@@ -220,7 +256,7 @@ static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
     StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);
     const int ga = tile < StreamK(M, N, K, gridDim.y).dp_tiles ? 0  // (split tiles: the atom after the segment)
         : (tile - StreamK(M, N, K, gridDim.y).dp_tiles) * katoms + kt0 + ktiles;
-{_indent(streamk.splitk("facc", "(BT / 2)", "continue;").rstrip())}
+{_indent(streamk.splitk("facc", "(BT / 2)", _LEAVE).rstrip())}
 {_EPILOGUE.rstrip()}
   }}
 }}

@@ -111,10 +111,11 @@ def enabled() -> bool:
 def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False) -> int:
     """STAGES activation tiles (tokens x 128 B; the wide form adds each stage's weight codes and scales, and the
     block's token scales) and 1 KiB of alignment; the staging tile reuses the activation tiles (stream-K: one staging
-    tile per warpgroup, STREAMK_STAGING_TOKENS rows of its 64 channels, instead of the token scales, as the slots keep
-    loading)."""
+    tile per warpgroup, STREAMK_STAGING_TOKENS rows of its 64 channels, as the slots keep loading, and two buffers of
+    token scales)."""
     if tokens == WIDE_BT and streamk:
-        return stages * (tokens * BK + W_BYTES + S_BYTES) + 2 * STREAMK_STAGING_TOKENS * (BC // 2 + OUT_PAD) * 2 + 1024
+        return (stages * (tokens * BK + W_BYTES + S_BYTES) + 2 * STREAMK_STAGING_TOKENS * (BC // 2 + OUT_PAD) * 2
+                + 2 * tokens * 4 + 1024)  # and two buffers of token scales
     if tokens == WIDE_BT:  # and the block's token scales
         return stages * (tokens * BK + W_BYTES + S_BYTES) + tokens * 4 + 1024
     return stages * tokens * BK + 1024
@@ -282,6 +283,7 @@ def _streamk_words(m: int, n: int, k: int, blocks: int, why: str) -> str:
     return (f"{why}: {blocks} persistent blocks take {waves} wave(s) of whole tiles, then the {left * (k // BK)} k "
             f"atoms of the {left} tiles left split evenly ({left * (k // BK) / blocks:.1f} a block, each block's run "
             "within at most two tiles); the producer copies every segment's stages without a break; a whole tile's "
-            f"epilogue (per-token activation scale from global memory, bias per channel) goes through a staging "
+            f"epilogue (per-token activation scale staged per segment in shared memory by a producer warp, bias per "
+            f"channel) goes through a staging "
             f"tile of its own ({STREAMK_STAGING_TOKENS} token rows a pass), 16-byte stores of whole token rows; a "
             "split tile's fp32 partials are added by the last of its blocks, in block order")

@@ -85,7 +85,7 @@ def test_streamk_plan(monkeypatch):
     p = _plan()  # 1024 wide tiles on 132 SMs: 7.76 a SM
     assert p.tiles.streamk == 132 and p.grid == (1, 132, 1) and p.tiles.bm == 256
     assert p.workspace_floats == 132 * 2 * 256 * 128 and p.tiles.stages == 5
-    assert p.smem_bytes == smem_bytes(5, 256, True) == 5 * (32768 + 8192 + 512) + 2 * 64 * 72 * 2 + 1024
+    assert p.smem_bytes == smem_bytes(5, 256, True) == 5 * (32768 + 8192 + 512) + 2 * 64 * 72 * 2 + 2048 + 1024
     assert p.smem_bytes <= 227 * 1024 and p.kernel_name.split("_")[-2].endswith("k132")
     assert any("100 tiles left split evenly" in r and "7 wave(s)" in r for r in p.reasons), p.reasons
     assert _plan(streamk=0).tiles.streamk == 0 and _plan(streamk=0).grid == (16, 64, 1)
