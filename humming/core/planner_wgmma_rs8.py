@@ -74,8 +74,16 @@ RASTER = 4
 
 STREAMK_ENV = "HUMMING_WGMMA_W4A8_RS_STREAMK"  # "0": never; a block count: stream-K wherever the wide form runs; unset:
 # the rule of streamk_blocks
-STREAMK_STAGING_TOKENS = 64  # the stream-K epilogue's staging tile: token rows per pass (a quarter of the wide tile)
-STREAMK_MIN_TILES_PER_SM = 3.0  # stream-K by default from this many wide tiles per SM (persistent blocks pay)
+STREAMK_STAGING_TOKENS = 64  # the stream-K epilogue's staging tiles: token rows per pass (a quarter of the wide tile)
+# stream-K by default where the wide tiles give each SM at least one and the last round of whole tiles is badly
+# filled. Measured on the H200 (2026-12-01, scripts/ab_env.py, W4A8-FP8, us, without -> with stream-K over 132
+# blocks): 8192x8192 M768 (192 tiles: 1.45 a SM, rounds 73% full) 130.0 -> 119.8, M1280 (2.42, 81%) 201.7 -> 193.3;
+# 4096x14336 M1280 (1.21, 61%) 223.7 -> 170.6; 28672x8192 M512 (3.39, 85%) 254.6 -> 251.0, M768 (5.09, 85%) 404.8 ->
+# 390.4. Slower where whole tiles fill the rounds: 28672x8192 M1280 (8.48, 94%) 657.1 -> 681.5; M4096 (97%) 8192x8192
+# 590.4 -> 622.6, 28672x8192 2176.6 -> 2322.7, 4096x14336 517.5 -> 557.8 (even without the split: 128 persistent
+# blocks on 1024 tiles 634.8: the persistent blocks cost ~6% there); 8192x8192 M512 (0.97 a SM) 68.3 -> 89.4
+STREAMK_MIN_TILES_PER_SM = 1.0
+STREAMK_MAX_FILL = 0.9
 
 
 def wide_chain() -> int:
@@ -122,21 +130,26 @@ def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False) -> int:
 
 
 def token_tile(m: int, producer: bool, n: int = 0, sms: int = 0) -> int:
-    """WIDE_BT from WIDE_MIN_M tokens where the producer warpgroup runs and ceil(m / 256) x n / 128 blocks fill
-    WIDE_MIN_FILL of the SMs (n or sms 0: no fill condition), else BT; HUMMING_WGMMA_W4A8_RS_BT=128/256 forces one
-    (256 only with the producer warpgroup)."""
+    """WIDE_BT from WIDE_MIN_M tokens where the producer warpgroup runs and either ceil(m / 256) x n / 128 blocks fill
+    WIDE_MIN_FILL of the SMs or the 128-token blocks would take more rounds of the SMs than the 256-token ones (n or
+    sms 0: no such conditions), else BT; HUMMING_WGMMA_W4A8_RS_BT=128/256 forces one (256 only with the producer
+    warpgroup). Measured on the H200 (2026-12-01, scripts/ab_env.py, W4A8-FP8, us, 128 -> 256 tokens): 4096x14336
+    M768 (192 narrow blocks: two rounds; 96 wide: one) 164.6 -> 112.6; M512 (128 / 64 blocks: one round each) 85.1 ->
+    109.1; 8192x8192 M256 (128 / 64) 50.7 -> 64.7."""
     forced = os.environ.get(WIDE_ENV, "").strip()
     if forced:
         if forced not in (str(BT), str(WIDE_BT)):
             raise ValueError(f"{WIDE_ENV}={forced!r}: expected {BT} or {WIDE_BT}")
         return WIDE_BT if forced == str(WIDE_BT) and producer else BT
-    fills = not (n and sms) or -(-m // WIDE_BT) * (n // BC) >= WIDE_MIN_FILL * sms
+    wide = -(-m // WIDE_BT) * (n // BC)
+    fills = not (n and sms) or wide >= WIDE_MIN_FILL * sms or -(-(-(-m // BT) * (n // BC)) // sms) > -(-wide // sms)
     return WIDE_BT if producer and m >= WIDE_MIN_M and fills else BT
 
 
 def streamk_blocks(caps, m: int, n: int) -> tuple[int, str]:
     """(persistent blocks, why) of the wide form's stream-K at M x N: HUMMING_WGMMA_W4A8_RS_STREAMK=0 never, =B
-    always with B blocks; unset: one block per SM from STREAMK_MIN_TILES_PER_SM wide tiles per SM (0: no stream-K)."""
+    always with B blocks; unset: one block per SM from STREAMK_MIN_TILES_PER_SM wide tiles per SM where the rounds of
+    whole tiles are less than STREAMK_MAX_FILL full (0: no stream-K)."""
     forced = os.environ.get(STREAMK_ENV, "").strip()
     sms = caps.limits.sms or 0
     tiles = -(-m // WIDE_BT) * (n // BC)
@@ -149,9 +162,11 @@ def streamk_blocks(caps, m: int, n: int) -> tuple[int, str]:
     if not sms:
         return 0, "no stream-K: the profile declares no SM count"
     per_sm = tiles / sms
-    words = f"{tiles} tiles of {WIDE_BT} tokens on {sms} SMs: {per_sm:.2f} a SM"
-    if per_sm < STREAMK_MIN_TILES_PER_SM:
-        return 0, f"no stream-K ({words}; from {STREAMK_MIN_TILES_PER_SM:g} a SM)"
+    fill = per_sm / -(-tiles // sms)
+    words = f"{tiles} tiles of {WIDE_BT} tokens on {sms} SMs: {per_sm:.2f} a SM, rounds of whole tiles {fill:.0%} full"
+    if per_sm < STREAMK_MIN_TILES_PER_SM or fill >= STREAMK_MAX_FILL:
+        return 0, (f"no stream-K ({words}; it pays from {STREAMK_MIN_TILES_PER_SM:g} a SM in rounds below "
+                   f"{STREAMK_MAX_FILL:.0%} full)")
     return sms, f"stream-K by default ({words}; {STREAMK_ENV}=0: off)"
 
 

@@ -63,19 +63,22 @@ def test_streamk_matches_reference(cfg, dtype, monkeypatch):
 
 @pytest.mark.parametrize("scheme", ["w4a8-fp8", "w4a8-int8"])
 def test_default_rule_through_gemm(scheme, monkeypatch):
-    """Without the switches: 28672x1024 at M=4096 gives 3584 wide tiles (>= 3 per SM): stream-K over one block per
-    SM by default; M=512 (448 tiles, 3.4 a SM) too; a narrow layer (8 channel tiles) at M=512 does not. Checked
-    against the reference."""
+    """Without the switches: 8192 channels at M=768 give 192 wide tiles (1.45 a SM, rounds 73% full): stream-K over
+    one block per SM by default; at M=4096 (1024 tiles, 97% full) not; 4096 channels at M=768 run the wide form
+    (96 tiles: one round, where 128-token tiles take two) without stream-K; a narrow layer (8 channel tiles) at M=512
+    neither. Checked against the reference."""
     caps = _require_wgmma("e4m3" if scheme.endswith("fp8") else "s8")
     for var in (ENV, STREAMK_ENV, "HUMMING_WGMMA_W4A8_RS_BT", "HUMMING_WGMMA_W4A8_RS_CHAIN"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HUMMING_POISON_OUTPUT", "1")
     monkeypatch.setattr(api, "_POISON", True)
     torch.manual_seed(len(scheme))
-    for n, k, m, expect in ((28672, 1024, 4096, True), (28672, 1024, 512, True), (1024, 2048, 512, False)):
+    for n, k, m, expect, bt in ((8192, 1024, 768, True, 256), (8192, 1024, 4096, False, 256),
+                                (4096, 1024, 768, False, 256), (1024, 2048, 512, False, 128)):
         qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, scheme)
         x, out = fresh_gemm(qw, m, k, torch.float16)
         p = launch_spec(qw, "w4a8-wgmma-rs8", torch.float16, m).plan
         assert bool(p.tiles.streamk) == expect and (not expect or p.tiles.streamk == caps.limits.sms), p.explain()
+        assert p.tiles.bm == bt, p.explain()
         assert not torch.isnan(out).any()
         assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL, p.explain()

@@ -82,7 +82,7 @@ def _plan(m=4096, a_type="e4m3", n=8192, k=8192, group=128, **kw):
 
 def test_streamk_plan(monkeypatch):
     monkeypatch.delenv(STREAMK_ENV, raising=False)
-    p = _plan()  # 1024 wide tiles on 132 SMs: 7.76 a SM
+    p = _plan(streamk=132)  # 1024 wide tiles on 132 SMs: 7.76 a SM
     assert p.tiles.streamk == 132 and p.grid == (1, 132, 1) and p.tiles.bm == 256
     assert p.workspace_floats == 132 * 2 * 256 * 128 and p.tiles.stages == 5
     assert p.smem_bytes == smem_bytes(5, 256, True) == 5 * (32768 + 8192 + 512) + 2 * 64 * 72 * 2 + 2048 + 1024
@@ -91,11 +91,24 @@ def test_streamk_plan(monkeypatch):
     assert _plan(streamk=0).tiles.streamk == 0 and _plan(streamk=0).grid == (16, 64, 1)
 
 
-@pytest.mark.parametrize("m,n,expect", [(4096, 8192, 132), (4096, 28672, 132), (4096, 4096, 132), (1024, 8192, 0),
-                                        (512, 28672, 132), (300, 1024, 0)])
+# (M, N, blocks by default): stream-K from one wide tile per SM where the rounds of whole tiles are < 90% full
+@pytest.mark.parametrize("m,n,expect", [(4096, 8192, 0), (4096, 28672, 0), (1024, 8192, 0), (768, 8192, 132),
+                                        (1280, 8192, 132), (1280, 4096, 132), (768, 4096, 0), (512, 28672, 132),
+                                        (768, 28672, 132), (1280, 28672, 0), (512, 8192, 0), (300, 1024, 0)])
 def test_default_rule(m, n, expect, monkeypatch):
     monkeypatch.delenv(STREAMK_ENV, raising=False)
-    assert _plan(m=m, n=n).tiles.streamk == expect
+    monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS_BT", raising=False)
+    p = _plan(m=m, n=n)
+    assert p.tiles.streamk == expect, p.reasons
+    assert p.tiles.bm == 128 or any(("stream-K by default" if expect else "no stream-K") in r for r in p.reasons)
+
+
+# (M, N, token tile): 256 where the wide blocks fill 3/4 of the SMs or the narrow ones need more rounds
+@pytest.mark.parametrize("m,n,bt", [(768, 4096, 256), (512, 4096, 128), (256, 8192, 128), (384, 8192, 256),
+                                    (256, 28672, 256), (200, 28672, 128)])
+def test_token_tile_rule(m, n, bt, monkeypatch):
+    monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS_BT", raising=False)
+    assert _plan(m=m, n=n, k=14336 if n == 4096 else 8192).tiles.bm == bt
 
 
 @pytest.mark.parametrize("m,n,k,blocks,planned", [(300, 256, 256, 13, 8), (256, 128, 128, 132, 1),
@@ -154,4 +167,4 @@ def test_without_streamk_the_source_is_the_wide_form(monkeypatch):
     p = _plan(streamk=0)
     src = api.source(p)
     assert "StreamK" not in src and "block_y" not in src and "mbar_init(xbar0 + 8 * (2 * STAGES), 32);" in src
-    assert humming.plan("w4a8-fp8", m=4096, n=8192, k=8192, profile=H200).tiles.streamk in (0, 132)
+    assert humming.plan("w4a8-fp8", m=4096, n=8192, k=8192, profile=H200).tiles.streamk == 0
