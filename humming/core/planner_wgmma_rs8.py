@@ -78,12 +78,13 @@ STREAMK_STAGING_TOKENS = 64  # the stream-K epilogue's staging tiles: token rows
 # stream-K by default where the wide tiles give each SM at least one and the last round of whole tiles is badly
 # filled. Measured on the H200 (2026-12-01, scripts/ab_env.py, W4A8-FP8, us, without -> with stream-K over 132
 # blocks): 8192x8192 M768 (192 tiles: 1.45 a SM, rounds 73% full) 130.0 -> 119.8, M1280 (2.42, 81%) 201.7 -> 193.3;
-# 4096x14336 M1280 (1.21, 61%) 223.7 -> 170.6; 28672x8192 M512 (3.39, 85%) 254.6 -> 251.0, M768 (5.09, 85%) 404.8 ->
-# 390.4. Slower where whole tiles fill the rounds: 28672x8192 M1280 (8.48, 94%) 657.1 -> 681.5; M4096 (97%) 8192x8192
+# 4096x14336 M1280 (1.21, 61%) 223.7 -> 170.6. At 85% full (28672x8192: 224 channel tiles on 132 SMs) mixed: M256
+# (1.70) 129.6 -> 137.7, M384 249.8 -> 246.5, M512 (3.39) 254.6 -> 251.0, M768 (5.09) 404.8 -> 390.4: not by default.
+# Slower where whole tiles fill the rounds: 28672x8192 M1280 (8.48, 94%) 657.1 -> 681.5; M4096 (97%) 8192x8192
 # 590.4 -> 622.6, 28672x8192 2176.6 -> 2322.7, 4096x14336 517.5 -> 557.8 (even without the split: 128 persistent
 # blocks on 1024 tiles 634.8: the persistent blocks cost ~6% there); 8192x8192 M512 (0.97 a SM) 68.3 -> 89.4
 STREAMK_MIN_TILES_PER_SM = 1.0
-STREAMK_MAX_FILL = 0.9
+STREAMK_MAX_FILL = 0.84
 
 
 def wide_chain() -> int:
