@@ -25,7 +25,7 @@ a staging tile and copied out in 16-byte chunks of token rows. The parameter lis
 from __future__ import annotations
 
 from humming.core.generator_wgmma import eight_bit_params
-from humming.core.generator_wgmma_rs import STAGED_COPY_OUT, tile_of_block
+from humming.core.generator_wgmma_rs import STAGED_COPY_OUT, TILE_IN_LAUNCH_ORDER, TILE_RASTERIZED, tile_of_block
 from humming.core.planner_wgmma_rs8 import BC, BK, BT, OUT_PAD, PATH, PF, QUARTER_WT, S_BYTES, W_BYTES, WIDE_BT
 from humming.core.wgmma_common import PRODUCER_WARPGROUP
 from humming.devices.base import HelperRequest
@@ -343,7 +343,11 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     t = plan.tiles
     lay = plan.layout
     per_channel, request, chain = _group_and_chain(plan, caps)
-    prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger))
+    cluster = t.cluster  # blocks of a cluster (adjacent channel tiles, one token tile) take turns multicasting stages
+    if cluster and (cluster != 2 or t.streamk):
+        raise ValueError(f"the wide W4A8 form's cluster option is written for pairs without stream-K, not {t}")
+    prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger),
+                                cluster=bool(cluster))
     widen, luts = _widening(lay.a_type, "wq[j >> 2][j & 3]", "    ")
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
@@ -379,13 +383,15 @@ def _wide_kernel_source(plan, backend, caps) -> str:
                     "is promoted\n  #pragma unroll\n  for (int i = 0; i < WG_ACC_REGS; ++i) { pa[i] = 0; pb[i] = 0; }\n")
         chain_doc = ("CHAINS = BT / WT;          // token quarters: one m64n64k32 chain each, sharing the widened A "
                      "fragment")
+    if cluster:  # both blocks' consumers release each slot that is refilled, in both blocks
+        main_loop = _cluster_release(main_loop)
     if t.streamk:  # persistent blocks, one segment after another (humming.core.generator_wgmma_rs8_streamk)
         from humming.core.generator_wgmma_rs8_streamk import wgmma_rs8_streamk_source
 
         return wgmma_rs8_streamk_source(plan, backend, caps, dict(
             request=request, chain=chain, per_channel=per_channel, luts=luts, tx=tx, main_loop=main_loop,
             partials=partials, chain_doc=chain_doc))
-    return f"""// ===== humming generated kernel: {plan.kernel_name}
+    source = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
 
@@ -458,6 +464,62 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 {stagger_take}{main_loop}  consumer_sync();                 // all wgmmas done: the activation slots become the staging tile
 
 {_epilogue(True)}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
+    return _cluster_source(source) if cluster else source
+
+
+TILE_RASTERIZED_TEXT, TILE_LAUNCH_TEXT = TILE_RASTERIZED, TILE_IN_LAUNCH_ORDER
+
+
+# ---- the wide form's cluster option (TileConfig.cluster = 2): the two blocks of a cluster take one token tile and two
+# adjacent channel tiles; stage kt's activation tile is read from L2 once, by block kt % 2, and multicast into both
+# blocks' slots (each block's FULL mbarrier expects the whole stage, whoever copies it). A slot is refilled once every
+# consumer warp of both blocks released it (EMPTY counts 2 x 8 arrivals, each warp arrives in both blocks); the last
+# STAGES stages are not refilled and not released, so no block arrives on a peer that may have exited.
+_CLUSTER_TILE = """  // the cluster's pair of channel tiles: pair (blockIdx.x, blockIdx.y / 2) in the launch order below, this block the
+  // channel tile of its rank in the pair
+  const int crank = blockIdx.y & 1, pairs_y = gridDim.y >> 1;
+  const int bid = blockIdx.x + (blockIdx.y >> 1) * gridDim.x, per_group = RASTER * pairs_y;   // launch order of pairs
+  const int first = bid / per_group * RASTER, rows = min((int)gridDim.x - first, RASTER);   // the group's token tiles
+  const int m0 = (first + bid % per_group % rows) * BT, n0 = (2 * (bid % per_group / rows) + crank) * BC;"""
+_CLUSTER_TILE_LAUNCH_ORDER = """  const int crank = blockIdx.y & 1;   // this block's rank in its cluster (two adjacent channel tiles)
+  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;"""
+
+
+def _cluster_release(loop: str) -> str:
+    """The wide form's stage loop with each warp's release of the slot sent to both blocks, where it is refilled."""
+    old = "if (lane == 0) { fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }"
+    new = ("if (lane == 0 && kt + STAGES < ktiles) {  // (the last STAGES stages are not refilled)\n"
+           "      fence_proxy_async_smem();\n"
+           "      mbar_arrive_peer(xbar0 + 8 * (STAGES + s), 0);\n"
+           "      mbar_arrive_peer(xbar0 + 8 * (STAGES + s), 1);\n"
+           "    }")
+    if loop.count(old) != 1:
+        raise ValueError("internal: the wide form's stage loop no longer has the one slot release the cluster rewrites")
+    return loop.replace(old, new)
+
+
+def _cluster_source(source: str) -> str:
+    """The wide kernel's text with the cluster option's tile of block, barrier counts and multicast copies."""
+    swaps = [
+        (TILE_RASTERIZED_TEXT, _CLUSTER_TILE), (TILE_LAUNCH_TEXT, _CLUSTER_TILE_LAUNCH_ORDER),
+        ("mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);",
+         "mbar_init(xbar0 + 8 * (STAGES + s), 2 * THREADS / 32);  // every consumer warp of both blocks"),
+        ("    mbar_init_fence();\n  }\n  __syncthreads();\n",
+         "    mbar_init_fence();\n  }\n  cluster_sync();  // both blocks' mbarriers exist before either copies into "
+         "or arrives on the other\n"),
+        ("        tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);",
+         "        if (kt % 2 == crank)  // this block's turn: the stage's activations into both blocks' slots\n"
+         "          tma_load_2d_multicast(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full, (uint16_t)3);"),
+    ]
+    out = source
+    for old, new in swaps:
+        if old in out:
+            out = out.replace(old, new, 1)
+        elif old not in (TILE_RASTERIZED_TEXT, TILE_LAUNCH_TEXT):
+            raise ValueError(f"internal: the wide kernel's text lost {old.strip()[:60]!r}, which the cluster rewrites")
+    if "crank" not in out.split("namespace cfg", 1)[1]:
+        raise ValueError("internal: the wide kernel's tile of block was not rewritten for the cluster")
+    return out
 
 
 def _wide_promote(to_f32: str) -> str:

@@ -87,6 +87,31 @@ STREAMK_MIN_TILES_PER_SM = 1.0
 STREAMK_MAX_FILL = 0.84
 
 
+CLUSTER_ENV = "HUMMING_WGMMA_W4A8_RS_CLUSTER"  # "2": the wide form in clusters of two blocks sharing each activation
+# stage by multicast (off by default: not measured faster yet); "0"/unset: off
+CLUSTER_DEFAULT = 0
+
+
+def cluster_blocks(caps, n: int, bt: int, streamk: int) -> tuple[int, str]:
+    """(blocks per cluster, why) of the wide form: CLUSTER_ENV, else CLUSTER_DEFAULT; 0 where the profile declares no
+    multicast, the form is narrow, stream-K runs or the channel tiles do not pair up."""
+    forced = os.environ.get(CLUSTER_ENV, "").strip()
+    if forced not in ("", "0", "2"):
+        raise ValueError(f"{CLUSTER_ENV}={forced!r}: expected 0 or 2")
+    want = int(forced) if forced else CLUSTER_DEFAULT
+    if not want or bt != WIDE_BT:
+        return 0, ""
+    if not caps.memory.cluster_multicast:
+        return 0, f"no cluster: {caps.name} does not declare cluster_multicast"
+    if streamk:
+        return 0, "no cluster: stream-K runs"
+    if (n // BC) % want:
+        return 0, f"no cluster: {n // BC} channel tiles do not pair up"
+    return want, (f"clusters of {want} blocks ({CLUSTER_ENV}): adjacent channel tiles of one token tile; block kt % 2 "
+                  "copies stage kt's activations by one multicast tensor copy into both blocks' slots (one L2 read), "
+                  "each slot refilled once every consumer warp of both blocks released it")
+
+
 def wide_chain() -> int:
     """Tokens per wgmma chain of the wide form: BT (two halves, one partial: chain, wait, promote) or QUARTER_WT
     (four quarters, two partials: the next chain runs while the last one is promoted); HUMMING_WGMMA_W4A8_RS_CHAIN."""
@@ -279,6 +304,9 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                         "tensor copy per activation stage into the slot the consumers released (EMPTY mbarriers); the "
                         "two consumer warpgroups meet only at the FULL mbarriers, so one promotes while the other's "
                         "wgmmas run",)
+    cluster, cluster_why = cluster_blocks(caps, n, bt, blocks)
+    if cluster_why:
+        reasons += (cluster_why,)
     raster = raster_from_env(RASTER_ENV, RASTER)
     if raster:
         reasons += (f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
@@ -288,7 +316,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, chain, 32)), path=PATH, layout=layout,
         tiles=TileConfig(bt, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
-                         stagger=int(bt == WIDE_BT and stagger_wanted()), raster=raster, streamk=blocks),
+                         stagger=int(bt == WIDE_BT and stagger_wanted()), raster=raster, streamk=blocks,
+                         cluster=cluster),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, bt, bool(blocks)), reasons=reasons,
     )
 

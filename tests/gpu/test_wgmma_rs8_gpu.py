@@ -127,3 +127,30 @@ def _run_checked(qw, bias, dtype, k: int, ms, expected) -> None:
     err = graph_replay_error(lambda s: humming.gemm(s, qw), x,
                              lambda x2: humming.reference_gemm(x2, qw, bias=bias, out_dtype=torch.float32))
     assert err <= TOL
+
+
+@pytest.mark.parametrize("chain,raster", [(64, 4), (128, 0), (64, 3)], ids=["quarters", "halves-launch", "quarters-raster3"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name,group", CASES, ids=[f"{n}-{'g128' if g else 'channel'}" for n, g in CASES])
+def test_wgmma_rs8_wide_cluster(name, group, dtype, chain, raster, monkeypatch):
+    """HUMMING_WGMMA_W4A8_RS_CLUSTER=2: the wide form in clusters of two blocks (adjacent channel tiles) that take turns
+    multicasting each activation stage into both blocks' slots, on partial and whole token tiles, K of 33 stages (an
+    odd count: the copier alternates unevenly and the slot ring wraps), a bias and graph replay."""
+    _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
+    if not api.resolve_profile(None).memory.cluster_multicast:
+        pytest.skip("the profile declares no cluster_multicast")
+    monkeypatch.setenv(ENV, "1")
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_BT", "256")
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CLUSTER", "2")
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_STREAMK", "0")
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", str(chain))
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_RASTER", str(raster))
+    monkeypatch.setenv("HUMMING_POISON_OUTPUT", "1")
+    monkeypatch.setattr(api, "_POISON", True)
+    n, k = 768, 33 * 128
+    torch.manual_seed(5 * n + (group or 1) + len(name) + (dtype == torch.bfloat16) + chain)
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    _run_checked(qw, bias, dtype, k, (128, 300, 777, 1024),
+                 lambda p: p.tiles.bm == 256 and p.tiles.cluster == 2 and p.cluster_dims == (1, 2, 1)
+                 and p.instruction.shape[1] == chain and p.tiles.raster == raster and not p.tiles.streamk)

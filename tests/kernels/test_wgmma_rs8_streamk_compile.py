@@ -168,3 +168,40 @@ def test_without_streamk_the_source_is_the_wide_form(monkeypatch):
     src = api.source(p)
     assert "StreamK" not in src and "block_y" not in src and "mbar_init(xbar0 + 8 * (2 * STAGES), 32);" in src
     assert humming.plan("w4a8-fp8", m=4096, n=8192, k=8192, profile=H200).tiles.streamk == 0
+
+
+@pytest.mark.parametrize("a_type,chain,raster", [("e4m3", "64", "4"), ("s8", "128", "0")])
+def test_cluster_option(a_type, chain, raster, compiled_without_spills, monkeypatch):
+    """HUMMING_WGMMA_W4A8_RS_CLUSTER=2: clusters of two blocks (1 x 2 x 1) taking turns multicasting the activation
+    stages; the pair shares a token tile (the tile of block formula in Python: every pair's two channel tiles are
+    adjacent, every tile once); compiles for sm_90a without spills; refused beside stream-K and on odd tile counts."""
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CLUSTER", "2")
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", chain)
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_RASTER", raster)
+    p = _plan(a_type=a_type, streamk=0)
+    assert p.tiles.cluster == 2 and p.cluster_dims == (1, 2, 1) and p.grid == (16, 64, 1)
+    src = api.source(p)
+    assert "tma_load_2d_multicast(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full, (uint16_t)3);" in src
+    assert "mbar_init(xbar0 + 8 * (STAGES + s), 2 * THREADS / 32);" in src and "cluster_sync();" in src
+    assert src.count("mbar_arrive_peer(xbar0 + 8 * (STAGES + s), ") == 2 and "kt + STAGES < ktiles" in src
+    mod = compiled_without_spills(p, api.resolve_profile(H200))
+    assert not re.search(r"C75\d\d", mod.log), mod.log
+    # the pair mapping (the kernel's _CLUSTER_TILE) covers every tile once, the pair on one token tile
+    gx, gy, r = 16, 64, int(raster)
+    seen = set()
+    for by in range(gy):
+        for bx in range(gx):
+            crank, pairs_y = by & 1, gy >> 1
+            if r:
+                bid, per_group = bx + (by >> 1) * gx, r * pairs_y
+                first = bid // per_group * r
+                rows = min(gx - first, r)
+                m0, n0 = first + bid % per_group % rows, 2 * (bid % per_group // rows) + crank
+            else:
+                m0, n0 = bx, by
+            seen.add((m0, n0))
+            if crank == 1:
+                assert (m0, n0 - 1) in seen  # the rank-0 block of the pair: same token tile, the channel tile before
+    assert len(seen) == gx * gy
+    assert _plan(streamk=132).tiles.cluster == 0  # stream-K first
+    assert _plan(n=128 * 3, m=4096, streamk=0).tiles.cluster == 0  # 3 channel tiles: no pairs

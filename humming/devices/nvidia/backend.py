@@ -1026,12 +1026,14 @@ def consumer_sync_helper(consumer_threads: int) -> str:
 
 
 def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, producer: bool = False,
-                      weights_by_bulk: bool = False, stagger: bool = False, streamk: bool = False) -> str:
+                      weights_by_bulk: bool = False, stagger: bool = False, streamk: bool = False,
+                      cluster: bool = False) -> str:
     """Helpers of the register-A wgmma W4A8 kernel: copies, epilogue arithmetic, fences and descriptors, the
     epilogue's staging stores, the int4 widenings of the W4A8 kernels and one m64n{n}k32 register-A step for the
     plan's 8-bit operand type (request.mma, a wgmma e4m3/s8 form); with ``weights_by_bulk`` (the wide form) the
     bulk copy and a 32-bit shared load of a float; with ``stagger`` the consumers' turn barrier; with ``streamk``
-    the block-index read and the warpgroup barrier of the stream-K form."""
+    the block-index read and the warpgroup barrier of the stream-K form; with ``cluster`` the cluster rank and barrier,
+    peer mbarrier arrivals and the multicast tensor copy (the profile must declare cluster_multicast)."""
     if request.mma.family != "wgmma" or request.mma.a_type not in ("s8", "e4m3"):
         raise ValueError(f"wgmma_rs8_prelude needs a wgmma s8/e4m3 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
@@ -1050,4 +1052,8 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
         parts.append(CONSUMER_TURN)
     if streamk:
         parts.append(STREAMK_RS8_EXTRA)
+    if cluster:
+        if not producer:
+            raise ValueError("the cluster's multicast copies are issued by the producer warpgroup")
+        parts.append(cluster_multicast_helpers(request.caps))
     return "\n".join(parts)
