@@ -385,27 +385,20 @@ def _wide_kernel_source(plan, backend, caps) -> str:
                      "fragment")
     if cluster:  # both blocks' consumers release each slot that is refilled, in both blocks
         main_loop = _cluster_release(main_loop)
+    cfg_head = _WIDE_CFG.format(WIDE_BT=WIDE_BT, chain=chain, BC=BC, BK=BK, stages=t.stages, chain_doc=chain_doc,
+                                raster=t.raster, W_BYTES=W_BYTES, S_BYTES=S_BYTES, tx=tx)
     if t.streamk:  # persistent blocks, one segment after another (humming.core.generator_wgmma_rs8_streamk)
         from humming.core.generator_wgmma_rs8_streamk import wgmma_rs8_streamk_source
 
         return wgmma_rs8_streamk_source(plan, backend, caps, dict(
-            request=request, chain=chain, per_channel=per_channel, luts=luts, tx=tx, main_loop=main_loop,
-            partials=partials, chain_doc=chain_doc))
+            request=request, chain=chain, per_channel=per_channel, luts=luts, main_loop=main_loop, partials=partials,
+            cfg_head=cfg_head))
     source = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
 
 namespace cfg {{
-constexpr int BT = {WIDE_BT}, WT = {chain}, BC = {BC}, BK = {BK}, STAGES = {t.stages};   // tokens (per wgmma), channels, k bytes per stage
-constexpr int {chain_doc}
-static_assert(BT % WT == 0, "whole chains");
-constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile
-constexpr int BLOCK_THREADS = THREADS + 128;  // and a producer warpgroup (warps 8-11)
-constexpr int RASTER = {t.raster};             // token tiles per rasterization group (0: launch order)
-constexpr int X_BYTES = BT * BK;         // one activation tile: BT rows x 128 bytes (128-byte swizzle)
-constexpr int SLAB_BYTES = 4096;         // one 64-channel x 128-k stage of int4 codes (layout_wgmma_rs8)
-constexpr int W_BYTES = {W_BYTES}, S_BYTES = {S_BYTES};   // a slot's codes (two slabs) and group scales (fp32)
-constexpr int STAGE_TX = {tx};   // bytes each stage's copies bring
+{cfg_head}
 constexpr int OUT_LD = BC + {OUT_PAD};         // staging pitch (16-bit values)
 static_assert(W_BYTES == 2 * SLAB_BYTES, "two slabs per block");
 static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
@@ -520,6 +513,19 @@ def _cluster_source(source: str) -> str:
     if "crank" not in out.split("namespace cfg", 1)[1]:
         raise ValueError("internal: the wide kernel's tile of block was not rewritten for the cluster")
     return out
+
+
+# the wide form's constants (both its kernels: humming.core.generator_wgmma_rs8_streamk's too)
+_WIDE_CFG = """constexpr int BT = {WIDE_BT}, WT = {chain}, BC = {BC}, BK = {BK}, STAGES = {stages};   // tokens (per wgmma), channels, k bytes per stage
+constexpr int {chain_doc}
+static_assert(BT % WT == 0, "whole chains");
+constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile
+constexpr int BLOCK_THREADS = THREADS + 128;  // and a producer warpgroup (warps 8-11)
+constexpr int RASTER = {raster};             // token tiles per rasterization group (0: launch order)
+constexpr int X_BYTES = BT * BK;         // one activation tile: BT rows x 128 bytes (128-byte swizzle)
+constexpr int SLAB_BYTES = 4096;         // one 64-channel x 128-k stage of int4 codes (layout_wgmma_rs8)
+constexpr int W_BYTES = {W_BYTES}, S_BYTES = {S_BYTES};   // a slot's codes (two slabs) and group scales (fp32)
+constexpr int STAGE_TX = {tx};   // bytes each stage's copies bring"""
 
 
 def _wide_promote(to_f32: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from humming.core import generator_wgmma_rs_streamk as streamk
 from humming.core.generator_wgmma import eight_bit_params
-from humming.core.planner_wgmma_rs8 import BC, OUT_PAD, S_BYTES, STREAMK_STAGING_TOKENS, W_BYTES, WIDE_BT
+from humming.core.planner_wgmma_rs8 import OUT_PAD, STREAMK_STAGING_TOKENS, WIDE_BT
 
 # the producer thread: every segment's stages into the slots in turn (slot it % STAGES, it = stages copied so far)
 _PRODUCER = """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread copies every segment's stages in turn
@@ -186,16 +186,7 @@ def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
 {prelude}
 
 namespace cfg {{
-constexpr int BT = {WIDE_BT}, WT = {parts["chain"]}, BC = {BC}, BK = {t.bk}, STAGES = {t.stages};   // tokens (per wgmma), channels, k bytes per stage
-constexpr int {parts["chain_doc"]}
-static_assert(BT % WT == 0, "whole chains");
-constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile
-constexpr int BLOCK_THREADS = THREADS + 128;  // and a producer warpgroup (warps 8-11)
-constexpr int RASTER = {t.raster};             // token tiles per rasterization group (0: launch order)
-constexpr int X_BYTES = BT * BK;         // one activation tile: BT rows x 128 bytes (128-byte swizzle)
-constexpr int SLAB_BYTES = 4096;         // one 64-channel x 128-k stage of int4 codes (layout_wgmma_rs8)
-constexpr int W_BYTES = {W_BYTES}, S_BYTES = {S_BYTES};   // a slot's codes (two slabs) and group scales (fp32)
-constexpr int STAGE_TX = {parts["tx"]};   // bytes each stage's copies bring
+{parts["cfg_head"]}
 constexpr int QT = {STREAMK_STAGING_TOKENS};                // tokens per pass of the epilogue's staging tiles
 constexpr int WG_LD = BC / 2 + {OUT_PAD};          // a warpgroup's staging pitch (16-bit values): 64 channels and padding
 static_assert(W_BYTES == 2 * SLAB_BYTES, "two slabs per block");

@@ -99,19 +99,23 @@ def test_wgmma_rs8_wide_form(name, group, dtype, chain, raster, monkeypatch):
     into the slot) on partial and whole token tiles, K of 33 stages (the slot ring wraps unevenly), a bias, and graph
     replay; blocks in launch order or rasterized in groups of 3 token tiles (M 777: groups of 3 and 1)."""
     _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
-    monkeypatch.setenv(ENV, "1")
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_BT", "256")
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", str(chain))
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_RASTER", str(raster))
-    monkeypatch.setenv("HUMMING_POISON_OUTPUT", "1")
-    monkeypatch.setattr(api, "_POISON", True)
-    n, k = 768, 33 * 128
-    torch.manual_seed(3 * n + (group or 1) + len(name) + (dtype == torch.bfloat16))
-    bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    qw, bias, k = _wide_case(monkeypatch, name, group, dtype, chain, raster, 3 * 768)
     _run_checked(qw, bias, dtype, k, (128, 300, 512, 777),
                  lambda p: p.tiles.bm == 256 and p.threads == 384 and p.instruction.shape[1] == chain
                  and p.tiles.raster == raster)
+
+
+def _wide_case(monkeypatch, name, group, dtype, chain: int, raster: int, seed: int, **env):
+    """The wide form forced (with ``env`` set too), outputs poisoned, and a fresh random [768, 33 x 128] weight with a
+    bias: (weight, bias, K). K of 33 stages: the slot ring wraps unevenly."""
+    for var, value in {ENV: "1", "HUMMING_WGMMA_W4A8_RS_BT": "256", "HUMMING_WGMMA_W4A8_RS_CHAIN": str(chain),
+                       "HUMMING_WGMMA_W4A8_RS_RASTER": str(raster), "HUMMING_POISON_OUTPUT": "1", **env}.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(api, "_POISON", True)
+    n, k = 768, 33 * 128
+    torch.manual_seed(seed + (group or 1) + len(name) + (dtype == torch.bfloat16))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    return humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias), bias, k
 
 
 def _run_checked(qw, bias, dtype, k: int, ms, expected) -> None:
@@ -139,18 +143,8 @@ def test_wgmma_rs8_wide_cluster(name, group, dtype, chain, raster, monkeypatch):
     _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
     if not api.resolve_profile(None).memory.cluster_multicast:
         pytest.skip("the profile declares no cluster_multicast")
-    monkeypatch.setenv(ENV, "1")
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_BT", "256")
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CLUSTER", "2")
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_STREAMK", "0")
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", str(chain))
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_RASTER", str(raster))
-    monkeypatch.setenv("HUMMING_POISON_OUTPUT", "1")
-    monkeypatch.setattr(api, "_POISON", True)
-    n, k = 768, 33 * 128
-    torch.manual_seed(5 * n + (group or 1) + len(name) + (dtype == torch.bfloat16) + chain)
-    bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    qw, bias, k = _wide_case(monkeypatch, name, group, dtype, chain, raster, 5 * 768 + chain,
+                             HUMMING_WGMMA_W4A8_RS_CLUSTER="2", HUMMING_WGMMA_W4A8_RS_STREAMK="0")
     _run_checked(qw, bias, dtype, k, (128, 300, 777, 1024),
                  lambda p: p.tiles.bm == 256 and p.tiles.cluster == 2 and p.cluster_dims == (1, 2, 1)
                  and p.instruction.shape[1] == chain and p.tiles.raster == raster and not p.tiles.streamk)

@@ -6,6 +6,7 @@ chain widths, and the forms without stream-K keep their source."""
 import re
 
 import pytest
+from test_wgmma_rs_streamk_compile import _segments  # the W4A16 form's schedule model (the producer's order)
 
 import humming
 from humming import api
@@ -14,21 +15,6 @@ from humming.core.planner_wgmma_rs8 import STREAMK_ENV, plan_w4a8_wgmma_rs, smem
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 H200 = "nvidia-h200"
-
-
-def _producer_segments(tiles: int, katoms: int, blocks: int, b: int):
-    """The producer's order (generator_wgmma_rs_streamk.StreamK.next): whole tiles in waves, then the block's run."""
-    waves, dp = tiles // blocks, tiles // blocks * blocks
-    sk_atoms = (tiles - dp) * katoms
-    segs = [(w * blocks + b, 0, katoms) for w in range(waves)]
-    ga, end = sk_atoms * b // blocks, sk_atoms * (b + 1) // blocks
-    while ga < end:
-        t = ga // katoms
-        kt0 = ga - t * katoms
-        n = min(katoms - kt0, end - ga)
-        segs.append((dp + t, kt0, n))
-        ga += n
-    return segs
 
 
 def _consumer_segment(tiles: int, katoms: int, blocks: int, b: int, seg: int):
@@ -53,8 +39,9 @@ def _consumer_segment(tiles: int, katoms: int, blocks: int, b: int, seg: int):
                                                  (24, 16, 5), (8, 32, 132), (4, 2, 13), (1, 1, 3), (3, 1, 65535)])
 def test_consumer_segments_follow_the_producer(tiles, katoms, blocks):
     covered = set()
+    producer = _segments(tiles, katoms, blocks)[0]  # per block, the producer's order (StreamK.next)
     for b in range(blocks):
-        want = _producer_segments(tiles, katoms, blocks, b)
+        want = producer[b]
         got, seg, stages = [], 0, 0
         while (s := _consumer_segment(tiles, katoms, blocks, b, seg)) is not None:
             tile, kt0, ktiles, it0 = s
