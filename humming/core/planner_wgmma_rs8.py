@@ -267,7 +267,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
             f"wgmma m64nNk32 {a_type} declared ({caps.target.arch}): A (weights) from registers, B (activation "
             "codes) K-major in 128-byte-swizzled shared memory",
             f"path {PATH} (M >= {DEFAULT_MIN_M}; {ENV}=0 switches it off), wide form (M >= {WIDE_MIN_M} and blocks for "
-            f">= {WIDE_MIN_FILL:.0%} of the SMs; {WIDE_ENV}=128 switches it off): C^T = W x^T per tile; each lane reads its int4 codes of a 128-deep stage from "
+            f">= {WIDE_MIN_FILL:.0%} of the SMs or fewer rounds of them than of 128-token blocks; {WIDE_ENV}=128 "
+            "switches it off): C^T = W x^T per tile; each lane reads its int4 codes of a 128-deep stage from "
             f"the stage's slot with two 16-byte shared loads and widens them exactly ({src}) into the m16n8k32 A "
             f"fragment of its warp once for all {WIDE_BT // chain} token {'halves' if chain == BT else 'quarters'}",
             promotion,
@@ -330,5 +331,5 @@ def _streamk_words(m: int, n: int, k: int, blocks: int, why: str) -> str:
             "within at most two tiles); the producer copies every segment's stages without a break; a whole tile's "
             f"epilogue (per-token activation scale staged per segment in shared memory by a producer warp, bias per "
             f"channel) goes through a staging "
-            f"tile of its own ({STREAMK_STAGING_TOKENS} token rows a pass), 16-byte stores of whole token rows; a "
+            f"tile per warpgroup ({STREAMK_STAGING_TOKENS} token rows a pass), 16-byte stores of whole token rows; a "
             "split tile's fp32 partials are added by the last of its blocks, in block order")
