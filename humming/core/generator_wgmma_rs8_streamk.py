@@ -162,8 +162,9 @@ def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
                                 stagger=bool(t.stagger), streamk=True)
     # the tables' `keep` from the thread index: from katoms (uniform in the segment loop) ptxas computes the tables in
     # uniform registers and copies them into vector registers at every use (~30 moves per stage)
-    luts = parts["luts"].replace("ktiles >> 30", "tid >> 30")
-    if luts and "tid >> 30" not in luts:
+    luts = parts["luts"].replace("ktiles >> 30 is 0 for any K here", "tid >> 30 is 0 (a thread index)").replace(
+        "ktiles >> 30", "tid >> 30")
+    if luts and "(uint32_t)(tid >> 30)" not in luts:
         raise ValueError("internal: the widening's lookup tables no longer derive from ktiles >> 30")
     scale_copy = ("\n          bulk_copy_g2s(s0 + s * S_BYTES, S + (size_t)(kt0 + kt) * N + n0, S_BYTES, full);  "
                   "// group kt0 + kt's scales" if not parts["per_channel"] else "")
