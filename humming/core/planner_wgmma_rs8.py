@@ -155,6 +155,15 @@ def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False) -> int:
     return stages * tokens * BK + 1024
 
 
+def wide_tiles(m: int, n: int) -> int:
+    """The wide form's tiles (blocks without stream-K) at M x N."""
+    return -(-m // WIDE_BT) * (n // BC)
+
+
+def _rounds(blocks: int, sms: int) -> int:
+    return -(-blocks // sms)
+
+
 def token_tile(m: int, producer: bool, n: int = 0, sms: int = 0) -> int:
     """WIDE_BT from WIDE_MIN_M tokens where the producer warpgroup runs and either ceil(m / 256) x n / 128 blocks fill
     WIDE_MIN_FILL of the SMs or the 128-token blocks would take more rounds of the SMs than the 256-token ones (n or
@@ -167,8 +176,8 @@ def token_tile(m: int, producer: bool, n: int = 0, sms: int = 0) -> int:
         if forced not in (str(BT), str(WIDE_BT)):
             raise ValueError(f"{WIDE_ENV}={forced!r}: expected {BT} or {WIDE_BT}")
         return WIDE_BT if forced == str(WIDE_BT) and producer else BT
-    wide = -(-m // WIDE_BT) * (n // BC)
-    fills = not (n and sms) or wide >= WIDE_MIN_FILL * sms or -(-(-(-m // BT) * (n // BC)) // sms) > -(-wide // sms)
+    wide, narrow = wide_tiles(m, n), -(-m // BT) * (n // BC)
+    fills = not (n and sms) or wide >= WIDE_MIN_FILL * sms or _rounds(narrow, sms) > _rounds(wide, sms)
     return WIDE_BT if producer and m >= WIDE_MIN_M and fills else BT
 
 
@@ -178,7 +187,7 @@ def streamk_blocks(caps, m: int, n: int) -> tuple[int, str]:
     whole tiles are less than STREAMK_MAX_FILL full (0: no stream-K)."""
     forced = os.environ.get(STREAMK_ENV, "").strip()
     sms = caps.limits.sms or 0
-    tiles = -(-m // WIDE_BT) * (n // BC)
+    tiles = wide_tiles(m, n)
     if forced:
         if not forced.isdigit() or not 0 <= int(forced) <= 65535:
             raise ValueError(f"{STREAMK_ENV}={forced!r}: expected 0 (off) or a block count up to 65535")
@@ -188,7 +197,7 @@ def streamk_blocks(caps, m: int, n: int) -> tuple[int, str]:
     if not sms:
         return 0, "no stream-K: the profile declares no SM count"
     per_sm = tiles / sms
-    fill = per_sm / -(-tiles // sms)
+    fill = per_sm / _rounds(tiles, sms)
     words = f"{tiles} tiles of {WIDE_BT} tokens on {sms} SMs: {per_sm:.2f} a SM, rounds of whole tiles {fill:.0%} full"
     if per_sm < STREAMK_MIN_TILES_PER_SM or fill >= STREAMK_MAX_FILL:
         return 0, (f"no stream-K ({words}; it pays from {STREAMK_MIN_TILES_PER_SM:g} a SM in rounds below "
@@ -238,7 +247,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         raise UnsupportedOnDevice(f"stream-K is written for the wide register-A W4A8 form ({WIDE_BT} tokens)")
     if not 0 <= blocks <= 65535:
         raise ShapeError(f"stream-K takes 1..65535 persistent blocks, not {blocks}")
-    tiles, katoms = -(-m // WIDE_BT) * (n // BC), k // BK
+    tiles, katoms = wide_tiles(m, n), k // BK
     if blocks > tiles * katoms:  # every block gets a segment (the kernel's staggered start waits for one)
         streamk_why += f"; {tiles * katoms} blocks: as many as the tiles' k atoms"
         blocks = tiles * katoms
@@ -324,8 +333,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
 
 
 def _streamk_words(m: int, n: int, k: int, blocks: int, why: str) -> str:
-    tiles = -(-m // WIDE_BT) * (n // BC)
-    waves, left = divmod(tiles, blocks)
+    waves, left = divmod(wide_tiles(m, n), blocks)
     return (f"{why}: {blocks} persistent blocks take {waves} wave(s) of whole tiles, then the {left * (k // BK)} k "
             f"atoms of the {left} tiles left split evenly ({left * (k // BK) / blocks:.1f} a block, each block's run "
             "within at most two tiles); the producer copies every segment's stages without a break; a whole tile's "
