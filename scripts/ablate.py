@@ -35,6 +35,15 @@ MMA_SYNC_HELPERS = r"""__device__ __forceinline__ void sm_mma16816(float* c, con
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 """
+# the register-A W4A8 widening of 2026-12-01 (two's-complement codes; the prevwiden_rs8 variant)
+PREV_WIDEN = r"""__device__ __forceinline__ void prev_widen(uint32_t w, uint32_t p0, uint32_t p1, uint32_t n0, uint32_t n1,
+                                           uint32_t& lo, uint32_t& hi) {
+  const uint32_t sel = w & 0x77777777u;
+  const uint32_t pick = lop3_and_or(w >> 1, 0x44444444u, 0x32103210u);
+  lo = prmt_b32(prmt_b32(p0, p1, sel), prmt_b32(n0, n1, sel), pick);
+  hi = prmt_b32(prmt_b32(p0, p1, sel >> 16), prmt_b32(n0, n1, sel >> 16), pick >> 16);
+}
+"""
 MMA_SYNC_STAGE = r"""if (first) {
         #pragma unroll
         for (int i = 0; i < WG_ACC_REGS; ++i) tmp[i] = 0.0f;
@@ -205,12 +214,14 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # of each partial row pair is kept (wrong results): what the widening and the per-group promotion cost at M = 4096.
     # (Dropping every promotion leaves the partials unread and ptxas then deletes the wgmmas themselves: the
     # fifteenth session's "nopromote_rs8" timed a kernel without tensor math.)
-    "nowiden_rs8": [(r"int4n8_to_e4m3x8_t\((wq\[j >> 2\]\[j & 3\]), lp0, lp1, ln0, ln1, (a\[[^;]*\]), (a\[[^;]*\])\);",
+    "nowiden_rs8": [(r"int4n8_to_e4m3x8_x\((wq\[j >> 2\]\[j & 3\]), la0, la1, lb0, lb1, (a\[[^;]*\]), (a\[[^;]*\])\);",
                      r"{ \2 = \1; \3 = \1 >> 16; }")],
-    # the same kernel with the former widening (two int4n4_to_e4m3x4_t per word, 13-15 instructions instead of 11):
-    # what the word-level widening saved (a correct variant)
-    "oldwiden_rs8": [(r"int4n8_to_e4m3x8_t\((wq\[j >> 2\]\[j & 3\]), lp0, lp1, ln0, ln1, (a\[[^;]*\]), (a\[[^;]*\])\);",
-                      r"{ \2 = int4n4_to_e4m3x4_t(\1, lp0, lp1, ln0, ln1); \3 = int4n4_to_e4m3x4_t(\1 >> 16, lp0, lp1, ln0, ln1); }")],
+    # the same kernel with the widening of 2026-12-01 (11 instructions a word: an AND for the lookups' selectors, a
+    # shift and a LOP3 for the byte picks, 6 byte permutes) instead of 9: what the relabelled codes save (the bytes
+    # are wrong on the relabelled layout: a timing variant)
+    "prevwiden_rs8": [(r'(extern "C" __global__)', PREV_WIDEN.replace("\\", "\\\\") + r"\1"),
+                      (r"int4n8_to_e4m3x8_x\((wq\[j >> 2\]\[j & 3\]), la0, la1, lb0, lb1, (a\[[^;]*\]), (a\[[^;]*\])\);",
+                       r"prev_widen(\1, la0, la1, lb0, lb1, \2, \3);")],
     "promote1_rs8": [(r"\n\s*facc\[WG_ACC_REGS \* \d \+ 4 \* j \+ [123]\] \+= wg_acc_to_f32\(p[ab]\[4 \* j \+ [123]\]\) \* sc\d;",
                       "")],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs

@@ -4,7 +4,8 @@ instructions (the innermost backward branch around them), by opcode. What a kern
 W4A8 kernel at M=4096 (docs/performance.md, sixteenth and seventeenth sessions): ~0.15% per instruction per stage.
 
     python scripts/sass_loop.py --scheme w4a8-fp8 --m 4096 --n 8192 --k 8192 [--env HUMMING_WGMMA_W4A8_RS_STREAMK=132]
-        [--profile nvidia-h200] [--save /tmp/kernel]   (writes .cu, .cubin and .sass there)
+        [--profile nvidia-h200] [--save /tmp/kernel] (writes .cu, .cubin and .sass there) [--variant V] (an ablation of
+        scripts/ablate.py applied to the source first)
 
 cuobjdump: the CUDA toolkit's, or the wheels nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm unpacked (chmod +x their
 bin/ files); found on PATH or given by CUOBJDUMP=/path/to/cuobjdump.
@@ -56,12 +57,14 @@ def main() -> None:
     ap.add_argument("--profile", default="nvidia-h200")
     ap.add_argument("--env", nargs="*", default=[], help="KEY=VALUE settings made before planning")
     ap.add_argument("--save", default="", help="path prefix for the .cu, .cubin and .sass")
+    ap.add_argument("--variant", default="", help="an ablation of scripts/ablate.py applied to the source")
     args = ap.parse_args()
     for kv in args.env:
         key, _, value = kv.partition("=")
         os.environ[key] = value
 
     import humming
+    from humming import api
     from humming.api import resolve_profile, source
     from humming.core.compiler import compile_cuda
     from humming.devices import get_backend
@@ -71,6 +74,11 @@ def main() -> None:
         raise SystemExit("cuobjdump not found: put it on PATH or set CUOBJDUMP (see the module docstring)")
     plan = humming.plan(args.scheme, m=args.m, n=args.n, k=args.k, profile=args.profile)
     caps = resolve_profile(args.profile)
+    if args.variant:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from ablate import patched
+
+        api.kernel_source = patched(args.variant)
     route = get_backend(caps).compile_route(caps)
     text = source(plan, caps)
     mod = compile_cuda(text, [plan.kernel_name], route.arch, options=[*route.options, "--ptxas-options=-v"],

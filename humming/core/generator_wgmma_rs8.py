@@ -6,8 +6,8 @@ WnA16 register-A kernel, ``humming.core.generator_wgmma_rs``, for 8-bit activati
     (n0 + 64 wg + 16 w + {g, g + 8}, g = lane / 4) in the m16n8k32 A-fragment layout. The lane's 32 bytes of codes
     of a 128-deep stage (layout_wgmma_rs8) come in two 16-byte loads, PF stages ahead in a register ring; word j =
     (k32 step j / 2, register pair j % 2) widens into a[j / 2][2 (j % 2)] (row g) and a[j / 2][2 (j % 2) + 1] (row
-    g + 8): s8 as 16 x code with two masks, e4m3 with int4n8_to_e4m3x8_t (int4n4_to_e4m3x4 on each 16-bit half,
-    the masks shared, the lookup tables in registers).
+    g + 8): s8 as 16 x code with two masks, e4m3 with int4n8_to_e4m3x8_x (two byte-permute lookups and an xor per
+    16-bit half on the layout's relabelled codes, the lookup tables in registers).
   * B = activation codes: 128 token rows x 128 k bytes per stage, cp.async into 128-byte-swizzled K-major slots
     (rows past M zero-filled), read through a matrix descriptor (+32 bytes per k32 step).
   * Per stage: two 64-token chains (four m64n64k32 each, scale-d 0 on the first) into two partials pa / pb; the
@@ -44,28 +44,21 @@ def _group_and_chain(plan, caps) -> tuple[bool, HelperRequest, int]:
     return lay.group != 128, request, chain
 
 
-def _widen(a_type: str) -> tuple[str, str]:
-    if a_type == "s8":
-        return "s8x16_lo(WORD)", "s8x16_hi(WORD)"
-    return "int4n4_to_e4m3x4(WORD)", "int4n4_to_e4m3x4(WORD >> 16)"
-
-
-_LUTS = ("  // the widening's lookup tables (int4n4_to_e4m3x4), in registers: ktiles >> 30 is 0 for any K here, but\n"
+_LUTS = ("  // the widening's lookup tables (int4n8_to_e4m3x8_x), in registers: ktiles >> 30 is 0 for any K here, but\n"
          "  // not known to the compiler, so the tables are computed once instead of rematerialized per use\n"
          "  const uint32_t keep = (uint32_t)(ktiles >> 30);\n"
-         "  const uint32_t lp0 = 0x44403800u + keep, lp1 = 0x4E4C4A48u + keep;   // 0 1 2 3 | 4 5 6 7\n"
-         "  const uint32_t ln0 = 0xCACCCED0u + keep, ln1 = 0xB8C0C4C8u + keep;   // -8 -7 -6 -5 | -4 -3 -2 -1\n")
+         "  const uint32_t la0 = 0x44403800u + keep, la1 = 0x3533312Fu + keep;   // 0 1 2 3 | ~(-8 -7 -6 -5)\n"
+         "  const uint32_t lb0 = 0x4E4C4A48u + keep, lb1 = 0xB8C0C4C8u + keep;   // 4 5 6 7 | -4 -3 -2 -1\n")
 
 
 def _widening(a_type: str, word: str, ind: str) -> tuple[str, str]:
     """The body of the ``for (int j = 0; j < 8; ++j)`` loop that widens word j (``word``) into the two fragment
     registers a[j / 2][2 (j % 2)] and a[j / 2][2 (j % 2) + 1], and the declarations it needs (e4m3: the lookup tables
-    in registers, both halves of a word in one int4n8_to_e4m3x8_t)."""
+    in registers, both halves of a word in one int4n8_to_e4m3x8_x, on the relabelled codes of the layout)."""
     out = "a[j >> 1][2 * (j & 1)]", "a[j >> 1][2 * (j & 1) + 1]"
     if a_type == "e4m3":
-        return f"\n{ind}  int4n8_to_e4m3x8_t({word}, lp0, lp1, ln0, ln1, {out[0]}, {out[1]});", _LUTS
-    lo, hi = (e.replace("WORD", word) for e in _widen(a_type))
-    return f" {{\n{ind}  {out[0]} = {lo};\n{ind}  {out[1]} = {hi};\n{ind}}}", ""
+        return f"\n{ind}  int4n8_to_e4m3x8_x({word}, la0, la1, lb0, lb1, {out[0]}, {out[1]});", _LUTS
+    return f" {{\n{ind}  {out[0]} = s8x16_lo({word});\n{ind}  {out[1]} = s8x16_hi({word});\n{ind}}}", ""
 
 
 def _channel_scales(at: str) -> tuple[str, str]:

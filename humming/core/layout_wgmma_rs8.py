@@ -5,8 +5,9 @@ the m64nNk32 A fragment (the mma.sync m16n8k32 A layout per warp of a warpgroup)
 Word order of ``qweight`` (uint32): [N/64 slab][K/128 stage kt][warp w (4)][half (2)][lane (32)][4 words]. Word
 jj of half hf of a lane is its word j = 4 hf + jj, for k32 step ks = j // 2 and register pair sub = j % 2; it holds
 channel rows r0 = 64 slab + 16 w + lane/4 and r1 = r0 + 8, k = 128 kt + 32 ks + 16 sub + 4 (lane % 4) + e, e < 4:
-  * e4m3: nibble e = code(r0, k_e), nibble 4 + e = code(r1, k_e): int4n4_to_e4m3x4(w) is register a[2 sub] (row
-    r0), int4n4_to_e4m3x4(w >> 16) is a[2 sub + 1] (row r1);
+  * e4m3: nibble e = label(r0, k_e), nibble 4 + e = label(r1, k_e), label = the two's-complement code with bits 2
+    and 3 swapped (what int4n8_to_e4m3x8_x of the nvidia backend reads): its lo output is register a[2 sub] (row
+    r0), its hi output a[2 sub + 1] (row r1);
   * s8: byte e = code(r0, k_e) | code(r1, k_e) << 4: (w << 4) & 0xF0F0F0F0 is a[2 sub] as 16 x code and
     w & 0xF0F0F0F0 is a[2 sub + 1] (the scales carry 1/16, as in the W4A8 wgmma layout).
 Scales: fp32 [K/group, N] in natural column order (group 128, or K for per-channel scales; s8: times 1/16)."""
@@ -49,6 +50,11 @@ class PackedWgmmaRs8:
     perm: None = None
 
 
+def e4m3_label(code: torch.Tensor) -> torch.Tensor:
+    """4-bit two's-complement codes -> the e4m3 widening's labels: bits 2 and 3 swapped (an involution)."""
+    return (code & 0x3) | ((code & 0x4) << 1) | ((code & 0x8) >> 1)
+
+
 def pack_int4_rs(codes: torch.Tensor, a_type: str) -> torch.Tensor:
     """4-bit codes [N, K] (low nibbles; N % 64 == 0, K % 128 == 0) -> int32 words in the order of the module
     docstring."""
@@ -56,6 +62,8 @@ def pack_int4_rs(codes: torch.Tensor, a_type: str) -> torch.Tensor:
     if n % RS8_BC or k % RS8_BK:
         raise ShapeError(f"N={n} must be a multiple of {RS8_BC} and K={k} of {RS8_BK} for the register-A layout")
     c = (codes.to(torch.int64) & 0xF)
+    if a_type == "e4m3":
+        c = e4m3_label(c)
     # rows: slab, w, h (r0 / r1), g ; k: kt, ks, sub, q, e
     c = c.view(n // 64, 4, 2, 8, k // 128, 4, 2, 4, 4)
     # -> slab kt w [ks sub] [g q] h e

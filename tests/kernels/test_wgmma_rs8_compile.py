@@ -9,11 +9,13 @@ import re
 import pytest
 import torch
 from test_wgmma_compile import _read_map, _store_map  # the validated descriptor / swizzle model
+from test_widen_bit_tricks import _tables as _widen_tables  # the widening's tables and its bit-exact emulation
+from test_widen_bit_tricks import per_word as _widen_word
 
 import humming
 from humming import api
 from humming.core.compiler import compile_cuda
-from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout, prepare_w4a8_rs
+from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout, e4m3_label, prepare_w4a8_rs
 from humming.core.nvrtc import select_toolchain
 from humming.core.planner_wgmma_rs8 import ENV, OUT_PAD, PATH, plan_w4a8_wgmma_rs
 from humming.core.quantize import quantize_activation
@@ -114,7 +116,7 @@ def test_wide_form_compiles(a_type, group, act, chain, monkeypatch):
     assert bulk == (3 if group else 2), bulk  # two slabs of codes (+ the group scales)
     assert "st.shared.f32" in ptx and "ld.shared.f32" in ptx  # the token scales through shared memory (+ group scales)
     if a_type == "e4m3":  # the widening's tables are computed once, not rebuilt per byte permute
-        assert "int4n4_to_e4m3x4_t(" in src and "const uint32_t keep = (uint32_t)(ktiles >> 30);" in src
+        assert "int4n8_to_e4m3x8_x(" in src and "const uint32_t keep = (uint32_t)(ktiles >> 30);" in src
     for ins in ("cp.async.bulk.tensor.2d", "setmaxnreg.inc.sync.aligned.u32 232", "bar.sync 1, 256",
                 "ld.shared.v4.u32", "fence.proxy.async.shared::cta", "st.global.v4.u32"):
         assert ins in ptx, ins
@@ -188,8 +190,8 @@ def _check_kernel_indexing(src: str) -> None:
         "const uint32_t* wsrc = Bw + (size_t)slab * ktiles * STAGE_WORDS + w * 256 + lane * 4;",
         "load_g128(wq[", "][0], p);", "][1], p + 128);",
         "const int tab = slab * 64 + 16 * w + g;",
-        *(("int4n8_to_e4m3x8_t(wq[s][j >> 2][j & 3], lp0, lp1, ln0, ln1, a[j >> 1][2 * (j & 1)], "
-           "a[j >> 1][2 * (j & 1) + 1]);",) if "int4n8_to_e4m3x8_t(wq" in src else
+        *(("int4n8_to_e4m3x8_x(wq[s][j >> 2][j & 3], la0, la1, lb0, lb1, a[j >> 1][2 * (j & 1)], "
+           "a[j >> 1][2 * (j & 1) + 1]);",) if "int4n8_to_e4m3x8_x(wq" in src else
           ("a[j >> 1][2 * (j & 1)] = ", "a[j >> 1][2 * (j & 1) + 1] = ")),
         "copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);",
         "const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);",
@@ -204,20 +206,10 @@ def _check_kernel_indexing(src: str) -> None:
         assert text in src, text
 
 
-def _prmt(a: int, b: int, sel: int) -> int:
-    src = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
-    return sum(src[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
-
-
-def _int4n4_to_e4m3x4(w: int) -> int:  # the helper of humming.devices.nvidia.backend, in Python
-    sel = w & 0x7777
-    pos = _prmt(0x44403800, 0x4E4C4A48, sel)
-    neg = _prmt(0xCACCCED0, 0xB8C0C4C8, sel)
-    return _prmt(pos, neg, ((w >> 1) & 0x4444) | 0x3210)
-
-
 def _lut_from_prmt() -> torch.Tensor:
-    return torch.tensor([_int4n4_to_e4m3x4(c) & 0xFF for c in range(16)], dtype=torch.int64)
+    """label -> e4m3 byte of the backend's widening (emulated bit for bit in test_widen_bit_tricks)."""
+    tables = _widen_tables()
+    return torch.tensor([_widen_word(label, *tables)[0] & 0xFF for label in range(16)], dtype=torch.int64)
 
 
 def _widen(word: torch.Tensor, a_type: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -239,7 +231,7 @@ def _byte_value(b: torch.Tensor, a_type: str) -> torch.Tensor:
 
 def test_int4_to_e4m3_table_is_exact():
     lut = _lut_from_prmt()
-    vals = _byte_value(lut, "e4m3")
+    vals = _byte_value(lut[e4m3_label(torch.arange(16))], "e4m3")  # code -> its label -> the widened byte
     assert vals.tolist() == [float(c - 16 if c >= 8 else c) for c in range(16)]
 
 

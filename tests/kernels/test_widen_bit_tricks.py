@@ -8,10 +8,8 @@ import re
 import torch
 
 from humming.core import generator_wgmma_rs8
+from humming.core.layout_wgmma_rs8 import e4m3_label
 from humming.devices.nvidia.backend import RS8_WIDEN_T
-
-M32 = 0xFFFFFFFF
-
 
 def prmt(a: int, b: int, sel: int) -> int:
     """PTX prmt.b32, default mode: byte i of the result is byte (sel nibble i & 7) of {b, a}, or that byte's sign
@@ -38,11 +36,11 @@ def _hex(text: str) -> list[int]:
 
 
 def _tables() -> tuple[int, int, int, int]:
-    """The four lookup words the wide kernel keeps in registers (lp0 lp1 | ln0 ln1)."""
+    """The four lookup words the kernel keeps in registers (la0 la1 | lb0 lb1)."""
     text = inspect.getsource(generator_wgmma_rs8)
-    lp = re.search(r"lp0 = 0x([0-9A-F]+)u \+ keep, lp1 = 0x([0-9A-F]+)u", text)
-    ln = re.search(r"ln0 = 0x([0-9A-F]+)u \+ keep, ln1 = 0x([0-9A-F]+)u", text)
-    return tuple(int(h, 16) for h in (*lp.groups(), *ln.groups()))
+    la = re.search(r"la0 = 0x([0-9A-F]+)u \+ keep, la1 = 0x([0-9A-F]+)u", text)
+    lb = re.search(r"lb0 = 0x([0-9A-F]+)u \+ keep, lb1 = 0x([0-9A-F]+)u", text)
+    return tuple(int(h, 16) for h in (*la.groups(), *lb.groups()))
 
 
 def e4m3_bytes(values: list[int]) -> int:
@@ -54,34 +52,52 @@ def signed(code: int) -> int:
     return code - 16 if code & 8 else code
 
 
-def per_half(w: int, p0: int, p1: int, n0: int, n1: int) -> int:
-    body = _helper("int4n4_to_e4m3x4_t")
-    sel_mask, pick_mask, pick_base = _hex(body)
-    sel = w & sel_mask
-    return prmt(prmt(p0, p1, sel), prmt(n0, n1, sel), ((w >> 1) & pick_mask) | pick_base)
+def per_word(w: int, a0: int, a1: int, b0: int, b1: int) -> tuple[int, int]:
+    """int4n8_to_e4m3x8_x of the backend on a word of labels: (lo, hi), with the flip constant read from its text."""
+    body = _helper("int4n8_to_e4m3x8_x")
+    (flip,) = _hex(body)
+    for text in ("prmt_b32(a0, a1, w) ^ prmt_b32(b0, b1, wf)", "prmt_b32(a0, a1, w >> 16) ^ prmt_b32(b0, b1, wf >> 16)"):
+        assert text in body, text
+    wf = w ^ flip
+    return (prmt(a0, a1, w) ^ prmt(b0, b1, wf), prmt(a0, a1, w >> 16) ^ prmt(b0, b1, wf >> 16))
 
 
-def per_word(w: int, p0: int, p1: int, n0: int, n1: int) -> tuple[int, int]:
-    body = _helper("int4n8_to_e4m3x8_t")
-    sel_mask, pick_mask, pick_base = _hex(body)
-    assert "sel >> 16" in body and "pick >> 16" in body
-    sel = w & sel_mask
-    pick = ((w >> 1) & pick_mask) | pick_base
-    return (prmt(prmt(p0, p1, sel), prmt(n0, n1, sel), pick),
-            prmt(prmt(p0, p1, sel >> 16), prmt(n0, n1, sel >> 16), pick >> 16))
+def label_word(codes: list[int]) -> int:
+    """Eight two's-complement codes -> the word of their labels (nibble i = label of code i), as the layout packs."""
+    labels = e4m3_label(torch.tensor(codes, dtype=torch.int64)).tolist()
+    return sum(c << (4 * i) for i, c in enumerate(labels))
+
+
+def test_labels_swap_bits_2_and_3():
+    codes = torch.arange(16)
+    labels = e4m3_label(codes)
+    assert sorted(labels.tolist()) == list(range(16))  # a bijection
+    assert torch.equal(e4m3_label(labels), codes)  # an involution: the same function undoes it
+    assert labels.tolist()[:8] == [0, 1, 2, 3, 8, 9, 10, 11]
 
 
 def test_word_level_widening_is_exact_for_every_code_and_position():
-    p0, p1, n0, n1 = _tables()
+    tables = _tables()
     g = torch.Generator().manual_seed(0)
-    words = [sum(((c + i) % 16) << (4 * i) for i in range(8)) for c in range(16)]  # every code in every nibble
-    words += torch.randint(0, 2**32, (512,), generator=g, dtype=torch.int64).tolist()
-    for w in words:
-        codes = [(w >> (4 * i)) & 0xF for i in range(8)]
-        want_lo = e4m3_bytes([signed(c) for c in codes[:4]])
-        want_hi = e4m3_bytes([signed(c) for c in codes[4:]])
-        assert per_word(w, p0, p1, n0, n1) == (want_lo, want_hi), hex(w)
-        assert (per_half(w, p0, p1, n0, n1), per_half(w >> 16, p0, p1, n0, n1)) == (want_lo, want_hi), hex(w)
+    words = [[(c + i) % 16 for i in range(8)] for c in range(16)]  # every code in every nibble
+    words += torch.randint(0, 16, (512, 8), generator=g, dtype=torch.int64).tolist()
+    for codes in words:
+        want = (e4m3_bytes([signed(c) for c in codes[:4]]), e4m3_bytes([signed(c) for c in codes[4:]]))
+        assert per_word(label_word(codes), *tables) == want, codes
+
+
+def test_widening_reads_the_flipped_labels_where_the_first_lookup_gives_a_sign():
+    """The identity the helper rests on, per label: where h is clear the flipped lookup is a sign mask that undoes the
+    table's complement of negative values; where h is set the first lookup is 0 (every a-table byte is below 0x80)."""
+    a0, a1, b0, b1 = _tables()
+    assert all(((x >> (8 * i)) & 0x80) == 0 for x in (a0, a1) for i in range(4))
+    for label in range(16):
+        first, flipped = prmt(a0, a1, label) & 0xFF, prmt(b0, b1, label ^ 8) & 0xFF
+        negative = bool(label & 4)  # the sign is bit 2 of the label's low 3 bits
+        if label & 8:
+            assert first == 0
+        else:
+            assert flipped == (0xFF if negative else 0)
 
 
 def test_prmt_emulation_replicates_signs():

@@ -880,20 +880,20 @@ __device__ __forceinline__ void sts_f32(uint32_t addr, float v) {
 }
 """
 
-RS8_WIDEN_T = r"""// int4n4_to_e4m3x4 with its four lookup tables in registers the caller keeps (p0 p1: 0..7, n0 n1: -8..-1)
-__device__ __forceinline__ uint32_t int4n4_to_e4m3x4_t(uint32_t w, uint32_t p0, uint32_t p1, uint32_t n0, uint32_t n1) {
-  const uint32_t sel = w & 0x7777u;
-  return prmt_b32(prmt_b32(p0, p1, sel), prmt_b32(n0, n1, sel), ((w >> 1) & 0x4444u) | 0x3210u);
-}
-// both halves of a word at once (lo: nibbles 0-3, hi: nibbles 4-7), 11 instructions instead of 13-15: one AND makes
-// both halves' lookup selectors and one shift-and-merge both byte-pick selectors (prmt reads only the low 16 bits of
-// its selector, so lo uses them as they are and hi after one shift each)
-__device__ __forceinline__ void int4n8_to_e4m3x8_t(uint32_t w, uint32_t p0, uint32_t p1, uint32_t n0, uint32_t n1,
+RS8_WIDEN_T = r"""// the register-A W4A8 kernel's int4 -> e4m3 widening, both halves of a word (lo: nibbles 0-3, hi: nibbles 4-7) in 9
+// instructions. Its codes are relabelled when the weights are prepared: label = the two's-complement code with bits 2
+// and 3 swapped, so bit 2 of a label's low 3 bits (l) is the sign and its bit 3 (h) is the code's bit 2. A prmt lookup reads
+// l and, where h is set, gives the picked byte's sign replicated instead; the two lookups are read once with the
+// labels as they are and once with h flipped, and their xor is the e4m3 byte:
+//   h = 0: a[l] ^ sign(b[l]) with a[l] = e4m3(value) ^ (0xFF if negative): the value's byte;
+//   h = 1: sign(a[l]) ^ b[l] = 0 ^ e4m3(value) (every a[l] is below 0x80).
+// Both labels of one l have the same sign (the sign is in l), which is what lets the flip undo the first lookup's mask.
+// prmt reads only its selector's low 16 bits: hi's selectors are the words shifted by 16.
+__device__ __forceinline__ void int4n8_to_e4m3x8_x(uint32_t w, uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1,
                                                    uint32_t& lo, uint32_t& hi) {
-  const uint32_t sel = w & 0x77777777u;
-  const uint32_t pick = lop3_and_or(w >> 1, 0x44444444u, 0x32103210u);
-  lo = prmt_b32(prmt_b32(p0, p1, sel), prmt_b32(n0, n1, sel), pick);
-  hi = prmt_b32(prmt_b32(p0, p1, sel >> 16), prmt_b32(n0, n1, sel >> 16), pick >> 16);
+  const uint32_t wf = w ^ 0x88888888u;   // every label's h flipped
+  lo = prmt_b32(a0, a1, w) ^ prmt_b32(b0, b1, wf);
+  hi = prmt_b32(a0, a1, w >> 16) ^ prmt_b32(b0, b1, wf >> 16);
 }
 """
 
