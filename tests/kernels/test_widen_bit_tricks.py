@@ -11,6 +11,7 @@ from humming.core import generator_wgmma_rs8
 from humming.core.layout_wgmma_rs8 import e4m3_label
 from humming.devices.nvidia.backend import RS8_WIDEN_T
 
+
 def prmt(a: int, b: int, sel: int) -> int:
     """PTX prmt.b32, default mode: byte i of the result is byte (sel nibble i & 7) of {b, a}, or that byte's sign
     replicated when the nibble's bit 3 is set."""
