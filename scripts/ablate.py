@@ -222,6 +222,14 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "prevwiden_rs8": [(r'(extern "C" __global__)', PREV_WIDEN.replace("\\", "\\\\") + r"\1"),
                       (r"int4n8_to_e4m3x8_x\((wq\[j >> 2\]\[j & 3\]), la0, la1, lb0, lb1, (a\[[^;]*\]), (a\[[^;]*\])\);",
                        r"prev_widen(\1, la0, la1, lb0, lb1, \2, \3);")],
+    # the wide / stream-K W4A8 forms with the widening's tables and the lane's slot addresses computed (ptxas then
+    # recomputes them at every stage: 297 instead of 281 instructions) instead of loaded from shared memory (correct)
+    "unheld_rs8": [(r"const uint32_t held0 = smem_u32\(held\), zero = lds_32\(held0 \+ 16\);",
+                    "const uint32_t zero = 0u, keep = (uint32_t)(ktiles >> 30);"),
+                   (r"const uint32_t la0 = lds_32\(held0\), la1 = lds_32\(held0 \+ 4\);",
+                    "const uint32_t la0 = 0x44403800u + keep, la1 = 0x3533312Fu + keep;"),
+                   (r"const uint32_t lb0 = lds_32\(held0 \+ 8\), lb1 = lds_32\(held0 \+ 12\);",
+                    "const uint32_t lb0 = 0x4E4C4A48u + keep, lb1 = 0xB8C0C4C8u + keep;")],
     "promote1_rs8": [(r"\n\s*facc\[WG_ACC_REGS \* \d \+ 4 \* j \+ [123]\] \+= wg_acc_to_f32\(p[ab]\[4 \* j \+ [123]\]\) \* sc\d;",
                       "")],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs

@@ -50,6 +50,20 @@ _LUTS = ("  // the widening's lookup tables (int4n8_to_e4m3x8_x), in registers: 
          "  const uint32_t la0 = 0x44403800u + keep, la1 = 0x3533312Fu + keep;   // 0 1 2 3 | ~(-8 -7 -6 -5)\n"
          "  const uint32_t lb0 = 0x4E4C4A48u + keep, lb1 = 0xB8C0C4C8u + keep;   // 4 5 6 7 | -4 -3 -2 -1\n")
 
+# The wide and stream-K forms' values held in registers: ptxas, short of registers in the consumers' loop, recomputes a
+# value at every use when it can (the tables from ktiles, the lane's slot addresses from the thread index: 16
+# instructions a stage), but not a value loaded from shared memory. Thread 0 writes them next to the mbarriers.
+HELD_DECL = ("  // values the consumers read back into registers: ptxas keeps a loaded value in a register, but recomputes one\n"
+             "  // it can derive (the tables, the lane's addresses) at every use when registers are short\n"
+             "  __shared__ uint32_t held[5];  // the widening's tables, a zero\n")
+HELD_INIT = ("    held[0] = 0x44403800u; held[1] = 0x3533312Fu;   // 0 1 2 3 | ~(-8 -7 -6 -5)\n"
+             "    held[2] = 0x4E4C4A48u; held[3] = 0xB8C0C4C8u;   // 4 5 6 7 | -4 -3 -2 -1\n"
+             "    held[4] = 0u;\n")
+HELD_LUTS = ("  const uint32_t held0 = smem_u32(held), zero = lds_32(held0 + 16);   // 0, loaded (held)\n"
+             "  const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4);   // the widening's tables\n"
+             "  const uint32_t lb0 = lds_32(held0 + 8), lb1 = lds_32(held0 + 12);\n")
+HELD_ZERO = "  const uint32_t held0 = smem_u32(held), zero = lds_32(held0 + 16);   // 0, loaded (held)\n"
+
 
 def _widening(a_type: str, word: str, ind: str) -> tuple[str, str]:
     """The body of the ``for (int j = 0; j < 8; ++j)`` loop that widens word j (``word``) into the two fragment
@@ -341,7 +355,8 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         raise ValueError(f"the wide W4A8 form's cluster option is written for pairs without stream-K, not {t}")
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger),
                                 cluster=bool(cluster))
-    widen, luts = _widening(lay.a_type, "wq[j >> 2][j & 3]", "    ")
+    widen, _ = _widening(lay.a_type, "wq[j >> 2][j & 3]", "    ")
+    luts = HELD_LUTS if lay.a_type == "e4m3" else HELD_ZERO  # the tables (e4m3) and a zero, loaded: kept in registers
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
         scale_decl, scale_pick = _channel_scales("S + n0 + tab")
@@ -349,8 +364,8 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         tx = "X_BYTES + W_BYTES"
     else:
         scale_decl = ""
-        scale_pick = ("const float sc0 = lds_f32(s0 + s * S_BYTES + tab * 4), "
-                      "sc1 = lds_f32(s0 + s * S_BYTES + (tab + 8) * 4);  // group kt")
+        scale_pick = ("const float sc0 = lds_f32(slane + s * S_BYTES), "
+                      "sc1 = lds_f32(slane + s * S_BYTES + 32);  // group kt")
         scale_copy = "\n        bulk_copy_g2s(s0 + s * S_BYTES, S + (size_t)kt * N + n0, S_BYTES, full);  // group kt's scales"
         tx = "X_BYTES + W_BYTES + S_BYTES"
     params = eight_bit_params(
@@ -402,7 +417,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
   const uint32_t t0 = s0 + STAGES * S_BYTES;                       // the block's BT token scales (fp32)
 
   __shared__ __align__(8) uint64_t xbar[2 * STAGES + 1];  // FULL[STAGES], EMPTY[STAGES], then the token scales'
-  const uint32_t xbar0 = smem_u32(xbar);
+{HELD_DECL}  const uint32_t xbar0 = smem_u32(xbar);
   if (tid == 0) {{
     #pragma unroll
     for (int s = 0; s < STAGES; ++s) {{
@@ -410,7 +425,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
       mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
     }}
     mbar_init(xbar0 + 8 * (2 * STAGES), 32);
-    mbar_init_fence();
+{HELD_INIT}    mbar_init_fence();
   }}
   __syncthreads();
   if (warp >= THREADS / 32) {{  // ---- the producer warpgroup: its first thread issues each stage's copies
@@ -442,8 +457,9 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
   setmaxnreg_inc<232>();  // the consumers take the producer's registers
 
   const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the block: tab and tab + 8
-  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16;   // its words 4 hf + jj: + hf * 512 in a slot
-{scale_decl}{luts}  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
+{luts}  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16 + zero;   // its words 4 hf + jj: + hf * 512 in a slot
+  const uint32_t slane = s0 + tab * 4 + zero;                 // its group scales in a slot: tab, then tab + 8 at + 32
+{scale_decl}  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
   #pragma unroll
   for (int i = 0; i < BT / 2; ++i) facc[i] = 0.0f;
 {partials}

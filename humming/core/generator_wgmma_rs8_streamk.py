@@ -153,6 +153,7 @@ def _indent(code: str, by: str = "  ") -> str:
 
 def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
     """The stream-K kernel of the wide form; ``parts``: the wide form's pieces (generator_wgmma_rs8._wide_parts)."""
+    from humming.core.generator_wgmma_rs8 import HELD_DECL, HELD_INIT
     from humming.devices.nvidia.backend import wgmma_rs8_prelude
 
     t = plan.tiles
@@ -160,12 +161,7 @@ def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
         raise ValueError("stream-K is written for the wide register-A W4A8 form (256 tokens, producer warpgroup)")
     prelude = wgmma_rs8_prelude(backend, parts["request"], parts["chain"], producer=True, weights_by_bulk=True,
                                 stagger=bool(t.stagger), streamk=True)
-    # the tables' `keep` from the thread index: from katoms (uniform in the segment loop) ptxas computes the tables in
-    # uniform registers and copies them into vector registers at every use (~30 moves per stage)
-    luts = parts["luts"].replace("ktiles >> 30 is 0 for any K here", "tid >> 30 is 0 (a thread index)").replace(
-        "ktiles >> 30", "tid >> 30")
-    if luts and "(uint32_t)(tid >> 30)" not in luts:
-        raise ValueError("internal: the widening's lookup tables no longer derive from ktiles >> 30")
+    luts = parts["luts"]  # the tables (e4m3) and a zero, loaded from shared memory: kept in registers
     scale_copy = ("\n          bulk_copy_g2s(s0 + s * S_BYTES, S + (size_t)(kt0 + kt) * N + n0, S_BYTES, full);  "
                   "// group kt0 + kt's scales" if not parts["per_channel"] else "")
     channel_decl, channel_scales = ("", "")
@@ -208,7 +204,7 @@ static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
 
   __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
   __shared__ __align__(8) uint64_t tbar[4];           // token-scale buffers: FULL[2], then EMPTY[2]
-  const uint32_t xbar0 = smem_u32(xbar), tbar0 = smem_u32(tbar);
+{HELD_DECL}  const uint32_t xbar0 = smem_u32(xbar), tbar0 = smem_u32(tbar);
   if (tid == 0) {{
     #pragma unroll
     for (int s = 0; s < STAGES; ++s) {{
@@ -220,7 +216,7 @@ static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
       mbar_init(tbar0 + 8 * b, 32);
       mbar_init(tbar0 + 8 * (2 + b), THREADS / 32);
     }}
-    mbar_init_fence();
+{HELD_INIT}    mbar_init_fence();
   }}
   __syncthreads();
   // a consumer warp is done with segment seg's token scales (also a segment that leaves its split tile to others)
@@ -230,8 +226,9 @@ static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
   }};
 {_PRODUCER.replace("{scale_copy}", scale_copy)}
   const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the tile: tab and tab + 8
-  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16;   // its words 4 hf + jj: + hf * 512 in a slot
-{luts}  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
+{luts}  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16 + zero;   // its words 4 hf + jj: + hf * 512 in a slot
+  const uint32_t slane = s0 + tab * 4 + zero;                 // its group scales in a slot: tab, then tab + 8 at + 32
+  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
 {parts["partials"]}{stagger_take}
   #pragma unroll 1
   for (int seg = 0; ; ++seg) {{  // this block's segments

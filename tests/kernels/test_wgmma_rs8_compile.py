@@ -115,8 +115,11 @@ def test_wide_form_compiles(a_type, group, act, chain, monkeypatch):
     bulk = ptx.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes")
     assert bulk == (3 if group else 2), bulk  # two slabs of codes (+ the group scales)
     assert "st.shared.f32" in ptx and "ld.shared.f32" in ptx  # the token scales through shared memory (+ group scales)
-    if a_type == "e4m3":  # the widening's tables are computed once, not rebuilt per byte permute
-        assert "int4n8_to_e4m3x8_x(" in src and "const uint32_t keep = (uint32_t)(ktiles >> 30);" in src
+    if a_type == "e4m3":  # the widening's tables are loaded once, not rebuilt per byte permute
+        assert "int4n8_to_e4m3x8_x(" in src and "const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4);" in src
+    # the lane's slot addresses carry a loaded zero, so ptxas keeps them in registers instead of recomputing them
+    assert "zero = lds_32(held0 + 16);" in src and "lane * 16 + zero;" in src
+    assert ("lds_f32(slane + s * S_BYTES + 32)" in src) == bool(group)  # the group scales (per channel: loaded once)
     for ins in ("cp.async.bulk.tensor.2d", "setmaxnreg.inc.sync.aligned.u32 232", "bar.sync 1, 256",
                 "ld.shared.v4.u32", "fence.proxy.async.shared::cta", "st.global.v4.u32"):
         assert ins in ptx, ins

@@ -143,7 +143,8 @@ def test_streamk_kernels_compile(a_type, chain, group, compiled_without_spills, 
     # every block needs a segment: test_every_block_has_a_segment)
     assert src.count("consumer_turn_take();") == 1 and src.count("consumer_turn_give();") == 1
     assert "if (wg == 0 && it0 + kt == 0" in src
-    assert ("const uint32_t keep = (uint32_t)(tid >> 30);" in src) == (a_type == "e4m3")
+    assert ("const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4);" in src) == (a_type == "e4m3")
+    assert "zero = lds_32(held0 + 16);" in src and "lane * 16 + zero;" in src
     mod = compiled_without_spills(p, api.resolve_profile(H200))
     assert not re.search(r"C75\d\d", mod.log), mod.log  # no serialized wgmmas
     assert mod.ptx.count("wgmma.mma_async") >= 4 and re.search(r"bar\.sync\s+%r", mod.ptx)  # the warpgroup barrier

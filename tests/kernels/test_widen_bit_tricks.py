@@ -44,6 +44,17 @@ def _tables() -> tuple[int, int, int, int]:
     return tuple(int(h, 16) for h in (*la.groups(), *lb.groups()))
 
 
+def test_held_tables_are_the_tables():
+    """The wide and stream-K forms write the tables into shared memory (HELD_INIT) and read them back (HELD_LUTS): the
+    same four words as the narrow form's, in the order la0 la1 lb0 lb1, and a zero after them."""
+    init = dict((int(i), int(v, 16)) for i, v in re.findall(r"held\[(\d)\] = 0x([0-9A-F]+)u", generator_wgmma_rs8.HELD_INIT))
+    assert re.search(r"held\[4\] = 0u;", generator_wgmma_rs8.HELD_INIT)
+    assert tuple(init[i] for i in range(4)) == _tables()
+    reads = dict(re.findall(r"(l[ab][01]) = lds_32\(held0(?: \+ (\d+))?\)", generator_wgmma_rs8.HELD_LUTS))
+    assert {k: int(v or 0) for k, v in reads.items()} == {"la0": 0, "la1": 4, "lb0": 8, "lb1": 12}
+    assert "zero = lds_32(held0 + 16)" in generator_wgmma_rs8.HELD_LUTS
+
+
 def e4m3_bytes(values: list[int]) -> int:
     codes = torch.tensor(values, dtype=torch.float32).to(torch.float8_e4m3fn).view(torch.uint8).tolist()
     return sum(c << (8 * i) for i, c in enumerate(codes))
