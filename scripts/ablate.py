@@ -225,11 +225,14 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # the wide / stream-K W4A8 forms with the widening's tables and the lane's slot addresses computed (ptxas then
     # recomputes them at every stage: 297 instead of 281 instructions) instead of loaded from shared memory (correct)
     "unheld_rs8": [(r"const uint32_t held0 = smem_u32\(held\), zero = lds_32\(held0 \+ 16\);",
-                    "const uint32_t zero = 0u, keep = (uint32_t)(ktiles >> 30);"),
+                    "const uint32_t zero = 0u, keep = (uint32_t)(tid >> 30);"),
                    (r"const uint32_t la0 = lds_32\(held0\), la1 = lds_32\(held0 \+ 4\);",
                     "const uint32_t la0 = 0x44403800u + keep, la1 = 0x3533312Fu + keep;"),
                    (r"const uint32_t lb0 = lds_32\(held0 \+ 8\), lb1 = lds_32\(held0 \+ 12\);",
                     "const uint32_t lb0 = 0x4E4C4A48u + keep, lb1 = 0xB8C0C4C8u + keep;")],
+    # the wide / stream-K W4A8 forms building each stage's activation descriptor (9 more uniform instructions a stage)
+    # instead of adding the slot's offset to slot 0's (correct)
+    "undesc0_rs8": [(r"desc0 \+ \(uint64_t\)\(s \* \(X_BYTES >> 4\)\)", "make_smem_desc(x0 + s * X_BYTES)")],
     "promote1_rs8": [(r"\n\s*facc\[WG_ACC_REGS \* \d \+ 4 \* j \+ [123]\] \+= wg_acc_to_f32\(p[ab]\[4 \* j \+ [123]\]\) \* sc\d;",
                       "")],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs

@@ -153,7 +153,7 @@ def _indent(code: str, by: str = "  ") -> str:
 
 def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
     """The stream-K kernel of the wide form; ``parts``: the wide form's pieces (generator_wgmma_rs8._wide_parts)."""
-    from humming.core.generator_wgmma_rs8 import HELD_DECL, HELD_INIT
+    from humming.core.generator_wgmma_rs8 import DESC0, HELD_DECL, HELD_INIT
     from humming.devices.nvidia.backend import wgmma_rs8_prelude
 
     t = plan.tiles
@@ -228,7 +228,7 @@ static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
   const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the tile: tab and tab + 8
 {luts}  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16 + zero;   // its words 4 hf + jj: + hf * 512 in a slot
   const uint32_t slane = s0 + tab * 4 + zero;                 // its group scales in a slot: tab, then tab + 8 at + 32
-  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
+{DESC0}  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
 {parts["partials"]}{stagger_take}
   #pragma unroll 1
   for (int seg = 0; ; ++seg) {{  // this block's segments
