@@ -168,12 +168,12 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "pf15_16": [(r"constexpr int PF = 7, R = PF \+ 1;", "constexpr int PF = 15, R = PF + 1;")],
     # small register-A form: no wait for the stage's activation tile (its tensor copy may still be in flight: wrong
     # results): what waiting for the activations costs
-    "noxwait_rs": [(r"mbar_wait\(xbar0 \+ 8 \* \(u % STAGES\), \(kt / STAGES\) & 1\);", "")],
+    "noxwait_rs": [(r"mbar_wait\(xbar0 \+ 8 \* \(u % STAGES\), \(\(unsigned\)kt / STAGES\) & 1\);", "")],
     # small register-A form: only the prologue's activation stages are copied, the slots never refilled (wrong
     # results): the time without the activations' L2 -> shared traffic (as much as the weights' at 16 tokens)
     "xonce_rs": [(r"if \(next < ktiles\) load_stage\(\(\(u \+ LOOKAHEAD\) % STAGES\), next\);", ""),
-                 (r"mbar_wait\(xbar0 \+ 8 \* \(u % STAGES\), \(kt / STAGES\) & 1\);",
-                  "if (kt < LOOKAHEAD) mbar_wait(xbar0 + 8 * (u % STAGES), (kt / STAGES) & 1);")],
+                 (r"mbar_wait\(xbar0 \+ 8 \* \(u % STAGES\), \(\(unsigned\)kt / STAGES\) & 1\);",
+                  "if (kt < LOOKAHEAD) mbar_wait(xbar0 + 8 * (u % STAGES), ((unsigned)kt / STAGES) & 1);")],
     # small register-A form without its wgmmas (the decoded registers folded into the sums so that the decode stays;
     # wrong results): what the tensor-core work and its waits cost
     "nowgmma_rs": [(r"wgmma_k16_rs\(tmp, a\[ks\], desc_x \+ 2 \* ks, ks > 0 \|\| !first\);",
@@ -233,6 +233,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # the wide / stream-K W4A8 forms building each stage's activation descriptor (9 more uniform instructions a stage)
     # instead of adding the slot's offset to slot 0's (correct)
     "undesc0_rs8": [(r"desc0 \+ \(uint64_t\)\(s \* \(X_BYTES >> 4\)\)", "make_smem_desc(x0 + s * X_BYTES)")],
+    # the W4A16 register-A kernels as before 2026-12-01: signed slot / phase / scale-row arithmetic and each stage's
+    # descriptor built from its slot's address (correct; e.g. 1096 -> 1210 SASS instructions per 10 stream-K stages)
+    "signed_rs": [(r"\(unsigned\)(\((?:it0 \+ )?kt(?: \+ STAGES - 1)?\)|kt|next)( [%/] STAGES)", r"\1\2"),
+                  (r"\(size_t\)\(\(unsigned\)\(", "(size_t)(("),
+                  (r"desc0 \+ \(uint64_t\)\((.*?) \* \(X_BYTES >> 4\)\)", r"make_smem_desc(x0 + \1 * X_BYTES)")],
     "promote1_rs8": [(r"\n\s*facc\[WG_ACC_REGS \* \d \+ 4 \* j \+ [123]\] \+= wg_acc_to_f32\(p[ab]\[4 \* j \+ [123]\]\) \* sc\d;",
                       "")],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs

@@ -121,7 +121,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                       "  const uint32_t x16_bias = f32x2_to_act2(960.0f, 960.0f);   // -(magic + zero) + 960 = -(64 + zero)\n")
 
     def table(ptr: str, group: int, atom: str) -> str:
-        row = "0" if group < 0 else f"(size_t)(({atom}) * BK / {group}) * N + "
+        row = "0" if group < 0 else f"(size_t)((unsigned)({atom}) * BK / {group}) * N + "  # (unsigned: no signed division)
         return f"load_g32({ptr} + {row if group > 0 else ''}tab)"
 
     ring_decl, ring_load, pick, fixed = [], [], [], []
@@ -201,10 +201,10 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     if const_slots and unroll_n % t.stages == 0:  # constant slots (kb is a multiple of the trip, hence of STAGES)
         kt_slot, next_slot = "(u % STAGES)", "((u + LOOKAHEAD) % STAGES)"
     else:
-        kt_slot, next_slot = "(kt % STAGES)", "next % STAGES"
-    kt_phase = "(kt / STAGES) & 1"
+        kt_slot, next_slot = "((unsigned)kt % STAGES)", "(unsigned)next % STAGES"
+    kt_phase = "((unsigned)kt / STAGES) & 1"  # (unsigned: a mask and a shift, not a signed division's fix-ups)
     if t.streamk:  # stage kt of a segment is the block's stage it0 + kt (the producer copies segment after segment)
-        kt_slot, kt_phase = "((it0 + kt) % STAGES)", "((it0 + kt) / STAGES) & 1"
+        kt_slot, kt_phase = "((unsigned)(it0 + kt) % STAGES)", "((unsigned)(it0 + kt) / STAGES) & 1"
     if small:
         ktiles_line = ("const int katoms = K / BK, ktiles = k_per_split / BK;   // k atoms of a slab, of this split\n"
                        "  const int kt0 = blockIdx.z * ktiles;                        // this split's first k atom")
@@ -314,7 +314,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         block_sync = "consumer_sync"
         splitk_code = splitk_code.replace("__syncthreads()", "consumer_sync()")
         ws_threads = "\nconstexpr int BLOCK_THREADS = THREADS + 32;  // and a producer warp (warp 4) for the tensor copies"
-        prev = "((u + STAGES - 1) % STAGES)" if kt_slot == "(u % STAGES)" else "((kt + STAGES - 1) % STAGES)"
+        prev = "((u + STAGES - 1) % STAGES)" if kt_slot == "(u % STAGES)" else "((unsigned)(kt + STAGES - 1) % STAGES)"
         release = ("\n      if (lane == 0 && kt > 0 && kt - 1 + STAGES < ktiles)  // this warp is done with stage kt - 1: "
                    "release its slot to the block that refills it\n"
                    f"        mbar_arrive_peer(xbar0 + 8 * (STAGES + {prev}), (kt - 1) % CLUSTER);")
@@ -324,10 +324,11 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
             load_code = load_code.replace("&XMAP, kt * BK, m0", "&XMAP, (kt0 + kt) * BK, m0")
             if "(kt0 + kt) * BK" not in load_code:
                 raise ValueError("internal: the producer warpgroup's tensor copy has no k coordinate to offset")
-        prev_slot = "((u + STAGES - 1) % STAGES)" if kt_slot == "(u % STAGES)" else "((kt + STAGES - 1) % STAGES)"
+        prev_slot = ("((u + STAGES - 1) % STAGES)" if kt_slot == "(u % STAGES)" else
+                     "((unsigned)(kt + STAGES - 1) % STAGES)")
         first = "kt > 0"
         if t.streamk:  # (the first stage of a segment releases the last of the one before)
-            prev_slot, first = "((it0 + kt + STAGES - 1) % STAGES)", "it0 + kt > 0"
+            prev_slot, first = "((unsigned)(it0 + kt + STAGES - 1) % STAGES)", "it0 + kt > 0"
         release = (f"\n      if (lane == 0 && {first}) mbar_arrive(xbar0 + 8 * (STAGES + " + prev_slot + "));  // this "
                    "warp is done with stage kt - 1: its slot may be refilled")
         block_sync = "consumer_sync"
@@ -348,6 +349,11 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         slab_head, slab_body = slab_line, ""
     cluster_line = (f"\nconstexpr int CLUSTER = {cluster};           // blocks per cluster (adjacent slabs) sharing each "
                     "activation stage" if cluster else "")
+    # slot 0's activation descriptor, once (a slot's adds its offset / 16 to the 14-bit start-address field, no carry
+    # below 256 KB): declared where ptxas's loop comes out shortest (the small form: at the top, the others: with the
+    # accumulators; 1210 -> 1096 SASS instructions per 10 stream-K stages with the unsigned slot arithmetic)
+    desc0 = "  const uint64_t desc0 = make_smem_desc(x0);   // slot 0's activation descriptor: slot s's is + s * X_BYTES / 16\n"
+    desc0_small, desc0_wide = (desc0, "") if small else ("", desc0)
     source = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -389,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
   {ktiles_line}
 {slab_head}  // the swizzle repeats every 1024 bytes of address: start on such a boundary (1 KiB is reserved)
   const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;         // STAGES activation slots, then the staging tile
-
+{desc0_small}
 {load_code}
 {{SEGMENT_BODY}}{slab_body}  {wsrc_doc}
   {wsrc_line}
@@ -399,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
   float acc[WG_ACC_REGS];
   #pragma unroll
   for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0.0f;{fold_decl}
-
+{desc0_wide}
 {prologue}  #pragma unroll
   for (int s = 0; s < PF; ++s)
     if (s < ktiles) {{
@@ -423,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
 {fetch("(s + PF) % R", "kt + PF", "        ")}
       }}
 {stage_wait}
-{refill}      const uint64_t desc_x = make_smem_desc(x0 + {kt_slot} * X_BYTES);
+{refill}      const uint64_t desc_x = desc0 + (uint64_t)({kt_slot} * (X_BYTES >> 4));   // slot 0's descriptor + the slot's offset
 {mma_block}{release}
     }}
     // drain before the loop's back edge: ptxas serializes every wgmma when a group whose A registers it cannot

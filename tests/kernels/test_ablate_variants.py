@@ -22,10 +22,11 @@ import ablate  # noqa: E402
 # split-K clusters, the x_smem stream kernel at M=1, the register-A W4A8 kernel's wide form at M=4096)
 CASES = {
     ("w4a16", 16, 28672): ["nomem_rs", "l2only_rs", "nodecode_rs", "nowgmma_rs", "noscale_rs", "noloop_rs", "half_rs",
-                  "xonce_rs", "nosync_rs", "mmasync_rs", "wsmem_rs", "pair_rs", "nomem_rs+nowgmma_rs+nodecode_rs", "pf5",
-                  "lb7"],
+                           "xonce_rs", "nosync_rs", "signed_rs", "mmasync_rs", "wsmem_rs", "pair_rs",
+                           "nomem_rs+nowgmma_rs+nodecode_rs", "pf5", "lb7"],
     ("w4a16", 1, 28672): ["empty", "noxstage", "notables", "nomem", "l2only"],
-    ("w4a8-fp8", 4096, 8192): ["nowiden_rs8", "promote1_rs8", "nowiden_rs8+promote1_rs8", "oldwiden_rs8"],
+    ("w4a8-fp8", 4096, 8192): ["nowiden_rs8", "promote1_rs8", "nowiden_rs8+promote1_rs8", "prevwiden_rs8",
+                               "unheld_rs8", "undesc0_rs8"],
 }
 
 

@@ -233,7 +233,8 @@ def _check_kernel_indexing(src: str) -> None:
         "const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + w * 128 + lane * 4;",
         "const uint32_t* p = wsrc + (size_t)(", "load_g128(wq[", "], p);",
         "const int tab = slab * 64 + g * 8 + 2 * w;",
-        "const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);",
+        "const uint64_t desc0 = make_smem_desc(x0);",  # slot s's descriptor: desc0 + s * X_BYTES / 16 (no carry)
+        "const uint64_t desc_x = desc0 + (uint64_t)(((unsigned)kt % STAGES) * (X_BYTES >> 4));",
         "wgmma_k16_rs(acc, a[ks], desc_x + 2 * ks, 1);",
         "const int ch = wg * 64 + w * 16 + 8 * h + g;",
         "f32x2_to_act2(acc[4 * j + 2 * h] * cs + bs, acc[4 * j + 2 * h + 1] * cs + bs);",
@@ -580,3 +581,16 @@ def test_weight_ring_depth():
         mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",))
         assert max(int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)) == 0, mod.log
         assert not re.search(r"C751\d", mod.log), mod.log
+
+
+def _smem_desc(addr: int) -> int:  # make_smem_desc of the nvidia backend, in Python
+    return ((addr & 0x3FFFF) >> 4) | (1 << 16) | ((1024 >> 4) << 32) | (1 << 62)
+
+
+@pytest.mark.parametrize("x_bytes,stages", [(16384, 6), (32768, 4), (32768, 5), (8192, 6), (2048, 4)])
+def test_slot_descriptor_is_slot_zeros_plus_the_offset(x_bytes, stages):
+    """The kernels add a slot's offset / 16 to slot 0's descriptor (desc0) instead of building each slot's: the same
+    64-bit value wherever the slots lie in the 228 KB shared window (the start-address field has 14 bits: no carry)."""
+    for x0 in range(0, 228 * 1024 - stages * x_bytes + 1, 1024):
+        for s in range(stages):
+            assert _smem_desc(x0) + s * (x_bytes >> 4) == _smem_desc(x0 + s * x_bytes), (x0, s)
