@@ -358,6 +358,12 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         raise ValueError(f"the wide W4A8 form's cluster option is written for pairs without stream-K, not {t}")
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger),
                                 cluster=bool(cluster))
+    if plan.pdl:
+        if cluster or t.streamk:
+            raise ValueError("programmatic dependent launch is written for the wide form without clusters or stream-K")
+        from humming.devices.nvidia.backend import grid_dependency_helpers
+
+        prelude += grid_dependency_helpers(caps)
     widen, _ = _widening(lay.a_type, "wq[j >> 2][j & 3]", "    ")
     luts = HELD_LUTS if lay.a_type == "e4m3" else HELD_ZERO  # the tables (e4m3) and a zero, loaded: kept in registers
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
@@ -404,6 +410,10 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         return wgmma_rs8_streamk_source(plan, backend, caps, dict(
             request=request, chain=chain, per_channel=per_channel, luts=luts, main_loop=main_loop, partials=partials,
             cfg_head=cfg_head))
+    producer_loop, token_wait = _wide_producer_loop(scale_copy, bool(plan.pdl))
+    # (the consumers' first FULL barrier comes after the producer's wait anyway; theirs makes the order of their
+    # output stores after the previous kernel explicit)
+    consumer_wait = "  pdl_wait();  // the previous kernel has finished before this block writes its output\n" if plan.pdl else ""
     source = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -436,18 +446,9 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
     if (tid == THREADS) {{
       // the block's slabs n0 / 64 and n0 / 64 + 1: ktiles stages of SLAB_BYTES each
       const unsigned char* codes = reinterpret_cast<const unsigned char*>(Bw) + (size_t)(n0 / 64) * ktiles * SLAB_BYTES;
-      #pragma unroll 1
-      for (int kt = 0; kt < ktiles; ++kt) {{
-        const int s = kt % STAGES;
-        const uint32_t full = xbar0 + 8 * s;
-        if (kt >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
-        mbar_expect_tx(full, STAGE_TX);
-        tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);
-        bulk_copy_g2s(w0 + s * W_BYTES, codes + (size_t)kt * SLAB_BYTES, SLAB_BYTES, full);
-        bulk_copy_g2s(w0 + s * W_BYTES + SLAB_BYTES, codes + ((size_t)ktiles + kt) * SLAB_BYTES, SLAB_BYTES, full);{scale_copy}
-      }}
+{producer_loop}
     }} else if (warp == THREADS / 32 + 1) {{  // the next warp: the epilogue's token scales, off its critical path
-      const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+{token_wait}      const float scale = GS ? out_scale * load_f32(GS) : out_scale;
       #pragma unroll
       for (int i = lane; i < BT; i += 32) {{
         const int tok = m0 + i;
@@ -458,7 +459,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
     return;
   }}
   setmaxnreg_inc<232>();  // the consumers take the producer's registers
-
+{consumer_wait}
   const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the block: tab and tab + 8
 {luts}  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16 + zero;   // its words 4 hf + jj: + hf * 512 in a slot
   const uint32_t slane = s0 + tab * 4 + zero;                 // its group scales in a slot: tab, then tab + 8 at + 32
@@ -470,6 +471,49 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 
 {_epilogue(True)}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
     return _cluster_source(source, t.raster) if cluster else source
+
+
+_WIDE_WEIGHTS = ("bulk_copy_g2s(w0 + s * W_BYTES, codes + (size_t)kt * SLAB_BYTES, SLAB_BYTES, full);",
+                 "bulk_copy_g2s(w0 + s * W_BYTES + SLAB_BYTES, codes + ((size_t)ktiles + kt) * SLAB_BYTES, SLAB_BYTES, full);")
+
+
+def _wide_producer_loop(scale_copy: str, pdl: bool) -> tuple[str, str]:
+    """The wide form's producer loop (its first thread) and the token-scale warp's wait. With programmatic dependent
+    launch the first STAGES stages' codes and scales are copied before griddepcontrol.wait (they do not come from
+    the previous kernel), their activations after it; each FULL mbarrier expects the whole stage either way."""
+    lines = [*_WIDE_WEIGHTS, *(ln.strip() for ln in scale_copy.split("\n") if ln.strip())]
+
+    def weights(indent: int) -> str:
+        return "\n".join(" " * indent + ln for ln in lines)
+
+    if not pdl:
+        return ("""      #pragma unroll 1
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt % STAGES;
+        const uint32_t full = xbar0 + 8 * s;
+        if (kt >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
+        mbar_expect_tx(full, STAGE_TX);
+        tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);
+""" + weights(8) + "\n      }"), ""
+    return ("""      // programmatic dependent launch: the first stages' weights while the previous kernel finishes
+      for (int kt = 0; kt < min(ktiles, STAGES); ++kt) {
+        const int s = kt;
+        const uint32_t full = xbar0 + 8 * s;
+        mbar_expect_tx(full, STAGE_TX);
+""" + weights(8) + """
+      }
+      pdl_wait();  // the previous kernel (the activation quantizer) has finished: its codes are visible
+      #pragma unroll 1
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt % STAGES;
+        const uint32_t full = xbar0 + 8 * s;
+        if (kt >= STAGES) {
+          mbar_wait(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
+          mbar_expect_tx(full, STAGE_TX);
+""" + weights(10) + """
+        }
+        tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);
+      }"""), "      pdl_wait();  // the token scales come from the previous kernel (the activation quantizer)\n"
 
 
 # ---- the wide form's cluster option (TileConfig.cluster = 2): the two blocks of a cluster take one token tile and two

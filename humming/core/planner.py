@@ -174,7 +174,8 @@ class Plan:
                       self.async_copy, getattr(self.layout, "weight_bits", 8), getattr(self.layout, "group", 0),
                       *(("fast_accum",) if getattr(self.layout, "fast_accum", False) else ()),
                       *(("block",) if getattr(self.layout, "weight_scale", "") == "block" else ()),
-                      *(("e2m1",) if getattr(self.layout, "weight_format", "") == "e2m1" else ()))
+                      *(("e2m1",) if getattr(self.layout, "weight_format", "") == "e2m1" else ()),
+                      *(("pdl",) if self.pdl else ()))
             return hashlib.sha1(repr(parts8).encode()).hexdigest()[:10]
         d = self.layout.decode
         parts = (
@@ -201,7 +202,7 @@ class Plan:
                 w += "_" + self.family  # e.g. hm_w8a8_wgmma_...
             return (f"hm_{w}_{self.instruction.a_type}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}"
                     f"w{t.warps_m}{t.warps_n}{t.warps_k}{f'k{t.streamk}' if getattr(t, 'streamk', 0) else ''}"
-                    f"_{self.kernel_key}")
+                    f"{'_pdl' if self.pdl else ''}_{self.kernel_key}")
         d = self.layout.decode
         w = f"{d.kind}{d.bits}"
         kind = "wgmma" if self.family == "wgmma" else "stream" if self.path == "stream" else "tile"
@@ -348,12 +349,17 @@ PDL_ENV = "HUMMING_PDL"  # "0": no programmatic dependent launch; "1" / unset: w
 PDL_DEFAULT = True
 
 
+def pdl_wanted() -> bool:
+    """HUMMING_PDL: "0" never; unset or "1": where the profile declares griddepcontrol."""
+    env = os.environ.get(PDL_ENV, "")
+    return PDL_DEFAULT if env == "" else env != "0"
+
+
 def with_pdl(caps, plan: Plan) -> Plan:
     """The plan with programmatic dependent launch where it applies: the register-ring stream kernel and the small-M
     register-A wgmma form (64-channel tiles) on a profile declaring griddepcontrol (HUMMING_PDL=0: never). Their
     weight prefetch then overlaps the previous kernel's tail."""
-    env = os.environ.get(PDL_ENV, "")
-    wanted = PDL_DEFAULT if env == "" else env != "0"
+    wanted = pdl_wanted()
     kernel = ((plan.path == "stream" and not plan.tiles.bulk)
               or (plan.path == "wgmma-rs" and plan.tiles.bn == 64 and plan.tiles.bulk != 2))
     if not wanted or plan.pdl or not kernel or not caps.memory.griddepcontrol:

@@ -15,7 +15,7 @@ import os
 from dataclasses import replace
 
 from humming.core.layout_wgmma_rs8 import RS8_BK
-from humming.core.planner import Plan, TileConfig
+from humming.core.planner import PDL_ENV, Plan, TileConfig, pdl_wanted
 from humming.core.planner_wgmma import wgmma_form
 from humming.core.wgmma_common import (
     STAGGER_ENV,
@@ -322,14 +322,21 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         reasons += (f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
                     "blocks take its token tiles for one channel tile after another, so the blocks running together "
                     f"share {raster} activation tiles in L2 instead of all of them",)
+    pdl = bt == WIDE_BT and not blocks and not cluster and pdl_wanted() and caps.memory.griddepcontrol
+    if pdl:
+        reasons += (f"programmatic dependent launch ({PDL_ENV}; griddepcontrol declared): launched with the PDL "
+                    "attribute behind the activation quantizer (which lets its dependents start), the producer copies "
+                    "the first stages' codes and scales while the quantizer finishes, then waits for it "
+                    "(griddepcontrol.wait) before copying activations or reading token scales",)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, chain, 32)), path=PATH, layout=layout,
         tiles=TileConfig(bt, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
                          stagger=int(bt == WIDE_BT and stagger_wanted()), raster=raster, streamk=blocks,
                          cluster=cluster),
-        splits=1, async_copy=True, smem_bytes=smem_bytes(stages, bt, bool(blocks)), reasons=reasons,
+        splits=1, async_copy=True, smem_bytes=smem_bytes(stages, bt, bool(blocks)), reasons=reasons, pdl=pdl,
     )
+
 
 
 def _streamk_words(m: int, n: int, k: int, blocks: int, why: str) -> str:

@@ -148,3 +148,39 @@ def test_wgmma_rs8_wide_cluster(name, group, dtype, chain, raster, monkeypatch):
     _run_checked(qw, bias, dtype, k, (128, 300, 777, 1024),
                  lambda p: p.tiles.bm == 256 and p.tiles.cluster == 2 and p.cluster_dims == (1, 2, 1)
                  and p.instruction.shape[1] == chain and p.tiles.raster == raster and not p.tiles.streamk)
+
+
+@pytest.mark.parametrize("name", ["w4a8-fp8", "w4a8-int8"])
+def test_wgmma_rs8_wide_pdl_chain(name, monkeypatch):
+    """The wide form launched with PDL behind its activation quantizer (the default where griddepcontrol is
+    declared), in a chain y2 = gemm(gemm(x, w1), w2) repeated on fresh inputs without synchronizing: each GEMM's
+    producer copies weights before the quantizer has finished, and the next quantizer reads the previous GEMM's
+    output. Every output is checked against the reference (the second on the first's actual output), then the chain
+    is captured in a CUDA graph and replayed on new activations."""
+    _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
+    monkeypatch.delenv("HUMMING_PDL", raising=False)
+    qw2, bias, k = _wide_case(monkeypatch, name, 128, torch.float16, 64, 4, 4242)
+    qw1 = humming.quantize(torch.randn(k, k, device="cuda") * 0.03, _scheme(name, 128))
+    outs = []
+    for m in (300, 777, 512, 777):
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        y1 = humming.gemm(x, qw1)
+        outs.append((x, y1, humming.gemm(y1, qw2)))
+    for qw, m in ((qw1, 777), (qw2, 777)):
+        spec = launch_spec(qw, "w4a8-wgmma-rs8", torch.float16, m)
+        assert spec.plan.path == PATH and spec.plan.tiles.bm == 256 and spec.pdl, spec.plan.explain()
+    torch.cuda.synchronize()
+    for x, y1, y2 in outs:
+        assert not torch.isnan(y1).any() and not torch.isnan(y2).any()
+        assert rel_error(y1, humming.reference_gemm(x, qw1, out_dtype=torch.float32)) <= TOL
+        assert rel_error(y2, humming.reference_gemm(y1, qw2, bias=bias, out_dtype=torch.float32)) <= TOL
+    static = outs[-1][0].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g1 = humming.gemm(static, qw1)
+        g2 = humming.gemm(g1, qw2)
+    static.copy_(torch.randn_like(static))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_error(g1, humming.reference_gemm(static, qw1, out_dtype=torch.float32)) <= TOL
+    assert rel_error(g2, humming.reference_gemm(g1, qw2, bias=bias, out_dtype=torch.float32)) <= TOL

@@ -113,7 +113,8 @@ def test_wide_form_compiles(a_type, group, act, chain, monkeypatch):
     assert sorted(set(waits)) == (["0"] if chain == 128 else ["0", "1"]), waits
     assert "C7517" not in log and "injected" not in log and "C7514" not in log, log
     bulk = ptx.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes")
-    assert bulk == (3 if group else 2), bulk  # two slabs of codes (+ the group scales)
+    # two slabs of codes (+ the group scales), in the producer loop and (PDL) in the loop of the first stages
+    assert bulk == (3 if group else 2) * (2 if p.pdl else 1), bulk
     assert "st.shared.f32" in ptx and "ld.shared.f32" in ptx  # the token scales through shared memory (+ group scales)
     if a_type == "e4m3":  # the widening's tables are loaded once, not rebuilt per byte permute
         assert "int4n8_to_e4m3x8_x(" in src and "const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4);" in src
@@ -371,3 +372,37 @@ def test_block_rasterization_covers_every_tile_once(raster, monkeypatch):
         assert sorted(seen) == sorted(itertools.product(range(gx), range(gy))), (raster, gx, gy)
         if raster and gx > raster and gy > 1:  # the first blocks: the first group's token tiles on channel tile 0, then 1
             assert seen[:2 * min(raster, gx)] == [(m, n) for n in (0, 1) for m in range(min(raster, gx))]
+
+
+@pytest.mark.parametrize("a_type,group", [("e4m3", 128), ("s8", None)])
+def test_wide_form_programmatic_dependent_launch(a_type, group, monkeypatch, compiled_without_spills):
+    """The wide form is launched with PDL behind the activation quantizer where the profile declares griddepcontrol:
+    its producer copies the first STAGES stages' codes and scales, then griddepcontrol.wait, then every activation
+    tensor copy; the token-scale warp waits before reading them, the consumers before their loop. HUMMING_PDL=0
+    gives back the kernel without PDL (another name); stream-K and cluster plans are never PDL-launched."""
+    caps = _caps()
+    lay = WgmmaRs8Layout(a_type, 1024, 4096, group or 4096)
+    monkeypatch.delenv("HUMMING_PDL", raising=False)
+    p = plan_w4a8_wgmma_rs(caps, lay, 4096, "f16", scheme=SCHEME[a_type])
+    assert p.pdl and "_pdl_" in p.kernel_name and "griddepcontrol.wait" in p.explain()
+    src = api.source(p, caps)
+    producer = src[src.index("// programmatic dependent launch: the first stages' weights"):src.index("} else if (warp")]
+    wait = producer.index("pdl_wait();")
+    assert "mbar_expect_tx(full, STAGE_TX);" in producer[:wait] and "bulk_copy_g2s(w0" in producer[:wait]
+    assert "tma_load_2d" not in producer[:wait] and "tma_load_2d" in producer[wait:]
+    tokens = src[src.index("} else if (warp == THREADS / 32 + 1)"):src.index("return;")]
+    assert tokens.index("pdl_wait();") < tokens.index("load_f32(TS")
+    consumers = src[src.index("setmaxnreg_inc<232>();"):]
+    assert consumers.count("pdl_wait();") == 1 and consumers.index("pdl_wait();") < consumers.index("for (int kt")
+    mod = compiled_without_spills(p, caps)
+    assert "griddepcontrol.wait" in mod.ptx and "C75" not in mod.log
+    monkeypatch.setenv("HUMMING_PDL", "0")
+    off = plan_w4a8_wgmma_rs(caps, lay, 4096, "f16", scheme=SCHEME[a_type])
+    assert not off.pdl and off.kernel_name != p.kernel_name and "pdl_wait" not in api.source(off, caps)
+    monkeypatch.delenv("HUMMING_PDL")
+    sk = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(a_type, 8192, 8192, group or 8192), 768, "f16",
+                            scheme=SCHEME[a_type])
+    assert sk.tiles.streamk and not sk.pdl
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CLUSTER", "2")
+    cl = plan_w4a8_wgmma_rs(caps, lay, 4096, "f16", scheme=SCHEME[a_type])
+    assert cl.tiles.cluster and not cl.pdl
