@@ -15,7 +15,7 @@ import os
 from dataclasses import replace
 
 from humming.core.layout_wgmma_rs8 import RS8_BK
-from humming.core.planner import PDL_ENV, Plan, TileConfig, pdl_wanted
+from humming.core.planner import Plan, TileConfig, pdl_wanted
 from humming.core.planner_wgmma import wgmma_form
 from humming.core.wgmma_common import (
     STAGGER_ENV,
@@ -29,6 +29,10 @@ from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs8"
 ENV = "HUMMING_WGMMA_W4A8_RS"  # W4A8 (groups of 128 / per channel): default (and "1") from M >= 128; "0": never
+# "1": the wide form (without stream-K or clusters) launched with PDL behind the activation quantizer (and HUMMING_PDL
+# not 0). Off by default: measured slower at M=4096 (8192x8192 544.0 -> 560.9 us, 28672x8192 1926.6 -> 2098.1,
+# docs/runs/2026-12-01f/call8) and no faster at M=1024
+PDL_RS8_ENV = "HUMMING_WGMMA_W4A8_RS_PDL"
 BT, BC, BK = 128, 128, RS8_BK
 MIN_M = 128
 # Measured on the H200 (2026-11-30, third session) against the warp-specialised wgmma W4A8 kernel, W4A8-FP8:
@@ -322,11 +326,12 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         reasons += (f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
                     "blocks take its token tiles for one channel tile after another, so the blocks running together "
                     f"share {raster} activation tiles in L2 instead of all of them",)
-    pdl = bt == WIDE_BT and not blocks and not cluster and pdl_wanted() and caps.memory.griddepcontrol
+    pdl = (bt == WIDE_BT and not blocks and not cluster and os.environ.get(PDL_RS8_ENV, "") == "1" and pdl_wanted()
+           and bool(caps.memory.griddepcontrol))
     if pdl:
-        reasons += (f"programmatic dependent launch ({PDL_ENV}; griddepcontrol declared): launched with the PDL "
-                    "attribute behind the activation quantizer (which lets its dependents start), the producer copies "
-                    "the first stages' codes and scales while the quantizer finishes, then waits for it "
+        reasons += (f"programmatic dependent launch ({PDL_RS8_ENV}=1; griddepcontrol declared): launched with the "
+                    "PDL attribute behind the activation quantizer (which lets its dependents start), the producer "
+                    "copies the first stages' codes and scales while the quantizer finishes, then waits for it "
                     "(griddepcontrol.wait) before copying activations or reading token scales",)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",

@@ -152,13 +152,14 @@ def test_wgmma_rs8_wide_cluster(name, group, dtype, chain, raster, monkeypatch):
 
 @pytest.mark.parametrize("name", ["w4a8-fp8", "w4a8-int8"])
 def test_wgmma_rs8_wide_pdl_chain(name, monkeypatch):
-    """The wide form launched with PDL behind its activation quantizer (the default where griddepcontrol is
+    """The wide form launched with PDL behind its activation quantizer (HUMMING_WGMMA_W4A8_RS_PDL=1; griddepcontrol
     declared), in a chain y2 = gemm(gemm(x, w1), w2) repeated on fresh inputs without synchronizing: each GEMM's
     producer copies weights before the quantizer has finished, and the next quantizer reads the previous GEMM's
     output. Every output is checked against the reference (the second on the first's actual output), then the chain
     is captured in a CUDA graph and replayed on new activations."""
     _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
     monkeypatch.delenv("HUMMING_PDL", raising=False)
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_PDL", "1")
     qw2, bias, k = _wide_case(monkeypatch, name, 128, torch.float16, 64, 4, 4242)
     qw1 = humming.quantize(torch.randn(k, k, device="cuda") * 0.03, _scheme(name, 128))
     outs = []

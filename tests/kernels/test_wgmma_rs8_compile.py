@@ -376,13 +376,17 @@ def test_block_rasterization_covers_every_tile_once(raster, monkeypatch):
 
 @pytest.mark.parametrize("a_type,group", [("e4m3", 128), ("s8", None)])
 def test_wide_form_programmatic_dependent_launch(a_type, group, monkeypatch, compiled_without_spills):
-    """The wide form is launched with PDL behind the activation quantizer where the profile declares griddepcontrol:
+    """HUMMING_WGMMA_W4A8_RS_PDL=1 (off by default: measured slower): the wide form is launched with PDL behind the
+    activation quantizer where the profile declares griddepcontrol:
     its producer copies the first STAGES stages' codes and scales, then griddepcontrol.wait, then every activation
     tensor copy; the token-scale warp waits before reading them, the consumers before their loop. HUMMING_PDL=0
     gives back the kernel without PDL (another name); stream-K and cluster plans are never PDL-launched."""
     caps = _caps()
     lay = WgmmaRs8Layout(a_type, 1024, 4096, group or 4096)
     monkeypatch.delenv("HUMMING_PDL", raising=False)
+    monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS_PDL", raising=False)
+    assert not plan_w4a8_wgmma_rs(caps, lay, 4096, "f16", scheme=SCHEME[a_type]).pdl  # the default
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_PDL", "1")
     p = plan_w4a8_wgmma_rs(caps, lay, 4096, "f16", scheme=SCHEME[a_type])
     assert p.pdl and "_pdl_" in p.kernel_name and "griddepcontrol.wait" in p.explain()
     src = api.source(p, caps)
