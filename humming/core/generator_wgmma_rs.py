@@ -329,8 +329,10 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         first = "kt > 0"
         if t.streamk:  # (the first stage of a segment releases the last of the one before)
             prev_slot, first = "((unsigned)(it0 + kt + STAGES - 1) % STAGES)", "it0 + kt > 0"
-        release = (f"\n      if (lane == 0 && {first}) mbar_arrive(xbar0 + 8 * (STAGES + " + prev_slot + "));  // this "
-                   "warp is done with stage kt - 1: its slot may be refilled")
+        # (the EMPTY mbarrier's address outside the lane-0 branch: computed once per warp in uniform registers)
+        release = ("\n      {  // this warp is done with stage kt - 1: its slot may be refilled\n"
+                   f"        const uint32_t empty = xbar0 + 8 * (STAGES + {prev_slot});\n"
+                   f"        if (lane == 0 && {first}) mbar_arrive(empty);\n      }}")
         block_sync = "consumer_sync"
         ws_threads = "\nconstexpr int BLOCK_THREADS = THREADS + 128;  // and a producer warpgroup (warps 8-11)"
     tail_line = (f"\nconstexpr int TAIL = {t.tail}, TAIL_SPLITS = {TAIL_SPLITS};   // the last TAIL tiles: "
