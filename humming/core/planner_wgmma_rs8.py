@@ -72,8 +72,12 @@ RASTER_ENV = "HUMMING_WGMMA_W4A8_RS_RASTER"  # token tiles per rasterization gro
 # 4: in launch order the blocks running at once cover every token tile, so the activations (33.5 MB at M 4096 x K 8192)
 # do not stay in L2 and are read from DRAM once per wave (Nsight Compute: 305 MB per GEMM against 67 MB of inputs).
 # Measured on the H200 (2026-11-30, scripts/ab_env.py, W4A8-FP8, us, 0 / 4 / 8): 8192x8192 M4096 569.5 / 550.6 /
-# 564.6, M1024 140.9 / 141.2 / 141.3; 28672x8192 M4096 1924.5 / 1938.4 / 1920.5; 4096x14336 M4096 509.9 / 506.2 / 508.7
-RASTER = 4
+# 564.6, M1024 140.9 / 141.2 / 141.3; 28672x8192 M4096 1924.5 / 1938.4 / 1920.5; 4096x14336 M4096 509.9 / 506.2 / 508.7.
+# 8 since 2026-12-01 (the kernel with the 9-instruction widening; rotated rounds, 4 / 8, docs/runs/2026-12-01f/call12,
+# call13): 8192x8192 M4096 552.7 / 546.6 and 571.0 / 558.1, 28672x8192 2068.7 / 1967.9 and 2057.1 / 2020.1,
+# 4096x14336 502.4 / 497.7; at M=1024 (4 token tiles: the same schedule) within 1%. Groups of 8 token tiles read
+# each weight tile from DRAM twice per GEMM at M=4096 instead of four times (67 MB less at 8192x8192).
+RASTER = 8
 
 
 STREAMK_ENV = "HUMMING_WGMMA_W4A8_RS_STREAMK"  # "0": never; a block count: stream-K wherever the wide form runs; unset:
