@@ -44,11 +44,16 @@ def _group_and_chain(plan, caps) -> tuple[bool, HelperRequest, int]:
     return lay.group != 128, request, chain
 
 
-_LUTS = ("  // the widening's lookup tables (int4n8_to_e4m3x8_x), in registers: ktiles >> 30 is 0 for any K here, but\n"
-         "  // not known to the compiler, so the tables are computed once instead of rematerialized per use\n"
-         "  const uint32_t keep = (uint32_t)(ktiles >> 30);\n"
-         "  const uint32_t la0 = 0x44403800u + keep, la1 = 0x3533312Fu + keep;   // 0 1 2 3 | ~(-8 -7 -6 -5)\n"
-         "  const uint32_t lb0 = 0x4E4C4A48u + keep, lb1 = 0xB8C0C4C8u + keep;   // 4 5 6 7 | -4 -3 -2 -1\n")
+def _luts() -> str:
+    """The narrow form's lookup tables (the nvidia backend's RS8_WIDEN_TABLES), computed once from ktiles."""
+    from humming.devices.nvidia.backend import RS8_WIDEN_TABLES as t
+
+    return ("  // the widening's lookup tables (int4n8_to_e4m3x8_x), in registers: ktiles >> 30 is 0 for any K here, but\n"
+            "  // not known to the compiler, so the tables are computed once instead of rematerialized per use\n"
+            "  const uint32_t keep = (uint32_t)(ktiles >> 30);\n"
+            f"  const uint32_t la0 = 0x{t[0][0]:08X}u + keep, la1 = 0x{t[1][0]:08X}u + keep;   // {t[0][1]} | {t[1][1]}\n"
+            f"  const uint32_t lb0 = 0x{t[2][0]:08X}u + keep, lb1 = 0x{t[3][0]:08X}u + keep;   // {t[2][1]} | {t[3][1]}\n")
+
 
 # The wide and stream-K forms' values held in registers: ptxas, short of registers in the consumers' loop, recomputes a
 # value at every use when it can (the tables from ktiles, the lane's slot addresses from the thread index: 16
@@ -56,9 +61,17 @@ _LUTS = ("  // the widening's lookup tables (int4n8_to_e4m3x8_x), in registers: 
 HELD_DECL = ("  // values the consumers read back into registers: ptxas keeps a loaded value in a register, but recomputes one\n"
              "  // it can derive (the tables, the lane's addresses) at every use when registers are short\n"
              "  __shared__ uint32_t held[5];  // the widening's tables, a zero\n")
-HELD_INIT = ("    held[0] = 0x44403800u; held[1] = 0x3533312Fu;   // 0 1 2 3 | ~(-8 -7 -6 -5)\n"
-             "    held[2] = 0x4E4C4A48u; held[3] = 0xB8C0C4C8u;   // 4 5 6 7 | -4 -3 -2 -1\n"
-             "    held[4] = 0u;\n")
+
+
+def held_init() -> str:
+    """Thread 0's stores of the held values: the widening's four tables (the nvidia backend's RS8_WIDEN_TABLES), a 0."""
+    from humming.devices.nvidia.backend import RS8_WIDEN_TABLES as t
+
+    return (f"    held[0] = 0x{t[0][0]:08X}u; held[1] = 0x{t[1][0]:08X}u;   // {t[0][1]} | {t[1][1]}\n"
+            f"    held[2] = 0x{t[2][0]:08X}u; held[3] = 0x{t[3][0]:08X}u;   // {t[2][1]} | {t[3][1]}\n"
+            "    held[4] = 0u;\n")
+
+
 HELD_LUTS = ("  const uint32_t held0 = smem_u32(held), zero = lds_32(held0 + 16);   // 0, loaded (held)\n"
              "  const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4);   // the widening's tables\n"
              "  const uint32_t lb0 = lds_32(held0 + 8), lb1 = lds_32(held0 + 12);\n")
@@ -74,7 +87,7 @@ def _widening(a_type: str, word: str, ind: str) -> tuple[str, str]:
     in registers, both halves of a word in one int4n8_to_e4m3x8_x, on the relabelled codes of the layout)."""
     out = "a[j >> 1][2 * (j & 1)]", "a[j >> 1][2 * (j & 1) + 1]"
     if a_type == "e4m3":
-        return f"\n{ind}  int4n8_to_e4m3x8_x({word}, la0, la1, lb0, lb1, {out[0]}, {out[1]});", _LUTS
+        return f"\n{ind}  int4n8_to_e4m3x8_x({word}, la0, la1, lb0, lb1, {out[0]}, {out[1]});", _luts()
     return f" {{\n{ind}  {out[0]} = s8x16_lo({word});\n{ind}  {out[1]} = s8x16_hi({word});\n{ind}}}", ""
 
 
@@ -438,7 +451,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
       mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
     }}
     mbar_init(xbar0 + 8 * (2 * STAGES), 32);
-{HELD_INIT}    mbar_init_fence();
+{held_init()}    mbar_init_fence();
   }}
   __syncthreads();
   if (warp >= THREADS / 32) {{  // ---- the producer warpgroup: its first thread issues each stage's copies

@@ -153,7 +153,7 @@ def _indent(code: str, by: str = "  ") -> str:
 
 def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
     """The stream-K kernel of the wide form; ``parts``: the wide form's pieces (generator_wgmma_rs8._wide_parts)."""
-    from humming.core.generator_wgmma_rs8 import DESC0, HELD_DECL, HELD_INIT
+    from humming.core.generator_wgmma_rs8 import DESC0, HELD_DECL, held_init
     from humming.devices.nvidia.backend import wgmma_rs8_prelude
 
     t = plan.tiles
@@ -216,7 +216,7 @@ static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
       mbar_init(tbar0 + 8 * b, 32);
       mbar_init(tbar0 + 8 * (2 + b), THREADS / 32);
     }}
-{HELD_INIT}    mbar_init_fence();
+{held_init()}    mbar_init_fence();
   }}
   __syncthreads();
   // a consumer warp is done with segment seg's token scales (also a segment that leaves its split tile to others)

@@ -2,14 +2,13 @@
 permutes (prmt) and masks of the CUDA text, evaluated on every code in every nibble position, give the e4m3 byte of
 the code's integer value (torch's float8_e4m3fn as the oracle). The constants are read from the helpers' source, so
 a change there is what is tested."""
-import inspect
 import re
 
 import torch
 
 from humming.core import generator_wgmma_rs8
 from humming.core.layout_wgmma_rs8 import e4m3_label
-from humming.devices.nvidia.backend import RS8_WIDEN_T
+from humming.devices.nvidia.backend import RS8_WIDEN_T, RS8_WIDEN_TABLES
 
 
 def prmt(a: int, b: int, sel: int) -> int:
@@ -37,22 +36,14 @@ def _hex(text: str) -> list[int]:
 
 
 def _tables() -> tuple[int, int, int, int]:
-    """The four lookup words the kernel keeps in registers (la0 la1 | lb0 lb1)."""
-    text = inspect.getsource(generator_wgmma_rs8)
+    """The four lookup words the kernels keep in registers (la0 la1 | lb0 lb1): the backend's RS8_WIDEN_TABLES, and the
+    same words in the narrow form's source (computed from ktiles)."""
+    words = tuple(w for w, _ in RS8_WIDEN_TABLES)
+    text = generator_wgmma_rs8._luts()
     la = re.search(r"la0 = 0x([0-9A-F]+)u \+ keep, la1 = 0x([0-9A-F]+)u", text)
     lb = re.search(r"lb0 = 0x([0-9A-F]+)u \+ keep, lb1 = 0x([0-9A-F]+)u", text)
-    return tuple(int(h, 16) for h in (*la.groups(), *lb.groups()))
-
-
-def test_held_tables_are_the_tables():
-    """The wide and stream-K forms write the tables into shared memory (HELD_INIT) and read them back (HELD_LUTS): the
-    same four words as the narrow form's, in the order la0 la1 lb0 lb1, and a zero after them."""
-    init = dict((int(i), int(v, 16)) for i, v in re.findall(r"held\[(\d)\] = 0x([0-9A-F]+)u", generator_wgmma_rs8.HELD_INIT))
-    assert re.search(r"held\[4\] = 0u;", generator_wgmma_rs8.HELD_INIT)
-    assert tuple(init[i] for i in range(4)) == _tables()
-    reads = dict(re.findall(r"(l[ab][01]) = lds_32\(held0(?: \+ (\d+))?\)", generator_wgmma_rs8.HELD_LUTS))
-    assert {k: int(v or 0) for k, v in reads.items()} == {"la0": 0, "la1": 4, "lb0": 8, "lb1": 12}
-    assert "zero = lds_32(held0 + 16)" in generator_wgmma_rs8.HELD_LUTS
+    assert tuple(int(h, 16) for h in (*la.groups(), *lb.groups())) == words
+    return words
 
 
 def e4m3_bytes(values: list[int]) -> int:

@@ -880,6 +880,11 @@ __device__ __forceinline__ void sts_f32(uint32_t addr, float v) {
 }
 """
 
+# int4n8_to_e4m3x8_x's lookup tables (la0 la1 lb0 lb1), bytes in prmt order: a[l] for labels with bit 3 clear (the
+# e4m3 byte of the value, complemented where negative), b[l] for those with bit 3 set; the kernels keep them in registers
+RS8_WIDEN_TABLES = ((0x44403800, "0 1 2 3"), (0x3533312F, "~(-8 -7 -6 -5)"),
+                    (0x4E4C4A48, "4 5 6 7"), (0xB8C0C4C8, "-4 -3 -2 -1"))
+
 RS8_WIDEN_T = r"""// the register-A W4A8 kernel's int4 -> e4m3 widening, both halves of a word (lo: nibbles 0-3, hi: nibbles 4-7) in 9
 // instructions. Its codes are relabelled when the weights are prepared: label = the two's-complement code with bits 2
 // and 3 swapped, so bit 2 of a label's low 3 bits (l) is the sign and its bit 3 (h) is the code's bit 2. A prmt lookup reads
