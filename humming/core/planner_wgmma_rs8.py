@@ -265,7 +265,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     if stages is None:
         raise UnsupportedOnDevice(f"no register-A wgmma W4A8 tile with {MIN_STAGES} stages fits {caps.name}'s "
                                   f"{limit} B of shared memory")
-    src = "int4 -> s8 (16 x code; the scales carry 1/16)" if a_type == "s8" else "int4 -> e4m3 (byte permutes)"
+    src = ("int4 -> s8 (16 x code; the scales carry 1/16)" if a_type == "s8" else
+           "int4 -> e4m3: codes stored with bits 2 and 3 swapped, two byte-permute lookups and an xor per 4 codes")
     promotion = ("group 128" if group == 128 else "per-channel scales") + ": each stage's 128-deep partial is waited " \
         "and added into fp32 registers times the scale of the thread's two channels"
     chain = wide_chain() if bt == WIDE_BT else narrow_chain()
