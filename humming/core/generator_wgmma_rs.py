@@ -57,7 +57,13 @@ from humming.core.planner_wgmma_rs import (
     layout_refusal,
     small_ring,
 )
-from humming.core.wgmma_common import PRODUCER_WARPGROUP, add_partial, claim_tile, store_partial
+from humming.core.wgmma_common import (
+    PRODUCER_WARPGROUP,
+    SLOT0_DESCRIPTOR,
+    add_partial,
+    claim_tile,
+    store_partial,
+)
 from humming.devices.base import HelperRequest
 
 X16_DECODE = True  # see _decode_pairs_x16
@@ -351,11 +357,9 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         slab_head, slab_body = slab_line, ""
     cluster_line = (f"\nconstexpr int CLUSTER = {cluster};           // blocks per cluster (adjacent slabs) sharing each "
                     "activation stage" if cluster else "")
-    # slot 0's activation descriptor, once (a slot's adds its offset / 16 to the 14-bit start-address field, no carry
-    # below 256 KB): declared where ptxas's loop comes out shortest (the small form: at the top, the others: with the
-    # accumulators; 1210 -> 1096 SASS instructions per 10 stream-K stages with the unsigned slot arithmetic)
-    desc0 = "  const uint64_t desc0 = make_smem_desc(x0);   // slot 0's activation descriptor: slot s's is + s * X_BYTES / 16\n"
-    desc0_small, desc0_wide = (desc0, "") if small else ("", desc0)
+    # slot 0's descriptor, declared where ptxas's loop comes out shortest (the small form: at the top, the others: with
+    # the accumulators; 1210 -> 1096 SASS instructions per 10 stream-K stages with the unsigned slot arithmetic)
+    desc0_small, desc0_wide = (SLOT0_DESCRIPTOR, "") if small else ("", SLOT0_DESCRIPTOR)
     source = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}

@@ -27,7 +27,7 @@ from __future__ import annotations
 from humming.core.generator_wgmma import eight_bit_params
 from humming.core.generator_wgmma_rs import STAGED_COPY_OUT, tile_of_block
 from humming.core.planner_wgmma_rs8 import BC, BK, BT, OUT_PAD, PATH, PF, QUARTER_WT, S_BYTES, W_BYTES, WIDE_BT
-from humming.core.wgmma_common import PRODUCER_WARPGROUP
+from humming.core.wgmma_common import PRODUCER_WARPGROUP, SLOT0_DESCRIPTOR
 from humming.devices.base import HelperRequest
 
 
@@ -72,13 +72,10 @@ def held_init() -> str:
             "    held[4] = 0u;\n")
 
 
-HELD_LUTS = ("  const uint32_t held0 = smem_u32(held), zero = lds_32(held0 + 16);   // 0, loaded (held)\n"
-             "  const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4);   // the widening's tables\n"
-             "  const uint32_t lb0 = lds_32(held0 + 8), lb1 = lds_32(held0 + 12);\n")
-# slot 0's activation descriptor, once: a slot's adds its offset / 16 to the start-address field (14 bits, no carry below
-# 256 KB) instead of building the descriptor per stage (9 fewer uniform instructions a stage)
-DESC0 = "  const uint64_t desc0 = make_smem_desc(x0);   // slot s's: + s * X_BYTES / 16\n"
 HELD_ZERO = "  const uint32_t held0 = smem_u32(held), zero = lds_32(held0 + 16);   // 0, loaded (held)\n"
+HELD_LUTS = HELD_ZERO + ("  const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4);   // the widening's tables\n"
+                         "  const uint32_t lb0 = lds_32(held0 + 8), lb1 = lds_32(held0 + 12);\n")
+DESC0 = SLOT0_DESCRIPTOR  # (9 fewer uniform instructions a stage than building each stage's descriptor)
 
 
 def _widening(a_type: str, word: str, ind: str) -> tuple[str, str]:

@@ -124,6 +124,12 @@ WS_BLOCK_HEAD = """  using namespace cfg;
   const uint32_t full0 = smem0 + BAR_OFFSET, empty0 = full0 + 8 * STAGES"""
 
 
+# slot 0's activation descriptor, declared once: slot s's is desc0 + s * X_BYTES / 16 (the 14-bit start-address field
+# takes the offset without a carry below 256 KB; tests/kernels/test_wgmma_rs_compile.py checks the identity), instead of
+# building each stage's descriptor from its slot's address
+SLOT0_DESCRIPTOR = ("  const uint64_t desc0 = make_smem_desc(x0);   // slot 0's activation descriptor: slot s's is "
+                    "+ s * X_BYTES / 16\n")
+
 STAGGER_ENV = "HUMMING_WGMMA_STAGGER"  # "0": the two consumer warpgroups start together (TileConfig.stagger = 0)
 
 
