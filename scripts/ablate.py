@@ -238,8 +238,37 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "signed_rs": [(r"\(unsigned\)(\((?:it0 \+ )?kt(?: \+ STAGES - 1)?\)|kt|next)( [%/] STAGES)", r"\1\2"),
                   (r"\(size_t\)\(\(unsigned\)\(", "(size_t)(("),
                   (r"desc0 \+ \(uint64_t\)\((.*?) \* \(X_BYTES >> 4\)\)", r"make_smem_desc(x0 + \1 * X_BYTES)")],
+    # the wide W4A8 form releasing a slot with the mbarrier arrive alone (no proxy fence before it: a MEMBAR.ALL.CTA
+    # and a FENCE.VIEW.ASYNC.S a stage and warp in the SASS): the slot's shared loads have returned before the arrive
+    # (their values fed the waited wgmmas), so the producer's copies cannot overtake them (correct in practice)
+    "nofence_rs8": [(r"if \(lane == 0\) \{ fence_proxy_async_smem\(\); mbar_arrive\(xbar0 \+ 8 \* \(STAGES \+ s\)\); \}",
+                     "if (lane == 0) { mbar_arrive(xbar0 + 8 * (STAGES + s)); }")],
+    # what the release's MEMBAR does (nofence_rs8 measured 4-5% SLOWER): the same place with a plain delay, the fence
+    # in every lane (no divergent branch), a CTA memory barrier without the proxy fence, and the release moved after the
+    # last quarter's promotion (all correct)
+    "fenceall_rs8": [(r"__syncwarp\(\);   // this warp's reads of the slot are done: release it to the producer\n(\s*)"
+                      r"if \(lane == 0\) \{ fence_proxy_async_smem\(\); ",
+                      r"fence_proxy_async_smem();\n\1__syncwarp();\n\1if (lane == 0) { ")],
+    "membar_rs8": [(r"if \(lane == 0\) \{ fence_proxy_async_smem\(\); mbar_arrive\(xbar0 \+ 8 \* \(STAGES \+ s\)\); \}",
+                    "if (lane == 0) { __threadfence_block(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }")],
+    "latearrive_rs8": [(r"(\n\s*__syncwarp\(\);   // this warp's reads of the slot are done: release it to the producer\n"
+                        r"\s*if \(lane == 0\) \{ fence_proxy_async_smem\(\); mbar_arrive\(xbar0 \+ 8 \* \(STAGES \+ s\)\); \})"
+                        r"((?:\n\s*wgmma_fence_operand\(pb\);\n\s*#pragma unroll\n\s*for \(int j = 0; j < WT / 8; \+\+j\) \{[^}]*\}))",
+                        r"\2\1")],
     "promote1_rs8": [(r"\n\s*facc\[WG_ACC_REGS \* \d \+ 4 \* j \+ [123]\] \+= wg_acc_to_f32\(p[ab]\[4 \* j \+ [123]\]\) \* sc\d;",
                       "")],
+    # stream kernel: the block returns right after the grid dependency wait (launch, prefetch and PDL chain only) / runs
+    # everything but its main loop (the staging of tables and activations, the cross-warp reduction, the epilogue)
+    "empty_stream": [(r"(pdl_wait\(\);  // the previous kernel's outputs[^\n]*\n)", r"\1  if (K > 0) return;\n")],
+    "noloop_stream": [(r"for \(int i = 0; i < natoms; i \+= R\) \{", "for (int i = 0; i < natoms * 0; i += R) {")],
+    # small register-A form without its activation pipeline in the loop (no wait for the stage's tensor copy, no block
+    # barrier, no refill: every stage reads the prologue's slots; wrong results): what the per-stage copy handling costs
+    "noxstage_rs": [(r"\n\s*mbar_wait\(xbar0 \+ 8 \* \(u % STAGES\), [^\n]*", ""),
+                    (r"\n\s*__syncthreads\(\);             // everyone's; both warpgroups are done with the wgmmas of kt - 2"
+                     r"\n\s*\{\n[^\n]*\n[^\n]*\n\s*\}", "")],
+    # small register-A form with its weight atoms re-read from the first 16 of the slab (from L2; wrong results)
+    "l2w_rs": [(r"const uint32_t\* p = wsrc \+ \(size_t\)\(kt \+ PF\) \* ATOM_WORDS;",
+                "const uint32_t* p = wsrc + (size_t)((kt + PF) % 16) * ATOM_WORDS;")],
     # small register-A form without its block barrier per stage (results may be wrong): what that barrier costs
     "nosync_rs": [(r"__syncthreads\(\);             // everyone's; both warpgroups are done with the wgmmas of kt - 2", "")],
     # a decode of 5 instead of 7 instructions per word (odd pairs masked in place, x16): what a re-packed layout
@@ -263,6 +292,17 @@ _PARAMETERISED = {
     "lb": lambda n: [(r"(__launch_bounds__\(cfg::[A-Z_]+, )\d+\)", rf"\g<1>{n})")],
     # small register-A form: thread 0 also asks the L2 for the atom N stages past the ring (one bulk prefetch of its
     # 2 KB, no registers)
+    # the wide W4A8 form with the two consumer warpgroups taking turns on the tensor pipe (named barriers 5 and 6): a
+    # warpgroup issues its stage's first chain once the other has issued chain n of its stage (correct)
+    "pingpong": lambda n: [
+        (r"(\n(\s*)wgmma_fence_operand\(pa\);\n\s*wgmma_fence\(\);\n\s*#pragma unroll\n\s*for \(int ks = 0; ks < 4; \+\+ks\)"
+         r"  // tokens 0\.\.63)",
+         r'\n\2if (kt > 0 || wg == 1) asm volatile("bar.sync %0, 256;" :: "r"(5 + wg) : "memory");\1'),
+        (rf"(// tokens {64 * n}\.\.{64 * n + 63}: slot rows \+ {64 * n}\n[^\n]*\n(\s*)wgmma_commit\(\);\n)",
+         r'\1\2if (wg == 0 || kt + 1 < ktiles) asm volatile("bar.arrive %0, 256;" :: "r"(6 - wg) : "memory");\n')],
+    # the wide W4A8 form's slot release with lane 0 sleeping n ns instead of the proxy fence (a delay, no fence)
+    "sleep": lambda n: [(r"if \(lane == 0\) \{ fence_proxy_async_smem\(\); mbar_arrive",
+                         f"if (lane == 0) {{ __nanosleep({n}); mbar_arrive")],
     "l2pf": lambda n: [(r"(load_g128\(wq\[\(s \+ PF\) % R\], p\);)",
                         rf'\1 if (tid == 0 && kt + PF + {n} < ktiles) asm volatile("cp.async.bulk.prefetch.L2.global '
                         rf'[%0], 2048;" :: "l"(p + {n} * ATOM_WORDS) : "memory");')],

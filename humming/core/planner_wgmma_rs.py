@@ -525,6 +525,21 @@ def _occupancy_default(caps, layout, m: int, act: str, scheme: str, bt: int, tab
         return None
 
 
+FIT_ENV = "HUMMING_WGMMA_RS_FIT_TILE"  # "0": the small form keeps the token tile it is given (M 65-127: 128)
+
+
+def fitted_token_tile(m: int, bt: int) -> int:
+    """The small form's token tile for M given a tile of ``bt`` (the rule's or a tuned entry's, measured at its
+    bucket's largest M): as many tiles as ``bt`` needs, each M / tiles rounded up to 16, never wider than ``bt``. A
+    tile's rows past M cost their full share of the wgmmas, and the tensor copy that zero-fills them more (H200,
+    2026-12-01, W4A16 g128, scripts/ab_env.py; FIT_ENV=0 keeps ``bt``): 8192x8192 M=80 57.4 us with 128-token tiles against 34.5 with 80;
+    M=96 45.8 / 36.0, M=112 32.1 / 29.9; 4096x14336 41.6 / 32.0, 36.3 / 33.4, 30.5 / 28.2)."""
+    if os.environ.get(FIT_ENV, "").strip() == "0":
+        return bt
+    tiles = math.ceil(m / bt)
+    return min(bt, 16 * math.ceil(math.ceil(m / tiles) / 16))
+
+
 def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | None, splits: int | None,
                 stages: int | None, fold: int = 0, tma: bool = False, cluster: int = 0, occupancy: int = 0,
                 prefetch: int = 0) -> Plan:
@@ -533,10 +548,15 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         err = ShapeError if why.startswith(("N=", "K=")) else UnsupportedOnDevice
         raise err(f"the register-A wgmma WnA16 kernel does not apply: {why}; the stream or mma.sync kernels run it")
     n, k = layout.n, layout.k
-    bt = bt or min(SMALL_MAX_BT, 16 * math.ceil(m / 16))
-    if bt > SMALL_MAX_BT or bt % 16 or bt not in form.n_values:
+    asked = bt or min(SMALL_MAX_BT, 16 * math.ceil(m / 16))
+    if asked > SMALL_MAX_BT or asked % 16 or asked not in form.n_values:
         raise UnsupportedOnDevice(f"the small-M register-A form takes token tiles of 16..{SMALL_MAX_BT} (a multiple of "
-                                  f"16 that {caps.name} declares for wgmma m64nNk16), not {bt}")
+                                  f"16 that {caps.name} declares for wgmma m64nNk16), not {asked}")
+    bt = fitted_token_tile(m, asked)
+    if bt not in form.n_values:
+        bt = asked
+    fit_why = (f"token tile {bt} instead of {asked}: M={m} in {math.ceil(m / bt)} tile(s) of whole 16-row groups "
+               "(rows past M cost as much as tokens, and more where the tensor copy fills them)" if bt != asked else "")
     limit = caps.limits.smem_per_block_kb * 1024
     sms = caps.limits.sms or _DEFAULT_SMS
     stages = stages or SMALL_STAGES
@@ -592,6 +612,8 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         f"{stages} {_copy_words(tma)} activation stages of {bt} x 64 ({smem_bytes(bt, stages) // 1024} KiB); {split_why}; "
         "split-K partials added by the last block in a fixed order",
     ]
+    if fit_why:
+        reasons.append(fit_why)
     if cluster:
         reasons.append(
             f"cluster {cluster} (cluster_multicast declared): the blocks of {cluster} adjacent slabs form a thread-block "

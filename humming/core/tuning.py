@@ -243,7 +243,8 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
         if path == "stream" and m > STREAM_MAX_M:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}")
         if path == RS_PATH and tiles.bn > 64:  # the two-warpgroup form below its default M (same weights)
-            plan = _rs_prefill_plan(caps, layout, m, act, scheme, tiles.bm, tiles.tail, tiles.streamk)
+            _two_warpgroup_padding_check(m, tiles.bm)
+            plan = _rs_prefill_plan(caps, layout, m, act, scheme, tiles.bm, tiles.tail, tiles.streamk, lowest=1)
         elif path == RS_PATH:
             plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages, tiles.bm, tiles.fold,
                                   True if tiles.bulk else None,  # bulk=0 (or an entry older than it): the default
@@ -258,6 +259,18 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
            + (f" (the default plan of that run: {entry['default_us']} us)" if entry.get("default_us") else "")
            + f" on {entry.get('device') or 'an unnamed device'}, {entry.get('date') or 'undated'} ({entry['origin']})")
     return dataclasses.replace(plan, reasons=plan.reasons + (why,))
+
+
+def _two_warpgroup_padding_check(m: int, bt: int) -> None:
+    """A two-warpgroup entry (measured at M=128 for bucket 65-128) runs an M below 128 only where its one token tile
+    of ``bt`` rows is at least three quarters tokens; below that the small form with a token tile fitted to M is
+    faster. Measured on the H200 (2026-12-01, 28672x8192 W4A16 g128, scripts/ab_env.py, us, entry / small form):
+    M=65 144.8 / 107.2, M=80 116.4 / 89.8, M=96 108.5 / 97.9, M=112 107.1 / 135.6, M=127 106.1 / 139.6."""
+    from humming.core import planner_wgmma_rs as rs
+
+    if m < rs.MIN_M and 4 * (bt * math.ceil(m / bt) - m) >= bt:
+        raise ShapeError(f"the two-warpgroup entry's {bt}-token tile would be {bt - m % bt} rows of padding at M={m} "
+                         "(a quarter or more): the small form's fitted tile runs it")
 
 
 RS_PATH = "wgmma-rs"  # the register-A wgmma kernel; its small-M form (M 9-64) is a tuning candidate
@@ -281,13 +294,15 @@ def _require_register_a_here(caps, m: int, lowest: int, form: str) -> None:
         raise UnsupportedOnDevice(f"the live GPU is not {caps.name}'s own target (wgmma kernels run only there)")
 
 
-def _rs_prefill_plan(caps, layout, m: int, act: str, scheme: str, bt: int, tail: int = 0, streamk: int = 0) -> Plan:
+def _rs_prefill_plan(caps, layout, m: int, act: str, scheme: str, bt: int, tail: int = 0, streamk: int = 0,
+                     lowest: int | None = None) -> Plan:
     """The two-warpgroup register-A plan (128 channels per block, its producer warpgroup where declared) at an M
     below its default threshold, with a token tile of ``bt`` (and ``tail`` tiles split in K quarters, or ``streamk``
-    persistent blocks): a tuning candidate from M 128, run on the same prepared weights as the small form."""
+    persistent blocks): a tuning candidate from M 128 (``lowest``, default rs.MIN_M: a stored entry runs anywhere in
+    its bucket), run on the same prepared weights as the small form."""
     from humming.core import planner_wgmma_rs as rs
 
-    _require_register_a_here(caps, m, rs.MIN_M, "two-warpgroup")
+    _require_register_a_here(caps, m, rs.MIN_M if lowest is None else lowest, "two-warpgroup")
     why = rs.layout_refusal(layout) or rs.default_refusal(layout)
     if why:
         raise UnsupportedOnDevice(f"the two-warpgroup register-A form does not take this layout: {why}")

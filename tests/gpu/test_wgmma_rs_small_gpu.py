@@ -8,7 +8,8 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner_wgmma_rs import PATH, plan_wna16_wgmma_rs
+from humming.core import tuning
+from humming.core.planner_wgmma_rs import FIT_ENV, PATH, fitted_token_tile, plan_wna16_wgmma_rs
 from humming.errors import ShapeError
 
 from .conftest import rel_error
@@ -117,10 +118,11 @@ def test_wgmma_rs_small_fold(name, group, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("name,group", CASES[:4], ids=[f"{n}-{'g' + str(g) if g else 'channel'}" for n, g in CASES[:4]])
-def test_wgmma_rs_small_wide_tiles(name, group, dtype):
+def test_wgmma_rs_small_wide_tiles(name, group, dtype, monkeypatch):
     """The small form with token tiles of 64-128 at prefill sizes (several token tiles, rows past M in the last one),
-    as the tuner times it for M 65-1023."""
+    as the tuner times it for M 65-1023 (the tiles as forced: the fit to M switched off)."""
     _require_wgmma(dtype)
+    monkeypatch.setenv(FIT_ENV, "0")
     torch.manual_seed(len(name) + (group or 5) + 11)
     n, k = 1024, 2048
     bias = torch.randn(n, device="cuda", dtype=dtype)
@@ -144,6 +146,69 @@ def test_wgmma_rs_small_wide_tiles(name, group, dtype):
             assert err <= TOL[dtype], (m, bt, stages, splits, err, p.explain())
         prep.plans.pop(m, None)
         prep.launches.pop(m, None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name,group", CASES[:4], ids=[f"{n}-{'g' + str(g) if g else 'channel'}" for n, g in CASES[:4]])
+def test_wgmma_rs_small_fitted_tiles(name, group, dtype):
+    """The default plans of M 65-300 take token tiles fitted to M (80, 96, 112, 128; two tiles of 112 at 200): every
+    output row written and right."""
+    _require_wgmma(dtype)
+    torch.manual_seed(len(name) + (group or 5) + 23)
+    n, k = 1024, 2048
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    handle = _small_handle(qw, dtype)
+    for m in (65, 80, 100, 127, 200, 300):
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        p = api._registry[handle].launches[m].plan
+        assert p.path == PATH and p.tiles.bn == 64 and p.tiles.bm == fitted_token_tile(m, 128), p.explain()
+        assert not torch.isnan(out).any(), ("output not fully written", p.explain())
+        ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
+        assert rel_error(out, ref) <= TOL[dtype], (m, p.explain())
+
+
+def test_wgmma_rs_two_warpgroup_entry_below_128(monkeypatch, tmp_path):
+    """A tuned entry of the two-warpgroup form for bucket 65-128 runs M 97-127 (one 128-token tile, the rows past M
+    zero-filled by the tensor copy and never stored) and leaves M 65-96 to the small form; graph replay agrees."""
+    dtype = torch.float16
+    _require_wgmma(dtype)
+    torch.manual_seed(97)
+    n, k = 1024, 2048
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
+    handle = _small_handle(qw, dtype)
+    prep = api._registry[handle]
+    entry = plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, 128, "f16", scheme="w4a16", bt=128, small=False)
+    monkeypatch.setenv("HUMMING_TUNE_FILE", str(tmp_path / "tune.json"))
+    tuning.clear_memory()
+    tuning.record(entry, 1.0, scheme="w4a16", device="test")
+    tuning.clear_memory()
+    prep.plans.clear()
+    prep.launches.clear()
+    try:
+        for m in (97, 113, 127, 80):
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
+            out = humming.gemm(x, qw)
+            torch.cuda.synchronize()
+            p = prep.launches[m].plan
+            assert p.tiles.bn == (128 if m > 96 else 64), p.explain()
+            assert not torch.isnan(out).any(), ("output not fully written", p.explain())
+            ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
+            assert rel_error(out, ref) <= TOL[dtype], (m, p.explain())
+            graph = torch.cuda.CUDAGraph()
+            y = torch.empty_like(out)
+            with torch.cuda.graph(graph):
+                y.copy_(humming.gemm(x, qw))
+            x.copy_(torch.randn_like(x))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert rel_error(y, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[dtype], m
+    finally:
+        tuning.clear_memory()
+        prep.plans.clear()
+        prep.launches.clear()
 
 
 def test_wgmma_rs_small_default_and_switches(monkeypatch):

@@ -196,8 +196,9 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
     assert bucket.label == entry["m_bucket"] and entry["m"] in bucket
     for m in (v for v in (bucket.lo, entry["m"], bucket.hi) if v is not None):  # (the last bucket has no end)
         p = tuning.tuned_plan(caps, layout, m, "f16")
-        if entry["path"] == "wgmma-rs" and t_bn(entry) > 64 and m < 128:
-            # the two-warpgroup form runs from one 128-token tile: below it the planner's rules (the small form)
+        if entry["path"] == "wgmma-rs" and t_bn(entry) > 64 and m < 128 and 4 * (entry["tiles"]["bm"] - m) >= entry["tiles"]["bm"]:
+            # below 128 an entry of the two-warpgroup form runs where its one token tile is at least three quarters
+            # tokens (tuning._two_warpgroup_padding_check): below that the planner's rules (the small form)
             assert p is None, (key, m)
             continue
         assert p is not None, (key, m)
@@ -224,8 +225,12 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
             from humming.core.planner_wgmma_rs import DEEP_RING_2WG
 
             prefetch = DEEP_RING_2WG if p.path == "wgmma-rs" and t["bn"] == 128 and m < 1024 else 0
+            # ... and the small form fits its token tile to M (planner_wgmma_rs.fitted_token_tile)
+            from humming.core.planner_wgmma_rs import fitted_token_tile
+
+            bm = fitted_token_tile(m, t["bm"]) if p.path == "wgmma-rs" and t["bn"] == 64 else t["bm"]
             assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, "balance": 0,
-                                                   "occupancy": 0, "tail": 0, "streamk": 0, **t,
+                                                   "occupancy": 0, "tail": 0, "streamk": 0, **t, "bm": bm,
                                                    "bulk": bulk,
                                                    "stagger": stagger, "raster": raster, "prefetch": prefetch}
             assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024

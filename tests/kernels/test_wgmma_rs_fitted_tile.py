@@ -1,0 +1,78 @@
+"""CPU: the small register-A form fits its token tile to M (planner_wgmma_rs.fitted_token_tile: a tile's rows past M
+cost as much as tokens, and more where the tensor copy zero-fills them), the rule's and a tuned entry's tile alike;
+HUMMING_WGMMA_RS_FIT_TILE=0 keeps the tile given; the fitted kernels compile for sm_90a without spills; and a tuned
+entry of the two-warpgroup form (bucket 65-128, measured at M=128) runs an M below 128 only where its one 128-token
+tile is at least three quarters tokens."""
+import pytest
+
+import humming
+from humming import api
+from humming.core import tuning
+from humming.core.layout import layout_for
+from humming.core.planner_wgmma_rs import FIT_ENV, fitted_token_tile, plan_wna16_wgmma_rs
+
+H200 = "nvidia-h200"
+
+
+def _layout(n=8192, k=8192):
+    return layout_for(humming.schemes.get("w4a16"), n, k, "f16", caps=api.resolve_profile(H200))
+
+
+@pytest.mark.parametrize("m,bt,want", [(9, 16, 16), (17, 32, 32), (33, 64, 48), (49, 64, 64), (65, 128, 80),
+                                       (96, 128, 96), (100, 128, 112), (127, 128, 128), (128, 128, 128),
+                                       (129, 128, 80), (200, 128, 112), (300, 128, 112), (65, 64, 48), (1000, 128, 128)])
+def test_fitted_token_tile(m, bt, want):
+    """As many tiles as the given one needs, each M / tiles rounded up to 16, never wider than given."""
+    got = fitted_token_tile(m, bt)
+    assert got == want and got % 16 == 0 and got <= bt and -(-m // got) == -(-m // bt)
+
+
+def test_fit_switch_keeps_the_tile(monkeypatch):
+    monkeypatch.setenv(FIT_ENV, "0")
+    assert fitted_token_tile(65, 128) == 128
+
+
+@pytest.mark.parametrize("m,bt", [(65, 80), (80, 80), (96, 96), (112, 112), (200, 112), (40, 48)])
+def test_small_form_plans_the_fitted_tile(m, bt, monkeypatch):
+    """The rule's plan (its 128-token tile from M 65) and a forced tile both take the fitted one, and say so; the
+    switch restores the tile given."""
+    caps = api.resolve_profile(H200)
+    lay = _layout()
+    given = 128 if m > 64 else 64
+    p = plan_wna16_wgmma_rs(caps, lay, m, "f16", scheme="w4a16", bt=given, small=True)
+    assert p.tiles.bm == bt and p.instruction.shape == (64, bt, 16) and p.grid[0] == -(-m // bt), p.explain()
+    assert any(f"token tile {bt} instead of {given}" in r for r in p.reasons), p.reasons
+    rule = humming.plan("w4a16", m, 4096, 4096, profile=H200)  # (no tuned entry for this shape)
+    assert rule.tiles.bn == 64 and rule.tiles.bm == fitted_token_tile(m, rule.tiles.bm), rule.explain()
+    monkeypatch.setenv(FIT_ENV, "0")
+    kept = plan_wna16_wgmma_rs(caps, lay, m, "f16", scheme="w4a16", bt=given, small=True)
+    assert kept.tiles.bm == given and not any("instead of" in r for r in kept.reasons)
+
+
+@pytest.mark.parametrize("bt,stages,splits", [(48, 6, 4), (80, 6, 2), (96, 6, 2), (112, 6, 2), (80, 4, 1)])
+def test_fitted_tiles_compile_without_spills(bt, stages, splits, compiled_without_spills):
+    caps = api.resolve_profile(H200)
+    n = 28672 if splits == 1 else 8192
+    p = plan_wna16_wgmma_rs(caps, _layout(n), bt, "f16", scheme="w4a16", bt=bt, stages=stages, splits=splits,
+                            small=True)
+    mod = compiled_without_spills(p, caps)
+    assert f"m64n{bt}k16" in mod.ptx and "wgmma.mma_async" in mod.ptx
+
+
+def test_two_warpgroup_entry_below_128(monkeypatch, tmp_path):
+    """An entry of the two-warpgroup form for bucket 65-128 (measured at 128) runs M 97-127 (its 128-token tile at
+    least three quarters tokens, rows past M zero-filled by the tensor copy) and leaves M 65-96 to the rules (the
+    small form with a fitted tile)."""
+    caps = api.resolve_profile(H200)
+    monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)  # the CPU machine plans as on an H200
+    lay = _layout(28672)
+    entry = plan_wna16_wgmma_rs(caps, lay, 128, "f16", scheme="w4a16", bt=128, small=False)
+    monkeypatch.setenv("HUMMING_TUNE_FILE", str(tmp_path / "tune.json"))
+    tuning.clear_memory()
+    tuning.record(entry, 100.0, scheme="w4a16", device="test")
+    tuning.clear_memory()
+    for m in (97, 112, 127, 128):
+        p = tuning.tuned_plan(caps, lay, m, "f16", scheme="w4a16")
+        assert p is not None and p.tiles.bn == 128 and p.tiles.bm == 128 and p.grid[0] == 1, (m, p)
+    for m in (65, 80, 96):
+        assert tuning.tuned_plan(caps, lay, m, "f16", scheme="w4a16") is None, m
