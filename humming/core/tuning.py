@@ -244,7 +244,8 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}")
         if path == RS_PATH and tiles.bn > 64:  # the two-warpgroup form below its default M (same weights)
             _two_warpgroup_padding_check(m, tiles.bm)
-            plan = _rs_prefill_plan(caps, layout, m, act, scheme, tiles.bm, tiles.tail, tiles.streamk, lowest=1)
+            bt = two_warpgroup_token_tile(m, tiles.bm)
+            plan = _rs_prefill_plan(caps, layout, m, act, scheme, bt, tiles.tail, tiles.streamk, lowest=1)
         elif path == RS_PATH:
             plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages, tiles.bm, tiles.fold,
                                   True if tiles.bulk else None,  # bulk=0 (or an entry older than it): the default
@@ -259,6 +260,20 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
            + (f" (the default plan of that run: {entry['default_us']} us)" if entry.get("default_us") else "")
            + f" on {entry.get('device') or 'an unnamed device'}, {entry.get('date') or 'undated'} ({entry['origin']})")
     return dataclasses.replace(plan, reasons=plan.reasons + (why,))
+
+
+def two_warpgroup_token_tile(m: int, bt: int) -> int:
+    """The token tile a two-warpgroup entry runs M with: its own, or 128 instead of 256 where 128-token tiles hold
+    fewer rows and 256-token ones would be under planner_wgmma_rs.STREAMK_NARROW_BELOW tokens (the rule of its
+    default plans from M 513). Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us, the 257-512
+    entries with 256 / 128): 8192x8192 M=270 135.5 / 106.0, M=300 127.6 / 102.1, M=380 90.5 / 101.6, M=400 91.7 /
+    111.0; 28672x8192 M=270 498.5 / 329.4, M=300 455.8 / 317.8, M=380 343.1 / 340.1, M=400 346.7 / 454.1."""
+    from humming.core import planner_wgmma_rs as rs
+
+    rows = bt * math.ceil(m / bt)
+    if bt == 256 and 128 * math.ceil(m / 128) < rows and m / rows < rs.STREAMK_NARROW_BELOW:
+        return 128
+    return bt
 
 
 def _two_warpgroup_padding_check(m: int, bt: int) -> None:

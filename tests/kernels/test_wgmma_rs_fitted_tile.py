@@ -2,7 +2,8 @@
 cost as much as tokens, and more where the tensor copy zero-fills them), the rule's and a tuned entry's tile alike;
 HUMMING_WGMMA_RS_FIT_TILE=0 keeps the tile given; the fitted kernels compile for sm_90a without spills; and a tuned
 entry of the two-warpgroup form (bucket 65-128, measured at M=128) runs an M below 128 only where its one 128-token
-tile is at least three quarters tokens."""
+tile is at least three quarters tokens, and one of 256-token tiles runs 128-token tiles where they hold fewer rows and
+256-token ones would be under 70% tokens."""
 import pytest
 
 import humming
@@ -76,3 +77,20 @@ def test_two_warpgroup_entry_below_128(monkeypatch, tmp_path):
         assert p is not None and p.tiles.bn == 128 and p.tiles.bm == 128 and p.grid[0] == 1, (m, p)
     for m in (65, 80, 96):
         assert tuning.tuned_plan(caps, lay, m, "f16", scheme="w4a16") is None, m
+
+
+@pytest.mark.parametrize("m,want", [(257, 128), (300, 128), (358, 128), (359, 256), (380, 256), (400, 256),
+                                    (512, 256), (129, 256), (200, 256)])
+def test_two_warpgroup_entry_of_256_token_tiles(m, want, monkeypatch, tmp_path):
+    caps = api.resolve_profile(H200)
+    monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
+    lay = _layout(8192)
+    measured_at = 512 if m > 256 else 256
+    entry = plan_wna16_wgmma_rs(caps, lay, measured_at, "f16", scheme="w4a16", bt=256, small=False)
+    monkeypatch.setenv("HUMMING_TUNE_FILE", str(tmp_path / "tune.json"))
+    tuning.clear_memory()
+    tuning.record(entry, 100.0, scheme="w4a16", device="test")
+    tuning.clear_memory()
+    p = tuning.tuned_plan(caps, lay, m, "f16", scheme="w4a16")
+    assert p is not None and p.tiles.bn == 128 and p.tiles.bm == want and p.grid[0] == -(-m // want), (m, p)
+    assert tuning.two_warpgroup_token_tile(m, 256) == want
