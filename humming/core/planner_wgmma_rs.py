@@ -155,6 +155,10 @@ def smem_bytes(bt: int, stages: int, staging: bool = False) -> int:
 # 185.2; from M 1024 slower (8192x8192 M4096 833.8 -> 854.5, 28672x8192 M1024 681.6 -> 698.0): there the default PF
 DEEP_RING_2WG = 6
 DEEP_RING_PF = 10  # weight atoms in flight per lane where shared memory holds only 2 blocks per SM (see small_ring)
+# weight atoms in flight per lane of the small form's token tiles of 80 / 96 with 6 stages (3 blocks per SM; 4 atoms
+# before): H200, 2026-12-01, W4A16 g128, scripts/ab_env.py, us, 4 / 6 / 10 atoms: 8192x8192 M=80 34.2 / 32.2 / 31.6,
+# M=96 35.5 / 33.6 / 33.4; 4096x14336 M=80 31.7 / 29.6 / 29.5, M=96 33.8 / 31.8 / 31.8 (6: fewer registers, 140 at 96)
+WIDE_TILE_PF = 6
 
 
 # the occupancy option of the small-M form (TileConfig.occupancy): 7 blocks per SM (72 registers a thread) with 3 atoms
@@ -183,7 +187,8 @@ def occupancy_refusal(bt: int, occupancy: int, prefetch: int, cluster: int) -> s
 def small_ring(caps, bt: int, stages: int, cluster: int = 0, occupancy: int = 0, prefetch: int = 0) -> tuple[int, int]:
     """(weight atoms in flight per lane, blocks per SM its registers are budgeted for) of the small-M form. Up to 64
     tokens the ring has a slot per activation stage (STAGES - 1 in flight) and 4 blocks share an SM, above it
-    STAGES - 2 and 3 (one block fewer with a cluster's producer warp). Where the activation stages leave room for
+    STAGES - 2 (at least WIDE_TILE_PF with 6 stages) and 3 (one block fewer with a cluster's producer warp). Where
+    the activation stages leave room for
     only 2 blocks in the profile's shared memory (128 tokens x 6 stages: 97 KiB), the registers of a third block
     go to a deeper ring of DEEP_RING_PF atoms: 8192x8192 M=128 41.8 us with 4 atoms, 40.0 with 6, 38.8 with 8, 38.1
     with 10 (twice), 39.3 with 12; 4096x14336 M=256 60.1 -> 58.6 from 8 to 10 (H200, 2026-11-30, scripts/ablate.py
@@ -193,6 +198,8 @@ def small_ring(caps, bt: int, stages: int, cluster: int = 0, occupancy: int = 0,
         return prefetch or OCCUPANCY_PF, occupancy
     blocks = (4 if bt <= 64 else 3) - (1 if cluster else 0)
     pf = stages - 1 if bt <= 64 else stages - 2
+    if bt > 64 and blocks == 3 and stages >= 6:
+        pf = max(pf, WIDE_TILE_PF)
     limit = caps.limits.smem_per_block_kb if caps is not None else None
     if bt > 64 and not cluster and limit and (limit + 1) * 1024 // smem_bytes(bt, stages) <= 2:  # (with the
         # producer warp's 32 threads the deeper ring spills)

@@ -94,3 +94,20 @@ def test_two_warpgroup_entry_of_256_token_tiles(m, want, monkeypatch, tmp_path):
     p = tuning.tuned_plan(caps, lay, m, "f16", scheme="w4a16")
     assert p is not None and p.tiles.bn == 128 and p.tiles.bm == want and p.grid[0] == -(-m // want), (m, p)
     assert tuning.two_warpgroup_token_tile(m, 256) == want
+
+
+@pytest.mark.parametrize("name,group", [("w4a16", 128), ("w4a16-zp", 128), ("w4a16", None), ("w4a16-zp", 256)])
+@pytest.mark.parametrize("bt", [80, 96])
+def test_wide_tiles_of_three_blocks_keep_six_atoms_in_flight(name, group, bt, compiled_without_spills):
+    """Token tiles of 80 / 96 with 6 stages (3 blocks per SM) keep WIDE_TILE_PF weight atoms in flight (4 before),
+    without spills on every layout the small form takes."""
+    from humming.core.planner_wgmma_rs import WIDE_TILE_PF, small_ring
+
+    caps = api.resolve_profile(H200)
+    assert small_ring(caps, bt, 6) == (WIDE_TILE_PF, 3) and small_ring(caps, bt, 4) == (2, 3)
+    sch = humming.schemes.get(name)
+    sch = sch.with_(granularity="channel", group_size=None) if group is None else sch.with_(group_size=group)
+    lay = layout_for(sch, 8192, 8192, "f16", caps=caps)
+    p = plan_wna16_wgmma_rs(caps, lay, bt, "f16", scheme=name, bt=bt, stages=6, splits=2, small=True)
+    assert f"{WIDE_TILE_PF} atoms ahead" in " ".join(p.reasons), p.reasons
+    compiled_without_spills(p, caps)
