@@ -260,6 +260,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # stream kernel: the block returns right after the grid dependency wait (launch, prefetch and PDL chain only) / runs
     # everything but its main loop (the staging of tables and activations, the cross-warp reduction, the epilogue)
     "empty_stream": [(r"(pdl_wait\(\);  // the previous kernel's outputs[^\n]*\n)", r"\1  if (K > 0) return;\n")],
+    # ... and returning at once (the launch and the grid dependency chain alone), or before the wait (after the
+    # weight prefetch and the table staging: their latency without the wait)
+    "ret_start_stream": [(r"(pdl_launch_dependents\(\);  // the next kernel may start[^\n]*\n)",
+                          r"\1  if (K > 0) return;\n")],
+    "ret_prewait_stream": [(r"(\n(\s*)pdl_wait\(\);  // the previous kernel's outputs)", r"\n\2if (K > 0) return;\1")],
     "noloop_stream": [(r"for \(int i = 0; i < natoms; i \+= R\) \{", "for (int i = 0; i < natoms * 0; i += R) {")],
     # small register-A form without its activation pipeline in the loop (no wait for the stage's tensor copy, no block
     # barrier, no refill: every stage reads the prologue's slots; wrong results): what the per-stage copy handling costs
