@@ -188,8 +188,7 @@ def small_ring(caps, bt: int, stages: int, cluster: int = 0, occupancy: int = 0,
     """(weight atoms in flight per lane, blocks per SM its registers are budgeted for) of the small-M form. Up to 64
     tokens the ring has a slot per activation stage (STAGES - 1 in flight) and 4 blocks share an SM, above it
     STAGES - 2 (at least WIDE_TILE_PF with 6 stages) and 3 (one block fewer with a cluster's producer warp). Where
-    the activation stages leave room for
-    only 2 blocks in the profile's shared memory (128 tokens x 6 stages: 97 KiB), the registers of a third block
+    the activation stages leave room for only 2 blocks in the profile's shared memory (128 tokens x 6 stages: 97 KiB), the registers of a third block
     go to a deeper ring of DEEP_RING_PF atoms: 8192x8192 M=128 41.8 us with 4 atoms, 40.0 with 6, 38.8 with 8, 38.1
     with 10 (twice), 39.3 with 12; 4096x14336 M=256 60.1 -> 58.6 from 8 to 10 (H200, 2026-11-30, scripts/ablate.py
     pf6_rs / pf8_rs / pf10_deep; docs/performance.md, ninth session). ``occupancy`` (a plan option) sets the blocks
@@ -483,7 +482,7 @@ def small_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan | No
     """The small form as the planner's default rule, or None where it does not apply: int4 layouts it decodes, the
     profile's wgmma k16 form and cp.async, M 9-1023 (with the TMA activation copies it also won at M=16 on
     28672x8192: 52.6 us against the stream kernel's 57.9 on the H200, 2026-11-30; before them the stream kernel was
-    5% faster there). Token tiles of M rounded up to 16 (128 from M 65); fold=1 (not where it
+    5% faster there). Token tiles of M rounded up to 16 (128 from M 65, then fitted to M: fitted_token_tile); fold=1 (not where it
     would spill) and 8 stages up to 32 tokens, 4 stages at 64, 6 (4 on layers wider than 16384) at 128: the tuner's winners on the H200
     (2026-11-30). Callers check that the live GPU runs the profile's wgmma."""
     if not SMALL_MIN_M <= m < SMALL_DEFAULT_BELOW_M or min_m() is None:
@@ -538,9 +537,9 @@ FIT_ENV = "HUMMING_WGMMA_RS_FIT_TILE"  # "0": the small form keeps the token til
 def fitted_token_tile(m: int, bt: int) -> int:
     """The small form's token tile for M given a tile of ``bt`` (the rule's or a tuned entry's, measured at its
     bucket's largest M): as many tiles as ``bt`` needs, each M / tiles rounded up to 16, never wider than ``bt``. A
-    tile's rows past M cost their full share of the wgmmas, and the tensor copy that zero-fills them more (H200,
-    2026-12-01, W4A16 g128, scripts/ab_env.py; FIT_ENV=0 keeps ``bt``): 8192x8192 M=80 57.4 us with 128-token tiles against 34.5 with 80;
-    M=96 45.8 / 36.0, M=112 32.1 / 29.9; 4096x14336 41.6 / 32.0, 36.3 / 33.4, 30.5 / 28.2)."""
+    tile's rows past M cost their full share of the wgmmas, and the tensor copy that zero-fills them more. FIT_ENV=0
+    keeps ``bt``. Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us, 128-token tiles / fitted):
+    8192x8192 M=80 57.4 / 34.5, M=96 45.8 / 36.0, M=112 32.1 / 29.9; 4096x14336 41.6 / 32.0, 36.3 / 33.4, 30.5 / 28.2."""
     if os.environ.get(FIT_ENV, "").strip() == "0":
         return bt
     tiles = math.ceil(m / bt)
@@ -563,7 +562,7 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
     if bt not in form.n_values:
         bt = asked
     fit_why = (f"token tile {bt} instead of {asked}: M={m} in {math.ceil(m / bt)} tile(s) of whole 16-row groups "
-               "(rows past M cost as much as tokens, and more where the tensor copy fills them)" if bt != asked else "")
+               "(rows past M cost as much as tokens, and more where the tensor copy zero-fills them)" if bt != asked else "")
     limit = caps.limits.smem_per_block_kb * 1024
     sms = caps.limits.sms or _DEFAULT_SMS
     stages = stages or SMALL_STAGES
