@@ -243,8 +243,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # (their values fed the waited wgmmas), so the producer's copies cannot overtake them (correct in practice)
     "nofence_rs8": [(r"if \(lane == 0\) \{ fence_proxy_async_smem\(\); mbar_arrive\(xbar0 \+ 8 \* \(STAGES \+ s\)\); \}",
                      "if (lane == 0) { mbar_arrive(xbar0 + 8 * (STAGES + s)); }")],
-    # what the release's MEMBAR does (nofence_rs8 measured 4-5% SLOWER): the same place with a plain delay, the fence
-    # in every lane (no divergent branch), a CTA memory barrier without the proxy fence, and the release moved after the
+    # what the release's MEMBAR does (nofence_rs8 measured 4-5% SLOWER): the fence in every lane (no divergent branch), a CTA memory barrier without the proxy fence, and the release moved after the
     # last quarter's promotion (all correct)
     "fenceall_rs8": [(r"__syncwarp\(\);   // this warp's reads of the slot are done: release it to the producer\n(\s*)"
                       r"if \(lane == 0\) \{ fence_proxy_async_smem\(\); ",
@@ -296,8 +295,6 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 _PARAMETERISED = {
     "pf": lambda n: [(r"constexpr int PF = \d+, R = PF \+ 1;", f"constexpr int PF = {n}, R = PF + 1;")],
     "lb": lambda n: [(r"(__launch_bounds__\(cfg::[A-Z_]+, )\d+\)", rf"\g<1>{n})")],
-    # small register-A form: thread 0 also asks the L2 for the atom N stages past the ring (one bulk prefetch of its
-    # 2 KB, no registers)
     # the wide W4A8 form with the two consumer warpgroups taking turns on the tensor pipe (named barriers 5 and 6): a
     # warpgroup issues its stage's first chain once the other has issued chain n of its stage (correct)
     "pingpong": lambda n: [
@@ -306,9 +303,8 @@ _PARAMETERISED = {
          r'\n\2if (kt > 0 || wg == 1) asm volatile("bar.sync %0, 256;" :: "r"(5 + wg) : "memory");\1'),
         (rf"(// tokens {64 * n}\.\.{64 * n + 63}: slot rows \+ {64 * n}\n[^\n]*\n(\s*)wgmma_commit\(\);\n)",
          r'\1\2if (wg == 0 || kt + 1 < ktiles) asm volatile("bar.arrive %0, 256;" :: "r"(6 - wg) : "memory");\n')],
-    # the wide W4A8 form's slot release with lane 0 sleeping n ns instead of the proxy fence (a delay, no fence)
-    "sleep": lambda n: [(r"if \(lane == 0\) \{ fence_proxy_async_smem\(\); mbar_arrive",
-                         f"if (lane == 0) {{ __nanosleep({n}); mbar_arrive")],
+    # small register-A form: thread 0 also asks the L2 for the atom N stages past the ring (one bulk prefetch of its
+    # 2 KB, no registers)
     "l2pf": lambda n: [(r"(load_g128\(wq\[\(s \+ PF\) % R\], p\);)",
                         rf'\1 if (tid == 0 && kt + PF + {n} < ktiles) asm volatile("cp.async.bulk.prefetch.L2.global '
                         rf'[%0], 2048;" :: "l"(p + {n} * ATOM_WORDS) : "memory");')],
