@@ -1,8 +1,10 @@
 """Timing candidate plans on the live GPU: the measuring half of `python -m humming tune` and bench/.
 
 Method (the same as bench/bench_wna16.py): one CUDA graph replays the GEMM over several weight copies that
-together exceed the L2 cache twice, so every call streams its weights from memory; the median over replays,
-divided by the number of GEMMs in the graph, is one call's time.
+together exceed the L2 cache twice, so every call streams its weights from memory; the copies are cycled until the
+graph holds at least ``graph_min_calls()`` GEMMs (each replay is timed on its own from an idle GPU, and its launch
+costs ~12 us on the H200 that a graph of 2 GEMMs would add half of to each); the median over replays, divided by the
+number of GEMMs in the graph, is one call's time.
 
     result = tune_layer("w4a16", 8192, 8192, [1, 16, 128])   # -> list[TuneResult], nothing recorded
 """
@@ -35,8 +37,40 @@ def require_gpu(what: str = "tuning"):
     return torch
 
 
+GRAPH_MIN_CALLS_ENV = "HUMMING_GRAPH_MIN_CALLS"
+# GEMMs per timed graph at least: a replay timed from an idle GPU pays the graph's launch once (measured on the H200,
+# 2026-12-01: ~12 us a replay, `docs/performance.md`, twentieth session); with the 2 weight copies of a large layer
+# that is ~6 us added to each GEMM, with 16 calls under 1 us. HUMMING_GRAPH_MIN_CALLS=1: one pass over the copies
+# (the method before the twentieth session).
+GRAPH_MIN_CALLS = 16
+
+
+def graph_min_calls() -> int:
+    """The fewest GEMMs a timed graph holds (GRAPH_MIN_CALLS, or HUMMING_GRAPH_MIN_CALLS)."""
+    raw = os.environ.get(GRAPH_MIN_CALLS_ENV, "").strip()
+    if not raw:
+        return GRAPH_MIN_CALLS
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{GRAPH_MIN_CALLS_ENV} must be a positive integer, not {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{GRAPH_MIN_CALLS_ENV} must be a positive integer, not {raw!r}")
+    return value
+
+
+def cycled(calls: list, min_calls: int | None = None) -> list:
+    """``calls`` repeated in order (whole passes) until there are at least ``min_calls`` (default graph_min_calls()):
+    consecutive calls still use different weight copies, so each streams its weights from memory."""
+    want = graph_min_calls() if min_calls is None else min_calls
+    if not calls:
+        raise ValueError("no calls to time")
+    return list(calls) * max(1, math.ceil(want / len(calls)))
+
+
 def graph_time_us(calls, reps: int = 20) -> float:
-    """Median time of one call, from CUDA-graph replays of the whole sequence of ``calls``."""
+    """Median time of one call, from CUDA-graph replays of ``calls`` cycled to at least graph_min_calls()."""
+    calls = cycled(calls)
     return replay_time_us(capture_graph(calls), len(calls), reps)
 
 
@@ -87,8 +121,9 @@ def rotated_samples(timers: list, rounds: int) -> list[list[float]]:
 
 
 def graph_timer(calls: list, reps: int = 5):
-    """A timer (no arguments -> us) of one call's time over ``reps`` replays of a CUDA graph of ``calls`` captured now
-    (the plans set now are the ones it runs)."""
+    """A timer (no arguments -> us) of one call's time over ``reps`` replays of a CUDA graph of ``calls`` (cycled to
+    at least graph_min_calls()) captured now (the plans set now are the ones it runs)."""
+    calls = cycled(calls)
     graph, n = capture_graph(calls), len(calls)
     return lambda: replay_time_us(graph, n, reps)
 
@@ -267,5 +302,5 @@ def _try_compile(api, plan, prep) -> str:
     return ""
 
 
-__all__ = ["L2_BYTES", "Timing", "TuneResult", "capture_graph", "copies_for", "graph_time_us", "graph_timer", "require_gpu",
+__all__ = ["GRAPH_MIN_CALLS", "L2_BYTES", "Timing", "TuneResult", "capture_graph", "copies_for", "cycled", "graph_time_us", "graph_timer", "require_gpu",
            "rotated_samples", "tune_layer"]
