@@ -1,5 +1,6 @@
 """Generates the register-A wgmma WnA16 kernel (sm_90a, opt-in with HUMMING_WGMMA_RS=1): the stream kernel's idea
-at prefill sizes. Each block computes C^T = W x^T for 128 output channels x BT tokens (BT = 128 or 256):
+at prefill sizes. Each block computes C^T = W x^T for 128 output channels x BT tokens (BT = 128 or 256, fitted to M
+in multiples of 16):
 
   * A = weights, from registers: warp w of warpgroup wg supplies rows 16w .. 16w+15 of the warpgroup's 64 rows =
     channels n0 + 64 wg + 16 w + {g, g + 8} (g = lane / 4) in the m16n8k16 A-fragment layout (wgmma RS form). Those
@@ -97,9 +98,10 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
             raise ValueError(f"the small-M register-A wgmma kernel is written for 16..128 tokens (a multiple of 16) x "
                              f"64 channels x 64 k, 128 threads (160 with cluster), >= 4 stages; got {t}")
     elif plan.path != PATH or (t.bn, t.bk, t.threads) != (BC, BK, 384 if t.bulk == 2 else 256) or t.stages < 4 \
-            or t.bm not in (128, 256):
-        raise ValueError(f"the register-A wgmma kernel is written for (128|256) tokens x 128 channels x 64 k, "
-                         f"256 threads (384 with the producer warpgroup), >= 4 stages; got {t}")
+            or t.bm % (16 if t.bulk else 32) or not 64 <= t.bm <= 256:
+        raise ValueError(f"the register-A wgmma kernel is written for 64..256 tokens (a multiple of 16, of 32 with "
+                         f"cp.async copies) x 128 channels x 64 k, 256 threads (384 with the producer warpgroup), >= 4 "
+                         f"stages; got {t}")
     why = layout_refusal(lay, t.bn)
     if why:
         raise ValueError(f"the register-A wgmma kernel cannot run this layout: {why}")

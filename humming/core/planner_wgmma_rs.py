@@ -39,6 +39,9 @@ MIN_M = 128  # with HUMMING_WGMMA_RS=1: from one 128-token tile on
 DEFAULT_MIN_M = 513
 DEEP_RING_BELOW_M = 1024  # below: DEEP_RING_2WG weight atoms in flight per lane (measured below; PF from here)
 MIN_STAGES, MAX_STAGES = 4, 6
+# the two-warpgroup form's token tiles: 128 or 256 by the rules and the tuned entries, then fitted to M
+# (fitted_token_tile) in whole groups of WIDE_BT_UNIT rows, never below WIDE_MIN_BT
+WIDE_BT_UNIT, WIDE_MIN_BT = 16, 64
 # weight atoms loaded ahead per lane in the two-warpgroup form (register ring of PF + 1): measured on the H200
 # (2026-11-30, bench_wna16 M 1024/4096) PF 4 against 2: 4096x14336 M4096 817 -> 731 us, 28672x8192 M1024 875 -> 808,
 # 8192x8192 M4096 937 -> 913; 205 registers at 256 tokens, no spills
@@ -322,12 +325,20 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
         f"decodes them in registers ({d.kind}{d.bits}: magic number | code, {zero}, {scale}) into the m16n8k16 A "
         "fragment that each warp of a warpgroup supplies; no shared-memory traffic for the weights",
     ]
-    if bt not in (None, 128, 256):
-        raise ShapeError(f"the two-warpgroup register-A form takes token tiles of 128 or 256, not {bt}")
+    if bt is not None and (bt % WIDE_BT_UNIT or not WIDE_MIN_BT <= bt <= 256):
+        raise ShapeError(f"the two-warpgroup register-A form takes token tiles of {WIDE_MIN_BT}..256 (a multiple of "
+                         f"{WIDE_BT_UNIT}), not {bt}")
     cands = [b for b in ((bt,) if bt else (256, 128)) if b in form.n_values]
     if not cands:
         raise UnsupportedOnDevice(f"{caps.name} declares no wgmma m64n{bt or 256}k16 {act}")
     bt = _token_tile(m, n, sms, cands, reasons)
+    use_tma = tma_wanted(caps, tma)
+    fitted = fitted_token_tile(m, bt, WIDE_BT_UNIT if use_tma else 32)  # cp.async: 32 rows per pass of 256 threads
+    if fitted != bt and fitted >= WIDE_MIN_BT and fitted in form.n_values:
+        reasons.append(f"token tile {fitted} instead of {bt}: M={m} in {math.ceil(m / fitted)} tile(s) of whole "
+                       f"{WIDE_BT_UNIT if use_tma else 32}-row groups ({FIT_ENV}=0: {bt}; rows past M cost as much as "
+                       "tokens, and more where the tensor copy zero-fills them)")
+        bt = fitted
     stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(bt, s, bool(streamk)) <= limit),
                   None)
     if stages is None:
@@ -335,7 +346,6 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
             f"no register-A wgmma tile of {bt} tokens with {MIN_STAGES} stages fits {caps.name}'s {limit} B of "
             "shared memory")
     smem = smem_bytes(bt, stages, bool(streamk))
-    use_tma = tma_wanted(caps, tma)
     producer_warp = use_tma and declared_option(bool(caps.memory.setmaxnreg), None, WS_ENV, WS_DEFAULT, "")
     reasons.append(
         f"tile {BC} channels x {bt} tokens x {BK} k: 2 warpgroups x m64n{bt}k16, 4 k16 steps per stage; {stages} "
@@ -422,7 +432,7 @@ def streamk_default(caps, layout, m: int) -> tuple[int, int, str]:
     else:
         return 0, 0, f"no stream-K ({words})"
     used = m / (math.ceil(m / STREAMK_BT) * STREAMK_BT)
-    if used < STREAMK_NARROW_BELOW:
+    if used < STREAMK_NARROW_BELOW and not fit_on():  # fitted, the 256-token tiles hold few padding rows
         return sms, 128, why + f"; tiles of 128 tokens: {used:.0%} of the 256-token tiles' rows would be tokens"
     return sms, STREAMK_BT, why
 
@@ -531,19 +541,24 @@ def _occupancy_default(caps, layout, m: int, act: str, scheme: str, bt: int, tab
         return None
 
 
-FIT_ENV = "HUMMING_WGMMA_RS_FIT_TILE"  # "0": the small form keeps the token tile it is given (M 65-127: 128)
+FIT_ENV = "HUMMING_WGMMA_RS_FIT_TILE"  # "0": both forms keep the token tile they are given (small form M 65-127: 128)
 
 
-def fitted_token_tile(m: int, bt: int) -> int:
-    """The small form's token tile for M given a tile of ``bt`` (the rule's or a tuned entry's, measured at its
-    bucket's largest M): as many tiles as ``bt`` needs, each M / tiles rounded up to 16, never wider than ``bt``. A
-    tile's rows past M cost their full share of the wgmmas, and the tensor copy that zero-fills them more. FIT_ENV=0
-    keeps ``bt``. Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us, 128-token tiles / fitted):
+def fit_on() -> bool:
+    """True unless FIT_ENV=0: token tiles are fitted to M (fitted_token_tile)."""
+    return os.environ.get(FIT_ENV, "").strip() != "0"
+
+
+def fitted_token_tile(m: int, bt: int, unit: int = 16) -> int:
+    """The token tile for M given a tile of ``bt`` (the rule's or a tuned entry's, measured at its bucket's largest
+    M): as many tiles as ``bt`` needs, each M / tiles rounded up to ``unit`` rows, never wider than ``bt`` (the small
+    form, and the two-warpgroup form with ``unit`` WIDE_BT_UNIT). A tile's rows past M cost their full share of the
+    wgmmas, and the tensor copy that zero-fills them more. FIT_ENV=0 keeps ``bt``. Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us, 128-token tiles / fitted):
     8192x8192 M=80 57.4 / 34.5, M=96 45.8 / 36.0, M=112 32.1 / 29.9; 4096x14336 41.6 / 32.0, 36.3 / 33.4, 30.5 / 28.2."""
-    if os.environ.get(FIT_ENV, "").strip() == "0":
+    if not fit_on():
         return bt
     tiles = math.ceil(m / bt)
-    return min(bt, 16 * math.ceil(math.ceil(m / tiles) / 16))
+    return min(bt, unit * math.ceil(math.ceil(m / tiles) / unit))
 
 
 def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | None, splits: int | None,

@@ -263,13 +263,15 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
 
 
 def two_warpgroup_token_tile(m: int, bt: int) -> int:
-    """The token tile a two-warpgroup entry runs M with: its own, or 128 instead of 256 where 128-token tiles hold
-    fewer rows and 256-token ones would be under planner_wgmma_rs.STREAMK_NARROW_BELOW tokens (the rule of its
-    default plans from M 513). Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us, the 257-512
+    """The token tile a two-warpgroup entry runs M with: its own (the planner then fits it to M), or, with the fitting
+    off (planner_wgmma_rs.FIT_ENV=0), 128 instead of 256 where 128-token tiles hold fewer rows and 256-token ones would
+    be under planner_wgmma_rs.STREAMK_NARROW_BELOW tokens (the rule of its default plans from M 513 then). Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us, the 257-512
     entries with 256 / 128): 8192x8192 M=270 135.5 / 106.0, M=300 127.6 / 102.1, M=380 90.5 / 101.6, M=400 91.7 /
     111.0; 28672x8192 M=270 498.5 / 329.4, M=300 455.8 / 317.8, M=380 343.1 / 340.1, M=400 346.7 / 454.1."""
     from humming.core import planner_wgmma_rs as rs
 
+    if rs.fit_on():  # the planner fits the entry's tile to M (rs.fitted_token_tile): few padding rows either way
+        return bt
     rows = bt * math.ceil(m / bt)
     if bt == 256 and 128 * math.ceil(m / 128) < rows and m / rows < rs.STREAMK_NARROW_BELOW:
         return 128

@@ -216,7 +216,13 @@ def test_plan_refuses_what_it_does_not_run():
 
 def test_token_tile_and_shared_memory():
     assert _plan(m=4096, n=8192).tiles.bm == 256
-    assert _plan(m=200, n=2048).tiles.bm == 128  # 256-token tiles would leave most SMs idle
+    # 256-token tiles would leave most SMs idle: 128, then fitted to M (two tiles of 100 rows -> 112 each)
+    assert _plan(m=200, n=2048).tiles.bm == 112
+    assert _plan(m=300, n=8192).tiles.bm == 160  # two 256-token tiles fitted: 2 x 160 rows for 300 tokens
+    assert _plan(m=300, n=8192, tma=False).tiles.bm == 160  # the cp.async copies: whole passes of 32 rows
+    assert _plan(m=270, n=8192, tma=False).tiles.bm == 160 and _plan(m=270, n=8192).tiles.bm == 144
+    assert _plan(m=1100, n=8192).tiles.bm == 224  # 5 tiles of 220 rows -> 224 each (1120 rows, not 1280)
+    assert _plan(m=4096, n=8192).tiles.bm == 256 and _plan(m=4100, n=8192).tiles.bm == 256  # 17 x 241.2 -> 256
     for bt in (128, 256):
         p = _plan(m=4096, n=8192, bt=bt)
         assert p.tiles.stages >= 4 and p.smem_bytes == smem_bytes(bt, p.tiles.stages) <= 227 * 1024
@@ -388,6 +394,24 @@ def test_emulated_kernel_matches_reference(act, name, group, bt):
     ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32).double()
     err = float((out - ref).norm() / ref.norm())
     assert err < (1e-3 if act == "f16" else 5e-3), err
+
+
+@pytest.mark.parametrize("act,name,group,m,bt", [("f16", "w4a16", 128, 150, 160), ("bf16", "w4a16-zp", None, 90, 96)])
+def test_emulated_kernel_with_fitted_tile_matches_reference(act, name, group, m, bt):
+    """A token tile fitted to M (not 128 / 256; cp.async copies: whole 32-row passes) indexes its slots, staging tile
+    and copy-out like the others: the emulated kernel matches the reference."""
+    torch.manual_seed(m + bt)
+    dtype = DT[act]
+    n, k = 256, 256
+    qw = humming.quantize(torch.randn(n, k) * 0.05, _scheme(name, group))
+    packed = prepare(qw, dtype, _caps())
+    p = replace(_plan(act, name, group, m=m, n=n, k=k, bt=256 if m > 128 else 128, tma=False), layout=packed.layout)
+    assert p.tiles.bm == bt and any("token tile" in r for r in p.reasons), p.explain()
+    _check_kernel_indexing(api.source(p, _caps()))
+    x = torch.randn(m, k).to(dtype)
+    out = _emulate(p, packed, x)
+    ref = humming.reference_gemm(x, qw, out_dtype=torch.float32).double()
+    assert float((out - ref).norm() / ref.norm()) < (1e-3 if act == "f16" else 5e-3)
 
 
 def test_prefetch_ring_covers_every_stage():

@@ -63,7 +63,7 @@ def test_fitted_tiles_compile_without_spills(bt, stages, splits, compiled_withou
 def test_two_warpgroup_entry_below_128(monkeypatch, tmp_path):
     """An entry of the two-warpgroup form for bucket 65-128 (measured at 128) runs M 97-127 (its 128-token tile at
     least three quarters tokens, rows past M zero-filled by the tensor copy) and leaves M 65-96 to the rules (the
-    small form with a fitted tile)."""
+    small form with a fitted tile); its tile is fitted to M too (M=97: 112 tokens)."""
     caps = api.resolve_profile(H200)
     monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)  # the CPU machine plans as on an H200
     lay = _layout(28672)
@@ -74,14 +74,18 @@ def test_two_warpgroup_entry_below_128(monkeypatch, tmp_path):
     tuning.clear_memory()
     for m in (97, 112, 127, 128):
         p = tuning.tuned_plan(caps, lay, m, "f16", scheme="w4a16")
-        assert p is not None and p.tiles.bn == 128 and p.tiles.bm == 128 and p.grid[0] == 1, (m, p)
+        assert p is not None and p.tiles.bn == 128 and p.tiles.bm == fitted_token_tile(m, 128) and p.grid[0] == 1, (m, p)
+        assert p.tiles.bm == (112 if m <= 112 else 128)
     for m in (65, 80, 96):
         assert tuning.tuned_plan(caps, lay, m, "f16", scheme="w4a16") is None, m
 
 
-@pytest.mark.parametrize("m,want", [(257, 128), (300, 128), (358, 128), (359, 256), (380, 256), (400, 256),
-                                    (512, 256), (129, 256), (200, 256)])
-def test_two_warpgroup_entry_of_256_token_tiles(m, want, monkeypatch, tmp_path):
+@pytest.mark.parametrize("m,fitted,unfitted", [(257, 144, 128), (300, 160, 128), (358, 192, 128), (359, 192, 256),
+                                               (380, 192, 256), (400, 208, 256), (512, 256, 256), (129, 144, 256),
+                                               (200, 208, 256)])
+def test_two_warpgroup_entry_of_256_token_tiles(m, fitted, unfitted, monkeypatch, tmp_path):
+    """An entry of 256-token tiles runs M with its tiles fitted to M (as many as 256 needs, each M / tiles rounded up
+    to 16); with FIT_ENV=0 with 256, or 128 where 256 would be mostly padding (the rule before the fitting)."""
     caps = api.resolve_profile(H200)
     monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
     lay = _layout(8192)
@@ -90,10 +94,16 @@ def test_two_warpgroup_entry_of_256_token_tiles(m, want, monkeypatch, tmp_path):
     monkeypatch.setenv("HUMMING_TUNE_FILE", str(tmp_path / "tune.json"))
     tuning.clear_memory()
     tuning.record(entry, 100.0, scheme="w4a16", device="test")
-    tuning.clear_memory()
-    p = tuning.tuned_plan(caps, lay, m, "f16", scheme="w4a16")
-    assert p is not None and p.tiles.bn == 128 and p.tiles.bm == want and p.grid[0] == -(-m // want), (m, p)
-    assert tuning.two_warpgroup_token_tile(m, 256) == want
+    for fit, want in ((None, fitted), ("0", unfitted)):
+        if fit is None:
+            monkeypatch.delenv(FIT_ENV, raising=False)
+        else:
+            monkeypatch.setenv(FIT_ENV, fit)
+        tuning.clear_memory()
+        p = tuning.tuned_plan(caps, lay, m, "f16", scheme="w4a16")
+        assert p is not None and p.tiles.bn == 128 and p.tiles.bm == want and p.grid[0] == -(-m // want), (m, p)
+        assert p.tiles.bm * p.grid[0] - m < 16 * p.grid[0] or fit == "0", "a fitted tile holds < 16 padding rows"
+        assert tuning.two_warpgroup_token_tile(m, 256) == (256 if fit is None else unfitted)
 
 
 @pytest.mark.parametrize("name,group", [("w4a16", 128), ("w4a16-zp", 128), ("w4a16", None), ("w4a16-zp", 256)])

@@ -12,7 +12,7 @@ from humming import api
 from humming.core import tuning
 from humming.core.layout import layout_for
 from humming.core.planner import TAIL_SPLITS
-from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs, tail_tiles
+from humming.core.planner_wgmma_rs import fitted_token_tile, plan_wna16_wgmma_rs, tail_tiles
 from humming.errors import ShapeError
 
 H200 = "nvidia-h200"
@@ -40,8 +40,9 @@ def test_tail_tiles(tiles, sms, want):
 def test_tail_plan_grid_workspace_and_source(m, bt, tail):
     p = _plan(m=m, bt=bt, tail=tail)
     tiles = -(-m // bt) * 224
-    assert p.grid == (1, tiles + 3 * tail, 1) and p.partials == TAIL_SPLITS == 4
-    assert p.workspace_floats == tail * 4 * bt * 128 and p.tiles.raster == 0
+    fitted = fitted_token_tile(m, bt)  # as many tiles as bt needs, fitted to M (M=300: 3 x 112, M=65: 80)
+    assert p.tiles.bm == fitted and p.grid == (1, tiles + 3 * tail, 1) and p.partials == TAIL_SPLITS == 4
+    assert p.workspace_floats == tail * 4 * fitted * 128 and p.tiles.raster == 0
     assert p.kernel_name.split("_")[-2].endswith(f"q{tail}")
     assert any(f"tail {tail}: the last {tail} of {tiles} tiles run as 4 blocks each" in r for r in p.reasons)
     src = api.source(p)
@@ -64,7 +65,8 @@ def test_plan_without_tail_is_unchanged():
     (dict(k=8192 + 64 * 2), "must be a multiple of 4"),
     (dict(tma=False), "producer warpgroup"),
     (dict(bt=64, m=64, small=True), "option of the two-warpgroup form"),
-    (dict(bt=64, m=64), "token tiles of 128 or 256"),
+    (dict(bt=48, m=48), r"token tiles of 64\.\.256"),
+    (dict(bt=136, m=136), r"token tiles of 64\.\.256 \(a multiple of 16\)"),
 ])
 def test_tail_refusals(kwargs, words):
     with pytest.raises(ShapeError, match=words):
@@ -87,7 +89,8 @@ def test_tuner_times_tail_and_the_entry_comes_back(monkeypatch, tmp_path):
     lay = _layout()
     plans = tuning.candidates(caps, lay, 128, "f16", scheme="w4a16")
     tails = [p for p in plans if p.tiles.tail]
-    assert {p.tiles.tail for p in tails} == {92} and {p.tiles.bm for p in tails} == {128, 256}
+    # the 256-token candidate fits to one tile of 128 at M=128: the same plan, timed once
+    assert {p.tiles.tail for p in tails} == {92} and {p.tiles.bm for p in tails} == {128} and len(tails) == 1
     p = next(p for p in tails if p.tiles.bm == 128)
     path = tmp_path / "tune.json"
     monkeypatch.setenv("HUMMING_TUNE_FILE", str(path))

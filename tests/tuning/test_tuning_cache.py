@@ -204,8 +204,7 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
         assert p is not None, (key, m)
         assert p.path == entry["path"] and p.splits == entry["splits"]
         t = entry["tiles"]
-        # (a two-warpgroup entry of 256-token tiles runs 128-token ones where 256 would be mostly padding: the planner
-        # then picks the stages that tile fits, tuning.two_warpgroup_token_tile)
+        # (a two-warpgroup entry runs its token tile fitted to M: the planner then picks the stages that tile fits)
         retiled = p.path == "wgmma-rs" and t["bn"] == 128 and p.tiles.bm != t["bm"]
         stages = p.tiles.stages if retiled else t["stages"]
         assert (p.tiles.warps_k, p.tiles.stages, p.tiles.bk) == (t["warps_k"], stages, t["bk"])
@@ -232,7 +231,8 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
             # ... and the small form fits its token tile to M (planner_wgmma_rs.fitted_token_tile)
             from humming.core.planner_wgmma_rs import fitted_token_tile
 
-            bm = (fitted_token_tile(m, t["bm"]) if t["bn"] == 64 else tuning.two_warpgroup_token_tile(m, t["bm"])) \
+            # (the two-warpgroup form's too: tuning.two_warpgroup_token_tile, then fitted in 16-row groups)
+            bm = fitted_token_tile(m, t["bm"] if t["bn"] == 64 else tuning.two_warpgroup_token_tile(m, t["bm"])) \
                 if p.path == "wgmma-rs" else t["bm"]
             assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, "balance": 0,
                                                    "occupancy": 0, "tail": 0, "streamk": 0, **t, "bm": bm,
@@ -371,17 +371,20 @@ def test_small_register_a_candidates_include_both_copies(monkeypatch):
 
 def test_two_warpgroup_register_a_form_is_a_candidate_below_its_default_m(monkeypatch):
     """From M 128 the tuner also times the two-warpgroup register-A form (128 channels per block, token tiles of 128
-    and 256); a stored winner of that form (bn = 128) plans it again for its bucket, on the same prepared weights."""
+    and 256, fitted to M: at M=128 both are one tile of 128, timed once); a stored winner of that form (bn = 128)
+    plans it again for its bucket, on the same prepared weights, its tile fitted to that M."""
     from humming.core.planner_wgmma_rs import PATH
 
-    for m in (128, 512):
+    for m, tiles in ((128, {128}), (512, {128, 256})):
         caps, layout, wide = _register_a_candidates(monkeypatch, 8192, 8192, m, 128)
-        assert {p.tiles.bm for p in wide} == {128, 256}, m
+        assert {p.tiles.bm for p in wide} == tiles, m
     assert not _register_a_candidates(monkeypatch, 8192, 8192, 64, 128)[2]
-    winner = tuning._rs_prefill_plan(caps, layout, 300, "f16", "w4a16", 128)
+    winner = tuning._rs_prefill_plan(caps, layout, 384, "f16", "w4a16", 128)
+    assert winner.tiles.bm == 128
     tuning.record(winner, 100.0, scheme="w4a16")
     p = tuning.choose_plan(caps, layout, 400, "f16", scheme="w4a16")  # same bucket (257-512)
-    assert p.path == PATH and (p.tiles.bn, p.tiles.bm) == (128, 128) and "tuned for M bucket" in p.explain()
+    # 128-token tiles for 400 tokens: 4 tiles of 100 rows, fitted to 112
+    assert p.path == PATH and (p.tiles.bn, p.tiles.bm) == (128, 112) and "tuned for M bucket" in p.explain()
 
 
 def test_legacy_open_bucket_entries_apply_above_1024(monkeypatch, tmp_path):
@@ -463,18 +466,25 @@ def test_streamk_default_needs_the_producer_warpgroup(monkeypatch):
     assert not p.tiles.streamk and "no stream-K" in p.reasons[-1] and "producer" in p.reasons[-1]
 
 
-@pytest.mark.parametrize("m, bt", [(513, 128), (530, 128), (540, 256), (600, 256), (768, 256), (1025, 256),
-                                   (1100, 256), (4097, 256)])
-def test_streamk_default_token_tile(m, bt, monkeypatch):
-    """128-token tiles where 256-token ones would be mostly padding rows (M just above a multiple of 256; measured
-    at M 513 / 600 / 1100 on the H200)."""
+@pytest.mark.parametrize("m, fitted, unfitted", [(513, 176, 128), (530, 192, 128), (540, 192, 256), (600, 208, 256),
+                                               (768, 256, 256), (1025, 208, 256), (1100, 224, 256), (4097, 256, 256)])
+def test_streamk_default_token_tile(m, fitted, unfitted, monkeypatch):
+    """256-token tiles fitted to M (as many as 256 needs, each M / tiles rounded up to 16); with the fitting off
+    (FIT_ENV=0) 128-token tiles where 256-token ones would be mostly padding rows (M just above a multiple of 256;
+    measured at M 513 / 600 / 1100 on the H200)."""
     from humming.core import planner_wgmma_rs as rs
 
     monkeypatch.delenv(rs.STREAMK_ENV, raising=False)
     layout = _layout(28672, 8192)
-    blocks, got, why = rs.streamk_default(H200, layout, m)
-    assert blocks == 132 and got == bt, why
-    assert rs.prefill_default(H200, layout, m, "f16", "w4a16").tiles.bm == bt
+    for fit, bt, bm in ((None, 256, fitted), ("0", unfitted, unfitted)):
+        if fit is None:
+            monkeypatch.delenv(rs.FIT_ENV, raising=False)
+        else:
+            monkeypatch.setenv(rs.FIT_ENV, fit)
+        blocks, got, why = rs.streamk_default(H200, layout, m)
+        assert blocks == 132 and got == bt, why
+        p = rs.prefill_default(H200, layout, m, "f16", "w4a16")
+        assert p.tiles.bm == bm and p.tiles.streamk == 132 and p.grid == (1, 132, 1)
 
 
 def test_profiles_without_wgmma_keep_the_mma_sync_default_from_m_513():
