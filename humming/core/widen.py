@@ -91,8 +91,9 @@ RS8_MIN_FILL = 0.75  # the register-A W4A8 kernel's 128 x 128 blocks per SM belo
 
 
 def rs8_ranges(caps, n: int) -> tuple[tuple[int, int], ...]:
-    """Where int4 weights of the register-A W4A8 kernel take the widened path: M <= 64, and every M whose 128-token x
-    128-channel blocks (that kernel has no split-K) fill fewer than RS8_MIN_FILL of the SMs. Measured on the H200
+    """Where int4 weights of the register-A W4A8 kernel take the widened path: M <= 64, every M whose 128-token x
+    128-channel blocks (that kernel has no split-K) fill fewer than RS8_MIN_FILL of the SMs, and the M whose token tiles
+    would hold fewer than RS8_MIN_TOKEN_SHARE tokens (_padded_rs8_ranges). Measured on the H200
     (2026-11-30, W4A8-FP8 native / widened, us): 8192x8192 M128 (64 blocks) 57.8 / 48.7, M256 (128) 59.0 / 66.0;
     28672x8192 M128 (224) 116.7 / 123.5; 4096x14336 M128 (32) 92.2 / 47.4, M256 (64) 94.2 / 76.2, M512 (128) 99.1 /
     109.1; W4A8-INT8 alike (8192x8192 M128 52.0 / 47.9, 28672x8192 M128 104.3 / 123.8)."""
@@ -101,7 +102,49 @@ def rs8_ranges(caps, n: int) -> tuple[tuple[int, int], ...]:
     if not (sms and tiles):
         return DEFAULT_M_RANGES["wgmma"][("4bit-rs8", "fp8")]
     token_tiles = max(0, -(-int(RS8_MIN_FILL * sms) // tiles) - 1)  # most 128-token tiles with blocks < the fill
-    return ((1, max(64, 128 * token_tiles)),)
+    first = max(64, 128 * token_tiles)
+    from humming.core.planner_wgmma_rs8 import MIN_M
+
+    ranges = [(1, first), *_padded_rs8_ranges(caps, n, max(first + 1, MIN_M))]
+    merged = [ranges[0]]
+    for lo, hi in ranges[1:]:  # adjacent ranges as one
+        if lo == merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], hi)
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)
+
+
+# the register-A W4A8 kernel's token tiles (128 or 256) are not fitted to M: where they would hold fewer than this share
+# of tokens, the widened path (whose W4A16 kernels fit their tiles) takes M. Measured on the H200 (2026-12-01,
+# scripts/ab_env.py, W4A8-FP8, us, native / widened, token share of the native tiles): 8192x8192 M150 (59%) 48.4 /
+# 46.8, M270 (53%) 69.0 / 64.1, M300 (59%) 62.0 / 61.1, M513 (67%) 129.9 / 128.6; 28672x8192 M150 189.9 / 131.4,
+# M270 268.3 / 225.9, M300 270.3 / 249.2, M513 429.0 / 394.0; where the share is higher the native kernel wins:
+# 8192x8192 M200 (78%) 49.5 / 52.6, M380 (74%) 66.3 / 81.4, M600 (78%) 128.4 / 149.8; 28672x8192 M380 271.1 / 297.8,
+# M600 391.8 / 462.0 (M200 there, 78%: 193.3 / 163.1, left native by this rule)
+RS8_MIN_TOKEN_SHARE = 0.7
+_RS8_PADDING_SCAN_M = 2048  # above, the native tiles always hold more than RS8_MIN_TOKEN_SHARE tokens
+
+
+def _padded_rs8_ranges(caps, n: int, start: int) -> tuple[tuple[int, int], ...]:
+    """The M from ``start`` whose native register-A W4A8 token tiles hold fewer than RS8_MIN_TOKEN_SHARE tokens,
+    merged into ranges."""
+    from humming.core import planner_wgmma_rs8 as rs8
+
+    try:
+        producer = rs8._producer_wanted(caps, None)
+    except HummingError:
+        producer = False
+    ranges: list[list[int]] = []
+    for m in range(start, _RS8_PADDING_SCAN_M + 1):
+        bt = rs8.token_tile(m, producer, n, caps.limits.sms or 0)
+        if m / (-(-m // bt) * bt) >= RS8_MIN_TOKEN_SHARE:
+            continue
+        if ranges and ranges[-1][1] == m - 1:
+            ranges[-1][1] = m
+        else:
+            ranges.append([m, m])
+    return tuple((lo, hi) for lo, hi in ranges)
 
 
 def _register_a_w4a8(caps, scheme, n: int, k: int) -> bool:
@@ -122,13 +165,16 @@ def describe_ranges(ranges) -> str:
     return ", ".join(f"M <= {hi}" if lo <= 1 else f"M >= {lo}" if hi >= OPEN else f"M {lo}-{hi}" for lo, hi in ranges)
 
 
-_decided: dict[tuple, tuple] = {}  # (profile, scheme, N, K, variable) -> the M ranges ((): never)
+_decided: dict[tuple, tuple] = {}  # (profile, scheme, N, K, the variables) -> the M ranges ((): never)
+# the variables the decision reads: this module's, and the register-A W4A8 kernel's token tile and producer switches
+# (_padded_rs8_ranges asks that kernel's tile rule)
+_DECISION_ENVS = (ENV, "HUMMING_WGMMA_W4A8_RS", "HUMMING_WGMMA_W4A8_RS_BT", "HUMMING_WGMMA_W4A8_RS_WS")
 
 
 def applies(caps, scheme, m: int, n: int, k: int) -> bool:
     """True when this call takes the widened path (decided once per profile, scheme, N, K and variable value: the
     hot path only compares M)."""
-    key = (caps.name, str(scheme), n, k, os.environ.get(ENV, ""))
+    key = (caps.name, str(scheme), n, k, *(os.environ.get(v, "") for v in _DECISION_ENVS))
     ranges = _decided.get(key, False)
     if ranges is False:
         ranges = _decided[key] = () if refusal(scheme, n, k) else m_ranges(caps, scheme, n, k)

@@ -76,6 +76,26 @@ def test_default_rule_keeps_native_kernels_outside_the_ranges(monkeypatch):
     assert rel_error(out, humming.reference_gemm(x, qw2, out_dtype=torch.float32)) <= 5e-3
 
 
+@pytest.mark.parametrize("m,widened", [(150, True), (200, False), (300, True), (380, False)])
+def test_padded_native_tiles_go_widened(m, widened, monkeypatch):
+    """Without the variable, int4 W4A8 on an 8192-channel layer: the M whose native register-A token tiles would hold
+    under 70% tokens (150: two 128-token tiles, 300: two of 256) run the widened path (fitted W4A16 tiles), the others
+    the native kernel; both right against the reference."""
+    monkeypatch.delenv(widen.ENV, raising=False)
+    caps = api.resolve_profile(None)
+    if not api._wgmma_runs_here(caps) or not caps.find_mma(family="wgmma", a_type="e4m3"):
+        pytest.skip(f"{caps.name}: the register-A W4A8 kernel needs an sm_90a device")
+    n, k = 8192, 1024
+    assert widen.applies(caps, humming.schemes.get("w4a8-fp8"), m, n, k) == widened
+    torch.manual_seed(m)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a8-fp8")
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    out = humming.gemm(x, qw)
+    assert ("_humming_weight_only" in qw.__dict__) == widened
+    assert not torch.isnan(out).any()
+    assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= 5e-3
+
+
 @pytest.mark.parametrize("k", [7, 2048, 28672])
 @pytest.mark.parametrize("codes_as", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("scheme", ["w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w8a8-fp8[weight=e5m2,act=e5m2]"])
