@@ -413,6 +413,48 @@ STREAMK_BT = 256
 STREAMK_NARROW_BELOW = 0.7
 
 
+ROUNDS_ENV = "HUMMING_WGMMA_RS_ROUNDS"  # "0": neither rule below (the plans before 2026-12-01's twentieth session)
+# Where whole tiles fill their last round of SMs badly (the stream-K split condition above), two rules of the
+# two-warpgroup form: (1) a tuned entry without stream-K or tail, measured at an M whose tiles filled the SMs, runs
+# this M with stream-K over 256-token tiles (fitted) instead (tuning.tuned_plan); (2) the default plan from M 513 takes
+# one more token tile, fitted smaller, where those tiles fill their rounds to ROUNDS_MIN_FILL, instead of stream-K.
+# Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us): (1) 4096x14336, the 257-512 entry (128-token
+# tiles) / stream-K over 256-token tiles: M=270 (96 tiles, 73% of one round) 83.1 / 68.6, M=300 84.7 / 71.0, M=380
+# 93.1 / 82.0; at M 450 / 512 (128 tiles, 97%) the entry 96.1 / 100.3 against 101.8 / 110.2. (2) 8192x8192, stream-K
+# over 3 tiles of 208 / 4 plain tiles of 160: M=600 148.8 / 132.0, M=640 162.8 / 135.3
+ROUNDS_MIN_FILL = 0.9
+
+
+def rounds_rules_on() -> bool:
+    return os.environ.get(ROUNDS_ENV, "").strip() != "0"
+
+
+def rounds_badly_filled(tiles: int, sms: int) -> bool:
+    """``tiles`` whole tiles on ``sms`` SMs at one block per SM fill their last round badly: the stream-K split
+    condition (STREAMK_MIN_SPLIT_TILES_PER_SM..STREAMK_MIN_TILES_PER_SM a SM, rounds under STREAMK_MAX_FILL full)."""
+    if not sms:
+        return False
+    per_sm = tiles / sms
+    return STREAMK_MIN_SPLIT_TILES_PER_SM <= per_sm < STREAMK_MIN_TILES_PER_SM and per_sm / math.ceil(per_sm) < STREAMK_MAX_FILL
+
+
+def finer_token_tile(caps, layout, m: int) -> tuple[int, str]:
+    """Rule (2): (token tile, why) of one more token tile than 256-token tiles need, fitted to M, where the 256-token
+    tiles fill their rounds badly and these fill them to ROUNDS_MIN_FILL; (0, "") otherwise."""
+    sms = caps.limits.sms or 0
+    channel_tiles = layout.n // BC
+    count = math.ceil(m / STREAMK_BT)
+    if not rounds_rules_on() or not rounds_badly_filled(count * channel_tiles, sms):
+        return 0, ""
+    bt = WIDE_BT_UNIT * math.ceil(math.ceil(m / (count + 1)) / WIDE_BT_UNIT)
+    tiles = math.ceil(m / bt) * channel_tiles
+    fill = tiles / (math.ceil(tiles / sms) * sms)
+    if bt < WIDE_MIN_BT or fill < ROUNDS_MIN_FILL:
+        return 0, ""
+    return bt, (f"{math.ceil(m / bt)} token tiles of {bt} ({tiles} tiles: rounds {fill:.0%} full) instead of stream-K over "
+                f"{count} of {STREAMK_BT} ({count * channel_tiles} tiles fill their rounds badly; {ROUNDS_ENV}=0: off)")
+
+
 def streamk_default(caps, layout, m: int) -> tuple[int, int, str]:
     """(persistent blocks, token tile, why) of the two-warpgroup form's default plan at M: one block per SM where the
     rule above says stream-K pays, else (0, 0, why not)."""
@@ -440,6 +482,10 @@ def streamk_default(caps, layout, m: int) -> tuple[int, int, str]:
 def prefill_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     """The two-warpgroup form's plan by its rules (no tuning entry): stream-K where streamk_default says so and the
     profile takes it, else the plain form."""
+    finer, finer_why = finer_token_tile(caps, layout, m)
+    if finer:
+        p = plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=finer, small=False)
+        return replace(p, reasons=p.reasons + (finer_why,))
     blocks, bt, why = streamk_default(caps, layout, m)
     if blocks:
         try:

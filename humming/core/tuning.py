@@ -246,6 +246,8 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
             _two_warpgroup_padding_check(m, tiles.bm)
             bt = two_warpgroup_token_tile(m, tiles.bm)
             plan = _rs_prefill_plan(caps, layout, m, act, scheme, bt, tiles.tail, tiles.streamk, lowest=1)
+            plan = _streamk_where_rounds_fill_badly(caps, layout, m, act, scheme, plan, int(entry.get("m") or 0),
+                                                    tiles.bm)
         elif path == RS_PATH:
             plan = _rs_small_plan(caps, layout, m, act, scheme, splits, tiles.stages, tiles.bm, tiles.fold,
                                   True if tiles.bulk else None,  # bulk=0 (or an entry older than it): the default
@@ -276,6 +278,29 @@ def two_warpgroup_token_tile(m: int, bt: int) -> int:
     if bt == 256 and 128 * math.ceil(m / 128) < rows and m / rows < rs.STREAMK_NARROW_BELOW:
         return 128
     return bt
+
+
+def _streamk_where_rounds_fill_badly(caps, layout, m: int, act: str, scheme: str, plan: Plan,
+                                     measured_m: int, entry_bt: int) -> Plan:
+    """Rule (1) of planner_wgmma_rs.ROUNDS_ENV: a two-warpgroup entry without stream-K or tail whose whole tiles fill
+    the last round of SMs badly at this M, where its tiles (``entry_bt`` tokens) did not at the M it was measured at
+    (``measured_m``), runs stream-K over 256-token tiles (fitted to M) instead."""
+    from humming.core import planner_wgmma_rs as rs
+
+    t, sms = plan.tiles, caps.limits.sms or 0
+    channel_tiles = layout.n // rs.BC
+    if t.tail or t.streamk or not rs.rounds_rules_on() or not rs.rounds_badly_filled(plan.grid[0] * plan.grid[1], sms):
+        return plan
+    if not measured_m or rs.rounds_badly_filled(math.ceil(measured_m / entry_bt) * channel_tiles, sms):
+        return plan  # chosen where its tiles filled the rounds as badly: the measurement stands
+    try:
+        sk = _rs_prefill_plan(caps, layout, m, act, scheme, rs.STREAMK_BT, streamk=sms, lowest=1)
+    except (ShapeError, UnsupportedOnDevice):
+        return plan
+    why = (f"stream-K over {sms} blocks with {sk.tiles.bm}-token tiles instead of the entry's {entry_bt}-token tiles: "
+           f"{plan.grid[0] * plan.grid[1]} tiles of {t.bm} tokens would fill the last round of {sms} SMs badly at "
+           f"M={m}, unlike at M={measured_m} where it was measured ({rs.ROUNDS_ENV}=0: the entry as stored)")
+    return dataclasses.replace(sk, reasons=sk.reasons + (why,))
 
 
 def _two_warpgroup_padding_check(m: int, bt: int) -> None:

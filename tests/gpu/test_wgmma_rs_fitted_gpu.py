@@ -63,14 +63,19 @@ def test_fitted_tile_repeats_and_graph_replay(m):
     forced_repeats_and_replay(qw, handle, p, x, TOL[dtype])
 
 
-@pytest.mark.parametrize("m", [600, 1100])
-def test_default_plans_fit_through_gemm(m, monkeypatch):
-    """humming.gemm without tuning entries: from M 513 the two-warpgroup form's default plan with its tile fitted
-    (M=600: three tiles of 208, M=1100: five of 224), checked against the reference; FIT_ENV=0 runs 256 (or 128)."""
+@pytest.mark.parametrize("m,rounds,want", [(600, "0", (208, 132)), (1100, "0", (224, 132)), (600, "", (160, 0)),
+                                           (1100, "", (192, 0))])
+def test_default_plans_fit_through_gemm(m, rounds, want, monkeypatch):
+    """humming.gemm without tuning entries: from M 513 the two-warpgroup form's default plan with its tile fitted, on
+    8192 channels where 256-token tiles fill their rounds badly: stream-K over them (ROUNDS_ENV=0; M=600: three tiles of
+    208, M=1100: five of 224), or one more token tile, plain (M=600: four of 160, M=1100: six of 192); every output
+    checked against the reference."""
     dtype = torch.bfloat16
     _require_wgmma(dtype)
     monkeypatch.setenv("HUMMING_TUNE", "0")
     monkeypatch.delenv(FIT_ENV, raising=False)
+    monkeypatch.delenv("HUMMING_WGMMA_RS_STREAMK", raising=False)
+    monkeypatch.setenv("HUMMING_WGMMA_RS_ROUNDS", rounds)
     torch.manual_seed(m + 1)
     n, k = 8192, 2048
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16-zp")
@@ -80,5 +85,31 @@ def test_default_plans_fit_through_gemm(m, monkeypatch):
     torch.cuda.synchronize()
     rs, _ = _handles(qw, dtype)
     p = api._registry[rs].launches[m].plan
-    assert p.tiles.bn == 128 and p.tiles.bm == {600: 208, 1100: 224}[m], p.explain()
+    assert p.tiles.bn == 128 and (p.tiles.bm, p.tiles.streamk) == want, p.explain()
     assert rel_error(out, ref) <= TOL[dtype]
+
+
+def test_shipped_entry_yields_to_streamk_through_gemm(monkeypatch):
+    """The shipped 4096x14336 entry of bucket 257-512 (128-token tiles, measured at M=512) at M=300: its 3 tiles per
+    channel tile would fill one round of the SMs badly, so stream-K over two 160-token tiles runs (rule (1) of
+    planner_wgmma_rs.ROUNDS_ENV); right against the reference, and in CUDA-graph replay."""
+    from .conftest import graph_replay_error
+
+    dtype = torch.float16
+    _require_wgmma(dtype)
+    monkeypatch.delenv("HUMMING_TUNE", raising=False)
+    monkeypatch.delenv("HUMMING_TUNE_FILE", raising=False)
+    monkeypatch.delenv("HUMMING_WGMMA_RS_ROUNDS", raising=False)
+    torch.manual_seed(300)
+    n, k, m = 4096, 14336, 300
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    ref_of = lambda a: humming.reference_gemm(a, qw, out_dtype=torch.float32)  # noqa: E731
+    out = humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    ran = [api._registry[h].plans[m] for h in qw.__dict__["_humming_prepared"].values()
+           if isinstance(h, int) and h >= 0 and m in api._registry[h].plans]
+    assert ran and (ran[-1].tiles.bn, ran[-1].tiles.bm, ran[-1].tiles.streamk) == (128, 160, 132), ran[-1].explain()
+    assert "instead of the entry's 128-token tiles" in ran[-1].explain()
+    assert not torch.isnan(out).any() and rel_error(out, ref_of(x)) <= TOL[dtype]
+    assert graph_replay_error(lambda a: humming.gemm(a, qw), x, ref_of) <= TOL[dtype]

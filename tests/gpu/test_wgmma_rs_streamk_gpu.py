@@ -78,6 +78,7 @@ def test_default_plans_through_gemm(case, dtype, monkeypatch):
 
     monkeypatch.setenv("HUMMING_TUNE", "0")
     monkeypatch.delenv("HUMMING_WGMMA_RS_STREAMK", raising=False)
+    monkeypatch.setenv("HUMMING_WGMMA_RS_ROUNDS", "0")  # the stream-K rule alone (the finer tiles: test_wgmma_rs_fitted_gpu)
     n, k, m, streamk = case
     _require_wgmma(dtype)
     torch.manual_seed(n + k + m)

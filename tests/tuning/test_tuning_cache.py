@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from humming import schemes
+from humming import api, schemes
 from humming.capabilities import get_profile
 from humming.core import tuning
 from humming.core.layout import layout_for
@@ -204,6 +204,18 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
         assert p is not None, (key, m)
         assert p.path == entry["path"] and p.splits == entry["splits"]
         t = entry["tiles"]
+        if "instead of the entry's" in p.explain():
+            # rule (1) of planner_wgmma_rs.ROUNDS_ENV: the entry's tiles fill the rounds badly at this M (not at its
+            # own): stream-K over 256-token tiles fitted to M
+            from humming.core import planner_wgmma_rs as rs
+
+            sms = caps.limits.sms
+            assert t["bn"] == 128 and not t.get("streamk") and not t.get("tail")
+            assert rs.rounds_badly_filled(-(-m // t["bm"]) * (entry["n"] // 128), sms)
+            assert not rs.rounds_badly_filled(-(-entry["m"] // t["bm"]) * (entry["n"] // 128), sms)
+            assert p.tiles == tuning._rs_prefill_plan(caps, layout, m, "f16", entry["scheme"], 256, streamk=sms,
+                                                      lowest=1).tiles
+            continue
         # (a two-warpgroup entry runs its token tile fitted to M: the planner then picks the stages that tile fits)
         retiled = p.path == "wgmma-rs" and t["bn"] == 128 and p.tiles.bm != t["bm"]
         stages = p.tiles.stages if retiled else t["stages"]
@@ -444,6 +456,7 @@ def test_streamk_default_follows_the_measurements(n, k, m, won, monkeypatch):
     from humming.core import planner_wgmma_rs as rs
 
     monkeypatch.delenv(rs.STREAMK_ENV, raising=False)
+    monkeypatch.setenv(rs.ROUNDS_ENV, "0")  # the stream-K rule alone (the finer tiles: test_finer_token_tiles)
     layout = _layout(n, k)
     blocks, bt, why = rs.streamk_default(H200, layout, m)
     assert bool(blocks) == won, why
@@ -454,6 +467,58 @@ def test_streamk_default_follows_the_measurements(n, k, m, won, monkeypatch):
         monkeypatch.setenv(rs.STREAMK_ENV, "0")
         off = rs.prefill_default(H200, layout, m, "f16", "w4a16")
         assert not off.tiles.streamk and "HUMMING_WGMMA_RS_STREAMK=0" in off.reasons[-1]
+
+
+# rule (2) of planner_wgmma_rs.ROUNDS_ENV against what was measured on the H200 (2026-12-01, rotated A/B rounds, us,
+# stream-K over 256-token tiles -> one more token tile, fitted, plain): (N, K, M, token tiles x tokens or None)
+@pytest.mark.parametrize("n, k, m, finer", [
+    (8192, 8192, 513, (4, 144)), (8192, 8192, 600, (4, 160)), (8192, 8192, 700, (4, 176)), (8192, 8192, 768, (4, 192)),
+    (8192, 8192, 1100, (6, 192)), (4096, 14336, 513, (4, 144)), (4096, 14336, 600, (4, 160)),
+    (4096, 14336, 768, (4, 192)), (4096, 14336, 1100, None), (28672, 8192, 600, None), (28672, 8192, 1100, None),
+    (8192, 8192, 1024, None), (8192, 8192, 4096, None),
+])
+def test_finer_token_tiles(n, k, m, finer, monkeypatch):
+    """Where 256-token tiles fill their last round badly (the stream-K split condition), the default plan takes one
+    more token tile, fitted, if those fill their rounds to ROUNDS_MIN_FILL (8192x8192 M=600 145.9 -> 130.3 us,
+    4096x14336 M=700 152.7 -> 129.5), else stream-K as before; ROUNDS_ENV=0 turns it off."""
+    from humming.core import planner_wgmma_rs as rs
+
+    monkeypatch.delenv(rs.STREAMK_ENV, raising=False)
+    monkeypatch.delenv(rs.ROUNDS_ENV, raising=False)
+    layout = _layout(n, k)
+    p = rs.prefill_default(H200, layout, m, "f16", "w4a16")
+    bt, why = rs.finer_token_tile(H200, layout, m)
+    if finer is None:
+        assert not bt and "instead of stream-K" not in p.reasons[-1]
+        return
+    tiles, tokens = finer
+    assert (bt, p.tiles.bm, p.grid[0], p.tiles.streamk) == (tokens, tokens, tiles, 0), p.explain()
+    assert why == p.reasons[-1] and "instead of stream-K" in why and rs.ROUNDS_ENV in why
+    used = tiles * (n // 128)
+    assert used / (-(-used // 132) * 132) >= rs.ROUNDS_MIN_FILL
+    monkeypatch.setenv(rs.ROUNDS_ENV, "0")
+    assert rs.prefill_default(H200, layout, m, "f16", "w4a16").tiles.streamk == 132
+
+
+def test_entry_yields_to_streamk_where_its_rounds_fill_badly(monkeypatch, tmp_path):
+    """Rule (1): the shipped 4096x14336 257-512 entry (128-token tiles, measured at 512: 128 tiles, one round 97% full)
+    runs M 257-384 (96 tiles, 73%) as stream-K over 256-token tiles fitted to M (M=300 84.7 -> 71.0 us), M 385-512 as
+    stored; an entry measured where its tiles filled as badly (28672x8192 65-128 at M=128: 224 tiles, 85%) stands."""
+    from humming.core import planner_wgmma_rs as rs
+
+    monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
+    monkeypatch.delenv(rs.ROUNDS_ENV, raising=False)
+    tuning.clear_memory()
+    layout = _layout(4096, 14336)
+    for m, streamk, bm in ((270, 132, 144), (300, 132, 160), (384, 132, 192), (385, 0, 112), (512, 0, 128)):
+        p = tuning.tuned_plan(H200, layout, m, "f16", "w4a16")
+        assert (p.tiles.streamk, p.tiles.bm) == (streamk, bm), (m, p.explain())
+        assert ("instead of the entry's 128-token tiles" in p.explain()) == bool(streamk)
+    monkeypatch.setenv(rs.ROUNDS_ENV, "0")
+    assert tuning.tuned_plan(H200, layout, 300, "f16", "w4a16").tiles.streamk == 0
+    monkeypatch.delenv(rs.ROUNDS_ENV, raising=False)
+    p = tuning.tuned_plan(H200, _layout(28672, 8192), 128, "f16", "w4a16")
+    assert (p.tiles.streamk, p.tiles.bm) == (0, 128), p.explain()
 
 
 def test_streamk_default_needs_the_producer_warpgroup(monkeypatch):
