@@ -9,7 +9,7 @@ and "widened" (HUMMING_ACT_WIDEN=1: codes widened to f16 on the weight-only kern
 default column is the one humming.gemm picks without the variable. W8A8-FP8 also with
 HUMMING_WGMMA_FAST_ACCUM=1 from M >= 64 (no fp32 promotion of partial sums; JSON key w8a8-fp8_fast_us).
 Same method as bench_wna16.py: CUDA-graph replay over weight copies rotated past L2 (cycled until a graph holds at
-least 16 GEMMs, HUMMING_GRAPH_MIN_CALLS); every column's graph of a row
+least 16 GEMMs or lasts about 1 ms, HUMMING_GRAPH_MIN_CALLS / HUMMING_GRAPH_TARGET_US); every column's graph of a row
 is captured first, then all are timed in rotated rounds (``--rounds``, default 8, of 5 replays; round r starts with
 the r-th graph), the median over the rounds. ``--rounds 0``: each graph's 20 replays one after the other, in
 column order (the first column right after the row's CPU work).
@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import humming  # noqa: E402
-from humming.tuner import copies_for, graph_min_calls, graph_timer, rotated_samples  # noqa: E402
+from humming.tuner import copies_for, graph_min_calls, graph_target_us, graph_timer, rotated_samples  # noqa: E402
 
 SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8"]
 VARIANTS = {"native": "0", "widened": "1"}  # HUMMING_ACT_WIDEN per timed variant
@@ -153,7 +153,7 @@ def main() -> None:
         torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
     result = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": rows,
-              "graph_min_calls": graph_min_calls()}
+              "graph_min_calls": graph_min_calls(), "graph_target_us": graph_target_us()}
     with open(os.path.join(args.out, "bench_quantized.json"), "w") as f:
         json.dump(result, f, indent=1)
     schemes = args.schemes.split(",")

@@ -1,8 +1,9 @@
 """W4A16 benchmark against cuBLAS fp16 on the shapes of shared/FACTS.md section 5.
 
 Method: CUDA-graph replay of a sequence of GEMMs that rotate over several weight copies (together
-past the 60 MB L2; the copies cycled until a graph holds at least 16 GEMMs, HUMMING_GRAPH_MIN_CALLS: each replay is
-timed from an idle GPU and pays the graph's launch, ~12 us on the H200, once), CUDA events; cuBLAS's graph and humming's are timed in rotated rounds (``--rounds``,
+past the 60 MB L2; the copies cycled until a graph holds at least 16 GEMMs or lasts about 1 ms,
+HUMMING_GRAPH_MIN_CALLS / HUMMING_GRAPH_TARGET_US: each replay is timed from an idle GPU and pays the graph's launch,
+~12 us on the H200, once), CUDA events; cuBLAS's graph and humming's are timed in rotated rounds (``--rounds``,
 default 8, of 5 replays each; round r starts with the other library), the median over the rounds. Timed
 one after the other instead (``--rounds 0``: cuBLAS's 20 replays right after the CPU work of the row,
 then humming's), the first library runs on a GPU that has just been idle: cuBLAS's decode GEMMs then
@@ -28,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
-from humming.tuner import copies_for, graph_min_calls, graph_timer, rotated_samples  # noqa: E402  (shared with `humming tune`)
+from humming.tuner import copies_for, graph_min_calls, graph_target_us, graph_timer, rotated_samples  # noqa: E402  (shared with `humming tune`)
 
 SHAPES = [(8192, 8192), (28672, 8192), (4096, 14336)]
 MS = [1, 16, 64, 128, 256, 1024, 4096]
@@ -179,8 +180,9 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True
                "method": (f"cuBLAS, humming (and the mma.sync-only column) graphs in {rounds} rotated rounds of 5 "
                           f"replays (median of the rounds)" if rounds else
                           "cuBLAS then humming (then mma.sync only), each the median of 20 graph replays")
-               + f"; every graph at least {graph_min_calls()} GEMMs (the weight copies cycled)",
-               "graph_min_calls": graph_min_calls()}
+               + f"; every graph at least {graph_min_calls()} GEMMs or about {graph_target_us():g} us (the weight "
+                 "copies cycled)",
+               "graph_min_calls": graph_min_calls(), "graph_target_us": graph_target_us()}
     results["cold_start"] = cold_start()
     results["host_overhead_parts_us"] = host_overhead_parts()
     results["host_overhead_us"] = results["host_overhead_parts_us"]["gemm"]

@@ -2,9 +2,9 @@
 
 Method (the same as bench/bench_wna16.py): one CUDA graph replays the GEMM over several weight copies that
 together exceed the L2 cache twice, so every call streams its weights from memory; the copies are cycled until the
-graph holds at least ``graph_min_calls()`` GEMMs (each replay is timed on its own from an idle GPU, and its launch
-costs ~12 us on the H200 that a graph of 2 GEMMs would add half of to each); the median over replays, divided by the
-number of GEMMs in the graph, is one call's time.
+graph holds at least ``graph_min_calls()`` GEMMs or lasts about ``graph_target_us()`` (each replay is timed on its own
+from an idle GPU, and its launch costs ~12 us on the H200 that a graph of 2 GEMMs would add half of to each); the
+median over replays, divided by the number of GEMMs in the graph, is one call's time.
 
     result = tune_layer("w4a16", 8192, 8192, [1, 16, 128])   # -> list[TuneResult], nothing recorded
 """
@@ -59,6 +59,52 @@ def graph_min_calls() -> int:
     return value
 
 
+GRAPH_TARGET_ENV = "HUMMING_GRAPH_TARGET_US"
+# ... but no more passes over the copies than make the graph about this long: the launch is then ~1% of a replay, and a
+# prefill GEMM's graph stays a burst of ~1-3 ms as before. Longer graphs run the GPU at its power limit for their whole
+# length (measured on the H200, 2026-12-01: W4A16 M >= 1024 reads 0.84-0.99x cuBLAS fp16 in 16-GEMM graphs of 12-48
+# ms, 0.95-0.99x in 1-3 ms ones; docs/performance.md, twentieth session). HUMMING_GRAPH_TARGET_US=0: no cap (sustained).
+GRAPH_TARGET_US = 1000.0
+
+
+def graph_target_us() -> float:
+    """The graph length (us) past which no more passes are added (GRAPH_TARGET_US, or HUMMING_GRAPH_TARGET_US; 0: none)."""
+    raw = os.environ.get(GRAPH_TARGET_ENV, "").strip()
+    if not raw:
+        return GRAPH_TARGET_US
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{GRAPH_TARGET_ENV} must be a number of microseconds >= 0, not {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{GRAPH_TARGET_ENV} must be a number of microseconds >= 0, not {raw!r}")
+    return value
+
+
+def passes_for(n_calls: int, pass_us: float | None, min_calls: int | None = None, target_us: float | None = None) -> int:
+    """Passes over ``n_calls`` weight copies in a timed graph: enough for ``min_calls`` GEMMs (graph_min_calls()), but
+    no more than make ``target_us`` (graph_target_us()) when one pass takes ``pass_us`` (None: not known, no cap)."""
+    want = graph_min_calls() if min_calls is None else min_calls
+    target = graph_target_us() if target_us is None else target_us
+    passes = max(1, math.ceil(want / max(n_calls, 1)))
+    if target and pass_us and pass_us > 0:
+        passes = min(passes, max(1, math.ceil(target / pass_us)))
+    return passes
+
+
+def _cycled_graph(calls: list):
+    """(graph, GEMMs in it) of ``calls`` cycled by passes_for, timing one pass first where more than one may do."""
+    if not calls:
+        raise ValueError("no calls to time")
+    passes = passes_for(len(calls), None)
+    if passes > 1 and graph_target_us():
+        one = capture_graph(calls)
+        passes = passes_for(len(calls), replay_time_us(one, 1, 3))
+        del one
+    calls = list(calls) * passes
+    return capture_graph(calls), len(calls)
+
+
 def cycled(calls: list, min_calls: int | None = None) -> list:
     """``calls`` repeated in order (whole passes) until there are at least ``min_calls`` (default graph_min_calls()):
     consecutive calls still use different weight copies, so each streams its weights from memory."""
@@ -69,9 +115,9 @@ def cycled(calls: list, min_calls: int | None = None) -> list:
 
 
 def graph_time_us(calls, reps: int = 20) -> float:
-    """Median time of one call, from CUDA-graph replays of ``calls`` cycled to at least graph_min_calls()."""
-    calls = cycled(calls)
-    return replay_time_us(capture_graph(calls), len(calls), reps)
+    """Median time of one call, from CUDA-graph replays of ``calls`` cycled by passes_for."""
+    graph, n = _cycled_graph(calls)
+    return replay_time_us(graph, n, reps)
 
 
 def capture_graph(calls):
@@ -121,10 +167,9 @@ def rotated_samples(timers: list, rounds: int) -> list[list[float]]:
 
 
 def graph_timer(calls: list, reps: int = 5):
-    """A timer (no arguments -> us) of one call's time over ``reps`` replays of a CUDA graph of ``calls`` (cycled to
-    at least graph_min_calls()) captured now (the plans set now are the ones it runs)."""
-    calls = cycled(calls)
-    graph, n = capture_graph(calls), len(calls)
+    """A timer (no arguments -> us) of one call's time over ``reps`` replays of a CUDA graph of ``calls`` (cycled by
+    passes_for) captured now (the plans set now are the ones it runs)."""
+    graph, n = _cycled_graph(calls)
     return lambda: replay_time_us(graph, n, reps)
 
 
@@ -302,5 +347,5 @@ def _try_compile(api, plan, prep) -> str:
     return ""
 
 
-__all__ = ["GRAPH_MIN_CALLS", "L2_BYTES", "Timing", "TuneResult", "capture_graph", "copies_for", "cycled", "graph_time_us", "graph_timer", "require_gpu",
+__all__ = ["GRAPH_MIN_CALLS", "L2_BYTES", "Timing", "TuneResult", "capture_graph", "copies_for", "cycled", "passes_for", "graph_time_us", "graph_timer", "require_gpu",
            "rotated_samples", "tune_layer"]

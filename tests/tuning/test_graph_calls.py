@@ -32,3 +32,25 @@ def test_graph_min_calls_default_and_env(monkeypatch):
         monkeypatch.setenv(tuner.GRAPH_MIN_CALLS_ENV, bad)
         with pytest.raises(ValueError, match="HUMMING_GRAPH_MIN_CALLS must be a positive integer"):
             tuner.graph_min_calls()
+
+
+def test_passes_stop_at_the_target_length(monkeypatch):
+    """Passes over the copies: enough for graph_min_calls() GEMMs, but no more than make a graph of about
+    graph_target_us() (a prefill GEMM's graph stays a short burst, not a sustained power-limited run)."""
+    monkeypatch.delenv(tuner.GRAPH_MIN_CALLS_ENV, raising=False)
+    monkeypatch.delenv(tuner.GRAPH_TARGET_ENV, raising=False)
+    assert tuner.graph_target_us() == tuner.GRAPH_TARGET_US == 1000.0
+    assert tuner.passes_for(2, None) == 8  # no timing yet: 16 GEMMs
+    assert tuner.passes_for(2, 70.0) == 8  # decode: 2 x 35 us a pass, 8 passes (560 us) for 16 GEMMs
+    assert tuner.passes_for(4, 50.0) == 4  # 4 copies: 4 passes
+    assert tuner.passes_for(4, 400.0) == 3  # 3 passes reach 1 ms
+    assert tuner.passes_for(2, 1300.0) == 1 and tuner.passes_for(4, 3000.0) == 1  # prefill: one pass, as before
+    assert tuner.passes_for(20, 10.0) == 1  # already 16 or more GEMMs
+    monkeypatch.setenv(tuner.GRAPH_TARGET_ENV, "0")  # no cap: 16 GEMMs whatever they take (sustained load)
+    assert tuner.passes_for(2, 1300.0) == 8
+    monkeypatch.setenv(tuner.GRAPH_MIN_CALLS_ENV, "1")
+    assert tuner.passes_for(2, 10.0) == 1
+    for bad in ("-1", "soon"):
+        monkeypatch.setenv(tuner.GRAPH_TARGET_ENV, bad)
+        with pytest.raises(ValueError, match="HUMMING_GRAPH_TARGET_US must be a number"):
+            tuner.graph_target_us()
