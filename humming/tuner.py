@@ -45,18 +45,24 @@ GRAPH_MIN_CALLS_ENV = "HUMMING_GRAPH_MIN_CALLS"
 GRAPH_MIN_CALLS = 16
 
 
+def _env_number(name: str, default, kind, lowest, words: str):
+    """The value of the environment variable ``name`` as ``kind`` (int or float), ``default`` when unset; ValueError
+    naming the variable when it is not such a number or below ``lowest``."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or value != value or value < lowest:  # (value != value: NaN)
+        raise ValueError(f"{name} must be {words}, not {raw!r}")
+    return value
+
+
 def graph_min_calls() -> int:
     """The fewest GEMMs a timed graph holds (GRAPH_MIN_CALLS, or HUMMING_GRAPH_MIN_CALLS)."""
-    raw = os.environ.get(GRAPH_MIN_CALLS_ENV, "").strip()
-    if not raw:
-        return GRAPH_MIN_CALLS
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{GRAPH_MIN_CALLS_ENV} must be a positive integer, not {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"{GRAPH_MIN_CALLS_ENV} must be a positive integer, not {raw!r}")
-    return value
+    return _env_number(GRAPH_MIN_CALLS_ENV, GRAPH_MIN_CALLS, int, 1, "a positive integer")
 
 
 GRAPH_TARGET_ENV = "HUMMING_GRAPH_TARGET_US"
@@ -69,16 +75,7 @@ GRAPH_TARGET_US = 1000.0
 
 def graph_target_us() -> float:
     """The graph length (us) past which no more passes are added (GRAPH_TARGET_US, or HUMMING_GRAPH_TARGET_US; 0: none)."""
-    raw = os.environ.get(GRAPH_TARGET_ENV, "").strip()
-    if not raw:
-        return GRAPH_TARGET_US
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{GRAPH_TARGET_ENV} must be a number of microseconds >= 0, not {raw!r}") from None
-    if value < 0:
-        raise ValueError(f"{GRAPH_TARGET_ENV} must be a number of microseconds >= 0, not {raw!r}")
-    return value
+    return _env_number(GRAPH_TARGET_ENV, GRAPH_TARGET_US, float, 0, "a number of microseconds >= 0")
 
 
 def passes_for(n_calls: int, pass_us: float | None, min_calls: int | None = None, target_us: float | None = None) -> int:

@@ -50,7 +50,7 @@ def test_passes_stop_at_the_target_length(monkeypatch):
     assert tuner.passes_for(2, 1300.0) == 8
     monkeypatch.setenv(tuner.GRAPH_MIN_CALLS_ENV, "1")
     assert tuner.passes_for(2, 10.0) == 1
-    for bad in ("-1", "soon"):
+    for bad in ("-1", "soon", "nan"):
         monkeypatch.setenv(tuner.GRAPH_TARGET_ENV, bad)
         with pytest.raises(ValueError, match="HUMMING_GRAPH_TARGET_US must be a number"):
             tuner.graph_target_us()
