@@ -26,7 +26,19 @@ from __future__ import annotations
 
 from humming.core.generator_wgmma import eight_bit_params
 from humming.core.generator_wgmma_rs import STAGED_COPY_OUT, tile_of_block
-from humming.core.planner_wgmma_rs8 import BC, BK, BT, OUT_PAD, PATH, PF, QUARTER_WT, S_BYTES, W_BYTES, WIDE_BT
+from humming.core.planner_wgmma_rs8 import (
+    BC,
+    BK,
+    BT,
+    OUT_PAD,
+    PATH,
+    PF,
+    QUARTER_WT,
+    S_BYTES,
+    W_BYTES,
+    WIDE_BT,
+    WIDE_FITTED_BT,
+)
 from humming.core.wgmma_common import PRODUCER_WARPGROUP, SLOT0_DESCRIPTOR
 from humming.devices.base import HelperRequest
 
@@ -102,12 +114,15 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
     t = plan.tiles
     lay = plan.layout
     producer = t.bulk == 2  # a producer warpgroup brings the activations in by TMA; consumers release slots
-    wide = t.bm == WIDE_BT  # 256 tokens: weights and scales by bulk copy, each fragment widened once for two halves
-    if (plan.path != PATH or t.bm not in (BT, WIDE_BT) or (t.bn, t.bk, t.threads) != (BC, BK, 384 if producer else 256)
-            or t.stages < (3 if wide else 4) or (wide and not producer)):
-        raise ValueError(f"the register-A wgmma W4A8 kernel is written for 128 tokens (256 with the producer "
-                         f"warpgroup) x 128 channels x 128 k, 256 threads (384 with the producer warpgroup), >= 4 "
-                         f"stages (3 wide); got {t}")
+    # 256 tokens (or 192, fitted to M): weights and scales by bulk copy, each fragment widened once for every chain
+    wide = t.bm > BT
+    if (plan.path != PATH or t.bm not in (BT, WIDE_FITTED_BT, WIDE_BT)
+            or (t.bn, t.bk, t.threads) != (BC, BK, 384 if producer else 256)
+            or t.stages < (3 if wide else 4) or (wide and not producer)
+            or (t.bm == WIDE_FITTED_BT and plan.instruction.shape[1] != QUARTER_WT)):
+        raise ValueError(f"the register-A wgmma W4A8 kernel is written for 128 tokens (256, or 192 in 64-token chains, "
+                         f"with the producer warpgroup) x 128 channels x 128 k, 256 threads (384 with the producer "
+                         f"warpgroup), >= 4 stages (3 wide); got {t}")
     if wide:
         return _wide_kernel_source(plan, backend, caps)
     per_channel, request, chain = _group_and_chain(plan, caps)
@@ -364,7 +379,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     lay = plan.layout
     per_channel, request, chain = _group_and_chain(plan, caps)
     cluster = t.cluster  # blocks of a cluster (adjacent channel tiles, one token tile) take turns multicasting stages
-    if cluster and (cluster != 2 or t.streamk):
+    if cluster and (cluster != 2 or t.streamk or t.bm != WIDE_BT):
         raise ValueError(f"the wide W4A8 form's cluster option is written for pairs without stream-K, not {t}")
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger),
                                 cluster=bool(cluster))
@@ -390,7 +405,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     params = eight_bit_params(
         plan.kernel_name, b_doc="int4 codes in the register-A layout (humming.core.layout_wgmma_rs8)",
         s_doc="fp32 scales [K/group, N], natural column order", bias_doc="[N] or null",
-        tensor_maps=("XMAP", f"activation codes [M, K]: boxes of {WIDE_BT} rows x 128 bytes, 128-byte swizzle"),
+        tensor_maps=("XMAP", f"activation codes [M, K]: boxes of {t.bm} rows x 128 bytes, 128-byte swizzle"),
         block_threads="cfg::BLOCK_THREADS")
     stagger_take = stagger_give = ""
     if t.stagger:  # a staggered start: the warpgroups' wgmma chains alternate instead of running side by side
@@ -405,14 +420,14 @@ def _wide_kernel_source(plan, backend, caps) -> str:
                     "  for (int i = 0; i < WG_ACC_REGS; ++i) part[i] = 0;\n")
         chain_doc = "HALVES = BT / WT;          // token halves: one m64n128k32 chain each, sharing the widened A fragment"
     else:
-        main_loop = _quarter_loop(scale_pick, widen, stagger_give, to_f32)
+        main_loop = _quarter_loop(scale_pick, widen, stagger_give, to_f32, t.bm // chain)
         partials = ("  wg_acc_t pa[WG_ACC_REGS], pb[WG_ACC_REGS];   // two partials: one chain runs while the other's "
                     "is promoted\n  #pragma unroll\n  for (int i = 0; i < WG_ACC_REGS; ++i) { pa[i] = 0; pb[i] = 0; }\n")
         chain_doc = ("CHAINS = BT / WT;          // token quarters: one m64n64k32 chain each, sharing the widened A "
                      "fragment")
     if cluster:  # both blocks' consumers release each slot that is refilled, in both blocks
         main_loop = _cluster_release(main_loop)
-    cfg_head = _WIDE_CFG.format(WIDE_BT=WIDE_BT, chain=chain, BC=BC, BK=BK, stages=t.stages, chain_doc=chain_doc,
+    cfg_head = _WIDE_CFG.format(WIDE_BT=t.bm, chain=chain, BC=BC, BK=BK, stages=t.stages, chain_doc=chain_doc,
                                 raster=t.raster, W_BYTES=W_BYTES, S_BYTES=S_BYTES, tx=tx)
     if t.streamk:  # persistent blocks, one segment after another (humming.core.generator_wgmma_rs8_streamk)
         from humming.core.generator_wgmma_rs8_streamk import wgmma_rs8_streamk_source
@@ -634,20 +649,23 @@ _WIDE_LOOP = _WIDE_STAGE_HEAD + """    #pragma unroll
 """
 
 
-def _quarter_loop(scale_pick: str, widen: str, stagger_give: str, to_f32: str) -> str:
-    """The wide form's main loop with four m64n64k32 token quarters per stage and two partials (pa, pb): chain c + 1
-    is issued before chain c is waited for and promoted, so each warpgroup keeps a chain queued on the tensor pipe
-    while it promotes. (The last quarter's promotion stays in its stage: deferred under the next stage's first chain,
-    ptxas cannot tell that pb was waited for across the loop edge and injects a full wait, C7517.)"""
+def _quarter_loop(scale_pick: str, widen: str, stagger_give: str, to_f32: str, chains: int = 4) -> str:
+    """The wide form's main loop with ``chains`` m64n64k32 token quarters per stage (4: 256 tokens, 3: a tile of 192
+    fitted to M) and two partials (pa, pb, alternating): chain c + 1 is issued before chain c is waited for and
+    promoted, so each warpgroup keeps a chain queued on the tensor pipe while it promotes. (The last chain's promotion
+    stays in its stage: deferred under the next stage's first chain, ptxas cannot tell that its partial was waited for
+    across the loop edge and injects a full wait, C7517.)"""
+    if chains < 2:
+        raise ValueError(f"the quarter loop overlaps two chains at least, not {chains}")
     ind = "    "
     give = stagger_give.replace("\n      ", ind) + "\n" if stagger_give else ""
     release = (f"{ind}__syncwarp();   // this warp's reads of the slot are done: release it to the producer\n"
                f"{ind}if (lane == 0) {{ fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }}\n")
-    last = _wait_promote(3, 0, to_f32, ind).split("\n", 1)
-    return (_WIDE_STAGE_HEAD.format(scale_pick=scale_pick, widen=widen)
-            + _chain_step(0, ind) + give + _chain_step(1, ind) + _wait_promote(0, 1, to_f32, ind)
-            + _chain_step(2, ind) + _wait_promote(1, 1, to_f32, ind)
-            + _chain_step(3, ind) + _wait_promote(2, 1, to_f32, ind)
+    last = _wait_promote(chains - 1, 0, to_f32, ind).split("\n", 1)
+    body = _chain_step(0, ind) + give
+    for c in range(1, chains):
+        body += _chain_step(c, ind) + _wait_promote(c - 1, 1, to_f32, ind)
+    return (_WIDE_STAGE_HEAD.format(scale_pick=scale_pick, widen=widen) + body
             + last[0] + "\n" + release + last[1] + "  }\n")
 
 

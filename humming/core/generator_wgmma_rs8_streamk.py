@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from humming.core import generator_wgmma_rs_streamk as streamk
 from humming.core.generator_wgmma import eight_bit_params
-from humming.core.planner_wgmma_rs8 import OUT_PAD, STREAMK_STAGING_TOKENS, WIDE_BT
+from humming.core.planner_wgmma_rs8 import OUT_PAD, STREAMK_STAGING_TOKENS, WIDE_BT, WIDE_FITTED_BT
 
 # the producer thread: every segment's stages into the slots in turn (slot it % STAGES, it = stages copied so far)
 _PRODUCER = """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread copies every segment's stages in turn
@@ -157,8 +157,9 @@ def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
     from humming.devices.nvidia.backend import wgmma_rs8_prelude
 
     t = plan.tiles
-    if t.bm != WIDE_BT or t.bulk != 2:
-        raise ValueError("stream-K is written for the wide register-A W4A8 form (256 tokens, producer warpgroup)")
+    if t.bm not in (WIDE_BT, WIDE_FITTED_BT) or t.bulk != 2:
+        raise ValueError("stream-K is written for the wide register-A W4A8 form (256 tokens or 192 fitted to M, "
+                         "producer warpgroup)")
     prelude = wgmma_rs8_prelude(backend, parts["request"], parts["chain"], producer=True, weights_by_bulk=True,
                                 stagger=bool(t.stagger), streamk=True)
     luts = parts["luts"]  # the tables (e4m3) and a zero, loaded from shared memory: kept in registers
@@ -176,7 +177,7 @@ def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
     params = eight_bit_params(
         plan.kernel_name, b_doc="int4 codes in the register-A layout (humming.core.layout_wgmma_rs8)",
         s_doc="fp32 scales [K/group, N], natural column order", bias_doc="[N] or null",
-        tensor_maps=("XMAP", f"activation codes [M, K]: boxes of {WIDE_BT} rows x 128 bytes, 128-byte swizzle"),
+        tensor_maps=("XMAP", f"activation codes [M, K]: boxes of {t.bm} rows x 128 bytes, 128-byte swizzle"),
         block_threads="cfg::BLOCK_THREADS").replace("// unused (no split-K)", "// stream-K partials and tile counters")
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}

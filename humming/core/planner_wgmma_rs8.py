@@ -11,6 +11,7 @@ difference. Its weight codes and group scales arrive by bulk copy into the stage
 register ring holds weights in flight."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 
@@ -47,7 +48,9 @@ PRODUCER_ENV = "HUMMING_WGMMA_W4A8_RS_WS"  # "1": a producer warpgroup brings th
 # M128 139.4 -> 120.9, M1024 874.2 -> 735.4, M4096 3558.8 -> 2933.8 (W4A8-INT8 alike: 0.76-1.41x of cuBLAS fp16)
 PRODUCER_DEFAULT = True
 OUT_PAD = 8  # 16-bit values of padding per staging row
-WIDE_BT = 256  # tokens per block of the wide form (two m64n128k32 halves per warpgroup and stage)
+WIDE_BT = 256  # tokens per block of the wide form (two m64n128k32 halves per warpgroup and stage); fitted to M: 192
+WIDE_FITTED_BT = 192  # the wide form's tile fitted to M where 3 chains of 64 tokens hold the tile's share of M
+FIT_ENV = "HUMMING_WGMMA_RS_FIT_TILE"  # "0": the wide form keeps 256 (planner_wgmma_rs.FIT_ENV, shared)
 W_BYTES, S_BYTES = BC * BK // 2, BC * 4  # one stage's int4 codes (two 64-channel slabs) and fp32 group scales
 WIDE_ENV = "HUMMING_WGMMA_W4A8_RS_BT"  # "128" / "256": the token tile wherever it applies; unset: the rule below
 # the wide form from 256 tokens where its blocks fill at least 3/4 of the SMs once (producer warpgroup declared).
@@ -155,10 +158,10 @@ def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False) -> int:
     block's token scales) and 1 KiB of alignment; the staging tile reuses the activation tiles (stream-K: one staging
     tile per warpgroup, STREAMK_STAGING_TOKENS rows of its 64 channels, as the slots keep loading, and two buffers of
     token scales)."""
-    if tokens == WIDE_BT and streamk:
+    if tokens > BT and streamk:
         return (stages * (tokens * BK + W_BYTES + S_BYTES) + 2 * STREAMK_STAGING_TOKENS * (BC // 2 + OUT_PAD) * 2
                 + 2 * tokens * 4 + 1024)  # and two buffers of token scales
-    if tokens == WIDE_BT:  # and the block's token scales
+    if tokens > BT:  # the wide form (256 or fitted 192 tokens): and the block's token scales
         return stages * (tokens * BK + W_BYTES + S_BYTES) + tokens * 4 + 1024
     return stages * tokens * BK + 1024
 
@@ -166,6 +169,27 @@ def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False) -> int:
 def wide_tiles(m: int, n: int) -> int:
     """The wide form's tiles (blocks without stream-K) at M x N."""
     return -(-m // WIDE_BT) * (n // BC)
+
+
+def planned_token_tile(m: int, producer: bool, n: int = 0, sms: int = 0) -> int:
+    """The token tile plan_w4a8_wgmma_rs takes at M by default: token_tile's, the wide one fitted to M (64-token chains,
+    no forced tile, no clusters)."""
+    bt = token_tile(m, producer, n, sms)
+    if bt == WIDE_BT and wide_chain() == QUARTER_WT and not os.environ.get(WIDE_ENV, "").strip() \
+            and os.environ.get(CLUSTER_ENV, "").strip() != "2":
+        return fitted_wide_tile(m)
+    return bt
+
+
+def fitted_wide_tile(m: int) -> int:
+    """The wide form's token tile at M: as many tiles as 256 tokens need, each M / tiles rounded up to whole 64-token
+    chains (M=300: two of 192), the 256 of WIDE_BT with FIT_ENV=0 (the W4A16 forms' switch)."""
+    from humming.core.planner_wgmma_rs import fit_on
+
+    if not fit_on():
+        return WIDE_BT
+    tiles = math.ceil(m / WIDE_BT)
+    return min(WIDE_BT, QUARTER_WT * math.ceil(math.ceil(m / tiles) / QUARTER_WT))
 
 
 def _rounds(blocks: int, sms: int) -> int:
@@ -259,8 +283,13 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     if blocks > tiles * katoms:  # every block gets a segment (the kernel's staggered start waits for one)
         streamk_why += f"; {tiles * katoms} blocks: as many as the tiles' k atoms"
         blocks = tiles * katoms
+    chain = wide_chain() if bt == WIDE_BT else narrow_chain()
+    cluster, cluster_why = cluster_blocks(caps, n, bt, blocks)
+    tile = bt  # the wide form's tile fitted to M in whole 64-token chains (not with forced tiles or clusters)
+    if bt == WIDE_BT and chain == QUARTER_WT and not cluster and not os.environ.get(WIDE_ENV, "").strip():
+        tile = fitted_wide_tile(m)
     limit = caps.limits.smem_per_block_kb * 1024
-    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(s, bt, bool(blocks)) <= limit),
+    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(s, tile, bool(blocks)) <= limit),
                   None)
     if stages is None:
         raise UnsupportedOnDevice(f"no register-A wgmma W4A8 tile with {MIN_STAGES} stages fits {caps.name}'s "
@@ -269,16 +298,17 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
            "int4 -> e4m3: codes stored with bits 2 and 3 swapped, two byte-permute lookups and an xor per 4 codes")
     promotion = ("group 128" if group == 128 else "per-channel scales") + ": each stage's 128-deep partial is waited " \
         "and added into fp32 registers times the scale of the thread's two channels"
-    chain = wide_chain() if bt == WIDE_BT else narrow_chain()
     if chain not in form.n_values:
         raise UnsupportedOnDevice(f"{caps.name} declares no wgmma m64n{chain}k32 {a_type} ({CHAIN_ENV})")
     piece = "half" if bt // chain == 2 else "quarter"
+    fit_words = (f"; {tile} tokens instead of {WIDE_BT}: M={m} in {-(-m // tile)} tile(s) of whole {QUARTER_WT}-token "
+                 f"chains ({FIT_ENV}=0 or {WIDE_ENV}: {WIDE_BT})" if tile != bt else "")
     if chain == QUARTER_WT:
         promotion += (f", once per token {piece} of {chain}: {piece} c + 1's chain is issued before {piece} c's is "
                       f"waited for (wait_group 1) and promoted, into two partials ({CHAIN_ENV}={BT}: one partial, "
                       "chain, wait, promote)")
     if bt == WIDE_BT:
-        chains = ("2 halves x m64n128k32" if chain == BT else "4 quarters x m64n64k32 (two partials)")
+        chains = ("2 halves x m64n128k32" if chain == BT else f"{tile // chain} quarters x m64n64k32 (two partials)")
         if chain == BT:
             promotion += ", once per token half (the partial holds 128 tokens)"
         reasons = (
@@ -288,17 +318,17 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
             f">= {WIDE_MIN_FILL:.0%} of the SMs or fewer rounds of them than of 128-token blocks; {WIDE_ENV}=128 "
             "switches it off): C^T = W x^T per tile; each lane reads its int4 codes of a 128-deep stage from "
             f"the stage's slot with two 16-byte shared loads and widens them exactly ({src}) into the m16n8k32 A "
-            f"fragment of its warp once for all {WIDE_BT // chain} token {'halves' if chain == BT else 'quarters'}",
+            f"fragment of its warp once for all {tile // chain} token {'halves' if chain == BT else 'quarters'}",
             promotion,
-            f"tile {BC} channels x {WIDE_BT} tokens x {BK} k: 2 warpgroups x {chains}, {stages} slots "
-            f"of activations, weight codes and group scales, {smem_bytes(stages, bt, bool(blocks)) // 1024} KiB of "
-            f"{limit // 1024} KiB shared memory",
+            f"tile {BC} channels x {tile} tokens x {BK} k: 2 warpgroups x {chains}, {stages} slots "
+            f"of activations, weight codes and group scales, {smem_bytes(stages, tile, bool(blocks)) // 1024} KiB of "
+            f"{limit // 1024} KiB shared memory{fit_words}",
             _streamk_words(m, n, k, blocks, streamk_why) if blocks else
             "epilogue: per-token activation scale (the block's, staged in shared memory by a producer warp during "
             "the main loop), bias per channel, the tile transposed through shared memory, 16-byte stores of whole "
             "token rows; no split-K" + (f" ({streamk_why})" if streamk_why else ""),
             f"a producer warpgroup (setmaxnreg 40; the consumers take 232) issues per stage one TMA tensor copy of "
-            f"the activations ({WIDE_BT} rows), bulk copies of the two slabs' codes and the stage's scales into the "
+            f"the activations ({tile} rows), bulk copies of the two slabs' codes and the stage's scales into the "
             "slot the consumers released (EMPTY mbarriers); the consumer warpgroups meet only at the FULL mbarriers",
         )
         if stagger_wanted():
@@ -323,7 +353,6 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                         "tensor copy per activation stage into the slot the consumers released (EMPTY mbarriers); the "
                         "two consumer warpgroups meet only at the FULL mbarriers, so one promotes while the other's "
                         "wgmmas run",)
-    cluster, cluster_why = cluster_blocks(caps, n, bt, blocks)
     if cluster_why:
         reasons += (cluster_why,)
     raster = raster_from_env(RASTER_ENV, RASTER)
@@ -341,10 +370,10 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, chain, 32)), path=PATH, layout=layout,
-        tiles=TileConfig(bt, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
+        tiles=TileConfig(tile, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
                          stagger=int(bt == WIDE_BT and stagger_wanted()), raster=raster, streamk=blocks,
                          cluster=cluster),
-        splits=1, async_copy=True, smem_bytes=smem_bytes(stages, bt, bool(blocks)), reasons=reasons, pdl=pdl,
+        splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks)), reasons=reasons, pdl=pdl,
     )
 
 

@@ -115,14 +115,14 @@ def rs8_ranges(caps, n: int) -> tuple[tuple[int, int], ...]:
     return tuple(merged)
 
 
-# the register-A W4A8 kernel's token tiles (128 or 256) are not fitted to M: where they would hold fewer than this share
-# of tokens, the widened path (whose W4A16 kernels fit their tiles) takes M. Measured on the H200 (2026-12-01,
-# scripts/ab_env.py, W4A8-FP8, us, native / widened, token share of the native tiles): 8192x8192 M150 (59%) 48.4 /
-# 46.8, M270 (53%) 69.0 / 64.1, M300 (59%) 62.0 / 61.1, M513 (67%) 129.9 / 128.6; 28672x8192 M150 189.9 / 131.4,
-# M270 268.3 / 225.9, M300 270.3 / 249.2, M513 429.0 / 394.0; where the share is higher the native kernel wins:
-# 8192x8192 M200 (78%) 49.5 / 52.6, M380 (74%) 66.3 / 81.4, M600 (78%) 128.4 / 149.8; 28672x8192 M380 271.1 / 297.8,
-# M600 391.8 / 462.0 (M200 there, 78%: 193.3 / 163.1, left native by this rule)
-RS8_MIN_TOKEN_SHARE = 0.7
+# the register-A W4A8 kernel's token tiles (128, or 256 / 192 in whole 64-token chains) fit M coarsely: where they would
+# hold fewer than this share of tokens, the widened path (whose W4A16 kernels fit their tiles in 16 rows) takes M.
+# Measured on the H200 (2026-12-01, scripts/ab_env.py, W4A8-FP8, us, native / widened, token share of the native
+# tiles): 8192x8192 M150 (two 128-token tiles, 59%) 48.4 / 46.8; 28672x8192 M150 189.9 / 131.4; with the wide tiles
+# fitted (192 tokens, `call13/`): 8192x8192 M270 (70%) 52.5 / 57.1, M300 (78%) 52.7 / 60.8, M380 (99%) 53.3 / 71.8,
+# M513 (89%) 97.9 / 110.0; 28672x8192 M270 191.1 / 217.2, M300 200.8 / 234.1, M513 306.8 / 370.6; native 128-token
+# tiles at M200 (78%): 8192x8192 49.5 / 52.6, 28672x8192 193.3 / 163.1 (left native by this rule)
+RS8_MIN_TOKEN_SHARE = 0.65
 _RS8_PADDING_SCAN_M = 2048  # above, the native tiles always hold more than RS8_MIN_TOKEN_SHARE tokens
 
 
@@ -137,7 +137,7 @@ def _padded_rs8_ranges(caps, n: int, start: int) -> tuple[tuple[int, int], ...]:
         producer = False
     ranges: list[list[int]] = []
     for m in range(start, _RS8_PADDING_SCAN_M + 1):
-        bt = rs8.token_tile(m, producer, n, caps.limits.sms or 0)
+        bt = rs8.planned_token_tile(m, producer, n, caps.limits.sms or 0)
         if m / (-(-m // bt) * bt) >= RS8_MIN_TOKEN_SHARE:
             continue
         if ranges and ranges[-1][1] == m - 1:

@@ -185,3 +185,38 @@ def test_wgmma_rs8_wide_pdl_chain(name, monkeypatch):
     torch.cuda.synchronize()
     assert rel_error(g1, humming.reference_gemm(static, qw1, out_dtype=torch.float32)) <= TOL
     assert rel_error(g2, humming.reference_gemm(g1, qw2, bias=bias, out_dtype=torch.float32)) <= TOL
+
+
+FITTED = [("w4a8-fp8", 128, torch.float16, ""), ("w4a8-int8", None, torch.bfloat16, ""),
+          ("w4a8-fp8", None, torch.bfloat16, "5"), ("w4a8-int8", 128, torch.float16, "7")]
+
+
+@pytest.mark.parametrize("name,group,dtype,streamk", FITTED,
+                         ids=[f"{n}-{'g128' if g else 'channel'}-{'bf16' if d == torch.bfloat16 else 'f16'}-sk{s or 0}"
+                              for n, g, d, s in FITTED])
+def test_wgmma_rs8_wide_fitted_192(name, group, dtype, streamk, monkeypatch):
+    """The wide form with its tile fitted to M in 64-token chains: M 257-384 and 513-576 run tiles of 192 tokens (three
+    chains, the partials alternating across the stage), plain and with stream-K (HUMMING_WGMMA_W4A8_RS_STREAMK=B);
+    K of 33 stages (the slot ring wraps unevenly), bias, every output written and right, then CUDA-graph replay."""
+    _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
+    for var in ("HUMMING_WGMMA_W4A8_RS_BT", "HUMMING_WGMMA_W4A8_RS_CHAIN", "HUMMING_WGMMA_RS_FIT_TILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(ENV, "1")
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_STREAMK", streamk or "0")
+    monkeypatch.setenv("HUMMING_POISON_OUTPUT", "1")
+    monkeypatch.setattr(api, "_POISON", True)
+    n, k = 8192, 33 * 128  # 64 channel tiles: the wide form's blocks fill the SMs (planner_wgmma_rs8.token_tile)
+    torch.manual_seed(n + (group or 1) + len(name) + len(streamk))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    for m in (300, 384, 513):
+        x, out = fresh_gemm(qw, m, k, dtype)
+        p = launch_spec(qw, "w4a8-wgmma-rs8", dtype, m).plan
+        assert p.path == PATH and p.tiles.bm == 192 and p.instruction.shape[1] == 64, p.explain()
+        assert p.tiles.streamk == (min(int(streamk), -(-m // 256) * 64 * 33) if streamk else 0), p.explain()
+        assert not torch.isnan(out).any(), (m, "output not fully written")
+        err = rel_error(out, humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32))
+        assert err <= TOL, (m, err, p.explain())
+    err = graph_replay_error(lambda s: humming.gemm(s, qw), x,
+                             lambda x2: humming.reference_gemm(x2, qw, bias=bias, out_dtype=torch.float32))
+    assert err <= TOL

@@ -90,12 +90,26 @@ def test_default_rule(m, n, expect, monkeypatch):
     assert p.tiles.bm == 128 or any(("stream-K by default" if expect else "no stream-K") in r for r in p.reasons)
 
 
-# (M, N, token tile): 256 where the wide blocks fill 3/4 of the SMs or the narrow ones need more rounds
-@pytest.mark.parametrize("m,n,bt", [(768, 4096, 256), (512, 4096, 128), (256, 8192, 128), (384, 8192, 256),
-                                    (256, 28672, 256), (200, 28672, 128)])
+# (M, N, token tile): 256 where the wide blocks fill 3/4 of the SMs or the narrow ones need more rounds, fitted to M
+# in whole 64-token chains (M=384: two tiles of 192; HUMMING_WGMMA_RS_FIT_TILE=0: 256)
+@pytest.mark.parametrize("m,n,bt", [(768, 4096, 256), (512, 4096, 128), (256, 8192, 128), (384, 8192, 192),
+                                    (256, 28672, 256), (200, 28672, 128), (300, 28672, 192), (513, 8192, 192),
+                                    (577, 8192, 256)])
 def test_token_tile_rule(m, n, bt, monkeypatch):
+    from humming.core.planner_wgmma_rs8 import FIT_ENV, planned_token_tile
+
     monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS_BT", raising=False)
-    assert _plan(m=m, n=n, k=14336 if n == 4096 else 8192).tiles.bm == bt
+    monkeypatch.delenv(FIT_ENV, raising=False)
+    p = _plan(m=m, n=n, k=14336 if n == 4096 else 8192)
+    assert p.tiles.bm == bt == planned_token_tile(m, True, n, 132)
+    if bt == 192:
+        assert any("192 tokens instead of 256" in r for r in p.reasons), p.explain()
+        assert "3 quarters x m64n64k32" in p.explain()
+        monkeypatch.setenv(FIT_ENV, "0")
+        assert _plan(m=m, n=n).tiles.bm == 256
+        monkeypatch.delenv(FIT_ENV)
+        monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_BT", "256")  # a forced tile is not fitted
+        assert _plan(m=m, n=n).tiles.bm == 256
 
 
 @pytest.mark.parametrize("m,n,k,blocks,planned", [(300, 256, 256, 13, 8), (256, 128, 128, 132, 1),

@@ -45,28 +45,27 @@ def test_ranges_per_profile_and_switch(monkeypatch):
     h200, a100 = api.resolve_profile("nvidia-h200"), api.resolve_profile("nvidia-a100")
     w4a8, w8a8 = humming.schemes.get("w4a8-fp8"), humming.schemes.get("w8a8-int8")
     # g128 int4 without zero points: the register-A W4A8 kernel takes it ("4bit-rs8"); groups of 64: "4bit"
-    # 64 blocks per 128 tokens: up to 128; then the M whose native tiles (128 / 256 tokens, not fitted to M) hold
-    # fewer than 70% tokens: 129-179 (two 128-token tiles), 257-358 (two of 256), 513-537 (three of 256)
-    padded = ((257, 358), (513, 537))
-    assert widen.m_ranges(h200, w4a8, N, K) == widen.rs8_ranges(h200, N) == ((1, 179),) + padded
+    # 64 blocks per 128 tokens: up to 128; then the M whose native tiles (128, or 256 / 192 in 64-token chains) hold
+    # fewer than 65% tokens: 129-166 (two 128-token tiles); the wide tiles fitted to M never hold that few
+    assert widen.m_ranges(h200, w4a8, N, K) == widen.rs8_ranges(h200, N) == ((1, 166),)
     # the register-A kernel's blocks fill 3/4 of the SMs: at once on 28672 channels, from 4 token tiles on 4096
-    assert widen.rs8_ranges(h200, 28672) == ((1, 64), (129, 179)) + padded
-    assert widen.rs8_ranges(h200, 4096) == ((1, 384), (513, 537))
-    for n, m in ((8192, 150), (8192, 300), (28672, 270), (28672, 513)):  # measured: the widened path faster there
-        lo_hi = widen.rs8_ranges(h200, n)
-        assert any(lo <= m <= hi for lo, hi in lo_hi), (n, m)
-    for n, m in ((8192, 200), (8192, 380), (8192, 600), (28672, 380), (28672, 600), (8192, 4096)):  # native faster
+    assert widen.rs8_ranges(h200, 28672) == ((1, 64), (129, 166))
+    assert widen.rs8_ranges(h200, 4096) == ((1, 384),)
+    for n, m in ((8192, 150), (28672, 150)):  # measured: the widened path faster there
+        assert any(lo <= m <= hi for lo, hi in widen.rs8_ranges(h200, n)), (n, m)
+    for n, m in ((8192, 200), (8192, 270), (8192, 300), (8192, 380), (8192, 513), (8192, 600), (28672, 270),
+                 (28672, 300), (28672, 380), (28672, 513), (28672, 600), (8192, 4096)):  # native faster
         assert not any(lo <= m <= hi for lo, hi in widen.rs8_ranges(h200, n)), (n, m)
     w4a8_g64 = w4a8.with_(group_size=64)
     assert widen.m_ranges(h200, w4a8_g64, N, K) == widen.DEFAULT_M_RANGES["wgmma"][("4bit", "fp8")]
     assert widen.m_ranges(h200, w8a8) == widen.DEFAULT_M_RANGES["wgmma"][("8bit", "int8")]
     assert widen.m_ranges(a100, w8a8) == widen.DEFAULT_M_RANGES["mma_sync"][("8bit", "int8")]
     w4a8_int8 = humming.schemes.get("w4a8-int8")
-    assert widen.applies(h200, w4a8_int8, 179, N, K) and not widen.applies(h200, w4a8_int8, 180, N, K)
+    assert widen.applies(h200, w4a8_int8, 166, N, K) and not widen.applies(h200, w4a8_int8, 167, N, K)
     assert not widen.applies(h200, w4a8_int8, 2048, N, K)
     assert widen.applies(h200, w4a8_int8.with_(group_size=64), 2048, N, K)
     assert widen.applies(a100, w8a8, 8, N, K) and not widen.applies(a100, w8a8, 9, N, K)
-    assert widen.applies(h200, w4a8, 179, N, K) and not widen.applies(h200, w4a8, 180, N, K)
+    assert widen.applies(h200, w4a8, 166, N, K) and not widen.applies(h200, w4a8, 167, N, K)
     assert not widen.applies(h200, w4a8, 1024, N, K) and not widen.applies(h200, w4a8, 4096, N, K)
     assert widen.applies(h200, w4a8_g64, 1024, N, K) and not widen.applies(h200, w4a8_g64, 512, N, K)
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS", "0")  # the register-A kernel off: the other 4-bit ranges
