@@ -50,14 +50,11 @@ def test_fitted_tiles_match_reference(cfg, dtype, monkeypatch):
 def test_fitted_tile_repeats_and_graph_replay(m):
     """A wide layer (224 channel tiles) with stream-K over 132 blocks and fitted tiles (M=150: one tile of 160, M=300:
     two of 160), launched 20 times in a row, then CUDA-graph replay with fresh activations."""
+    from .test_wgmma_rs_streamk_gpu import wide_layer_streamk
+
     dtype = torch.float16
-    caps = _require_wgmma(dtype)
-    torch.manual_seed(m)
-    n, k = 28672, 2048
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
-    handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
-    p = plan_wna16_wgmma_rs(caps, api._registry[handle].packed.layout, m, "f16", scheme="", bt=256, small=False,
-                            streamk=caps.limits.sms)
+    qw, handle, p, caps = wide_layer_streamk(m, 256)
+    k = 2048
     assert p.tiles.bm == 160 and p.grid == (1, caps.limits.sms, 1), p.explain()
     x = torch.randn(m, k, device="cuda", dtype=dtype)
     forced_repeats_and_replay(qw, handle, p, x, TOL[dtype])

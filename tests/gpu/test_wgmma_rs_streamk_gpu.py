@@ -44,18 +44,25 @@ def test_streamk_plans_match_reference(cfg, dtype):
     assert run_forced_plans(qw, dtype, ms, plans_for, TOL[dtype]) == len(ms)
 
 
+def wide_layer_streamk(m: int, bt: int):
+    """A fresh W4A16 layer of 28672 x 2048 (224 channel tiles), its prepared f16 handle and the two-warpgroup plan at M
+    with ``bt``-token tiles and stream-K over one block per SM: (weights, handle, plan, profile)."""
+    caps = _require_wgmma(torch.float16)
+    torch.manual_seed(m)
+    qw = humming.quantize(torch.randn(28672, 2048, device="cuda") * 0.05, "w4a16")
+    handle = api.prepared(qw, torch.float16, torch.device("cuda", torch.cuda.current_device()))
+    p = plan_wna16_wgmma_rs(caps, api._registry[handle].packed.layout, m, "f16", scheme="", bt=bt, small=False,
+                            streamk=caps.limits.sms)
+    return qw, handle, p, caps
+
+
 @pytest.mark.parametrize("m", [128, 1100])
 def test_streamk_repeats_and_graph_replay(m):
     """A wide layer (224 channel tiles on 132 blocks: one wave, 92 tiles split; at M=1100 five token tiles, raster
     groups) launched 20 times in a row, then CUDA-graph replay with fresh activations."""
     dtype = torch.float16
-    caps = _require_wgmma(dtype)
-    torch.manual_seed(m)
-    n, k = 28672, 2048
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
-    handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
-    p = plan_wna16_wgmma_rs(caps, api._registry[handle].packed.layout, m, "f16", scheme="", bt=128 if m == 128 else 256,
-                            small=False, streamk=caps.limits.sms)
+    qw, handle, p, caps = wide_layer_streamk(m, 128 if m == 128 else 256)
+    k = 2048
     assert p.tiles.raster == RASTER and p.grid == (1, caps.limits.sms, 1)
     x = torch.randn(m, k, device="cuda", dtype=dtype)
     forced_repeats_and_replay(qw, handle, p, x, TOL[dtype])
