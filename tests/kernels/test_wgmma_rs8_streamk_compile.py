@@ -207,3 +207,19 @@ def test_cluster_option(a_type, chain, raster, compiled_without_spills, monkeypa
     assert len(seen) == gx * gy
     assert _plan(streamk=132).tiles.cluster == 0  # stream-K first
     assert _plan(n=128 * 3, m=4096, streamk=0).tiles.cluster == 0  # 3 channel tiles: no pairs
+
+
+@pytest.mark.parametrize("a_type", ["e4m3", "s8"])
+@pytest.mark.parametrize("streamk", [0, 132])
+def test_wide_192_token_kernels_compile_without_spills(a_type, streamk, compiled_without_spills, monkeypatch):
+    """The wide form at 192 tokens (three 64-token chains, fitted to M=300), plain and with stream-K, compiles for
+    sm_90a without spills or serialized wgmmas; the loop issues three chains a stage."""
+    monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS_BT", raising=False)
+    monkeypatch.delenv("HUMMING_WGMMA_RS_FIT_TILE", raising=False)
+    monkeypatch.setenv(STREAMK_ENV, str(streamk))
+    p = _plan(m=300, a_type=a_type)
+    assert p.tiles.bm == 192 and p.tiles.streamk == streamk
+    src = api.source(p)
+    assert "tokens 128..191: slot rows + 128" in src and "tokens 192..255" not in src
+    mod = compiled_without_spills(p, api.resolve_profile("nvidia-h200"))
+    assert not re.search(r"C751\d", mod.log), mod.log

@@ -122,3 +122,41 @@ def test_wide_tiles_of_three_blocks_keep_six_atoms_in_flight(name, group, bt, co
     p = plan_wna16_wgmma_rs(caps, lay, bt, "f16", scheme=name, bt=bt, stages=6, splits=2, small=True)
     assert f"{WIDE_TILE_PF} atoms ahead" in " ".join(p.reasons), p.reasons
     compiled_without_spills(p, caps)
+
+
+@pytest.mark.parametrize("bt", [80, 144, 160, 192, 224, 240])
+def test_two_warpgroup_fitted_tiles_compile_without_spills(bt, compiled_without_spills):
+    """The two-warpgroup form's kernels at fitted token tiles (plain launch, the 6-atom ring below M 1024) compile for
+    sm_90a without spills or serialized wgmmas (ptxas C7510-C7519)."""
+    import re
+
+    caps = api.resolve_profile(H200)
+    p = plan_wna16_wgmma_rs(caps, _layout(), bt, "f16", scheme="w4a16", bt=bt, small=False)
+    assert p.tiles.bm == bt and p.tiles.bn == 128 and not p.tiles.streamk
+    mod = compiled_without_spills(p, caps)
+    assert not re.search(r"C751\d", mod.log), mod.log
+
+
+@pytest.mark.parametrize("m", [150, 300, 513])
+def test_two_warpgroup_fitted_streamk_kernels_compile(m):
+    """... and with stream-K (fitted 160 / 160 / 176 tokens): at most the 8-byte spill outside the main loop that
+    ptxas leaves at some of these tiles (2026-12-01: 176 and 192 tokens), no serialized wgmmas."""
+    import re
+
+    from humming.core.compiler import compile_cuda
+    from humming.core.nvrtc import select_toolchain
+    from humming.devices import get_backend
+    from humming.errors import UnsupportedOnDevice
+
+    caps = api.resolve_profile(H200)
+    route = get_backend(caps).compile_route(caps)
+    try:
+        select_toolchain(route.arch, route.min_nvrtc)
+    except UnsupportedOnDevice as exc:
+        pytest.skip(str(exc).splitlines()[0])
+    p = plan_wna16_wgmma_rs(caps, _layout(28672), m, "f16", scheme="w4a16", bt=256, small=False, streamk=132)
+    assert p.tiles.bm == fitted_token_tile(m, 256) and p.tiles.streamk == 132
+    mod = compile_cuda(api.source(p, caps), [p.kernel_name], route.arch, options=(*route.options, "--ptxas-options=-v"),
+                       cache=False)
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)]
+    assert spills and max(spills) <= 8 and not re.search(r"C751\d", mod.log), mod.log
