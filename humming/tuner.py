@@ -69,7 +69,7 @@ GRAPH_TARGET_ENV = "HUMMING_GRAPH_TARGET_US"
 # ... but no more passes over the copies than make the graph about this long: the launch is then ~1% of a replay, and a
 # prefill GEMM's graph stays a burst of ~1-3 ms as before. Longer graphs run the GPU at its power limit for their whole
 # length (measured on the H200, 2026-12-01: W4A16 M >= 1024 reads 0.84-0.99x cuBLAS fp16 in 16-GEMM graphs of 12-48
-# ms, 0.95-0.99x in 1-3 ms ones; docs/performance.md, twentieth session). HUMMING_GRAPH_TARGET_US=0: no cap (sustained).
+# ms, 0.94-0.99x in 1-3 ms ones; docs/performance.md, twentieth session). HUMMING_GRAPH_TARGET_US=0: no cap (sustained).
 GRAPH_TARGET_US = 1000.0
 
 
