@@ -105,10 +105,9 @@ def _cycled_graph(calls: list):
 def cycled(calls: list, min_calls: int | None = None) -> list:
     """``calls`` repeated in order (whole passes) until there are at least ``min_calls`` (default graph_min_calls()):
     consecutive calls still use different weight copies, so each streams its weights from memory."""
-    want = graph_min_calls() if min_calls is None else min_calls
     if not calls:
         raise ValueError("no calls to time")
-    return list(calls) * max(1, math.ceil(want / len(calls)))
+    return list(calls) * passes_for(len(calls), None, min_calls)
 
 
 def graph_time_us(calls, reps: int = 20) -> float:

@@ -11,7 +11,6 @@ difference. Its weight codes and group scales arrive by bulk copy into the stage
 register ring holds weights in flight."""
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import replace
 
@@ -171,25 +170,26 @@ def wide_tiles(m: int, n: int) -> int:
     return -(-m // WIDE_BT) * (n // BC)
 
 
+def fits_wide(bt: int, chain: int, cluster: int) -> bool:
+    """True where the wide form's tile is fitted to M: 256-token tiles in 64-token chains, no tile forced by WIDE_ENV,
+    no clusters (written for 256)."""
+    return bt == WIDE_BT and chain == QUARTER_WT and not cluster and not os.environ.get(WIDE_ENV, "").strip()
+
+
 def planned_token_tile(m: int, producer: bool, n: int = 0, sms: int = 0) -> int:
-    """The token tile plan_w4a8_wgmma_rs takes at M by default: token_tile's, the wide one fitted to M (64-token chains,
-    no forced tile, no clusters)."""
+    """The token tile plan_w4a8_wgmma_rs takes at M by default: token_tile's, the wide one fitted to M (the cluster
+    taken as CLUSTER_ENV asks)."""
     bt = token_tile(m, producer, n, sms)
-    if bt == WIDE_BT and wide_chain() == QUARTER_WT and not os.environ.get(WIDE_ENV, "").strip() \
-            and os.environ.get(CLUSTER_ENV, "").strip() != "2":
-        return fitted_wide_tile(m)
-    return bt
+    cluster = os.environ.get(CLUSTER_ENV, "").strip() == "2"
+    return fitted_wide_tile(m) if fits_wide(bt, wide_chain(), cluster) else bt
 
 
 def fitted_wide_tile(m: int) -> int:
     """The wide form's token tile at M: as many tiles as 256 tokens need, each M / tiles rounded up to whole 64-token
-    chains (M=300: two of 192), the 256 of WIDE_BT with FIT_ENV=0 (the W4A16 forms' switch)."""
-    from humming.core.planner_wgmma_rs import fit_on
+    chains (M=300: two of 192; planner_wgmma_rs.fitted_token_tile, whose FIT_ENV=0 keeps 256)."""
+    from humming.core.planner_wgmma_rs import fitted_token_tile
 
-    if not fit_on():
-        return WIDE_BT
-    tiles = math.ceil(m / WIDE_BT)
-    return min(WIDE_BT, QUARTER_WT * math.ceil(math.ceil(m / tiles) / QUARTER_WT))
+    return fitted_token_tile(m, WIDE_BT, QUARTER_WT)
 
 
 def _rounds(blocks: int, sms: int) -> int:
@@ -286,7 +286,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     chain = wide_chain() if bt == WIDE_BT else narrow_chain()
     cluster, cluster_why = cluster_blocks(caps, n, bt, blocks)
     tile = bt  # the wide form's tile fitted to M in whole 64-token chains (not with forced tiles or clusters)
-    if bt == WIDE_BT and chain == QUARTER_WT and not cluster and not os.environ.get(WIDE_ENV, "").strip():
+    if fits_wide(bt, chain, cluster):
         tile = fitted_wide_tile(m)
     limit = caps.limits.smem_per_block_kb * 1024
     stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(s, tile, bool(blocks)) <= limit),
