@@ -165,16 +165,16 @@ def describe_ranges(ranges) -> str:
     return ", ".join(f"M <= {hi}" if lo <= 1 else f"M >= {lo}" if hi >= OPEN else f"M {lo}-{hi}" for lo, hi in ranges)
 
 
-_decided: dict[tuple, tuple] = {}  # (profile, scheme, N, K, the variables) -> the M ranges ((): never)
-# the variables the decision reads: this module's, and the register-A W4A8 kernel's token tile and producer switches
-# (_padded_rs8_ranges asks that kernel's tile rule)
-_DECISION_ENVS = (ENV, "HUMMING_WGMMA_W4A8_RS", "HUMMING_WGMMA_W4A8_RS_BT", "HUMMING_WGMMA_W4A8_RS_WS")
+# (profile, scheme, N, K, ENV) -> the M ranges ((): never). The register-A W4A8 kernel's switches that the ranges also
+# read (HUMMING_WGMMA_W4A8_RS, _BT, _WS, through _padded_rs8_ranges) are read once per layer, like every plan's switches
+# (humming.api caches a layer's plans): reading them on each call would cost ~1.6 us of host time.
+_decided: dict[tuple, tuple] = {}
 
 
 def applies(caps, scheme, m: int, n: int, k: int) -> bool:
     """True when this call takes the widened path (decided once per profile, scheme, N, K and variable value: the
     hot path only compares M)."""
-    key = (caps.name, str(scheme), n, k, *(os.environ.get(v, "") for v in _DECISION_ENVS))
+    key = (caps.name, str(scheme), n, k, os.environ.get(ENV, ""))
     ranges = _decided.get(key, False)
     if ranges is False:
         ranges = _decided[key] = () if refusal(scheme, n, k) else m_ranges(caps, scheme, n, k)
