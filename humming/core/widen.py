@@ -15,6 +15,7 @@ fp8 tensor cores: Ampere, Turing, the Zhenwu 810E) the widened path takes every 
 """
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -123,7 +124,6 @@ def rs8_ranges(caps, n: int) -> tuple[tuple[int, int], ...]:
 # M513 (89%) 97.9 / 110.0; 28672x8192 M270 191.1 / 217.2, M300 200.8 / 234.1, M513 306.8 / 370.6; native 128-token
 # tiles at M200 (78%): 8192x8192 49.5 / 52.6, 28672x8192 193.3 / 163.1 (left native by this rule)
 RS8_MIN_TOKEN_SHARE = 0.65
-_RS8_PADDING_SCAN_M = 2048  # above, the native tiles always hold more than RS8_MIN_TOKEN_SHARE tokens
 
 
 def _padded_rs8_ranges(caps, n: int, start: int) -> tuple[tuple[int, int], ...]:
@@ -136,7 +136,9 @@ def _padded_rs8_ranges(caps, n: int, start: int) -> tuple[tuple[int, int], ...]:
     except HummingError:
         producer = False
     ranges: list[list[int]] = []
-    for m in range(start, _RS8_PADDING_SCAN_M + 1):
+    # from T tiles on, a tile's rows are at least (T - 1) / T tokens: past this many tiles of 256 none is under the share
+    last = rs8.WIDE_BT * math.ceil(1 / (1 - RS8_MIN_TOKEN_SHARE))
+    for m in range(start, last + 1):
         bt = rs8.planned_token_tile(m, producer, n, caps.limits.sms or 0)
         if m / (-(-m // bt) * bt) >= RS8_MIN_TOKEN_SHARE:
             continue
