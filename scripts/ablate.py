@@ -97,6 +97,12 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # stream kernel: no weight loads at all (the ring gets the address bits): the time of the arithmetic alone
     "nomem": [(r"load_g128\(buf\[\(s \+ PF\) % R\]\[c\], p \+ c \* 128\)",
                "{ uint32_t* d_ = buf[(s + PF) % R][c]; d_[0] = d_[1] = d_[2] = d_[3] = (uint32_t)(size_t)(p + c * 128); }")],
+    # two-warpgroup stream-K form without its split tiles' partials and fix-up (wrong results)
+    "nofix_sk": [(r"if \(ktiles != katoms\) \{", "if (false) {")],
+    # 34 KiB more shared memory (a static array the kernel never uses): the stream-K form's staging tile's footprint
+    "smempad": [(r"(extern __shared__ __align__\(1024\) unsigned char smem\[\];)",
+                 r"\1\n  __shared__ __align__(16) unsigned char smem_pad[34816];\n"
+                 r"  if (M < 0) C[0] = smem_pad[(blockIdx.x * 97) % 34816];")],
     # the small register-A form without its split-K fix-up (wrong with splits > 1)
     "nofix_rs": [(r"if \(gridDim\.z > 1\) \{", "if (false) {")],
     # fold=2 stream kernel without its activation sums (two chains; wrong results): what sums computed once per block
@@ -303,6 +309,13 @@ _PARAMETERISED = {
          r'\n\2if (kt > 0 || wg == 1) asm volatile("bar.sync %0, 256;" :: "r"(5 + wg) : "memory");\1'),
         (rf"(// tokens {64 * n}\.\.{64 * n + 63}: slot rows \+ {64 * n}\n[^\n]*\n(\s*)wgmma_commit\(\);\n)",
          r'\1\2if (wg == 0 || kt + 1 < ktiles) asm volatile("bar.arrive %0, 256;" :: "r"(6 - wg) : "memory");\n')],
+    # two-warpgroup W4A16 form (plain and stream-K): the producer copies a stage's activations only when the stage
+    # count is a multiple of N (or in the first ring of slots) and otherwise completes the slot's phase with a plain
+    # arrival (stale data, wrong results): the L2 -> shared traffic of a cluster of N blocks multicasting each stage
+    "xevery": lambda n: [
+        (r"(if \((kt|it) >= STAGES\) mbar_wait\(xbar0 \+ 8 \* \(STAGES \+ s\)[^\n]*\n(\s*))"
+         r"(mbar_expect_tx\(xbar0 \+ 8 \* s, X_BYTES\);\n\s*tma_load_2d\([^;]*;)",
+         rf"\1if (\2 < STAGES || \2 % {n} == 0) {{ \4 }} else mbar_arrive(xbar0 + 8 * s);")],
     # small register-A form: thread 0 also asks the L2 for the atom N stages past the ring (one bulk prefetch of its
     # 2 KB, no registers)
     "l2pf": lambda n: [(r"(load_g128\(wq\[\(s \+ PF\) % R\], p\);)",

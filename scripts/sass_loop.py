@@ -96,6 +96,9 @@ def main() -> None:
     ptxas = " ".join(re.findall(r"(Used \d+ registers|\d+ bytes spill stores)", mod.log))
     print(f"{plan.kernel_name} ({route.arch}; ptxas: {ptxas}; highest register R{top})")
     print(f"main loop: {len(body)} instructions: " + ", ".join(f"{op} {n}" for op, n in ops.most_common()))
+    for line in mod.log.splitlines():  # ptxas warnings (e.g. serialized wgmmas: "Potential Performance Loss")
+        if "warning" in line.lower() or "performance" in line.lower():
+            print("ptxas:", line.strip())
     print(f"files: {prefix}.cu / .cubin / .sass")
 
 

@@ -336,7 +336,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                      "((unsigned)(kt + STAGES - 1) % STAGES)")
         first = "kt > 0"
         if t.streamk:  # (the first stage of a segment releases the last of the one before)
-            prev_slot, first = "((unsigned)(it0 + kt + STAGES - 1) % STAGES)", "it0 + kt > 0"
+            prev_slot, first = "((unsigned)(it0 + kt + STAGES - 1) % STAGES)", "(kt > 0 || it0 > 0)"
         # (the EMPTY mbarrier's address outside the lane-0 branch: computed once per warp in uniform registers)
         release = ("\n      {  // this warp is done with stage kt - 1: its slot may be refilled\n"
                    f"        const uint32_t empty = xbar0 + 8 * (STAGES + {prev_slot});\n"
@@ -348,7 +348,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     sync_words = ("// all wgmmas done; the last segment's copy-out has read the staging tile" if t.streamk else
                   "// all wgmmas and copies done: the activation slots become the staging tile")
     tile_code = (streamk.SCHEDULE if t.streamk else _TAIL_TILE if t.tail else tile_of_block(t.raster))
-    streamk_helpers = streamk.helpers(t.raster) if t.streamk else ""
+    streamk_helpers = streamk.helpers(t.raster, t.streamk, plan.k, BK) if t.streamk else ""
     slab_line = "  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel atom row\n"
     staging = "x0"
     if t.streamk:  # per segment: the tile's slab, and a staging tile after the activation slots (which keep loading)

@@ -18,11 +18,11 @@ from humming.core.planner_wgmma_rs8 import OUT_PAD, STREAMK_STAGING_TOKENS, WIDE
 _PRODUCER = """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread copies every segment's stages in turn
     setmaxnreg_dec<40>();
     if (tid == THREADS) {
-      int wave = 0, ga = StreamK(M, N, K, gridDim.y).run_start(blockIdx.y), tile, kt0, ktiles;
+      int wave = 0, ga = StreamK(M, N).run_start(blockIdx.y), tile, kt0, ktiles;
       int it = 0;  // stages copied so far
-      while (StreamK(M, N, K, gridDim.y).next(blockIdx.y, wave, ga, tile, kt0, ktiles)) {
+      while (StreamK(M, N).next(blockIdx.y, wave, ga, tile, kt0, ktiles)) {
         int m0, n0;
-        StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);
+        StreamK(M, N).origin(tile, m0, n0);
         // the tile's slabs n0 / 64 and n0 / 64 + 1 (katoms stages of SLAB_BYTES each), from atom kt0
         const unsigned char* codes = reinterpret_cast<const unsigned char*>(Bw) + ((size_t)(n0 / 64) * katoms + kt0) * SLAB_BYTES;
         #pragma unroll 1
@@ -39,11 +39,11 @@ _PRODUCER = """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: it
     } else if (warp == THREADS / 32 + 1) {  // the next warp: each segment's token scales (times the device scalar and
       // out_scale) into shared buffer n % 2, off the consumers' critical path; buffer reuse waits for their release
       const float scale = GS ? out_scale * load_f32(GS) : out_scale;
-      int wave = 0, ga = StreamK(M, N, K, gridDim.y).run_start(blockIdx.y), tile, kt0, ktiles;
+      int wave = 0, ga = StreamK(M, N).run_start(blockIdx.y), tile, kt0, ktiles;
       #pragma unroll 1
-      for (int n = 0; StreamK(M, N, K, gridDim.y).next(blockIdx.y, wave, ga, tile, kt0, ktiles); ++n) {
+      for (int n = 0; StreamK(M, N).next(blockIdx.y, wave, ga, tile, kt0, ktiles); ++n) {
         int m0, n0;
-        StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);
+        StreamK(M, N).origin(tile, m0, n0);
         if (n >= 2) mbar_wait(tbar0 + 8 * (2 + (n & 1)), ((n >> 1) + 1) & 1);  // the consumers released use n - 2
         #pragma unroll 1
         for (int i = lane; i < BT; i += 32) {
@@ -168,7 +168,7 @@ def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
     channel_decl, channel_scales = ("", "")
     if parts["per_channel"]:
         channel_decl = "    float s_lo, s_hi;  // per-channel scales of this lane's two channels of the tile\n"
-        channel_scales = ("      int m0, n0;\n      StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);\n"
+        channel_scales = ("      int m0, n0;\n      StreamK(M, N).origin(tile, m0, n0);\n"
                           "      s_lo = load_f32(S + n0 + tab), s_hi = load_f32(S + n0 + tab + 8);\n")
     # (every block has a segment: the planner launches no more blocks than k atoms where the tiles are fewer)
     stagger_take = ("  if (wg == 1) consumer_turn_take();  // start one wgmma chain behind warpgroup 0 (which gives the "
@@ -192,12 +192,12 @@ static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
 static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per thread");
 static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
 }}
-{streamk.helpers(t.raster)}{_SEGMENT}
+{streamk.helpers(t.raster, t.streamk, plan.k, t.bk)}{_SEGMENT}
 {params}  using namespace cfg;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
   const int g = lane >> 2, q = lane & 3;
-  const int katoms = K / BK;
+  constexpr int katoms = StreamK::katoms;   // K over BK for the plan's K
   const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;   // STAGES activation slots
   const uint32_t w0 = x0 + STAGES * X_BYTES, s0 = w0 + STAGES * W_BYTES;   // code slots, scale slots
   const uint32_t stg0 = s0 + STAGES * S_BYTES;                     // the warpgroups' staging tiles (QT token rows each)
@@ -236,16 +236,16 @@ static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
     int it0, ktiles;  // the block's stages before this segment, the segment's atoms
 {channel_decl}    {{
       int tile, kt0;
-      if (!streamk_segment(StreamK(M, N, K, gridDim.y), block_y(), seg, tile, kt0, ktiles, it0)) break;
+      if (!streamk_segment(StreamK(M, N), block_y(), seg, tile, kt0, ktiles, it0)) break;
 {channel_scales}    }}
     #pragma unroll
     for (int i = 0; i < BT / 2; ++i) facc[i] = 0.0f;
 {_indent(_per_segment(parts["main_loop"]).rstrip())}
     int tile, kt0, m0, n0;  // the segment again (not kept live through the stage loop)
-    streamk_segment(StreamK(M, N, K, gridDim.y), block_y(), seg, tile, kt0, ktiles, it0);
-    StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);
-    const int ga = tile < StreamK(M, N, K, gridDim.y).dp_tiles ? 0  // (split tiles: the atom after the segment)
-        : (tile - StreamK(M, N, K, gridDim.y).dp_tiles) * katoms + kt0 + ktiles;
+    streamk_segment(StreamK(M, N), block_y(), seg, tile, kt0, ktiles, it0);
+    StreamK(M, N).origin(tile, m0, n0);
+    const int ga = tile < StreamK(M, N).dp_tiles ? 0  // (split tiles: the atom after the segment)
+        : (tile - StreamK(M, N).dp_tiles) * katoms + kt0 + ktiles;
 {_indent(streamk.splitk("facc", "(BT / 2)", _LEAVE).rstrip())}
 {_EPILOGUE.rstrip()}
   }}

@@ -19,10 +19,14 @@ HELPERS = """
 // stream-K (TileConfig.streamk): P persistent blocks take the tiles in whole waves (tile wave * P + b), then split the
 // atoms of the tiles left over evenly, block b the run [run_start(b), run_start(b + 1)) in tile-major order
 struct StreamK {
-  int P, katoms, tiles_x, tiles_y, waves, dp_tiles;
+  // the plan's block count (the grid's y extent) and k atoms per tile (K over BK) as constants: every division
+  // here is by a constant, so the segment's counters (and the main loop's slot, phase and address arithmetic) stay
+  // in uniform registers
+  static constexpr int P = {BLOCKS}, katoms = {KATOMS};
+  int tiles_x, tiles_y, waves, dp_tiles;
   long long sk_atoms;  // the left-over tiles' atoms
-  __device__ __forceinline__ StreamK(int M, int N, int K, int blocks) {
-    P = blocks, katoms = K / cfg::BK, tiles_x = (M + cfg::BT - 1) / cfg::BT, tiles_y = N / cfg::BC;
+  __device__ __forceinline__ StreamK(int M, int N) {
+    tiles_x = (M + cfg::BT - 1) / cfg::BT, tiles_y = N / cfg::BC;
     waves = tiles_x * tiles_y / P, dp_tiles = waves * P, sk_atoms = (long long)(tiles_x * tiles_y - dp_tiles) * katoms;
   }
   __device__ __forceinline__ int run_start(int b) const { return (int)(sk_atoms * b / P); }
@@ -52,23 +56,29 @@ TILE_RASTERIZED = """
     m0 = (first + tile % per_group % rows) * cfg::BT, n0 = (tile % per_group / rows) * cfg::BC;"""
 
 
-def helpers(raster: int) -> str:
-    return HELPERS.replace("{TILE_ORIGIN}", TILE_RASTERIZED if raster else TILE_IN_LAUNCH_ORDER)
+def helpers(raster: int, blocks: int, k: int, bk: int) -> str:
+    """The schedule's struct for a launch of ``blocks`` persistent blocks over K = ``k`` (the kernel is specialised to
+    both: with them read at run time (gridDim.y, K / BK) ptxas kept the main loop's counters on the vector datapath,
+    2-7% slower on the H200, 2026-12-01)."""
+    if blocks <= 0 or k % bk:
+        raise ValueError(f"stream-K needs a positive block count and K a multiple of {bk}; got {blocks}, K={k}")
+    return (HELPERS.replace("{TILE_ORIGIN}", TILE_RASTERIZED if raster else TILE_IN_LAUNCH_ORDER)
+            .replace("{BLOCKS}", str(blocks)).replace("{KATOMS}", str(k // bk)))
 
 
-SCHEDULE = """  // stream-K: this block's segments come from StreamK(M, N, K, gridDim.y), made where needed
+SCHEDULE = """  // stream-K: this block's segments come from StreamK(M, N), made where needed
   // (this block: blockIdx.y, read where needed: a variable of it is spilled rather than re-read)
-  const int katoms = K / BK;"""
+  constexpr int katoms = StreamK::katoms;   // K over BK for the plan's K"""
 
 
 PRODUCER = PRODUCER_BARRIERS + """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread copies every segment's stages in turn
     setmaxnreg_dec<40>();
     if (tid == THREADS) {
-      int wave = 0, ga = StreamK(M, N, K, gridDim.y).run_start(blockIdx.y), tile, kt0, ktiles;
+      int wave = 0, ga = StreamK(M, N).run_start(blockIdx.y), tile, kt0, ktiles;
       int it = 0;  // stages copied so far (slot it % STAGES)
-      while (StreamK(M, N, K, gridDim.y).next(blockIdx.y, wave, ga, tile, kt0, ktiles)) {
+      while (StreamK(M, N).next(blockIdx.y, wave, ga, tile, kt0, ktiles)) {
         int m0, n0;
-        StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);
+        StreamK(M, N).origin(tile, m0, n0);
         #pragma unroll 1
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
           const int s = it % STAGES;
@@ -84,11 +94,11 @@ PRODUCER = PRODUCER_BARRIERS + """  if (warp >= THREADS / 32) {  // ---- the pro
 """
 
 SEGMENT_OPEN = """  int it0 = 0;  // stages consumed before this segment
-  int wave = 0, ga = StreamK(M, N, K, gridDim.y).run_start(blockIdx.y), tile, kt0, ktiles;
+  int wave = 0, ga = StreamK(M, N).run_start(blockIdx.y), tile, kt0, ktiles;
   #pragma unroll 1
-  while (StreamK(M, N, K, gridDim.y).next(blockIdx.y, wave, ga, tile, kt0, ktiles)) {
+  while (StreamK(M, N).next(blockIdx.y, wave, ga, tile, kt0, ktiles)) {
     int m0, n0;
-    StreamK(M, N, K, gridDim.y).origin(tile, m0, n0);"""
+    StreamK(M, N).origin(tile, m0, n0);"""
 
 SEGMENT_CLOSE = """    it0 += ktiles;
   }
@@ -107,7 +117,7 @@ def splitk(acc: str = "acc", regs: str = "WG_ACC_REGS", leave: str = """{
     tile runs (the next segment)."""
     return ("""  if (ktiles != katoms) {
     __shared__ int last_segment;
-    const StreamK sk(M, N, K, gridDim.y);
+    const StreamK sk(M, N);
     constexpr int CHUNKS = REGS / 4, SPLIT_FLOATS = REGS * THREADS;  // one segment's partial of the tile
     const long long t0 = (long long)(tile - sk.dp_tiles) * katoms;  // the tile's first stream-K atom
     const int b_first = (int)(((t0 + 1) * sk.P - 1) / sk.sk_atoms), b_last = (int)(((t0 + katoms) * sk.P - 1) / sk.sk_atoms);

@@ -167,15 +167,17 @@ class Plan:
     @property
     def kernel_key(self) -> str:
         """What the kernel source depends on (not M, N, K or the split count, which are launch arguments; the
-        x_smem stream kernel compiles M and the K range of a split in)."""
+        x_smem stream kernel compiles M and the K range of a split in, the stream-K kernels K)."""
         t = self.tiles
+        # the stream-K schedule's k atoms per tile are a constant of the kernel (its block count is in t)
+        streamk_k = ("streamk_k", self.k) if getattr(t, "streamk", 0) else ()
         if self.is_8bit:
             parts8 = (self.family, self.path, tuple(self.instruction.shape), self.instruction.a_type, self.act, t,
                       self.async_copy, getattr(self.layout, "weight_bits", 8), getattr(self.layout, "group", 0),
                       *(("fast_accum",) if getattr(self.layout, "fast_accum", False) else ()),
                       *(("block",) if getattr(self.layout, "weight_scale", "") == "block" else ()),
                       *(("e2m1",) if getattr(self.layout, "weight_format", "") == "e2m1" else ()),
-                      *(("pdl",) if self.pdl else ()))
+                      *(("pdl",) if self.pdl else ()), *streamk_k)
             return hashlib.sha1(repr(parts8).encode()).hexdigest()[:10]
         d = self.layout.decode
         parts = (
@@ -188,6 +190,7 @@ class Plan:
             *(("cluster_splits",) if self.cluster_splits else ()),
             # x_smem reserves 1 token row (M=1) or the token tile's, over the K range of one split: compiled in
             *(("x_smem", 1 if self.m == 1 else t.bm, self.k // self.splits) if getattr(t, "x_smem", 0) else ()),
+            *streamk_k,
         )
         return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
 

@@ -150,7 +150,8 @@ def test_streamk_kernels_compile(a_type, chain, group, compiled_without_spills, 
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", chain)
     p = _plan(a_type=a_type, group=group or 8192, streamk=132)
     src = api.source(p)
-    assert "streamk_segment(StreamK(M, N, K, gridDim.y), block_y(), seg, tile, kt0, ktiles, it0)" in src
+    assert "streamk_segment(StreamK(M, N), block_y(), seg, tile, kt0, ktiles, it0)" in src
+    assert f"static constexpr int P = 132, katoms = {p.k // p.tiles.bk};" in src
     assert "mbar_wait(xbar0 + 8 * s, ((it0 + kt) / STAGES) & 1)" in src and "const int s = (it0 + kt) % STAGES;" in src
     assert "atomic_add_i32(counter, ktiles)" in src and "warpgroup_sync(wg);" in src
     # the staggered start: warpgroup 1 waits for the turn once, warpgroup 0 gives it at the block's first stage (so

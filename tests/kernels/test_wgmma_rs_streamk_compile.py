@@ -80,11 +80,24 @@ def test_streamk_plan(m, bt, stages):
     assert p.tiles.stagger == 0 and p.kernel_name.split("_")[-2].endswith("k132")
     assert any("stream-K over 132 persistent blocks" in r for r in p.reasons)
     src = api.source(p)
-    assert "StreamK(M, N, K, gridDim.y).next(blockIdx.y, wave, ga, tile, kt0, ktiles)" in src
+    assert "StreamK(M, N).next(blockIdx.y, wave, ga, tile, kt0, ktiles)" in src
+    # the block count and K's atoms are constants of the kernel (divisions by constants: uniform loop counters)
+    assert "static constexpr int P = 132, katoms = 128;" in src and "gridDim.y" not in src.split("struct StreamK")[1]
+    assert "constexpr int katoms = StreamK::katoms;" in src and "K / BK" not in src
     assert "tma_load_2d(x0 + s * X_BYTES, &XMAP, (kt0 + kt) * BK, m0" in src
     assert "const uint32_t stg0 = x0 + STAGES * X_BYTES;" in src and "lds_128(r, stg0 + " in src
     assert "mbar_wait(xbar0 + 8 * ((unsigned)(it0 + kt) % STAGES), ((unsigned)(it0 + kt) / STAGES) & 1)" in src
     assert "atomic_add_i32(counter, ktiles)" in src and src.rstrip().endswith("it0 += ktiles;\n  }\n}")
+
+
+def test_streamk_kernels_differ_by_k():
+    """K is compiled into a stream-K kernel: two shapes of one tile configuration and different K get two kernels
+    (a shared name ran the 8192x8192 kernel on 4096x14336: wrong results); the same K shares one."""
+    a, b, c = (_plan(m=4096, bt=256, n=n, k=k) for n, k in ((8192, 8192), (4096, 14336), (28672, 8192)))
+    assert a.kernel_name != b.kernel_name and a.kernel_name == c.kernel_name
+    assert "katoms = 224;" in api.source(b) and "katoms = 128;" in api.source(a)
+    plain = [_plan(m=4096, bt=256, n=n, k=k, streamk=0) for n, k in ((8192, 8192), (4096, 14336))]
+    assert plain[0].kernel_name == plain[1].kernel_name  # without stream-K, K stays a launch argument
 
 
 @pytest.mark.parametrize("kwargs,words", [
