@@ -144,8 +144,10 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     if not z_group:
         pick.append("const uint32_t zz = zz_const;")
 
-    def fetch(slot: str, atom: str, indent: str) -> str:
-        lines = [f"const uint32_t* p = wsrc + (size_t)({atom}) * ATOM_WORDS;"]
+    def fetch(slot: str, atom: str, indent: str, words: str = "") -> str:
+        """Atom ``atom``'s codes (and table rows) into ring slot ``slot``; ``words``: its offset from wsrc in words
+        when not (atom) * ATOM_WORDS."""
+        lines = [f"const uint32_t* p = wsrc + {words or f'(size_t)({atom}) * ATOM_WORDS'};"]
         if lay.tile_major:
             lines.append(f"load_g128(wq[{slot}], p);  // chunk w: k16 steps 0..3 of this warp's 16 channels")
         else:
@@ -170,6 +172,9 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     # trip (a multiple of 2 R stages) makes every slot index a constant: no slot arithmetic or descriptor building per
     # stage (measured 7% faster at M 32-64; at 128 tokens the extra ring slot cost more registers than it saved)
     const_slots = small and t.bm <= 64
+    # two-warpgroup forms: the refill's address as the trip's base plus a constant (u is unrolled), which ptxas folds
+    # into the load's offset (the stream-K loop computed it per stage: 1062 -> 1044 SASS instructions per 10 stages)
+    refill_words = "" if small else "(size_t)kb * ATOM_WORDS + (u + PF) * ATOM_WORDS"
     ring_pf, ring_blocks = (small_ring(caps, t.bm, t.stages, t.cluster, t.occupancy, t.prefetch) if small
                             else (t.prefetch or PF, 1))
     if t.occupancy and not small:
@@ -336,7 +341,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                      "((unsigned)(kt + STAGES - 1) % STAGES)")
         first = "kt > 0"
         if t.streamk:  # (the first stage of a segment releases the last of the one before)
-            prev_slot, first = "((unsigned)(it0 + kt + STAGES - 1) % STAGES)", "(kt > 0 || it0 > 0)"
+            # (the slot before the stage's own, not a second division: ptxas computed that one per lane)
+            prev_slot, first = f"({kt_slot} == 0 ? STAGES - 1 : {kt_slot} - 1)", "(kt > 0 || it0 > 0)"
         # (the EMPTY mbarrier's address outside the lane-0 branch: computed once per warp in uniform registers)
         release = ("\n      {  // this warp is done with stage kt - 1: its slot may be refilled\n"
                    f"        const uint32_t empty = xbar0 + 8 * (STAGES + {prev_slot});\n"
@@ -434,7 +440,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
 {decode_body}
         }}
       if (kt + PF < ktiles) {{  // the ring slot of kt - 1 (decoded last iteration) takes atom kt + PF
-{fetch("(s + PF) % R", "kt + PF", "        ")}
+{fetch("(s + PF) % R", "kt + PF", "        ", refill_words)}
       }}
 {stage_wait}
 {refill}      const uint64_t desc_x = desc0 + (uint64_t)({kt_slot} * (X_BYTES >> 4));   // slot 0's descriptor + the slot's offset
