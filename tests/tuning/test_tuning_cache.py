@@ -503,7 +503,7 @@ def test_finer_token_tiles(n, k, m, finer, monkeypatch):
 def test_entry_yields_to_streamk_where_its_rounds_fill_badly(monkeypatch, tmp_path):
     """Rule (1): the shipped 4096x14336 257-512 entry (128-token tiles, measured at 512: 128 tiles, one round 97% full)
     runs M 257-384 (96 tiles, 73%) as stream-K over 256-token tiles fitted to M (M=300 84.7 -> 71.0 us), M 385-512 as
-    stored; an entry measured where its tiles filled as badly (28672x8192 65-128 at M=128: 224 tiles, 85%) stands."""
+    stored; an entry that is stream-K itself (28672x8192 65-128 since 2026-12-01's twenty-first session) stands."""
     from humming.core import planner_wgmma_rs as rs
 
     monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
@@ -518,7 +518,8 @@ def test_entry_yields_to_streamk_where_its_rounds_fill_badly(monkeypatch, tmp_pa
     assert tuning.tuned_plan(H200, layout, 300, "f16", "w4a16").tiles.streamk == 0
     monkeypatch.delenv(rs.ROUNDS_ENV, raising=False)
     p = tuning.tuned_plan(H200, _layout(28672, 8192), 128, "f16", "w4a16")
-    assert (p.tiles.streamk, p.tiles.bm) == (0, 128), p.explain()
+    assert (p.tiles.streamk, p.tiles.bm) == (132, 128), p.explain()
+    assert "instead of the entry's" not in p.explain()
 
 
 def test_streamk_default_needs_the_producer_warpgroup(monkeypatch):
