@@ -103,6 +103,9 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "smempad": [(r"(extern __shared__ __align__\(1024\) unsigned char smem\[\];)",
                  r"\1\n  __shared__ __align__(16) unsigned char smem_pad[34816];\n"
                  r"  if (M < 0) C[0] = smem_pad[(blockIdx.x * 97) % 34816];")],
+    # two-warpgroup forms: the producer thread polls its slots' releases without sleeping (the code before
+    # 2026-12-01's twenty-first session; correct): the "prodsleep" ablation of docs/runs/2026-12-01i in reverse
+    "busypoll": [(r"mbar_wait_polite\(xbar0 \+ 8 \* \(STAGES \+ s\)", "mbar_wait(xbar0 + 8 * (STAGES + s)")],
     # the small register-A form without its split-K fix-up (wrong with splits > 1)
     "nofix_rs": [(r"if \(gridDim\.z > 1\) \{", "if (false) {")],
     # fold=2 stream kernel without its activation sums (two chains; wrong results): what sums computed once per block

@@ -517,6 +517,9 @@ def test_prefill_form_producer_warpgroup(monkeypatch):
     loop = src[src.index("for (int kb = 0"):src.index("wgmma_wait<0>();\n  wgmma_fence_operand(acc);")]
     assert "__syncthreads" not in loop and "mbar_arrive(" in loop and "load_stage" not in loop
     assert "consumer_sync();" in src and "setmaxnreg_inc<232>();" in src
+    # the producer thread sleeps between polls of a slot's release (its polling took the consumers' issue slots)
+    assert "mbar_wait_polite(xbar0 + 8 * (STAGES + s)" in src and "__nanosleep(64);" in src
+    assert "mbar_wait_polite" not in api.source(plain, caps)
     for p in (ws, plain):
         mod = compile_cuda(api.source(p, caps), [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
         assert max(int(v) for v in re.findall(r"(\d+) bytes spill stores", mod.log)) == 0, mod.log

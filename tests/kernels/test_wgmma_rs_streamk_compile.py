@@ -85,6 +85,7 @@ def test_streamk_plan(m, bt, stages):
     assert "static constexpr int P = 132, katoms = 128;" in src and "gridDim.y" not in src.split("struct StreamK")[1]
     assert "constexpr int katoms = StreamK::katoms;" in src and "K / BK" not in src
     assert "tma_load_2d(x0 + s * X_BYTES, &XMAP, (kt0 + kt) * BK, m0" in src
+    assert "if (it >= STAGES) mbar_wait_polite(xbar0 + 8 * (STAGES + s)" in src
     assert "const uint32_t stg0 = x0 + STAGES * X_BYTES;" in src and "lds_128(r, stg0 + " in src
     assert "mbar_wait(xbar0 + 8 * ((unsigned)(it0 + kt) % STAGES), ((unsigned)(it0 + kt) / STAGES) & 1)" in src
     assert "atomic_add_i32(counter, ktiles)" in src and src.rstrip().endswith("it0 += ktiles;\n  }\n}")
