@@ -59,7 +59,7 @@ from humming.core.planner_wgmma_rs import (
     small_ring,
 )
 from humming.core.wgmma_common import (
-    PRODUCER_WARPGROUP,
+    PRODUCER_WARPGROUP_WAITING,
     SLOT0_DESCRIPTOR,
     add_partial,
     claim_tile,
@@ -332,12 +332,10 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                    "release its slot to the block that refills it\n"
                    f"        mbar_arrive_peer(xbar0 + 8 * (STAGES + {prev}), (kt - 1) % CLUSTER);")
     if ws:
-        load_code = streamk.PRODUCER if t.streamk else PRODUCER_WARPGROUP
         # the producer thread polls its slots' releases politely (mbar_wait_polite: the consumer warps of its SM
         # sub-partition keep their issue slots)
-        load_code = load_code.replace("mbar_wait(xbar0 + 8 * (STAGES + s)", "mbar_wait_polite(xbar0 + 8 * (STAGES + s)")
-        if "mbar_wait_polite(" not in load_code:
-            raise ValueError("internal: the producer warpgroup's slot wait was not found")
+        load_code = (streamk.PRODUCER if t.streamk else
+                     PRODUCER_WARPGROUP_WAITING.replace("WAIT(", "mbar_wait_polite("))
         if t.tail:  # the block's K range starts at atom kt0
             load_code = load_code.replace("&XMAP, kt * BK, m0", "&XMAP, (kt0 + kt) * BK, m0")
             if "(kt0 + kt) * BK" not in load_code:

@@ -82,7 +82,7 @@ PRODUCER = PRODUCER_BARRIERS + """  if (warp >= THREADS / 32) {  // ---- the pro
         #pragma unroll 1
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
           const int s = it % STAGES;
-          if (it >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);  // stage it - STAGES released
+          if (it >= STAGES) mbar_wait_polite(xbar0 + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);  // stage it - STAGES released
           mbar_expect_tx(xbar0 + 8 * s, X_BYTES);
           tma_load_2d(x0 + s * X_BYTES, &XMAP, (kt0 + kt) * BK, m0, xbar0 + 8 * s);
         }

@@ -95,13 +95,15 @@ PRODUCER_BARRIERS = """  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // 
   }
   __syncthreads();
 """
-PRODUCER_WARPGROUP = PRODUCER_BARRIERS + """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread issues the copies
+# PRODUCER_WARPGROUP_WAITING: its first thread issues the copies, waiting for released slots with WAIT (mbar_wait, or
+# the backend's mbar_wait_polite, which sleeps between polls)
+PRODUCER_WARPGROUP_WAITING = PRODUCER_BARRIERS + """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread issues the copies
     setmaxnreg_dec<40>();
     if (tid == THREADS) {
       #pragma unroll 1
       for (int kt = 0; kt < ktiles; ++kt) {
         const int s = kt % STAGES;
-        if (kt >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
+        if (kt >= STAGES) WAIT(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
         mbar_expect_tx(xbar0 + 8 * s, X_BYTES);
         tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, xbar0 + 8 * s);
       }
@@ -110,6 +112,7 @@ PRODUCER_WARPGROUP = PRODUCER_BARRIERS + """  if (warp >= THREADS / 32) {  // --
   }
   setmaxnreg_inc<232>();  // the consumers take the producer's registers
 """
+PRODUCER_WARPGROUP = PRODUCER_WARPGROUP_WAITING.replace("WAIT(", "mbar_wait(")
 
 
 # The start of the warp-specialised wgmma kernels' body (TMA W8A8, shared-memory W4A8): block coordinates, the

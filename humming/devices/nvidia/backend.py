@@ -423,6 +423,10 @@ def wgmma_w4a8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int) -
     return backend.wgmma_prelude(request, n) + "\n" + WGMMA_W4A8
 
 
+# one poll of an mbarrier phase (done = 1 once the phase of `parity` has completed), shared by the waits below
+_TRY_WAIT = r"""    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");"""
+
 MBARRIER = r"""
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
@@ -436,8 +440,7 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   while (!done)
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+""" + _TRY_WAIT + """
 }
 """
 
@@ -482,8 +485,7 @@ MBAR_WAIT_POLITE = r"""
 __device__ __forceinline__ void mbar_wait_polite(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   while (true) {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+""" + _TRY_WAIT + r"""
     if (done) return;
     __nanosleep(64);
   }
