@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
-from humming.devices.nvidia.backend import BULK_G2S  # noqa: E402  (the backend's bulk-copy helper)
+from humming.devices.nvidia.backend import BULK_G2S, MBAR_WAIT_POLITE  # noqa: E402  (the backend's helpers)
 from humming.tuner import graph_timer, rotated_samples  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -106,6 +106,10 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # two-warpgroup forms: the producer thread polls its slots' releases without sleeping (the code before
     # 2026-12-01's twenty-first session; correct): the "prodsleep" ablation of docs/runs/2026-12-01i in reverse
     "busypoll": [(r"mbar_wait_polite\(xbar0 \+ 8 \* \(STAGES \+ s\)", "mbar_wait(xbar0 + 8 * (STAGES + s)")],
+    # the wide W4A8 form's producer polls its slots' releases politely, as the two-warpgroup W4A16 form's does
+    # (mbar_wait_polite added before the kernel; correct)
+    "polite8": [(r'(\nextern "C" __global__)', lambda m: MBAR_WAIT_POLITE + m.group(1)),
+                (r"mbar_wait\(xbar0 \+ 8 \* \(STAGES \+ s\)", "mbar_wait_polite(xbar0 + 8 * (STAGES + s)")],
     # the small register-A form without its split-K fix-up (wrong with splits > 1)
     "nofix_rs": [(r"if \(gridDim\.z > 1\) \{", "if (false) {")],
     # fold=2 stream kernel without its activation sums (two chains; wrong results): what sums computed once per block
@@ -302,6 +306,8 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 # capped at 64K / (N x threads)), "w0" wait for the stage's own wgmma group (wgmma_wait<0>) instead of the previous
 # one: the decoded a[] registers need not outlive a stage (one set instead of two)
 _PARAMETERISED = {
+    # the polite producer wait sleeping N ns between polls instead of 64 (correct)
+    "sleep": lambda n: [(r"__nanosleep\(64\)", f"__nanosleep({n})")],
     "pf": lambda n: [(r"constexpr int PF = \d+, R = PF \+ 1;", f"constexpr int PF = {n}, R = PF + 1;")],
     "lb": lambda n: [(r"(__launch_bounds__\(cfg::[A-Z_]+, )\d+\)", rf"\g<1>{n})")],
     # the wide W4A8 form with the two consumer warpgroups taking turns on the tensor pipe (named barriers 5 and 6): a
