@@ -21,6 +21,7 @@ import torch  # noqa: E402
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
+from humming.core import generator_wgmma_rs_streamk as streamk  # noqa: E402
 from humming.devices.nvidia.backend import BULK_G2S, MBAR_WAIT_POLITE  # noqa: E402  (the backend's helpers)
 from humming.tuner import graph_timer, rotated_samples  # noqa: E402
 
@@ -88,6 +89,11 @@ WSMEM_WAIT = r"""uint32_t a[4][4];
       lds_128(wcur, wsm0 + ((kt % WRING) * ATOM_WORDS + w * 128 + lane * 4) * 4);"""
 
 
+def _indented(text: str) -> str:
+    """Code as it stands in the stream-K kernel's segment loop (two more spaces on every line that has any)."""
+    return "\n".join(("  " + ln) if ln else ln for ln in text.split("\n"))
+
+
 # name -> [(regex, replacement)]; a variant whose patterns do not all match the kernel's source is skipped
 VARIANTS: dict[str, list[tuple[str, str]]] = {
     # stream kernel: every refill re-reads one of the slab's first 16 atoms (a 14-32 MB working set that stays in
@@ -110,6 +116,16 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # (mbar_wait_polite added before the kernel; correct)
     "polite8": [(r'(\nextern "C" __global__)', lambda m: MBAR_WAIT_POLITE + m.group(1)),
                 (r"mbar_wait\(xbar0 \+ 8 \* \(STAGES \+ s\)", "mbar_wait_polite(xbar0 + 8 * (STAGES + s)")],
+    # the stream-K form without the L2 prefetch of the next segment's first weight atoms (correct)
+    "nopf_sk": [(r"StreamK\(M, N\)\.prefetch_next\([^;]*;", ";")],
+    # the W4A16 stream-K form with the claim-by-the-last split-tile protocol (every part stored, the last to finish
+    # adds them; before 2026-12-01's twenty-second session) instead of the hand-over to the tile's first block (correct;
+    # main() makes the workspace big enough for its two slots per block)
+    "claimlast": [(re.escape(_indented(streamk.HANDOVER)), lambda m: _indented(streamk.splitk()))],
+    # split-K fix-ups reading the finishing block's own partial back from the workspace, as before 2026-12-01's
+    # twenty-second session, instead of from its registers (correct: the same values)
+    "ownread": [(r"if \((bj == \(int\)blockIdx\.y|z == \(int\)blockIdx\.z|z == zsplit)\) \{  // this block's own",
+                 "if (false) {  // this block's own")],
     # the small register-A form without its split-K fix-up (wrong with splits > 1)
     "nofix_rs": [(r"if \(gridDim\.z > 1\) \{", "if (false) {")],
     # fold=2 stream kernel without its activation sums (two chains; wrong results): what sums computed once per block
@@ -384,6 +400,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5, help="timed graph replays per visit (their median is one sample)")
     args = ap.parse_args()
     variants = ["base", *args.variants.split(",")]
+    if any("claimlast" in v for v in variants):  # its parts take two workspace slots per block (the plan asks one)
+        api._workspace(torch.device("cuda"), 1 << 24, 1 << 14)
     rows = []
     for shape in args.shapes.split(","):
         n, k = map(int, shape.split("x"))

@@ -21,8 +21,8 @@ import humming  # noqa: E402
 
 def _sampled(fn, seconds: float) -> dict:
     """Replay ``fn`` (a captured graph's replay) for ``seconds`` while nvidia-smi samples clock and power."""
-    mon = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
-                            "-lms", "50"], stdout=subprocess.PIPE, text=True)
+    mon = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active",
+                            "--format=csv,noheader,nounits", "-lms", "50"], stdout=subprocess.PIPE, text=True)
     t0, calls = time.perf_counter(), 0
     while time.perf_counter() - t0 < seconds:
         fn()
@@ -33,11 +33,15 @@ def _sampled(fn, seconds: float) -> dict:
     elapsed = time.perf_counter() - t0
     mon.terminate()
     out, _ = mon.communicate()
-    rows = [ln.split(",") for ln in out.strip().splitlines() if ln.count(",") == 1]
-    clocks = [float(c) for c, _ in rows[2:]]  # the first samples precede the load
-    power = [float(p) for _, p in rows[2:]]
+    rows = [[f.strip() for f in ln.split(",")] for ln in out.strip().splitlines() if ln.count(",") == 3]
+    clocks = [float(r[0]) for r in rows[2:]]  # the first samples precede the load
+    power = [float(r[1]) for r in rows[2:]]
+    # every 4th sample (~200 ms apart): clock MHz / W / degrees C / the clock-event reasons (nvidia-smi's bit mask:
+    # 0x4 software power cap, 0x20 software thermal slowdown, 0x40 hardware thermal slowdown, 0x80 power brake)
+    trace = " ".join(f"{r[0]}/{float(r[1]):.0f}/{r[2]}/{r[3][-3:] if r[3].startswith('0x') else r[3]}"
+                     for r in rows[2::4])
     return {"ms_per_replay": 1e3 * elapsed / calls, "sm_mhz": statistics.median(clocks) if clocks else None,
-            "watts": statistics.median(power) if power else None, "samples": len(rows)}
+            "watts": statistics.median(power) if power else None, "samples": len(rows), "trace": trace}
 
 
 def main() -> None:
@@ -63,7 +67,8 @@ def main() -> None:
                 fn()
         r = _sampled(graph.replay, args.seconds)
         print(f"{name} M={args.m} N={args.n} K={args.k}: {r['ms_per_replay'] / 10 * 1e3:.1f} us per GEMM sustained, "
-              f"SM clock {r['sm_mhz']} MHz, {r['watts']} W (median of {r['samples']} samples)", flush=True)
+              f"SM clock {r['sm_mhz']} MHz, {r['watts']} W (median of {r['samples']} samples)\n  trace (MHz/W/C/reasons): "
+              f"{r['trace']}", flush=True)
         time.sleep(1.0)  # let the clock recover before the next workload
 
 

@@ -35,7 +35,7 @@ partials and counters where a form splits K; k_per_split is the small form's), s
 prepared weights (humming.core.layout.prepare) serve both.
 
 Options of the two-warpgroup form that split the last round of tiles (TileConfig): ``tail`` runs the last tiles as
-four blocks each, one per quarter of K (_TAIL_TILE, _TAIL_SPLITK); ``streamk`` launches persistent blocks that take
+four blocks each, one per quarter of K (_TAIL_TILE, _tail_splitk); ``streamk`` launches persistent blocks that take
 whole tiles in waves, then the left-over tiles' k atoms in even runs (humming.core.generator_wgmma_rs_streamk: the
 tile body becomes a loop over the block's segments).
 """
@@ -119,7 +119,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     if why:
         raise ValueError(why)
     prelude = wgmma_rs_prelude(backend, request, t.bm, tensor_copy=tma, consumer_threads=256 if t.bulk == 2 else 0,
-                               stagger=stagger, cluster=bool(cluster))
+                               stagger=stagger, cluster=bool(cluster), streamk=bool(t.streamk))
     s_group, z_group = lay.scale_group, lay.zero_group
     _, math, zero_decl = pair_decode(lay, bool(s_group), bool(z_group))
     # f16: odd pairs decoded in place as magic + 16 code (no shift; x 1/16 in the zero-point fma), X16_DECODE
@@ -224,7 +224,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         load_code = (_CLUSTER_SETUP + _cluster_producer("(kt0 + kt) * BK", bool(plan.pdl)) if cluster else
                      _tma_load_stage("(kt0 + kt) * BK") if tma else _SMALL_LOAD_STAGE)
         wsrc_line = f"const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + {wsrc_lane};"
-        splitk_code = _SMALL_SPLITK
+        splitk_code = _small_splitk(own=t.bm <= 64)  # (a copy of more raised the registers per block)
         if plan.cluster_splits:
             from humming.devices.nvidia.backend import cluster_dsmem_helpers
 
@@ -241,7 +241,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         ktiles_line = ""  # katoms in the schedule, kt0 and ktiles per segment
         load_code = ""
         wsrc_line = f"const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + {wsrc_lane};"
-        splitk_code = streamk.SPLITK
+        splitk_code = streamk.HANDOVER
         copy_out = STAGED_COPY_OUT
     elif t.tail:  # the planner's tail_refusal: the producer warpgroup, whole K quarters
         if t.bulk != 2 or t.raster:
@@ -249,7 +249,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         ktiles_line = _TAIL_KTILES
         load_code = ""
         wsrc_line = f"const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + {wsrc_lane};"
-        splitk_code = _TAIL_SPLITK
+        splitk_code = _tail_splitk(own=t.bm <= 128)
         copy_out = STAGED_COPY_OUT
     else:
         ktiles_line = "const int ktiles = K / BK;"
@@ -317,6 +317,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                     "written yet\n" + prologue)
         prologue = ""
     stagger_take = _STAGGER_TAKE if stagger else ""
+    segment_tail = streamk.NEXT_PREFETCH if t.streamk else ""
     release = ""
     block_sync = "__syncthreads"
     ws_threads = ""
@@ -357,7 +358,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     sync_words = ("// all wgmmas done; the last segment's copy-out has read the staging tile" if t.streamk else
                   "// all wgmmas and copies done: the activation slots become the staging tile")
     tile_code = (streamk.SCHEDULE if t.streamk else _TAIL_TILE if t.tail else tile_of_block(t.raster))
-    streamk_helpers = streamk.helpers(t.raster, t.streamk, plan.k, BK) if t.streamk else ""
+    streamk_helpers = streamk.helpers(t.raster, t.streamk, plan.k, BK, prefetch=True) if t.streamk else ""
     slab_line = "  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel atom row\n"
     staging = "x0"
     if t.streamk:  # per segment: the tile's slab, and a staging tile after the activation slots (which keep loading)
@@ -453,7 +454,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
     // track (a wgmma in flight across the back edge) is pending while a[] is written (C7513); once per U stages
     wgmma_wait<0>();
     {fence_acc}
-  }}
+  }}{segment_tail}
   wgmma_wait<0>();
   {fence_acc}{fold_tail}
 {final_wait}
@@ -583,15 +584,19 @@ def _cluster_producer(k_coord: str, pdl: bool) -> str:
 # layout before, one 4-byte store per register N apart, cost up to a third of the kernel: 8192x8192 M=64 26.3 us, 20.9
 # without any fix-up), WS[tile][split][chunk][thread]; the last block of the tile (self-resetting counter) adds the
 # splits 0, 1, ... in that order.
-_SMALL_SPLITK = ("""  if (gridDim.z > 1) {
+def _small_splitk(own: bool) -> str:
+    """The small form's split-K step (``own``: see streamk.splitk)."""
+    keep = "own" if own else ""
+    return ("""  if (gridDim.z > 1) {
     __shared__ int last_block;
     constexpr int CHUNKS = WG_ACC_REGS / 4, SPLIT_FLOATS = WG_ACC_REGS * 128;  // one split's partial of the tile
     float* tile_ws = WS + (size_t)(blockIdx.x * gridDim.y + blockIdx.y) * gridDim.z * SPLIT_FLOATS + tid * 4;
 """ + store_partial("tile_ws + (size_t)blockIdx.z * SPLIT_FLOATS", "512")
-    + claim_tile("CNT + blockIdx.x * gridDim.y + blockIdx.y", "1", "(int)gridDim.z", "__syncthreads", "return;")
-    + """    #pragma unroll 1
+        + claim_tile("CNT + blockIdx.x * gridDim.y + blockIdx.y", "1", "(int)gridDim.z", "__syncthreads", "return;",
+                     own=keep)
+        + """    #pragma unroll 1
     for (int z = 0; z < (int)gridDim.z; ++z) {  // rolled: the loads of one pass overlap (one L2 round trip per split)
-""" + add_partial("tile_ws + (size_t)z * SPLIT_FLOATS", "512") + """    }
+""" + add_partial("tile_ws + (size_t)z * SPLIT_FLOATS", "512", own=keep, is_own="z == (int)blockIdx.z") + """    }
   }
 """)
 
@@ -606,17 +611,20 @@ _TAIL_TILE = """  // tail: blocks before `full` take whole tiles; each of the la
 _TAIL_KTILES = """const int katoms = K / BK, ktiles = tail < 0 ? katoms : katoms / TAIL_SPLITS;   // k atoms of a slab, of this block
   const int zsplit = tail < 0 ? 0 : (unit - full) % TAIL_SPLITS, kt0 = zsplit * ktiles;   // this block's first k atom"""
 
-# split-K of the tail tiles (the consumer warpgroups; the producer has returned): as _SMALL_SPLITK, for 256 threads,
+# split-K of the tail tiles (the consumer warpgroups; the producer has returned): as _small_splitk, for 256 threads,
 # WS[tail tile][split][chunk v][thread], a counter per tail tile
-_TAIL_SPLITK = ("""  if (tail >= 0) {
+def _tail_splitk(own: bool) -> str:
+    """The tail tiles' split-K step (``own``: see streamk.splitk)."""
+    keep = "own" if own else ""
+    return ("""  if (tail >= 0) {
     __shared__ int last_block;
     constexpr int CHUNKS = WG_ACC_REGS / 4, SPLIT_FLOATS = WG_ACC_REGS * THREADS;  // one split's partial of the tile
     float* tile_ws = WS + (size_t)tail * TAIL_SPLITS * SPLIT_FLOATS + tid * 4;
 """ + store_partial("tile_ws + (size_t)zsplit * SPLIT_FLOATS", "4 * THREADS")
-    + claim_tile("CNT + tail", "1", "TAIL_SPLITS", "consumer_sync", "return;")
-    + """    #pragma unroll 1
+        + claim_tile("CNT + tail", "1", "TAIL_SPLITS", "consumer_sync", "return;", own=keep)
+        + """    #pragma unroll 1
     for (int z = 0; z < TAIL_SPLITS; ++z) {  // in split order: the sum does not depend on which block came last
-""" + add_partial("tile_ws + (size_t)z * SPLIT_FLOATS", "4 * THREADS") + """    }
+""" + add_partial("tile_ws + (size_t)z * SPLIT_FLOATS", "4 * THREADS", own=keep, is_own="z == zsplit") + """    }
   }
 """)
 

@@ -45,7 +45,18 @@ struct StreamK {
   }
   __device__ __forceinline__ void origin(int tile, int& m0, int& n0) const {{TILE_ORIGIN}
   }
-};
+{PREFETCH_NEXT}};
+"""
+
+# (the W4A16 form's: its weight atoms, 2 KB each, are contiguous along k in a 64-channel slab)
+PREFETCH_NEXT = """  // the L2 prefetch of block b's segment after (wave, ga): the first `atoms` weight atoms of warpgroup wg's slab
+  // (contiguous, 2 KB each), which its consumers load first when they start it
+  __device__ __forceinline__ void prefetch_next(int b, int wave, int ga, int wg, const uint32_t* B, int atoms) const {
+    int tile, kt0, ktiles, m0, n0;
+    if (!next(b, wave, ga, tile, kt0, ktiles)) return;
+    origin(tile, m0, n0);
+    prefetch_l2_bulk(B + ((size_t)(n0 / 64 + wg) * katoms + kt0) * cfg::ATOM_WORDS, min(atoms, ktiles) * cfg::ATOM_WORDS * 4);
+  }
 """
 
 TILE_IN_LAUNCH_ORDER = """
@@ -56,14 +67,15 @@ TILE_RASTERIZED = """
     m0 = (first + tile % per_group % rows) * cfg::BT, n0 = (tile % per_group / rows) * cfg::BC;"""
 
 
-def helpers(raster: int, blocks: int, k: int, bk: int) -> str:
+def helpers(raster: int, blocks: int, k: int, bk: int, prefetch: bool = False) -> str:
     """The schedule's struct for a launch of ``blocks`` persistent blocks over K = ``k`` (the kernel is specialised to
     both: with them read at run time (gridDim.y, K / BK) ptxas kept the main loop's counters on the vector datapath,
-    2-7% slower on the H200, 2026-12-01)."""
+    2-7% slower on the H200, 2026-12-01); with ``prefetch`` its prefetch_next (NEXT_PREFETCH calls it)."""
     if blocks <= 0 or k % bk:
         raise ValueError(f"stream-K needs a positive block count and K a multiple of {bk}; got {blocks}, K={k}")
     return (HELPERS.replace("{TILE_ORIGIN}", TILE_RASTERIZED if raster else TILE_IN_LAUNCH_ORDER)
-            .replace("{BLOCKS}", str(blocks)).replace("{KATOMS}", str(k // bk)))
+            .replace("{BLOCKS}", str(blocks)).replace("{KATOMS}", str(k // bk))
+            .replace("{PREFETCH_NEXT}", PREFETCH_NEXT if prefetch else ""))
 
 
 SCHEDULE = """  // stream-K: this block's segments come from StreamK(M, N), made where needed
@@ -100,6 +112,12 @@ SEGMENT_OPEN = """  int it0 = 0;  // stages consumed before this segment
     int m0, n0;
     StreamK(M, N).origin(tile, m0, n0);"""
 
+# past its main loop (the last stages' wgmmas still running), the segment asks the L2 for the next segment's first
+# weight atoms: they arrive during this segment's epilogue (and fix-up), and the next one starts on L2 loads
+NEXT_PREFETCH = """
+  if (w == 0 && lane == 0)  // one thread per warpgroup: the next segment's first atoms of its slab into the L2
+    StreamK(M, N).prefetch_next(blockIdx.y, wave, ga, wg, B, PF);"""
+
 SEGMENT_CLOSE = """    it0 += ktiles;
   }
 }
@@ -107,7 +125,8 @@ SEGMENT_CLOSE = """    it0 += ktiles;
 
 # a stream-K segment (fewer atoms than K): store the partial into this block's slot (0: its first segment, 1: its
 # last), add its atoms to the tile's counter; the block that completes the tile's K adds every block's partial in
-# block order (blocks with no atoms, where the left-over atoms are fewer than the blocks, hold none)
+# block order (blocks with no atoms, where the left-over atoms are fewer than the blocks, hold none). The W4A8 form's;
+# the W4A16 form hands over (HANDOVER).
 def splitk(acc: str = "acc", regs: str = "WG_ACC_REGS", leave: str = """{
       it0 += ktiles;
       continue;
@@ -136,4 +155,39 @@ def splitk(acc: str = "acc", regs: str = "WG_ACC_REGS", leave: str = """{
 """)
 
 
-SPLITK = splitk()
+# The W4A16 form's split tiles: the block of a tile's first part (kt0 = 0, the lowest block of the tile: the end of
+# its run) finishes it. A later part is the first segment of its block's run (its other segments start at a tile's
+# first atom), so each block stores at most one partial (slot blockIdx.y), adds its atoms to the tile's counter without
+# waiting for a value back, and goes on; the finishing block keeps its own part in registers, waits until the counter
+# holds the other parts' atoms (they were computed at the start of the later blocks' runs, so the wait is normally
+# over at once) and adds their partials in block order: the sum of the claim-by-the-last protocol (splitk), without
+# the finishing block's store, its fence and one atomic round trip. No deadlock: a block waits only for higher blocks'
+# first segments, which wait for nothing (true however few blocks are resident).
+HANDOVER = """  if (ktiles != katoms) {  // a split tile: the block of its first part finishes it
+    const StreamK sk(M, N);
+    constexpr int CHUNKS = WG_ACC_REGS / 4, SPLIT_FLOATS = WG_ACC_REGS * THREADS;  // one part's partial of the tile
+    float* ws_lane = WS + tid * 4;
+    int* counter = CNT + (tile - sk.dp_tiles);
+    if (kt0 != 0) {  // a later part: its partial into this block's slot, its atoms onto the counter
+""" + store_partial("ws_lane + (size_t)blockIdx.y * SPLIT_FLOATS", "4 * THREADS").replace("\n    ", "\n      ") \
+    .replace("    #pragma", "      #pragma", 1) + """      fence_device();
+      consumer_sync();
+      if (tid == 0) red_add_i32(counter, ktiles);
+      it0 += ktiles;
+      continue;
+    }
+    if (tid == 0) {  // the first part: the other parts' atoms are in
+      wait_count_i32(counter, katoms - ktiles);
+      store_i32(counter, 0);  // (zero for the next launch)
+    }
+    consumer_sync();
+    fence_device();
+    const long long t0 = (long long)(tile - sk.dp_tiles) * katoms;  // the tile's first stream-K atom
+    const int b_last = (int)(((t0 + katoms) * sk.P - 1) / sk.sk_atoms);  // the block of its last
+    #pragma unroll 1
+    for (int bj = (int)blockIdx.y + 1; bj <= b_last; ++bj) {  // block order: this block's part (acc), then theirs
+      if (sk.run_start(bj) == sk.run_start(bj + 1)) continue;  // (no atoms)
+      const float* part = ws_lane + (size_t)bj * SPLIT_FLOATS;
+""" + add_partial("part", "4 * THREADS") + """    }
+  }
+"""

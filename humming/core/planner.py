@@ -141,8 +141,8 @@ class Plan:
     def workspace_floats(self) -> int:
         """fp32 split-K partials the launch's workspace must hold (0: none)."""
         t = self.tiles
-        if getattr(t, "streamk", 0):  # two slots per block: its first and its last segment
-            return t.streamk * 2 * t.bm * t.bn
+        if getattr(t, "streamk", 0):  # per block: W4A8 two slots (its first and its last segment), W4A16 one (its
+            return t.streamk * (2 if self.is_8bit else 1) * t.bm * t.bn  # first: the hand-over form)
         if getattr(t, "tail", 0):
             return t.tail * TAIL_SPLITS * t.bm * t.bn
         parts = self.partials

@@ -158,11 +158,18 @@ def store_partial(slot: str, step: str, acc: str = "acc") -> str:
 
 
 def claim_tile(counter: str, add: str, total: str, sync: str, leave: str, flag: str = "last_block", acc: str = "acc",
-               regs: str = "WG_ACC_REGS") -> str:
+               regs: str = "WG_ACC_REGS", own: str = "") -> str:
     """CUDA: after store_partial: fence; one thread adds ``add`` to the tile's ``counter``; the block whose addition
     brings it to ``total`` resets it and goes on with zeroed accumulators (the partials are added next), every other
     block runs ``leave`` (``sync``: the barrier of the threads that hold accumulators; ``flag`` a __shared__ int;
-    ``acc``: the accumulator array, ``regs`` floats)."""
+    ``acc``: the accumulator array, ``regs`` floats). With ``own`` the accumulators are first kept in an array of
+    that name (the partial this block stored: add_partial reads it from there instead of from the workspace)."""
+    keep = (f"""    float {own}[{regs}];  // this block's partial, as stored
+    #pragma unroll
+    for (int i = 0; i < {regs}; ++i) {own}[i] = {acc}[i], {acc}[i] = 0.0f;
+""" if own else f"""    #pragma unroll
+    for (int i = 0; i < {regs}; ++i) {acc}[i] = 0.0f;
+""")
     return f"""    fence_device();
     {sync}();
     if (tid == 0) {{
@@ -174,19 +181,28 @@ def claim_tile(counter: str, add: str, total: str, sync: str, leave: str, flag: 
     {sync}();
     if (!{flag}) {leave}
     fence_device();
-    #pragma unroll
-    for (int i = 0; i < {regs}; ++i) {acc}[i] = 0.0f;
-"""
+""" + keep
 
 
-def add_partial(slot: str, step: str, indent: str = "      ", acc: str = "acc") -> str:
+def add_partial(slot: str, step: str, indent: str = "      ", acc: str = "acc", own: str = "", is_own: str = "",
+                regs: str = "WG_ACC_REGS") -> str:
     """CUDA: the partial that store_partial wrote at ``slot`` added into this thread's accumulators ``acc`` (L2
-    loads)."""
-    return f"""{indent}#pragma unroll
+    loads); with ``own`` (claim_tile's copy) and ``is_own`` (a condition: the partial is this block's) the block's own
+    partial comes from the registers instead: the same values, one L2 round trip fewer for the block that finishes
+    the tile."""
+    loads = f"""{indent}#pragma unroll
 {indent}for (int v = 0; v < CHUNKS; ++v) {{
 {indent}  float r[4];
 {indent}  load_f32x4_l2(r, {slot} + v * {step});
 {indent}  #pragma unroll
 {indent}  for (int e = 0; e < 4; ++e) {acc}[4 * v + e] += r[e];
 {indent}}}
+"""
+    if not own:
+        return loads
+    return f"""{indent}if ({is_own}) {{  // this block's own partial: still in registers
+{indent}  #pragma unroll
+{indent}  for (int i = 0; i < {regs}; ++i) {acc}[i] += {own}[i];
+{indent}}} else {{
+""" + "".join("  " + ln + "\n" if ln else "\n" for ln in loads.rstrip("\n").split("\n")) + f"""{indent}}}
 """

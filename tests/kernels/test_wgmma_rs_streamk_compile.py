@@ -52,7 +52,7 @@ def test_schedule_covers_every_atom_once(tiles, katoms, blocks):
     covered = {}
     for b, segs in enumerate(per_block):
         split = [s for s in segs if s[2] != katoms]
-        assert len(split) <= 2  # a block's stream-K run meets at most two tiles: two partial slots
+        assert len(split) <= 2  # a block's stream-K run meets at most two tiles
         for tile, kt0, n in segs:
             for kt in range(kt0, kt0 + n):
                 assert (tile, kt) not in covered
@@ -88,7 +88,30 @@ def test_streamk_plan(m, bt, stages):
     assert "if (it >= STAGES) mbar_wait_polite(xbar0 + 8 * (STAGES + s)" in src
     assert "const uint32_t stg0 = x0 + STAGES * X_BYTES;" in src and "lds_128(r, stg0 + " in src
     assert "mbar_wait(xbar0 + 8 * ((unsigned)(it0 + kt) % STAGES), ((unsigned)(it0 + kt) / STAGES) & 1)" in src
-    assert "atomic_add_i32(counter, ktiles)" in src and src.rstrip().endswith("it0 += ktiles;\n  }\n}")
+    # split tiles handed over to the block of their first part; the next segment's first weight atoms into the L2
+    assert "if (tid == 0) red_add_i32(counter, ktiles);" in src and "wait_count_i32(counter, katoms - ktiles);" in src
+    assert "StreamK(M, N).prefetch_next(blockIdx.y, wave, ga, wg, B, PF);" in src
+    assert "atomic_add_i32(" not in src.split("extern \"C\"")[1] and src.rstrip().endswith("it0 += ktiles;\n  }\n}")
+
+
+@pytest.mark.parametrize("tiles,katoms,blocks", [(224, 128, 132), (32, 128, 132), (512, 128, 132), (200, 224, 132),
+                                                 (133, 128, 132), (7, 3, 5), (11, 64, 4), (1, 16, 132)])
+def test_streamk_handover_schedule(tiles, katoms, blocks):
+    """The hand-over's premises (generator_wgmma_rs_streamk.HANDOVER): a split tile's later parts (kt0 > 0) are their
+    blocks' first stream-K segments (one stored partial per block: the workspace's one slot); its first part (kt0 = 0)
+    belongs to its lowest block, which waits only for higher blocks (no cycle); the parts cover the tile once."""
+    segs, _, _ = _segments(tiles, katoms, blocks)
+    parts: dict[int, list[tuple[int, int, int]]] = {}
+    for b, ss in enumerate(segs):
+        split = [(t, kt0, n) for t, kt0, n in ss if n != katoms]
+        later = [s for s in split if s[1] > 0]
+        assert len(later) <= 1 and all(s == split[0] for s in later)  # at most one stored partial: the first
+        for t, kt0, n in split:
+            parts.setdefault(t, []).append((b, kt0, n))
+    for ps in parts.values():
+        ps.sort(key=lambda p: p[1])
+        assert ps[0][1] == 0 and ps[0][0] == min(b for b, _, _ in ps)  # the finisher: the first part, lowest block
+        assert sum(n for _, _, n in ps) == katoms and [b for b, _, _ in ps] == sorted(b for b, _, _ in ps)
 
 
 def test_streamk_kernels_differ_by_k():

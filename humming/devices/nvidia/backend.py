@@ -459,6 +459,27 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
 // bulk copies (async proxy): a slot is read into registers before the copy that refills it
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 """
+# an L2 prefetch of `bytes` (a multiple of 16, 16-byte aligned) of global memory by the TMA engine: no registers, no
+# completion (sm_90; the stream-K consumers ask for the next segment's first weight atoms before they need them)
+BULK_PREFETCH_L2 = r"""
+__device__ __forceinline__ void prefetch_l2_bulk(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" :: "l"(src), "r"(bytes) : "memory");
+}
+"""
+# the W4A16 stream-K form's hand-over of split tiles: a later part's block adds its atoms to the tile's counter (no
+# value back); the block of the tile's first part polls the counter (acquire at GPU scope, ~128 ns apart) until the
+# other parts' atoms are in
+STREAMK_HANDOVER = r"""
+__device__ __forceinline__ void red_add_i32(int* p, int v) {
+  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ int load_acquire_i32(const int* p) {
+  int r; asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(r) : "l"(p) : "memory"); return r;
+}
+__device__ __forceinline__ void wait_count_i32(const int* p, int expected) {
+  while (load_acquire_i32(p) != expected) __nanosleep(128);
+}
+"""
 BULK_COPY = r"""
 // ---- bulk copies (sm_90: the TMA engine, no tensor map): global -> shared, completion counted in bytes on an mbarrier
 """ + EXPECT_TX + BULK_G2S
@@ -963,11 +984,13 @@ __device__ __forceinline__ uint32_t dq_raw_x16(uint32_t w) { return lop3_and_or(
 
 
 def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, tensor_copy: bool = False,
-                     consumer_threads: int = 0, stagger: bool = False, cluster: bool = False) -> str:
+                     consumer_threads: int = 0, stagger: bool = False, cluster: bool = False,
+                     streamk: bool = False) -> str:
     """Helpers of the register-A wgmma WnA16 kernel: copies, 16-bit pair arithmetic, the weight decode (dq_raw) of
     the mma.sync layout, fences and descriptors, the epilogue's staging stores and one m64n{n}k16 register-A step
     for the plan's activation type (request.mma, a wgmma f16/bf16 form); with ``tensor_copy`` the mbarriers and
-    the TMA tensor copy that bring the activations in; with ``cluster`` the cluster helpers and the multicast copy."""
+    the TMA tensor copy that bring the activations in; with ``cluster`` the cluster helpers and the multicast copy;
+    with ``streamk`` the stream-K form's bulk L2 prefetch (the next segment's weights) and split-tile hand-over."""
     if request.mma.family != "wgmma" or request.mma.a_type not in ("f16", "bf16"):
         raise ValueError(f"wgmma_rs_prelude needs a wgmma f16/bf16 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
@@ -991,6 +1014,10 @@ def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, ten
         parts.append(MBAR_WAIT_POLITE)  # the producer thread's wait for released slots
     if stagger:  # the two consumer warpgroups' staggered start
         parts.append(CONSUMER_TURN)
+    if streamk:
+        if not tensor_copy:
+            raise ValueError("the stream-K form's bulk L2 prefetch is a TMA instruction: it comes with tensor_copy=True")
+        parts += [BULK_PREFETCH_L2, STREAMK_HANDOVER]
     return "\n".join(parts)
 
 
