@@ -116,8 +116,6 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # (mbar_wait_polite added before the kernel; correct)
     "polite8": [(r'(\nextern "C" __global__)', lambda m: MBAR_WAIT_POLITE + m.group(1)),
                 (r"mbar_wait\(xbar0 \+ 8 \* \(STAGES \+ s\)", "mbar_wait_polite(xbar0 + 8 * (STAGES + s)")],
-    # the stream-K form without the L2 prefetch of the next segment's first weight atoms (correct)
-    "nopf_sk": [(r"StreamK\(M, N\)\.prefetch_next\([^;]*;", ";")],
     # the W4A16 stream-K form with the claim-by-the-last split-tile protocol (every part stored, the last to finish
     # adds them; before 2026-12-01's twenty-second session) instead of the hand-over to the tile's first block (correct;
     # main() makes the workspace big enough for its two slots per block)

@@ -317,7 +317,6 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                     "written yet\n" + prologue)
         prologue = ""
     stagger_take = _STAGGER_TAKE if stagger else ""
-    segment_tail = streamk.NEXT_PREFETCH if t.streamk else ""
     release = ""
     block_sync = "__syncthreads"
     ws_threads = ""
@@ -358,7 +357,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     sync_words = ("// all wgmmas done; the last segment's copy-out has read the staging tile" if t.streamk else
                   "// all wgmmas and copies done: the activation slots become the staging tile")
     tile_code = (streamk.SCHEDULE if t.streamk else _TAIL_TILE if t.tail else tile_of_block(t.raster))
-    streamk_helpers = streamk.helpers(t.raster, t.streamk, plan.k, BK, prefetch=True) if t.streamk else ""
+    streamk_helpers = streamk.helpers(t.raster, t.streamk, plan.k, BK) if t.streamk else ""
     slab_line = "  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel atom row\n"
     staging = "x0"
     if t.streamk:  # per segment: the tile's slab, and a staging tile after the activation slots (which keep loading)
@@ -454,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
     // track (a wgmma in flight across the back edge) is pending while a[] is written (C7513); once per U stages
     wgmma_wait<0>();
     {fence_acc}
-  }}{segment_tail}
+  }}
   wgmma_wait<0>();
   {fence_acc}{fold_tail}
 {final_wait}

@@ -4,9 +4,10 @@ split the atoms of the tiles left over evenly, each block a contiguous run of th
 at most two tiles: the last part of one and the first part of the next). The producer warpgroup streams the
 activation stages of every segment of the block without a break; the consumers run one segment after another (the
 weight ring restarts per segment) and write each segment through a staging tile of their own, so the producer fills
-the next segment's slots meanwhile. A split tile's partials (fp32, per block two slots: its first and its last
-segment) are added by the last of its blocks to finish (per-tile counter), in block order: the result does not
-depend on which finished last, and no block waits for another.
+the next segment's slots meanwhile. Split tiles: the W4A16 form hands a tile's later parts over to the block of its
+first part (HANDOVER: one stored fp32 partial per block, the finishing block waits only for higher blocks' first
+segments, which wait for nothing); the W4A8 form's parts are added by the last of their blocks to finish (splitk, two
+slots per block). Either way in block order: the result does not depend on which block finished when.
 """
 from __future__ import annotations
 
@@ -45,18 +46,7 @@ struct StreamK {
   }
   __device__ __forceinline__ void origin(int tile, int& m0, int& n0) const {{TILE_ORIGIN}
   }
-{PREFETCH_NEXT}};
-"""
-
-# (the W4A16 form's: its weight atoms, 2 KB each, are contiguous along k in a 64-channel slab)
-PREFETCH_NEXT = """  // the L2 prefetch of block b's segment after (wave, ga): the first `atoms` weight atoms of warpgroup wg's slab
-  // (contiguous, 2 KB each), which its consumers load first when they start it
-  __device__ __forceinline__ void prefetch_next(int b, int wave, int ga, int wg, const uint32_t* B, int atoms) const {
-    int tile, kt0, ktiles, m0, n0;
-    if (!next(b, wave, ga, tile, kt0, ktiles)) return;
-    origin(tile, m0, n0);
-    prefetch_l2_bulk(B + ((size_t)(n0 / 64 + wg) * katoms + kt0) * cfg::ATOM_WORDS, min(atoms, ktiles) * cfg::ATOM_WORDS * 4);
-  }
+};
 """
 
 TILE_IN_LAUNCH_ORDER = """
@@ -67,15 +57,14 @@ TILE_RASTERIZED = """
     m0 = (first + tile % per_group % rows) * cfg::BT, n0 = (tile % per_group / rows) * cfg::BC;"""
 
 
-def helpers(raster: int, blocks: int, k: int, bk: int, prefetch: bool = False) -> str:
+def helpers(raster: int, blocks: int, k: int, bk: int) -> str:
     """The schedule's struct for a launch of ``blocks`` persistent blocks over K = ``k`` (the kernel is specialised to
     both: with them read at run time (gridDim.y, K / BK) ptxas kept the main loop's counters on the vector datapath,
-    2-7% slower on the H200, 2026-12-01); with ``prefetch`` its prefetch_next (NEXT_PREFETCH calls it)."""
+    2-7% slower on the H200, 2026-12-01)."""
     if blocks <= 0 or k % bk:
         raise ValueError(f"stream-K needs a positive block count and K a multiple of {bk}; got {blocks}, K={k}")
     return (HELPERS.replace("{TILE_ORIGIN}", TILE_RASTERIZED if raster else TILE_IN_LAUNCH_ORDER)
-            .replace("{BLOCKS}", str(blocks)).replace("{KATOMS}", str(k // bk))
-            .replace("{PREFETCH_NEXT}", PREFETCH_NEXT if prefetch else ""))
+            .replace("{BLOCKS}", str(blocks)).replace("{KATOMS}", str(k // bk)))
 
 
 SCHEDULE = """  // stream-K: this block's segments come from StreamK(M, N), made where needed
@@ -111,12 +100,6 @@ SEGMENT_OPEN = """  int it0 = 0;  // stages consumed before this segment
   while (StreamK(M, N).next(blockIdx.y, wave, ga, tile, kt0, ktiles)) {
     int m0, n0;
     StreamK(M, N).origin(tile, m0, n0);"""
-
-# past its main loop (the last stages' wgmmas still running), the segment asks the L2 for the next segment's first
-# weight atoms: they arrive during this segment's epilogue (and fix-up), and the next one starts on L2 loads
-NEXT_PREFETCH = """
-  if (w == 0 && lane == 0)  // one thread per warpgroup: the next segment's first atoms of its slab into the L2
-    StreamK(M, N).prefetch_next(blockIdx.y, wave, ga, wg, B, PF);"""
 
 SEGMENT_CLOSE = """    it0 += ktiles;
   }

@@ -502,8 +502,8 @@ def _streamk_words(tiles: int, katoms: int, blocks: int) -> str:
     return (f"stream-K over {blocks} persistent blocks: {waves} wave(s) of whole tiles, then the {left * katoms} k atoms "
             f"of the {left} tiles left split evenly ({left * katoms / blocks:.1f} a block, each block's run within at "
             "most two tiles); the producer copies every segment's stages without a break, each segment's epilogue "
-            "goes through a staging tile of its own; a split tile's fp32 partials are added by the last of its blocks, "
-            "in block order")
+            "goes through a staging tile of its own; a split tile's later parts store their fp32 partials and the block "
+            "of its first part adds them to its own, in block order")
 
 
 # ---- the small-M form (decode batches and prefill below M 513): one warpgroup per block (64 channels, one slab),

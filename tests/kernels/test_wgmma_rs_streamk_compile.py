@@ -88,9 +88,8 @@ def test_streamk_plan(m, bt, stages):
     assert "if (it >= STAGES) mbar_wait_polite(xbar0 + 8 * (STAGES + s)" in src
     assert "const uint32_t stg0 = x0 + STAGES * X_BYTES;" in src and "lds_128(r, stg0 + " in src
     assert "mbar_wait(xbar0 + 8 * ((unsigned)(it0 + kt) % STAGES), ((unsigned)(it0 + kt) / STAGES) & 1)" in src
-    # split tiles handed over to the block of their first part; the next segment's first weight atoms into the L2
+    # split tiles handed over to the block of their first part
     assert "if (tid == 0) red_add_i32(counter, ktiles);" in src and "wait_count_i32(counter, katoms - ktiles);" in src
-    assert "StreamK(M, N).prefetch_next(blockIdx.y, wave, ga, wg, B, PF);" in src
     assert "atomic_add_i32(" not in src.split("extern \"C\"")[1] and src.rstrip().endswith("it0 += ktiles;\n  }\n}")
 
 

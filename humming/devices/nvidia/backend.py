@@ -459,13 +459,6 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
 // bulk copies (async proxy): a slot is read into registers before the copy that refills it
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 """
-# an L2 prefetch of `bytes` (a multiple of 16, 16-byte aligned) of global memory by the TMA engine: no registers, no
-# completion (sm_90; the stream-K consumers ask for the next segment's first weight atoms before they need them)
-BULK_PREFETCH_L2 = r"""
-__device__ __forceinline__ void prefetch_l2_bulk(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" :: "l"(src), "r"(bytes) : "memory");
-}
-"""
 # the W4A16 stream-K form's hand-over of split tiles: a later part's block adds its atoms to the tile's counter (no
 # value back); the block of the tile's first part polls the counter (acquire at GPU scope, ~128 ns apart) until the
 # other parts' atoms are in
@@ -990,7 +983,7 @@ def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, ten
     the mma.sync layout, fences and descriptors, the epilogue's staging stores and one m64n{n}k16 register-A step
     for the plan's activation type (request.mma, a wgmma f16/bf16 form); with ``tensor_copy`` the mbarriers and
     the TMA tensor copy that bring the activations in; with ``cluster`` the cluster helpers and the multicast copy;
-    with ``streamk`` the stream-K form's bulk L2 prefetch (the next segment's weights) and split-tile hand-over."""
+    with ``streamk`` the stream-K form's split-tile hand-over."""
     if request.mma.family != "wgmma" or request.mma.a_type not in ("f16", "bf16"):
         raise ValueError(f"wgmma_rs_prelude needs a wgmma f16/bf16 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
@@ -1015,9 +1008,7 @@ def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, ten
     if stagger:  # the two consumer warpgroups' staggered start
         parts.append(CONSUMER_TURN)
     if streamk:
-        if not tensor_copy:
-            raise ValueError("the stream-K form's bulk L2 prefetch is a TMA instruction: it comes with tensor_copy=True")
-        parts += [BULK_PREFETCH_L2, STREAMK_HANDOVER]
+        parts.append(STREAMK_HANDOVER)
     return "\n".join(parts)
 
 
