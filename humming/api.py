@@ -257,6 +257,7 @@ class _LaunchSpec:
     pdl: bool = False  # launched with programmatic stream serialization (plan.pdl)
     cluster: tuple | None = None  # the thread-block cluster shape (plan.cluster_dims) or None
     fire: object = None  # runtime.LoadedKernel.launcher for this spec's device: launches on a given stream
+    ws_stream: int | None = None  # the stream whose workspace the slots point at (split kernels; None: no workspace)
 
     def __post_init__(self):
         self.grid, self.threads, self.pdl = self.plan.grid, self.plan.threads, self.plan.pdl
@@ -264,7 +265,10 @@ class _LaunchSpec:
 
 
 _registry: list[_Prepared] = []
-_workspaces: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+# Split-K partials and tile counters, one pair per (device index, stream): GEMMs running at the same time on two
+# streams must not share them (a counter summed by two launches; the stream-K form's finishing block would wait for
+# a count it never sees). A CUDA graph keeps the workspace of the stream it was captured on.
+_workspaces: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 # Workspaces replaced by larger ones stay allocated: a CUDA graph captured earlier holds their addresses.
 _retired_workspaces: list[tuple[torch.Tensor, torch.Tensor]] = []
 
@@ -282,9 +286,13 @@ def _plan_widened(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
                     reasons=(widen.reason(caps, sch, m, n, k),) + p.reasons)
 
 
-def _workspace(device: torch.device, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _workspace(device: torch.device, floats: int, counters: int, stream: int | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (partials, counters) workspace of ``stream`` (default: the current one) on ``device``, grown to at least
+    ``floats`` and ``counters`` (counters zeroed when made; kernels leave them zero)."""
     idx = device.index if device.index is not None else torch.cuda.current_device()
-    ws, cnt = _workspaces.get(idx, (None, None))
+    key = (idx, _current_stream(idx) if stream is None else stream)
+    ws, cnt = _workspaces.get(key, (None, None))
     if ws is None or ws.numel() < floats or cnt.numel() < counters:
         if ws is not None:
             _retired_workspaces.append((ws, cnt))
@@ -292,7 +300,7 @@ def _workspace(device: torch.device, floats: int, counters: int) -> tuple[torch.
         counters = max(counters, 0 if cnt is None else cnt.numel(), 1 << 14)
         ws = torch.empty(floats, dtype=torch.float32, device=device)
         cnt = torch.zeros(counters, dtype=torch.int32, device=device)  # counters reset themselves after use
-        _workspaces[idx] = (ws, cnt)
+        _workspaces[key] = (ws, cnt)
     return ws, cnt
 
 
@@ -328,7 +336,8 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
             precompile_on_first_launch(handle, m, p)
         n, k = p.n, p.k
         grid = p.grid
-        ws, cnt = _workspace(device, p.workspace_floats, grid[0] * grid[1])
+        stream = _current_stream(device.index if device.index is not None else torch.cuda.current_device())
+        ws, cnt = _workspace(device, p.workspace_floats, grid[0] * grid[1], stream)
         values = [0] * 7 + [ws.data_ptr(), cnt.data_ptr(), m, n, k, k // grid[2], prep.packed.out_scale, 0]
         x_box, w_box = tma_boxes(p)
         maps = [b for b in (x_box, w_box) if b is not None]
@@ -339,6 +348,8 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
             spec.xmap = TensorMap2D(*x_box)
             spec.wmap = TensorMap2D(*w_box) if w_box else None
         spec.keep = (ws, cnt)  # the workspace outlives the spec that points at it
+        if p.workspace_floats:
+            spec.ws_stream = stream
         prep.launches[m] = spec
     return spec
 
@@ -384,6 +395,10 @@ def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gs
     block = spec.static_args
     slots = block.slots
     with block.lock:  # the slots are shared by every call of this (weight, M); the driver copies them at launch
+        if spec.ws_stream is not None and spec.ws_stream != stream:  # a split kernel on another stream: its workspace
+            ws, cnt = _workspace(x.device, spec.plan.workspace_floats, spec.grid[0] * spec.grid[1], stream)
+            slots[7].value, slots[8].value = ws.data_ptr(), cnt.data_ptr()  # (_workspaces keeps them allocated)
+            spec.ws_stream = stream
         slots[0].value = x.data_ptr()
         slots[6].value = out.data_ptr()
         if spec.xmap is not None and spec.xmap.address != slots[0].value:
