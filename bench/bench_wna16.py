@@ -9,7 +9,8 @@ one after the other instead (``--rounds 0``: cuBLAS's 20 replays right after the
 then humming's), the first library runs on a GPU that has just been idle: cuBLAS's decode GEMMs then
 read 7-11% slower on the H200 and the ratio favours humming (docs/performance.md, fifteenth session).
 Also: effective weight bandwidth, cold compile time of the first kernel (empty cache), host overhead
-per eager call.
+per eager call, and the GPU's clock / power / power-cap flag right after each row (bench/gpu_state.py: the H200
+reaches its 700 W cap within about a second of load, and a row's number depends on the load before it).
 
     python bench/bench_wna16.py --out OUTDIR [--quick] [--rounds N]
 """
@@ -30,6 +31,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import humming  # noqa: E402
 from humming import api  # noqa: E402
 from humming.tuner import copies_for, graph_min_calls, graph_target_us, graph_timer, rotated_samples  # noqa: E402  (shared with `humming tune`)
+
+sys.path.insert(0, os.path.dirname(__file__))
+import gpu_state  # noqa: E402  (the clock and power after each row)
 
 SHAPES = [(8192, 8192), (28672, 8192), (4096, 14336)]
 MS = [1, 16, 64, 128, 256, 1024, 4096]
@@ -216,6 +220,7 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True
                 times = {name: timer() for name, timer in timers.items()}
             t_cublas, t_hm = times["cublas"], times["humming"]
             del timers
+            state = gpu_state.read(torch.cuda.current_device())  # the regime the row ran in (capped or not)
             err = float((humming.gemm(x, qws[0]).double() - humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()).norm()
                         / humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double().norm())
             if q_bytes is None:
@@ -225,6 +230,7 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True
                 "n": n, "k": k, "m": m, "cublas_fp16_us": round(t_cublas, 2), "humming_w4a16_us": round(t_hm, 2),
                 "speedup_vs_cublas": round(t_cublas / t_hm, 3), "weight_tb_s": round(q_bytes / t_hm / 1e6, 3),
                 "tflops": round(2 * m * n * k / t_hm / 1e6, 1), "rel_err": err, "plan": plan.summary(),
+                "gpu_state_after": state,
             }
             if wg:
                 wg["us"] = times["mma_sync"]
@@ -234,7 +240,7 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True
             results["rows"].append(row)
             wg_text = f"  mma.sync {wg['us']:8.1f} us  x{t_cublas / wg['us']:5.2f}  err {wg['err']:.1e}" if wg else ""
             print(f"  {n}x{k} M={m}: cuBLAS {t_cublas:8.1f} us  humming {t_hm:8.1f} us  x{t_cublas / t_hm:5.2f}  "
-                  f"{row['weight_tb_s']:.2f} TB/s  err {err:.1e}{wg_text}", flush=True)
+                  f"{row['weight_tb_s']:.2f} TB/s  err {err:.1e}{wg_text}{gpu_state.describe(state)}", flush=True)
         del w16, qws
         torch.cuda.empty_cache()
     os.makedirs(out_dir, exist_ok=True)
@@ -279,12 +285,12 @@ def main() -> None:
     args = parser.parse_args()
     res = run(args.out, args.quick, args.ms, wgmma=not args.no_wgmma, rounds=args.rounds)
     print("\n| N x K | M | cuBLAS fp16 us | humming W4A16 us | x cuBLAS | weight TB/s | mma.sync only us | "
-          "x cuBLAS (mma.sync) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "x cuBLAS (mma.sync) | GPU after the row |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in res["rows"]:
         print(f"| {r['n']}x{r['k']} | {r['m']} | {r['cublas_fp16_us']} | {r['humming_w4a16_us']} | "
               f"{r['speedup_vs_cublas']} | {r['weight_tb_s']} | {r.get('humming_w4a16_mma_sync_us', '-')} | "
-              f"{r.get('mma_sync_speedup_vs_cublas', '-')} |")
+              f"{r.get('mma_sync_speedup_vs_cublas', '-')} | {gpu_state.describe(r['gpu_state_after']).strip() or '-'} |")
     cs = res["cold_start"]
     print(f"cold start (empty cache): first call {cs['first_call_s']:.2f} s, every decode kernel ready (background "
           f"precompile) {cs['first_call_until_decode_ready_s']:.2f} s; {cs['decode_kernels']} decode-bucket "
