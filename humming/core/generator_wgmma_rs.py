@@ -112,14 +112,20 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         raise ValueError("block rasterization is an option of the two-warpgroup form (the small form splits K over z)")
     if stagger and (small or t.bulk != 2):
         raise ValueError("the staggered start is an option of the two-warpgroup form with the producer warpgroup")
-    cluster = t.cluster
-    if cluster and not small:
-        raise ValueError("cluster (multicast activation stages) is an option of the small-M form")
+    cluster = t.cluster if small else 0  # the small form's multicast clusters (the text below)
+    pair = 0 if small else t.cluster     # the two-warpgroup form's pairs (humming.core.pair_cluster, at the end)
+    if pair and (pair != 2 or t.bulk != 2 or t.streamk or t.tail):
+        raise ValueError(f"the two-warpgroup form's cluster option is written for pairs with the producer warpgroup, "
+                         f"without stream-K or tail, not {t}")
     why = cluster_refusal(caps, plan.n, t.stages, t.bulk == 1, cluster)  # the planner's own check
     if why:
         raise ValueError(why)
     prelude = wgmma_rs_prelude(backend, request, t.bm, tensor_copy=tma, consumer_threads=256 if t.bulk == 2 else 0,
                                stagger=stagger, cluster=bool(cluster), streamk=bool(t.streamk))
+    if pair:
+        from humming.devices.nvidia.backend import cluster_multicast_helpers
+
+        prelude += "\n" + cluster_multicast_helpers(caps)
     s_group, z_group = lay.scale_group, lay.zero_group
     _, math, zero_decl = pair_decode(lay, bool(s_group), bool(z_group))
     # f16: odd pairs decoded in place as magic + 16 code (no shift; x 1/16 in the zero-point fma), X16_DECODE
@@ -478,7 +484,24 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
         head, body = source.split("{SEGMENT_BODY}")
         body = "\n".join(("  " + ln) if ln else ln for ln in body.split("\n"))
         return head + streamk.SEGMENT_OPEN + "\n" + body.rstrip() + "\n" + streamk.SEGMENT_CLOSE
-    return source.replace("{SEGMENT_BODY}", "")
+    source = source.replace("{SEGMENT_BODY}", "")
+    return _pair_source(source, t.raster) if pair else source
+
+
+def _pair_source(source: str, raster: int) -> str:
+    """The two-warpgroup kernel as a pair of a cluster (humming.core.pair_cluster): its producer copies stage kt in
+    block kt % 2's turn, multicast into both blocks' slots, and each consumer warp releases a slot that is refilled
+    in both blocks."""
+    from humming.core import pair_cluster
+
+    copy = "tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, xbar0 + 8 * s);"
+    release = "if (lane == 0 && kt > 0) mbar_arrive(empty);"
+    both = ("if (lane == 0 && kt > 0 && kt - 1 + STAGES < ktiles) {  // (the last STAGES stages are not refilled)\n"
+            "          mbar_arrive_peer(empty, 0);\n"
+            "          mbar_arrive_peer(empty, 1);\n"
+            "        }")
+    return pair_cluster.rewrite(source, raster, [("        " + copy, "        " + pair_cluster.multicast_copy(copy)),
+                                                 (release, both)], "two-warpgroup kernel")
 
 
 _LOAD_STAGE = """  // activations: thread tid copies chunk tid % 8 of token rows tid / 8 + 32 i ((row mod 8) is the same for every i)

@@ -24,6 +24,7 @@ activation scale TS (or the device scalar GS), out_scale and CS[n] where given, 
 a staging tile and copied out in 16-byte chunks of token rows. The parameter list is that of the 8-bit kernels."""
 from __future__ import annotations
 
+from humming.core import pair_cluster
 from humming.core.generator_wgmma import eight_bit_params
 from humming.core.generator_wgmma_rs import STAGED_COPY_OUT, tile_of_block
 from humming.core.planner_wgmma_rs8 import (
@@ -541,21 +542,7 @@ def _wide_producer_loop(scale_copy: str, pdl: bool) -> tuple[str, str]:
       }"""), "      pdl_wait();  // the token scales come from the previous kernel (the activation quantizer)\n"
 
 
-# ---- the wide form's cluster option (TileConfig.cluster = 2): the two blocks of a cluster take one token tile and two
-# adjacent channel tiles; stage kt's activation tile is read from L2 once, by block kt % 2, and multicast into both
-# blocks' slots (each block's FULL mbarrier expects the whole stage, whoever copies it). A slot is refilled once every
-# consumer warp of both blocks released it (EMPTY counts 2 x 8 arrivals, each warp arrives in both blocks); the last
-# STAGES stages are not refilled and not released, so no block arrives on a peer that may have exited.
-_CLUSTER_TILE = """  // the cluster's pair of channel tiles: pair (blockIdx.x, blockIdx.y / 2) in the launch order below, this block the
-  // channel tile of its rank in the pair
-  const int crank = blockIdx.y & 1, pairs_y = gridDim.y >> 1;
-  const int bid = blockIdx.x + (blockIdx.y >> 1) * gridDim.x, per_group = RASTER * pairs_y;   // launch order of pairs
-  const int first = bid / per_group * RASTER, rows = min((int)gridDim.x - first, RASTER);   // the group's token tiles
-  const int m0 = (first + bid % per_group % rows) * BT, n0 = (2 * (bid % per_group / rows) + crank) * BC;"""
-_CLUSTER_TILE_LAUNCH_ORDER = """  const int crank = blockIdx.y & 1;   // this block's rank in its cluster (two adjacent channel tiles)
-  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;"""
-
-
+# ---- the wide form's cluster option (TileConfig.cluster = 2; humming.core.pair_cluster)
 def _cluster_release(loop: str) -> str:
     """The wide form's stage loop with each warp's release of the slot sent to both blocks, where it is refilled."""
     old = "if (lane == 0) { fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }"
@@ -571,23 +558,9 @@ def _cluster_release(loop: str) -> str:
 
 def _cluster_source(source: str, raster: int) -> str:
     """The wide kernel's text with the cluster option's tile of block, barrier counts and multicast copies."""
-    swaps = [
-        (tile_of_block(raster), _CLUSTER_TILE if raster else _CLUSTER_TILE_LAUNCH_ORDER),
-        ("mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);",
-         "mbar_init(xbar0 + 8 * (STAGES + s), 2 * THREADS / 32);  // every consumer warp of both blocks"),
-        ("    mbar_init_fence();\n  }\n  __syncthreads();\n",
-         "    mbar_init_fence();\n  }\n  cluster_sync();  // both blocks' mbarriers exist before either copies into "
-         "or arrives on the other\n"),
-        ("        tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);",
-         "        if (kt % 2 == crank)  // this block's turn: the stage's activations into both blocks' slots\n"
-         "          tma_load_2d_multicast(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full, (uint16_t)3);"),
-    ]
-    out = source
-    for old, new in swaps:
-        if old not in out:
-            raise ValueError(f"internal: the wide kernel's text lost {old.strip()[:60]!r}, which the cluster rewrites")
-        out = out.replace(old, new, 1)
-    return out
+    copy = "tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);"
+    return pair_cluster.rewrite(source, raster, [("        " + copy, "        " + pair_cluster.multicast_copy(copy))],
+                                "wide kernel")
 
 
 # the wide form's constants (both its kernels: humming.core.generator_wgmma_rs8_streamk's too)

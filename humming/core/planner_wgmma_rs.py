@@ -146,6 +146,35 @@ def cluster_refusal(caps, n: int, stages: int, tma: bool, cluster: int) -> str:
     return ""
 
 
+PAIR_CLUSTER_ENV = "HUMMING_WGMMA_RS_CLUSTER"  # "2": the two-warpgroup form in clusters of two blocks that share each
+# activation stage by multicast (humming.core.pair_cluster); unset / "0": off. Off by default: compiled and inspected
+# on the CPU (2026-12-01), not run yet. Why it may pay: the activations' L2 -> shared traffic cost 2-5% in the
+# uncapped rounds of the twenty-first session's xeveryN ablation (docs/performance.md, twenty-second session).
+
+
+def pair_cluster_blocks(caps, n: int, producer_warp: bool, streamk: int, tail: int, cluster: int) -> tuple[int, str]:
+    """(blocks per cluster, why) of the two-warpgroup form: ``cluster`` if given (2, or ShapeError where it cannot
+    apply), else PAIR_CLUSTER_ENV (0 with the reason where it cannot apply)."""
+    forced = os.environ.get(PAIR_CLUSTER_ENV, "").strip()
+    if forced not in ("", "0", "2"):
+        raise ValueError(f"{PAIR_CLUSTER_ENV}={forced!r}: expected 0 or 2")
+    want = cluster or (int(forced) if forced else 0)
+    if not want:
+        return 0, ""
+    why = ("" if want == 2 else f"the two-warpgroup form's clusters take 2 blocks, not {want}") or (
+        f"{caps.name} does not declare cluster_multicast" if not caps.memory.cluster_multicast else
+        "clusters need the producer warpgroup (TMA copies)" if not producer_warp else
+        "clusters exclude stream-K and tail" if streamk or tail else
+        f"the {n // BC} channel tiles do not pair up" if (n // BC) % 2 else "")
+    if why:
+        if cluster:
+            raise (UnsupportedOnDevice if "declare" in why else ShapeError)(f"cluster {cluster}: {why}")
+        return 0, f"no cluster ({PAIR_CLUSTER_ENV}): {why}"
+    return 2, (f"clusters of 2 blocks ({PAIR_CLUSTER_ENV}; not measured yet): adjacent channel tiles of one token tile; "
+               "block kt % 2 copies stage kt's activations by one multicast tensor copy into both blocks' slots (one "
+               "L2 read), each slot refilled once every consumer warp of both blocks released it")
+
+
 def smem_bytes(bt: int, stages: int, staging: bool = False) -> int:
     """STAGES activation tiles (bt rows x 128 B) and 1 KiB to align them to 1024 bytes; the epilogue's staging
     tile (bt rows x (128 + OUT_PAD) 16-bit values) reuses them, or with ``staging`` (the stream-K option, whose
@@ -279,8 +308,9 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     scale per group in fp32) are options of the small-M form, which ``small=True`` forces at any M (token tiles of
     up to SMALL_MAX_BT). ``tma`` brings the activation stages in by TMA tensor copy (one thread per stage, an mbarrier
     per slot) instead of every thread's cp.async; None: HUMMING_WGMMA_RS_TMA, else TMA_DEFAULT. ``cluster`` (2 or 4,
-    small-M form with TMA): blocks of that many adjacent slabs form a thread-block cluster and read each activation
-    stage from L2 once, multicast into all of their slots. ``occupancy`` (blocks per SM, OCCUPANCY_RANGE) and
+    small-M form with TMA; 2 in the two-warpgroup form, see pair_cluster_blocks): blocks of that many adjacent slabs
+    (channel tiles) form a thread-block cluster and read each activation stage from L2 once, multicast into all of
+    their slots. ``occupancy`` (blocks per SM, OCCUPANCY_RANGE) and
     ``prefetch`` (weight atoms in flight per lane) are options of the small-M form (see small_ring). ``tail`` (the
     two-warpgroup form, see tail_tiles): the last ``tail`` tiles in launch order run as TAIL_SPLITS blocks each, one
     per quarter of K. ``streamk`` (the two-warpgroup form): that many persistent blocks (one per SM) take the tiles
@@ -299,8 +329,6 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     if occupancy or prefetch:
         raise ShapeError("occupancy and prefetch are options of the small-M form (the two-warpgroup form sets its ring "
                          "from M)")
-    if cluster:
-        raise ShapeError("cluster (multicast activation stages) is an option of the small-M form")
     if fold:
         raise ShapeError("fold is an option of the small-M form (token tiles of 16 or 32)")
     why = layout_refusal(layout)
@@ -377,13 +405,16 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     if prefetch:
         reasons.append(f"below M {DEEP_RING_BELOW_M}: {prefetch} weight atoms in flight per lane instead of {PF} (few "
                        "tiles per SM: the weight latency is not hidden by other blocks)")
+    cluster, cluster_why = pair_cluster_blocks(caps, n, producer_warp, streamk, tail, cluster)
+    if cluster_why:
+        reasons.append(cluster_why)
     raster = 0 if tail else raster_from_env(RASTER_ENV, RASTER)  # the tail option's blocks go in launch order
     if raster:
         reasons.append(f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
                        "blocks take its token tiles for one channel tile after another, so the blocks running together "
                        f"share {raster} activation tiles in L2 instead of all of them")
     tiles = TileConfig(bt, BC, BK, stages, 1, 12 if producer_warp else 8, 1, bulk=2 if producer_warp else int(use_tma),
-                       stagger=stagger, raster=raster, prefetch=prefetch, tail=tail, streamk=streamk)
+                       stagger=stagger, raster=raster, prefetch=prefetch, tail=tail, streamk=streamk, cluster=cluster)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,

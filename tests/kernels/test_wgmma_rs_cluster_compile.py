@@ -75,7 +75,7 @@ def test_cluster_form_compiles(m, bt, stages, cluster, fold, name, act):
 
 def test_cluster_refusals():
     """Only 2 or 4 blocks, only with the TMA stages, only where the profile declares cluster_multicast, the slabs a
-    multiple of the cluster, the stages too (one copying block per slot), and only in the small-M form."""
+    multiple of the cluster, the stages too (one copying block per slot); the two-warpgroup form only pairs."""
     caps = api.resolve_profile(H200)
     assert CLUSTER_SIZES == (2, 4)
     with pytest.raises(ShapeError, match="2 or 4 blocks, not 3"):
@@ -90,8 +90,9 @@ def test_cluster_refusals():
     without = replace(caps, memory=replace(caps.memory, cluster_multicast=False))
     with pytest.raises(UnsupportedOnDevice, match="does not declare cluster_multicast"):
         _plan(16, 16, 8, 2, caps=without)
-    with pytest.raises(ShapeError, match="option of the small-M form"):
-        plan_wna16_wgmma_rs(caps, _layout(), 1024, "f16", scheme="w4a16", small=False, cluster=2)
+    # the two-warpgroup form takes pairs only (test_wgmma_rs_pair_cluster_compile)
+    with pytest.raises(ShapeError, match="take 2 blocks, not 4"):
+        plan_wna16_wgmma_rs(caps, _layout(), 1024, "f16", scheme="w4a16", small=False, cluster=4)
 
 
 def test_profiles_declare_cluster_multicast_where_the_target_has_it():

@@ -1,0 +1,61 @@
+"""The two-warpgroup register-A form in clusters of two blocks (TileConfig.cluster = 2, humming.core.pair_cluster:
+each activation stage read from L2 once and multicast into both blocks' slots) against the reference: token tiles of
+128, 160 and 256, groups, per-channel scales, zero points, bias, f16 and bf16, rasterized and in launch order;
+repeated launches and CUDA-graph replay on a wide layer. Outputs are NaN-poisoned before each launch (conftest), data
+is fresh random per case, and every case checks that the cluster kernel is the one that ran."""
+import pytest
+import torch
+
+import humming
+from humming import api
+from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+
+from .conftest import forced_repeats_and_replay, run_forced_plans
+from .test_wgmma_rs_gpu import TOL, _require_wgmma, _scheme
+
+pytestmark = pytest.mark.gpu
+
+# (scheme, group, token tile)
+CONFIGS = [("w4a16", 128, 128), ("w4a16", None, 256), ("w4a16-zp", 128, 256), ("w4a16-zp", 64, 160)]
+
+
+def _plan(prep, m, bt, act):
+    return plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, act, scheme="", bt=bt, small=False, cluster=2)
+
+
+@pytest.mark.parametrize("raster", ["1", "0"], ids=["raster", "launch-order"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["-".join(str(v) for v in c) for c in CONFIGS])
+def test_pair_plans_match_reference(cfg, dtype, raster, monkeypatch):
+    name, group, bt = cfg
+    _require_wgmma(dtype)
+    if raster == "0":
+        monkeypatch.setenv("HUMMING_WGMMA_RS_RASTER", "0")
+    torch.manual_seed(bt + (group or 3))
+    n, k = 1024, 4096
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    act = "f16" if dtype == torch.float16 else "bf16"
+
+    def plans_for(prep, base, m):
+        p = _plan(prep, m, bt, act)
+        assert p.tiles.cluster == 2 and p.cluster_dims == (1, 2, 1) and "c2" in p.kernel_name
+        yield p
+
+    ms = (bt // 2 + 1, bt, 2 * bt + 5)  # the last: three token tiles, the last one partly past M
+    assert run_forced_plans(qw, dtype, ms, plans_for, TOL[dtype]) == len(ms)
+
+
+def test_pair_repeats_and_graph_replay():
+    """28672 x 2048 (224 channel tiles, 112 pairs) at M=128, launched 20 times in a row (the EMPTY and FULL phases
+    of both blocks must line up every launch), then CUDA-graph replay with fresh activations."""
+    dtype = torch.float16
+    _require_wgmma(dtype)
+    torch.manual_seed(112)
+    n, k = 28672, 2048
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
+    handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
+    prep = api._registry[handle]
+    p = _plan(prep, 128, 128, "f16")
+    assert p.tiles.cluster == 2
+    forced_repeats_and_replay(qw, handle, p, torch.randn(128, k, device="cuda", dtype=dtype), TOL[dtype])
