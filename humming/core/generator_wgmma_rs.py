@@ -494,14 +494,13 @@ def _pair_source(source: str, raster: int) -> str:
     in both blocks."""
     from humming.core import pair_cluster
 
-    copy = "tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, xbar0 + 8 * s);"
     release = "if (lane == 0 && kt > 0) mbar_arrive(empty);"
     both = ("if (lane == 0 && kt > 0 && kt - 1 + STAGES < ktiles) {  // (the last STAGES stages are not refilled)\n"
             "          mbar_arrive_peer(empty, 0);\n"
             "          mbar_arrive_peer(empty, 1);\n"
             "        }")
-    return pair_cluster.rewrite(source, raster, [("        " + copy, "        " + pair_cluster.multicast_copy(copy)),
-                                                 (release, both)], "two-warpgroup kernel")
+    return pair_cluster.rewrite(source, raster, "tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, xbar0 + 8 * s);",
+                                "two-warpgroup kernel", ((release, both),))
 
 
 _LOAD_STAGE = """  // activations: thread tid copies chunk tid % 8 of token rows tid / 8 + 32 i ((row mod 8) is the same for every i)

@@ -558,9 +558,7 @@ def _cluster_release(loop: str) -> str:
 
 def _cluster_source(source: str, raster: int) -> str:
     """The wide kernel's text with the cluster option's tile of block, barrier counts and multicast copies."""
-    copy = "tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);"
-    return pair_cluster.rewrite(source, raster, [("        " + copy, "        " + pair_cluster.multicast_copy(copy))],
-                                "wide kernel")
+    return pair_cluster.rewrite(source, raster, "tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);", "wide kernel")
 
 
 # the wide form's constants (both its kernels: humming.core.generator_wgmma_rs8_streamk's too)

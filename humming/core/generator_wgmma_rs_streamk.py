@@ -152,8 +152,7 @@ HANDOVER = """  if (ktiles != katoms) {  // a split tile: the block of its first
     float* ws_lane = WS + tid * 4;
     int* counter = CNT + (tile - sk.dp_tiles);
     if (kt0 != 0) {  // a later part: its partial into this block's slot, its atoms onto the counter
-""" + store_partial("ws_lane + (size_t)blockIdx.y * SPLIT_FLOATS", "4 * THREADS").replace("\n    ", "\n      ") \
-    .replace("    #pragma", "      #pragma", 1) + """      fence_device();
+""" + store_partial("ws_lane + (size_t)blockIdx.y * SPLIT_FLOATS", "4 * THREADS", indent="      ") + """      fence_device();
       consumer_sync();
       if (tid == 0) red_add_i32(counter, ktiles);
       it0 += ktiles;

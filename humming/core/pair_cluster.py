@@ -37,20 +37,21 @@ def swaps(raster: int) -> list[tuple[str, str]]:
 
 
 def multicast_copy(copy_line: str, indent: str = "        ") -> str:
-    """A producer's tensor copy ``copy_line`` (``tma_load_2d(dst, &XMAP, c0, c1, bar);``) as the pair's: in block
-    kt % 2's turn, one multicast copy into both blocks' slots."""
+    """A producer's tensor copy ``copy_line`` (``tma_load_2d(dst, &XMAP, c0, c1, bar);``, at ``indent``) as the
+    pair's: in block kt % 2's turn, one multicast copy into both blocks' slots."""
     head = "tma_load_2d("
     if not (copy_line.startswith(head) and copy_line.endswith(");")):
         raise ValueError(f"internal: not a tensor copy line: {copy_line!r}")
-    return (f"if (kt % 2 == crank)  // this block's turn: the stage's activations into both blocks' slots\n"
+    return (f"{indent}if (kt % 2 == crank)  // this block's turn: the stage's activations into both blocks' slots\n"
             f"{indent}  tma_load_2d_multicast({copy_line[len(head):-2]}, (uint16_t)3);")
 
 
-def rewrite(source: str, raster: int, extra: list[tuple[str, str]], what: str) -> str:
-    """``source`` with swaps(raster) and the caller's ``extra`` rewrites, each applied once (ValueError naming the
-    line a rewrite no longer finds in ``what``)."""
+def rewrite(source: str, raster: int, copy_line: str, what: str, extra: tuple[tuple[str, str], ...] = ()) -> str:
+    """``source`` with swaps(raster), its producer's tensor copy ``copy_line`` (at 8 spaces) made the pair's
+    multicast, and the caller's ``extra`` rewrites, each applied once (ValueError naming the line a rewrite no
+    longer finds in ``what``)."""
     out = source
-    for old, new in swaps(raster) + extra:
+    for old, new in [*swaps(raster), ("        " + copy_line, multicast_copy(copy_line)), *extra]:
         if old not in out:
             raise ValueError(f"internal: the {what}'s text lost {old.strip()[:60]!r}, which the cluster rewrites")
         out = out.replace(old, new, 1)

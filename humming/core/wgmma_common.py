@@ -147,13 +147,13 @@ def stagger_wanted() -> bool:
 # 4v + 3]) of thread t at slot + 4 t + v * step (one 16-byte store; a warp's covers 512 contiguous bytes). Every thread
 # reads back only what the same thread of the other blocks wrote. The block whose counter addition completes the tile
 # adds the partials in a fixed order, so the result does not depend on which block finished last.
-def store_partial(slot: str, step: str, acc: str = "acc") -> str:
+def store_partial(slot: str, step: str, acc: str = "acc", indent: str = "    ") -> str:
     """CUDA: this thread's accumulators (``acc``, CHUNKS x 4 floats) stored at ``slot`` (the thread's own base) + v *
     ``step``."""
-    return f"""    #pragma unroll
-    for (int v = 0; v < CHUNKS; ++v)
-      store_f32x4({slot} + v * {step},
-                  {acc}[4 * v], {acc}[4 * v + 1], {acc}[4 * v + 2], {acc}[4 * v + 3]);
+    return f"""{indent}#pragma unroll
+{indent}for (int v = 0; v < CHUNKS; ++v)
+{indent}  store_f32x4({slot} + v * {step},
+{indent}              {acc}[4 * v], {acc}[4 * v + 1], {acc}[4 * v + 2], {acc}[4 * v + 3]);
 """
 
 
