@@ -147,18 +147,28 @@ def cluster_refusal(caps, n: int, stages: int, tma: bool, cluster: int) -> str:
 
 
 PAIR_CLUSTER_ENV = "HUMMING_WGMMA_RS_CLUSTER"  # "2": the two-warpgroup form in clusters of two blocks that share each
-# activation stage by multicast (humming.core.pair_cluster); unset / "0": off. Off by default: compiled and inspected
-# on the CPU (2026-12-01), not run yet. Why it may pay: the activations' L2 -> shared traffic cost 2-5% in the
-# uncapped rounds of the twenty-first session's xeveryN ablation (docs/performance.md, twenty-second session).
+# activation stage by multicast (humming.core.pair_cluster); "0": never; unset: pairs by default for plain (no stream-K,
+# no tail) plans of 256-token tiles from M PAIR_CLUSTER_MIN_M, where the profile declares cluster_multicast. Measured on
+# the H200 (2026-12-01, scripts/ab_env.py, 8 rotated rounds, W4A16 g128, median us, off -> on, two runs): 8192x8192
+# M1024 206.3 -> 203.2 and 205.9 -> 203.1; 4096x14336 M1024 177.2 -> 173.5 and 177.5 -> 173.8, M2048 365.7 -> 359.1;
+# 8192x8192 M1536 310.5 -> 314.6 (its all-capped last rounds ~1% faster). The medians of rows where both settings ran
+# the same (stream-K) kernel moved by up to 1.3% in those runs. Not by default on the fitted 192-token tiles (M768:
+# 8192x8192 146.7 -> 156.0, 4096x14336 134.4 -> 135.5), nor at 128 tokens (28672x8192 M128 without stream-K: 114.7 ->
+# 115.9); stream-K and tail plans take no clusters.
+PAIR_CLUSTER_MIN_M = 1024
+PAIR_CLUSTER_BT = 256
 
 
-def pair_cluster_blocks(caps, n: int, producer_warp: bool, streamk: int, tail: int, cluster: int) -> tuple[int, str]:
+def pair_cluster_blocks(caps, n: int, producer_warp: bool, streamk: int, tail: int, cluster: int, m: int = 0,
+                        bt: int = 0) -> tuple[int, str]:
     """(blocks per cluster, why) of the two-warpgroup form: ``cluster`` if given (2, or ShapeError where it cannot
-    apply), else PAIR_CLUSTER_ENV (0 with the reason where it cannot apply)."""
+    apply), else PAIR_CLUSTER_ENV, else pairs where the default rule (``m``, token tile ``bt``) takes them (0 with the
+    reason where an asked-for cluster cannot apply)."""
     forced = os.environ.get(PAIR_CLUSTER_ENV, "").strip()
     if forced not in ("", "0", "2"):
         raise ValueError(f"{PAIR_CLUSTER_ENV}={forced!r}: expected 0 or 2")
-    want = cluster or (int(forced) if forced else 0)
+    default = not cluster and not forced and m >= PAIR_CLUSTER_MIN_M and bt == PAIR_CLUSTER_BT
+    want = cluster or (int(forced) if forced else 2 if default else 0)
     if not want:
         return 0, ""
     why = ("" if want == 2 else f"the two-warpgroup form's clusters take 2 blocks, not {want}") or (
@@ -169,10 +179,12 @@ def pair_cluster_blocks(caps, n: int, producer_warp: bool, streamk: int, tail: i
     if why:
         if cluster:
             raise (UnsupportedOnDevice if "declare" in why else ShapeError)(f"cluster {cluster}: {why}")
-        return 0, f"no cluster ({PAIR_CLUSTER_ENV}): {why}"
-    return 2, (f"clusters of 2 blocks ({PAIR_CLUSTER_ENV}; not measured yet): adjacent channel tiles of one token tile; "
-               "block kt % 2 copies stage kt's activations by one multicast tensor copy into both blocks' slots (one "
-               "L2 read), each slot refilled once every consumer warp of both blocks released it")
+        return 0, "" if default else f"no cluster ({PAIR_CLUSTER_ENV}): {why}"
+    how = (f"from M {PAIR_CLUSTER_MIN_M} with {PAIR_CLUSTER_BT}-token tiles by default, {PAIR_CLUSTER_ENV}=0: off; "
+           "measured 1.5-2% faster at M 1024" if default else PAIR_CLUSTER_ENV if forced else "cluster=2")
+    return 2, (f"clusters of 2 blocks ({how}): adjacent channel tiles of one token tile; block kt % 2 copies stage "
+               "kt's activations by one multicast tensor copy into both blocks' slots (one L2 read), each slot "
+               "refilled once every consumer warp of both blocks released it")
 
 
 def smem_bytes(bt: int, stages: int, staging: bool = False) -> int:
@@ -405,7 +417,7 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     if prefetch:
         reasons.append(f"below M {DEEP_RING_BELOW_M}: {prefetch} weight atoms in flight per lane instead of {PF} (few "
                        "tiles per SM: the weight latency is not hidden by other blocks)")
-    cluster, cluster_why = pair_cluster_blocks(caps, n, producer_warp, streamk, tail, cluster)
+    cluster, cluster_why = pair_cluster_blocks(caps, n, producer_warp, streamk, tail, cluster, m, bt)
     if cluster_why:
         reasons.append(cluster_why)
     raster = 0 if tail else raster_from_env(RASTER_ENV, RASTER)  # the tail option's blocks go in launch order

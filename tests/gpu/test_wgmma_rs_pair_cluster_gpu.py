@@ -59,3 +59,38 @@ def test_pair_repeats_and_graph_replay():
     p = _plan(prep, 128, 128, "f16")
     assert p.tiles.cluster == 2
     forced_repeats_and_replay(qw, handle, p, torch.randn(128, k, device="cuda", dtype=dtype), TOL[dtype])
+
+
+# (scheme, N, K, M): the default rule's pairs through humming.gemm (HUMMING_TUNE=0): W4A16 8192 x 1024 at M=1024 (256
+# tiles of 256 tokens: no stream-K, pairs), W4A8-FP8 with groups of 64 widened at M=1024 and M=2048 (the per-token
+# scales in the paired kernel's epilogue), bf16 W4A16 with zero points at M=1024
+DEFAULT_CASES = [("w4a16", 8192, 1024, 1024, torch.float16), ("w4a8-fp8[group_size=64]", 8192, 1024, 1024, torch.float16),
+                 ("w4a8-fp8[group_size=64]", 4096, 1024, 2048, torch.float16), ("w4a16-zp", 8192, 2048, 1024, torch.bfloat16)]
+
+
+@pytest.mark.parametrize("case", DEFAULT_CASES, ids=["-".join(str(v) for v in c[:4]) for c in DEFAULT_CASES])
+def test_default_pairs_through_gemm(case, monkeypatch):
+    """From M 1024 the two-warpgroup form's plain plans of 256-token tiles run in pairs by default
+    (planner_wgmma_rs.PAIR_CLUSTER_MIN_M): humming.gemm on fresh data three times (the phases of both blocks line up
+    every launch), graph replay, against the reference; the paired kernel is the one that ran."""
+    from .conftest import graph_replay_error, rel_error
+
+    monkeypatch.setenv("HUMMING_TUNE", "0")
+    monkeypatch.delenv("HUMMING_WGMMA_RS_CLUSTER", raising=False)
+    name, n, k, m, dtype = case
+    _require_wgmma(dtype)
+    torch.manual_seed(n + k + m)
+    bias = torch.randn(n, device="cuda", dtype=dtype) if name == "w4a16" else None
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(name), bias=bias)
+    tol = TOL[dtype] if name.startswith("w4a16") else 1e-3
+    ref_of = lambda a: humming.reference_gemm(a, qw, out_dtype=torch.float32)  # noqa: E731
+    for _ in range(3):
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        out = humming.gemm(x, qw)
+        torch.cuda.synchronize()
+        assert out.shape == (m, n) and not torch.isnan(out).any()
+        assert rel_error(out, ref_of(x)) <= tol
+    ran = [p for prep in api._registry for mm, p in prep.plans.items()
+           if (mm, p.n, p.k) == (m, n, k) and p.path == "wgmma-rs"]
+    assert ran and all(p.tiles.cluster == 2 and p.cluster_dims == (1, 2, 1) for p in ran), [p.kernel_name for p in ran]
+    assert graph_replay_error(lambda a: humming.gemm(a, qw), x, ref_of) <= tol

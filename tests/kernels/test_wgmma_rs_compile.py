@@ -506,6 +506,7 @@ def test_prefill_form_producer_warpgroup(monkeypatch):
     threads) issues the tensor copies; no block barrier in the main loop (named barrier 1 for the consumers' epilogue);
     HUMMING_WGMMA_RS_WS=0 keeps thread 0's copies and the per-stage barrier. Both compile without spills at 256 tokens."""
     _need_sm90a()
+    monkeypatch.setenv("HUMMING_WGMMA_RS_CLUSTER", "0")  # (the unpaired form; pairs: test_wgmma_rs_pair_cluster_compile)
     caps = _caps()
     lay = layout_for(_scheme("w4a16-zp", 128), 2048, 4096, "bf16")
     ws = plan_wna16_wgmma_rs(caps, lay, 4096, "bf16", scheme="w4a16-zp", bt=256, small=False)
@@ -563,6 +564,7 @@ def test_two_warpgroup_form_rasterized(monkeypatch):
     from humming.core.generator_wgmma_rs import TILE_IN_LAUNCH_ORDER, TILE_RASTERIZED
 
     _need_sm90a()
+    monkeypatch.setenv("HUMMING_WGMMA_RS_CLUSTER", "0")  # (the unpaired form's block -> tile map; pairs map their own)
     monkeypatch.setenv("HUMMING_WGMMA_RS_RASTER", "3")
     p = _plan(m=4096, n=8192, k=4096)
     assert p.tiles.bn == 128 and p.tiles.raster == 3 and "rasterized in groups of 3" in p.explain()

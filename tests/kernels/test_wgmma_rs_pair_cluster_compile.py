@@ -1,8 +1,9 @@
 """CPU: the two-warpgroup register-A form in thread-block clusters of two blocks (TileConfig.cluster = 2,
 humming.core.pair_cluster; HUMMING_WGMMA_RS_CLUSTER=2): planned with its cluster shape and reason, refused with a
 clear error where it does not apply, the kernel text rewritten (pairs of channel tiles, both blocks' releases, one
-multicast copy a stage), compiled for sm_90a without spills or serialized wgmmas. Off by default (not GPU-run yet:
-tests/gpu/test_wgmma_rs_pair_cluster_gpu.py runs it)."""
+multicast copy a stage), compiled for sm_90a without spills or serialized wgmmas; on by default for plain plans of
+256-token tiles from M 1024 (measured on the H200: planner_wgmma_rs.PAIR_CLUSTER_ENV), off elsewhere and with
+HUMMING_WGMMA_RS_CLUSTER=0 (the GPU runs: tests/gpu/test_wgmma_rs_pair_cluster_gpu.py)."""
 import re
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 import humming
 from humming import api
 from humming.core.layout import layout_for
-from humming.core.planner_wgmma_rs import PAIR_CLUSTER_ENV, plan_wna16_wgmma_rs
+from humming.core.planner_wgmma_rs import PAIR_CLUSTER_ENV, PAIR_CLUSTER_MIN_M, plan_wna16_wgmma_rs
 from humming.errors import ShapeError
 
 H200 = "nvidia-h200"
@@ -39,9 +40,11 @@ def test_pair_plan_and_source(m, bt, raster, monkeypatch):
     assert "mbar_arrive(empty)" not in src and "tma_load_2d(x0 + s * X_BYTES" not in src
 
 
-def test_pair_changes_nothing_else():
+def test_pair_changes_nothing_else(monkeypatch):
     """Without the cluster the source is the form's own; with it, only the rewritten lines differ."""
-    plain, pair = api.source(_plan()), api.source(_plan(cluster=2))
+    pair = api.source(_plan(cluster=2))
+    monkeypatch.setenv(PAIR_CLUSTER_ENV, "0")
+    plain = api.source(_plan())
     assert plain != pair and "crank" not in plain.split("extern \"C\"")[1]
     assert pair.split("extern \"C\"")[1].count("\n") - plain.split("extern \"C\"")[1].count("\n") < 12
 
@@ -65,8 +68,16 @@ def test_env_asks_for_pairs_where_they_apply(monkeypatch):
     monkeypatch.setenv(PAIR_CLUSTER_ENV, "3")
     with pytest.raises(ValueError, match="expected 0 or 2"):
         _plan()
+    monkeypatch.setenv(PAIR_CLUSTER_ENV, "0")
+    assert _plan().tiles.cluster == 0
     monkeypatch.delenv(PAIR_CLUSTER_ENV)
-    assert _plan().tiles.cluster == 0  # off by default
+    on = _plan()  # by default: M 1024, 256-token tiles, no stream-K or tail
+    assert on.tiles.bm == 256 and on.tiles.cluster == 2 and any("by default" in r for r in on.reasons)
+    assert _plan(m=4096, n=28672).tiles.cluster == 2
+    for kw in (dict(m=PAIR_CLUSTER_MIN_M - 1), dict(bt=128), dict(m=768, bt=192), dict(streamk=132), dict(m=128)):
+        p = _plan(**kw)
+        assert p.tiles.cluster == 0 and not any("cluster" in r for r in p.reasons), kw  # (silently not by default)
+    assert _plan(n=8320).tiles.cluster == 0  # 65 channel tiles: no pairs
 
 
 @pytest.mark.parametrize("m,bt,group,name", [(1024, 256, 128, "w4a16"), (128, 128, None, "w4a16-zp")])
@@ -74,3 +85,29 @@ def test_pair_kernels_compile_without_spills(m, bt, group, name, compiled_withou
     p = _plan(m=m, bt=bt, group=group, name=name, n=28672, cluster=2)
     mod = compiled_without_spills(p, api.resolve_profile(H200))
     assert not re.search(r"C75\d\d", mod.log), mod.log  # no serialized wgmmas
+
+
+@pytest.mark.parametrize("act", ["f16", "bf16"])
+def test_pair_rewrite_independent_of_row_scale(act, monkeypatch):
+    """The pairs change the same lines of the kernel with or without per-token output scales (Plan.row_scale, the
+    widened W4A8 path, which takes the default pairs from M 1024): the rewrite touches the copies, the releases and
+    the block -> tile map, never the epilogue that applies the row scales."""
+    import difflib
+    from dataclasses import replace
+
+    def lines(cluster: str, row_scale: bool):
+        monkeypatch.setenv(PAIR_CLUSTER_ENV, cluster)
+        caps = api.resolve_profile(H200)
+        sch = humming.schemes.get("w4a16")
+        p = plan_wna16_wgmma_rs(caps, layout_for(sch, 8192, 1024, act, caps=caps), 1024, act, scheme="w4a16",
+                                small=False)
+        p = replace(p, row_scale=True) if row_scale else p
+        return api.source(p).replace(p.kernel_name, "KERNEL").splitlines()
+
+    def changed(a, b):
+        return [ln for ln in difflib.unified_diff(a, b, lineterm="", n=0) if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+
+    plain = changed(lines("0", False), lines("2", False))
+    scaled = changed(lines("0", True), lines("2", True))
+    assert plain and plain == scaled
+    assert "load_f32(GS + t0)" in "\n".join(lines("2", True)) and not any("GS" in ln for ln in scaled)
