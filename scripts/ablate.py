@@ -105,6 +105,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                "{ uint32_t* d_ = buf[(s + PF) % R][c]; d_[0] = d_[1] = d_[2] = d_[3] = (uint32_t)(size_t)(p + c * 128); }")],
     # two-warpgroup stream-K form without its split tiles' partials and fix-up (wrong results)
     "nofix_sk": [(r"if \(ktiles != katoms\) \{", "if (false) {")],
+    # two-warpgroup stream-K form: whole-tile segments skip their epilogue (scales, staging tile, copy-out; wrong
+    # results): what the epilogues between a block's segments cost (the twenty-third session's open question)
+    "noepi_sk": [(r"(\n    // acc\[4j \+ 2h \+ e\] = channel)",
+                  "\n    if (ktiles == katoms) {  // (ablation) no epilogue for whole tiles\n      it0 += ktiles;\n"
+                  "      continue;\n    }\\1")],
     # 34 KiB more shared memory (a static array the kernel never uses): the stream-K form's staging tile's footprint
     "smempad": [(r"(extern __shared__ __align__\(1024\) unsigned char smem\[\];)",
                  r"\1\n  __shared__ __align__(16) unsigned char smem_pad[34816];\n"
