@@ -114,6 +114,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         raise ValueError("the staggered start is an option of the two-warpgroup form with the producer warpgroup")
     cluster = t.cluster if small else 0  # the small form's multicast clusters (the text below)
     pair = 0 if small else t.cluster     # the two-warpgroup form's pairs (humming.core.pair_cluster, at the end)
+    if t.early and (small or not t.streamk):
+        raise ValueError("early (the next segment's weights loaded before the epilogue) is a stream-K option")
     if pair and (pair != 2 or t.bulk != 2 or t.streamk or t.tail):
         raise ValueError(f"the two-warpgroup form's cluster option is written for pairs with the producer warpgroup, "
                          f"without stream-K or tail, not {t}")
@@ -377,6 +379,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     # slot 0's descriptor, declared where ptxas's loop comes out shortest (the small form: at the top, the others: with
     # the accumulators; 1210 -> 1096 SASS instructions per 10 stream-K stages with the unsigned slot arithmetic)
     desc0_small, desc0_wide = (SLOT0_DESCRIPTOR, "") if small else ("", SLOT0_DESCRIPTOR)
+    early_code = streamk.early_fetch(fetch("s", "s", "          "), slab_line, wsrc_line) if t.streamk and t.early else ""
     source = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -463,7 +466,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
   wgmma_wait<0>();
   {fence_acc}{fold_tail}
 {final_wait}
-  {block_sync}();                 {sync_words}
+  {block_sync}();                 {sync_words}{early_code}
 {splitk_code}
   // acc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
   {scale_line}
@@ -482,8 +485,16 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
 {copy_out.replace("__syncthreads()", block_sync + "()").replace("lds_128(r, x0 + ", f"lds_128(r, {staging} + ")}"""
     if t.streamk:  # the tile body runs once per segment
         head, body = source.split("{SEGMENT_BODY}")
+        open_text = streamk.SEGMENT_OPEN
+        if t.early:  # the weight ring lives across segments (streamk.early_fetch)
+            ring = "  uint32_t wq[R][4];  // codes of the atoms in flight: k16 step ks of channels 16w + g (+8)" + ring_decl_code
+            prologue = "  for (int s = 0; s < PF; ++s)\n    if (s < ktiles) {"
+            if body.count(ring) != 1 or body.count(prologue) != 1:
+                raise ValueError("internal: the stream-K body has no single ring declaration or prologue")
+            body = body.replace(ring + "\n" if ring + "\n" in body else ring, "").replace(prologue, prologue.replace("if (s < ktiles)", "if (!ring_ready && s < ktiles)"))
+            open_text = streamk.early_open(ring)
         body = "\n".join(("  " + ln) if ln else ln for ln in body.split("\n"))
-        return head + streamk.SEGMENT_OPEN + "\n" + body.rstrip() + "\n" + streamk.SEGMENT_CLOSE
+        return head + open_text + "\n" + body.rstrip() + "\n" + streamk.SEGMENT_CLOSE
     source = source.replace("{SEGMENT_BODY}", "")
     return _pair_source(source, t.raster) if pair else source
 

@@ -173,3 +173,41 @@ HANDOVER = """  if (ktiles != katoms) {  // a split tile: the block of its first
 """ + add_partial("part", "4 * THREADS") + """    }
   }
 """
+
+
+# The early ring (TileConfig.early, an option): the weight ring lives across segments, and right after a segment's last
+# wgmmas the consumers load the next segment's first PF atoms into it (the ring is free then), so that they arrive
+# during this segment's epilogue and fix-up instead of after them; the next segment then skips its prologue.
+def early_open(ring: str) -> str:
+    """The consumers' segment loop with the ring declarations (``ring``: the body's, moved here) before it."""
+    head = "  int wave = 0, ga = StreamK(M, N).run_start(blockIdx.y), tile, kt0, ktiles;\n"
+    if SEGMENT_OPEN.count(head) != 1:
+        raise ValueError("internal: the segment loop's state has no single declaration")
+    return SEGMENT_OPEN.replace(head, head + ring.rstrip() + "\n  bool ring_ready = false;  // the ring holds the "
+                                "segment's first atoms (loaded before the previous segment's epilogue)\n")
+
+
+def early_fetch(fetch: str, slab_line: str, wsrc_line: str) -> str:
+    """CUDA after a segment's last wgmmas and the consumers' barrier (after the async-proxy fence, whose MEMBAR would
+    wait for these loads): the next segment (if any) and its first PF atoms into the ring;
+    ``fetch``: the prologue's load of atom s into slot s (10 spaces indented), ``slab_line`` / ``wsrc_line``: the
+    body's declarations of slab and wsrc, repeated here for the next segment's tile."""
+    return f"""
+  {{  // the next segment's first weight atoms, loaded now: they arrive during this segment's epilogue
+    // (not after a split tile's later part: the fence after its partial's store would wait for these loads)
+    int wave_n = wave, ga_n = ga, tile_n, kt0_n, ktiles_n;
+    ring_ready = kt0 == 0 && StreamK(M, N).next(blockIdx.y, wave_n, ga_n, tile_n, kt0_n, ktiles_n);
+    if (ring_ready) {{
+      int m0, n0;
+      StreamK(M, N).origin(tile_n, m0, n0);
+      const int kt0 = kt0_n, ktiles = ktiles_n;  // (the next segment's, for the loads below)
+      {slab_line.strip()}
+      {wsrc_line.strip()}
+      const int tab = slab * 64 + g * 8 + 2 * w;
+      #pragma unroll
+      for (int s = 0; s < PF; ++s)
+        if (s < ktiles) {{
+{fetch}
+        }}
+    }}
+  }}"""

@@ -58,6 +58,10 @@ class TileConfig:
     streamk: int = 0  # two-warpgroup register-A form and the wide register-A W4A8 form: this many persistent blocks
     #                   (one per SM) take the tiles in whole waves, then split the left-over tiles' k atoms evenly
     #                   (stream-K); 0 = one block per tile
+    # stream-K of the two-warpgroup W4A16 form: 1 = the next segment's first weight atoms are loaded right after a
+    # segment's last wgmmas (during its epilogue); not in the repr (the kernel key names it), so that the other plans'
+    # kernel names stay as they were
+    early: int = field(default=0, repr=False)
 
     @property
     def threads(self) -> int:
@@ -170,7 +174,7 @@ class Plan:
         x_smem stream kernel compiles M and the K range of a split in, the stream-K kernels K)."""
         t = self.tiles
         # the stream-K schedule's k atoms per tile are a constant of the kernel (its block count is in t)
-        streamk_k = ("streamk_k", self.k) if getattr(t, "streamk", 0) else ()
+        streamk_k = ("streamk_k", self.k, *(("early",) if getattr(t, "early", 0) else ())) if getattr(t, "streamk", 0) else ()
         if self.is_8bit:
             parts8 = (self.family, self.path, tuple(self.instruction.shape), self.instruction.a_type, self.act, t,
                       self.async_copy, getattr(self.layout, "weight_bits", 8), getattr(self.layout, "group", 0),
@@ -216,6 +220,7 @@ class Plan:
                 f"{f'c{t.cluster}' if t.cluster else ''}{f'p{t.prefetch}' if t.prefetch else ''}"
                 f"{f'v{t.balance}' if getattr(t, 'balance', 0) else ''}{f'o{t.occupancy}' if t.occupancy else ''}"
                 f"{f'q{t.tail}' if getattr(t, 'tail', 0) else ''}{f'k{t.streamk}' if getattr(t, 'streamk', 0) else ''}"
+                f"{'e' if getattr(t, 'early', 0) else ''}"
                 f"{'_ts' if self.row_scale else ''}{'_pdl' if self.pdl else ''}{'_cs' if self.cluster_splits else ''}"
                 f"_{self.kernel_key}")
 

@@ -159,6 +159,18 @@ PAIR_CLUSTER_MIN_M = 1024
 PAIR_CLUSTER_BT = 256
 
 
+EARLY_ENV = "HUMMING_WGMMA_RS_SK_EARLY"  # "1": stream-K plans load the next segment's first weight atoms before the
+# epilogue (TileConfig.early; written 2026-12-01 without a GPU: off until measured)
+
+
+def early_ring_wanted(streamk: int) -> tuple[int, str]:
+    """(TileConfig.early, why) of a two-warpgroup plan with ``streamk`` blocks."""
+    if not streamk or os.environ.get(EARLY_ENV, "").strip() != "1":
+        return 0, ""
+    return 1, (f"early ring ({EARLY_ENV}=1): right after a segment's last wgmmas the consumers load the next segment's "
+               "first weight atoms, which arrive during the epilogue; the next segment skips its prologue")
+
+
 def pair_cluster_blocks(caps, n: int, producer_warp: bool, streamk: int, tail: int, cluster: int, m: int = 0,
                         bt: int = 0) -> tuple[int, str]:
     """(blocks per cluster, why) of the two-warpgroup form: ``cluster`` if given (2, or ShapeError where it cannot
@@ -417,6 +429,9 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
     if prefetch:
         reasons.append(f"below M {DEEP_RING_BELOW_M}: {prefetch} weight atoms in flight per lane instead of {PF} (few "
                        "tiles per SM: the weight latency is not hidden by other blocks)")
+    early, early_why = early_ring_wanted(streamk)
+    if early_why:
+        reasons.append(early_why)
     cluster, cluster_why = pair_cluster_blocks(caps, n, producer_warp, streamk, tail, cluster, m, bt)
     if cluster_why:
         reasons.append(cluster_why)
@@ -426,7 +441,8 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
                        "blocks take its token tiles for one channel tile after another, so the blocks running together "
                        f"share {raster} activation tiles in L2 instead of all of them")
     tiles = TileConfig(bt, BC, BK, stages, 1, 12 if producer_warp else 8, 1, bulk=2 if producer_warp else int(use_tma),
-                       stagger=stagger, raster=raster, prefetch=prefetch, tail=tail, streamk=streamk, cluster=cluster)
+                       stagger=stagger, raster=raster, prefetch=prefetch, tail=tail, streamk=streamk, cluster=cluster,
+                       early=early)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,

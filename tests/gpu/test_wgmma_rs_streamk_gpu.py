@@ -130,3 +130,48 @@ def test_default_streamk_with_per_token_scales(monkeypatch):
     ran = [p for prep in api._registry for mm, p in prep.plans.items()
            if (mm, p.n, p.k) == (m, n, k) and p.row_scale and p.path == "wgmma-rs"]
     assert ran and all(p.tiles.streamk for p in ran), [p.kernel_name for p in ran]
+
+
+# (N, K, M, token tile, persistent blocks): 28672 x 2048 M=128 on 132 blocks (tiles of two and three parts), 1024 x 4096
+# M=261 on 7 blocks (whole waves then split tiles, a token tile partly past M), 1024 x 256 on 7 blocks (blocks without
+# atoms), 8192 x 1024 M=2048 with 256-token tiles (3.9 tiles a block: segment after segment)
+EARLY_CASES = [(28672, 2048, 128, 128, 132), (1024, 4096, 261, 128, 7), (1024, 256, 128, 128, 7),
+               (8192, 1024, 2048, 256, 132)]
+
+
+@pytest.mark.parametrize("case", EARLY_CASES, ids=["x".join(str(v) for v in c) for c in EARLY_CASES])
+def test_early_ring_equals_default(case, monkeypatch):
+    """The early ring (TileConfig.early, HUMMING_WGMMA_RS_SK_EARLY=1: the next segment's first weight atoms loaded
+    before a segment's epilogue) only moves loads: its output equals the default stream-K kernel's bit for bit, matches
+    the reference, and survives 20 launches in a row and graph replay."""
+    from humming.core.planner_wgmma_rs import EARLY_ENV
+
+    from .conftest import rel_error
+
+    n, k, m, bt, blocks = case
+    caps = _require_wgmma(torch.float16)
+    torch.manual_seed(n + k + m + blocks)
+    bias = torch.randn(n, device="cuda", dtype=torch.float16)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16", bias=bias)
+    handle = api.prepared(qw, torch.float16, torch.device("cuda", torch.cuda.current_device()))
+    prep = api._registry[handle]
+    plans = {}
+    for early in ("1", "0"):
+        monkeypatch.setenv(EARLY_ENV, early)
+        plans[early] = plan_wna16_wgmma_rs(caps, prep.packed.layout, m, "f16", scheme="", bt=bt, small=False,
+                                           streamk=blocks)
+    assert plans["1"].tiles.early == 1 and plans["0"].tiles.early == 0
+    assert "ring_ready" in api.source(plans["1"]) and "ring_ready" not in api.source(plans["0"])
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    outs = {}
+    for early, p in plans.items():
+        prep.plans[m], _ = p, prep.launches.pop(m, None)
+        outs[early] = api.gemm_prepared(x, handle)
+        torch.cuda.synchronize()
+        assert not torch.isnan(outs[early]).any(), (p.kernel_name, "output not fully written")
+    assert rel_error(outs["1"], humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[torch.float16]
+    assert torch.equal(outs["1"], outs["0"])  # the same loads, earlier: the same sums
+    prep.plans.pop(m, None)
+    prep.launches.pop(m, None)
+    forced_repeats_and_replay(qw, handle, plans["1"], torch.randn(m, k, device="cuda", dtype=torch.float16),
+                              TOL[torch.float16])

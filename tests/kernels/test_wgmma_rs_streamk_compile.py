@@ -113,6 +113,45 @@ def test_streamk_handover_schedule(tiles, katoms, blocks):
         assert sum(n for _, _, n in ps) == katoms and [b for b, _, _ in ps] == sorted(b for b, _, _ in ps)
 
 
+def test_early_ring_option(monkeypatch):
+    """HUMMING_WGMMA_RS_SK_EARLY=1 (TileConfig.early, off by default): the weight ring declared before the segment loop,
+    the next segment's first atoms loaded after a segment's last wgmmas and the consumers' barrier (not after a split
+    tile's later part), the prologue skipped when they are in; its own kernel name; the generator refuses it without
+    stream-K; the kernels compile without spills at 128 and 256 tokens."""
+    from dataclasses import replace
+
+    from humming.core.planner_wgmma_rs import EARLY_ENV
+
+    off = _plan()
+    assert off.tiles.early == 0 and "ring_ready" not in api.source(off)
+    monkeypatch.setenv(EARLY_ENV, "1")
+    on = _plan()
+    assert on.tiles.early == 1 and on.kernel_name != off.kernel_name and "k132e_" in on.kernel_name
+    assert any(EARLY_ENV in r for r in on.reasons)
+    src = api.source(on)
+    consumers = src.split("setmaxnreg_inc<232>();")[1]
+    body = consumers.split("while (StreamK(M, N).next(blockIdx.y, wave, ga, tile, kt0, ktiles)) {")
+    assert len(body) == 2 and "uint32_t wq[R][4];" in body[0] and "uint32_t wq[R][4];" not in body[1]
+    assert "bool ring_ready = false;" in body[0] and "if (!ring_ready && s < ktiles) {" in body[1]
+    early = body[1].index("ring_ready = kt0 == 0 && StreamK(M, N).next(blockIdx.y, wave_n, ga_n")
+    assert body[1].index("consumer_sync();") < early < body[1].index("if (ktiles != katoms)")
+    assert _plan(streamk=0).tiles.early == 0  # (stream-K plans only)
+    plain = _plan(streamk=0)
+    with pytest.raises(ValueError, match="stream-K option"):
+        api.source(replace(plain, tiles=replace(plain.tiles, early=1)))
+
+
+@pytest.mark.parametrize("m,bt", [(128, 128), (4096, 256)])
+def test_early_ring_kernels_compile(m, bt, compiled_without_spills, monkeypatch):
+    from humming.core.planner_wgmma_rs import EARLY_ENV
+
+    monkeypatch.setenv(EARLY_ENV, "1")
+    p = _plan(m=m, bt=bt, n=8192)
+    assert p.tiles.early == 1
+    mod = compiled_without_spills(p, api.resolve_profile(H200))
+    assert not re.search(r"C75\d\d", mod.log), mod.log
+
+
 def test_streamk_kernels_differ_by_k():
     """K is compiled into a stream-K kernel: two shapes of one tile configuration and different K get two kernels
     (a shared name ran the 8192x8192 kernel on 4096x14336: wrong results); the same K shares one."""
