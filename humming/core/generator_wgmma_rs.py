@@ -116,9 +116,9 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     pair = 0 if small else t.cluster     # the two-warpgroup form's pairs (humming.core.pair_cluster, at the end)
     if t.early and (small or not t.streamk):
         raise ValueError("early (the next segment's weights loaded before the epilogue) is a stream-K option")
-    if pair and (pair != 2 or t.bulk != 2 or t.streamk or t.tail):
+    if pair and (pair != 2 or t.bulk != 2 or t.tail or t.streamk % 2):
         raise ValueError(f"the two-warpgroup form's cluster option is written for pairs with the producer warpgroup, "
-                         f"without stream-K or tail, not {t}")
+                         f"without tail (stream-K over an even block count), not {t}")
     why = cluster_refusal(caps, plan.n, t.stages, t.bulk == 1, cluster)  # the planner's own check
     if why:
         raise ValueError(why)
@@ -365,7 +365,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     sync_words = ("// all wgmmas done; the last segment's copy-out has read the staging tile" if t.streamk else
                   "// all wgmmas and copies done: the activation slots become the staging tile")
     tile_code = (streamk.SCHEDULE if t.streamk else _TAIL_TILE if t.tail else tile_of_block(t.raster))
-    streamk_helpers = streamk.helpers(t.raster, t.streamk, plan.k, BK) if t.streamk else ""
+    streamk_helpers = streamk.helpers(t.raster, t.streamk, plan.k, BK, bool(pair)) if t.streamk else ""
     slab_line = "  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel atom row\n"
     staging = "x0"
     if t.streamk:  # per segment: the tile's slab, and a staging tile after the activation slots (which keep loading)
@@ -494,7 +494,8 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
             body = body.replace(ring + "\n" if ring + "\n" in body else ring, "").replace(prologue, prologue.replace("if (s < ktiles)", "if (!ring_ready && s < ktiles)"))
             open_text = streamk.early_open(ring)
         body = "\n".join(("  " + ln) if ln else ln for ln in body.split("\n"))
-        return head + open_text + "\n" + body.rstrip() + "\n" + streamk.SEGMENT_CLOSE
+        source = head + open_text + "\n" + body.rstrip() + "\n" + streamk.SEGMENT_CLOSE
+        return streamk.pair_rewrite(source) if pair else source
     source = source.replace("{SEGMENT_BODY}", "")
     return _pair_source(source, t.raster) if pair else source
 

@@ -57,14 +57,76 @@ TILE_RASTERIZED = """
     m0 = (first + tile % per_group % rows) * cfg::BT, n0 = (tile % per_group / rows) * cfg::BC;"""
 
 
-def helpers(raster: int, blocks: int, k: int, bk: int) -> str:
+def helpers(raster: int, blocks: int, k: int, bk: int, pair: bool = False) -> str:
     """The schedule's struct for a launch of ``blocks`` persistent blocks over K = ``k`` (the kernel is specialised to
     both: with them read at run time (gridDim.y, K / BK) ptxas kept the main loop's counters on the vector datapath,
-    2-7% slower on the H200, 2026-12-01)."""
-    if blocks <= 0 or k % bk:
-        raise ValueError(f"stream-K needs a positive block count and K a multiple of {bk}; got {blocks}, K={k}")
-    return (HELPERS.replace("{TILE_ORIGIN}", TILE_RASTERIZED if raster else TILE_IN_LAUNCH_ORDER)
-            .replace("{BLOCKS}", str(blocks)).replace("{KATOMS}", str(k // bk)))
+    2-7% slower on the H200, 2026-12-01). With ``pair`` (pair_rewrite) the schedule's units are the blocks / 2 pairs
+    and its tiles pairs of adjacent channel tiles."""
+    if blocks <= 0 or k % bk or (pair and blocks % 2):
+        raise ValueError(f"stream-K needs a positive block count (even in pairs) and K a multiple of {bk}; got "
+                         f"{blocks}, K={k}")
+    text = (HELPERS.replace("{TILE_ORIGIN}", TILE_RASTERIZED if raster else TILE_IN_LAUNCH_ORDER)
+            .replace("{BLOCKS}", str(blocks // 2 if pair else blocks)).replace("{KATOMS}", str(k // bk)))
+    if pair:
+        text = text.replace("cfg::BC", "(2 * cfg::BC)").replace(PAIR_STAGES_ANCHOR, PAIR_STAGES_ANCHOR + PAIR_STAGES)
+        head = "struct StreamK {\n"
+        if text.count(head) != 1:
+            raise ValueError("internal: the schedule's text has no single struct head")
+        text = text.replace(head, "// in pairs (TileConfig.cluster = 2): the units b are pairs of blocks (clusters of two), the tiles "
+                            "pairs of channel tiles\n" + head)
+    return text
+
+
+PAIR_STAGES_ANCHOR = "  __device__ __forceinline__ int run_start(int b) const { return (int)(sk_atoms * b / P); }\n"
+PAIR_STAGES = """  // the stages unit b runs in all (both blocks of a pair run the same segments, in step)
+  __device__ __forceinline__ int stages(int b) const { return waves * katoms + run_start(b + 1) - run_start(b); }
+"""
+
+
+# Stream-K in pairs (TileConfig.cluster = 2 with streamk; humming.core.pair_cluster): the schedule's unit is a pair of
+# blocks (a cluster: blockIdx.y / 2) and its tiles pairs of adjacent channel tiles; both blocks run the same segments
+# in step, each its channel tile of the pair (rank blockIdx.y & 1). Stage it's activations are copied by the block of
+# rank it % 2 into both blocks' slots; every consumer warp releases a slot in both blocks, except the block's last
+# STAGES stages (its peer may have exited). A split tile is two halves: each block stores its partial in its own slot
+# and counts its half's atoms (two counters per pair tile); the finishing pair's block adds the partials of its half.
+def pair_rewrite(source: str) -> str:
+    """The stream-K kernel's text (after early_fetch, if any) as a pair's."""
+    from humming.core import pair_cluster
+
+    swaps = [
+        ("StreamK(M, N).run_start(blockIdx.y)", "StreamK(M, N).run_start(blockIdx.y >> 1)", 2),
+        ("StreamK(M, N).next(blockIdx.y, ", "StreamK(M, N).next(blockIdx.y >> 1, ", 0),
+        ("    StreamK(M, N).origin(tile, m0, n0);\n    const int slab",
+         "    StreamK(M, N).origin(tile, m0, n0);\n    n0 += (blockIdx.y & 1) * BC;  // this block's channel tile of the "
+         "pair\n    const int slab", 1),
+        ("StreamK(M, N).origin(tile_n, m0, n0);\n",  # (early_fetch's, where the early ring is on)
+         "StreamK(M, N).origin(tile_n, m0, n0);\n        n0 += (blockIdx.y & 1) * BC;\n", -1),
+        ("int* counter = CNT + (tile - sk.dp_tiles);",
+         "int* counter = CNT + 2 * (tile - sk.dp_tiles) + (blockIdx.y & 1);  // this block's half of the pair tile", 1),
+        ("for (int bj = (int)blockIdx.y + 1; bj <= b_last; ++bj) {", "for (int bj = (int)(blockIdx.y >> 1) + 1; bj <= b_last; ++bj) {", 1),
+        ("const float* part = ws_lane + (size_t)bj * SPLIT_FLOATS;",
+         "const float* part = ws_lane + (size_t)(2 * bj + (blockIdx.y & 1)) * SPLIT_FLOATS;  // its block of this half", 1),
+        ("          tma_load_2d(x0 + s * X_BYTES, &XMAP, (kt0 + kt) * BK, m0, xbar0 + 8 * s);\n",
+         pair_cluster.multicast_copy("tma_load_2d(x0 + s * X_BYTES, &XMAP, (kt0 + kt) * BK, m0, xbar0 + 8 * s);",
+                                     "          ", turn="it % 2 == (blockIdx.y & 1)") + "\n", 1),
+        ("  int it0 = 0;  // stages consumed before this segment\n",
+         "  int it0 = 0;  // stages consumed before this segment\n  const int total_stages = StreamK(M, N).stages("
+         "blockIdx.y >> 1);  // (its last STAGES are not released: the peer may have exited)\n", 1),
+        ("if (lane == 0 && (kt > 0 || it0 > 0)) mbar_arrive(empty);",
+         "if (lane == 0 && (kt > 0 || it0 > 0) && it0 + kt - 1 + STAGES < total_stages) {\n"
+         "            mbar_arrive_peer(empty, 0);\n            mbar_arrive_peer(empty, 1);\n          }", 1),
+    ]
+    out = source
+    for old, new, count in swaps:  # count: how many the text must hold (0: at least one, -1: any)
+        found = out.count(old)
+        if (not found and count >= 0) or (count > 0 and found != count):
+            raise ValueError(f"internal: the stream-K kernel's text has {found} of {old.strip()[:60]!r} (pair rewrite)")
+        out = out.replace(old, new)
+    for old, new in pair_cluster.swaps(0)[1:]:  # the EMPTY arrival count and the cluster barrier (not the tile map)
+        if out.count(old) != 1:
+            raise ValueError(f"internal: the stream-K kernel's text lost {old.strip()[:60]!r} (pair rewrite)")
+        out = out.replace(old, new)
+    return out
 
 
 SCHEDULE = """  // stream-K: this block's segments come from StreamK(M, N), made where needed

@@ -36,13 +36,13 @@ def swaps(raster: int) -> list[tuple[str, str]]:
     ]
 
 
-def multicast_copy(copy_line: str, indent: str = "        ") -> str:
+def multicast_copy(copy_line: str, indent: str = "        ", turn: str = "kt % 2 == crank") -> str:
     """A producer's tensor copy ``copy_line`` (``tma_load_2d(dst, &XMAP, c0, c1, bar);``, at ``indent``) as the
-    pair's: in block kt % 2's turn, one multicast copy into both blocks' slots."""
+    pair's: in this block's ``turn`` (block kt % 2's), one multicast copy into both blocks' slots."""
     head = "tma_load_2d("
     if not (copy_line.startswith(head) and copy_line.endswith(");")):
         raise ValueError(f"internal: not a tensor copy line: {copy_line!r}")
-    return (f"{indent}if (kt % 2 == crank)  // this block's turn: the stage's activations into both blocks' slots\n"
+    return (f"{indent}if ({turn})  // this block's turn: the stage's activations into both blocks' slots\n"
             f"{indent}  tma_load_2d_multicast({copy_line[len(head):-2]}, (uint16_t)3);")
 
 

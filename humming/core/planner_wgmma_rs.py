@@ -186,7 +186,9 @@ def pair_cluster_blocks(caps, n: int, producer_warp: bool, streamk: int, tail: i
     why = ("" if want == 2 else f"the two-warpgroup form's clusters take 2 blocks, not {want}") or (
         f"{caps.name} does not declare cluster_multicast" if not caps.memory.cluster_multicast else
         "clusters need the producer warpgroup (TMA copies)" if not producer_warp else
-        "clusters exclude stream-K and tail" if streamk or tail else
+        "clusters exclude tail" if tail else
+        "stream-K plans take pairs only when asked (not measured yet)" if streamk and default else
+        f"stream-K pairs need an even block count, not {streamk}" if streamk % 2 else
         f"the {n // BC} channel tiles do not pair up" if (n // BC) % 2 else "")
     if why:
         if cluster:
@@ -194,6 +196,11 @@ def pair_cluster_blocks(caps, n: int, producer_warp: bool, streamk: int, tail: i
         return 0, "" if default else f"no cluster ({PAIR_CLUSTER_ENV}): {why}"
     how = (f"from M {PAIR_CLUSTER_MIN_M} with {PAIR_CLUSTER_BT}-token tiles by default, {PAIR_CLUSTER_ENV}=0: off; "
            "measured 1.5-2% faster at M 1024" if default else PAIR_CLUSTER_ENV if forced else "cluster=2")
+    if streamk:
+        return 2, (f"stream-K in clusters of 2 blocks ({how}; not measured yet): the schedule's units are the "
+                   f"{streamk // 2} pairs, its tiles pairs of adjacent channel tiles of one token tile, each block its "
+                   "half; the block of rank it % 2 copies stage it's activations into both blocks' slots by one "
+                   "multicast tensor copy; each block's split-tile halves handed over as without pairs")
     return 2, (f"clusters of 2 blocks ({how}): adjacent channel tiles of one token tile; block kt % 2 copies stage "
                "kt's activations by one multicast tensor copy into both blocks' slots (one L2 read), each slot "
                "refilled once every consumer warp of both blocks released it")

@@ -94,3 +94,31 @@ def test_default_pairs_through_gemm(case, monkeypatch):
            if (mm, p.n, p.k) == (m, n, k) and p.path == "wgmma-rs"]
     assert ran and all(p.tiles.cluster == 2 and p.cluster_dims == (1, 2, 1) for p in ran), [p.kernel_name for p in ran]
     assert graph_replay_error(lambda a: humming.gemm(a, qw), x, ref_of) <= tol
+
+
+# (scheme, group, dtype, N, K, M, token tile, persistent blocks): stream-K in pairs (asked for; units of two blocks):
+# 28672 x 2048 M=128 on 66 pairs (112 pair tiles: one wave, 46 split), three token tiles (one partly past M) on 5 pairs
+# (two waves, two tiles split), fewer left-over atoms than pairs (1024 x 256 on 3 pairs: one tile of 4 atoms left),
+# 256-token tiles with zero points in bf16 (256 pair tiles: three waves, 58 split)
+STREAMK_PAIRS = [("w4a16", 128, torch.float16, 28672, 2048, 128, 128, 132),
+                 ("w4a16", 128, torch.float16, 1024, 4096, 261, 128, 10),
+                 ("w4a16", None, torch.float16, 1024, 256, 128, 128, 6),
+                 ("w4a16-zp", 128, torch.bfloat16, 8192, 1024, 2048, 256, 132)]
+
+
+@pytest.mark.parametrize("case", STREAMK_PAIRS, ids=["-".join(str(v) for v in c[3:]) + f"-{c[0]}" for c in STREAMK_PAIRS])
+def test_streamk_pairs_match_reference(case):
+    """Stream-K in pairs (TileConfig.cluster = 2 with streamk; generator_wgmma_rs_streamk.pair_rewrite): both blocks
+    of a pair run the same segments, each its channel tile; the split tiles' halves handed over with their own
+    counters. Against the reference, then 20 launches in a row (counters and both blocks' phases) and graph replay."""
+    name, group, dtype, n, k, m, bt, blocks = case
+    caps = _require_wgmma(dtype)
+    torch.manual_seed(n + k + m + blocks)
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    act = "f16" if dtype == torch.float16 else "bf16"
+    handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
+    prep = api._registry[handle]
+    p = plan_wna16_wgmma_rs(caps, prep.packed.layout, m, act, scheme="", bt=bt, small=False, streamk=blocks, cluster=2)
+    assert p.tiles.cluster == 2 and p.tiles.streamk == blocks and p.cluster_dims == (1, 2, 1)
+    forced_repeats_and_replay(qw, handle, p, torch.randn(m, k, device="cuda", dtype=dtype), TOL[dtype])

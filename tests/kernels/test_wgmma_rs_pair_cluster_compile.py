@@ -51,8 +51,8 @@ def test_pair_changes_nothing_else(monkeypatch):
 
 @pytest.mark.parametrize("kwargs,words", [
     (dict(cluster=4), "take 2 blocks"),
-    (dict(cluster=2, streamk=132), "exclude stream-K"),
-    (dict(cluster=2, m=128, bt=128, tail=92, n=28672), "exclude stream-K and tail"),
+    (dict(cluster=2, streamk=131), "even block count"),
+    (dict(cluster=2, m=128, bt=128, tail=92, n=28672), "exclude tail"),
     (dict(cluster=2, n=8320), "do not pair up"),
 ])
 def test_pair_refusals(kwargs, words):
@@ -63,8 +63,10 @@ def test_pair_refusals(kwargs, words):
 def test_env_asks_for_pairs_where_they_apply(monkeypatch):
     monkeypatch.setenv(PAIR_CLUSTER_ENV, "2")
     assert _plan().tiles.cluster == 2
-    sk = _plan(streamk=132)
-    assert sk.tiles.cluster == 0 and any("no cluster" in r and "stream-K" in r for r in sk.reasons)
+    sk = _plan(streamk=132)  # stream-K in pairs: only when asked
+    assert sk.tiles.cluster == 2 and any("stream-K in clusters of 2 blocks" in r for r in sk.reasons)
+    odd = _plan(streamk=131)
+    assert odd.tiles.cluster == 0 and any("no cluster" in r and "even block count" in r for r in odd.reasons)
     monkeypatch.setenv(PAIR_CLUSTER_ENV, "3")
     with pytest.raises(ValueError, match="expected 0 or 2"):
         _plan()
@@ -111,3 +113,36 @@ def test_pair_rewrite_independent_of_row_scale(act, monkeypatch):
     scaled = changed(lines("0", True), lines("2", True))
     assert plain and plain == scaled
     assert "load_f32(GS + t0)" in "\n".join(lines("2", True)) and not any("GS" in ln for ln in scaled)
+
+
+@pytest.mark.parametrize("early", [False, True])
+def test_streamk_pair_source(early, monkeypatch):
+    """Stream-K in pairs (asked for: cluster=2 with streamk): the schedule's units are the block pairs and its tiles
+    pairs of channel tiles, each block its half; the producer's copy in turn by the global stage count; both blocks'
+    slots released except the last STAGES stages of the run; the split tiles' halves with their own counters and
+    slots; the early ring composes with it."""
+    from humming.core.planner_wgmma_rs import EARLY_ENV
+
+    if early:
+        monkeypatch.setenv(EARLY_ENV, "1")
+    p = _plan(m=4096, n=28672, streamk=132, cluster=2)
+    assert p.tiles.cluster == 2 and p.cluster_dims == (1, 2, 1) and p.grid == (1, 132, 1) and "c2k132" in p.kernel_name
+    src = api.source(p)
+    assert "static constexpr int P = 66, katoms = 128;" in src and "tiles_y = N / (2 * cfg::BC);" in src
+    for unpaired in ("run_start(blockIdx.y)", "next(blockIdx.y,", "(int)blockIdx.y + 1", "CNT + (tile - sk.dp_tiles)"):
+        assert unpaired not in src, unpaired  # (the schedule's unit is the pair, blockIdx.y >> 1)
+    assert src.count("StreamK(M, N).next(blockIdx.y >> 1, ") == (3 if early else 2)
+    assert "n0 += (blockIdx.y & 1) * BC;  // this block's channel tile of the pair" in src
+    assert ("n0 += (blockIdx.y & 1) * BC;\n" in src) == early  # (the early ring's next tile too)
+    assert "if (it % 2 == (blockIdx.y & 1))" in src and "tma_load_2d_multicast(x0 + s * X_BYTES, &XMAP, (kt0 + kt) * BK, m0" in src
+    assert "it0 + kt - 1 + STAGES < total_stages" in src and src.count("mbar_arrive_peer(empty, ") == 2
+    assert "int* counter = CNT + 2 * (tile - sk.dp_tiles) + (blockIdx.y & 1);" in src
+    assert "(size_t)(2 * bj + (blockIdx.y & 1)) * SPLIT_FLOATS" in src and "cluster_sync();" in src
+    assert "mbar_arrive(empty)" not in src and "tma_load_2d(x0 + s * X_BYTES" not in src
+
+
+@pytest.mark.parametrize("m,bt", [(4096, 256), (128, 128)])
+def test_streamk_pair_kernels_compile(m, bt, compiled_without_spills):
+    p = _plan(m=m, bt=bt, n=28672, streamk=132, cluster=2)
+    mod = compiled_without_spills(p, api.resolve_profile(H200))
+    assert not re.search(r"C75\d\d", mod.log), mod.log
