@@ -147,14 +147,17 @@ def cluster_refusal(caps, n: int, stages: int, tma: bool, cluster: int) -> str:
 
 
 PAIR_CLUSTER_ENV = "HUMMING_WGMMA_RS_CLUSTER"  # "2": the two-warpgroup form in clusters of two blocks that share each
-# activation stage by multicast (humming.core.pair_cluster); "0": never; unset: pairs by default for plain (no stream-K,
-# no tail) plans of 256-token tiles from M PAIR_CLUSTER_MIN_M, where the profile declares cluster_multicast. Measured on
+# activation stage by multicast (humming.core.pair_cluster); "0": never; unset: pairs by default for plans of 256-token
+# tiles (plain or stream-K, not tail) from M PAIR_CLUSTER_MIN_M, where the profile declares cluster_multicast. Measured on
 # the H200 (2026-12-01, scripts/ab_env.py, 8 rotated rounds, W4A16 g128, median us, off -> on, two runs): 8192x8192
 # M1024 206.3 -> 203.2 and 205.9 -> 203.1; 4096x14336 M1024 177.2 -> 173.5 and 177.5 -> 173.8, M2048 365.7 -> 359.1;
 # 8192x8192 M1536 310.5 -> 314.6 (its all-capped last rounds ~1% faster). The medians of rows where both settings ran
 # the same (stream-K) kernel moved by up to 1.3% in those runs. Not by default on the fitted 192-token tiles (M768:
 # 8192x8192 146.7 -> 156.0, 4096x14336 134.4 -> 135.5), nor at 128 tokens (28672x8192 M128 without stream-K: 114.7 ->
-# 115.9); stream-K and tail plans take no clusters.
+# 115.9). Stream-K in pairs (the same day, 8-10 rounds, two runs): 28672x8192 M1024 761.1 -> 710.7 and 718.1 -> 703.4,
+# M2048 1460.0 -> 1440.2, M4096 2984.7 -> 2872.8 and 2978.8 -> 2864.6; 8192x8192 M2048 414.7 -> 410.6, M4096 814.7 ->
+# 816.3 and 826.8 -> 821.3; 4096x14336 M4096 715.9 -> 707.8 and 722.1 -> 716.1; slower at M768 (28672x8192 532.2 ->
+# 543.5, 8192x8192 154.8 -> 156.7), below the default's M.
 PAIR_CLUSTER_MIN_M = 1024
 PAIR_CLUSTER_BT = 256
 
@@ -187,7 +190,6 @@ def pair_cluster_blocks(caps, n: int, producer_warp: bool, streamk: int, tail: i
         f"{caps.name} does not declare cluster_multicast" if not caps.memory.cluster_multicast else
         "clusters need the producer warpgroup (TMA copies)" if not producer_warp else
         "clusters exclude tail" if tail else
-        "stream-K plans take pairs only when asked (not measured yet)" if streamk and default else
         f"stream-K pairs need an even block count, not {streamk}" if streamk % 2 else
         f"the {n // BC} channel tiles do not pair up" if (n // BC) % 2 else "")
     if why:
@@ -195,9 +197,10 @@ def pair_cluster_blocks(caps, n: int, producer_warp: bool, streamk: int, tail: i
             raise (UnsupportedOnDevice if "declare" in why else ShapeError)(f"cluster {cluster}: {why}")
         return 0, "" if default else f"no cluster ({PAIR_CLUSTER_ENV}): {why}"
     how = (f"from M {PAIR_CLUSTER_MIN_M} with {PAIR_CLUSTER_BT}-token tiles by default, {PAIR_CLUSTER_ENV}=0: off; "
-           "measured 1.5-2% faster at M 1024" if default else PAIR_CLUSTER_ENV if forced else "cluster=2")
+           f"measured {'1-4' if streamk else '1.5-2'}% faster at M 1024-4096" if default else
+           PAIR_CLUSTER_ENV if forced else "cluster=2")
     if streamk:
-        return 2, (f"stream-K in clusters of 2 blocks ({how}; not measured yet): the schedule's units are the "
+        return 2, (f"stream-K in clusters of 2 blocks ({how}): the schedule's units are the "
                    f"{streamk // 2} pairs, its tiles pairs of adjacent channel tiles of one token tile, each block its "
                    "half; the block of rank it % 2 copies stage it's activations into both blocks' slots by one "
                    "multicast tensor copy; each block's split-tile halves handed over as without pairs")

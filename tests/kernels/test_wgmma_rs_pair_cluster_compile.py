@@ -76,7 +76,10 @@ def test_env_asks_for_pairs_where_they_apply(monkeypatch):
     on = _plan()  # by default: M 1024, 256-token tiles, no stream-K or tail
     assert on.tiles.bm == 256 and on.tiles.cluster == 2 and any("by default" in r for r in on.reasons)
     assert _plan(m=4096, n=28672).tiles.cluster == 2
-    for kw in (dict(m=PAIR_CLUSTER_MIN_M - 1), dict(bt=128), dict(m=768, bt=192), dict(streamk=132), dict(m=128)):
+    sk = _plan(m=4096, n=28672, streamk=132)  # stream-K plans of 256-token tiles too
+    assert sk.tiles.cluster == 2 and any("stream-K in clusters of 2 blocks (from M 1024" in r for r in sk.reasons)
+    for kw in (dict(m=PAIR_CLUSTER_MIN_M - 1), dict(bt=128), dict(m=768, bt=192), dict(streamk=131), dict(m=128),
+               dict(m=768, streamk=132), dict(bt=128, streamk=132)):
         p = _plan(**kw)
         assert p.tiles.cluster == 0 and not any("cluster" in r for r in p.reasons), kw  # (silently not by default)
     assert _plan(n=8320).tiles.cluster == 0  # 65 channel tiles: no pairs
