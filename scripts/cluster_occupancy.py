@@ -59,8 +59,12 @@ def main() -> None:
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
             humming.gemm(x, qw)
             torch.cuda.synchronize()
-            handle = api.prepared(qw, x.dtype, x.device)
-            spec = api._registry[handle].launches[m]
+            # the handle that launched M (from M 513 the two-warpgroup form has a handle of its own)
+            specs = [api._registry[h].launches[m] for h in qw.__dict__.get("_humming_prepared", {}).values()
+                     if isinstance(h, int) and h >= 0 and m in api._registry[h].launches]
+            if not specs:
+                raise SystemExit(f"{shape} M={m}: no prepared handle launched this M")
+            spec = specs[-1]
             print(f"{shape} M={m}: {spec.plan.summary()}\n    {occupancy(spec, device)}", flush=True)
 
 

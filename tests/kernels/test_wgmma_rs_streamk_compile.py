@@ -72,7 +72,8 @@ def test_schedule_covers_every_atom_once(tiles, katoms, blocks):
 
 
 @pytest.mark.parametrize("m,bt,stages", [(128, 128, 6), (256, 256, 4), (4096, 256, 4)])
-def test_streamk_plan(m, bt, stages):
+def test_streamk_plan(m, bt, stages, monkeypatch):
+    monkeypatch.setenv("HUMMING_WGMMA_RS_CLUSTER", "0")  # (the unpaired text; pairs: test_wgmma_rs_pair_cluster_compile)
     p = _plan(m=m, bt=bt, n=8192 if m == 4096 else 28672)
     assert p.grid == (1, 132, 1) and p.workspace_floats == 132 * bt * 128  # one slot per block (the hand-over)
     assert p.tiles.stages == stages and p.smem_bytes == smem_bytes(bt, stages, True)
