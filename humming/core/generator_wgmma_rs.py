@@ -379,7 +379,11 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     # slot 0's descriptor, declared where ptxas's loop comes out shortest (the small form: at the top, the others: with
     # the accumulators; 1210 -> 1096 SASS instructions per 10 stream-K stages with the unsigned slot arithmetic)
     desc0_small, desc0_wide = (SLOT0_DESCRIPTOR, "") if small else ("", SLOT0_DESCRIPTOR)
-    early_code = streamk.early_fetch(fetch("s", "s", "          "), slab_line, wsrc_line) if t.streamk and t.early else ""
+    # the weight ring's declarations: in the tile body, or with the early ring before the segment loop (streamk.early_open)
+    ring_code = "  uint32_t wq[R][4];  // codes of the atoms in flight: k16 step ks of channels 16w + g (+8)" + ring_decl_code
+    tab_line = "const int tab = slab * 64 + g * 8 + 2 * w;"
+    early = bool(t.streamk and t.early)
+    early_code = streamk.early_fetch(fetch("s", "s", "          "), slab_line, wsrc_line, tab_line) if early else ""
     source = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -425,8 +429,8 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
 {load_code}
 {{SEGMENT_BODY}}{slab_body}  {wsrc_doc}
   {wsrc_line}
-  const int tab = slab * 64 + g * 8 + 2 * w;                     // tables: n8 tiles 2w (low half), 2w + 1 (high)
-{zero_decl}  uint32_t wq[R][4];  // codes of the atoms in flight: k16 step ks of channels 16w + g (+8){ring_decl_code}{fixed_code}
+  {tab_line}                     // tables: n8 tiles 2w (low half), 2w + 1 (high)
+{zero_decl}{"" if early else ring_code}{fixed_code}
 
   float acc[WG_ACC_REGS];
   #pragma unroll
@@ -434,7 +438,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
 {desc0_wide}
 {prologue}  #pragma unroll
   for (int s = 0; s < PF; ++s)
-    if (s < ktiles) {{
+    if ({"!ring_ready && " if early else ""}s < ktiles) {{
 {fetch("s", "s", "      ")}
     }}
 {pdl_tail}{stagger_take}
@@ -485,14 +489,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
 {copy_out.replace("__syncthreads()", block_sync + "()").replace("lds_128(r, x0 + ", f"lds_128(r, {staging} + ")}"""
     if t.streamk:  # the tile body runs once per segment
         head, body = source.split("{SEGMENT_BODY}")
-        open_text = streamk.SEGMENT_OPEN
-        if t.early:  # the weight ring lives across segments (streamk.early_fetch)
-            ring = "  uint32_t wq[R][4];  // codes of the atoms in flight: k16 step ks of channels 16w + g (+8)" + ring_decl_code
-            prologue = "  for (int s = 0; s < PF; ++s)\n    if (s < ktiles) {"
-            if body.count(ring) != 1 or body.count(prologue) != 1:
-                raise ValueError("internal: the stream-K body has no single ring declaration or prologue")
-            body = body.replace(ring + "\n" if ring + "\n" in body else ring, "").replace(prologue, prologue.replace("if (s < ktiles)", "if (!ring_ready && s < ktiles)"))
-            open_text = streamk.early_open(ring)
+        open_text = streamk.early_open(ring_code) if early else streamk.SEGMENT_OPEN  # (the ring across segments)
         body = "\n".join(("  " + ln) if ln else ln for ln in body.split("\n"))
         source = head + open_text + "\n" + body.rstrip() + "\n" + streamk.SEGMENT_CLOSE
         return streamk.pair_rewrite(source) if pair else source

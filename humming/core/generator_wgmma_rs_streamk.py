@@ -249,11 +249,11 @@ def early_open(ring: str) -> str:
                                 "segment's first atoms (loaded before the previous segment's epilogue)\n")
 
 
-def early_fetch(fetch: str, slab_line: str, wsrc_line: str) -> str:
+def early_fetch(fetch: str, slab_line: str, wsrc_line: str, tab_line: str) -> str:
     """CUDA after a segment's last wgmmas and the consumers' barrier (after the async-proxy fence, whose MEMBAR would
     wait for these loads): the next segment (if any) and its first PF atoms into the ring;
-    ``fetch``: the prologue's load of atom s into slot s (10 spaces indented), ``slab_line`` / ``wsrc_line``: the
-    body's declarations of slab and wsrc, repeated here for the next segment's tile."""
+    ``fetch``: the prologue's load of atom s into slot s (10 spaces indented), ``slab_line`` / ``wsrc_line`` /
+    ``tab_line``: the body's declarations of slab, wsrc and tab, repeated here for the next segment's tile."""
     return f"""
   {{  // the next segment's first weight atoms, loaded now: they arrive during this segment's epilogue
     // (not after a split tile's later part: the fence after its partial's store would wait for these loads)
@@ -265,7 +265,7 @@ def early_fetch(fetch: str, slab_line: str, wsrc_line: str) -> str:
       const int kt0 = kt0_n, ktiles = ktiles_n;  // (the next segment's, for the loads below)
       {slab_line.strip()}
       {wsrc_line.strip()}
-      const int tab = slab * 64 + g * 8 + 2 * w;
+      {tab_line}
       #pragma unroll
       for (int s = 0; s < PF; ++s)
         if (s < ktiles) {{
