@@ -26,24 +26,23 @@ from humming import api  # noqa: E402
 from humming.tuner import copies_for, graph_timer, rotated_samples  # noqa: E402
 
 
+def prepared_handles(qw) -> list:
+    """The registry entries of ``qw``'s prepared handles (from M 513 the two-warpgroup form has a handle of its own)."""
+    return [api._registry[h] for h in qw.__dict__.get("_humming_prepared", {}).values() if isinstance(h, int) and h >= 0]
+
+
 def forget_plans(qws) -> None:
     """Drop every prepared handle's cached plans and launch specs, so that the next call plans under the current
     environment (the weights stay prepared)."""
     for qw in qws:
-        for handle in qw.__dict__.get("_humming_prepared", {}).values():
-            if isinstance(handle, int) and handle >= 0:
-                api._registry[handle].plans.clear()
-                api._registry[handle].launches.clear()
+        for prep in prepared_handles(qw):
+            prep.plans.clear()
+            prep.launches.clear()
 
 
 def ran_kernels(qw, m: int) -> list[str]:
-    """The kernel names of the plans the prepared handles of ``qw`` made for M (what humming.gemm launched: from M
-    513 the two-warpgroup form's handle of its own)."""
-    names = []
-    for handle in qw.__dict__.get("_humming_prepared", {}).values():
-        if isinstance(handle, int) and handle >= 0 and m in api._registry[handle].plans:
-            names.append(api._registry[handle].plans[m].kernel_name)
-    return names
+    """The kernel names of the plans the prepared handles of ``qw`` made for M (what humming.gemm launched)."""
+    return [prep.plans[m].kernel_name for prep in prepared_handles(qw) if m in prep.plans]
 
 
 def _apply(env: str, value: str) -> None:

@@ -15,7 +15,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import torch  # noqa: E402
 
 import humming  # noqa: E402
-from humming import api  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ab_env import prepared_handles  # noqa: E402
 
 
 def occupancy(spec, device: int) -> dict:
@@ -59,9 +61,7 @@ def main() -> None:
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
             humming.gemm(x, qw)
             torch.cuda.synchronize()
-            # the handle that launched M (from M 513 the two-warpgroup form has a handle of its own)
-            specs = [api._registry[h].launches[m] for h in qw.__dict__.get("_humming_prepared", {}).values()
-                     if isinstance(h, int) and h >= 0 and m in api._registry[h].launches]
+            specs = [prep.launches[m] for prep in prepared_handles(qw) if m in prep.launches]  # (the handle of M)
             if not specs:
                 raise SystemExit(f"{shape} M={m}: no prepared handle launched this M")
             spec = specs[-1]

@@ -163,7 +163,8 @@ PAIR_CLUSTER_BT = 256
 
 
 EARLY_ENV = "HUMMING_WGMMA_RS_SK_EARLY"  # "1": stream-K plans load the next segment's first weight atoms before the
-# epilogue (TileConfig.early; written 2026-12-01 without a GPU: off until measured)
+# epilogue (TileConfig.early). Off: no consistent gain on the H200 (2026-12-01, us, off -> on: 28672x8192 M128 106.2 ->
+# 107.8, M1024 761.1 -> 748.3, M4096 2984.7 -> 2949.6; with pairs 2872.8 -> 2810.0, then 2864.6 -> 2884.4)
 
 
 def early_ring_wanted(streamk: int) -> tuple[int, str]:
