@@ -222,6 +222,30 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "nodecode_rs": [(r"a\[ks\]\[h\] = act2_add\(dq_raw\(wh, 0\), zz\);", "a[ks][h] = act2_add(wh, zz);"),
                     (r"a\[ks\]\[2 \+ h\] = act2_fma\(dq_raw_x16\(wh\), x16_scale, zz16\);",
                      "a[ks][2 + h] = act2_add(wh, zz16);")],
+    # two-warpgroup register-A form (plain and stream-K) without the group scale's multiply (16 HMUL2 a stage; the
+    # unused scale loads go too) / with each fragment word made by one mask of the codes instead of the decode (a LOP3
+    # or a shift and a LOP3 instead of LOP3, HADD2 or HFMA2, HMUL2; the scales feed the masks so their loads stay;
+    # wrong results, finite values below 1): what the decode's ALU work costs, e.g. under the power cap
+    "noscale_2wg": [(r"a\[ks\]\[h\] = act2_mul\(act2_add\(dq_raw\(wh, 0\), zz\), ss\);",
+                     "a[ks][h] = act2_add(dq_raw(wh, 0), zz);"),
+                    (r"a\[ks\]\[2 \+ h\] = act2_mul\(act2_fma\(dq_raw_x16\(wh\), x16_scale, zz16\), ss\);",
+                     "a[ks][2 + h] = act2_fma(dq_raw_x16(wh), x16_scale, zz16);")],
+    "nodecode_2wg": [(r"a\[ks\]\[h\] = act2_mul\(act2_add\(dq_raw\(wh, 0\), zz\), ss\);",
+                      "a[ks][h] = (wh ^ ss) & 0x3BFF3BFFu;"),
+                     (r"a\[ks\]\[2 \+ h\] = act2_mul\(act2_fma\(dq_raw_x16\(wh\), x16_scale, zz16\), ss\);",
+                      "a[ks][2 + h] = ((wh >> 4) ^ ss) & 0x3BFF3BFFu;")],
+    # two-warpgroup register-A plain form: half of K (the fixed part is 2 x half - whole; wrong results), the weight
+    # loads re-reading two atoms that stay in L2 (their memory latency), two stage trips per drain instead of one (U =
+    # 4 R: the wgmma_wait<0> at the loop's back edge every 20 stages instead of 10; correct)
+    "half_2wg": [(r"const int ktiles = K / BK;", "const int ktiles = K / BK / 2;")],
+    "l2w_2wg": [(r"const uint32_t\* p = wsrc \+ \(size_t\)kb \* ATOM_WORDS \+ \(u \+ PF\) \* ATOM_WORDS;",
+                 "const uint32_t* p = wsrc + (size_t)((u + PF) % 2) * ATOM_WORDS;")],
+    "u20_2wg": [(r"constexpr int U = 2 \* R;", "constexpr int U = 4 * R;")],
+    # two-warpgroup plain form without its epilogue (scales, staging tile, copy-out; one store kept so that the
+    # accumulators stay live; wrong results): what the tile's epilogue costs
+    "noepi_2wg": [(r"(\n  // acc\[4j \+ 2h \+ e\] = channel)",
+                   "\n  if (M > 0) {  // (ablation) no epilogue\n    if (acc[0] == 1234.5f && acc[WG_ACC_REGS - 1] == 0.5f) "
+                   "C[tid] = 1;\n    return;\n  }\\1")],
     # small register-A form: the stage's k16 wgmmas replaced by mma.sync m16n8k16 per warp (B by ldmatrix from the
     # 128-byte-swizzled slot; the accumulator layouts agree): a correct variant
     "mmasync_rs": [(r'(extern "C" __global__)', MMA_SYNC_HELPERS.replace("\\", "\\\\") + r"\1"),

@@ -7,6 +7,8 @@
 #   bash scripts/gpu_suite.sh ppu        # the GPU tests with the Zhenwu 810E profile forced (emulation), and
 #                                        # the YAML-only example device of docs/porting.md
 #   bash scripts/gpu_suite.sh tests      # every GPU test, no benchmark
+#   bash scripts/gpu_suite.sh sustained  # W4A16 M 1024 / 4096: each library alone for seconds under the power cap
+#                                        # (scripts/sustained.py; ~2 minutes, not part of "all")
 # Extra arguments go to pytest (e.g. -k "w4a16 and not bf16").
 # HUMMING_GPU_WORKERS=N runs the tests in N pytest-xdist processes sharing the GPU (the kernel compiles, most of the
 # wall time, then run in parallel); needs pytest-xdist importable (e.g. unpacked wheels on PYTHONPATH). The device
@@ -36,7 +38,10 @@ case "$PART" in
        unset HUMMING_DEVICE_PROFILE
        run_tests gpu-new-device tests/gpu/test_new_device_gpu.py "$@" ;;
   tests|all) run_tests gpu-tests tests/gpu "$@" ;;
-  bench) ;;
+  bench|sustained) ;;
+esac
+case "$PART" in
+  sustained) python3 scripts/sustained.py --out "$OUT" "$@" 2>&1 | tee "$OUT/sustained.log" | tail -8 ;;
 esac
 case "$PART" in
   bench|all) python3 bench/bench_wna16.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -30 ;;

@@ -1,6 +1,8 @@
 """Run one quantized GEMM a few times (for a profiler such as Nsight Compute on the device machine).
 
     python scripts/one_gemm.py --scheme w4a8-fp8 --m 4096 --n 8192 --k 8192 [--reps 3]
+    python scripts/one_gemm.py --scheme cublas-fp16 ...   (torch.matmul on random fp16 weights instead: the
+                                                            baseline's kernels, e.g. for ncu -k regex:. )
 """
 from __future__ import annotations
 
@@ -46,8 +48,15 @@ def main() -> None:
                          '\'{"bm": 16, "bk": 512, "stages": 2, "warps_k": 8, "fold": 2, "bulk": 1, "splits": 2}\'')
     args = ap.parse_args()
     torch.manual_seed(0)
-    qw = humming.quantize(torch.randn(args.n, args.k, device="cuda") * 0.05, args.scheme)
     x = torch.randn(args.m, args.k, device="cuda", dtype=torch.float16)
+    if args.scheme == "cublas-fp16":  # the baseline of the benchmarks: fp16 torch.matmul on the same weights
+        w16 = torch.randn(args.n, args.k, device="cuda", dtype=torch.float16) * 0.05  # as bench/bench_wna16.py's
+        for _ in range(args.reps):
+            y = x @ w16.t()
+        torch.cuda.synchronize()
+        print(args.scheme, tuple(y.shape), float(y.float().abs().mean()))
+        return
+    qw = humming.quantize(torch.randn(args.n, args.k, device="cuda") * 0.05, args.scheme)
     if args.tiles:
         _force(qw, x, json.loads(args.tiles))
     for _ in range(args.reps):

@@ -315,8 +315,6 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         mma_block, refill = mma_block.replace(wgmma_commit, wgmma_commit + refill, 1), ""
     pdl_trigger = pdl_tail = ""
     if plan.pdl:  # weights are constant: their first stages load before the wait for the previous kernel
-        if ws:
-            raise ValueError("programmatic dependent launch (pdl) is written for the forms without a producer warpgroup")
         from humming.devices.nvidia.backend import grid_dependency_helpers
 
         prelude += grid_dependency_helpers(caps)
@@ -344,6 +342,9 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         # sub-partition keep their issue slots)
         load_code = (streamk.PRODUCER if t.streamk else
                      PRODUCER_WARPGROUP_WAITING.replace("WAIT(", "mbar_wait_polite("))
+        if plan.pdl:  # the producer's first copy reads activations: after the previous kernel (the consumers' weight
+            # prefetch runs before their own wait, pdl_tail, and everything they write comes after it)
+            load_code = _after_producer_start(load_code, PDL_PRODUCER_WAIT)
         if t.tail:  # the block's K range starts at atom kt0
             load_code = load_code.replace("&XMAP, kt * BK, m0", "&XMAP, (kt0 + kt) * BK, m0")
             if "(kt0 + kt) * BK" not in load_code:
@@ -495,6 +496,17 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
         return streamk.pair_rewrite(source) if pair else source
     source = source.replace("{SEGMENT_BODY}", "")
     return _pair_source(source, t.raster) if pair else source
+
+
+PDL_PRODUCER_WAIT = "      pdl_wait();  // the previous kernel's outputs (our activations) are visible\n"
+
+
+def _after_producer_start(load_code: str, line: str) -> str:
+    """The producer warpgroup's code with ``line`` as the first statement of its copying thread."""
+    start = "    if (tid == THREADS) {\n"
+    if load_code.count(start) != 1:
+        raise ValueError("internal: the producer warpgroup's code has no single copying-thread branch")
+    return load_code.replace(start, start + line)
 
 
 def _pair_source(source: str, raster: int) -> str:

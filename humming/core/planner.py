@@ -363,17 +363,23 @@ def pdl_wanted() -> bool:
     return PDL_DEFAULT if env == "" else env != "0"
 
 
+PDL_PREFILL_ENV = "HUMMING_PDL_PREFILL"  # "0": not for the two-warpgroup register-A form (the prefill kernels)
+
+
 def with_pdl(caps, plan: Plan) -> Plan:
-    """The plan with programmatic dependent launch where it applies: the register-ring stream kernel and the small-M
-    register-A wgmma form (64-channel tiles) on a profile declaring griddepcontrol (HUMMING_PDL=0: never). Their
-    weight prefetch then overlaps the previous kernel's tail."""
+    """The plan with programmatic dependent launch where it applies: the register-ring stream kernel, the small-M
+    register-A wgmma form (64-channel tiles) and the two-warpgroup register-A form (128-channel tiles, plain,
+    pairs, stream-K and tail; HUMMING_PDL_PREFILL=0: not these) on a profile declaring griddepcontrol (HUMMING_PDL=0:
+    never). Their weight prefetch then overlaps the previous kernel's tail."""
     wanted = pdl_wanted()
+    prefill = plan.path == "wgmma-rs" and plan.tiles.bn == 128 and os.environ.get(PDL_PREFILL_ENV, "") != "0"
     kernel = ((plan.path == "stream" and not plan.tiles.bulk)
-              or (plan.path == "wgmma-rs" and plan.tiles.bn == 64 and plan.tiles.bulk != 2))
+              or (plan.path == "wgmma-rs" and plan.tiles.bn == 64 and plan.tiles.bulk != 2) or prefill)
     if not wanted or plan.pdl or not kernel or not caps.memory.griddepcontrol:
         return plan
     return replace(plan, pdl=True, reasons=plan.reasons + (
-        f"programmatic dependent launch ({PDL_ENV}; griddepcontrol declared): launched with the PDL attribute, "
+        f"programmatic dependent launch ({PDL_ENV}"
+        + (f", {PDL_PREFILL_ENV}" if prefill else "") + "; griddepcontrol declared): launched with the PDL attribute, "
         "the kernel prefetches its first weight atoms while the previous kernel of the stream finishes, then "
         "waits for it (griddepcontrol.wait) before reading activations or writing",))
 

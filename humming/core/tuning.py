@@ -367,13 +367,15 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
 def register_a_prefill_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     """The plan of the handle that runs the two-warpgroup register-A form from its default M (humming.api): a tuned
     entry of M's bucket that is that form (``bn`` = 128, e.g. with stream-K) on a hit, else the planner's rules.
-    Entries of other kernels in the bucket (e.g. a tile kernel stored below the form's threshold) are not taken."""
+    Entries of other kernels in the bucket (e.g. a tile kernel stored below the form's threshold) are not taken. The
+    launch options (programmatic dependent launch) applied, as the handle launches it."""
     from humming.core import planner_wgmma_rs as rs
+    from humming.core.planner import launch_options
 
     tuned = tuned_plan(caps, layout, m, act, scheme)
     if tuned is not None and tuned.path == RS_PATH and tuned.tiles.bn == rs.BC:
-        return tuned
-    return rs.prefill_default(caps, layout, m, act, scheme)
+        return launch_options(caps, tuned)
+    return launch_options(caps, rs.prefill_default(caps, layout, m, act, scheme))
 
 
 def runs_register_a_prefill(caps, layout, m: int) -> bool:
@@ -396,10 +398,8 @@ def runs_register_a_prefill(caps, layout, m: int) -> bool:
 def runtime_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     """The plan humming.gemm runs for M with the tuning files as they are (the register-A prefill handle's or
     choose_plan's); the launch options applied."""
-    from humming.core.planner import launch_options
-
     if runs_register_a_prefill(caps, layout, m):
-        return launch_options(caps, register_a_prefill_plan(caps, layout, m, act, scheme))
+        return register_a_prefill_plan(caps, layout, m, act, scheme)
     return choose_plan(caps, layout, m, act, scheme)
 
 

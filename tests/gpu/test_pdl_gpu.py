@@ -1,5 +1,6 @@
-"""Programmatic dependent launch (griddepcontrol) of the stream kernel (M <= 8) and the small register-A wgmma form
-(M 16, 64), and the widened W4A8 path (quantization kernel, then the GEMM): back-to-back GEMMs where each consumes the
+"""Programmatic dependent launch (griddepcontrol) of the stream kernel (M <= 8), the small register-A wgmma form
+(M 16, 64), the two-warpgroup prefill form (M 1024: plain tiles in pairs; M 4096: stream-K in pairs), and the widened
+W4A8 path (quantization kernel, then the GEMM): back-to-back GEMMs where each consumes the
 previous one's output, eager and replayed from a CUDA graph, against the reference; the output poisoned (conftest)."""
 import pytest
 import torch
@@ -26,7 +27,7 @@ def _reference(x, q1, q2):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-@pytest.mark.parametrize("m", [1, 4, 8, 16, 64])
+@pytest.mark.parametrize("m", [1, 4, 8, 16, 64, 1024, 4096])
 def test_pdl_chain(m, dtype, monkeypatch):
     monkeypatch.delenv(PDL_ENV, raising=False)
     caps = api.resolve_profile(None)
@@ -37,6 +38,8 @@ def test_pdl_chain(m, dtype, monkeypatch):
     x = torch.randn(m, k, device="cuda", dtype=dtype)
     p = humming.plan("w4a16", m, n, k, act="bf16" if dtype == torch.bfloat16 else "f16")
     assert p.pdl and p.path in ("stream", "wgmma-rs"), p.explain()
+    if m >= 1024:  # the prefill form: its producer warpgroup waits before the first activation copy
+        assert p.tiles.bn == 128 and p.tiles.bulk == 2 and bool(p.tiles.streamk) == (m == 4096), p.explain()
     bound = 5e-3 if dtype == torch.bfloat16 else 2e-3  # two GEMMs, the intermediate rounded to 16 bits
     for _ in range(20):  # eager, back to back: the second kernel prefetches while the first finishes
         x.normal_()

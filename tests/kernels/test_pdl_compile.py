@@ -1,6 +1,6 @@
-"""Programmatic dependent launch: planned only for the register-ring stream kernel on profiles declaring
-griddepcontrol; the kernel triggers its dependents first, prefetches its weights and tables, and waits
-(griddepcontrol.wait) before it loads activations or writes anything."""
+"""Programmatic dependent launch: planned for the register-ring stream kernel and the register-A wgmma forms (small-M
+and two-warpgroup prefill) on profiles declaring griddepcontrol; the kernel triggers its dependents first, prefetches
+its weights and tables, and waits (griddepcontrol.wait) before it loads activations or writes anything."""
 import pytest
 
 import humming
@@ -49,12 +49,42 @@ def test_small_register_a_form_waits_after_its_weight_prefetch(m):
     api.compile_plan(p, "nvidia-h200")
 
 
-def test_not_the_prefill_kernels_and_the_switch(monkeypatch):
-    assert not humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl  # producer-warpgroup prefill form
+@pytest.mark.parametrize("m, n, k, streamk", [(1024, 4096, 14336, False), (4096, 8192, 8192, True),
+                                              (1024, 28672, 8192, True), (600, 8192, 8192, False)])
+def test_prefill_form_waits_in_its_producer_and_consumers(m, n, k, streamk):
+    """The two-warpgroup form (producer warpgroup; plain, pairs, stream-K): the copying thread waits before its first
+    tensor copy of activations, the consumers after their weight prefetch and before anything they write."""
+    p = humming.plan("w4a16", m, n, k, profile="nvidia-h200")
+    assert p.path == "wgmma-rs" and p.tiles.bn == 128 and p.tiles.bulk == 2 and p.pdl, p.explain()
+    assert bool(p.tiles.streamk) == streamk and "_pdl_" in p.kernel_name
+    src = api.source(p)
+    producer = src.index("if (tid == THREADS) {")
+    producer_wait = src.index("pdl_wait();", producer)
+    assert src.index("pdl_launch_dependents();  //") < producer < producer_wait < src.index("tma_load_2d", producer)
+    consumer_wait = src.index("pdl_wait();", producer_wait + 1)
+    assert src.index("load_g128(wq[s], p)") < consumer_wait < src.index("wgmma_k16_rs(acc")
+    assert consumer_wait < src.index("store_g128(C + ")
+    if streamk:
+        assert consumer_wait < src.index("WS + ") and consumer_wait < src.index("CNT + ")
+    module = api.compile_plan(p, "nvidia-h200")[1]
+    if module is not None and getattr(module, "ptx", None):
+        assert "griddepcontrol.wait" in module.ptx and "griddepcontrol.launch_dependents" in module.ptx
+
+
+def test_prefill_switch_and_the_native_w4a8_kernel(monkeypatch):
+    from humming.core.planner import PDL_PREFILL_ENV
+
+    assert humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl
     tuned = humming.plan("w4a16", 256, N, K, profile="nvidia-h200")  # the same form, a tuned entry at M 129-256
-    assert tuned.tiles.bn == 128 and not tuned.pdl
+    assert tuned.tiles.bn == 128 and tuned.pdl
     assert not humming.plan("w4a8-int8", 4096, N, K, profile="nvidia-h200").pdl  # the native register-A W4A8 kernel
+    monkeypatch.setenv(PDL_PREFILL_ENV, "0")
+    assert not humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl
+    assert not humming.plan("w4a16", 256, N, K, profile="nvidia-h200").pdl
+    assert humming.plan("w4a16", 16, N, K, profile="nvidia-h200").pdl  # the small forms keep theirs
     monkeypatch.setenv(PDL_ENV, "0")
+    monkeypatch.delenv(PDL_PREFILL_ENV)
+    assert not humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl
     assert not humming.plan("w4a16", 1, N, K, profile="nvidia-h200").pdl
     assert not humming.plan("w4a16", 16, N, K, profile="nvidia-h200").pdl
 

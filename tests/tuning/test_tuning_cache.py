@@ -308,6 +308,11 @@ def test_candidates_hold_the_runtime_plan_from_m_1024(m, monkeypatch):
     assert any(p.tiles.streamk == H200.limits.sms and p.tiles.bm == runtime.tiles.bm for p in plans)
 
 
+def _tuned_why(plan) -> str:
+    """The reason a tuned plan gives for its entry (the launch options' reasons may follow it)."""
+    return next((r for r in plan.reasons if r.startswith("tuned for M bucket")), "")
+
+
 def test_register_a_prefill_handle_takes_two_warpgroup_entries(monkeypatch, tmp_path):
     """The handle that runs the two-warpgroup form from M 513 plans through tuning.register_a_prefill_plan: a stored
     two-warpgroup entry of M's bucket (here the plain form with 128-token tiles at M 2048) on a hit, the form's rules
@@ -326,7 +331,7 @@ def test_register_a_prefill_handle_takes_two_warpgroup_entries(monkeypatch, tmp_
     tuning.record(plain, 1000.0, scheme="w4a16", device="test")
     tuning.clear_memory()
     got = tuning.register_a_prefill_plan(H200, layout, 1500, "f16", "w4a16")
-    assert got.tiles.bm == 128 and not got.tiles.streamk and "tuned for M bucket 1025-2048" in got.reasons[-1]
+    assert got.tiles.bm == 128 and not got.tiles.streamk and "tuned for M bucket 1025-2048" in _tuned_why(got)
     assert tuning.register_a_prefill_plan(H200, layout, 3000, "f16", "w4a16").tiles.streamk == 132  # another bucket
     square = _layout(8192, 8192)
     tile = plan_wna16(H200, square, 1024, "f16", scheme="w4a16", tiles=TileConfig(128, 128, 64, 3, 2, 2, 1), splits=1,
@@ -407,14 +412,14 @@ def test_legacy_open_bucket_entries_apply_above_1024(monkeypatch, tmp_path):
     layout = _legacy_file(monkeypatch, tmp_path, 8192, ">1024")
     for m in (1025, 3000, 8192):
         got = tuning.register_a_prefill_plan(H200, layout, m, "f16", "w4a16")
-        assert got.tiles.streamk == 132 and "tuned for M bucket >1024" in got.reasons[-1], m
+        assert got.tiles.streamk == 132 and "tuned for M bucket >1024" in _tuned_why(got), m
     below = tuning.lookup(H200, layout, 4096, 14336, 1024, "w4a16")
     assert below is None or below["m_bucket"] != ">1024"  # not at M <= 1024
     plain = plan_wna16_wgmma_rs(H200, layout, 3000, "f16", scheme="w4a16", bt=128, small=False)
     tuning.record(plain, 900.0, scheme="w4a16", device="test")  # bucket 2049-4096: wins there, not elsewhere
     tuning.clear_memory()
     assert not tuning.register_a_prefill_plan(H200, layout, 3000, "f16", "w4a16").tiles.streamk
-    assert "tuned for M bucket >1024" in tuning.register_a_prefill_plan(H200, layout, 8192, "f16", "w4a16").reasons[-1]
+    assert "tuned for M bucket >1024" in _tuned_why(tuning.register_a_prefill_plan(H200, layout, 8192, "f16", "w4a16"))
 
 
 def _legacy_file(monkeypatch, tmp_path, m: int, bucket: str):
