@@ -246,6 +246,13 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "noepi_2wg": [(r"(\n  // acc\[4j \+ 2h \+ e\] = channel)",
                    "\n  if (M > 0) {  // (ablation) no epilogue\n    if (acc[0] == 1234.5f && acc[WG_ACC_REGS - 1] == 0.5f) "
                    "C[tid] = 1;\n    return;\n  }\\1")],
+    # register-A W4A16 forms (g128) with each atom's scale row addressed from its index as before 2026-12-01's
+    # twenty-fourth session instead of the walking row pointer (correct): what the walk saves
+    "nowalk_2wg": [(r"sq\[s\] = load_g32\(sp\);  if \(\(\(unsigned\)\(((?:kt0 \+ )?)s\) \+ 1\) % 2 == 0\) sp \+= N;[^\n]*",
+                    r"sq[s] = load_g32(S + (size_t)((unsigned)(\1s) * BK / 128) * N + tab);"),
+                   (r"sq\[\(s \+ PF\) % R\] = load_g32\(sp\);  if \(\(\(unsigned\)\(((?:kt0 \+ )?)u \+ PF\) \+ 1\) % 2 == 0\) "
+                    r"sp \+= N;[^\n]*",
+                    r"sq[(s + PF) % R] = load_g32(S + (size_t)((unsigned)(\1kt + PF) * BK / 128) * N + tab);")],
     # small register-A form: the stage's k16 wgmmas replaced by mma.sync m16n8k16 per warp (B by ldmatrix from the
     # 128-byte-swizzled slot; the accumulator layouts agree): a correct variant
     "mmasync_rs": [(r'(extern "C" __global__)', MMA_SYNC_HELPERS.replace("\\", "\\\\") + r"\1"),

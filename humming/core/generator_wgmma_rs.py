@@ -140,11 +140,25 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         row = "0" if group < 0 else f"(size_t)((unsigned)({atom}) * BK / {group}) * N + "  # (unsigned: no signed division)
         return f"load_g32({ptr} + {row if group > 0 else ''}tab)"
 
-    ring_decl, ring_load, pick, fixed = [], [], [], []
+    ring_decl, ring_load, pick, fixed, row_ptrs, step_groups = [], [], [], [], [], []
+    # a table of groups that are whole atoms walks its rows with a pointer (the atoms are fetched in order): one add
+    # every group / BK atoms instead of a row index, a multiply and a 64-bit address per atom (not with the early ring,
+    # which fetches the next segment's atoms before this one's are done)
+    walk = not t.early and not t.occupancy  # (occupancy: registers too short for the pointer; more instructions)
     for ptr, var, group in (("S", "s", s_group), ("Z", "z", z_group)):
         if group > 0:  # one row per atom: travels in the ring with the codes
             ring_decl.append(f"uint32_t {var}q[R];  // this lane's two channels' {ptr} values of each atom in flight")
-            ring_load.append(f"{var}q[SLOT] = {table(ptr, group, 'ATOM')};")
+            if walk and group % BK == 0:
+                first = "kt0" if small or t.tail or t.streamk else "0"
+                row_ptrs.append(f"const uint16_t* {var}p = {ptr} + (size_t)((unsigned)({first}) * BK / {group}) * N + tab;"
+                                f"  // the {ptr} row of the next atom fetched")
+                step = f"{var}p += N;" if group == BK else \
+                    f"if (((unsigned)(STEP_ATOM) + 1) % {group // BK} == 0) {var}p += N;"
+                step_groups.append(group // BK)
+                ring_load.append(f"{var}q[SLOT] = load_g32({var}p);  {step}  // (its group's last atom: the next row)"
+                                 if group != BK else f"{var}q[SLOT] = load_g32({var}p);  {step}")
+            else:
+                ring_load.append(f"{var}q[SLOT] = {table(ptr, group, 'ATOM')};")
             pick.append(f"const uint32_t {var}{var} = h ? dup_hi({var}q[s]) : dup_lo({var}q[s]);")
         elif group < 0:  # one row (per channel): loaded once
             fixed.append(f"const uint32_t {var}w = {table(ptr, group, '0')};  // this lane's two channels")
@@ -152,16 +166,18 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     if not z_group:
         pick.append("const uint32_t zz = zz_const;")
 
-    def fetch(slot: str, atom: str, indent: str, words: str = "") -> str:
+    def fetch(slot: str, atom: str, indent: str, words: str = "", step_atom: str = "") -> str:
         """Atom ``atom``'s codes (and table rows) into ring slot ``slot``; ``words``: its offset from wsrc in words
-        when not (atom) * ATOM_WORDS."""
+        when not (atom) * ATOM_WORDS; ``step_atom``: an expression with the atom's parity in its table groups (the
+        loop's stage within its trip where the trip is a whole number of groups) for a walking table pointer."""
+        offset = "kt0 + " if small or t.tail or t.streamk else ""
         lines = [f"const uint32_t* p = wsrc + {words or f'(size_t)({atom}) * ATOM_WORDS'};"]
         if lay.tile_major:
             lines.append(f"load_g128(wq[{slot}], p);  // chunk w: k16 steps 0..3 of this warp's 16 channels")
         else:
             lines += ["#pragma unroll",
                       f"for (int ks = 0; ks < 4; ++ks) wq[{slot}][ks] = load_g32(p + ks * 128);  // word w of chunk ks"]
-        lines += [ln.replace("SLOT", slot).replace("ATOM", f"kt0 + {atom}" if small or t.tail or t.streamk else atom)
+        lines += [ln.replace("SLOT", slot).replace("STEP_ATOM", offset + (step_atom or atom)).replace("ATOM", offset + atom)
                   for ln in ring_load]
         return "\n".join(indent + ln for ln in lines)
 
@@ -219,6 +235,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                     else "constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile")
     bounds = ring_blocks  # blocks per SM the registers must allow
     unroll_n = 2 * (pf + 1) if unroll == "2 * R" else int(unroll)
+    trip_whole_groups = all(unroll_n % gr == 0 for gr in step_groups)  # kb (a multiple of U) starts a group
     if const_slots and unroll_n % t.stages == 0:  # constant slots (kb is a multiple of the trip, hence of STAGES)
         kt_slot, next_slot = "(u % STAGES)", "((u + LOOKAHEAD) % STAGES)"
     else:
@@ -383,6 +400,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     # the weight ring's declarations: in the tile body, or with the early ring before the segment loop (streamk.early_open)
     ring_code = "  uint32_t wq[R][4];  // codes of the atoms in flight: k16 step ks of channels 16w + g (+8)" + ring_decl_code
     tab_line = "const int tab = slab * 64 + g * 8 + 2 * w;"
+    row_ptr_code = "".join("\n  " + ln for ln in row_ptrs)
     early = bool(t.streamk and t.early)
     early_code = streamk.early_fetch(fetch("s", "s", "          "), slab_line, wsrc_line, tab_line) if early else ""
     source = f"""// ===== humming generated kernel: {plan.kernel_name}
@@ -430,7 +448,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
 {load_code}
 {{SEGMENT_BODY}}{slab_body}  {wsrc_doc}
   {wsrc_line}
-  {tab_line}                     // tables: n8 tiles 2w (low half), 2w + 1 (high)
+  {tab_line}                     // tables: n8 tiles 2w (low half), 2w + 1 (high){row_ptr_code}
 {zero_decl}{"" if early else ring_code}{fixed_code}
 
   float acc[WG_ACC_REGS];
@@ -457,7 +475,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
 {decode_body}
         }}
       if (kt + PF < ktiles) {{  // the ring slot of kt - 1 (decoded last iteration) takes atom kt + PF
-{fetch("(s + PF) % R", "kt + PF", "        ", refill_words)}
+{fetch("(s + PF) % R", "kt + PF", "        ", refill_words, "u + PF" if trip_whole_groups else "")}
       }}
 {stage_wait}
 {refill}      const uint64_t desc_x = desc0 + (uint64_t)({kt_slot} * (X_BYTES >> 4));   // slot 0's descriptor + the slot's offset

@@ -49,7 +49,7 @@ def test_tail_plan_grid_workspace_and_source(m, bt, tail):
     assert f"constexpr int TAIL = {tail}, TAIL_SPLITS = 4;" in src
     assert "&XMAP, (kt0 + kt) * BK, m0" in src  # the producer copies the block's K range
     assert "((size_t)slab * katoms + kt0) * ATOM_WORDS" in src  # the weights too
-    assert re.search(r"load_g32\(S \+ \(size_t\)\(\(unsigned\)\(kt0 \+ ", src)  # and the scale rows
+    assert "const uint16_t* sp = S + (size_t)((unsigned)(kt0) * BK / 128) * N + tab;" in src  # and the scale rows
     assert "for (int z = 0; z < TAIL_SPLITS; ++z)" in src and "int* counter = CNT + tail;" in src
 
 
