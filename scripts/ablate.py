@@ -253,6 +253,13 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                    (r"sq\[\(s \+ PF\) % R\] = load_g32\(sp\);  if \(\(\(unsigned\)\(((?:kt0 \+ )?)u \+ PF\) \+ 1\) % 2 == 0\) "
                     r"sp \+= N;[^\n]*",
                     r"sq[(s + PF) % R] = load_g32(S + (size_t)((unsigned)(\1kt + PF) * BK / 128) * N + tab);")],
+    # two-warpgroup plain form with 6 stages: a weight ring of 6 atoms (PF 5) so that a trip of U = 2 R = 12 stages is
+    # two rounds of the activation slots: every slot index and phase a constant of the unrolled stage (correct only
+    # for the plain form with 6 stages, whose trips start at multiples of 12)
+    "slots12_2wg": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 5, R = PF + 1;"),
+                    (r"\(\(unsigned\)kt % STAGES\)", "(u % STAGES)"),
+                    (r"\(\(unsigned\)kt / STAGES\) & 1", "((u / STAGES) & 1)"),
+                    (r"\(\(unsigned\)\(kt \+ STAGES - 1\) % STAGES\)", "((u + STAGES - 1) % STAGES)")],
     # small register-A form: the stage's k16 wgmmas replaced by mma.sync m16n8k16 per warp (B by ldmatrix from the
     # 128-byte-swizzled slot; the accumulator layouts agree): a correct variant
     "mmasync_rs": [(r'(extern "C" __global__)', MMA_SYNC_HELPERS.replace("\\", "\\\\") + r"\1"),

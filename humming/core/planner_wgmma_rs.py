@@ -221,6 +221,23 @@ def smem_bytes(bt: int, stages: int, staging: bool = False) -> int:
 # pf6_2wg, us, PF 4 -> 6): 28672x8192 M128 117.2 -> 111.5, 8192x8192 M256 57.9 -> 56.4, 28672x8192 M256 185.5 ->
 # 185.2; from M 1024 slower (8192x8192 M4096 833.8 -> 854.5, 28672x8192 M1024 681.6 -> 698.0): there the default PF
 DEEP_RING_2WG = 6
+# HUMMING_WGMMA_RS_PF=N: N weight atoms in flight per lane in every two-warpgroup plan (default: PF, DEEP_RING_2WG below
+# M 1024). A ring whose trip (2 (N + 1) stages) is whole rounds of the activation slots makes the plain form's slot and
+# phase arithmetic constants (N = 5 at 6 stages: 1022 -> 954 SASS instructions per 10 stages at M 1024); written in the
+# twenty-fourth session for an A/B, not run
+RING_ENV = "HUMMING_WGMMA_RS_PF"
+
+
+def ring_env() -> int:
+    """HUMMING_WGMMA_RS_PF as a ring depth (0: unset)."""
+    raw = os.environ.get(RING_ENV, "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit() or not 1 <= int(raw) <= 12:
+        raise ValueError(f"{RING_ENV}={raw!r}: weight atoms in flight per lane, 1..12")
+    return int(raw)
+
+
 DEEP_RING_PF = 10  # weight atoms in flight per lane where shared memory holds only 2 blocks per SM (see small_ring)
 # weight atoms in flight per lane of the small form's token tiles of 80 / 96 with 6 stages (3 blocks per SM; 4 atoms
 # before): H200, 2026-12-01, W4A16 g128, scripts/ab_env.py, us, 4 / 6 / 10 atoms: 8192x8192 M=80 34.2 / 32.2 / 31.6,
@@ -437,7 +454,13 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
         reasons.append(f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
                        "0's, so each decodes while the other's wgmmas run")
     prefetch = DEEP_RING_2WG if m < DEEP_RING_BELOW_M else 0
-    if prefetch:
+    ring = ring_env()
+    if ring:
+        prefetch = ring
+        reasons.append(f"{ring} weight atoms in flight per lane ({RING_ENV})"
+                       + (": with 6 stages a trip of 12 stages, every slot index and phase a constant"
+                          if 2 * (ring + 1) % stages == 0 and not (streamk or tail) else ""))
+    elif prefetch:
         reasons.append(f"below M {DEEP_RING_BELOW_M}: {prefetch} weight atoms in flight per lane instead of {PF} (few "
                        "tiles per SM: the weight latency is not hidden by other blocks)")
     early, early_why = early_ring_wanted(streamk)
