@@ -138,17 +138,19 @@ def capture_graph(calls):
 
 def replay_time_us(graph, calls: int, reps: int) -> float:
     """Median time of one of the graph's ``calls`` over ``reps`` timed replays (CUDA events)."""
+    return statistics.median(replay_once_us(graph, calls) for _ in range(reps))
+
+
+def replay_once_us(graph, calls: int) -> float:
+    """One timed replay of the graph (CUDA events): us per one of its ``calls``."""
     import torch
 
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / calls)
-    return statistics.median(times)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0 / calls
 
 
 def rotated_samples(timers: list, rounds: int) -> list[list[float]]:

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import torch  # noqa: E402
 
 import humming  # noqa: E402
-from humming.tuner import _cycled_graph, copies_for  # noqa: E402
+from humming.tuner import _cycled_graph, copies_for, replay_once_us  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from gemm_timing import reference, weight_copies  # noqa: E402
@@ -37,12 +37,7 @@ def visit(graph, calls: int, seconds: float) -> dict:
                             "-lms", "50"], stdout=subprocess.PIPE, text=True)
     times, t0 = [], time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / calls)
+        times.append(replay_once_us(graph, calls))
     mon.terminate()
     out, _ = mon.communicate()
     samples = [[float(f) for f in ln.split(",")] for ln in out.strip().splitlines() if ln.count(",") == 1]
