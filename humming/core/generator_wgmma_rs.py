@@ -410,6 +410,14 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     row_ptr_code = "".join("\n  " + ln for ln in row_ptrs)
     early = bool(t.streamk and t.early)
     early_code = streamk.early_fetch(fetch("s", "s", "          "), slab_line, wsrc_line, tab_line) if early else ""
+    if t.stsm:
+        from humming.devices.nvidia.backend import stmatrix_helpers
+
+        prelude += stmatrix_helpers(caps)
+        staging_stores = _STSM_STAGING.replace("{ROW_PAIR}", row_pair.replace("\n", "\n    ")).replace(
+            "{STAGING}", staging)
+    else:
+        staging_stores = _STS_STAGING.replace("{ROW_PAIR}", row_pair).replace("{STAGING}", staging)
     source = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -500,18 +508,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
 {splitk_code}
   // acc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
   {scale_line}
-  #pragma unroll
-  for (int h = 0; h < 2; ++h) {{
-    const int ch = wg * 64 + w * 16 + 8 * h + g;
-    const float cs = CS ? scale * load_f32(CS + n0 + ch) : scale;
-    const float bs = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
-    #pragma unroll
-    for (int j = 0; j < BT / 8; ++j) {{{row_pair}
-      const uint32_t o = {staging} + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
-      sts_u16(o, (uint16_t)(v & 0xFFFFu));
-      sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
-    }}
-  }}
+{staging_stores}
 {copy_out.replace("__syncthreads()", block_sync + "()").replace("lds_128(r, x0 + ", f"lds_128(r, {staging} + ")}"""
     if t.streamk:  # the tile body runs once per segment
         head, body = source.split("{SEGMENT_BODY}")
@@ -521,6 +518,44 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
         return streamk.pair_rewrite(source) if pair else source
     source = source.replace("{SEGMENT_BODY}", "")
     return _pair_source(source, t.raster) if pair else source
+
+
+# the epilogue's staging stores (ROW_PAIR: the value pair v of acc[4j + 2h], acc[4j + 2h + 1] with cs, bs; STAGING:
+# the staging tile's address): two 16-bit stores a pair, or (TileConfig.stsm) one stmatrix .trans per two 8-token
+# blocks x both channel halves (matrix i = token block j + i / 2, channels 8 (i % 2) + g)
+_STS_STAGING = """  #pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int ch = wg * 64 + w * 16 + 8 * h + g;
+    const float cs = CS ? scale * load_f32(CS + n0 + ch) : scale;
+    const float bs = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
+    #pragma unroll
+    for (int j = 0; j < BT / 8; ++j) {{ROW_PAIR}
+      const uint32_t o = {STAGING} + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
+      sts_u16(o, (uint16_t)(v & 0xFFFFu));
+      sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
+    }
+  }"""
+_STSM_STAGING = """  float cs_h[2], bs_h[2];  // channels 8h + g's scale and bias
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int ch = wg * 64 + w * 16 + 8 * h + g;
+    cs_h[h] = CS ? scale * load_f32(CS + n0 + ch) : scale;
+    bs_h[h] = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
+  }
+  // lane l writes row l % 8 of matrix l / 8: token 8 (jp + l / 16) + l % 8, channels 64 wg + 16 w + 8 ((l / 8) % 2) ..
+  const uint32_t stsm_row = {STAGING} + ((((lane >> 4) << 3) + (lane & 7)) * OUT_LD + wg * 64 + w * 16 + ((lane >> 3) & 1) * 8) * 2;
+  static_assert(BT % 16 == 0, "whole pairs of 8-token blocks");
+  #pragma unroll
+  for (int jp = 0; jp < BT / 8; jp += 2) {
+    uint32_t v4[4];
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int j = jp + i / 2, h = i % 2;
+      const float cs = cs_h[h], bs = bs_h[h];{ROW_PAIR}
+      v4[i] = v;
+    }
+    stmatrix_x4_trans(stsm_row + jp * 8 * OUT_LD * 2, v4[0], v4[1], v4[2], v4[3]);
+  }"""
 
 
 PDL_PRODUCER_WAIT = "      pdl_wait();  // the previous kernel's outputs (our activations) are visible\n"

@@ -62,6 +62,9 @@ class TileConfig:
     # segment's last wgmmas (during its epilogue); not in the repr (the kernel key names it), so that the other plans'
     # kernel names stay as they were
     early: int = field(default=0, repr=False)
+    # register-A W4A16 forms: 1 = the epilogue stages the output tile with stmatrix (.trans, four 8x8 matrices a
+    # thread-quad instruction) instead of two 16-bit shared stores per value pair; not in the repr (see early)
+    stsm: int = field(default=0, repr=False)
 
     @property
     def threads(self) -> int:
@@ -192,6 +195,7 @@ class Plan:
             *(("row_scale",) if self.row_scale else ()),
             *(("pdl",) if self.pdl else ()),
             *(("cluster_splits",) if self.cluster_splits else ()),
+            *(("stsm",) if getattr(t, "stsm", 0) else ()),
             # x_smem reserves 1 token row (M=1) or the token tile's, over the K range of one split: compiled in
             *(("x_smem", 1 if self.m == 1 else t.bm, self.k // self.splits) if getattr(t, "x_smem", 0) else ()),
             *streamk_k,
@@ -220,7 +224,7 @@ class Plan:
                 f"{f'c{t.cluster}' if t.cluster else ''}{f'p{t.prefetch}' if t.prefetch else ''}"
                 f"{f'v{t.balance}' if getattr(t, 'balance', 0) else ''}{f'o{t.occupancy}' if t.occupancy else ''}"
                 f"{f'q{t.tail}' if getattr(t, 'tail', 0) else ''}{f'k{t.streamk}' if getattr(t, 'streamk', 0) else ''}"
-                f"{'e' if getattr(t, 'early', 0) else ''}"
+                f"{'e' if getattr(t, 'early', 0) else ''}{'m' if getattr(t, 'stsm', 0) else ''}"
                 f"{'_ts' if self.row_scale else ''}{'_pdl' if self.pdl else ''}{'_cs' if self.cluster_splits else ''}"
                 f"_{self.kernel_key}")
 

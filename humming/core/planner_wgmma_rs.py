@@ -350,10 +350,39 @@ def streamk_refusal(tail: int, producer_warp: bool) -> str:
     return ""
 
 
+# HUMMING_WGMMA_RS_STSM=1: the register-A W4A16 forms stage their output tile with stmatrix .trans (16 instructions a
+# thread at 256 tokens instead of 128 16-bit shared stores) where the profile declares stmatrix. Written in the
+# twenty-fourth session (the epilogue is about half of a tile's fixed 6-7.6 us at M 1024, scripts/ablate.py
+# noepi_2wg); not run yet, hence off
+STSM_ENV = "HUMMING_WGMMA_RS_STSM"
+
+
+def with_stsm(caps, plan: Plan) -> Plan:
+    """The plan with the stmatrix staging (TileConfig.stsm) where HUMMING_WGMMA_RS_STSM=1 asks for it and the profile
+    declares stmatrix."""
+    raw = os.environ.get(STSM_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{STSM_ENV}={raw!r}: 0 or 1")
+    if raw != "1" or plan.tiles.stsm or not caps.memory.stmatrix:
+        return plan
+    return replace(plan, tiles=replace(plan.tiles, stsm=1), reasons=plan.reasons + (
+        f"epilogue staging by stmatrix .trans ({STSM_ENV}=1; stmatrix declared): one instruction per two 8-token "
+        "blocks of both channel halves instead of two 16-bit stores per value pair",))
+
+
 def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None,
                         splits: int | None = None, stages: int | None = None, fold: int = 0,
                         small: bool | None = None, tma: bool | None = None, cluster: int = 0,
                         occupancy: int = 0, prefetch: int = 0, tail: int = 0, streamk: int = 0) -> Plan:
+    """The register-A wgmma WnA16 plan (see _plan_register_a); the stmatrix staging where HUMMING_WGMMA_RS_STSM asks."""
+    return with_stsm(caps, _plan_register_a(caps, layout, m, act, scheme, bt, splits, stages, fold, small, tma, cluster,
+                                            occupancy, prefetch, tail, streamk))
+
+
+def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None,
+                     splits: int | None = None, stages: int | None = None, fold: int = 0,
+                     small: bool | None = None, tma: bool | None = None, cluster: int = 0,
+                     occupancy: int = 0, prefetch: int = 0, tail: int = 0, streamk: int = 0) -> Plan:
     """Plan the register-A wgmma WnA16 kernel for a ``WeightLayout`` (humming.core.layout), or UnsupportedOnDevice /
     ShapeError naming what is missing. ``bt`` forces the token tile (128 or 256; 16-64 for the small-M form, which
     M <= SMALL_MAX_M takes by default); ``splits``, ``stages`` and ``fold`` (raw codes into the wgmma, zero point and

@@ -976,6 +976,23 @@ __device__ __forceinline__ uint32_t dq_raw_x16(uint32_t w) { return lop3_and_or(
 """
 
 
+STMATRIX = r"""
+// stmatrix (sm_90): four 8x8 matrices of 16-bit values from the mma fragment layout (register i of lane l: row l / 4,
+// columns 2 (l % 4), +1 of matrix i), stored transposed: lane l gives the address of row l % 8 of matrix l / 8
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+"""
+
+
+def stmatrix_helpers(caps) -> str:
+    """The stmatrix store, for a profile that declares stmatrix (ValueError otherwise)."""
+    if caps is not None and not caps.memory.stmatrix:
+        raise ValueError(f"{caps.name} does not declare stmatrix")
+    return STMATRIX
+
+
 def wgmma_rs_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, tensor_copy: bool = False,
                      consumer_threads: int = 0, stagger: bool = False, cluster: bool = False,
                      streamk: bool = False) -> str:
