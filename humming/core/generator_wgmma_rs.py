@@ -63,6 +63,7 @@ from humming.core.wgmma_common import (
     SLOT0_DESCRIPTOR,
     add_partial,
     claim_tile,
+    stmatrix_staging,
     store_partial,
 )
 from humming.devices.base import HelperRequest
@@ -414,8 +415,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         from humming.devices.nvidia.backend import stmatrix_helpers
 
         prelude += stmatrix_helpers(caps)
-        staging_stores = _STSM_STAGING.replace("{ROW_PAIR}", row_pair.replace("\n", "\n    ")).replace(
-            "{STAGING}", staging)
+        staging_stores = _STSM_SCALES + stmatrix_staging(
+            staging, "      const float cs = cs_h[h], bs = bs_h[h];" + row_pair)
     else:
         staging_stores = _STS_STAGING.replace("{ROW_PAIR}", row_pair).replace("{STAGING}", staging)
     source = f"""// ===== humming generated kernel: {plan.kernel_name}
@@ -535,27 +536,14 @@ _STS_STAGING = """  #pragma unroll
       sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
     }
   }"""
-_STSM_STAGING = """  float cs_h[2], bs_h[2];  // channels 8h + g's scale and bias
+_STSM_SCALES = """  float cs_h[2], bs_h[2];  // channels 8h + g's scale and bias
   #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int ch = wg * 64 + w * 16 + 8 * h + g;
     cs_h[h] = CS ? scale * load_f32(CS + n0 + ch) : scale;
     bs_h[h] = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
   }
-  // lane l writes row l % 8 of matrix l / 8: token 8 (jp + l / 16) + l % 8, channels 64 wg + 16 w + 8 ((l / 8) % 2) ..
-  const uint32_t stsm_row = {STAGING} + ((((lane >> 4) << 3) + (lane & 7)) * OUT_LD + wg * 64 + w * 16 + ((lane >> 3) & 1) * 8) * 2;
-  static_assert(BT % 16 == 0, "whole pairs of 8-token blocks");
-  #pragma unroll
-  for (int jp = 0; jp < BT / 8; jp += 2) {
-    uint32_t v4[4];
-    #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int j = jp + i / 2, h = i % 2;
-      const float cs = cs_h[h], bs = bs_h[h];{ROW_PAIR}
-      v4[i] = v;
-    }
-    stmatrix_x4_trans(stsm_row + jp * 8 * OUT_LD * 2, v4[0], v4[1], v4[2], v4[3]);
-  }"""
+"""
 
 
 PDL_PRODUCER_WAIT = "      pdl_wait();  // the previous kernel's outputs (our activations) are visible\n"

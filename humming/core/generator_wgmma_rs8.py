@@ -40,7 +40,7 @@ from humming.core.planner_wgmma_rs8 import (
     WIDE_BT,
     WIDE_FITTED_BT,
 )
-from humming.core.wgmma_common import PRODUCER_WARPGROUP, SLOT0_DESCRIPTOR
+from humming.core.wgmma_common import PRODUCER_WARPGROUP, SLOT0_DESCRIPTOR, stmatrix_staging
 from humming.devices.base import HelperRequest
 
 
@@ -127,7 +127,7 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
     if wide:
         return _wide_kernel_source(plan, backend, caps)
     per_channel, request, chain = _group_and_chain(plan, caps)
-    prelude = wgmma_rs8_prelude(backend, request, chain, producer=producer)
+    prelude = wgmma_rs8_prelude(backend, request, chain, producer=producer) + _stsm_prelude(plan, caps)
     widen, luts = _widening(lay.a_type, "wq[s][j >> 2][j & 3]", "      ")
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
@@ -246,7 +246,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 {final}
   {sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
 
-{_epilogue(False)}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
+{_epilogue(False, bool(t.stsm))}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
 
 
 # the narrow form's stage: one m64n128k32 chain into the partial, wait, promote
@@ -383,7 +383,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     if cluster and (cluster != 2 or t.streamk or t.bm != WIDE_BT):
         raise ValueError(f"the wide W4A8 form's cluster option is written for pairs without stream-K, not {t}")
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger),
-                                cluster=bool(cluster))
+                                cluster=bool(cluster)) + _stsm_prelude(plan, caps)
     if plan.pdl:
         if cluster or t.streamk:
             raise ValueError("programmatic dependent launch is written for the wide form without clusters or stream-K")
@@ -495,7 +495,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 {partials}
 {stagger_take}{main_loop}  consumer_sync();                 // all wgmmas done: the activation slots become the staging tile
 
-{_epilogue(True)}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
+{_epilogue(True, bool(t.stsm))}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
     return _cluster_source(source, t.raster) if cluster else source
 
 
@@ -642,6 +642,27 @@ def _quarter_loop(scale_pick: str, widen: str, stagger_give: str, to_f32: str, c
 
 
 
-def _epilogue(wide: bool) -> str:
+# the same pair of values as _EPILOGUE's, for the stmatrix staging (TileConfig.stsm)
+_STSM_VALUE = """      const uint32_t v = f32x2_to_act2(facc[4 * j + 2 * h] * ts[2 * j] * cs[h] + bs[h],
+                                       facc[4 * j + 2 * h + 1] * ts[2 * j + 1] * cs[h] + bs[h]);"""
+
+
+def _epilogue(wide: bool, stsm: bool = False) -> str:
+    """The epilogue's scales and staging stores (16-bit stores, or stmatrix with ``stsm``)."""
     scale_line = "" if wide else "  const float scale = GS ? out_scale * load_f32(GS) : out_scale;\n"
-    return _EPILOGUE.replace("{scale_line}", scale_line).replace("{ts_block}", _TS_SHARED if wide else _TS_GLOBAL)
+    text = _EPILOGUE.replace("{scale_line}", scale_line).replace("{ts_block}", _TS_SHARED if wide else _TS_GLOBAL)
+    if stsm:  # the staging loop (from its pragma to the end) by stmatrix
+        loop = "  #pragma unroll\n  for (int j = 0; j < BT / 8; ++j) {"
+        if text.count(loop) != 1:
+            raise ValueError("internal: the W4A8 epilogue has no single staging loop to replace")
+        text = text[:text.index(loop)] + stmatrix_staging("x0", _STSM_VALUE) + "\n"
+    return text
+
+
+def _stsm_prelude(plan, caps) -> str:
+    """The stmatrix helper where the plan stages by stmatrix (TileConfig.stsm)."""
+    if not plan.tiles.stsm:
+        return ""
+    from humming.devices.nvidia.backend import stmatrix_helpers
+
+    return stmatrix_helpers(caps)

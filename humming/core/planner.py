@@ -184,7 +184,7 @@ class Plan:
                       *(("fast_accum",) if getattr(self.layout, "fast_accum", False) else ()),
                       *(("block",) if getattr(self.layout, "weight_scale", "") == "block" else ()),
                       *(("e2m1",) if getattr(self.layout, "weight_format", "") == "e2m1" else ()),
-                      *(("pdl",) if self.pdl else ()), *streamk_k)
+                      *(("pdl",) if self.pdl else ()), *(("stsm",) if getattr(t, "stsm", 0) else ()), *streamk_k)
             return hashlib.sha1(repr(parts8).encode()).hexdigest()[:10]
         d = self.layout.decode
         parts = (
@@ -213,7 +213,7 @@ class Plan:
                 w += "_" + self.family  # e.g. hm_w8a8_wgmma_...
             return (f"hm_{w}_{self.instruction.a_type}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}"
                     f"w{t.warps_m}{t.warps_n}{t.warps_k}{f'k{t.streamk}' if getattr(t, 'streamk', 0) else ''}"
-                    f"{'_pdl' if self.pdl else ''}_{self.kernel_key}")
+                    f"{'m' if getattr(t, 'stsm', 0) else ''}{'_pdl' if self.pdl else ''}_{self.kernel_key}")
         d = self.layout.decode
         w = f"{d.kind}{d.bits}"
         kind = "wgmma" if self.family == "wgmma" else "stream" if self.path == "stream" else "tile"

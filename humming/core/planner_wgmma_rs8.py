@@ -17,6 +17,7 @@ from dataclasses import replace
 from humming.core.layout_wgmma_rs8 import RS8_BK
 from humming.core.planner import Plan, TileConfig, pdl_wanted
 from humming.core.planner_wgmma import wgmma_form
+from humming.core.planner_wgmma_rs import with_stsm
 from humming.core.wgmma_common import (
     STAGGER_ENV,
     declared_option,
@@ -367,7 +368,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                     "PDL attribute behind the activation quantizer (which lets its dependents start), the producer "
                     "copies the first stages' codes and scales while the quantizer finishes, then waits for it "
                     "(griddepcontrol.wait) before copying activations or reading token scales",)
-    return Plan(
+    plan = Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, chain, 32)), path=PATH, layout=layout,
         tiles=TileConfig(tile, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
@@ -375,6 +376,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                          cluster=cluster),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks)), reasons=reasons, pdl=pdl,
     )
+    # the stmatrix staging (HUMMING_WGMMA_RS_STSM=1) of the narrow and wide forms; the stream-K form keeps its stores
+    return plan if blocks else with_stsm(caps, plan)
 
 
 

@@ -206,3 +206,25 @@ def add_partial(slot: str, step: str, indent: str = "      ", acc: str = "acc", 
 {indent}}} else {{
 """ + "".join("  " + ln + "\n" if ln else "\n" for ln in loads.rstrip("\n").split("\n")) + f"""{indent}}}
 """
+
+
+def stmatrix_staging(staging: str, value: str) -> str:
+    """The epilogue's staging stores by stmatrix .trans (TileConfig.stsm; the backend's stmatrix_helpers): per two
+    8-token blocks jp, jp + 1 one instruction of four 8x8 matrices, matrix i = token block j = jp + i / 2, channels
+    8 (i % 2) + g of the warp's 16 (h = i % 2), into the staging tile ``staging`` [token][channel] of pitch OUT_LD;
+    ``value``: statements (6 spaces indented) that set ``const uint32_t v``, the value pair of tokens 8j + 2q, +1 of
+    channel 64 wg + 16 w + 8 h + g, from j and h."""
+    return f"""  // lane l writes row l % 8 of matrix l / 8: token 8 (jp + l / 16) + l % 8, channels 64 wg + 16 w + 8 ((l / 8) % 2) ..
+  const uint32_t stsm_row = {staging} + ((((lane >> 4) << 3) + (lane & 7)) * OUT_LD + wg * 64 + w * 16 + ((lane >> 3) & 1) * 8) * 2;
+  static_assert(BT % 16 == 0, "whole pairs of 8-token blocks");
+  #pragma unroll
+  for (int jp = 0; jp < BT / 8; jp += 2) {{
+    uint32_t v4[4];
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {{
+      const int j = jp + i / 2, h = i % 2;
+{value}
+      v4[i] = v;
+    }}
+    stmatrix_x4_trans(stsm_row + jp * 8 * OUT_LD * 2, v4[0], v4[1], v4[2], v4[3]);
+  }}"""

@@ -33,3 +33,21 @@ def test_stmatrix_staging_matches_reference(name, m, n, k, dtype, monkeypatch):
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
         assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("scheme, m", [("w4a8-fp8", 4096), ("w4a8-fp8", 128), ("w4a8-int8", 1024)])
+def test_stmatrix_staging_of_the_w4a8_forms(scheme, m, monkeypatch):
+    """The register-A W4A8 wide form (M 1024, 4096) and the widened path's W4A16 kernel with per-token scales (M 128)
+    with the stmatrix staging, activation quantization included, against the reference (which quantizes the
+    activations the same way)."""
+    _require_wgmma(torch.float16)
+    monkeypatch.setenv(STSM_ENV, "1")
+    torch.manual_seed(m)
+    n, k = 2048, 2048
+    p = humming.plan(scheme, m, n, k)  # the native register-A W4A8 kernel, or (M 128 here) the widened W4A16 one
+    assert p.path in ("wgmma-rs8", "wgmma-rs") and p.tiles.stsm, p.explain()  # with its per-token scales
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, scheme)
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    out = humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= 5e-3

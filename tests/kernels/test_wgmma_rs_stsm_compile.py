@@ -74,3 +74,18 @@ def test_bad_value_and_profiles_without_stmatrix(monkeypatch):
 
     with pytest.raises(ValueError, match="stmatrix"):
         stmatrix_helpers(api.resolve_profile("nvidia-l40s"))
+
+
+@pytest.mark.parametrize("scheme, m, n", [("w4a8-fp8", 4096, 8192), ("w4a8-int8", 1024, 8192), ("w4a8-fp8", 128, 28672)])
+def test_register_a_w4a8_forms_take_the_same_staging(scheme, m, n, monkeypatch):
+    """The W4A8 narrow and wide forms (not stream-K) stage through the same stmatrix text (wgmma_common's
+    stmatrix_staging, whose lane addresses are checked above) from the same fragment layout."""
+    monkeypatch.setenv(STSM_ENV, "1")
+    p = humming.plan(scheme, m, n, 8192, profile="nvidia-h200")
+    assert p.path == "wgmma-rs8" and p.tiles.stsm and not p.tiles.streamk, p.explain()
+    src = api.source(p)
+    assert "sts_u16(o, " not in src and src.count("stmatrix_x4_trans(stsm_row + jp * 8 * OUT_LD * 2") == 1
+    assert "facc[4 * j + 2 * h] * ts[2 * j] * cs[h] + bs[h]" in src
+    api.compile_plan(p, "nvidia-h200")
+    monkeypatch.delenv(STSM_ENV)
+    assert "stmatrix" not in api.source(humming.plan(scheme, m, n, 8192, profile="nvidia-h200"))
