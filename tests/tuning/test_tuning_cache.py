@@ -247,7 +247,8 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
             bm = fitted_token_tile(m, t["bm"] if t["bn"] == 64 else tuning.two_warpgroup_token_tile(m, t["bm"])) \
                 if p.path == "wgmma-rs" else t["bm"]
             assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, "balance": 0,
-                                                   "occupancy": 0, "tail": 0, "streamk": 0, "early": 0, **t, "bm": bm,
+                                                   "occupancy": 0, "tail": 0, "streamk": 0, "early": 0, "stsm": 0, **t,
+                                                   "bm": bm,
                                                    "stages": stages,
                                                    "bulk": bulk,
                                                    "stagger": stagger, "raster": raster, "prefetch": prefetch}
