@@ -250,7 +250,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # twenty-fourth session instead of the walking row pointer (correct): what the walk saves
     "nowalk_2wg": [(r"sq\[s\] = load_g32\(sp\);  if \(\(\(unsigned\)\(((?:kt0 \+ )?)s\) \+ 1\) % 2 == 0\) sp \+= N;[^\n]*",
                     r"sq[s] = load_g32(S + (size_t)((unsigned)(\1s) * BK / 128) * N + tab);"),
-                   (r"sq\[\(s \+ PF\) % R\] = load_g32\(sp\);  if \(\(\(unsigned\)\(((?:kt0 \+ )?)u \+ PF\) \+ 1\) % 2 == 0\) "
+                   (r"sq\[\(s \+ PF\) % R\] = load_g32\(sp\);  if \(\(\(unsigned\)\(((?:kt0 \+ )?)kt \+ PF\) \+ 1\) % 2 == 0\) "
                     r"sp \+= N;[^\n]*",
                     r"sq[(s + PF) % R] = load_g32(S + (size_t)((unsigned)(\1kt + PF) * BK / 128) * N + tab);")],
     # two-warpgroup plain form with 6 stages: a weight ring of 6 atoms (PF 5) so that a trip of U = 2 R = 12 stages is

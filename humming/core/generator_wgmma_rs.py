@@ -141,7 +141,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         row = "0" if group < 0 else f"(size_t)((unsigned)({atom}) * BK / {group}) * N + "  # (unsigned: no signed division)
         return f"load_g32({ptr} + {row if group > 0 else ''}tab)"
 
-    ring_decl, ring_load, pick, fixed, row_ptrs, step_groups = [], [], [], [], [], []
+    ring_decl, ring_load, pick, fixed, row_ptrs = [], [], [], [], []
     # a table of groups that are whole atoms walks its rows with a pointer (the atoms are fetched in order): one add
     # every group / BK atoms instead of a row index, a multiply and a 64-bit address per atom (not with the early ring,
     # which fetches the next segment's atoms before this one's are done)
@@ -154,8 +154,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                 row_ptrs.append(f"const uint16_t* {var}p = {ptr} + (size_t)((unsigned)({first}) * BK / {group}) * N + tab;"
                                 f"  // the {ptr} row of the next atom fetched")
                 step = f"{var}p += N;" if group == BK else \
-                    f"if (((unsigned)(STEP_ATOM) + 1) % {group // BK} == 0) {var}p += N;"
-                step_groups.append(group // BK)
+                    f"if (((unsigned)(ATOM) + 1) % {group // BK} == 0) {var}p += N;"
                 ring_load.append(f"{var}q[SLOT] = load_g32({var}p);  {step}  // (its group's last atom: the next row)"
                                  if group != BK else f"{var}q[SLOT] = load_g32({var}p);  {step}")
             else:
@@ -167,10 +166,9 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     if not z_group:
         pick.append("const uint32_t zz = zz_const;")
 
-    def fetch(slot: str, atom: str, indent: str, words: str = "", step_atom: str = "") -> str:
+    def fetch(slot: str, atom: str, indent: str, words: str = "") -> str:
         """Atom ``atom``'s codes (and table rows) into ring slot ``slot``; ``words``: its offset from wsrc in words
-        when not (atom) * ATOM_WORDS; ``step_atom``: an expression with the atom's parity in its table groups (the
-        loop's stage within its trip where the trip is a whole number of groups) for a walking table pointer."""
+        when not (atom) * ATOM_WORDS."""
         offset = "kt0 + " if small or t.tail or t.streamk else ""
         lines = [f"const uint32_t* p = wsrc + {words or f'(size_t)({atom}) * ATOM_WORDS'};"]
         if lay.tile_major:
@@ -178,8 +176,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         else:
             lines += ["#pragma unroll",
                       f"for (int ks = 0; ks < 4; ++ks) wq[{slot}][ks] = load_g32(p + ks * 128);  // word w of chunk ks"]
-        lines += [ln.replace("SLOT", slot).replace("STEP_ATOM", offset + (step_atom or atom)).replace("ATOM", offset + atom)
-                  for ln in ring_load]
+        lines += [ln.replace("SLOT", slot).replace("ATOM", offset + atom) for ln in ring_load]
         return "\n".join(indent + ln for ln in lines)
 
     if lay.tile_major:
@@ -236,7 +233,6 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                     else "constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile")
     bounds = ring_blocks  # blocks per SM the registers must allow
     unroll_n = 2 * (pf + 1) if unroll == "2 * R" else int(unroll)
-    trip_whole_groups = all(unroll_n % gr == 0 for gr in step_groups)  # kb (a multiple of U) starts a group
     kt_phase = "((unsigned)kt / STAGES) & 1"  # (unsigned: a mask and a shift, not a signed division's fix-ups)
     if const_slots and unroll_n % t.stages == 0:  # constant slots (kb is a multiple of the trip, hence of STAGES)
         kt_slot, next_slot = "(u % STAGES)", "((u + LOOKAHEAD) % STAGES)"
@@ -491,7 +487,7 @@ extern "C" __global__ void __launch_bounds__(cfg::{"BLOCK_THREADS" if ws or clus
 {decode_body}
         }}
       if (kt + PF < ktiles) {{  // the ring slot of kt - 1 (decoded last iteration) takes atom kt + PF
-{fetch("(s + PF) % R", "kt + PF", "        ", refill_words, "u + PF" if trip_whole_groups else "")}
+{fetch("(s + PF) % R", "kt + PF", "        ", refill_words)}
       }}
 {stage_wait}
 {refill}      const uint64_t desc_x = desc0 + (uint64_t)({kt_slot} * (X_BYTES >> 4));   // slot 0's descriptor + the slot's offset

@@ -347,7 +347,7 @@ _TS_SHARED = """  mbar_wait(xbar0 + 8 * (2 * STAGES), 0);   // the producer warp
 
 
 # the epilogue: facc[4j + 2h + e] (j < BT / 8; the wide form's two halves are j < 16 and j >= 16) -> the staging tile
-_EPILOGUE = """  // facc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
+_EPILOGUE_HEAD = """  // facc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 j + 2 q + e -> staging [token][channel]
 {scale_line}  float cs[2], bs[2];   // the thread's two channels' weight scale and bias
   #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -355,7 +355,8 @@ _EPILOGUE = """  // facc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, token 8 
     cs[h] = CS ? load_f32(CS + n0 + ch) : 1.0f;
     bs[h] = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
   }
-{ts_block}  #pragma unroll
+{ts_block}"""
+_EPILOGUE_STORES = """  #pragma unroll
   for (int j = 0; j < BT / 8; ++j) {
     #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -642,7 +643,7 @@ def _quarter_loop(scale_pick: str, widen: str, stagger_give: str, to_f32: str, c
 
 
 
-# the same pair of values as _EPILOGUE's, for the stmatrix staging (TileConfig.stsm)
+# the same pair of values as _EPILOGUE_STORES', for the stmatrix staging (TileConfig.stsm)
 _STSM_VALUE = """      const uint32_t v = f32x2_to_act2(facc[4 * j + 2 * h] * ts[2 * j] * cs[h] + bs[h],
                                        facc[4 * j + 2 * h + 1] * ts[2 * j + 1] * cs[h] + bs[h]);"""
 
@@ -650,13 +651,8 @@ _STSM_VALUE = """      const uint32_t v = f32x2_to_act2(facc[4 * j + 2 * h] * ts
 def _epilogue(wide: bool, stsm: bool = False) -> str:
     """The epilogue's scales and staging stores (16-bit stores, or stmatrix with ``stsm``)."""
     scale_line = "" if wide else "  const float scale = GS ? out_scale * load_f32(GS) : out_scale;\n"
-    text = _EPILOGUE.replace("{scale_line}", scale_line).replace("{ts_block}", _TS_SHARED if wide else _TS_GLOBAL)
-    if stsm:  # the staging loop (from its pragma to the end) by stmatrix
-        loop = "  #pragma unroll\n  for (int j = 0; j < BT / 8; ++j) {"
-        if text.count(loop) != 1:
-            raise ValueError("internal: the W4A8 epilogue has no single staging loop to replace")
-        text = text[:text.index(loop)] + stmatrix_staging("x0", _STSM_VALUE) + "\n"
-    return text
+    head = _EPILOGUE_HEAD.replace("{scale_line}", scale_line).replace("{ts_block}", _TS_SHARED if wide else _TS_GLOBAL)
+    return head + (stmatrix_staging("x0", _STSM_VALUE) + "\n" if stsm else _EPILOGUE_STORES)
 
 
 def _stsm_prelude(plan, caps) -> str:

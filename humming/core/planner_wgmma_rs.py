@@ -487,8 +487,8 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
     if ring:
         prefetch = ring
         reasons.append(f"{ring} weight atoms in flight per lane ({RING_ENV})"
-                       + (": with 6 stages a trip of 12 stages, every slot index and phase a constant"
-                          if 2 * (ring + 1) % stages == 0 and not (streamk or tail) else ""))
+                       + (f": a trip of {2 * (ring + 1)} stages is whole rounds of the {stages} activation slots, every "
+                          "slot index a constant" if 2 * (ring + 1) % stages == 0 and not (streamk or tail) else ""))
     elif prefetch:
         reasons.append(f"below M {DEEP_RING_BELOW_M}: {prefetch} weight atoms in flight per lane instead of {PF} (few "
                        "tiles per SM: the weight latency is not hidden by other blocks)")
