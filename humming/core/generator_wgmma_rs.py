@@ -237,9 +237,9 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     if const_slots and unroll_n % t.stages == 0:  # constant slots (kb is a multiple of the trip, hence of STAGES)
         kt_slot, next_slot = "(u % STAGES)", "((u + LOOKAHEAD) % STAGES)"
     elif not small and not t.streamk and not t.tail and unroll_n % t.stages == 0:
-        # the two-warpgroup plain form whose trip is whole rounds of the slots (e.g. a ring of PF 5 at 6 stages,
-        # HUMMING_WGMMA_RS_PF=5): slot and phase from the unrolled stage and the trip (1022 -> 954 SASS instructions
-        # per 10 stages at M 1024; not measured yet)
+        # the two-warpgroup plain form whose trip is whole rounds of the slots (the default ring of 5 at 6 stages,
+        # planner_wgmma_rs.RING_2WG): slot and phase from the unrolled stage and the trip (1022 -> 954 SASS
+        # instructions per 10 stages at M 1024)
         kt_slot, next_slot = "(u % STAGES)", "((u + LOOKAHEAD) % STAGES)"
         kt_phase = ("((u / STAGES) & 1)" if unroll_n % (2 * t.stages) == 0 else
                     "(((unsigned)kb / STAGES + u / STAGES) & 1)")

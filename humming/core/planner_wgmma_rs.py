@@ -37,7 +37,6 @@ MIN_M = 128  # with HUMMING_WGMMA_RS=1: from one 128-token tile on
 # 28672x8192 925 -> 583 (504 with stream-K), 8192x8192 254 -> 196 (155), 4096x14336 187 -> 153 (139). From M 257
 # the tuner's winners were already this form (the 257-512 entries shipped for the three shapes).
 DEFAULT_MIN_M = 513
-DEEP_RING_BELOW_M = 1024  # below: DEEP_RING_2WG weight atoms in flight per lane (measured below; PF from here)
 MIN_STAGES, MAX_STAGES = 4, 6
 # the two-warpgroup form's token tiles: 128 or 256 by the rules and the tuned entries, then fitted to M
 # (fitted_token_tile) in whole groups of WIDE_BT_UNIT rows, never below WIDE_MIN_BT
@@ -217,14 +216,15 @@ def smem_bytes(bt: int, stages: int, staging: bool = False) -> int:
     return stages * bt * BK * 2 + 1024 + (bt * (BC + OUT_PAD) * 2 if staging else 0)
 
 
-# the two-warpgroup form below its default M (a tuned plan): measured on the H200 (2026-11-30, scripts/ablate.py
-# pf6_2wg, us, PF 4 -> 6): 28672x8192 M128 117.2 -> 111.5, 8192x8192 M256 57.9 -> 56.4, 28672x8192 M256 185.5 ->
-# 185.2; from M 1024 slower (8192x8192 M4096 833.8 -> 854.5, 28672x8192 M1024 681.6 -> 698.0): there the default PF
-DEEP_RING_2WG = 6
-# HUMMING_WGMMA_RS_PF=N: N weight atoms in flight per lane in every two-warpgroup plan (default: PF, DEEP_RING_2WG below
-# M 1024). A ring whose trip (2 (N + 1) stages) is whole rounds of the activation slots makes the plain form's slot and
-# phase arithmetic constants (N = 5 at 6 stages: 1022 -> 954 SASS instructions per 10 stages at M 1024); written in the
-# twenty-fourth session for an A/B, not run
+# weight atoms in flight per lane in every two-warpgroup plan: 5 makes the plain form's trip (2 (5 + 1) = 12 stages)
+# whole rounds of its 6 activation slots, so every slot index and phase is a constant of the unrolled stage (1022 -> 954
+# SASS instructions per 10 stages at M 1024). Measured on the H200 (2026-12-01, scripts/ab_env.py W4A16 g128, 8
+# rounds, median us, before: 6 below M 1024, PF = 4 from there -> 5): 8192x8192 M1024 201.3 -> 191.8, 4096x14336 M1024
+# 173.0 -> 165.3, 28672x8192 M1024 680.0 -> 672.7, M128 107.0 -> 104.5 (uncapped rounds 94.5 -> 93.1), M4096
+# 2874 -> 2803; 8192x8192 / 4096x14336 M128 and M4096 within 0.3%. (Before: 6 against 4 below M 1024, 2026-11-30,
+# scripts/ablate.py pf6_2wg: 28672x8192 M128 117.2 -> 111.5, 8192x8192 M256 57.9 -> 56.4.)
+RING_2WG = 5
+# HUMMING_WGMMA_RS_PF=N overrides it (1..12) for an A/B
 RING_ENV = "HUMMING_WGMMA_RS_PF"
 
 
@@ -350,23 +350,24 @@ def streamk_refusal(tail: int, producer_warp: bool) -> str:
     return ""
 
 
-# HUMMING_WGMMA_RS_STSM=1: the register-A W4A16 forms stage their output tile with stmatrix .trans (16 instructions a
-# thread at 256 tokens instead of 128 16-bit shared stores) where the profile declares stmatrix. Written in the
-# twenty-fourth session (the epilogue is about half of a tile's fixed 6-7.6 us at M 1024, scripts/ablate.py
-# noepi_2wg); not run yet, hence off
+# the epilogue's staging by stmatrix .trans (16 instructions a thread at 256 tokens instead of 128 16-bit shared stores)
+# in the register-A W4A16 forms and the W4A8 narrow / wide forms, where the profile declares stmatrix;
+# HUMMING_WGMMA_RS_STSM=0 turns it off. Measured on the H200 (2026-12-01, scripts/ab_env.py, median us, with the ring
+# of 5, off -> on): W4A16 28672x8192 M2048 1387 -> 1355, M4096 2873 -> 2783, 4096x14336 M1024 165.3 -> 164.4, other
+# rows M 128-4096 within 0.5%; W4A8-FP8 28672x8192 M1024 479.5 -> 469.3, M4096 1963 -> 1935, other rows within 0.8%
 STSM_ENV = "HUMMING_WGMMA_RS_STSM"
 
 
 def with_stsm(caps, plan: Plan) -> Plan:
-    """The plan with the stmatrix staging (TileConfig.stsm) where HUMMING_WGMMA_RS_STSM=1 asks for it and the profile
-    declares stmatrix."""
+    """The plan with the stmatrix staging (TileConfig.stsm) where the profile declares stmatrix, unless
+    HUMMING_WGMMA_RS_STSM=0."""
     raw = os.environ.get(STSM_ENV, "").strip()
     if raw not in ("", "0", "1"):
         raise ValueError(f"{STSM_ENV}={raw!r}: 0 or 1")
-    if raw != "1" or plan.tiles.stsm or not caps.memory.stmatrix:
+    if raw == "0" or plan.tiles.stsm or not caps.memory.stmatrix:
         return plan
     return replace(plan, tiles=replace(plan.tiles, stsm=1), reasons=plan.reasons + (
-        f"epilogue staging by stmatrix .trans ({STSM_ENV}=1; stmatrix declared): one instruction per two 8-token "
+        f"epilogue staging by stmatrix .trans (stmatrix declared; {STSM_ENV}=0: off): one instruction per two 8-token "
         "blocks of both channel halves instead of two 16-bit stores per value pair",))
 
 
@@ -374,7 +375,7 @@ def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: in
                         splits: int | None = None, stages: int | None = None, fold: int = 0,
                         small: bool | None = None, tma: bool | None = None, cluster: int = 0,
                         occupancy: int = 0, prefetch: int = 0, tail: int = 0, streamk: int = 0) -> Plan:
-    """The register-A wgmma WnA16 plan (see _plan_register_a); the stmatrix staging where HUMMING_WGMMA_RS_STSM asks."""
+    """The register-A wgmma WnA16 plan (see _plan_register_a); the stmatrix staging where the profile declares it."""
     return with_stsm(caps, _plan_register_a(caps, layout, m, act, scheme, bt, splits, stages, fold, small, tma, cluster,
                                             occupancy, prefetch, tail, streamk))
 
@@ -430,7 +431,7 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
         "128-byte-swizzled shared memory",
         f"path {PATH} (from M {DEFAULT_MIN_M}; {ENV}=1: from M {MIN_M}): C^T = W x^T per tile; each warp loads its 16 channels x 64 k of int4 codes "
         f"(the mma.sync atom layout, the stream kernel's prepared weights; {_load_words(layout)}) from global memory "
-        f"{PF} atoms ahead, "
+        "atoms ahead in a register ring, "
         f"decodes them in registers ({d.kind}{d.bits}: magic number | code, {zero}, {scale}) into the m16n8k16 A "
         "fragment that each warp of a warpgroup supplies; no shared-memory traffic for the weights",
     ]
@@ -482,16 +483,11 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
     if stagger:
         reasons.append(f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
                        "0's, so each decodes while the other's wgmmas run")
-    prefetch = DEEP_RING_2WG if m < DEEP_RING_BELOW_M else 0
-    ring = ring_env()
-    if ring:
-        prefetch = ring
-        reasons.append(f"{ring} weight atoms in flight per lane ({RING_ENV})"
-                       + (f": a trip of {2 * (ring + 1)} stages is whole rounds of the {stages} activation slots, every "
-                          "slot index a constant" if 2 * (ring + 1) % stages == 0 and not (streamk or tail) else ""))
-    elif prefetch:
-        reasons.append(f"below M {DEEP_RING_BELOW_M}: {prefetch} weight atoms in flight per lane instead of {PF} (few "
-                       "tiles per SM: the weight latency is not hidden by other blocks)")
+    prefetch = ring_env() or RING_2WG
+    reasons.append(f"{prefetch} weight atoms in flight per lane" + (f" ({RING_ENV})" if ring_env() else "")
+                   + (f": a trip of {2 * (prefetch + 1)} stages is whole rounds of the {stages} activation slots, every "
+                      "slot index and phase a constant" if 2 * (prefetch + 1) % stages == 0 and not (streamk or tail)
+                      else ""))
     early, early_why = early_ring_wanted(streamk)
     if early_why:
         reasons.append(early_why)

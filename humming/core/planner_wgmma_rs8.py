@@ -376,7 +376,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                          cluster=cluster),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks)), reasons=reasons, pdl=pdl,
     )
-    # the stmatrix staging (HUMMING_WGMMA_RS_STSM=1) of the narrow and wide forms; the stream-K form keeps its stores
+    # the stmatrix staging (HUMMING_WGMMA_RS_STSM=0: off) of the narrow and wide forms; the stream-K form keeps its stores
     return plan if blocks else with_stsm(caps, plan)
 
 

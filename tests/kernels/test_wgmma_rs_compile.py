@@ -84,8 +84,11 @@ def test_compiles_with_register_a_wgmma(act, bt, name, group):
     assert len(rs) == len(forms) > 0
     for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 1",
                 "wgmma.wait_group.sync.aligned 0", "fence.proxy.async.shared::cta", _copy_instruction(p),
-                "ld.global.nc.L1::no_allocate.v4.u32", "lop3.b32", "st.global.v4.u32", "st.shared.u16"):
+                "ld.global.nc.L1::no_allocate.v4.u32", "lop3.b32", "st.global.v4.u32",
+                # the epilogue's staging: stmatrix where declared (the default), else 16-bit shared stores
+                "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16" if p.tiles.stsm else "st.shared.u16"):
         assert ins in ptx, ins
+    assert p.tiles.stsm == int(caps.memory.stmatrix)
     assert "ldmatrix" not in ptx and "mma.sync" not in ptx and "tcgen05" not in ptx
     log = mod.log
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
@@ -240,7 +243,6 @@ def _check_kernel_indexing(src: str) -> None:
         "const uint32_t* p = wsrc + (size_t)(", "load_g128(wq[", "], p);",
         "const int tab = slab * 64 + g * 8 + 2 * w;",
         "const uint64_t desc0 = make_smem_desc(x0);",  # slot s's descriptor: desc0 + s * X_BYTES / 16 (no carry)
-        "const uint64_t desc_x = desc0 + (uint64_t)(((unsigned)kt % STAGES) * (X_BYTES >> 4));",
         "wgmma_k16_rs(acc, a[ks], desc_x + 2 * ks, 1);",
         "const int ch = wg * 64 + w * 16 + 8 * h + g;",
         "f32x2_to_act2(acc[4 * j + 2 * h] * cs + bs, acc[4 * j + 2 * h + 1] * cs + bs);",
@@ -251,6 +253,17 @@ def _check_kernel_indexing(src: str) -> None:
         "store_g128(C + (size_t)(m0 + row) * N + n0 + ch * 8, r);",
     ):
         assert text in src, text
+    # slot kt % STAGES: computed, or (a trip of U stages that is whole rounds of the slots, kb a multiple of U) the
+    # unrolled stage's constant u % STAGES
+    computed = "const uint64_t desc_x = desc0 + (uint64_t)(((unsigned)kt % STAGES) * (X_BYTES >> 4));"
+    constant = "const uint64_t desc_x = desc0 + (uint64_t)((u % STAGES) * (X_BYTES >> 4));"
+    if constant in src:
+        stages = int(re.search(r"STAGES = (\d+);", src).group(1))
+        ring = int(re.search(r"constexpr int PF = (\d+), R = PF \+ 1;", src).group(1)) + 1
+        trip = int(re.search(r"constexpr int U = (\d+|2 \* R);", src).group(1).replace("2 * R", str(2 * ring)))
+        assert trip % stages == 0 and "for (int kb = 0; kb < ktiles; kb += U) {" in src
+    else:
+        assert computed in src, computed
     if "dq_raw_x16(" in src:  # f16: one shift per word, the odd pair in place as magic + 16 code
         texts = ("const uint32_t wh = wq[s][ks] >> (8 * h);", "const uint32_t zz16 = act2_add(zz, x16_bias);",
                  "act2_add(dq_raw(wh, 0), zz)", "act2_fma(dq_raw_x16(wh), x16_scale, zz16)",  # (x ss where scales)
@@ -321,6 +334,11 @@ def _warpgroup_a(p, packed, slab: int, kt: int, ks: int) -> torch.Tensor:
     return a
 
 
+def _sts16(p):
+    """The plan with the 16-bit staging stores the emulation models (HUMMING_WGMMA_RS_STSM=0)."""
+    return replace(p, tiles=replace(p.tiles, stsm=0))
+
+
 def _emulate(p, packed, x: torch.Tensor) -> torch.Tensor:
     bt, stages, dtype = p.tiles.bm, p.tiles.stages, DT[p.act]
     m, n, k = p.m, p.n, p.k
@@ -386,7 +404,9 @@ def test_emulated_kernel_matches_reference(act, name, group, bt):
     assert packed.layout.tile_major
     # the emulation models the cp.async copies; a TMA copy writes the same 128-byte-swizzled slot (the map's swizzle
     # mode is this layout by definition, and the GPU tests run both)
-    p = replace(_plan(act, name, group, m=m, n=n, k=k, bt=bt, tma=False), layout=packed.layout)
+    # (the epilogue's 16-bit staging stores: test_wgmma_rs_stsm_compile proves the default stmatrix staging puts every
+    # value where they do)
+    p = _sts16(replace(_plan(act, name, group, m=m, n=n, k=k, bt=bt, tma=False), layout=packed.layout))
     _check_kernel_indexing(api.source(p, _caps()))
     x = torch.randn(m, k).to(dtype)
     out = _emulate(p, packed, x)
@@ -405,7 +425,8 @@ def test_emulated_kernel_with_fitted_tile_matches_reference(act, name, group, m,
     n, k = 256, 256
     qw = humming.quantize(torch.randn(n, k) * 0.05, _scheme(name, group))
     packed = prepare(qw, dtype, _caps())
-    p = replace(_plan(act, name, group, m=m, n=n, k=k, bt=256 if m > 128 else 128, tma=False), layout=packed.layout)
+    p = _sts16(replace(_plan(act, name, group, m=m, n=n, k=k, bt=256 if m > 128 else 128, tma=False),
+                       layout=packed.layout))
     assert p.tiles.bm == bt and any("token tile" in r for r in p.reasons), p.explain()
     _check_kernel_indexing(api.source(p, _caps()))
     x = torch.randn(m, k).to(dtype)
@@ -588,9 +609,9 @@ def test_two_warpgroup_form_rasterized(monkeypatch):
 def test_weight_ring_depth():
     """How many weight atoms each lane keeps in flight: the small form's ring follows its activation stages, and goes
     to DEEP_RING_PF atoms with registers for 2 blocks per SM where shared memory holds only 2 (128 tokens x 6
-    stages); the two-warpgroup form keeps DEEP_RING_2WG atoms below M 1024 and PF from there. The generated kernels
-    say so and compile without spills."""
-    from humming.core.planner_wgmma_rs import DEEP_RING_2WG, DEEP_RING_PF, PF, small_ring
+    stages); the two-warpgroup form keeps RING_2WG atoms at every M. The generated kernels say so and compile without
+    spills."""
+    from humming.core.planner_wgmma_rs import DEEP_RING_PF, RING_2WG, small_ring
 
     caps = _caps()
     assert small_ring(caps, 128, 6) == (DEEP_RING_PF, 2)  # 97 KiB of stages: 2 blocks per SM
@@ -602,9 +623,9 @@ def test_weight_ring_depth():
     assert f"{DEEP_RING_PF} atoms ahead" in deep.explain()
     below = plan_wna16_wgmma_rs(caps, lay, 256, "f16", scheme="w4a16", bt=128, small=False)
     at = plan_wna16_wgmma_rs(caps, lay, 1024, "f16", scheme="w4a16", bt=128, small=False)
-    assert below.tiles.prefetch == DEEP_RING_2WG and at.tiles.prefetch == 0 and f"p{DEEP_RING_2WG}_" in below.kernel_name
-    for p, pf, bounds in ((deep, DEEP_RING_PF, "THREADS, 2"), (below, DEEP_RING_2WG, "BLOCK_THREADS, 1"),
-                          (at, PF, "BLOCK_THREADS, 1")):
+    assert below.tiles.prefetch == at.tiles.prefetch == RING_2WG and re.search(rf"p{RING_2WG}m?_", below.kernel_name)
+    for p, pf, bounds in ((deep, DEEP_RING_PF, "THREADS, 2"), (below, RING_2WG, "BLOCK_THREADS, 1"),
+                          (at, RING_2WG, "BLOCK_THREADS, 1")):
         src = api.source(p, caps)
         assert f"constexpr int PF = {pf}, R = PF + 1;" in src and f"__launch_bounds__(cfg::{bounds})" in src
         mod = compile_cuda(src, [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",))

@@ -1,5 +1,5 @@
-"""HUMMING_WGMMA_RS_STSM=1: the register-A W4A16 forms stage their output tile with stmatrix .trans. Off by default
-(written in the twenty-fourth session, not run on a GPU yet): the default sources keep their 16-bit stores. The lane
+"""The register-A W4A16 forms stage their output tile with stmatrix .trans where the profile declares stmatrix (the
+default; HUMMING_WGMMA_RS_STSM=0: the 16-bit shared stores). The lane
 addresses of the generated source are evaluated here against stmatrix's documented semantics (PTX ISA: register i of
 lane t holds row t / 4, columns 2 (t % 4), +1 of matrix i; lane 8 i + r gives the address of row r of matrix i; .trans
 stores column c of the matrix into row c), so every value lands where the 16-bit stores put it."""
@@ -20,9 +20,12 @@ def _clean(monkeypatch):
     monkeypatch.delenv(STSM_ENV, raising=False)
 
 
-def test_default_keeps_the_16_bit_stores():
-    src = api.source(humming.plan("w4a16", 1024, 4096, 14336, profile="nvidia-h200"))
-    assert "sts_u16(o, " in src and "stmatrix" not in src
+def test_switched_off_keeps_the_16_bit_stores(monkeypatch):
+    assert humming.plan("w4a16", 1024, 4096, 14336, profile="nvidia-h200").tiles.stsm  # the default
+    monkeypatch.setenv(STSM_ENV, "0")
+    p = humming.plan("w4a16", 1024, 4096, 14336, profile="nvidia-h200")
+    src = api.source(p)
+    assert not p.tiles.stsm and "sts_u16(o, " in src and "stmatrix" not in src
 
 
 def _c_int(expr: str, **names) -> int:
@@ -87,5 +90,5 @@ def test_register_a_w4a8_forms_take_the_same_staging(scheme, m, n, monkeypatch):
     assert "sts_u16(o, " not in src and src.count("stmatrix_x4_trans(stsm_row + jp * 8 * OUT_LD * 2") == 1
     assert "facc[4 * j + 2 * h] * ts[2 * j] * cs[h] + bs[h]" in src
     api.compile_plan(p, "nvidia-h200")
-    monkeypatch.delenv(STSM_ENV)
+    monkeypatch.setenv(STSM_ENV, "0")
     assert "stmatrix" not in api.source(humming.plan(scheme, m, n, 8192, profile="nvidia-h200"))

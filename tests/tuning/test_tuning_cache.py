@@ -236,18 +236,21 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
             from humming.core.planner_wgmma_rs import RASTER
 
             raster = RASTER if p.path == "wgmma-rs" and t["bn"] == 128 and not t.get("tail") else 0
-            # ... and below M 1024 keep a deeper weight ring (a planner rule)
-            from humming.core.planner_wgmma_rs import DEEP_RING_2WG
+            # ... and keep a ring of RING_2WG weight atoms (a planner rule)
+            from humming.core.planner_wgmma_rs import RING_2WG
 
-            prefetch = DEEP_RING_2WG if p.path == "wgmma-rs" and t["bn"] == 128 and m < 1024 else 0
+            prefetch = RING_2WG if p.path == "wgmma-rs" and t["bn"] == 128 else 0
             # ... and the small form fits its token tile to M (planner_wgmma_rs.fitted_token_tile)
             from humming.core.planner_wgmma_rs import fitted_token_tile
 
             # (the two-warpgroup form's too: tuning.two_warpgroup_token_tile, then fitted in 16-row groups)
             bm = fitted_token_tile(m, t["bm"] if t["bn"] == 64 else tuning.two_warpgroup_token_tile(m, t["bm"])) \
                 if p.path == "wgmma-rs" else t["bm"]
+            # ... and the register-A forms stage their epilogue by stmatrix (not the W4A8 stream-K form)
+            stsm = int(p.path == "wgmma-rs" or (p.path == "wgmma-rs8" and not t.get("streamk")))
             assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, "balance": 0,
-                                                   "occupancy": 0, "tail": 0, "streamk": 0, "early": 0, "stsm": 0, **t,
+                                                   "occupancy": 0, "tail": 0, "streamk": 0, "early": 0, "stsm": stsm,
+                                                   **t,
                                                    "bm": bm,
                                                    "stages": stages,
                                                    "bulk": bulk,
