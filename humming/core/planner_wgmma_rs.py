@@ -367,8 +367,8 @@ def with_stsm(caps, plan: Plan) -> Plan:
     if raw == "0" or plan.tiles.stsm or not caps.memory.stmatrix:
         return plan
     return replace(plan, tiles=replace(plan.tiles, stsm=1), reasons=plan.reasons + (
-        f"epilogue staging by stmatrix .trans (stmatrix declared; {STSM_ENV}=0: off): one instruction per two 8-token "
-        "blocks of both channel halves instead of two 16-bit stores per value pair",))
+        f"epilogue staging by stmatrix .trans (stmatrix declared): one instruction per two 8-token blocks of both "
+        f"channel halves ({STSM_ENV}=0: two 16-bit stores per value pair)",))
 
 
 def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None,

@@ -5,6 +5,7 @@ wgmmas, and its packing, fragment addressing, promotion and epilogue are emulate
 humming.reference_gemm."""
 import itertools
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -71,7 +72,9 @@ def test_compiles_with_register_a_wgmma(a_type, group, act, producer, chain, mon
     assert "C7517" not in log, log
     copy = "cp.async.bulk.tensor.2d" if producer else "cp.async.cg.shared.global"
     for ins in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 0",
-                copy, "ld.global.nc.L1::no_allocate.v4.u32", "st.global.v4.u32", "st.shared.u16"):
+                copy, "ld.global.nc.L1::no_allocate.v4.u32", "st.global.v4.u32",
+                # the epilogue's staging: stmatrix where declared (the default), else 16-bit shared stores
+                "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16" if p.tiles.stsm else "st.shared.u16"):
         assert ins in ptx, ins
     if producer:
         assert "cp.async.cg" not in ptx and "setmaxnreg.inc.sync.aligned.u32 232" in ptx and "bar.sync 1, 256" in ptx
@@ -330,6 +333,9 @@ def test_emulated_kernel_matches_reference(a_type, group, act):
     packed = prepare_w4a8_rs(qw, dtype, a_type)
     # the emulation models the lock-step kernel's copies; the producer variant computes the same way (GPU-tested)
     p = plan_w4a8_wgmma_rs(_caps(), packed.layout, m, act, scheme=sch.name, producer=False)
+    # (the epilogue's 16-bit staging stores: test_wgmma_rs_stsm_compile proves the default stmatrix staging puts every
+    # value where they do)
+    p = replace(p, tiles=replace(p.tiles, stsm=0))
     _check_kernel_indexing(api.source(p, _caps()))
     x = torch.randn(m, k).to(dtype)
     qa = quantize_activation(x, sch)
