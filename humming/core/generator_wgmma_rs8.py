@@ -199,7 +199,7 @@ constexpr int BT = {BT}, WT = {chain}, BC = {BC}, BK = {BK}, STAGES = {t.stages}
 constexpr int THREADS = 256;             // two warpgroups; warpgroup wg owns channels 64 wg .. 64 wg + 63 of the tile{block_threads}
 constexpr int RASTER = {t.raster};             // token tiles per rasterization group (0: launch order)
 constexpr int LOOKAHEAD = STAGES - 1;    // activation stages loading while one is multiplied
-constexpr int PF = {PF}, R = PF + 1;           // weight stages in flight per lane, register ring size
+constexpr int PF = {t.prefetch or PF}, R = PF + 1;           // weight stages in flight per lane, register ring size
 constexpr int X_BYTES = BT * BK;         // one activation tile: BT rows x 128 bytes
 constexpr int STAGE_WORDS = 4 * 256;     // 32-bit words of one 64-channel x 128-k stage of int4 codes (4 KB)
 constexpr int OUT_LD = BC + {OUT_PAD};         // staging pitch (16-bit values)

@@ -41,7 +41,24 @@ MIN_M = 128
 # M=512 457.9 (567.3), M=4096 3569 (4361); W4A8-INT8 alike. Faster at every M measured from one 128-token tile.
 DEFAULT_MIN_M = MIN_M
 MIN_STAGES, MAX_STAGES = 4, 6
-PF = 2  # stages of weight words loaded ahead per lane (register ring of PF + 1)
+# stages of weight words loaded ahead per lane in the narrow form (register ring of PF + 1): one block per SM, so the
+# ring is all the weight bytes in flight (8 KB a stage). Measured on the H200 (2026-12-01, scripts/ab_env.py W4A8-FP8
+# g128 native, median us, PF 2 / 4 / 6): 28672x8192 M128 95.8 / 87.7 / 86.0, 8192x8192 M128 46.8 / 42.0 / 40.4, M256
+# 49.9 / 45.7 / 44.2, 4096x14336 M128 76.4 / 67.8 / 65.1, M512 84.8 / 77.3 / 74.6 (the wide form's rows: unchanged);
+# 168 registers, no spills (PF 7 spills)
+PF = 6
+# HUMMING_WGMMA_W4A8_RS_PF=N: the narrow form's weight stages in flight per lane (TileConfig.prefetch; unset: PF)
+NARROW_PF_ENV = "HUMMING_WGMMA_W4A8_RS_PF"
+
+
+def narrow_prefetch() -> int:
+    """HUMMING_WGMMA_W4A8_RS_PF as the narrow form's ring depth (0: unset, PF)."""
+    raw = os.environ.get(NARROW_PF_ENV, "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit() or not 1 <= int(raw) <= 6:
+        raise ValueError(f"{NARROW_PF_ENV}={raw!r}: weight stages in flight per lane, 1..6 (7 spills)")
+    return int(raw)
 PRODUCER_ENV = "HUMMING_WGMMA_W4A8_RS_WS"  # "1": a producer warpgroup brings the activations in by TMA; "0": cp.async
 # unset: the producer warpgroup where tma, mbarrier and setmaxnreg are declared. Measured on the H200 (2026-11-30,
 # bench_quantized, W4A8-FP8): 8192x8192 M128 72.0 -> 61.8 us, M1024 264.4 -> 225.6, M4096 1064.2 -> 887.5; 28672x8192
@@ -340,7 +357,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
             f"wgmma m64nNk32 {a_type} declared ({caps.target.arch}): A (weights) from registers, B (activation codes) "
             "K-major in 128-byte-swizzled shared memory",
             f"path {PATH} (M >= {DEFAULT_MIN_M}; {ENV}=0 switches it off): C^T = W x^T per tile; each lane loads its int4 codes of a 128-deep stage with two "
-            f"16-byte loads (humming.core.layout_wgmma_rs8), {PF} stages ahead, and widens them exactly ({src}) into "
+            f"16-byte loads (humming.core.layout_wgmma_rs8), {narrow_prefetch() or PF} stages ahead"
+            + (f" ({NARROW_PF_ENV})" if narrow_prefetch() else "") + f", and widens them exactly ({src}) into "
             "the m16n8k32 A fragment of its warp; no shared-memory traffic for the weights",
             promotion,
             f"tile {BC} channels x {BT} tokens x {BK} k: 2 warpgroups x "
@@ -373,6 +391,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         instruction=replace(form, shape=(64, chain, 32)), path=PATH, layout=layout,
         tiles=TileConfig(tile, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
                          stagger=int(bt == WIDE_BT and stagger_wanted()), raster=raster, streamk=blocks,
+                         prefetch=0 if bt == WIDE_BT else narrow_prefetch(),
                          cluster=cluster),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks)), reasons=reasons, pdl=pdl,
     )
