@@ -20,6 +20,7 @@ from humming.core.wgmma_common import (
     declared_option,
     raster_from_env,
     require_wgmma,
+    ring_from_env,
     stagger_wanted,
     threshold_from_env,
 )
@@ -230,12 +231,7 @@ RING_ENV = "HUMMING_WGMMA_RS_PF"
 
 def ring_env() -> int:
     """HUMMING_WGMMA_RS_PF as a ring depth (0: unset)."""
-    raw = os.environ.get(RING_ENV, "").strip()
-    if not raw:
-        return 0
-    if not raw.isdigit() or not 1 <= int(raw) <= 12:
-        raise ValueError(f"{RING_ENV}={raw!r}: weight atoms in flight per lane, 1..12")
-    return int(raw)
+    return ring_from_env(RING_ENV, 12, "weight atoms")
 
 
 DEEP_RING_PF = 10  # weight atoms in flight per lane where shared memory holds only 2 blocks per SM (see small_ring)

@@ -23,6 +23,7 @@ from humming.core.wgmma_common import (
     declared_option,
     raster_from_env,
     require_wgmma,
+    ring_from_env,
     stagger_wanted,
     threshold_from_env,
 )
@@ -52,13 +53,8 @@ NARROW_PF_ENV = "HUMMING_WGMMA_W4A8_RS_PF"
 
 
 def narrow_prefetch() -> int:
-    """HUMMING_WGMMA_W4A8_RS_PF as the narrow form's ring depth (0: unset, PF)."""
-    raw = os.environ.get(NARROW_PF_ENV, "").strip()
-    if not raw:
-        return 0
-    if not raw.isdigit() or not 1 <= int(raw) <= 6:
-        raise ValueError(f"{NARROW_PF_ENV}={raw!r}: weight stages in flight per lane, 1..6 (7 spills)")
-    return int(raw)
+    """HUMMING_WGMMA_W4A8_RS_PF as the narrow form's ring depth (0: unset, PF; 7 spills)."""
+    return ring_from_env(NARROW_PF_ENV, 6, "weight stages")
 PRODUCER_ENV = "HUMMING_WGMMA_W4A8_RS_WS"  # "1": a producer warpgroup brings the activations in by TMA; "0": cp.async
 # unset: the producer warpgroup where tma, mbarrier and setmaxnreg are declared. Measured on the H200 (2026-11-30,
 # bench_quantized, W4A8-FP8): 8192x8192 M128 72.0 -> 61.8 us, M1024 264.4 -> 225.6, M4096 1064.2 -> 887.5; 28672x8192

@@ -63,6 +63,17 @@ def raster_from_env(env: str, default: int) -> int:
     return int(forced)
 
 
+def ring_from_env(env: str, most: int, what: str) -> int:
+    """A weight ring depth from the environment variable ``env`` (1 to ``most`` ``what`` in flight per lane), 0 where
+    it is unset."""
+    raw = os.environ.get(env, "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit() or not 1 <= int(raw) <= most:
+        raise ValueError(f"{env}={raw!r}: {what} in flight per lane, 1..{most}")
+    return int(raw)
+
+
 def declared_option(declared: bool, option: bool | None, env: str, default: bool, missing: str) -> bool:
     """An optional kernel variant that needs declared capabilities: ``option`` True forces it (UnsupportedOnDevice
     saying ``missing`` where not ``declared``), False refuses it, None takes the environment variable ``env``
