@@ -115,15 +115,16 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
     t = plan.tiles
     lay = plan.layout
     producer = t.bulk == 2  # a producer warpgroup brings the activations in by TMA; consumers release slots
-    # 256 tokens (or 192, fitted to M): weights and scales by bulk copy, each fragment widened once for every chain
-    wide = t.bm > BT
+    # 256 tokens (or 192 / 128 fitted to M, TileConfig.wide at 128): weights and scales by bulk copy, each fragment
+    # widened once for every chain
+    wide = t.bm > BT or bool(t.wide)
     if (plan.path != PATH or t.bm not in (BT, WIDE_FITTED_BT, WIDE_BT)
             or (t.bn, t.bk, t.threads) != (BC, BK, 384 if producer else 256)
             or t.stages < (3 if wide else 4) or (wide and not producer)
-            or (t.bm == WIDE_FITTED_BT and plan.instruction.shape[1] != QUARTER_WT)):
-        raise ValueError(f"the register-A wgmma W4A8 kernel is written for 128 tokens (256, or 192 in 64-token chains, "
-                         f"with the producer warpgroup) x 128 channels x 128 k, 256 threads (384 with the producer "
-                         f"warpgroup), >= 4 stages (3 wide); got {t}")
+            or (wide and t.bm < WIDE_BT and plan.instruction.shape[1] != QUARTER_WT)):
+        raise ValueError(f"the register-A wgmma W4A8 kernel is written for 128 tokens (256, or 192 / 128 in 64-token "
+                         f"chains, with the producer warpgroup) x 128 channels x 128 k, 256 threads (384 with the "
+                         f"producer warpgroup), >= 4 stages (3 wide); got {t}")
     if wide:
         return _wide_kernel_source(plan, backend, caps)
     per_channel, request, chain = _group_and_chain(plan, caps)

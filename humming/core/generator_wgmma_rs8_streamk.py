@@ -157,8 +157,8 @@ def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
     from humming.devices.nvidia.backend import wgmma_rs8_prelude
 
     t = plan.tiles
-    if t.bm not in (WIDE_BT, WIDE_FITTED_BT) or t.bulk != 2:
-        raise ValueError("stream-K is written for the wide register-A W4A8 form (256 tokens or 192 fitted to M, "
+    if not (t.bm in (WIDE_BT, WIDE_FITTED_BT) or t.wide) or t.bulk != 2:
+        raise ValueError("stream-K is written for the wide register-A W4A8 form (256 tokens or 192 / 128 fitted to M, "
                          "producer warpgroup)")
     prelude = wgmma_rs8_prelude(backend, parts["request"], parts["chain"], producer=True, weights_by_bulk=True,
                                 stagger=bool(t.stagger), streamk=True)

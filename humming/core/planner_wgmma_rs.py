@@ -17,10 +17,10 @@ from humming.core.planner import _DEFAULT_SMS, TAIL_SPLITS, Plan, TileConfig
 from humming.core.planner_wgmma_wna16 import wgmma_k16_form
 from humming.core.wgmma_common import (
     STAGGER_ENV,
+    count_from_env,
     declared_option,
     raster_from_env,
     require_wgmma,
-    ring_from_env,
     stagger_wanted,
     threshold_from_env,
 )
@@ -231,7 +231,7 @@ RING_ENV = "HUMMING_WGMMA_RS_PF"
 
 def ring_env() -> int:
     """HUMMING_WGMMA_RS_PF as a ring depth (0: unset)."""
-    return ring_from_env(RING_ENV, 12, "weight atoms")
+    return count_from_env(RING_ENV, 12, "weight atoms in flight per lane")
 
 
 DEEP_RING_PF = 10  # weight atoms in flight per lane where shared memory holds only 2 blocks per SM (see small_ring)

@@ -20,10 +20,10 @@ from humming.core.planner_wgmma import wgmma_form
 from humming.core.planner_wgmma_rs import with_stsm
 from humming.core.wgmma_common import (
     STAGGER_ENV,
+    count_from_env,
     declared_option,
     raster_from_env,
     require_wgmma,
-    ring_from_env,
     stagger_wanted,
     threshold_from_env,
 )
@@ -54,7 +54,7 @@ NARROW_PF_ENV = "HUMMING_WGMMA_W4A8_RS_PF"
 
 def narrow_prefetch() -> int:
     """HUMMING_WGMMA_W4A8_RS_PF as the narrow form's ring depth (0: unset, PF; 7 spills)."""
-    return ring_from_env(NARROW_PF_ENV, 6, "weight stages")
+    return count_from_env(NARROW_PF_ENV, 6, "weight stages in flight per lane")
 PRODUCER_ENV = "HUMMING_WGMMA_W4A8_RS_WS"  # "1": a producer warpgroup brings the activations in by TMA; "0": cp.async
 # unset: the producer warpgroup where tma, mbarrier and setmaxnreg are declared. Measured on the H200 (2026-11-30,
 # bench_quantized, W4A8-FP8): 8192x8192 M128 72.0 -> 61.8 us, M1024 264.4 -> 225.6, M4096 1064.2 -> 887.5; 28672x8192
@@ -66,11 +66,23 @@ WIDE_FITTED_BT = 192  # the wide form's tile fitted to M where 3 chains of 64 to
 FIT_ENV = "HUMMING_WGMMA_RS_FIT_TILE"  # "0": the wide form keeps 256 (planner_wgmma_rs.FIT_ENV, shared)
 W_BYTES, S_BYTES = BC * BK // 2, BC * 4  # one stage's int4 codes (two 64-channel slabs) and fp32 group scales
 WIDE_ENV = "HUMMING_WGMMA_W4A8_RS_BT"  # "128" / "256": the token tile wherever it applies; unset: the rule below
-# the wide form from 256 tokens where its blocks fill at least 3/4 of the SMs once (producer warpgroup declared).
-# Measured on the H200 (2026-11-30, W4A8-FP8, us, narrow -> wide): 8192x8192 M256 61.1 -> 78.2 (64 blocks: narrow),
-# M512 113.9 -> 83.2, M1024 225.8 -> 160.5, M4096 899.4 -> 632.2; 28672x8192 M256 215.7 -> 153.1, M512 381.7 -> 291.9,
-# M1024 749.5 -> 525.2, M4096 2964.4 -> 2159.5 (before the staggered start and the batched epilogue loads)
-WIDE_MIN_M = 256
+# the wide form from 128 tokens (256 before the twenty-fifth session) where its blocks fill at least 3/4 of the SMs
+# once (producer warpgroup declared), its tile fitted to M (128, 192 or 256 tokens). Measured on the H200 (2026-11-30,
+# W4A8-FP8, us, narrow -> wide): 8192x8192 M256 61.1 -> 78.2 (64 blocks: narrow), M512 113.9 -> 83.2, M1024 225.8 ->
+# 160.5, M4096 899.4 -> 632.2; 28672x8192 M256 215.7 -> 153.1, M512 381.7 -> 291.9, M1024 749.5 -> 525.2, M4096
+# 2964.4 -> 2159.5 (before the staggered start and the batched epilogue loads); 2026-12-01 (scripts/ab_env.py, 6
+# rounds, docs/runs/2026-12-01m/call8): 28672x8192 M128 85.4 -> 81.0 (128-token tiles), M192 160.1 -> 102.2 (192)
+WIDE_MIN_M = 128
+# HUMMING_WGMMA_W4A8_RS_WIDE_FROM=M0: the wide form from M0 tokens (1..256) wherever the producer warpgroup runs, also
+# where its blocks fill fewer SMs (with HUMMING_WGMMA_W4A8_RS_STREAMK=132 measured there: 4096x14336 M192 66.3 (narrow)
+# -> 40.8, 8192x8192 M128 41.0 -> 34.5 (the widened path: 33.1), both 2026-12-01); its tile fitted to M (128 tokens up
+# to M 128: TileConfig.wide)
+WIDE_FROM_ENV = "HUMMING_WGMMA_W4A8_RS_WIDE_FROM"
+
+
+def wide_from() -> int:
+    """HUMMING_WGMMA_W4A8_RS_WIDE_FROM as the smallest M of the wide form (0: unset, the rule of token_tile)."""
+    return count_from_env(WIDE_FROM_ENV, WIDE_BT, "the smallest M of the wide form")
 WIDE_MIN_FILL = 0.75  # wide blocks / SMs
 QUARTER_WT = 64  # the other chain width: m64n64k32 token quarters (wide) / halves (narrow) into two partials
 CHAIN_ENV = "HUMMING_WGMMA_W4A8_RS_CHAIN"  # "128" / "64": tokens per wgmma chain (both forms); unset: the defaults below
@@ -166,15 +178,16 @@ def enabled() -> bool:
     return min_m() is not None
 
 
-def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False) -> int:
-    """STAGES activation tiles (tokens x 128 B; the wide form adds each stage's weight codes and scales, and the
-    block's token scales) and 1 KiB of alignment; the staging tile reuses the activation tiles (stream-K: one staging
-    tile per warpgroup, STREAMK_STAGING_TOKENS rows of its 64 channels, as the slots keep loading, and two buffers of
-    token scales)."""
-    if tokens > BT and streamk:
+def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False, wide: bool = False) -> int:
+    """STAGES activation tiles (tokens x 128 B; the wide form (``wide``, or more than BT tokens) adds each stage's
+    weight codes and scales, and the block's token scales) and 1 KiB of alignment; the staging tile reuses the
+    activation tiles (stream-K: one staging tile per warpgroup, STREAMK_STAGING_TOKENS rows of its 64 channels, as the
+    slots keep loading, and two buffers of token scales)."""
+    wide = wide or tokens > BT
+    if wide and streamk:
         return (stages * (tokens * BK + W_BYTES + S_BYTES) + 2 * STREAMK_STAGING_TOKENS * (BC // 2 + OUT_PAD) * 2
                 + 2 * tokens * 4 + 1024)  # and two buffers of token scales
-    if tokens > BT:  # the wide form (256 or fitted 192 tokens): and the block's token scales
+    if wide:  # the wide form (256 tokens, or fitted to M: 192 / 128): and the block's token scales
         return stages * (tokens * BK + W_BYTES + S_BYTES) + tokens * 4 + 1024
     return stages * tokens * BK + 1024
 
@@ -222,6 +235,8 @@ def token_tile(m: int, producer: bool, n: int = 0, sms: int = 0) -> int:
         if forced not in (str(BT), str(WIDE_BT)):
             raise ValueError(f"{WIDE_ENV}={forced!r}: expected {BT} or {WIDE_BT}")
         return WIDE_BT if forced == str(WIDE_BT) and producer else BT
+    if wide_from() and producer and m >= wide_from():
+        return WIDE_BT
     wide, narrow = wide_tiles(m, n), -(-m // BT) * (n // BC)
     fills = not (n and sms) or wide >= WIDE_MIN_FILL * sms or _rounds(narrow, sms) > _rounds(wide, sms)
     return WIDE_BT if producer and m >= WIDE_MIN_M and fills else BT
@@ -301,10 +316,11 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     cluster, cluster_why = cluster_blocks(caps, n, bt, blocks)
     tile = bt  # the wide form's tile fitted to M in whole 64-token chains (not with forced tiles or clusters)
     if fits_wide(bt, chain, cluster):
-        tile = fitted_wide_tile(m)
+        tile = max(BT, fitted_wide_tile(m))  # (never below 128 tokens)
     limit = caps.limits.smem_per_block_kb * 1024
-    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(s, tile, bool(blocks)) <= limit),
-                  None)
+    wide = bt == WIDE_BT
+    stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1)
+                   if smem_bytes(s, tile, bool(blocks), wide) <= limit), None)
     if stages is None:
         raise UnsupportedOnDevice(f"no register-A wgmma W4A8 tile with {MIN_STAGES} stages fits {caps.name}'s "
                                   f"{limit} B of shared memory")
@@ -335,7 +351,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
             f"fragment of its warp once for all {tile // chain} token {'halves' if chain == BT else 'quarters'}",
             promotion,
             f"tile {BC} channels x {tile} tokens x {BK} k: 2 warpgroups x {chains}, {stages} slots "
-            f"of activations, weight codes and group scales, {smem_bytes(stages, tile, bool(blocks)) // 1024} KiB of "
+            f"of activations, weight codes and group scales, {smem_bytes(stages, tile, bool(blocks), True) // 1024} KiB of "
             f"{limit // 1024} KiB shared memory{fit_words}",
             _streamk_words(m, n, k, blocks, streamk_why) if blocks else
             "epilogue: per-token activation scale (the block's, staged in shared memory by a producer warp during "
@@ -388,8 +404,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         tiles=TileConfig(tile, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
                          stagger=int(bt == WIDE_BT and stagger_wanted()), raster=raster, streamk=blocks,
                          prefetch=0 if bt == WIDE_BT else narrow_prefetch(),
-                         cluster=cluster),
-        splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks)), reasons=reasons, pdl=pdl,
+                         cluster=cluster, wide=int(wide and tile == BT)),
+        splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks), wide), reasons=reasons, pdl=pdl,
     )
     # the stmatrix staging (HUMMING_WGMMA_RS_STSM=0: off) of the narrow and wide forms; the stream-K form keeps its stores
     return plan if blocks else with_stsm(caps, plan)

@@ -63,14 +63,14 @@ def raster_from_env(env: str, default: int) -> int:
     return int(forced)
 
 
-def ring_from_env(env: str, most: int, what: str) -> int:
-    """A weight ring depth from the environment variable ``env`` (1 to ``most`` ``what`` in flight per lane), 0 where
-    it is unset."""
+def count_from_env(env: str, most: int, what: str) -> int:
+    """A count from the environment variable ``env`` (1 to ``most``; ``what`` it counts, for the error), 0 where it is
+    unset."""
     raw = os.environ.get(env, "").strip()
     if not raw:
         return 0
     if not raw.isdigit() or not 1 <= int(raw) <= most:
-        raise ValueError(f"{env}={raw!r}: {what} in flight per lane, 1..{most}")
+        raise ValueError(f"{env}={raw!r}: {what}, 1..{most}")
     return int(raw)
 
 

@@ -134,8 +134,8 @@ def test_wide_form_compiles(a_type, group, act, chain, monkeypatch):
 
 
 def test_wide_form_selection(monkeypatch):
-    """256 tokens from WIDE_MIN_M with the producer warpgroup where the wide blocks fill 3/4 of the SMs, 128 below or
-    without it; the environment forces either; asking for the wide form without the producer warpgroup is refused
+    """The wide form (256 tokens, fitted to M: 128 / 192 from WIDE_MIN_M) with the producer warpgroup where its blocks
+    fill 3/4 of the SMs, the narrow form of 128 below or without it; the environment forces either; asking for the wide form without the producer warpgroup is refused
     with the reason."""
     from humming.core import planner_wgmma_rs8 as rs8
 
@@ -143,8 +143,11 @@ def test_wide_form_selection(monkeypatch):
     sms = caps.limits.sms
     big, small = WgmmaRs8Layout("e4m3", 28672, 4096, 128), WgmmaRs8Layout("e4m3", 8192, 4096, 128)
     monkeypatch.delenv(rs8.WIDE_ENV, raising=False)
-    assert plan_w4a8_wgmma_rs(caps, big, rs8.WIDE_MIN_M - 1, "f16").tiles.bm == 128
-    assert plan_w4a8_wgmma_rs(caps, big, rs8.WIDE_MIN_M, "f16").tiles.bm == 256  # 224 blocks
+    assert rs8.WIDE_MIN_M == 128 and not plan_w4a8_wgmma_rs(caps, big, 127, "f16").tiles.wide
+    wide128 = plan_w4a8_wgmma_rs(caps, big, 128, "f16").tiles  # 224 blocks: the wide form at 128 tokens
+    assert (wide128.bm, wide128.wide, wide128.prefetch) == (128, 1, 0)
+    assert plan_w4a8_wgmma_rs(caps, big, 192, "f16").tiles.bm == 192 and plan_w4a8_wgmma_rs(caps, big, 256, "f16").tiles.bm == 256
+    assert plan_w4a8_wgmma_rs(caps, small, 128, "f16").tiles.wide == 0  # 64 blocks: the narrow form
     assert plan_w4a8_wgmma_rs(caps, small, 256, "f16").tiles.bm == 128  # 64 blocks: fewer than 3/4 of the SMs
     assert plan_w4a8_wgmma_rs(caps, small, 512, "f16").tiles.bm == (256 if 128 >= 0.75 * sms else 128)
     assert plan_w4a8_wgmma_rs(caps, small, 4096, "f16").tiles.bm == 256

@@ -19,7 +19,7 @@ def _clean(monkeypatch):
 
 @pytest.mark.parametrize("scheme", ["w4a8-fp8", "w4a8-int8"])
 def test_default_ring_compiles_without_spills(scheme):
-    p = humming.plan(scheme, 128, 28672, 8192, profile="nvidia-h200")
+    p = humming.plan(scheme, 128, 8192, 8192, profile="nvidia-h200")
     assert p.path == "wgmma-rs8" and p.tiles.bm == 128 and p.tiles.prefetch == 0 and PF == 6
     src = api.source(p)
     assert f"constexpr int PF = {PF}, R = PF + 1;" in src
@@ -31,7 +31,7 @@ def test_default_ring_compiles_without_spills(scheme):
 @pytest.mark.parametrize("ring", [2, 4])
 def test_other_rings_compile_without_spills(scheme, ring, monkeypatch):
     monkeypatch.setenv(NARROW_PF_ENV, str(ring))
-    p = humming.plan(scheme, 128, 28672, 8192, profile="nvidia-h200")
+    p = humming.plan(scheme, 128, 8192, 8192, profile="nvidia-h200")
     assert p.tiles.prefetch == ring and any(f"{ring} stages ahead ({NARROW_PF_ENV})" in r for r in p.reasons)
     src = api.source(p)
     assert f"constexpr int PF = {ring}, R = PF + 1;" in src and "uint32_t wq[R][2][4];" in src
@@ -45,4 +45,4 @@ def test_other_rings_compile_without_spills(scheme, ring, monkeypatch):
 def test_bad_ring_is_refused(bad, monkeypatch):
     monkeypatch.setenv(NARROW_PF_ENV, bad)
     with pytest.raises(ValueError, match=NARROW_PF_ENV):
-        humming.plan("w4a8-fp8", 128, 28672, 8192, profile="nvidia-h200")
+        humming.plan("w4a8-fp8", 128, 8192, 8192, profile="nvidia-h200")

@@ -91,10 +91,11 @@ def test_default_rule(m, n, expect, monkeypatch):
 
 
 # (M, N, token tile): 256 where the wide blocks fill 3/4 of the SMs or the narrow ones need more rounds, fitted to M
-# in whole 64-token chains (M=384: two tiles of 192; HUMMING_WGMMA_RS_FIT_TILE=0: 256)
+# in whole 64-token chains (M=384: two tiles of 192; HUMMING_WGMMA_RS_FIT_TILE=0: 256; M=200 on 28672 channels: one
+# of 256, 128 with the narrow form's rule before the twenty-fifth session)
 @pytest.mark.parametrize("m,n,bt", [(768, 4096, 256), (512, 4096, 128), (256, 8192, 128), (384, 8192, 192),
-                                    (256, 28672, 256), (200, 28672, 128), (300, 28672, 192), (513, 8192, 192),
-                                    (577, 8192, 256)])
+                                    (256, 28672, 256), (200, 28672, 256), (160, 28672, 192), (300, 28672, 192),
+                                    (513, 8192, 192), (577, 8192, 256)])
 def test_token_tile_rule(m, n, bt, monkeypatch):
     from humming.core.planner_wgmma_rs8 import FIT_ENV, planned_token_tile
 
