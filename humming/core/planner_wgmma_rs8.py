@@ -213,10 +213,11 @@ def planned_token_tile(m: int, producer: bool, n: int = 0, sms: int = 0) -> int:
 
 def fitted_wide_tile(m: int) -> int:
     """The wide form's token tile at M: as many tiles as 256 tokens need, each M / tiles rounded up to whole 64-token
-    chains (M=300: two of 192; planner_wgmma_rs.fitted_token_tile, whose FIT_ENV=0 keeps 256)."""
+    chains, never below 128 (M=300: two of 192; M=100: one of 128; planner_wgmma_rs.fitted_token_tile, whose FIT_ENV=0
+    keeps 256)."""
     from humming.core.planner_wgmma_rs import fitted_token_tile
 
-    return fitted_token_tile(m, WIDE_BT, QUARTER_WT)
+    return max(BT, fitted_token_tile(m, WIDE_BT, QUARTER_WT))
 
 
 def _rounds(blocks: int, sms: int) -> int:
@@ -316,7 +317,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     cluster, cluster_why = cluster_blocks(caps, n, bt, blocks)
     tile = bt  # the wide form's tile fitted to M in whole 64-token chains (not with forced tiles or clusters)
     if fits_wide(bt, chain, cluster):
-        tile = max(BT, fitted_wide_tile(m))  # (never below 128 tokens)
+        tile = fitted_wide_tile(m)
     limit = caps.limits.smem_per_block_kb * 1024
     wide = bt == WIDE_BT
     stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1)
