@@ -177,9 +177,10 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "pf10_deep": [(r"constexpr int PF = 8, R = PF \+ 1;", "constexpr int PF = 10, R = PF + 1;")],
     "pf8_deep": [(r"constexpr int PF = 10, R = PF \+ 1;", "constexpr int PF = 8, R = PF + 1;")],
     "pf12_deep": [(r"constexpr int PF = 8, R = PF \+ 1;", "constexpr int PF = 12, R = PF + 1;")],
-    # the two-warpgroup register-A form: a deeper weight ring (its consumers have 232 registers; correct variants)
-    "pf6_2wg": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 6, R = PF + 1;")],
-    "pf8_2wg": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 8, R = PF + 1;")],
+    # the two-warpgroup register-A form: another weight ring than the plan's (its consumers have 232 registers;
+    # correct variants; HUMMING_WGMMA_RS_PF=N does the same through the planner)
+    "pf6_2wg": [(r"constexpr int PF = \d+, R = PF \+ 1;", "constexpr int PF = 6, R = PF + 1;")],
+    "pf8_2wg": [(r"constexpr int PF = \d+, R = PF \+ 1;", "constexpr int PF = 8, R = PF + 1;")],
     # register-A forms: the weight chunk through the L2 only (ld.global.cg; a correct variant)
     "cg_rs": [(r"load_g128\(wq\[([^\]]+)\], p\);",
                r'{ uint32_t* d_ = wq[\1]; asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(d_[0]), "=r"(d_[1]), "=r"(d_[2]), "=r"(d_[3]) : "l"(p)); }')],
@@ -253,13 +254,6 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                    (r"sq\[\(s \+ PF\) % R\] = load_g32\(sp\);  if \(\(\(unsigned\)\(((?:kt0 \+ )?)kt \+ PF\) \+ 1\) % 2 == 0\) "
                     r"sp \+= N;[^\n]*",
                     r"sq[(s + PF) % R] = load_g32(S + (size_t)((unsigned)(\1kt + PF) * BK / 128) * N + tab);")],
-    # two-warpgroup plain form with 6 stages: a weight ring of 6 atoms (PF 5) so that a trip of U = 2 R = 12 stages is
-    # two rounds of the activation slots: every slot index and phase a constant of the unrolled stage (correct only
-    # for the plain form with 6 stages, whose trips start at multiples of 12)
-    "slots12_2wg": [(r"constexpr int PF = 4, R = PF \+ 1;", "constexpr int PF = 5, R = PF + 1;"),
-                    (r"\(\(unsigned\)kt % STAGES\)", "(u % STAGES)"),
-                    (r"\(\(unsigned\)kt / STAGES\) & 1", "((u / STAGES) & 1)"),
-                    (r"\(\(unsigned\)\(kt \+ STAGES - 1\) % STAGES\)", "((u + STAGES - 1) % STAGES)")],
     # small register-A form: the stage's k16 wgmmas replaced by mma.sync m16n8k16 per warp (B by ldmatrix from the
     # 128-byte-swizzled slot; the accumulator layouts agree): a correct variant
     "mmasync_rs": [(r'(extern "C" __global__)', MMA_SYNC_HELPERS.replace("\\", "\\\\") + r"\1"),

@@ -19,8 +19,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"
 import ablate  # noqa: E402
 
 # (scheme, M, N): the kernel family; the variants written for it (the small register-A form at 16 tokens with
-# split-K clusters, the x_smem stream kernel at M=1, the two-warpgroup W4A16 form's stream-K plan at M=128, the
-# register-A W4A8 kernel's wide form at M=4096)
+# split-K clusters, the x_smem stream kernel at M=1, the two-warpgroup W4A16 form's stream-K plan at M=128 and its
+# plain plan at M=1024, the register-A W4A8 kernel's wide form at M=4096)
 CASES = {
     ("w4a16", 16, 28672): ["nomem_rs", "l2only_rs", "nodecode_rs", "nowgmma_rs", "noscale_rs", "noloop_rs", "half_rs",
                            "xonce_rs", "nosync_rs", "signed_rs", "mmasync_rs", "wsmem_rs", "pair_rs",
@@ -28,6 +28,8 @@ CASES = {
     ("w4a16", 1, 28672): ["empty", "noxstage", "notables", "nomem", "l2only", "empty_stream", "noloop_stream",
                           "ret_start_stream", "ret_prewait_stream"],
     ("w4a16", 128, 28672): ["nofix_sk", "noepi_sk", "claimlast", "busypoll"],
+    ("w4a16", 1024, 8192): ["pf6_2wg", "pf8_2wg", "noscale_2wg", "nodecode_2wg", "half_2wg", "l2w_2wg", "u20_2wg",
+                            "noepi_2wg", "nowalk_2wg"],
     ("w4a8-fp8", 4096, 8192): ["nowiden_rs8", "promote1_rs8", "nowiden_rs8+promote1_rs8", "prevwiden_rs8",
                                "unheld_rs8", "undesc0_rs8", "nofence_rs8", "fenceall_rs8", "membar_rs8",
                                "latearrive_rs8", "pingpong0", "pingpong3"],
