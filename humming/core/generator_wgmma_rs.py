@@ -52,7 +52,7 @@ from humming.core.planner_wgmma_rs import (
     BK,
     OUT_PAD,
     PATH,
-    PF,
+    RING_2WG,
     SMALL_BC,
     cluster_refusal,
     layout_refusal,
@@ -198,7 +198,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     # into the load's offset (the stream-K loop computed it per stage: 1062 -> 1044 SASS instructions per 10 stages)
     refill_words = "" if small else "(size_t)kb * ATOM_WORDS + (u + PF) * ATOM_WORDS"
     ring_pf, ring_blocks = (small_ring(caps, t.bm, t.stages, t.cluster, t.occupancy, t.prefetch) if small
-                            else (t.prefetch or PF, 1))
+                            else (t.prefetch or RING_2WG, 1))
     if t.occupancy and not small:
         raise ValueError("occupancy is an option of the small-M form")
     pf = ring_pf

@@ -42,10 +42,6 @@ MIN_STAGES, MAX_STAGES = 4, 6
 # the two-warpgroup form's token tiles: 128 or 256 by the rules and the tuned entries, then fitted to M
 # (fitted_token_tile) in whole groups of WIDE_BT_UNIT rows, never below WIDE_MIN_BT
 WIDE_BT_UNIT, WIDE_MIN_BT = 16, 64
-# weight atoms loaded ahead per lane in the two-warpgroup form (register ring of PF + 1): measured on the H200
-# (2026-11-30, bench_wna16 M 1024/4096) PF 4 against 2: 4096x14336 M4096 817 -> 731 us, 28672x8192 M1024 875 -> 808,
-# 8192x8192 M4096 937 -> 913; 205 registers at 256 tokens, no spills
-PF = 4
 TMA_ENV = "HUMMING_WGMMA_RS_TMA"  # "1": activation stages by TMA tensor copy where the profile declares tma; "0": cp.async
 # unset: TMA where the profile declares it. Measured on the H200 (2026-11-30, same tiles, bench_wna16): 3-10% faster
 # at M 16-4096 (8192x8192 M128 46.5 -> 43.6 us, 28672x8192 M128 153.0 -> 138.5, M4096 3366 -> 3232); the per-thread
@@ -223,7 +219,8 @@ def smem_bytes(bt: int, stages: int, staging: bool = False) -> int:
 # rounds, median us, before: 6 below M 1024, PF = 4 from there -> 5): 8192x8192 M1024 201.3 -> 191.8, 4096x14336 M1024
 # 173.0 -> 165.3, 28672x8192 M1024 680.0 -> 672.7, M128 107.0 -> 104.5 (uncapped rounds 94.5 -> 93.1), M4096
 # 2874 -> 2803; 8192x8192 / 4096x14336 M128 and M4096 within 0.3%. (Before: 6 against 4 below M 1024, 2026-11-30,
-# scripts/ablate.py pf6_2wg: 28672x8192 M128 117.2 -> 111.5, 8192x8192 M256 57.9 -> 56.4.)
+# scripts/ablate.py pf6_2wg: 28672x8192 M128 117.2 -> 111.5, 8192x8192 M256 57.9 -> 56.4; 4 against 2, 2026-11-30,
+# bench_wna16: 4096x14336 M4096 817 -> 731, 28672x8192 M1024 875 -> 808, 8192x8192 M4096 937 -> 913.)
 RING_2WG = 5
 # HUMMING_WGMMA_RS_PF=N overrides it (1..12) for an A/B
 RING_ENV = "HUMMING_WGMMA_RS_PF"
@@ -479,8 +476,9 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
     if stagger:
         reasons.append(f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
                        "0's, so each decodes while the other's wgmmas run")
-    prefetch = ring_env() or RING_2WG
-    reasons.append(f"{prefetch} weight atoms in flight per lane" + (f" ({RING_ENV})" if ring_env() else "")
+    forced_ring = ring_env()
+    prefetch = forced_ring or RING_2WG
+    reasons.append(f"{prefetch} weight atoms in flight per lane" + (f" ({RING_ENV})" if forced_ring else "")
                    + (f": a trip of {2 * (prefetch + 1)} stages is whole rounds of the {stages} activation slots, every "
                       "slot index and phase a constant" if 2 * (prefetch + 1) % stages == 0 and not (streamk or tail)
                       else ""))

@@ -25,7 +25,6 @@ from humming.core.planner_wgmma_rs import (
     ENV,
     OUT_PAD,
     PATH,
-    PF,
     TMA_ENV,
     layout_refusal,
     plan_wna16_wgmma_rs,
@@ -438,6 +437,8 @@ def test_emulated_kernel_with_fitted_tile_matches_reference(act, name, group, m,
 def test_prefetch_ring_covers_every_stage():
     """The ring slot arithmetic of the main loop (stage kt in slot (kt % U) % R, atom kt + PF fetched into slot
     ((kt % U) + PF) % R after kt is decoded) never overwrites an atom before it is decoded, for any K."""
+    from humming.core.planner_wgmma_rs import RING_2WG as PF  # noqa: N811 (the kernel's name for it)
+
     r, u = PF + 1, 2 * (PF + 1)
     for ktiles in range(1, 20):
         slots = {s: s for s in range(min(PF, ktiles))}  # slot -> atom held
