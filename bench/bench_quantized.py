@@ -141,6 +141,9 @@ def main() -> None:
                        else [[timer()] for timer in timers.values()])
             for key, values in zip(timers, samples):
                 row[key] = statistics.median(values)
+            # every round's time in order (round r started with column r % len): where a median moves between
+            # runs, these say whether one round or a whole regime (the power cap) moved it
+            row["rounds_us"] = {key: [round(v, 2) for v in values] for key, values in zip(timers, samples)}
             del timers, keep
             torch.cuda.empty_cache()
             for s in weights:

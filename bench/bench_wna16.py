@@ -213,9 +213,10 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True
             wg = mma_sync_column(x, qws, m, reps) if wgmma and plan.family == "wgmma" else {}
             if wg:
                 timers["mma_sync"] = wg["timer"]
+            rounds_us = {}  # every round's sample in order: where a row's median moves between runs, these say why
             if rounds:  # every graph once a round, round r starting with graph r % len: no position is favoured
-                times = {name: statistics.median(samples)
-                         for name, samples in zip(timers, rotated_samples(list(timers.values()), rounds))}
+                rounds_us = dict(zip(timers, rotated_samples(list(timers.values()), rounds)))
+                times = {name: statistics.median(samples) for name, samples in rounds_us.items()}
             else:  # one after the other (the first right after the row's CPU work)
                 times = {name: timer() for name, timer in timers.items()}
             t_cublas, t_hm = times["cublas"], times["humming"]
@@ -231,6 +232,7 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True
                 "speedup_vs_cublas": round(t_cublas / t_hm, 3), "weight_tb_s": round(q_bytes / t_hm / 1e6, 3),
                 "tflops": round(2 * m * n * k / t_hm / 1e6, 1), "rel_err": err, "plan": plan.summary(),
                 "gpu_state_after": state,
+                "rounds_us": {name: [round(v, 2) for v in samples] for name, samples in rounds_us.items()},
             }
             if wg:
                 wg["us"] = times["mma_sync"]

@@ -412,7 +412,8 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         block_threads="cfg::BLOCK_THREADS")
     stagger_take = stagger_give = ""
     if t.stagger:  # a staggered start: the warpgroups' wgmma chains alternate instead of running side by side
-        stagger_take = ("  if (wg == 1) consumer_turn_take();  // start one wgmma chain behind warpgroup 0, so that "
+        behind = "one wgmma chain" if t.stagger == 1 else f"{t.stagger} wgmma chains"
+        stagger_take = (f"  if (wg == 1) consumer_turn_take();  // start {behind} behind warpgroup 0, so that "
                         "each promotes while the other's wgmmas run\n")
         first = " && hv == 0" if chain == BT else ""
         stagger_give = f"\n      if (wg == 0 && kt == 0{first}) consumer_turn_give();  // warpgroup 1 may start"
@@ -423,7 +424,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
                     "  for (int i = 0; i < WG_ACC_REGS; ++i) part[i] = 0;\n")
         chain_doc = "HALVES = BT / WT;          // token halves: one m64n128k32 chain each, sharing the widened A fragment"
     else:
-        main_loop = _quarter_loop(scale_pick, widen, stagger_give, to_f32, t.bm // chain)
+        main_loop = _quarter_loop(scale_pick, widen, stagger_give, to_f32, t.bm // chain, max(t.stagger, 1))
         partials = ("  wg_acc_t pa[WG_ACC_REGS], pb[WG_ACC_REGS];   // two partials: one chain runs while the other's "
                     "is promoted\n  #pragma unroll\n  for (int i = 0; i < WG_ACC_REGS; ++i) { pa[i] = 0; pb[i] = 0; }\n")
         chain_doc = ("CHAINS = BT / WT;          // token quarters: one m64n64k32 chain each, sharing the widened A "
@@ -622,7 +623,8 @@ _WIDE_LOOP = _WIDE_STAGE_HEAD + """    #pragma unroll
 """
 
 
-def _quarter_loop(scale_pick: str, widen: str, stagger_give: str, to_f32: str, chains: int = 4) -> str:
+def _quarter_loop(scale_pick: str, widen: str, stagger_give: str, to_f32: str, chains: int = 4,
+                  give_after: int = 1) -> str:
     """The wide form's main loop with ``chains`` m64n64k32 token quarters per stage (4: 256 tokens, 3: a tile of 192
     fitted to M) and two partials (pa, pb, alternating): chain c + 1 is issued before chain c is waited for and
     promoted, so each warpgroup keeps a chain queued on the tensor pipe while it promotes. (The last chain's promotion
@@ -635,9 +637,9 @@ def _quarter_loop(scale_pick: str, widen: str, stagger_give: str, to_f32: str, c
     release = (f"{ind}__syncwarp();   // this warp's reads of the slot are done: release it to the producer\n"
                f"{ind}if (lane == 0) {{ fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }}\n")
     last = _wait_promote(chains - 1, 0, to_f32, ind).split("\n", 1)
-    body = _chain_step(0, ind) + give
-    for c in range(1, chains):
-        body += _chain_step(c, ind) + _wait_promote(c - 1, 1, to_f32, ind)
+    body = _chain_step(0, ind) + (give if give_after == 1 else "")
+    for c in range(1, chains):  # (warpgroup 0 gives the turn after its chain give_after - 1 is issued)
+        body += _chain_step(c, ind) + (give if give_after == c + 1 else "") + _wait_promote(c - 1, 1, to_f32, ind)
     return (_WIDE_STAGE_HEAD.format(scale_pick=scale_pick, widen=widen) + body
             + last[0] + "\n" + release + last[1] + "  }\n")
 

@@ -171,7 +171,8 @@ def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
         channel_scales = ("      int m0, n0;\n      StreamK(M, N).origin(tile, m0, n0);\n"
                           "      s_lo = load_f32(S + n0 + tab), s_hi = load_f32(S + n0 + tab + 8);\n")
     # (every block has a segment: the planner launches no more blocks than k atoms where the tiles are fewer)
-    stagger_take = ("  if (wg == 1) consumer_turn_take();  // start one wgmma chain behind warpgroup 0 (which gives the "
+    behind = "one wgmma chain" if t.stagger == 1 else f"{t.stagger} wgmma chains"
+    stagger_take = (f"  if (wg == 1) consumer_turn_take();  // start {behind} behind warpgroup 0 (which gives the "
                     "turn at the block's\n                                      // first stage), so that each promotes "
                     "while the other's wgmmas run\n" if t.stagger else "")
     params = eight_bit_params(

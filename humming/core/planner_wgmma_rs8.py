@@ -35,6 +35,10 @@ ENV = "HUMMING_WGMMA_W4A8_RS"  # W4A8 (groups of 128 / per channel): default (an
 # not 0). Off by default: measured slower at M=4096 (8192x8192 544.0 -> 560.9 us, 28672x8192 1926.6 -> 2098.1,
 # docs/runs/2026-12-01f/call8) and no faster at M=1024
 PDL_RS8_ENV = "HUMMING_WGMMA_W4A8_RS_PDL"
+# the wide form's staggered start: warpgroup 1 issues its first chain this many 64-token chains after warpgroup 0
+# (TileConfig.stagger; 1 .. chains - 1 of the tile, the rest clamp to it); HUMMING_WGMMA_STAGGER=0 still turns it off
+STAGGER_CHAINS_ENV = "HUMMING_WGMMA_W4A8_RS_STAGGER"
+STAGGER_CHAINS = 1
 BT, BC, BK = 128, 128, RS8_BK
 MIN_M = 128
 # Measured on the H200 (2026-11-30, third session) against the warp-specialised wgmma W4A8 kernel, W4A8-FP8:
@@ -195,6 +199,13 @@ def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False, wide: bool 
 def wide_tiles(m: int, n: int) -> int:
     """The wide form's tiles (blocks without stream-K) at M x N."""
     return -(-m // WIDE_BT) * (n // BC)
+
+
+def stagger_chains(tile: int, chain: int) -> int:
+    """How many chains warpgroup 1 of the wide form starts behind warpgroup 0 (TileConfig.stagger): STAGGER_CHAINS_ENV,
+    else STAGGER_CHAINS, at most the tile's chains less one."""
+    want = count_from_env(STAGGER_CHAINS_ENV, 3, "chains warpgroup 1 starts behind warpgroup 0") or STAGGER_CHAINS
+    return max(1, min(want, tile // chain - 1))
 
 
 def fits_wide(bt: int, chain: int, cluster: int) -> bool:
@@ -363,8 +374,10 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
             "slot the consumers released (EMPTY mbarriers); the consumer warpgroups meet only at the FULL mbarriers",
         )
         if stagger_wanted():
-            reasons += (f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
-                        "0's, so each promotes while the other's wgmmas run",)
+            behind = stagger_chains(tile, chain)
+            reasons += (f"staggered start ({STAGGER_ENV}=0: off; {STAGGER_CHAINS_ENV}=N: N chains): warpgroup 1 "
+                        f"issues its first wgmmas {behind} chain{'s' if behind > 1 else ''} after warpgroup 0's, so "
+                        "each promotes while the other's wgmmas run",)
     else:
         reasons = (
             f"wgmma m64nNk32 {a_type} declared ({caps.target.arch}): A (weights) from registers, B (activation codes) "
@@ -403,7 +416,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, chain, 32)), path=PATH, layout=layout,
         tiles=TileConfig(tile, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
-                         stagger=int(bt == WIDE_BT and stagger_wanted()), raster=raster, streamk=blocks,
+                         stagger=stagger_chains(tile, chain) if bt == WIDE_BT and stagger_wanted() else 0,
+                         raster=raster, streamk=blocks,
                          prefetch=0 if bt == WIDE_BT else narrow_prefetch(),
                          cluster=cluster, wide=int(wide and tile == BT)),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks), wide), reasons=reasons, pdl=pdl,
