@@ -10,8 +10,9 @@ default column is the one humming.gemm picks without the variable. W8A8-FP8 also
 HUMMING_WGMMA_FAST_ACCUM=1 from M >= 64 (no fp32 promotion of partial sums; JSON key w8a8-fp8_fast_us).
 Same method as bench_wna16.py: CUDA-graph replay over weight copies rotated past L2 (cycled until a graph holds at
 least 16 GEMMs or lasts about 1 ms, HUMMING_GRAPH_MIN_CALLS / HUMMING_GRAPH_TARGET_US); every column's graph of a row
-is captured first, then all are timed in rotated rounds (``--rounds``, default 8, of 5 replays; round r starts with
-the r-th graph), the median over the rounds. ``--rounds 0``: each graph's 20 replays one after the other, in
+is captured first, then all are timed in rounds (``--rounds``, default 8, rounded up to a whole balanced design, of 5
+replays) whose orders give every graph every position and predecessor equally often (humming.tuner.balanced_orders),
+the median over the rounds; every round's sample is kept (``rounds_us``). ``--rounds 0``: each graph's 20 replays one after the other, in
 column order (the first column right after the row's CPU work).
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ from humming.tuner import copies_for, graph_min_calls, graph_target_us, graph_ti
 
 SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8"]
 VARIANTS = {"native": "0", "widened": "1"}  # HUMMING_ACT_WIDEN per timed variant
-ROUNDS = 8  # rotated rounds of 5 replays over every column's graph (the module docstring)
+ROUNDS = 8  # balanced rounds of 5 replays over every column's graph (the module docstring)
 BASELINE = {"w8a8-fp8": ("cublaslt_fp8_rowwise_us", "cuBLASLt"), "w8a8-int8": ("torch_int_mm_us", "int_mm"),
             "w4a8-fp8": ("cublas_fp16_us", "fp16"), "w4a8-int8": ("cublas_fp16_us", "fp16")}
 
@@ -109,7 +110,7 @@ def main() -> None:
     ap.add_argument("--schemes", default=",".join(SCHEMES))
     ap.add_argument("--no-fast-accum", action="store_true", help="skip the HUMMING_WGMMA_FAST_ACCUM=1 timings")
     ap.add_argument("--rounds", type=int, default=ROUNDS,
-                    help=f"rotated rounds over every column's graph (default {ROUNDS}; 0: one after the other)")
+                    help=f"balanced rounds over every column's graph (default {ROUNDS}; 0: one after the other)")
     args = ap.parse_args()
     reps = 5 if args.rounds else 20  # graph replays per sample
     caps = resolve_profile(None)
@@ -135,13 +136,13 @@ def main() -> None:
                 finally:
                     os.environ.pop(widen.ENV, None)
                     os.environ.pop("HUMMING_WGMMA_FAST_ACCUM", None)
-            # every column's graph once a round (round r starts with the r-th): the GPU's clock and power state
+            # every column's graph once a round, in balanced orders: the GPU's clock and power state
             # follow its recent load, so a fixed order favours one position
             samples = (rotated_samples(list(timers.values()), args.rounds) if args.rounds
                        else [[timer()] for timer in timers.values()])
             for key, values in zip(timers, samples):
                 row[key] = statistics.median(values)
-            # every round's time in order (round r started with column r % len): where a median moves between
+            # every round's time in order (humming.tuner.balanced_orders): where a median moves between
             # runs, these say whether one round or a whole regime (the power cap) moved it
             row["rounds_us"] = {key: [round(v, 2) for v in values] for key, values in zip(timers, samples)}
             del timers, keep

@@ -3,8 +3,10 @@
 Method: CUDA-graph replay of a sequence of GEMMs that rotate over several weight copies (together
 past the 60 MB L2; the copies cycled until a graph holds at least 16 GEMMs or lasts about 1 ms,
 HUMMING_GRAPH_MIN_CALLS / HUMMING_GRAPH_TARGET_US: each replay is timed from an idle GPU and pays the graph's launch,
-~12 us on the H200, once), CUDA events; cuBLAS's graph and humming's are timed in rotated rounds (``--rounds``,
-default 8, of 5 replays each; round r starts with the other library), the median over the rounds. Timed
+~12 us on the H200, once), CUDA events; cuBLAS's graph and humming's (and the mma.sync column's) are timed in rounds (``--rounds``,
+default 8, rounded up to a whole balanced design, of 5 replays each) whose orders give every graph every position and
+every predecessor equally often (humming.tuner.balanced_orders), the median over the rounds; every round's sample is
+kept in the JSON (``rounds_us``). Timed
 one after the other instead (``--rounds 0``: cuBLAS's 20 replays right after the CPU work of the row,
 then humming's), the first library runs on a GPU that has just been idle: cuBLAS's decode GEMMs then
 read 7-11% slower on the H200 and the ratio favours humming (docs/performance.md, fifteenth session).
@@ -37,7 +39,7 @@ import gpu_state  # noqa: E402  (the clock and power after each row)
 
 SHAPES = [(8192, 8192), (28672, 8192), (4096, 14336)]
 MS = [1, 16, 64, 128, 256, 1024, 4096]
-ROUNDS = 8  # rotated rounds of 5 replays per library (the module docstring says why not one after the other)
+ROUNDS = 8  # balanced rounds of 5 replays per library (the module docstring says why not one after the other)
 
 
 def _empty_cache(d: str) -> None:
@@ -181,8 +183,9 @@ def mma_sync_column(x: torch.Tensor, qws: list, m: int, reps: int) -> dict:
 def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True, rounds: int = ROUNDS) -> dict:
     torch.manual_seed(0)
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "rows": [],
-               "method": (f"cuBLAS, humming (and the mma.sync-only column) graphs in {rounds} rotated rounds of 5 "
-                          f"replays (median of the rounds)" if rounds else
+               "method": (f"cuBLAS, humming (and the mma.sync-only column) graphs in at least {rounds} rounds of 5 "
+                          f"replays in balanced orders (every graph every position and predecessor equally often; "
+                          f"median of the rounds)" if rounds else
                           "cuBLAS then humming (then mma.sync only), each the median of 20 graph replays")
                + f"; every graph at least {graph_min_calls()} GEMMs or about {graph_target_us():g} us (the weight "
                  "copies cycled)",
@@ -214,7 +217,7 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True
             if wg:
                 timers["mma_sync"] = wg["timer"]
             rounds_us = {}  # every round's sample in order: where a row's median moves between runs, these say why
-            if rounds:  # every graph once a round, round r starting with graph r % len: no position is favoured
+            if rounds:  # every graph once a round, in balanced orders: no position or predecessor is favoured
                 rounds_us = dict(zip(timers, rotated_samples(list(timers.values()), rounds)))
                 times = {name: statistics.median(samples) for name, samples in rounds_us.items()}
             else:  # one after the other (the first right after the row's CPU work)
@@ -282,7 +285,7 @@ def main() -> None:
     parser.add_argument("--no-wgmma", action="store_true",
                         help="skip the mma.sync-only column (where the default runs a wgmma kernel)")
     parser.add_argument("--rounds", type=int, default=ROUNDS,
-                        help=f"time cuBLAS and humming in this many rotated rounds (default {ROUNDS}; 0: cuBLAS's "
+                        help=f"time cuBLAS and humming in this many balanced rounds (default {ROUNDS}; 0: cuBLAS's "
                              "20 replays, then humming's)")
     args = parser.parse_args()
     res = run(args.out, args.quick, args.ms, wgmma=not args.no_wgmma, rounds=args.rounds)

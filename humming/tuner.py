@@ -153,13 +153,35 @@ def replay_once_us(graph, calls: int) -> float:
     return start.elapsed_time(end) * 1000.0 / calls
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders of ``n`` timers, one per round, in which every timer takes every position equally often and follows
+    every other timer equally often (a Williams design: n orders for even n, 2n for odd n). A plain rotation keeps
+    the cyclic order, so with three or more timers each one always follows the same other one: on the H200 (2026-12-02)
+    a GEMM timed right after a low-power one (the mma.sync column) ran 12% faster at M=4096, and the rotation gave
+    cuBLAS that place in 6 of 8 rounds, humming in 3."""
+    if n <= 1:
+        return [list(range(n))]
+    first, low, high = [0], 1, n - 1  # 0, 1, n-1, 2, n-2, ...: consecutive differences all distinct mod n
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    orders = [[(v + shift) % n for v in first] for shift in range(n)]
+    return orders + [order[::-1] for order in orders] if n % 2 else orders
+
+
 def rotated_samples(timers: list, rounds: int) -> list[list[float]]:
-    """One sample of every timer per round, round r starting with timer r % len(timers): the GPU's clock follows its
-    recent load, so a fixed order favours one position (up to 8% at M >= 1024 on the H200, 2026-12-01)."""
+    """One sample of every timer per round, the rounds in balanced_orders (``rounds`` rounded up to a whole number of
+    its orders): the GPU's clock follows its recent load, so a fixed order favours one position (up to 8% at M >= 1024
+    on the H200, 2026-12-01) and a fixed predecessor favours a timer too (balanced_orders)."""
     samples: list[list[float]] = [[] for _ in timers]
-    for r in range(rounds):
-        for j in range(len(timers)):
-            i = (r + j) % len(timers)
+    if not timers:
+        return samples
+    orders = balanced_orders(len(timers))
+    for r in range(-(-rounds // len(orders)) * len(orders)):
+        for i in orders[r % len(orders)]:
             samples[i].append(timers[i]())
     return samples
 

@@ -1,7 +1,8 @@
 """A/B on the GPU: one scheme's `humming.gemm` under several settings of one environment switch, against cuBLAS fp16
 in the same run. One CUDA graph per setting (and one of cuBLAS) over weight copies past the L2, captured after the
-setting's plans are made; then ``--rounds`` rounds that replay every graph, each round starting one setting later
-(the GPU's clock follows its recent load: a fixed order favours one position), the median per setting. Every
+setting's plans are made; then ``--rounds`` rounds (rounded up to a whole balanced design) that replay every graph in
+orders giving each graph every position and predecessor equally often (the GPU's clock follows its recent load: a
+fixed order favours one position), the median per setting. Every
 setting's output checked against the reference (relative error printed), and the kernels that ran recorded
 (``*_ran``). Prints one line per (shape, M) with the median and the rounds' min-max, and writes JSON.
 
@@ -67,7 +68,7 @@ def main() -> None:
     ap.add_argument("--ms", default="512,1024,4096")
     ap.add_argument("--shapes", default="8192x8192,28672x8192,4096x14336")
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
-    ap.add_argument("--rounds", type=int, default=8, help="rounds over all settings, each starting one setting later")
+    ap.add_argument("--rounds", type=int, default=8, help="rounds over all settings in balanced orders (rounded up to a whole design)")
     ap.add_argument("--reps", type=int, default=5, help="timed graph replays per visit (their median is one sample)")
     args = ap.parse_args()
     values = args.values.split(",")
@@ -81,9 +82,9 @@ def main() -> None:
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
             ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
             row = {"n": n, "k": k, "m": m}
-            # one graph per setting (the kernels are fixed at capture), then rounds that visit every graph, each
-            # round starting one setting later: the GPU's clock follows its recent load, so a fixed order favours
-            # whichever setting runs first (up to 8% in the thirteenth session's a b b a runs of one kernel)
+            # one graph per setting (the kernels are fixed at capture), then rounds that visit every graph in
+            # balanced orders: the GPU's clock follows its recent load, so a fixed order favours whichever setting
+            # runs first (up to 8% in the thirteenth session's a b b a runs), a fixed predecessor one setting too
             timers = {"cublas": graph_timer([lambda w=w, x=x: torch.matmul(x, w.t()) for w in ws], args.reps)}
             for v in values:
                 _apply(args.env, v)

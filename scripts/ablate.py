@@ -2,7 +2,7 @@
 weight loads re-reading one atom so they hit L2, a cheaper decode, a step left out) — the results are WRONG by
 design; only the time says something: if removing X barely changes the time, X is not what limits the kernel.
 CUDA-graph replay over weight copies past the L2: one graph per variant (captured with its kernels), then all timed in
-rotated rounds (``--rounds``, default 8, of ``--reps`` 5 replays; round r starts with the r-th variant), the median
+balanced rounds (``--rounds``, default 8, rounded up to a whole design, of ``--reps`` 5 replays; humming.tuner.balanced_orders: every variant every position and predecessor equally often), the median
 (until 2026-12-01 the order a b .. b a, best of two, which favoured the first variant by up to 8% at M >= 1024).
 
     python scripts/ablate.py --scheme w4a16 --m 1 --shapes 28672x8192,8192x8192 [--variants l2only,dq5] [--out DIR]
@@ -431,7 +431,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="28672x8192,8192x8192,4096x14336")
     ap.add_argument("--variants", default="l2only,dq5,nosx,nofold")
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
-    ap.add_argument("--rounds", type=int, default=8, help="rotated rounds over every variant's graph")
+    ap.add_argument("--rounds", type=int, default=8, help="balanced rounds over every variant's graph")
     ap.add_argument("--reps", type=int, default=5, help="timed graph replays per visit (their median is one sample)")
     args = ap.parse_args()
     variants = ["base", *args.variants.split(",")]

@@ -241,9 +241,12 @@ def test_tune_table_row_names_every_option():
     assert plain.rstrip().endswith(" -")
 
 
-def test_rotated_samples_start_each_round_one_timer_later():
-    """The order of the A/B helpers and the tuner's re-timing: every timer once per round, round r starting at
-    timer r % n, so each timer is first equally often over n rounds."""
+def test_rotated_samples_follow_a_balanced_design():
+    """The order of the benchmarks, the A/B helpers and the tuner's re-timing: every timer once per round, the rounds
+    rounded up to a whole design; each timer first (and last) equally often, and each ordered pair of timers adjacent
+    within a round equally often (with three timers a plain rotation made one always follow the same other)."""
+    from itertools import permutations
+
     from humming import tuner
 
     calls = []
@@ -254,11 +257,20 @@ def test_rotated_samples_start_each_round_one_timer_later():
             return float(10 * i + len(calls))
         return run
 
-    samples = tuner.rotated_samples([timer(0), timer(1), timer(2)], 4)
-    assert calls == [0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 1, 2]
-    assert [len(s) for s in samples] == [4, 4, 4]
-    assert samples[1] == [2.0 + 10, 4.0 + 10, 9.0 + 10, 11.0 + 10]
+    samples = tuner.rotated_samples([timer(0), timer(1), timer(2)], 4)  # 4 rounds -> the design's 6
+    assert calls == [0, 1, 2, 1, 2, 0, 2, 0, 1, 2, 1, 0, 0, 2, 1, 1, 0, 2]
+    assert [len(s) for s in samples] == [6, 6, 6]
+    assert samples[1] == [2.0 + 10, 4.0 + 10, 9.0 + 10, 11.0 + 10, 15.0 + 10, 16.0 + 10]
     assert tuner.rotated_samples([], 3) == []
+    for n in range(1, 11):
+        orders = tuner.balanced_orders(n)
+        assert len(orders) == (n if n % 2 == 0 or n == 1 else 2 * n)
+        assert all(sorted(o) == list(range(n)) for o in orders)
+        for pos in range(n):  # every timer at every position equally often
+            assert sorted(o[pos] for o in orders) == sorted(list(range(n)) * (len(orders) // n))
+        pairs = [(o[j], o[j + 1]) for o in orders for j in range(n - 1)]
+        want = 1 if n % 2 == 0 else 2
+        assert all(pairs.count(pr) == want for pr in permutations(range(n), 2)), n
 
 
 def test_tune_cli_retime_option():
