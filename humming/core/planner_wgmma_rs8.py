@@ -33,10 +33,15 @@ PATH = "wgmma-rs8"
 ENV = "HUMMING_WGMMA_W4A8_RS"  # W4A8 (groups of 128 / per channel): default (and "1") from M >= 128; "0": never
 # "1": the wide form (without stream-K or clusters) launched with PDL behind the activation quantizer (and HUMMING_PDL
 # not 0). Off by default: measured slower at M=4096 (8192x8192 544.0 -> 560.9 us, 28672x8192 1926.6 -> 2098.1,
-# docs/runs/2026-12-01f/call8) and no faster at M=1024
+# docs/runs/2026-12-01f/call8) and no faster at M=1024; in balanced rounds (2026-12-02, docs/runs/2026-12-02/call4/ab4)
+# neutral: 8192x8192 M1024 140.7 -> 138.5, M4096 561.5 -> 558.4; 28672x8192 M1024 477.8 -> 478.8, M4096 2017 -> 2046
 PDL_RS8_ENV = "HUMMING_WGMMA_W4A8_RS_PDL"
 # the wide form's staggered start: warpgroup 1 issues its first chain this many 64-token chains after warpgroup 0
 # (TileConfig.stagger; 1 .. chains - 1 of the tile, the rest clamp to it); HUMMING_WGMMA_STAGGER=0 still turns it off
+# Measured on the H200 (2026-12-02, scripts/ab_env.py, 8 rotated rounds, W4A8-FP8, median us, 1 / 2 / 3 chains):
+# 8192x8192 M1024 136.6 / 136.6 / 139.5, M4096 556.2 / 546.3 / 557.8; 28672x8192 M1024 466.7 / 461.4 / 469.9, M4096
+# 2030.7 / 2005.0 / 1943.2; 4096x14336 M1024 124.0 / 124.0 / 124.8, M4096 488.3 / 490.0 / 500.2: within the rounds'
+# spread, 3 slower on four rows; 1 stays (docs/runs/2026-12-02/call1/ab1)
 STAGGER_CHAINS_ENV = "HUMMING_WGMMA_W4A8_RS_STAGGER"
 STAGGER_CHAINS = 1
 BT, BC, BK = 128, 128, RS8_BK
