@@ -318,6 +318,57 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                         r"\s*if \(lane == 0\) \{ fence_proxy_async_smem\(\); mbar_arrive\(xbar0 \+ 8 \* \(STAGES \+ s\)\); \})"
                         r"((?:\n\s*wgmma_fence_operand\(pb\);\n\s*#pragma unroll\n\s*for \(int j = 0; j < WT / 8; \+\+j\) \{[^}]*\}))",
                         r"\2\1")],
+    # the wide W4A8 form without what the synthetic loop of scripts/wgmma_ceiling.py leaves out (wrong results, timing
+    # only): the activation copies after the first ring of slots (nox_rs8: later stages re-read stale slots; the
+    # weights and scales still come), the epilogue's global stores (noepi_rs8). (Dropping the consumers' waits for the
+    # stages is no variant: a block could exit with copies into its shared memory in flight, a launch failure.)
+    "nox_rs8": [(r"mbar_expect_tx\(full, STAGE_TX\);\n(\s*)tma_load_2d\(x0 \+ s \* X_BYTES, &XMAP, kt \* BK, m0, full\);",
+                 r"mbar_expect_tx(full, kt < STAGES ? STAGE_TX : STAGE_TX - X_BYTES);\n\1"
+                 r"if (kt < STAGES) tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);")],
+    "noepi_rs8": [(r"if \(m0 \+ row < M\) \{\n(\s*)uint32_t r\[4\];", r"if (m0 + row < 0) {\n\1uint32_t r[4];")],
+    # the wide W4A8 form's per-stage synchronisation moved off the stage's critical path (correct variants; a synthetic
+    # loop of its shape, scripts/wgmma_ceiling.py, pays ~80 cycles a stage for a wait on a completed phase at the
+    # stage's head and ~130 for the release after its last wait): the wait for stage kt + 1's copies issued while
+    # chain 3 of stage kt runs (earlywait_rs8), the release of stage kt - 1's slot after chain 0 of stage kt is issued
+    # (laterelease_rs8)
+    "earlywait_rs8": [(r"\n    mbar_wait\(xbar0 \+ 8 \* s, \(kt / STAGES\) & 1\);  // stage kt's activations[^\n]*", ""),
+                      (r"\n  #pragma unroll 1\n  for \(int kt = 0; kt < ktiles; \+\+kt\) \{",
+                       r"\n  mbar_wait(xbar0, 0);  // stage 0's copies\g<0>"),
+                      (r"\n    wgmma_wait<1>\(\);   // chain 2 done",
+                       r"\n    if (kt + 1 < ktiles) mbar_wait(xbar0 + 8 * ((kt + 1) % STAGES), ((kt + 1) / STAGES) & 1);"
+                       r"  // stage kt + 1's copies\g<0>")],
+    "laterelease_rs8": [(r"\n    __syncwarp\(\);   // this warp's reads of the slot are done: release it to the producer\n"
+                         r"    if \(lane == 0\) \{ fence_proxy_async_smem\(\); mbar_arrive\(xbar0 \+ 8 \* \(STAGES \+ s\)\); \}", ""),
+                        (r"(\n      wgmma_k32_rs\(pa, a\[ks\], desc_x \+ 0 \* \(WT \* BK / 16\) \+ 2 \* ks, ks > 0\);\n"
+                         r"    wgmma_commit\(\);)",
+                         r"\1\n    if (kt > 0) {  // stage kt - 1's slot: its reads are done\n      __syncwarp();\n"
+                         r"      if (lane == 0) { fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + (kt - 1) % STAGES)); }\n    }")],
+    # ... and each mbarrier operation done for two stages at once (correct variants): the waits for stages kt and kt + 1
+    # at even kt (pairwait_rs8), the releases of both slots at odd kt (pairrelease_rs8; the producer's lookahead one
+    # stage shorter)
+    "pairwait_rs8": [(r"\n    mbar_wait\(xbar0 \+ 8 \* s, \(kt / STAGES\) & 1\);  // stage kt's activations[^\n]*",
+                      "\n    if ((kt & 1) == 0) {  // stages kt and kt + 1 have landed\n"
+                      "      mbar_wait(xbar0 + 8 * s, (kt / STAGES) & 1);\n"
+                      "      if (kt + 1 < ktiles) mbar_wait(xbar0 + 8 * ((kt + 1) % STAGES), ((kt + 1) / STAGES) & 1);\n    }")],
+    "pairrelease_rs8": [(r"\n    __syncwarp\(\);   // this warp's reads of the slot are done: release it to the producer\n"
+                         r"    if \(lane == 0\) \{ fence_proxy_async_smem\(\); mbar_arrive\(xbar0 \+ 8 \* \(STAGES \+ s\)\); \}",
+                         "\n    if (kt & 1) {  // this warp's reads of stages kt - 1 and kt are done: release both slots\n"
+                         "      __syncwarp();\n      if (lane == 0) {\n        fence_proxy_async_smem();\n"
+                         "        mbar_arrive(xbar0 + 8 * (STAGES + (kt - 1) % STAGES));\n"
+                         "        mbar_arrive(xbar0 + 8 * (STAGES + s));\n      }\n    }")],
+    # the widening's high-half selectors by a multiply-high with 65536 (an IMAD.HI on the FMA pipe; 65536 + the held
+    # zero, so ptxas cannot fold it into a shift) instead of a shift on the ALU pipe (correct): 16 of the stage's ALU
+    # instructions moved to the pipe the promotions use
+    "mulshift_rs8": [(r"hi = prmt_b32\(a0, a1, w >> 16\) \^ prmt_b32\(b0, b1, wf >> 16\);",
+                      "hi = prmt_b32(a0, a1, __umulhi(w, k16)) ^ prmt_b32(b0, b1, __umulhi(wf, k16));"),
+                     (r"(void int4n8_to_e4m3x8_x\(uint32_t w, uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1,\n\s*"
+                      r"uint32_t& lo, uint32_t& hi)\)", r"\1, uint32_t k16)"),
+                     (r"(int4n8_to_e4m3x8_x\(wq\[j >> 2\]\[j & 3\], la0, la1, lb0, lb1, a\[[^;]*\], a\[[^;]*\])\);",
+                      r"\1, 65536u + zero);")],
+    # the wide W4A8 form over half of K (wrong results): 2 t(half) - t(full) is each tile's fixed part (launch,
+    # pipeline fill, epilogue) over the grid
+    "half_rs8": [(r"const int ktiles = K / BK;", "const int ktiles = K / BK / 2;")],
+    "quarter_rs8": [(r"const int ktiles = K / BK;", "const int ktiles = K / BK / 4;")],
     "promote1_rs8": [(r"\n\s*facc\[WG_ACC_REGS \* \d \+ 4 \* j \+ [123]\] \+= wg_acc_to_f32\(p[ab]\[4 \* j \+ [123]\]\) \* sc\d;",
                       "")],
     # stream kernel: the block returns right after the grid dependency wait (launch, prefetch and PDL chain only) / runs

@@ -384,8 +384,12 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     cluster = t.cluster  # blocks of a cluster (adjacent channel tiles, one token tile) take turns multicasting stages
     if cluster and (cluster != 2 or t.streamk or t.bm != WIDE_BT):
         raise ValueError(f"the wide W4A8 form's cluster option is written for pairs without stream-K, not {t}")
+    slots = t.widened  # converter warps widen the weights into this many slots of fragments (0: the consumers do)
+    if slots and (cluster or t.streamk or plan.pdl or t.bm != WIDE_BT):
+        raise ValueError(f"the wide W4A8 form's converter warps are written for 256-token tiles without stream-K, "
+                         f"clusters or PDL, not {t}")
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger),
-                                cluster=bool(cluster)) + _stsm_prelude(plan, caps)
+                                cluster=bool(cluster), widened=bool(slots)) + _stsm_prelude(plan, caps)
     if plan.pdl:
         if cluster or t.streamk:
             raise ValueError("programmatic dependent launch is written for the wide form without clusters or stream-K")
@@ -417,13 +421,21 @@ def _wide_kernel_source(plan, backend, caps) -> str:
                         "each promotes while the other's wgmmas run\n")
         first = " && hv == 0" if chain == BT else ""
         stagger_give = f"\n      if (wg == 0 && kt == 0{first}) consumer_turn_give();  // warpgroup 1 may start"
-    if chain == BT:
+    if slots:  # the stage's fragments come from the converters' slot instead of the consumers' own widening
+        if chain == BT:
+            raise ValueError("the converter warps are written for the 64-token chains of the wide form")
+        main_loop = _quarter_loop(scale_pick, widen, stagger_give, to_f32, t.bm // chain, max(t.stagger, 1),
+                                  head=_WIDENED_STAGE_HEAD)
+        partials = ("  wg_acc_t pa[WG_ACC_REGS], pb[WG_ACC_REGS];   // two partials: one chain runs while the other's "
+                    "is promoted\n  #pragma unroll\n  for (int i = 0; i < WG_ACC_REGS; ++i) { pa[i] = 0; pb[i] = 0; }\n")
+        chain_doc = ("CHAINS = BT / WT;          // token quarters: one m64n64k32 chain each, sharing the A fragment")
+    elif chain == BT:
         main_loop = _WIDE_LOOP.format(scale_pick=scale_pick, widen=widen, stagger_give=stagger_give,
                                       promote=_wide_promote(to_f32))
         partials = ("  wg_acc_t part[WG_ACC_REGS];\n  #pragma unroll\n"
                     "  for (int i = 0; i < WG_ACC_REGS; ++i) part[i] = 0;\n")
         chain_doc = "HALVES = BT / WT;          // token halves: one m64n128k32 chain each, sharing the widened A fragment"
-    else:
+    if not slots and chain != BT:
         main_loop = _quarter_loop(scale_pick, widen, stagger_give, to_f32, t.bm // chain, max(t.stagger, 1))
         partials = ("  wg_acc_t pa[WG_ACC_REGS], pb[WG_ACC_REGS];   // two partials: one chain runs while the other's "
                     "is promoted\n  #pragma unroll\n  for (int i = 0; i < WG_ACC_REGS; ++i) { pa[i] = 0; pb[i] = 0; }\n")
@@ -433,6 +445,10 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         main_loop = _cluster_release(main_loop)
     cfg_head = _WIDE_CFG.format(WIDE_BT=t.bm, chain=chain, BC=BC, BK=BK, stages=t.stages, chain_doc=chain_doc,
                                 raster=t.raster, W_BYTES=W_BYTES, S_BYTES=S_BYTES, tx=tx)
+    if slots:
+        cfg_head += (f"\nconstexpr int A_SLOTS = {slots};   // slots of widened fragments (the converter warps')\n"
+                     "constexpr int A_BYTES = THREADS * 64;   // a slot: 64 bytes per consumer lane, k32 step ks at + ks * THREADS * 16\n"
+                     "constexpr int CONVERTERS = 96;          // converter threads: the producer warpgroup's warps 1-3")
     if t.streamk:  # persistent blocks, one segment after another (humming.core.generator_wgmma_rs8_streamk)
         from humming.core.generator_wgmma_rs8_streamk import wgmma_rs8_streamk_source
 
@@ -440,6 +456,20 @@ def _wide_kernel_source(plan, backend, caps) -> str:
             request=request, chain=chain, per_channel=per_channel, luts=luts, main_loop=main_loop, partials=partials,
             cfg_head=cfg_head))
     producer_loop, token_wait = _wide_producer_loop(scale_copy, bool(plan.pdl))
+    full_count = "1 + CONVERTERS / 32" if slots else "1"  # (the producer's copies, and the converter warps')
+    if slots:
+        slot_decl = ("  const uint32_t aw0 = t0 + BT * 4;                               // A_SLOTS slots of widened "
+                     "fragments\n  __shared__ __align__(8) uint64_t cbar[STAGES];  // each slot's codes have landed "
+                     "(the converters wait here)\n  const uint32_t cbar0 = smem_u32(cbar);\n")
+        slot_init = ("    #pragma unroll\n    for (int s = 0; s < STAGES; ++s) mbar_init(cbar0 + 8 * s, 1);\n")
+        converters = _converter_loop(lay.a_type)
+        producer_loop = _converter_producer_loop(scale_copy)
+        consumer_lane = (HELD_ZERO + "  const uint32_t alane = aw0 + tid * 16 + zero;   // its fragment in a slot: "
+                         "16 bytes per k32 step, + ks * THREADS * 16\n")
+    else:
+        slot_decl = slot_init = converters = ""
+        consumer_lane = (luts + "  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16 + zero;   // "
+                         "its words 4 hf + jj: + hf * 512 in a slot\n")
     # (the consumers' first FULL barrier comes after the producer's wait anyway; theirs makes the order of their
     # output stores after the previous kernel explicit)
     consumer_wait = "  pdl_wait();  // the previous kernel has finished before this block writes its output\n" if plan.pdl else ""
@@ -457,17 +487,17 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 {params}{_block_head(t.raster)}  const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;   // STAGES activation slots (then the staging tile)
   const uint32_t w0 = x0 + STAGES * X_BYTES, s0 = w0 + STAGES * W_BYTES;   // code slots, scale slots
   const uint32_t t0 = s0 + STAGES * S_BYTES;                       // the block's BT token scales (fp32)
-
+{slot_decl}
   __shared__ __align__(8) uint64_t xbar[2 * STAGES + 1];  // FULL[STAGES], EMPTY[STAGES], then the token scales'
 {HELD_DECL}  const uint32_t xbar0 = smem_u32(xbar);
   if (tid == 0) {{
     #pragma unroll
     for (int s = 0; s < STAGES; ++s) {{
-      mbar_init(xbar0 + 8 * s, 1);
+      mbar_init(xbar0 + 8 * s, {full_count});
       mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
     }}
     mbar_init(xbar0 + 8 * (2 * STAGES), 32);
-{held_init()}    mbar_init_fence();
+{slot_init}{held_init()}    mbar_init_fence();
   }}
   __syncthreads();
   if (warp >= THREADS / 32) {{  // ---- the producer warpgroup: its first thread issues each stage's copies
@@ -485,13 +515,12 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
       }}
       mbar_arrive(xbar0 + 8 * (2 * STAGES));  // release: the stores above are visible to whoever waits
     }}
-    return;
+{converters}    return;
   }}
   setmaxnreg_inc<232>();  // the consumers take the producer's registers
 {consumer_wait}
   const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the block: tab and tab + 8
-{luts}  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16 + zero;   // its words 4 hf + jj: + hf * 512 in a slot
-  const uint32_t slane = s0 + tab * 4 + zero;                 // its group scales in a slot: tab, then tab + 8 at + 32
+{consumer_lane}  const uint32_t slane = s0 + tab * 4 + zero;                 // its group scales in a slot: tab, then tab + 8 at + 32
 {DESC0}{scale_decl}  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
   #pragma unroll
   for (int i = 0; i < BT / 2; ++i) facc[i] = 0.0f;
@@ -504,6 +533,24 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 
 _WIDE_WEIGHTS = ("bulk_copy_g2s(w0 + s * W_BYTES, codes + (size_t)kt * SLAB_BYTES, SLAB_BYTES, full);",
                  "bulk_copy_g2s(w0 + s * W_BYTES + SLAB_BYTES, codes + ((size_t)ktiles + kt) * SLAB_BYTES, SLAB_BYTES, full);")
+
+
+def _converter_producer_loop(scale_copy: str) -> str:
+    """The producer thread's loop with converter warps (TileConfig.widened): each stage's codes on the slot's own
+    codes mbarrier (the converters wait there), its activations and scales on the FULL mbarrier, which the converter
+    warps' arrivals complete."""
+    weights = "\n".join("        " + ln.replace(", full);", ", cfull);") for ln in _WIDE_WEIGHTS)
+    scales = "\n".join("        " + ln.strip() for ln in scale_copy.split("\n") if ln.strip())
+    return ("""      #pragma unroll 1
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt % STAGES;
+        const uint32_t full = xbar0 + 8 * s, cfull = cbar0 + 8 * s;
+        if (kt >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
+        mbar_expect_tx(cfull, W_BYTES);
+""" + weights + """
+        mbar_expect_tx(full, STAGE_TX - W_BYTES);
+        tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);
+""" + (scales + "\n" if scales else "") + "      }")
 
 
 def _wide_producer_loop(scale_copy: str, pdl: bool) -> tuple[str, str]:
@@ -599,6 +646,68 @@ _WIDE_STAGE_HEAD = """  #pragma unroll 1
     const uint64_t desc_x = desc0 + (uint64_t)(s * (X_BYTES >> 4));   // slot s's activation tile
 """
 
+# the stage's head with the weights widened by the converter warps (TileConfig.widened): one wait (the stage's FULL
+# mbarrier completes with the producer's copies and the converter warps' arrivals), the lane's 64 bytes of fragments
+# from slot kt % A_SLOTS (free again once the consumers release the stage: the converters wait for that)
+_WIDENED_STAGE_HEAD = """  #pragma unroll 1
+  for (int kt = 0; kt < ktiles; ++kt) {{
+    const int s = kt % STAGES, u = kt % A_SLOTS;
+    mbar_wait(xbar0 + 8 * s, (kt / STAGES) & 1);  // stage kt's activations, scales and widened fragments are in
+    // A of stage kt: a[ks][2 sub] = channel row g, a[ks][2 sub + 1] = row g + 8; k 32 ks + 16 sub + 4 q ..
+    uint32_t a[4][4];
+    #pragma unroll
+    for (int ks = 0; ks < 4; ++ks) lds_128(a[ks], alane + u * A_BYTES + ks * (THREADS * 16));
+    {scale_pick}
+    const uint64_t desc_x = desc0 + (uint64_t)(s * (X_BYTES >> 4));   // slot s's activation tile
+"""
+
+
+def _converter_loop(a_type: str) -> str:
+    """The converter warps (the producer warpgroup's warps 1-3, after warp 1 staged the token scales): per stage, wait
+    for its codes (their own mbarrier) and for the consumers' release of stage kt - A_SLOTS (whose fragments slot
+    kt % A_SLOTS held), widen every consumer lane's 8 words into its 64 bytes of the slot (the lane's words and
+    fragment registers as the consumers' own widening has them), then arrive at the stage's FULL mbarrier, which
+    completes with the producer's copies and the three converter warps' arrivals: the consumers wait once a stage,
+    as without converters."""
+    if a_type == "e4m3":
+        tables = ("      const uint32_t held0 = smem_u32(held);   // the widening's tables\n"
+                  "      const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4), lb0 = lds_32(held0 + 8), "
+                  "lb1 = lds_32(held0 + 12);\n")
+        widen = "int4n8_to_e4m3x8_x(wq[ks >> 1][2 * (ks & 1) + e], la0, la1, lb0, lb1, f[2 * e], f[2 * e + 1]);"
+    else:
+        tables = ""
+        widen = "{ f[2 * e] = s8x16_lo(wq[ks >> 1][2 * (ks & 1) + e]); f[2 * e + 1] = s8x16_hi(wq[ks >> 1][2 * (ks & 1) + e]); }"
+    return f"""    if (warp > THREADS / 32) {{  // ---- the converter warps: every stage's weights widened into a slot of fragments
+{tables}      const int c = tid - THREADS - 32;   // converter thread 0 .. CONVERTERS - 1
+      #pragma unroll 1
+      for (int kt = 0; kt < ktiles; ++kt) {{
+        const int s = kt % STAGES, u = kt % A_SLOTS;
+        mbar_wait(cbar0 + 8 * s, (kt / STAGES) & 1);  // stage kt's codes have landed
+        if (kt >= A_SLOTS) {{  // the consumers released stage kt - A_SLOTS: they have loaded its fragments from slot u
+          const int r = kt - A_SLOTS;
+          mbar_wait(xbar0 + 8 * (STAGES + r % STAGES), (r / STAGES) & 1);
+        }}
+        #pragma unroll 1
+        for (int l = c; l < THREADS; l += CONVERTERS) {{  // consumer lane l: warpgroup l / 128, warp (l / 32) % 4, lane l % 32
+          const uint32_t src = w0 + s * W_BYTES + (l >> 7) * SLAB_BYTES + ((l >> 5) & 3) * 1024 + (l & 31) * 16;
+          uint32_t wq[2][4];   // its word j = 4 hf + jj, as the consumers' own widening loads them
+          lds_128(wq[0], src);
+          lds_128(wq[1], src + 512);
+          #pragma unroll
+          for (int ks = 0; ks < 4; ++ks) {{  // fragment registers a[ks][0..3] from words 2 ks and 2 ks + 1
+            uint32_t f[4];
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) {widen}
+            sts_128(aw0 + u * A_BYTES + ks * (THREADS * 16) + l * 16, f[0], f[1], f[2], f[3]);
+          }}
+        }}
+        __syncwarp();
+        if (lane == 0) mbar_arrive(xbar0 + 8 * s);  // release: the slot's stores are visible to the consumers
+      }}
+    }}
+"""
+
+
 # the wide form's main loop with 128-token chains: two token halves (chain, wait, promote)
 _WIDE_LOOP = _WIDE_STAGE_HEAD + """    #pragma unroll
     for (int hv = 0; hv < HALVES; ++hv) {{  // tokens 128 hv .. 128 hv + 127: rows of the slot, + WT * 128 bytes each
@@ -624,7 +733,7 @@ _WIDE_LOOP = _WIDE_STAGE_HEAD + """    #pragma unroll
 
 
 def _quarter_loop(scale_pick: str, widen: str, stagger_give: str, to_f32: str, chains: int = 4,
-                  give_after: int = 1) -> str:
+                  give_after: int = 1, head: str | None = None) -> str:
     """The wide form's main loop with ``chains`` m64n64k32 token quarters per stage (4: 256 tokens, 3: a tile of 192
     fitted to M) and two partials (pa, pb, alternating): chain c + 1 is issued before chain c is waited for and
     promoted, so each warpgroup keeps a chain queued on the tensor pipe while it promotes. (The last chain's promotion
@@ -640,7 +749,7 @@ def _quarter_loop(scale_pick: str, widen: str, stagger_give: str, to_f32: str, c
     body = _chain_step(0, ind) + (give if give_after == 1 else "")
     for c in range(1, chains):  # (warpgroup 0 gives the turn after its chain give_after - 1 is issued)
         body += _chain_step(c, ind) + (give if give_after == c + 1 else "") + _wait_promote(c - 1, 1, to_f32, ind)
-    return (_WIDE_STAGE_HEAD.format(scale_pick=scale_pick, widen=widen) + body
+    return ((head or _WIDE_STAGE_HEAD).format(scale_pick=scale_pick, widen=widen) + body
             + last[0] + "\n" + release + last[1] + "  }\n")
 
 

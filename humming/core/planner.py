@@ -68,6 +68,10 @@ class TileConfig:
     # register-A W4A8 kernel: 1 = the wide form (weights by bulk copy into the stage's slot, each fragment widened once
     # for every chain) at a 128-token tile, which alone would read as the narrow form; not in the repr (see early)
     wide: int = field(default=0, repr=False)
+    # wide register-A W4A8 form: N > 0 = converter warps of the producer warpgroup widen each stage's codes into a ring
+    # of N shared-memory slots of e4m3 (or s8) A fragments that the consumers load, instead of widening them in the
+    # consumer warps (whose ALU work slows their register-A wgmmas); not in the repr (see early)
+    widened: int = field(default=0, repr=False)
 
     @property
     def threads(self) -> int:
@@ -188,7 +192,8 @@ class Plan:
                       *(("block",) if getattr(self.layout, "weight_scale", "") == "block" else ()),
                       *(("e2m1",) if getattr(self.layout, "weight_format", "") == "e2m1" else ()),
                       *(("pdl",) if self.pdl else ()), *(("stsm",) if getattr(t, "stsm", 0) else ()),
-                      *(("wide",) if getattr(t, "wide", 0) else ()), *streamk_k)
+                      *(("wide",) if getattr(t, "wide", 0) else ()),
+                      *(("widened", t.widened) if getattr(t, "widened", 0) else ()), *streamk_k)
             return hashlib.sha1(repr(parts8).encode()).hexdigest()[:10]
         d = self.layout.decode
         parts = (
@@ -217,7 +222,8 @@ class Plan:
                 w += "_" + self.family  # e.g. hm_w8a8_wgmma_...
             return (f"hm_{w}_{self.instruction.a_type}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}"
                     f"w{t.warps_m}{t.warps_n}{t.warps_k}{'v' if getattr(t, 'wide', 0) else ''}"
-                    f"{f'k{t.streamk}' if getattr(t, 'streamk', 0) else ''}{'m' if getattr(t, 'stsm', 0) else ''}{'_pdl' if self.pdl else ''}_{self.kernel_key}")
+                    f"{f'k{t.streamk}' if getattr(t, 'streamk', 0) else ''}{f'u{t.widened}' if getattr(t, 'widened', 0) else ''}"
+                    f"{'m' if getattr(t, 'stsm', 0) else ''}{'_pdl' if self.pdl else ''}_{self.kernel_key}")
         d = self.layout.decode
         w = f"{d.kind}{d.bits}"
         kind = "wgmma" if self.family == "wgmma" else "stream" if self.path == "stream" else "tile"

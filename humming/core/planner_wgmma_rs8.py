@@ -41,8 +41,27 @@ PDL_RS8_ENV = "HUMMING_WGMMA_W4A8_RS_PDL"
 # Measured on the H200 (2026-12-02, scripts/ab_env.py, 8 rotated rounds, W4A8-FP8, median us, 1 / 2 / 3 chains):
 # 8192x8192 M1024 136.6 / 136.6 / 139.5, M4096 556.2 / 546.3 / 557.8; 28672x8192 M1024 466.7 / 461.4 / 469.9, M4096
 # 2030.7 / 2005.0 / 1943.2; 4096x14336 M1024 124.0 / 124.0 / 124.8, M4096 488.3 / 490.0 / 500.2: within the rounds'
-# spread, 3 slower on four rows; 1 stays (docs/runs/2026-12-02/call1/ab1)
+# spread, 3 slower on four rows; 1 stays (docs/runs/2026-12-02/call1/ab1). Again (2026-12-02, 10 balanced rounds,
+# unset / 2): 8192x8192 M4096 566.6 / 563.0, 28672x8192 M4096 1971.8 / 2050.2 (docs/runs/2026-12-02b/call2)
 STAGGER_CHAINS_ENV = "HUMMING_WGMMA_W4A8_RS_STAGGER"
+# the wide form (256 tokens, no stream-K, clusters or PDL) with its weights widened by three converter warps of the
+# producer warpgroup into this many shared-memory slots of A fragments (TileConfig.widened; 0: the consumers widen).
+# Why it was tried: a synthetic loop of the wide form's shape (scripts/wgmma_ceiling.py, H200, 2026-12-02) holds 73%
+# of the FP8 tensor peak with the widening in the consumer warps, 92% with the fragments loaded from shared memory,
+# 81% with a third warpgroup widening besides. Off: the kernel is slower (2026-12-02, scripts/ab_env.py, 6 balanced
+# rounds, W4A8-FP8, us, unset / 2 slots / 1 slot): 8192x8192 M1024 130.8 / 153.1 / 181.3, M4096 523.6 / 619.8 /
+# 743.7; 28672x8192 M1024 447.9 / 522.0 / 636.4, M4096 1769.7 / 2177.1 / 2761.5 (docs/runs/2026-12-02b/call11; a
+# first version with a FULL / EMPTY mbarrier pair of its own per slot, call6, as slow)
+WIDENED_ENV = "HUMMING_WGMMA_W4A8_RS_WIDENED"
+WIDENED_SLOTS = 0
+A_SLOT_BYTES = 128 * RS8_BK  # one stage's widened fragments: 128 channels x 128 k, one byte each
+
+
+def widened_slots() -> int:
+    """HUMMING_WGMMA_W4A8_RS_WIDENED as the wide form's slots of widened fragments ("0": off; unset: WIDENED_SLOTS)."""
+    if os.environ.get(WIDENED_ENV, "").strip() == "0":
+        return 0
+    return count_from_env(WIDENED_ENV, 2, "slots of widened weight fragments (0: widened by the consumers)") or WIDENED_SLOTS
 STAGGER_CHAINS = 1
 BT, BC, BK = 128, 128, RS8_BK
 MIN_M = 128
@@ -127,7 +146,10 @@ STREAMK_STAGING_TOKENS = 64  # the stream-K epilogue's staging tiles: token rows
 # (1.70) 129.6 -> 137.7, M384 249.8 -> 246.5, M512 (3.39) 254.6 -> 251.0, M768 (5.09) 404.8 -> 390.4: not by default.
 # Slower where whole tiles fill the rounds: 28672x8192 M1280 (8.48, 94%) 657.1 -> 681.5; M4096 (97%) 8192x8192
 # 590.4 -> 622.6, 28672x8192 2176.6 -> 2322.7, 4096x14336 517.5 -> 557.8 (even without the split: 128 persistent
-# blocks on 1024 tiles 634.8: the persistent blocks cost ~6% there); 8192x8192 M512 (0.97 a SM) 68.3 -> 89.4
+# blocks on 1024 tiles 634.8: the persistent blocks cost ~6% there); 8192x8192 M512 (0.97 a SM) 68.3 -> 89.4.
+# Again 2026-12-02 (8 balanced rounds, docs/runs/2026-12-02b/call14): M4096 8192x8192 554.2 -> 582.4, 28672x8192
+# 1928.4 -> 2091.1; Nsight (call15, call16; 128 persistent blocks, whole tiles): 476.4 against 456.3 us, 3% more
+# instructions, and its consumers' waits for a stage's copies take 2.6x the stall samples of the plain form's
 STREAMK_MIN_TILES_PER_SM = 1.0
 STREAMK_MAX_FILL = 0.84
 
@@ -187,7 +209,7 @@ def enabled() -> bool:
     return min_m() is not None
 
 
-def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False, wide: bool = False) -> int:
+def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False, wide: bool = False, widened: int = 0) -> int:
     """STAGES activation tiles (tokens x 128 B; the wide form (``wide``, or more than BT tokens) adds each stage's
     weight codes and scales, and the block's token scales) and 1 KiB of alignment; the staging tile reuses the
     activation tiles (stream-K: one staging tile per warpgroup, STREAMK_STAGING_TOKENS rows of its 64 channels, as the
@@ -196,8 +218,9 @@ def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False, wide: bool 
     if wide and streamk:
         return (stages * (tokens * BK + W_BYTES + S_BYTES) + 2 * STREAMK_STAGING_TOKENS * (BC // 2 + OUT_PAD) * 2
                 + 2 * tokens * 4 + 1024)  # and two buffers of token scales
-    if wide:  # the wide form (256 tokens, or fitted to M: 192 / 128): and the block's token scales
-        return stages * (tokens * BK + W_BYTES + S_BYTES) + tokens * 4 + 1024
+    if wide:  # the wide form (256 tokens, or fitted to M: 192 / 128): and the block's token scales (and the slots
+        # of widened fragments, TileConfig.widened)
+        return stages * (tokens * BK + W_BYTES + S_BYTES) + tokens * 4 + widened * A_SLOT_BYTES + 1024
     return stages * tokens * BK + 1024
 
 
@@ -336,8 +359,11 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         tile = fitted_wide_tile(m)
     limit = caps.limits.smem_per_block_kb * 1024
     wide = bt == WIDE_BT
+    pdl = (bt == WIDE_BT and not blocks and not cluster and os.environ.get(PDL_RS8_ENV, "") == "1" and pdl_wanted()
+           and bool(caps.memory.griddepcontrol))
+    widened = widened_slots() if wide and tile == WIDE_BT and not blocks and not cluster and not pdl else 0
     stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1)
-                   if smem_bytes(s, tile, bool(blocks), wide) <= limit), None)
+                   if smem_bytes(s, tile, bool(blocks), wide, widened) <= limit), None)
     if stages is None:
         raise UnsupportedOnDevice(f"no register-A wgmma W4A8 tile with {MIN_STAGES} stages fits {caps.name}'s "
                                   f"{limit} B of shared memory")
@@ -410,8 +436,11 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         reasons += (f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
                     "blocks take its token tiles for one channel tile after another, so the blocks running together "
                     f"share {raster} activation tiles in L2 instead of all of them",)
-    pdl = (bt == WIDE_BT and not blocks and not cluster and os.environ.get(PDL_RS8_ENV, "") == "1" and pdl_wanted()
-           and bool(caps.memory.griddepcontrol))
+    if widened:
+        reasons += (f"weights widened by three converter warps of the producer warpgroup ({WIDENED_ENV}=N: N slots; "
+                    f"0: in the consumers): each stage's fragments into one of {widened} shared-memory slots "
+                    f"({A_SLOT_BYTES // 1024} KiB each), which the consumers load with four 16-byte shared loads a lane; "
+                    "their only ALU work next to the register-A wgmmas is the promotion",)
     if pdl:
         reasons += (f"programmatic dependent launch ({PDL_RS8_ENV}=1; griddepcontrol declared): launched with the "
                     "PDL attribute behind the activation quantizer (which lets its dependents start), the producer "
@@ -424,8 +453,9 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                          stagger=stagger_chains(tile, chain) if bt == WIDE_BT and stagger_wanted() else 0,
                          raster=raster, streamk=blocks,
                          prefetch=0 if bt == WIDE_BT else narrow_prefetch(),
-                         cluster=cluster, wide=int(wide and tile == BT)),
-        splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks), wide), reasons=reasons, pdl=pdl,
+                         cluster=cluster, wide=int(wide and tile == BT), widened=widened),
+        splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks), wide, widened), reasons=reasons,
+        pdl=pdl,
     )
     # the stmatrix staging (HUMMING_WGMMA_RS_STSM=0: off) of the narrow and wide forms; the stream-K form keeps its stores
     return plan if blocks else with_stsm(caps, plan)

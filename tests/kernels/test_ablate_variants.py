@@ -32,7 +32,9 @@ CASES = {
                             "noepi_2wg", "nowalk_2wg"],
     ("w4a8-fp8", 4096, 8192): ["nowiden_rs8", "promote1_rs8", "nowiden_rs8+promote1_rs8", "prevwiden_rs8",
                                "unheld_rs8", "undesc0_rs8", "nofence_rs8", "fenceall_rs8", "membar_rs8",
-                               "latearrive_rs8", "pingpong0", "pingpong3"],
+                               "latearrive_rs8", "pingpong0", "pingpong3", "nox_rs8", "noepi_rs8", "earlywait_rs8",
+                               "laterelease_rs8", "pairwait_rs8", "pairrelease_rs8", "pairwait_rs8+pairrelease_rs8",
+                               "mulshift_rs8", "half_rs8", "quarter_rs8"],
 }
 
 

@@ -1087,13 +1087,14 @@ def consumer_sync_helper(consumer_threads: int) -> str:
 
 def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, producer: bool = False,
                       weights_by_bulk: bool = False, stagger: bool = False, streamk: bool = False,
-                      cluster: bool = False) -> str:
+                      cluster: bool = False, widened: bool = False) -> str:
     """Helpers of the register-A wgmma W4A8 kernel: copies, epilogue arithmetic, fences and descriptors, the
     epilogue's staging stores, the int4 widenings of the W4A8 kernels and one m64n{n}k32 register-A step for the
     plan's 8-bit operand type (request.mma, a wgmma e4m3/s8 form); with ``weights_by_bulk`` (the wide form) the
     bulk copy and a 32-bit shared load of a float; with ``stagger`` the consumers' turn barrier; with ``streamk``
     the block-index read and the warpgroup barrier of the stream-K form; with ``cluster`` the cluster rank and barrier,
-    peer mbarrier arrivals and the multicast tensor copy (the profile must declare cluster_multicast)."""
+    peer mbarrier arrivals and the multicast tensor copy (the profile must declare cluster_multicast); with
+    ``widened`` the 16-byte shared store of the converter warps."""
     if request.mma.family != "wgmma" or request.mma.a_type not in ("s8", "e4m3"):
         raise ValueError(f"wgmma_rs8_prelude needs a wgmma s8/e4m3 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
@@ -1110,6 +1111,8 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
         parts += [BULK_G2S, RS8_WIDE_EXTRA]
     if stagger:  # the consumers' staggered start
         parts.append(CONSUMER_TURN)
+    if widened:  # converter warps store the widened fragments
+        parts.append(STS_128)
     if streamk:
         parts.append(STREAMK_RS8_EXTRA)
     if cluster:
