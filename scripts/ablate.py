@@ -403,6 +403,17 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 }
 
 
+# the wide W4A8 form's prefetch of the next wave's weights into L2 (TileConfig.l2next, the default since 2026-12-02):
+# without it (nol2next_rs8), and with the activations' tiles prefetched too (l2nextx_rs8, by tensor prefetch)
+VARIANTS["nol2next_rs8"] = [(r"\n      \{  // the block launched one wave later(?:.|\n)*?\n      \}(\n    \} else if)", r"\1")]
+VARIANTS["l2nextx_rs8"] = [(r"(\n(\s*)l2_prefetch\(S \+ \(size_t\)kt \* N \+ nn0, S_BYTES\);)",
+                            r'\1\n\2asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" '
+                            r':: "l"(&XMAP), "r"(kt * BK), "r"(nm0) : "memory");')]
+# ... and the activation tensor map's descriptor fetched ahead of the first copy (prefetch.tensormap; correct)
+VARIANTS["tmpf_rs8"] = [(r"(\n    if \(tid == THREADS\) \{\n)",
+                         r'\1      asm volatile("prefetch.tensormap [%0];" :: "l"(&XMAP) : "memory");\n')]
+
+
 # register-A kernels, parameterised (correct variants where the ring still fits the unrolled trip: 2 (PF + 1) a
 # multiple of STAGES): "pfN" weight atoms in flight per lane, "lbN" N blocks per SM in __launch_bounds__ (registers
 # capped at 64K / (N x threads)), "w0" wait for the stage's own wgmma group (wgmma_wait<0>) instead of the previous

@@ -24,6 +24,8 @@ activation scale TS (or the device scalar GS), out_scale and CS[n] where given, 
 a staging tile and copied out in 16-byte chunks of token rows. The parameter list is that of the 8-bit kernels."""
 from __future__ import annotations
 
+import re
+
 from humming.core import pair_cluster
 from humming.core.generator_wgmma import eight_bit_params
 from humming.core.generator_wgmma_rs import STAGED_COPY_OUT, tile_of_block
@@ -389,7 +391,8 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         raise ValueError(f"the wide W4A8 form's converter warps are written for 256-token tiles without stream-K, "
                          f"clusters or PDL, not {t}")
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger),
-                                cluster=bool(cluster), widened=bool(slots)) + _stsm_prelude(plan, caps)
+                                cluster=bool(cluster), widened=bool(slots),
+                                l2_prefetch=bool(t.l2next)) + _stsm_prelude(plan, caps)
     if plan.pdl:
         if cluster or t.streamk:
             raise ValueError("programmatic dependent launch is written for the wide form without clusters or stream-K")
@@ -456,6 +459,10 @@ def _wide_kernel_source(plan, backend, caps) -> str:
             request=request, chain=chain, per_channel=per_channel, luts=luts, main_loop=main_loop, partials=partials,
             cfg_head=cfg_head))
     producer_loop, token_wait = _wide_producer_loop(scale_copy, bool(plan.pdl))
+    if t.l2next:  # after the tile's last stage: the next wave's block's first stages into L2
+        if plan.pdl or cluster or slots:
+            raise ValueError("the next wave's L2 prefetch is written for the plain producer loop of the wide form")
+        producer_loop += _next_wave_prefetch(t.raster, bool(scale_copy))
     full_count = "1 + CONVERTERS / 32" if slots else "1"  # (the producer's copies, and the converter warps')
     if slots:
         slot_decl = ("  const uint32_t aw0 = t0 + BT * 4;                               // A_SLOTS slots of widened "
@@ -529,6 +536,40 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 
 {_epilogue(True, bool(t.stsm))}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
     return _cluster_source(source, t.raster) if cluster else source
+
+
+def _next_wave_prefetch(raster: int, group_scales: bool) -> str:
+    """The producer thread's L2 prefetch, after its tile's last stage, of the first STAGES stages' codes (and group
+    scales) of the block launched one wave later: block id + the SM count, its tile by the block's own mapping
+    (generator_wgmma_rs.tile_of_block, renamed), so that block's pipeline fill reads the weights from L2."""
+    from humming.core.generator_wgmma_rs import TILE_IN_LAUNCH_ORDER, TILE_RASTERIZED
+
+    if raster:  # the block's own lines 2-3 for block nb: first / rows / m0 / n0 -> nfirst / nrows / nm0 / nn0
+        lines = TILE_RASTERIZED.split("\n")[1:]
+        tile = "\n".join(re.sub(r"\b(bid|first|rows|m0|n0)\b", lambda m: "nb" if m.group(1) == "bid" else "n" + m.group(1),
+                                ln.split("   //")[0].rstrip()) for ln in lines)
+        head = "        const int nb = bid + (int)nsm;"
+    else:
+        if TILE_IN_LAUNCH_ORDER != "  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;":
+            raise ValueError("internal: the launch-order tile mapping changed; the next wave's prefetch follows it")
+        tile = "  const int nm0 = nb % (int)gridDim.x * BT, nn0 = nb / (int)gridDim.x * BC;"
+        head = "        const int nb = blockIdx.x + blockIdx.y * gridDim.x + (int)nsm;"
+    tile = "\n".join("          " + ln.strip() for ln in tile.split("\n"))
+    scales = ("\n            l2_prefetch(S + (size_t)kt * N + nn0, S_BYTES);" if group_scales else "")
+    return f"""
+      {{  // the block launched one wave later (block id + the SM count): its first stages' weights into L2
+        const uint32_t nsm = sm_count();
+{head}
+        if (nb < (int)(gridDim.x * gridDim.y)) {{
+{tile}
+          const unsigned char* ncodes = reinterpret_cast<const unsigned char*>(Bw) + (size_t)(nn0 / 64) * ktiles * SLAB_BYTES;
+          (void)nm0;   // (its activations are shared with this wave's blocks: in L2 already)
+          for (int kt = 0; kt < min(ktiles, STAGES); ++kt) {{
+            l2_prefetch(ncodes + (size_t)kt * SLAB_BYTES, SLAB_BYTES);
+            l2_prefetch(ncodes + ((size_t)ktiles + kt) * SLAB_BYTES, SLAB_BYTES);{scales}
+          }}
+        }}
+      }}"""
 
 
 _WIDE_WEIGHTS = ("bulk_copy_g2s(w0 + s * W_BYTES, codes + (size_t)kt * SLAB_BYTES, SLAB_BYTES, full);",

@@ -72,6 +72,9 @@ class TileConfig:
     # of N shared-memory slots of e4m3 (or s8) A fragments that the consumers load, instead of widening them in the
     # consumer warps (whose ALU work slows their register-A wgmmas); not in the repr (see early)
     widened: int = field(default=0, repr=False)
+    # wide register-A W4A8 form: 1 = its producer thread, once it has issued the tile's last stage, asks the L2 for the
+    # first `stages` stages' codes and scales of the block launched one wave later; not in the repr (see early)
+    l2next: int = field(default=0, repr=False)
 
     @property
     def threads(self) -> int:
@@ -193,7 +196,8 @@ class Plan:
                       *(("e2m1",) if getattr(self.layout, "weight_format", "") == "e2m1" else ()),
                       *(("pdl",) if self.pdl else ()), *(("stsm",) if getattr(t, "stsm", 0) else ()),
                       *(("wide",) if getattr(t, "wide", 0) else ()),
-                      *(("widened", t.widened) if getattr(t, "widened", 0) else ()), *streamk_k)
+                      *(("widened", t.widened) if getattr(t, "widened", 0) else ()),
+                      *(("l2next",) if getattr(t, "l2next", 0) else ()), *streamk_k)
             return hashlib.sha1(repr(parts8).encode()).hexdigest()[:10]
         d = self.layout.decode
         parts = (

@@ -44,6 +44,8 @@ PDL_RS8_ENV = "HUMMING_WGMMA_W4A8_RS_PDL"
 # spread, 3 slower on four rows; 1 stays (docs/runs/2026-12-02/call1/ab1). Again (2026-12-02, 10 balanced rounds,
 # unset / 2): 8192x8192 M4096 566.6 / 563.0, 28672x8192 M4096 1971.8 / 2050.2 (docs/runs/2026-12-02b/call2)
 STAGGER_CHAINS_ENV = "HUMMING_WGMMA_W4A8_RS_STAGGER"
+STAGGER_CHAINS = 1
+
 # the wide form (256 tokens, no stream-K, clusters or PDL) with its weights widened by three converter warps of the
 # producer warpgroup into this many shared-memory slots of A fragments (TileConfig.widened; 0: the consumers widen).
 # Why it was tried: a synthetic loop of the wide form's shape (scripts/wgmma_ceiling.py, H200, 2026-12-02) holds 73%
@@ -62,7 +64,16 @@ def widened_slots() -> int:
     if os.environ.get(WIDENED_ENV, "").strip() == "0":
         return 0
     return count_from_env(WIDENED_ENV, 2, "slots of widened weight fragments (0: widened by the consumers)") or WIDENED_SLOTS
-STAGGER_CHAINS = 1
+
+
+# the wide form's producer thread, after its tile's last stage, prefetches into L2 the first STAGES stages' codes and
+# scales of the block launched one wave later (TileConfig.l2next; "0": off): each tile's pipeline fill then reads the
+# weights from L2. Measured on the H200 (2026-12-02, scripts/ablate.py l2next_rs8, 16 balanced rounds, W4A8-FP8, us,
+# off -> on): M4096 8192x8192 534.7 -> 529.8, 28672x8192 1813.5 -> 1791.5, 4096x14336 482.9 -> 479.2; M2048
+# 8192x8192 267.0 -> 264.6, 28672x8192 903.8 -> 894.8 (docs/runs/2026-12-02b/call18; call17: 542.1 -> 534.5, 1814.7
+# -> 1799.2; with the activations' tiles too, or the tensor map's descriptor prefetched, no better)
+L2NEXT_ENV = "HUMMING_WGMMA_W4A8_RS_L2NEXT"
+
 BT, BC, BK = 128, 128, RS8_BK
 MIN_M = 128
 # Measured on the H200 (2026-11-30, third session) against the warp-specialised wgmma W4A8 kernel, W4A8-FP8:
@@ -362,6 +373,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     pdl = (bt == WIDE_BT and not blocks and not cluster and os.environ.get(PDL_RS8_ENV, "") == "1" and pdl_wanted()
            and bool(caps.memory.griddepcontrol))
     widened = widened_slots() if wide and tile == WIDE_BT and not blocks and not cluster and not pdl else 0
+    l2next = int(wide and not blocks and not cluster and not pdl and not widened
+                 and os.environ.get(L2NEXT_ENV, "").strip() != "0")
     stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1)
                    if smem_bytes(s, tile, bool(blocks), wide, widened) <= limit), None)
     if stages is None:
@@ -436,6 +449,10 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         reasons += (f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
                     "blocks take its token tiles for one channel tile after another, so the blocks running together "
                     f"share {raster} activation tiles in L2 instead of all of them",)
+    if l2next:
+        reasons += (f"next wave's weights into L2 ({L2NEXT_ENV}=0: off): once the producer has issued its tile's last "
+                    f"stage it prefetches the first {stages} stages' codes and scales of the block launched one wave "
+                    "later (block id + the SM count, same rasterization), so that block's pipeline fill reads L2",)
     if widened:
         reasons += (f"weights widened by three converter warps of the producer warpgroup ({WIDENED_ENV}=N: N slots; "
                     f"0: in the consumers): each stage's fragments into one of {widened} shared-memory slots "
@@ -453,7 +470,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                          stagger=stagger_chains(tile, chain) if bt == WIDE_BT and stagger_wanted() else 0,
                          raster=raster, streamk=blocks,
                          prefetch=0 if bt == WIDE_BT else narrow_prefetch(),
-                         cluster=cluster, wide=int(wide and tile == BT), widened=widened),
+                         cluster=cluster, wide=int(wide and tile == BT), widened=widened, l2next=l2next),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks), wide, widened), reasons=reasons,
         pdl=pdl,
     )
