@@ -119,6 +119,16 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "busypoll": [(r"mbar_wait_polite\(xbar0 \+ 8 \* \(STAGES \+ s\)", "mbar_wait(xbar0 + 8 * (STAGES + s)")],
     # the wide W4A8 form's producer polls its slots' releases politely, as the two-warpgroup W4A16 form's does
     # (mbar_wait_polite added before the kernel; correct)
+    # the wide W4A8 form's stream-K (persistent) kernel with its token-scale warp's wait for a free buffer polite
+    # (nanosleep between polls; politets_sk8), and its producer's wait for a free slot too (politeall_sk8): Nsight
+    # (docs/runs/2026-12-02b/call16) found that warp's busy poll the kernel's top stall line (1.26 M polls a GEMM at
+    # 8192x8192 M=4096 with 128 persistent blocks), an issue slot stolen from the consumers of its SM sub-partition
+    "politets_sk8": [(r'(\nextern "C" __global__)', lambda m: MBAR_WAIT_POLITE + m.group(1)),
+                     (r"if \(n >= 2\) mbar_wait\(tbar0", "if (n >= 2) mbar_wait_polite(tbar0")],
+    "politeall_sk8": [(r'(\nextern "C" __global__)', lambda m: MBAR_WAIT_POLITE + m.group(1)),
+                      (r"if \(n >= 2\) mbar_wait\(tbar0", "if (n >= 2) mbar_wait_polite(tbar0"),
+                      (r"if \(it >= STAGES\) mbar_wait\(xbar0 \+ 8 \* \(STAGES \+ s\)",
+                       "if (it >= STAGES) mbar_wait_polite(xbar0 + 8 * (STAGES + s)")],
     "polite8": [(r'(\nextern "C" __global__)', lambda m: MBAR_WAIT_POLITE + m.group(1)),
                 (r"mbar_wait\(xbar0 \+ 8 \* \(STAGES \+ s\)", "mbar_wait_polite(xbar0 + 8 * (STAGES + s)")],
     # the W4A16 stream-K form with the claim-by-the-last split-tile protocol (every part stored, the last to finish

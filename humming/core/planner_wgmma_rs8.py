@@ -160,7 +160,7 @@ STREAMK_STAGING_TOKENS = 64  # the stream-K epilogue's staging tiles: token rows
 # blocks on 1024 tiles 634.8: the persistent blocks cost ~6% there); 8192x8192 M512 (0.97 a SM) 68.3 -> 89.4.
 # Again 2026-12-02 (8 balanced rounds, docs/runs/2026-12-02b/call14): M4096 8192x8192 554.2 -> 582.4, 28672x8192
 # 1928.4 -> 2091.1; Nsight (call15, call16; 128 persistent blocks, whole tiles): 476.4 against 456.3 us, 3% more
-# instructions, and its consumers' waits for a stage's copies take 2.6x the stall samples of the plain form's
+# instructions, and its token-scale warp busy-polls for a free buffer (the top stall line: 1.26 M polls a GEMM)
 STREAMK_MIN_TILES_PER_SM = 1.0
 STREAMK_MAX_FILL = 0.84
 
