@@ -424,22 +424,17 @@ def _wide_kernel_source(plan, backend, caps) -> str:
                         "each promotes while the other's wgmmas run\n")
         first = " && hv == 0" if chain == BT else ""
         stagger_give = f"\n      if (wg == 0 && kt == 0{first}) consumer_turn_give();  // warpgroup 1 may start"
-    if slots:  # the stage's fragments come from the converters' slot instead of the consumers' own widening
-        if chain == BT:
+    if chain == BT:
+        if slots:
             raise ValueError("the converter warps are written for the 64-token chains of the wide form")
-        main_loop = _quarter_loop(scale_pick, widen, stagger_give, to_f32, t.bm // chain, max(t.stagger, 1),
-                                  head=_WIDENED_STAGE_HEAD)
-        partials = ("  wg_acc_t pa[WG_ACC_REGS], pb[WG_ACC_REGS];   // two partials: one chain runs while the other's "
-                    "is promoted\n  #pragma unroll\n  for (int i = 0; i < WG_ACC_REGS; ++i) { pa[i] = 0; pb[i] = 0; }\n")
-        chain_doc = ("CHAINS = BT / WT;          // token quarters: one m64n64k32 chain each, sharing the A fragment")
-    elif chain == BT:
         main_loop = _WIDE_LOOP.format(scale_pick=scale_pick, widen=widen, stagger_give=stagger_give,
                                       promote=_wide_promote(to_f32))
         partials = ("  wg_acc_t part[WG_ACC_REGS];\n  #pragma unroll\n"
                     "  for (int i = 0; i < WG_ACC_REGS; ++i) part[i] = 0;\n")
         chain_doc = "HALVES = BT / WT;          // token halves: one m64n128k32 chain each, sharing the widened A fragment"
-    if not slots and chain != BT:
-        main_loop = _quarter_loop(scale_pick, widen, stagger_give, to_f32, t.bm // chain, max(t.stagger, 1))
+    else:  # (with converter warps the stage's fragments come from their slot instead of the consumers' widening)
+        main_loop = _quarter_loop(scale_pick, widen, stagger_give, to_f32, t.bm // chain, max(t.stagger, 1),
+                                  head=_WIDENED_STAGE_HEAD if slots else None)
         partials = ("  wg_acc_t pa[WG_ACC_REGS], pb[WG_ACC_REGS];   // two partials: one chain runs while the other's "
                     "is promoted\n  #pragma unroll\n  for (int i = 0; i < WG_ACC_REGS; ++i) { pa[i] = 0; pb[i] = 0; }\n")
         chain_doc = ("CHAINS = BT / WT;          // token quarters: one m64n64k32 chain each, sharing the widened A "
