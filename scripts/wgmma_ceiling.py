@@ -141,15 +141,12 @@ def kernel_source(mode: str, n: int, chains: int, promotion: str, extras: frozen
     # "rand": every byte random but finite (bit 3, the exponent's low bit, cleared: no all-ones exponent, no NaN),
     # else small values; the register A the same
     data_mask = "0xF7F7F7F7u" if "rand" in extras else "0x3B3B3B3Bu"
-    # "mulshift": the widening's high-half selectors by a multiply-high with 65536 (not known to the compiler as a
-    # power of two: the FMA pipe's IMAD.HI instead of the ALU's shift)
-    hi16 = "__umulhi((x), k16)" if "mulshift" in extras else "((x) >> 16)"
+    widening = _widening("mulshift" in extras)
     a_init = ("(((const uint32_t*)init)[(tid * 16 + i) % 4096] & 0xF7F7F7F7u)" if "rand" in extras
               else "(0x38383838u ^ (uint32_t)(tid & 7))")
     side_loop = SIDE_LOOP if side else ""
     return f"""typedef unsigned int uint32_t; typedef unsigned char uint8_t; typedef unsigned long long uint64_t;
 #define DATA_MASK {data_mask}
-#define HI16(x) {hi16}
 #define A_INIT {a_init}
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {{ return (uint32_t)__cvta_generic_to_shared(p); }}
 __device__ __forceinline__ void wgmma_fence() {{ asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory"); }}
@@ -173,13 +170,7 @@ __device__ __forceinline__ void sts_128(uint32_t addr, const uint32_t (&r)[4]) {
 __device__ __forceinline__ uint32_t prmt_b32(uint32_t a, uint32_t b, uint32_t s) {{
   uint32_t d; asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(s)); return d;
 }}
-// the W4A8 kernel's widening: two byte-permute lookups and an xor per 4 codes
-__device__ __forceinline__ void widen8(uint32_t w, uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1,
-                                       uint32_t& lo, uint32_t& hi, uint32_t k16 = 65536u) {{
-  const uint32_t wf = w ^ 0x88888888u;
-  lo = prmt_b32(a0, a1, w) ^ prmt_b32(b0, b1, wf);
-  hi = prmt_b32(a0, a1, HI16(w)) ^ prmt_b32(b0, b1, HI16(wf));
-}}
+{widening}
 {_wgmma(mode, n)}
 extern "C" __global__ void __launch_bounds__({threads}, 1) {name}(const uint8_t* __restrict__ init, float* __restrict__ out,
                                                            long long* __restrict__ cycles, int stages) {{
@@ -252,8 +243,8 @@ SIDE_LOOP = """  if (wg == 2) {
         #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
           uint32_t f[4];
-          widen8(wq[ks >> 1][2 * (ks & 1)], la0, la1, lb0, lb1, f[0], f[1]);
-          widen8(wq[ks >> 1][2 * (ks & 1) + 1], la0, la1, lb0, lb1, f[2], f[3]);
+          widen8(wq[ks >> 1][2 * (ks & 1)], la0, la1, lb0, lb1, f[0], f[1], k16);
+          widen8(wq[ks >> 1][2 * (ks & 1) + 1], la0, la1, lb0, lb1, f[2], f[3], k16);
           sts_128(scratch + (st & 1) * 16384 + t * 16 + ks * 4096, f);
         }
       }
@@ -262,6 +253,24 @@ SIDE_LOOP = """  if (wg == 2) {
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
 """
+
+
+def _widening(mulshift: bool) -> str:
+    """The W4A8 kernel's widening as the nvidia backend writes it (``int4n8_to_e4m3x8_x``, two byte-permute lookups
+    and an xor per 4 codes), as ``widen8`` with a ``k16`` argument; with ``mulshift`` its high-half selectors come from
+    a multiply-high with k16 = 65536 (not a constant to the compiler: the FMA pipe's IMAD.HI instead of the ALU's
+    shift)."""
+    from humming.devices.nvidia.backend import RS8_WIDEN_T
+
+    text = RS8_WIDEN_T
+    subs = [("int4n8_to_e4m3x8_x(", "widen8("), ("uint32_t& lo, uint32_t& hi)", "uint32_t& lo, uint32_t& hi, uint32_t k16)")]
+    if mulshift:
+        subs += [("w >> 16", "__umulhi(w, k16)"), ("wf >> 16", "__umulhi(wf, k16)")]
+    for old, new in subs:
+        if old not in text:
+            raise ValueError(f"internal: the backend's widening no longer has {old!r}")
+        text = text.replace(old, new)
+    return text
 
 
 def ideal_cycles(n: int, chains: int) -> float:

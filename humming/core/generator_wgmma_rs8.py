@@ -28,7 +28,7 @@ import re
 
 from humming.core import pair_cluster
 from humming.core.generator_wgmma import eight_bit_params
-from humming.core.generator_wgmma_rs import STAGED_COPY_OUT, tile_of_block
+from humming.core.generator_wgmma_rs import STAGED_COPY_OUT, TILE_IN_LAUNCH_ORDER, TILE_RASTERIZED, tile_of_block
 from humming.core.planner_wgmma_rs8 import (
     BC,
     BK,
@@ -537,8 +537,6 @@ def _next_wave_prefetch(raster: int, group_scales: bool) -> str:
     """The producer thread's L2 prefetch, after its tile's last stage, of the first STAGES stages' codes (and group
     scales) of the block launched one wave later: block id + the SM count, its tile by the block's own mapping
     (generator_wgmma_rs.tile_of_block, renamed), so that block's pipeline fill reads the weights from L2."""
-    from humming.core.generator_wgmma_rs import TILE_IN_LAUNCH_ORDER, TILE_RASTERIZED
-
     if raster:  # the block's own lines 2-3 for block nb: first / rows / m0 / n0 -> nfirst / nrows / nm0 / nn0
         lines = TILE_RASTERIZED.split("\n")[1:]
         tile = "\n".join(re.sub(r"\b(bid|first|rows|m0|n0)\b", lambda m: "nb" if m.group(1) == "bid" else "n" + m.group(1),

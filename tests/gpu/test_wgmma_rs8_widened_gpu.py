@@ -9,7 +9,7 @@ import torch
 import humming
 from humming.core.planner_wgmma_rs8 import PATH, STREAMK_ENV, WIDE_FROM_ENV, WIDENED_ENV
 
-from .conftest import fresh_gemm, launch_spec, rel_error
+from .conftest import biased_weight, fresh_gemm, launch_spec, rel_error
 from .test_wgmma_rs8_gpu import TOL, _require_wgmma, _scheme
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
@@ -27,13 +27,12 @@ def test_widened_wide_form_matches_reference(name, group, dtype, k, slots, monke
     monkeypatch.setenv(WIDENED_ENV, slots)
     monkeypatch.setattr(humming.api, "_POISON", True)
     n = 2048
-    torch.manual_seed(n + k + (group or 1) + 7 * int(slots) + (dtype == torch.bfloat16) + len(name))
-    bias = torch.randn(n, device="cuda", dtype=dtype)
-    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    seed = n + k + (group or 1) + 7 * int(slots) + (dtype == torch.bfloat16) + len(name)
+    qw = biased_weight(_scheme(name, group), n, k, dtype, seed)
     for m in (512, 470):
         x, out = fresh_gemm(qw, m, k, dtype)
         p = launch_spec(qw, "w4a8-wgmma-rs8", dtype, m).plan
         assert p.path == PATH and p.tiles.bm == 256 and p.tiles.widened == int(slots), p.explain()
         assert not torch.isnan(out).any()
-        err = rel_error(out, humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32))
+        err = rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32))
         assert err <= TOL, (m, err, p.explain())

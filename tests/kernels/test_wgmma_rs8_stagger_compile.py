@@ -8,7 +8,7 @@ import pytest
 
 import humming
 from humming import api
-from humming.core.compiler import compile_cuda
+from humming.api import resolve_profile
 from humming.core.planner_wgmma_rs8 import STAGGER_CHAINS, STAGGER_CHAINS_ENV, STREAMK_ENV
 from humming.core.wgmma_common import STAGGER_ENV
 
@@ -26,11 +26,6 @@ def _give_after(src: str) -> int:
     return int(re.findall(r"// tokens (\d+)\.\.\d+: slot rows", head)[-1]) // 64
 
 
-def _no_spills(p) -> None:
-    mod = compile_cuda(api.source(p), [p.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False)
-    assert max(int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)) == 0, mod.log
-
-
 def test_default_gives_after_the_first_chain():
     p = humming.plan("w4a8-fp8", 4096, 8192, 8192, profile="nvidia-h200")
     assert p.tiles.bm == 256 and p.tiles.stagger == STAGGER_CHAINS == 1
@@ -40,24 +35,24 @@ def test_default_gives_after_the_first_chain():
 
 @pytest.mark.parametrize("scheme", ["w4a8-fp8", "w4a8-int8"])
 @pytest.mark.parametrize("behind", [2, 3])
-def test_deeper_stagger_moves_the_give_and_compiles(scheme, behind, monkeypatch):
+def test_deeper_stagger_moves_the_give_and_compiles(scheme, behind, monkeypatch, compiled_without_spills):
     monkeypatch.setenv(STAGGER_CHAINS_ENV, str(behind))
     p = humming.plan(scheme, 4096, 8192, 8192, profile="nvidia-h200")
     assert p.tiles.stagger == behind and any(f"{behind} chains after" in r for r in p.reasons), p.explain()
     src = api.source(p)
     assert _give_after(src) == behind - 1 and f"start {behind} wgmma chains behind" in src
     assert src.count("consumer_turn_give();") == 1
-    _no_spills(p)
+    compiled_without_spills(p, resolve_profile("nvidia-h200"))
 
 
-def test_stream_k_form_follows(monkeypatch):
+def test_stream_k_form_follows(monkeypatch, compiled_without_spills):
     monkeypatch.setenv(STAGGER_CHAINS_ENV, "2")
     monkeypatch.setenv(STREAMK_ENV, "132")
     p = humming.plan("w4a8-fp8", 4096, 8192, 8192, profile="nvidia-h200")
     assert p.tiles.streamk == 132 and p.tiles.stagger == 2
     src = api.source(p)
     assert _give_after(src) == 1 and "wg == 0 && it0 + kt == 0" in src
-    _no_spills(p)
+    compiled_without_spills(p, resolve_profile("nvidia-h200"))
 
 
 def test_clamped_to_the_tiles_chains(monkeypatch):
