@@ -622,3 +622,96 @@ def actquant_source(p: ActQuantPlan, prelude: str) -> str:
     if p.needs_amax:
         parts.append(_amax_kernel(p))
     return "\n".join(parts)
+
+
+def row_quantizer_source(p: ActQuantPlan, prelude: str) -> str:
+    """The per-token quantizer of ``p`` (dynamic_token, 16-byte vectors of a row of ``p.k``) as device functions for
+    another kernel to call (the wide register-A W4A8 form quantizes its own activations, TileConfig.fusedq): the
+    backend's helpers and the vector functions in ``namespace fq`` (so that their names do not meet the host
+    kernel's), and ``fq::quantize_row<U>``, one warp's whole row: its amax, its scale, its codes, exactly as this
+    module's kernels compute them. U: 16-byte loads in flight per lane; a row of at most 32 U vectors is read once
+    and kept in registers, a longer one twice (the amax, then the codes, from L2)."""
+    if p.mode != "dynamic_token" or p.global_scale or p.wide or p.vec * _ELSIZE[p.dtype] != 16:
+        raise ValueError(f"the in-kernel row quantizer takes per-token scales without a global scale, 16-byte vectors "
+                         f"and byte codes; got {p.summary()}")
+    fmt = formats.get(p.act)
+    consts = [f"constexpr int VEC = {p.vec};       // elements per 16-byte vector",
+              f"constexpr int K = {p.k};         // elements per row",
+              "constexpr int ROW_VECS = K / VEC;  // vectors per row"]
+    return "\n".join([
+        f"// ---- the activation quantizer's rule ({p.mode} {p.act} with {p.scale_format} scales from {p.dtype}, rows "
+        f"of {p.k}) as device functions: one warp per row",
+        "namespace fq {", prelude,
+        "__device__ __forceinline__ uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }",
+        "namespace aq {\n" + "\n".join(consts) + f"\nconstexpr int WORDS = {_words(p.dtype, p.vec)};"
+        "       // registers per vector\n}", AQ_DIVISOR, _vector_functions(p), _scale_function(p, _f32(float(fmt.max))),
+        _ROW_FUNCTION, "}  // namespace fq"])
+
+
+# one warp quantizes one row: lane l holds vectors l, l + 32, ... (a warp's loads cover 512 contiguous bytes)
+_ROW_FUNCTION = r"""// row `row` of x [., K] -> its K codes and its scale (bits) at scales + 4 row; U loads in flight per lane
+template <int U>
+__device__ __forceinline__ void quantize_row(const unsigned char* x, unsigned char* codes, unsigned char* scales,
+                                             int row, int lane) {
+  constexpr int VPL = (aq::ROW_VECS + 31) / 32;   // vectors per lane
+  const unsigned char* src = x + (size_t)row * (aq::ROW_VECS * 16);
+  unsigned char* dst = codes + (size_t)row * aq::K;
+  uint32_t m = 0u;
+  if constexpr (VPL <= U) {  // the whole row in registers: one read
+    uint32_t w[VPL][aq::WORDS];
+    #pragma unroll
+    for (int j = 0; j < VPL; ++j) {
+      #pragma unroll
+      for (int i = 0; i < aq::WORDS; ++i) w[j][i] = 0u;
+      if (j * 32 + lane < aq::ROW_VECS) load_vec(w[j], src + (j * 32 + lane) * 16);
+    }
+    #pragma unroll
+    for (int j = 0; j < VPL; ++j) m = fold_abs_max(m, w[j]);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = umax(m, shfl_xor_u32(m, o));
+    const float amax = abs_max_value(m);
+    uint32_t stored;
+    const float s = aq_scale(amax, 1.0f, stored);
+    if (lane == 0) st_b32(scales + (size_t)row * 4, stored);
+    const aq_divisor denom = aq_make_divisor(s, aq_finite(amax));
+    #pragma unroll
+    for (int j = 0; j < VPL; ++j)
+      if (j * 32 + lane < aq::ROW_VECS) encode_store(dst + (j * 32 + lane) * aq::VEC, w[j], denom);
+  } else {  // two reads: the amax, then the codes (the row is in L2 by then)
+    #pragma unroll 1
+    for (int j0 = 0; j0 < VPL; j0 += U) {
+      uint32_t w[U][aq::WORDS];
+      #pragma unroll
+      for (int j = 0; j < U; ++j) {
+        #pragma unroll
+        for (int i = 0; i < aq::WORDS; ++i) w[j][i] = 0u;
+        const int v = (j0 + j) * 32 + lane;
+        if (v < aq::ROW_VECS) load_vec(w[j], src + v * 16);
+      }
+      #pragma unroll
+      for (int j = 0; j < U; ++j) m = fold_abs_max(m, w[j]);
+    }
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = umax(m, shfl_xor_u32(m, o));
+    const float amax = abs_max_value(m);
+    uint32_t stored;
+    const float s = aq_scale(amax, 1.0f, stored);
+    if (lane == 0) st_b32(scales + (size_t)row * 4, stored);
+    const aq_divisor denom = aq_make_divisor(s, aq_finite(amax));
+    #pragma unroll 1
+    for (int j0 = 0; j0 < VPL; j0 += U) {
+      uint32_t w[U][aq::WORDS];
+      #pragma unroll
+      for (int j = 0; j < U; ++j) {
+        const int v = (j0 + j) * 32 + lane;
+        if (v < aq::ROW_VECS) load_vec(w[j], src + v * 16);
+      }
+      #pragma unroll
+      for (int j = 0; j < U; ++j) {
+        const int v = (j0 + j) * 32 + lane;
+        if (v < aq::ROW_VECS) encode_store(dst + v * aq::VEC, w[j], denom);
+      }
+    }
+  }
+}
+"""
