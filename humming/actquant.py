@@ -22,7 +22,7 @@ from humming.core.schemes import Scheme
 from humming.core.schemes import get as get_scheme
 from humming.errors import ShapeError, UnsupportedOnDevice
 
-__all__ = ["quantize_activation_cuda", "plan_activation_quant", "activation_quant_source", "row_quantizer_for"]
+__all__ = ["quantize_activation_cuda", "plan_activation_quant", "activation_quant_source"]
 
 _POISON = os.environ.get("HUMMING_POISON_OUTPUT", "0") == "1"  # tests: outputs are filled with garbage first
 _lock = threading.Lock()
@@ -116,17 +116,6 @@ def activation_quant_source(plan: ActQuantPlan, profile=None) -> str:
 
     caps = resolve_profile(profile)
     return actquant_source(plan, _spelling(caps)(plan.act, plan.scale_format, caps))
-
-
-def row_quantizer_for(scheme, dtype: str, k: int, caps) -> str:
-    """The per-token quantizer of ``scheme``'s activations (``dtype`` rows of ``k``) as device functions for a GEMM
-    kernel that quantizes its own activations (humming.core.actquant.row_quantizer_source), spelled by ``caps``'s
-    backend: the same rules and encoder as this module's kernels, so the codes and scales are the same bits."""
-    from humming.core.actquant import row_quantizer_source
-
-    sch = _as_scheme(scheme)
-    plan = plan_actquant(sch, dtype, k, vec=16 // (4 if dtype == "f32" else 2))
-    return row_quantizer_source(plan, _spelling(caps)(plan.act, plan.scale_format, caps))
 
 
 def _prepare(caps, run_arch, sch: Scheme, dtype: str, k: int, vec: int, wide: str = "") -> _Prepared | None:

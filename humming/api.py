@@ -131,7 +131,7 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
             from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
 
             p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(choice.a_type, n, k, rs8_group(sch, k)), m, act,
-                                   scheme=str(sch))  # (the whole scheme: the in-kernel quantization follows it)
+                                   scheme=sch.name)
             return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         if sch.weight in ("int4", "e2m1") and _wgmma_eligible(caps, choice, sch, m, n, k):  # W4A8 on wgmma
             from humming.core.layout_wgmma import WgmmaW4A8Layout, wgmma_w4a8_group
@@ -341,16 +341,14 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
         values = [0] * 7 + [ws.data_ptr(), cnt.data_ptr(), m, n, k, k // grid[2], prep.packed.out_scale, 0]
         x_box, w_box = tma_boxes(p)
         maps = [b for b in (x_box, w_box) if b is not None]
-        fused = int(bool(getattr(p.tiles, "fusedq", 0)))  # and, after the maps, x itself (quantized there: A, TS written)
-        spec = _LaunchSpec(p, kernel, ArgBlock(_PARAM_KINDS + "t" * len(maps) + "p" * fused,
-                                               values + [None] * len(maps) + [0] * fused))
+        spec = _LaunchSpec(p, kernel, ArgBlock(_PARAM_KINDS + "t" * len(maps), values + [None] * len(maps)))
         if maps:  # the kernel reads its operands through TMA tensor maps (its last parameters)
             from humming.core.runtime import TensorMap2D
 
             spec.xmap = TensorMap2D(*x_box)
             spec.wmap = TensorMap2D(*w_box) if w_box else None
         spec.keep = (ws, cnt)  # the workspace outlives the spec that points at it
-        if p.workspace_floats or fused:  # (the fused quantization's row queue lives in the counters)
+        if p.workspace_floats:
             spec.ws_stream = stream
         prep.launches[m] = spec
     return spec
@@ -383,10 +381,8 @@ def _current_stream(device: int) -> int:
 
 
 def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gscale=None,
-            out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None,
-            x_src: torch.Tensor | None = None) -> torch.Tensor:
-    """One kernel launch for x's M; ``out``: a checked [M, N] output of the caller's (check_out) instead of a new one;
-    ``x_src``: the f16 / bf16 activations of a kernel that quantizes them itself into x (codes) and ``scales``."""
+            out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """One kernel launch for x's M; ``out``: a checked [M, N] output of the caller's (check_out) instead of a new one."""
     m = x.shape[0]
     spec = _registry[handle].launches.get(m) or _launch_spec(handle, m, x.device)
     # new_empty and get_device skip building and parsing torch.device objects (host time on every call)
@@ -408,8 +404,6 @@ def _launch(handle: int, x: torch.Tensor, qweight, scales, zeros, chan, bias, gs
         if spec.xmap is not None and spec.xmap.address != slots[0].value:
             spec.xmap.encode(slots[15], slots[0].value)
         slots[14].value = None if gscale is None else gscale.data_ptr()
-        if x_src is not None:  # the parameter after the tensor map (one map: slot 16)
-            slots[16].value = x_src.data_ptr()
         w = spec.weights  # the weight-side tensor objects of the last call (identity: they are kept alive here)
         if not (w and w[0] is qweight and w[1] is scales and w[2] is zeros and w[3] is chan and w[4] is bias):
             w = spec.weights = (qweight, scales, zeros, chan, bias)
@@ -761,12 +755,6 @@ def _quantize_act(x: torch.Tensor, scheme, caps, codes_as: torch.dtype | None = 
     return quantize_activation_cuda(x, scheme, profile=caps, codes_as=codes_as)
 
 
-def _fusable(x2: torch.Tensor) -> bool:
-    """True when a kernel that quantizes its own activations can read x2 [M, K] (f16 / bf16, the plan's type) as it
-    is: contiguous rows, 16-byte aligned."""
-    return x2.is_contiguous() and x2.data_ptr() % 16 == 0
-
-
 def _runs_on_w8a8(choice, scheme) -> bool:
     """True when the 8-bit mma.sync kernel executes this path: both operands 8-bit as stored, per-channel
     or per-tensor weight scales, per-token or per-tensor activation scales; or 128x128 weight blocks with
@@ -1057,7 +1045,7 @@ def _w4a8_wgmma_rs_handle(x: torch.Tensor, qw, caps, choice) -> int:
         packed = prepare_w4a8_rs(qw.to(x.device), x.dtype, choice.a_type)
         act = act_name(x.dtype)
 
-        handle = _register_planned(packed, caps, _emulation_arch(caps), plan_w4a8_wgmma_rs, act, str(qw.scheme))
+        handle = _register_planned(packed, caps, _emulation_arch(caps), plan_w4a8_wgmma_rs, act, qw.scheme.name)
         cache[key] = handle
     return handle
 
@@ -1094,19 +1082,6 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     x2 = x.reshape(-1, k)
     if getattr(packed, "perm", None) is not None:  # act-order weights: gather the activations to match
         x2 = x2.index_select(1, packed.perm)
-    b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
-    if b is not None and b.data_ptr() % 4:  # the epilogues read the biases of two columns as one 32-bit load
-        b = b.clone()
-    group_scales = getattr(packed, "scales", None)  # W4A8: the fp32 group-scale table; blocks: [N/128, K/128]
-    if getattr(plan_for(handle, x2.shape[0]).tiles, "fusedq", 0):
-        # the kernel quantizes x itself (TileConfig.fusedq): it writes the codes and the token scales given here
-        if not _fusable(x2):
-            x2 = x2.clone() if x2.is_contiguous() else x2.contiguous()  # (a fresh allocation is 16-byte aligned)
-        m = x2.shape[0]
-        codes, token_scale = x2.new_empty((m, k), dtype=torch.uint8), x2.new_empty((m,), dtype=torch.float32)
-        out = _launch(handle, codes, packed.qweight, token_scale, group_scales, packed.channel_scale, b, None,
-                      out_dtype=x.dtype, x_src=x2)
-        return out.view(*x.shape[:-1], n)
     qa = _quantize_act(x2, qw.scheme, caps)
     codes = qa.codes.contiguous()
     token_scale = gscale = None
@@ -1118,6 +1093,10 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
         gscale = qa.scale_values().reshape(1).to(device=x.device, dtype=torch.float32)
     else:
         raise UnsupportedOnDevice(f"{qw.scheme.name}: {qa.mode} activation scales are not supported by the 8-bit kernel")
+    b = packed.bias if bias is None else bias.to(dtype=x.dtype).contiguous()
+    if b is not None and b.data_ptr() % 4:  # the epilogues read the biases of two columns as one 32-bit load
+        b = b.clone()
+    group_scales = getattr(packed, "scales", None)  # W4A8: the fp32 group-scale table; blocks: [N/128, K/128]
     out = _launch(handle, codes, packed.qweight, token_scale, group_scales, packed.channel_scale, b, gscale,
                   out_dtype=x.dtype)
     return out.view(*x.shape[:-1], n)

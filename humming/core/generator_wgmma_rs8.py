@@ -390,13 +390,9 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     if slots and (cluster or t.streamk or plan.pdl or t.bm != WIDE_BT):
         raise ValueError(f"the wide W4A8 form's converter warps are written for 256-token tiles without stream-K, "
                          f"clusters or PDL, not {t}")
-    fused = bool(t.fusedq)  # the kernel quantizes its own activations (rows of x claimed from a queue)
-    if fused and (cluster or t.streamk or plan.pdl or slots):
-        raise ValueError(f"the wide W4A8 form's own activation quantization is written for the plain producer loop "
-                         f"(no clusters, stream-K, PDL or converter warps), not {t}")
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger),
-                                cluster=bool(cluster), widened=bool(slots), l2_prefetch=bool(t.l2next),
-                                fused_quant=_row_quantizer(plan, caps) if fused else "") + _stsm_prelude(plan, caps)
+                                cluster=bool(cluster), widened=bool(slots),
+                                l2_prefetch=bool(t.l2next)) + _stsm_prelude(plan, caps)
     if plan.pdl:
         if cluster or t.streamk:
             raise ValueError("programmatic dependent launch is written for the wide form without clusters or stream-K")
@@ -457,7 +453,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         return wgmma_rs8_streamk_source(plan, backend, caps, dict(
             request=request, chain=chain, per_channel=per_channel, luts=luts, main_loop=main_loop, partials=partials,
             cfg_head=cfg_head))
-    producer_loop, token_wait = _wide_producer_loop(scale_copy, "pdl" if plan.pdl else "fused" if fused else "")
+    producer_loop, token_wait = _wide_producer_loop(scale_copy, bool(plan.pdl))
     if t.l2next:  # after the tile's last stage: the next wave's block's first stages into L2
         if plan.pdl or cluster or slots:
             raise ValueError("the next wave's L2 prefetch is written for the plain producer loop of the wide form")
@@ -479,18 +475,6 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     # (the consumers' first FULL barrier comes after the producer's wait anyway; theirs makes the order of their
     # output stores after the previous kernel explicit)
     consumer_wait = "  pdl_wait();  // the previous kernel has finished before this block writes its output\n" if plan.pdl else ""
-    token_load = "load_f32(TS + tok)"
-    queue_warps = consumer_help = warp_exit = ""
-    if fused:
-        params = _fused_params(params)
-        queue_loads = 4 if lay.a_type == "e4m3" else 2  # (the s8 encoder spills at 4 within 40 registers)
-        cfg_head += ("\nconstexpr int FQ_HELP_LOADS = 32;   // the consumers' row loads in flight per lane (a row of "
-                     f"8192 f16 in registers)\nconstexpr int FQ_QUEUE_LOADS = {queue_loads};   // the producer "
-                     "warps' (40 registers)")
-        token_load = "fq_load_f32(TS + tok)"
-        queue_warps, consumer_help, warp_exit = _FQ_QUEUE_WARPS, _FQ_CONSUMER_HELP, _FQ_WARP_EXIT
-        if t.fusedq == 2:  # only the consumers quantize rows (the producer warpgroup's spare warps exit)
-            queue_warps = queue_warps[queue_warps.index("    fq_warp_exit("):]
     source = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -529,14 +513,14 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
       #pragma unroll
       for (int i = lane; i < BT; i += 32) {{
         const int tok = m0 + i;
-        sts_f32(t0 + i * 4, (TS && tok < M) ? scale * {token_load} : scale);
+        sts_f32(t0 + i * 4, (TS && tok < M) ? scale * load_f32(TS + tok) : scale);
       }}
       mbar_arrive(xbar0 + 8 * (2 * STAGES));  // release: the stores above are visible to whoever waits
     }}
-{converters}{queue_warps}    return;
+{converters}    return;
   }}
   setmaxnreg_inc<232>();  // the consumers take the producer's registers
-{consumer_wait}{consumer_help}
+{consumer_wait}
   const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the block: tab and tab + 8
 {consumer_lane}  const uint32_t slane = s0 + tab * 4 + zero;                 // its group scales in a slot: tab, then tab + 8 at + 32
 {DESC0}{scale_decl}  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
@@ -546,66 +530,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 {stagger_take}{main_loop}  consumer_sync();                 // all wgmmas done: the activation slots become the staging tile
 
 {_epilogue(True, bool(t.stsm))}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
-    if warp_exit:  # the consumers' last act: count themselves out of the queue's counters
-        if not source.endswith("}\n"):
-            raise ValueError("the wide kernel's source should end with its closing brace")
-        source = source[:-2] + warp_exit + "}\n"
     return _cluster_source(source, t.raster) if cluster else source
-
-
-def _row_quantizer(plan, caps) -> str:
-    """The activation quantizer's per-token rule for the plan's scheme, activation type and K, as device functions
-    (namespace fq), spelled by the profile's backend."""
-    from humming.actquant import row_quantizer_for
-
-    return row_quantizer_for(plan.scheme, plan.act, plan.k, caps)
-
-
-def _fused_params(params: str) -> str:
-    """The wide form's parameters when it quantizes its own activations: A (the codes) and TS (the token scales) are
-    written here, and x follows the tensor map."""
-    edits = [("const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)",
-              "unsigned char* A,                    // activation codes [M, K], row-major: written here (from XSRC)"),
-             ("const float* __restrict__ TS,         // ", "float* TS,                           // written here: "),
-             ("const __grid_constant__ TmaMap XMAP) {", "const __grid_constant__ TmaMap XMAP,")]
-    for old, new in edits:
-        if old not in params:
-            raise ValueError(f"the 8-bit kernel parameters changed: {old!r} not found")
-        params = params.replace(old, new, 1)
-    return params.rstrip("\n") + "\n    const unsigned char* __restrict__ XSRC) {  // the activations x [M, K] (f16 / bf16), quantized here\n"
-
-
-# the wide form quantizing its own activations (TileConfig.fusedq): the producer warpgroup's warps 1-3 (the token-scale
-# warp once its scales are staged) take rows from the queue until it is empty, with few loads in flight (40 registers)
-_FQ_QUEUE_WARPS = """    if (warp >= THREADS / 32 + 1) {  // warps 1-3: rows of x from the queue until it is empty
-      #pragma unroll 1
-      for (;;) {
-        const int row = fq_claim_row(CNT, lane);
-        if (row >= M) break;
-        fq::quantize_row<FQ_QUEUE_LOADS>(XSRC, A, reinterpret_cast<unsigned char*>(TS), row, lane);
-        fq_row_done(CNT + 2 + row / BT, lane);
-      }
-    }
-    fq_warp_exit(CNT, 2 + gridDim.x, gridDim.x * gridDim.y * (BLOCK_THREADS / 32), lane);
-"""
-# ... and before their main loop the consumer warps take rows (a whole row in registers) until every row of their own
-# tile has been claimed: the first wave's blocks quantize the rows they need together; a later block usually finds
-# its rows done
-_FQ_CONSUMER_HELP = """  {  // rows of x from the queue until every row of this block's tile is claimed (by any block)
-    const int tile_end = min(M, m0 + BT);
-    #pragma unroll 1
-    for (;;) {
-      int queued = 0;
-      if (lane == 0) queued = fq_load_relaxed(CNT);
-      if (__shfl_sync(0xFFFFFFFFu, queued, 0) >= tile_end) break;
-      const int row = fq_claim_row(CNT, lane);
-      if (row >= M) break;
-      fq::quantize_row<FQ_HELP_LOADS>(XSRC, A, reinterpret_cast<unsigned char*>(TS), row, lane);
-      fq_row_done(CNT + 2 + row / BT, lane);
-    }
-  }
-"""
-_FQ_WARP_EXIT = "  fq_warp_exit(CNT, 2 + gridDim.x, gridDim.x * gridDim.y * (BLOCK_THREADS / 32), lane);\n"
 
 
 def _next_wave_prefetch(raster: int, group_scales: bool) -> str:
@@ -662,17 +587,16 @@ def _converter_producer_loop(scale_copy: str) -> str:
 """ + (scales + "\n" if scales else "") + "      }")
 
 
-def _wide_producer_loop(scale_copy: str, gate: str) -> tuple[str, str]:
-    """The wide form's producer loop (its first thread) and the token-scale warp's wait. With a ``gate`` ("pdl":
-    programmatic dependent launch; "fused": the kernel quantizes its own activations) the first STAGES stages' codes
-    and scales are copied before the wait (griddepcontrol.wait; the tile's rows counted done), their activations
-    after it; each FULL mbarrier expects the whole stage either way."""
+def _wide_producer_loop(scale_copy: str, pdl: bool) -> tuple[str, str]:
+    """The wide form's producer loop (its first thread) and the token-scale warp's wait. With programmatic dependent
+    launch the first STAGES stages' codes and scales are copied before griddepcontrol.wait (they do not come from
+    the previous kernel), their activations after it; each FULL mbarrier expects the whole stage either way."""
     lines = [*_WIDE_WEIGHTS, *(ln.strip() for ln in scale_copy.split("\n") if ln.strip())]
 
     def weights(indent: int) -> str:
         return "\n".join(" " * indent + ln for ln in lines)
 
-    if not gate:
+    if not pdl:
         return ("""      #pragma unroll 1
       for (int kt = 0; kt < ktiles; ++kt) {
         const int s = kt % STAGES;
@@ -681,22 +605,14 @@ def _wide_producer_loop(scale_copy: str, gate: str) -> tuple[str, str]:
         mbar_expect_tx(full, STAGE_TX);
         tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);
 """ + weights(8) + "\n      }"), ""
-    head, wait, token_wait = {
-        "pdl": ("programmatic dependent launch: the first stages' weights while the previous kernel finishes",
-                "pdl_wait();  // the previous kernel (the activation quantizer) has finished: its codes are visible",
-                "pdl_wait();  // the token scales come from the previous kernel (the activation quantizer)"),
-        "fused": ("the first stages' weights while the tile's rows of x are quantized",
-                  "fq_wait_rows(CNT + 2 + m0 / BT, min(BT, M - m0));  // every row of the tile is quantized",
-                  "fq_wait_rows(CNT + 2 + m0 / BT, min(BT, M - m0));  // the tile's token scales are stored"),
-    }[gate]
-    return ("""      // """ + head + """
+    return ("""      // programmatic dependent launch: the first stages' weights while the previous kernel finishes
       for (int kt = 0; kt < min(ktiles, STAGES); ++kt) {
         const int s = kt;
         const uint32_t full = xbar0 + 8 * s;
         mbar_expect_tx(full, STAGE_TX);
 """ + weights(8) + """
       }
-      """ + wait + """
+      pdl_wait();  // the previous kernel (the activation quantizer) has finished: its codes are visible
       #pragma unroll 1
       for (int kt = 0; kt < ktiles; ++kt) {
         const int s = kt % STAGES;
@@ -707,7 +623,7 @@ def _wide_producer_loop(scale_copy: str, gate: str) -> tuple[str, str]:
 """ + weights(10) + """
         }
         tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);
-      }"""), "      " + token_wait + "\n"
+      }"""), "      pdl_wait();  // the token scales come from the previous kernel (the activation quantizer)\n"
 
 
 # ---- the wide form's cluster option (TileConfig.cluster = 2; humming.core.pair_cluster)

@@ -27,7 +27,7 @@ from humming.core.wgmma_common import (
     stagger_wanted,
     threshold_from_env,
 )
-from humming.errors import SchemeError, ShapeError, UnsupportedOnDevice
+from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs8"
 ENV = "HUMMING_WGMMA_W4A8_RS"  # W4A8 (groups of 128 / per channel): default (and "1") from M >= 128; "0": never
@@ -73,41 +73,6 @@ def widened_slots() -> int:
 # 8192x8192 267.0 -> 264.6, 28672x8192 903.8 -> 894.8 (docs/runs/2026-12-02b/call18; call17: 542.1 -> 534.5, 1814.7
 # -> 1799.2; with the activations' tiles too, or the tensor map's descriptor prefetched, no better)
 L2NEXT_ENV = "HUMMING_WGMMA_W4A8_RS_L2NEXT"
-# The wide form quantizing its own activations (TileConfig.fusedq): "1" from M >= FUSEDQ_MIN_M, "0" never, a number
-# from that M; unset: the default below. Per-token dynamic activation scales (no global scale) from f16 / bf16 only.
-FUSEDQ_ENV = "HUMMING_WGMMA_W4A8_RS_FUSEDQ"
-FUSEDQ_MIN_M = 0  # 0: off unless asked for
-# ... "0": only the consumer warps quantize rows (each block's until its own tile's rows are claimed; TileConfig.fusedq
-# 2), not also the producer warpgroup's three spare warps until the queue is empty (fusedq 1)
-FUSEDQ_QUEUE_ENV = "HUMMING_WGMMA_W4A8_RS_FUSEDQ_QUEUE"
-
-
-def fusedq_min_m() -> int:
-    """The M from which the wide form quantizes its own activations (0: never): FUSEDQ_ENV, else FUSEDQ_MIN_M."""
-    forced = os.environ.get(FUSEDQ_ENV, "").strip()
-    if not forced:
-        return FUSEDQ_MIN_M
-    if forced == "1":
-        return max(FUSEDQ_MIN_M, MIN_M) if FUSEDQ_MIN_M else MIN_M
-    if not forced.isdigit():
-        raise ValueError(f"{FUSEDQ_ENV}={forced!r}: expected 0, 1 or the M from which to fuse")
-    return int(forced)
-
-
-def fusedq_refusal(scheme: str, act: str) -> str | None:
-    """Why the scheme's activations cannot be quantized inside the wide form, or None."""
-    from humming.core.schemes import get
-
-    try:
-        sch = get(scheme)  # (str(Scheme): a preset's name, or the preset with its changes)
-    except SchemeError:  # a plan without a known scheme (direct planner calls)
-        return f"scheme {scheme!r} unknown"
-    a = sch.act_scale
-    if a is None or a.mode != "dynamic_token" or a.global_scale:
-        return f"{scheme}: the in-kernel quantization takes per-token dynamic scales without a global scale"
-    if act not in ("f16", "bf16"):
-        return f"{act} activations: the in-kernel quantization reads f16 / bf16 rows"
-    return None
 
 BT, BC, BK = 128, 128, RS8_BK
 MIN_M = 128
@@ -410,11 +375,6 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     widened = widened_slots() if wide and tile == WIDE_BT and not blocks and not cluster and not pdl else 0
     l2next = int(wide and not blocks and not cluster and not pdl and not widened
                  and os.environ.get(L2NEXT_ENV, "").strip() != "0")
-    fuse_from = fusedq_min_m()
-    fusedq = int(wide and not blocks and not cluster and not pdl and not widened and bool(fuse_from)
-                 and m >= fuse_from and fusedq_refusal(scheme, act) is None)
-    if fusedq and os.environ.get(FUSEDQ_QUEUE_ENV, "").strip() == "0":
-        fusedq = 2
     stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1)
                    if smem_bytes(s, tile, bool(blocks), wide, widened) <= limit), None)
     if stages is None:
@@ -493,13 +453,6 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         reasons += (f"next wave's weights into L2 ({L2NEXT_ENV}=0: off): once the producer has issued its tile's last "
                     f"stage it prefetches the first {stages} stages' codes and scales of the block launched one wave "
                     "later (block id + the SM count, same rasterization), so that block's pipeline fill reads L2",)
-    if fusedq:
-        reasons += (f"activations quantized in the kernel ({FUSEDQ_ENV}=0: by the activation quantizer before it; "
-                    f"from M >= {fuse_from}): warps take rows of x from a queue (the consumers until every row of their "
-                    "tile is claimed, a row in registers" + ("; the producer warpgroup's other three warps until it is "
-                                                             "empty" if fusedq == 1 else f", only they: {FUSEDQ_QUEUE_ENV}=0")
-                    + ") and write the codes and token scales as the quantizer does; the producer copies the first "
-                    "stages' weights, then waits for its tile's rows before copying their codes",)
     if widened:
         reasons += (f"weights widened by three converter warps of the producer warpgroup ({WIDENED_ENV}=N: N slots; "
                     f"0: in the consumers): each stage's fragments into one of {widened} shared-memory slots "
@@ -517,8 +470,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                          stagger=stagger_chains(tile, chain) if bt == WIDE_BT and stagger_wanted() else 0,
                          raster=raster, streamk=blocks,
                          prefetch=0 if bt == WIDE_BT else narrow_prefetch(),
-                         cluster=cluster, wide=int(wide and tile == BT), widened=widened, l2next=l2next,
-                         fusedq=fusedq),
+                         cluster=cluster, wide=int(wide and tile == BT), widened=widened, l2next=l2next),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks), wide, widened), reasons=reasons,
         pdl=pdl,
     )

@@ -458,52 +458,6 @@ __device__ __forceinline__ void l2_prefetch(const void* p, uint32_t bytes) {
 __device__ __forceinline__ uint32_t sm_count() { uint32_t n; asm("mov.u32 %0, %%nsmid;" : "=r"(n)); return n; }
 """
 
-# the wide W4A8 form's own activation quantization (TileConfig.fusedq): warps claim rows of x from a queue counter
-# (CNT[0]), quantize them and count them per token tile (CNT[2 + tile], release); a thread that needs a tile's rows
-# waits for its count (acquire) and orders its tensor copies of the codes after it (async proxy). CNT is the
-# stream's counter workspace, which kernels leave zero: the grid's last warp to finish (CNT[1]) resets it.
-FUSED_QUANT_QUEUE = r"""
-__device__ __forceinline__ int fq_load_relaxed(const int* p) {
-  int r; asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];\n" : "=r"(r) : "l"(p) : "memory"); return r;
-}
-__device__ __forceinline__ int fq_load_acquire(const int* p) {
-  int r; asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(r) : "l"(p) : "memory"); return r;
-}
-// a token scale written in this kernel (after the acquire of its tile's count; not the read-only path)
-__device__ __forceinline__ float fq_load_f32(const float* p) {
-  float r; asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];\n" : "=f"(r) : "l"(p) : "memory"); return r;
-}
-// the next row of the queue, for the whole warp (lane 0 claims it)
-__device__ __forceinline__ int fq_claim_row(int* queue, int lane) {
-  int r = 0;
-  if (lane == 0) asm volatile("atom.relaxed.gpu.global.add.s32 %0, [%1], 1;\n" : "=r"(r) : "l"(queue) : "memory");
-  return __shfl_sync(0xFFFFFFFFu, r, 0);
-}
-// the warp's row is stored: every lane's stores ordered (both proxies) before lane 0's release of the tile's count
-__device__ __forceinline__ void fq_row_done(int* count, int lane) {
-  __threadfence();
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-  __syncwarp();
-  if (lane == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" :: "l"(count) : "memory");
-}
-// until `count` reaches n (every row of the tile stored), then the tensor copies that follow read them (async proxy)
-__device__ __forceinline__ void fq_wait_rows(const int* count, int n) {
-  while (fq_load_acquire(count) < n) __nanosleep(100);
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-}
-// this warp is done with the counters; the grid's last warp puts CNT[0 .. counters) back to zero
-__device__ __forceinline__ void fq_warp_exit(int* cnt, int counters, int warps, int lane) {
-  __syncwarp();
-  if (lane == 0) {
-    int before;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n" : "=r"(before) : "l"(cnt + 1) : "memory");
-    if (before == warps - 1) {
-      for (int i = 0; i < counters; ++i) cnt[i] = 0;
-    }
-  }
-}
-"""
-
 BULK_G2S = r"""// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this block's shared memory
 __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
@@ -1141,8 +1095,7 @@ def consumer_sync_helper(consumer_threads: int) -> str:
 
 def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, producer: bool = False,
                       weights_by_bulk: bool = False, stagger: bool = False, streamk: bool = False,
-                      cluster: bool = False, widened: bool = False, l2_prefetch: bool = False,
-                      fused_quant: str = "") -> str:
+                      cluster: bool = False, widened: bool = False, l2_prefetch: bool = False) -> str:
     """Helpers of the register-A wgmma W4A8 kernel: copies, epilogue arithmetic, fences and descriptors, the
     epilogue's staging stores, the int4 widenings of the W4A8 kernels and one m64n{n}k32 register-A step for the
     plan's 8-bit operand type (request.mma, a wgmma e4m3/s8 form); with ``weights_by_bulk`` (the wide form) the
@@ -1150,9 +1103,7 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
     the block-index read and the warpgroup barrier of the stream-K form; with ``cluster`` the cluster rank and barrier,
     peer mbarrier arrivals and the multicast tensor copy (the profile must declare cluster_multicast); with
     ``widened`` the 16-byte shared store of the converter warps; with ``l2_prefetch`` the bulk L2 prefetch and the SM
-    count (the profile must declare tma); ``fused_quant`` (the activation quantizer's row functions,
-    humming.core.actquant.row_quantizer_source): the form quantizes its own activations, with the row queue's
-    helpers."""
+    count (the profile must declare tma)."""
     if request.mma.family != "wgmma" or request.mma.a_type not in ("s8", "e4m3"):
         raise ValueError(f"wgmma_rs8_prelude needs a wgmma s8/e4m3 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
@@ -1177,10 +1128,6 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
         parts.append(L2_PREFETCH)
     if streamk:
         parts.append(STREAMK_RS8_EXTRA)
-    if fused_quant:
-        if not weights_by_bulk:
-            raise ValueError("the in-kernel activation quantization is written for the wide form")
-        parts += [FUSED_QUANT_QUEUE, fused_quant]
     if cluster:
         if not producer:
             raise ValueError("the cluster's multicast copies are issued by the producer warpgroup")
