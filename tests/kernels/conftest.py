@@ -5,6 +5,17 @@ import pytest
 
 
 @pytest.fixture
+def native_8bit_defaults(monkeypatch):
+    """unset(*envs): the planners' defaults for the 8-bit kernel tests: ``envs`` unset, and W8A8 / W4A8 kept on the
+    native 8-bit kernels (not the widened weight-only path, humming.core.widen)."""
+    def unset(*envs: str) -> None:
+        for env in envs:
+            monkeypatch.delenv(env, raising=False)
+        monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")
+    return unset
+
+
+@pytest.fixture
 def compiled_without_spills():
     """compile(plan, caps) -> the NVRTC module of the plan's kernel for the profile's target, compiled with ptxas
     verbose output; skips (with the reason) where the installed NVRTC is too old for the target, and asserts that

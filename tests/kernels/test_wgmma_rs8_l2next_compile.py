@@ -16,10 +16,8 @@ from humming.core.planner_wgmma_rs8 import L2NEXT_ENV, PDL_RS8_ENV, RASTER_ENV, 
 
 
 @pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    for env in (L2NEXT_ENV, STREAMK_ENV, PDL_RS8_ENV, WIDENED_ENV, RASTER_ENV):
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")
+def _clean(native_8bit_defaults):
+    native_8bit_defaults(L2NEXT_ENV, STREAMK_ENV, PDL_RS8_ENV, WIDENED_ENV, RASTER_ENV)
 
 
 def _prefetch(src: str) -> str:

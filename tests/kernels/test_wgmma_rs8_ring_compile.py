@@ -12,9 +12,8 @@ from humming.core.planner_wgmma_rs8 import NARROW_PF_ENV, PF
 
 
 @pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    monkeypatch.delenv(NARROW_PF_ENV, raising=False)
-    monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")
+def _clean(native_8bit_defaults):
+    native_8bit_defaults(NARROW_PF_ENV)
 
 
 @pytest.mark.parametrize("scheme", ["w4a8-fp8", "w4a8-int8"])

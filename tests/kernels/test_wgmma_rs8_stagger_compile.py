@@ -14,10 +14,8 @@ from humming.core.wgmma_common import STAGGER_ENV
 
 
 @pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    for env in (STAGGER_CHAINS_ENV, STAGGER_ENV, STREAMK_ENV):
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")
+def _clean(native_8bit_defaults):
+    native_8bit_defaults(STAGGER_CHAINS_ENV, STAGGER_ENV, STREAMK_ENV)
 
 
 def _give_after(src: str) -> int:

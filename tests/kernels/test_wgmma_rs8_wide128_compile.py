@@ -13,10 +13,8 @@ from humming.core.planner_wgmma_rs8 import STREAMK_ENV, WIDE_FROM_ENV
 
 
 @pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    monkeypatch.delenv(WIDE_FROM_ENV, raising=False)
-    monkeypatch.delenv(STREAMK_ENV, raising=False)
-    monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")
+def _clean(native_8bit_defaults):
+    native_8bit_defaults(WIDE_FROM_ENV, STREAMK_ENV)
 
 
 def test_defaults_at_m_128():

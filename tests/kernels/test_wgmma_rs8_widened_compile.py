@@ -24,10 +24,8 @@ from humming.core.planner_wgmma_rs8 import (
 
 
 @pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    for env in (WIDENED_ENV, STREAMK_ENV, PDL_RS8_ENV):
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")
+def _clean(native_8bit_defaults):
+    native_8bit_defaults(WIDENED_ENV, STREAMK_ENV, PDL_RS8_ENV)
 
 
 def _consumer_loop(src: str) -> str:
