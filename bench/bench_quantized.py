@@ -7,7 +7,8 @@ Activation quantization is included in every quantized time (humming's and the b
 Every scheme is timed twice: "native" (HUMMING_ACT_WIDEN=0: the 8-bit kernels, wgmma from M >= 64 where declared)
 and "widened" (HUMMING_ACT_WIDEN=1: codes widened to f16 on the weight-only kernels, humming.core.widen); the
 default column is the one humming.gemm picks without the variable. W8A8-FP8 also with
-HUMMING_WGMMA_FAST_ACCUM=1 from M >= 64 (no fp32 promotion of partial sums; JSON key w8a8-fp8_fast_us).
+HUMMING_WGMMA_FAST_ACCUM=1 from M >= 64 (no fp32 promotion of partial sums; JSON key w8a8-fp8_fast_us), W4A8-FP8 from
+M >= 256 (the wide form's direct accumulation; JSON key w4a8-fp8_fast_us, compared with cuBLAS fp16).
 Same method as bench_wna16.py: CUDA-graph replay over weight copies rotated past L2 (cycled until a graph holds at
 least 16 GEMMs or lasts about 1 ms, HUMMING_GRAPH_MIN_CALLS / HUMMING_GRAPH_TARGET_US); every column's graph of a row
 is captured first, then all are timed in rounds (``--rounds``, default 8, rounded up to a whole balanced design, of 5
@@ -125,7 +126,7 @@ def main() -> None:
             timers, keep = baselines(x, n, k, reps, row)
             for s, qws in weights.items():
                 keys = [(f"{s}_{variant}", {widen.ENV: value}) for variant, value in VARIANTS.items()]
-                if s == "w8a8-fp8" and m >= 64 and not args.no_fast_accum:
+                if ((s == "w8a8-fp8" and m >= 64) or (s == "w4a8-fp8" and m >= 256)) and not args.no_fast_accum:
                     keys.append((f"{s}_fast", {widen.ENV: "0", "HUMMING_WGMMA_FAST_ACCUM": "1"}))
                 try:
                     for key, env in keys:
@@ -172,8 +173,11 @@ def main() -> None:
     for s in schemes:
         base = BASELINE.get(s, ("cublas_fp16_us", "fp16"))[1]
         head += f" {s} native | {s} widened | default / {base} |"
-    print("\n" + head + (" FP8 fast-accum | fast / cuBLASLt |" if "w8a8-fp8" in schemes else ""))
-    print("|---" * (head.count("|") - 1 + (2 if "w8a8-fp8" in schemes else 0)) + "|")
+    fast_cols = [s for s in ("w8a8-fp8", "w4a8-fp8") if s in schemes]
+    fast_base = {"w8a8-fp8": ("cublaslt_fp8_rowwise_us", "cuBLASLt"), "w4a8-fp8": ("cublas_fp16_us", "fp16")}
+    head += "".join(f" {s} fast-accum | fast / {fast_base[s][1]} |" for s in fast_cols)
+    print("\n" + head)
+    print("|---" * (head.count("|") - 1) + "|")
     for r in rows:
         line = (f"| {r['n']}x{r['k']} | {r['m']} | {f(r['cublas_fp16_us'])} | {f(r.get('cublaslt_fp8_rowwise_us'))} | "
                 f"{f(r.get('torch_int_mm_us'))} |")
@@ -183,8 +187,8 @@ def main() -> None:
             line += (f" {mark['native']}{f(r.get(f'{s}_native_us'))}{mark['native']} |"
                      f" {mark['widened']}{f(r.get(f'{s}_widened_us'))}{mark['widened']} |"
                      f" {speedup(base, r.get(f'{s}_us'))} |")
-        if "w8a8-fp8" in schemes:
-            line += f" {f(r.get('w8a8-fp8_fast_us'))} | {speedup(r.get('cublaslt_fp8_rowwise_us'), r.get('w8a8-fp8_fast_us'))} |"
+        for s in fast_cols:
+            line += f" {f(r.get(f'{s}_fast_us'))} | {speedup(r.get(fast_base[s][0]), r.get(f'{s}_fast_us'))} |"
         print(line)
     print("(bold: the variant humming.gemm picks by default; int_mm has no M <= 16 form, so W8A8-INT8 is then "
           "compared with fp16)")

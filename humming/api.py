@@ -130,8 +130,9 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
             from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout, rs8_group
             from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
 
-            p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(choice.a_type, n, k, rs8_group(sch, k)), m, act,
-                                   scheme=sch.name)
+            fast = _wgmma_fast_accum() and choice.a_type == "e4m3"
+            p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(choice.a_type, n, k, rs8_group(sch, k), fast_accum=fast), m,
+                                   act, scheme=sch.name)
             return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         if sch.weight in ("int4", "e2m1") and _wgmma_eligible(caps, choice, sch, m, n, k):  # W4A8 on wgmma
             from humming.core.layout_wgmma import WgmmaW4A8Layout, wgmma_w4a8_group
@@ -997,7 +998,7 @@ def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
     from humming.core.planner_wgmma import plan_w4a8_wgmma, plan_w8a8_wgmma
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
-    w4 = qw.scheme.weight in ("int4", "e2m1")  # W4A8: no fast-accumulation variant (always promoted per group)
+    w4 = qw.scheme.weight in ("int4", "e2m1")  # W4A8 here: no fast-accumulation variant (the register-A kernel has one)
     fast = _wgmma_fast_accum() and not w4 and qw.scheme.weight_scale.granularity != "block"  # (blocks: promoted)
     key = ("w8a8-wgmma", x.dtype, x.device, caps.name) + (("fast_accum",) if fast else ())
     handle = cache.get(key)
@@ -1039,10 +1040,11 @@ def _w4a8_wgmma_rs_handle(x: torch.Tensor, qw, caps, choice) -> int:
     from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
-    key = ("w4a8-wgmma-rs8", x.dtype, x.device, caps.name)
+    fast = _wgmma_fast_accum() and choice.a_type == "e4m3"  # (int8: int32 sums, exact either way)
+    key = ("w4a8-wgmma-rs8", x.dtype, x.device, caps.name) + (("fast_accum",) if fast else ())
     handle = cache.get(key)
     if handle is None:
-        packed = prepare_w4a8_rs(qw.to(x.device), x.dtype, choice.a_type)
+        packed = prepare_w4a8_rs(qw.to(x.device), x.dtype, choice.a_type, fast_accum=fast)
         act = act_name(x.dtype)
 
         handle = _register_planned(packed, caps, _emulation_arch(caps), plan_w4a8_wgmma_rs, act, qw.scheme.name)

@@ -64,7 +64,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--env", required=True)
     ap.add_argument("--values", required=True, help="comma-separated; 'unset' for the default")
-    ap.add_argument("--scheme", default="w4a8-fp8")
+    ap.add_argument("--scheme", default="w4a8-fp8", help="a scheme name; NAME:channel for its per-channel form")
     ap.add_argument("--ms", default="512,1024,4096")
     ap.add_argument("--shapes", default="8192x8192,28672x8192,4096x14336")
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
@@ -72,10 +72,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5, help="timed graph replays per visit (their median is one sample)")
     args = ap.parse_args()
     values = args.values.split(",")
+    base_name, _, form = args.scheme.partition(":")
+    scheme = humming.schemes.get(base_name)
+    if form == "channel":
+        scheme = scheme.with_(granularity="channel", group_size=None)
+    elif form:
+        raise SystemExit(f"--scheme {args.scheme}: only NAME:channel is understood")
     rows = []
     for shape in args.shapes.split(","):
         n, k = map(int, shape.split("x"))
-        qws = [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, args.scheme)
+        qws = [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, scheme)
                for _ in range(copies_for(n * k // 2))]
         ws = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies_for(n * k * 2))]
         for m in map(int, args.ms.split(",")):
@@ -92,7 +98,7 @@ def main() -> None:
                 out = humming.gemm(x, qws[0]).double()
                 row[f"{v}_err"] = float((out - ref).norm() / ref.norm())
                 timers[v] = graph_timer([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws], args.reps)
-                row[f"{v}_plan"] = humming.plan(args.scheme, m, n, k).summary()
+                row[f"{v}_plan"] = humming.plan(scheme, m, n, k).summary()
                 row[f"{v}_ran"] = ran_kernels(qws[0], m)
             for name, samples in zip(timers, rotated_samples(list(timers.values()), args.rounds)):
                 key = "cublas_us" if name == "cublas" else f"{name}_us"
@@ -109,7 +115,7 @@ def main() -> None:
         del qws, ws
         torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
-    name = f"ab_{args.env.lower().replace('+', '_')}_{args.scheme}.json"
+    name = f"ab_{args.env.lower().replace('+', '_')}_{args.scheme.replace(':', '_')}.json"
     with open(os.path.join(args.out, name), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "env": args.env, "rows": rows}, f, indent=1)
 

@@ -27,6 +27,7 @@ from humming.tuner import graph_timer, rotated_samples  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ab_env import forget_plans  # noqa: E402
+from ablate_direct import direct, direct_prefetched  # noqa: E402
 from gemm_timing import reference, weight_copies  # noqa: E402
 from results import save_rows  # noqa: E402
 
@@ -429,6 +430,10 @@ VARIANTS["tmpf_rs8"] = [(r"(\n    if \(tid == THREADS\) \{\n)",
 # capped at 64K / (N x threads)), "w0" wait for the stage's own wgmma group (wgmma_wait<0>) instead of the previous
 # one: the decoded a[] registers need not outlive a stage (one set instead of two)
 _PARAMETERISED = {
+    # the wide W4A8 form accumulating straight into its accumulators in chains of N tokens (scripts/ablate_direct.py;
+    # correct for nonzero scales)
+    "direct": direct,
+    "directw": direct_prefetched,
     # the polite producer wait sleeping N ns between polls instead of 64 (correct)
     "sleep": lambda n: [(r"__nanosleep\(64\)", f"__nanosleep({n})")],
     "pf": lambda n: [(r"constexpr int PF = \d+, R = PF \+ 1;", f"constexpr int PF = {n}, R = PF + 1;")],

@@ -390,9 +390,13 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     if slots and (cluster or t.streamk or plan.pdl or t.bm != WIDE_BT):
         raise ValueError(f"the wide W4A8 form's converter warps are written for 256-token tiles without stream-K, "
                          f"clusters or PDL, not {t}")
+    direct = bool(t.direct)  # e4m3 fast accumulation: no partials (humming.core.generator_wgmma_rs8_direct)
+    if direct and (lay.a_type != "e4m3" or chain != BT or t.bm != WIDE_BT or cluster or slots or t.streamk or plan.pdl):
+        raise ValueError(f"the wide W4A8 form's fast accumulation is written for e4m3 and plain 256-token tiles in "
+                         f"{BT}-token chains (no stream-K, clusters, converter warps or PDL), not {t} ({lay.a_type})")
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger),
-                                cluster=bool(cluster), widened=bool(slots),
-                                l2_prefetch=bool(t.l2next)) + _stsm_prelude(plan, caps)
+                                cluster=bool(cluster), widened=bool(slots), l2_prefetch=bool(t.l2next),
+                                rescale=direct and not per_channel) + _stsm_prelude(plan, caps)
     if plan.pdl:
         if cluster or t.streamk:
             raise ValueError("programmatic dependent launch is written for the wide form without clusters or stream-K")
@@ -424,7 +428,14 @@ def _wide_kernel_source(plan, backend, caps) -> str:
                         "each promotes while the other's wgmmas run\n")
         first = " && hv == 0" if chain == BT else ""
         stagger_give = f"\n      if (wg == 0 && kt == 0{first}) consumer_turn_give();  // warpgroup 1 may start"
-    if chain == BT:
+    if direct:
+        from humming.core.generator_wgmma_rs8_direct import direct_loop
+
+        main_loop = direct_loop(per_channel, bool(t.stagger))
+        partials = ""
+        chain_doc = ("HALVES = BT / WT;          // token halves: one m64n128k32 chain each, accumulating straight into "
+                     "facc")
+    elif chain == BT:
         if slots:
             raise ValueError("the converter warps are written for the 64-token chains of the wide form")
         main_loop = _WIDE_LOOP.format(scale_pick=scale_pick, widen=widen, stagger_give=stagger_give,
@@ -472,6 +483,11 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         slot_decl = slot_init = converters = ""
         consumer_lane = (luts + "  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16 + zero;   // "
                          "its words 4 hf + jj: + hf * 512 in a slot\n")
+    epilogue = _epilogue(True, bool(t.stsm))
+    if direct:
+        from humming.core.generator_wgmma_rs8_direct import epilogue_scales
+
+        epilogue = epilogue_scales(epilogue)
     # (the consumers' first FULL barrier comes after the producer's wait anyway; theirs makes the order of their
     # output stores after the previous kernel explicit)
     consumer_wait = "  pdl_wait();  // the previous kernel has finished before this block writes its output\n" if plan.pdl else ""
@@ -529,7 +545,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 {partials}
 {stagger_take}{main_loop}  consumer_sync();                 // all wgmmas done: the activation slots become the staging tile
 
-{_epilogue(True, bool(t.stsm))}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
+{epilogue}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
     return _cluster_source(source, t.raster) if cluster else source
 
 

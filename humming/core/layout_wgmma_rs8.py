@@ -37,6 +37,9 @@ class WgmmaRs8Layout:
     weight_bits: int = 4
     kmajor: bool = True
     packing: str = "wgmma-rs8"
+    # e4m3 fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1): the wide form's wgmmas accumulate across stages in the tensor
+    # core instead of promoting each stage's partial into fp32 registers (faster, ~10x the accumulation error)
+    fast_accum: bool = False
 
 
 @dataclass
@@ -114,8 +117,10 @@ def rs8_refusal(scheme, n: int, k: int, a_type: str) -> str:
     return ""
 
 
-def prepare_w4a8_rs(qw, act_dtype: torch.dtype, a_type: str) -> PackedWgmmaRs8:
-    """Signed int4 weights with group-128 or per-channel scales -> the register-A wgmma W4A8 kernel's operands."""
+def prepare_w4a8_rs(qw, act_dtype: torch.dtype, a_type: str, fast_accum: bool = False) -> PackedWgmmaRs8:
+    """Signed int4 weights with group-128 or per-channel scales -> the register-A wgmma W4A8 kernel's operands.
+    ``fast_accum`` (e4m3 only; ignored for s8, whose int32 sums are exact): the layout asks for the fast-accumulation
+    form where the planner has one (WgmmaRs8Layout.fast_accum)."""
     act_name(act_dtype)
     n, k = qw.shape
     why = rs8_refusal(qw.scheme, n, k, a_type)
@@ -131,5 +136,5 @@ def prepare_w4a8_rs(qw, act_dtype: torch.dtype, a_type: str) -> PackedWgmmaRs8:
     out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
     device = qw.packed.device
     bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
-    layout = WgmmaRs8Layout(a_type, n, k, group)
+    layout = WgmmaRs8Layout(a_type, n, k, group, fast_accum=bool(fast_accum) and a_type == "e4m3")
     return PackedWgmmaRs8(layout, pack_int4_rs(qw.codes(), a_type).to(device), table, None, bias, out_scale)

@@ -75,6 +75,10 @@ class TileConfig:
     # wide register-A W4A8 form: 1 = its producer thread, once it has issued the tile's last stage, asks the L2 for the
     # first `stages` stages' codes and scales of the block launched one wave later; not in the repr (see early)
     l2next: int = field(default=0, repr=False)
+    # wide register-A W4A8 form, e4m3 fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1): 1 = the wgmmas accumulate straight
+    # into the block's accumulators in 128-token chains (no partials, no promotion; group scales by rescaling the
+    # running sums, humming.core.generator_wgmma_rs8_direct); not in the repr (see early)
+    direct: int = field(default=0, repr=False)
 
     @property
     def threads(self) -> int:
@@ -197,7 +201,8 @@ class Plan:
                       *(("pdl",) if self.pdl else ()), *(("stsm",) if getattr(t, "stsm", 0) else ()),
                       *(("wide",) if getattr(t, "wide", 0) else ()),
                       *(("widened", t.widened) if getattr(t, "widened", 0) else ()),
-                      *(("l2next",) if getattr(t, "l2next", 0) else ()), *streamk_k)
+                      *(("l2next",) if getattr(t, "l2next", 0) else ()),
+                      *(("direct",) if getattr(t, "direct", 0) else ()), *streamk_k)
             return hashlib.sha1(repr(parts8).encode()).hexdigest()[:10]
         d = self.layout.decode
         parts = (
@@ -227,7 +232,8 @@ class Plan:
             return (f"hm_{w}_{self.instruction.a_type}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}"
                     f"w{t.warps_m}{t.warps_n}{t.warps_k}{'v' if getattr(t, 'wide', 0) else ''}"
                     f"{f'k{t.streamk}' if getattr(t, 'streamk', 0) else ''}{f'u{t.widened}' if getattr(t, 'widened', 0) else ''}"
-                    f"{'m' if getattr(t, 'stsm', 0) else ''}{'_pdl' if self.pdl else ''}_{self.kernel_key}")
+                    f"{'m' if getattr(t, 'stsm', 0) else ''}{'d' if getattr(t, 'direct', 0) else ''}"
+                    f"{'_pdl' if self.pdl else ''}_{self.kernel_key}")
         d = self.layout.decode
         w = f"{d.kind}{d.bits}"
         kind = "wgmma" if self.family == "wgmma" else "stream" if self.path == "stream" else "tile"

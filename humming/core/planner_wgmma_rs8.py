@@ -30,6 +30,7 @@ from humming.core.wgmma_common import (
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs8"
+FAST_ACCUM_ENV = "HUMMING_WGMMA_FAST_ACCUM"  # (humming.api reads it: WgmmaRs8Layout.fast_accum; the wide form's direct loop)
 ENV = "HUMMING_WGMMA_W4A8_RS"  # W4A8 (groups of 128 / per channel): default (and "1") from M >= 128; "0": never
 # "1": the wide form (without stream-K or clusters) launched with PDL behind the activation quantizer (and HUMMING_PDL
 # not 0). Off by default: measured slower at M=4096 (8192x8192 544.0 -> 560.9 us, 28672x8192 1926.6 -> 2098.1,
@@ -375,6 +376,11 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     widened = widened_slots() if wide and tile == WIDE_BT and not blocks and not cluster and not pdl else 0
     l2next = int(wide and not blocks and not cluster and not pdl and not widened
                  and os.environ.get(L2NEXT_ENV, "").strip() != "0")
+    fast = bool(getattr(layout, "fast_accum", False)) and a_type == "e4m3"
+    direct_why = _direct_refusal(wide, tile, blocks, cluster, widened, pdl) if fast else ""
+    direct = int(fast and not direct_why)
+    if direct:
+        chain = BT  # two 128-token chains a stage, accumulating straight into the block's accumulators
     stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1)
                    if smem_bytes(s, tile, bool(blocks), wide, widened) <= limit), None)
     if stages is None:
@@ -389,13 +395,21 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     piece = "half" if bt // chain == 2 else "quarter"
     fit_words = (f"; {tile} tokens instead of {WIDE_BT}: M={m} in {-(-m // tile)} tile(s) of whole {QUARTER_WT}-token "
                  f"chains ({FIT_ENV}=0 or {WIDE_ENV}: {WIDE_BT})" if tile != bt else "")
-    if chain == QUARTER_WT:
+    if direct:
+        promotion = (f"fast accumulation ({FAST_ACCUM_ENV}=1): the wgmmas accumulate straight into the fp32 "
+                     "accumulators across stages in two m64n128k32 chains a stage (no partials, no promotion; ~10x the "
+                     "promoted form's error, the tensor core's own accumulation)" + (
+                         "; per-channel scales in the epilogue" if group != 128 else
+                         "; group scales by rescaling the running sums (times s_prev / s before each stage, one "
+                         "FMUL an accumulator; the last scale in the epilogue; a zero scale zeroes its rows)")
+                     + "; the next stage's fragment widened while this stage's wgmmas run")
+    elif chain == QUARTER_WT:
         promotion += (f", once per token {piece} of {chain}: {piece} c + 1's chain is issued before {piece} c's is "
                       f"waited for (wait_group 1) and promoted, into two partials ({CHAIN_ENV}={BT}: one partial, "
                       "chain, wait, promote)")
     if bt == WIDE_BT:
         chains = ("2 halves x m64n128k32" if chain == BT else f"{tile // chain} quarters x m64n64k32 (two partials)")
-        if chain == BT:
+        if chain == BT and not direct:
             promotion += ", once per token half (the partial holds 128 tokens)"
         reasons = (
             f"wgmma m64nNk32 {a_type} declared ({caps.target.arch}): A (weights) from registers, B (activation "
@@ -444,6 +458,9 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                         "wgmmas run",)
     if cluster_why:
         reasons += (cluster_why,)
+    if direct_why:
+        reasons += (f"fast accumulation ({FAST_ACCUM_ENV}=1) asked for, not planned: {direct_why}; each stage's "
+                    "partial is promoted",)
     raster = raster_from_env(RASTER_ENV, RASTER)
     if raster:
         reasons += (f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
@@ -470,13 +487,24 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                          stagger=stagger_chains(tile, chain) if bt == WIDE_BT and stagger_wanted() else 0,
                          raster=raster, streamk=blocks,
                          prefetch=0 if bt == WIDE_BT else narrow_prefetch(),
-                         cluster=cluster, wide=int(wide and tile == BT), widened=widened, l2next=l2next),
+                         cluster=cluster, wide=int(wide and tile == BT), widened=widened, l2next=l2next,
+                         direct=direct),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks), wide, widened), reasons=reasons,
         pdl=pdl,
     )
     # the stmatrix staging (HUMMING_WGMMA_RS_STSM=0: off) of the narrow and wide forms; the stream-K form keeps its stores
     return plan if blocks else with_stsm(caps, plan)
 
+
+
+def _direct_refusal(wide: bool, tile: int, blocks: int, cluster: int, widened: int, pdl: bool) -> str:
+    """Why the fast-accumulation loop (TileConfig.direct) does not apply to this wide-form plan ("" where it does)."""
+    if not wide or tile != WIDE_BT:
+        return f"it is written for the wide form's {WIDE_BT}-token tiles (this plan: {tile} tokens)"
+    for on, what in ((blocks, "stream-K"), (cluster, "clusters"), (widened, "converter warps"), (pdl, "PDL")):
+        if on:
+            return f"it is written for the plain grid, without {what}"
+    return ""
 
 
 def _streamk_words(m: int, n: int, k: int, blocks: int, why: str) -> str:
