@@ -4,6 +4,7 @@ instructions (the innermost backward branch around them), by opcode. What a kern
 W4A8 kernel at M=4096 (docs/performance.md, sixteenth and seventeenth sessions): ~0.15% per instruction per stage.
 
     python scripts/sass_loop.py --scheme w4a8-fp8 --m 4096 --n 8192 --k 8192 [--env HUMMING_WGMMA_W4A8_RS_STREAMK=132]
+        (--scheme NAME:channel: the scheme with per-channel scales)
         [--profile nvidia-h200] [--save /tmp/kernel] (writes .cu, .cubin and .sass there) [--variant V] (an ablation of
         scripts/ablate.py applied to the source first)
 
@@ -72,7 +73,13 @@ def main() -> None:
     tool = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
     if not tool:
         raise SystemExit("cuobjdump not found: put it on PATH or set CUOBJDUMP (see the module docstring)")
-    plan = humming.plan(args.scheme, m=args.m, n=args.n, k=args.k, profile=args.profile)
+    name, _, form = args.scheme.partition(":")  # NAME:channel: the scheme's per-channel form
+    scheme = humming.schemes.get(name)
+    if form == "channel":
+        scheme = scheme.with_(granularity="channel", group_size=None)
+    elif form:
+        raise SystemExit(f"--scheme {args.scheme}: only NAME:channel is understood")
+    plan = humming.plan(scheme, m=args.m, n=args.n, k=args.k, profile=args.profile)
     caps = resolve_profile(args.profile)
     if args.variant:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

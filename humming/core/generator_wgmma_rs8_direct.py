@@ -11,6 +11,9 @@ accumulators, in two m64n128k32 chains of 128 tokens a stage, instead of into 64
   * The cost is precision: the tensor core adds each product into the running sum at its own, shorter precision
     (the "fast accumulation" of FP8 GEMMs), ~10x the promoted form's error (relative 2e-3 against 2e-4 at K=8192 on
     the H200, 2026-12-02); hence opt-in.
+  * int8 activations with per-channel scales (the default there, not an option): the int32 sums accumulate across
+    every stage in the tensor core, exactly (|sum| <= 16 x 8 x 128 x K < 2^31 for K <= 131072; the planner stops at
+    65536), converted to fp32 once after the loop; more precise than promoting each stage's partial.
   * A group whose scale is 0 adds nothing: its channel's fragment rows are zeroed (a branch taken only then) and the
     running sum keeps its units. Scales are assumed finite, and within 2^64 of each other along a channel (the
     running sum grows by their ratios).
@@ -21,7 +24,15 @@ ratio; wait for this stage's wgmmas; release the slot."""
 from __future__ import annotations
 
 
-def _stage_in(kt: str, buf: str, per_channel: bool, ind: str) -> list[str]:
+def _widen(a_type: str, buf: str) -> str:
+    """Word j of the lane's codes into fragment registers buf[j / 2][2 (j % 2)] (row g) and [.. + 1] (row g + 8)."""
+    out = f"{buf}[j >> 1][2 * (j & 1)]", f"{buf}[j >> 1][2 * (j & 1) + 1]"
+    if a_type == "e4m3":
+        return f"int4n8_to_e4m3x8_x(wq[j >> 2][j & 3], la0, la1, lb0, lb1, {out[0]}, {out[1]});"
+    return f"{{ {out[0]} = s8x16_lo(wq[j >> 2][j & 3]); {out[1]} = s8x16_hi(wq[j >> 2][j & 3]); }}"
+
+
+def _stage_in(kt: str, buf: str, per_channel: bool, ind: str, a_type: str = "e4m3") -> list[str]:
     """Wait for stage ``kt``'s copies, widen its codes into fragment ``buf``; with group scales also its ratio to the
     previous stage's (rn0 / rn1) and the scale the sums will be in (en0 / en1; a zero scale keeps the previous one
     and zeroes the channel's fragment rows: row g is a[ks][0] / a[ks][2], row g + 8 a[ks][1] / a[ks][3])."""
@@ -34,8 +45,7 @@ def _stage_in(kt: str, buf: str, per_channel: bool, ind: str) -> list[str]:
         f"{ind}  lds_128(wq[1], wlane + sl * W_BYTES + 512);",
         f"{ind}  #pragma unroll",
         f"{ind}  for (int j = 0; j < 8; ++j)",
-        f"{ind}    int4n8_to_e4m3x8_x(wq[j >> 2][j & 3], la0, la1, lb0, lb1, {buf}[j >> 1][2 * (j & 1)], "
-        f"{buf}[j >> 1][2 * (j & 1) + 1]);",
+        f"{ind}    {_widen(a_type, buf)}",
     ]
     if not per_channel:
         lines += [
@@ -56,20 +66,29 @@ def _stage_in(kt: str, buf: str, per_channel: bool, ind: str) -> list[str]:
     return lines + [f"{ind}}}"]
 
 
-def direct_loop(per_channel: bool, stagger: bool) -> str:
+def direct_loop(per_channel: bool, stagger: bool, a_type: str = "e4m3") -> str:
     """The consumers' main loop (after facc is zeroed and, with ``stagger``, after warpgroup 1's turn barrier; ends
-    with every wgmma waited for). Leaves the epilogue's channel scales in fs0 / fs1 (``epilogue_scales``)."""
+    with every wgmma waited for; s8: per channel only, into int32 sums converted into facc after the loop). Leaves
+    the epilogue's channel scales in fs0 / fs1 (``epilogue_scales``)."""
+    if a_type not in ("e4m3", "s8") or (a_type == "s8" and not per_channel):
+        raise ValueError(f"the direct W4A8 loop takes e4m3, or s8 with per-channel scales, not {a_type}")
     ind = "      "
+    acc = "facc" if a_type == "e4m3" else "iacc"
     out = [
-        "  // fast accumulation: two 128-token chains a stage straight into facc (halves facc[0..63], facc[64..127])",
+        f"  // {'fast accumulation' if a_type == 'e4m3' else 'exact int32 accumulation'}: two 128-token chains a "
+        f"stage straight into {acc} (halves {acc}[0..63], {acc}[64..127])",
         "  uint32_t fa[2][4][4];   // A fragments: stage kt's in fa[kt % 2], the next one widened under its wgmmas",
     ]
+    if a_type == "s8":
+        out += ["  int iacc[BT / 2];   // the int32 sums over every stage (exact)",
+                "  #pragma unroll",
+                "  for (int i = 0; i < BT / 2; ++i) iacc[i] = 0;"]
     if per_channel:
         out.append("  const float fs0 = s_lo, fs1 = s_hi;   // per-channel scales: applied in the epilogue")
     else:
         out += ["  float en0 = 0.0f, en1 = 0.0f;   // the scale the running sums are in units of (0: nothing added yet)",
                 "  float rn0, rn1, r0, r1;         // ratios s_prev / s of the next stage and of this one"]
-    out += _stage_in("0", "fa[0]", per_channel, "  ")
+    out += _stage_in("0", "fa[0]", per_channel, "  ", a_type)
     if not per_channel:
         out.append("  r0 = rn0; r1 = rn1;")
     out += [
@@ -82,7 +101,7 @@ def direct_loop(per_channel: bool, stagger: bool) -> str:
         "      const uint64_t desc_x = desc0 + (uint64_t)(s * (X_BYTES >> 4));   // slot s's activation tile",
     ]
     for hv in range(2):
-        half = f"*reinterpret_cast<float(*)[WG_ACC_REGS]>(facc + WG_ACC_REGS * {hv})"
+        half = f"*reinterpret_cast<wg_acc_t(*)[WG_ACC_REGS]>({acc} + WG_ACC_REGS * {hv})"
         if not per_channel:
             out += [f"{ind}#pragma unroll",
                     f"{ind}for (int i = 0; i < WG_ACC_REGS; ++i)  // facc[4j + 2h + e]: channel row g + 8h",
@@ -96,17 +115,20 @@ def direct_loop(per_channel: bool, stagger: bool) -> str:
         if hv == 0 and stagger:
             out.append(f"{ind}if (wg == 0 && kt == 0) consumer_turn_give();  // warpgroup 1 may start")
     out += [f"{ind}if (kt + 1 < ktiles)"]
-    out += _stage_in("kt + 1", "fa[u ^ 1]", per_channel, ind)
+    out += _stage_in("kt + 1", "fa[u ^ 1]", per_channel, ind, a_type)
     out += [
         f"{ind}wgmma_wait<0>();   // both halves done",
         f"{ind}#pragma unroll",
-        f"{ind}for (int hv = 0; hv < 2; ++hv) wgmma_fence_operand(*reinterpret_cast<float(*)[WG_ACC_REGS]>(facc + WG_ACC_REGS * hv));",
+        f"{ind}for (int hv = 0; hv < 2; ++hv) wgmma_fence_operand(*reinterpret_cast<wg_acc_t(*)[WG_ACC_REGS]>({acc} + WG_ACC_REGS * hv));",
         f"{ind}__syncwarp();   // this warp's reads of the slot are done: release it to the producer",
         f"{ind}if (lane == 0) {{ fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }}",
     ]
     if not per_channel:
         out.append(f"{ind}r0 = rn0; r1 = rn1;")
     out += ["    }", "  }"]
+    if a_type == "s8":
+        out += ["  #pragma unroll",
+                "  for (int i = 0; i < BT / 2; ++i) facc[i] = (float)iacc[i];   // once: exact up to 2^24, then rounded"]
     if not per_channel:
         out.append("  const float fs0 = en0, fs1 = en1;   // the sums' units: the last nonzero group scale")
     return "\n".join(out) + "\n"

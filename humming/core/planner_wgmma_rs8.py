@@ -31,6 +31,10 @@ from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs8"
 FAST_ACCUM_ENV = "HUMMING_WGMMA_FAST_ACCUM"  # (humming.api reads it: WgmmaRs8Layout.fast_accum; the wide form's direct loop)
+# int8 activations with per-channel scales: the wide form's wgmmas accumulate the int32 sums across every stage (exact;
+# TileConfig.direct, humming.core.generator_wgmma_rs8_direct) instead of promoting each stage's partial; "0": promoted
+DIRECT_S8_ENV = "HUMMING_WGMMA_W4A8_RS_DIRECT"
+DIRECT_S8_MAX_K = 65536  # |int32 sum| <= 16 x 8 x 128 x K: below 2^31 with a factor 2 to spare
 ENV = "HUMMING_WGMMA_W4A8_RS"  # W4A8 (groups of 128 / per channel): default (and "1") from M >= 128; "0": never
 # "1": the wide form (without stream-K or clusters) launched with PDL behind the activation quantizer (and HUMMING_PDL
 # not 0). Off by default: measured slower at M=4096 (8192x8192 544.0 -> 560.9 us, 28672x8192 1926.6 -> 2098.1,
@@ -377,8 +381,10 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     l2next = int(wide and not blocks and not cluster and not pdl and not widened
                  and os.environ.get(L2NEXT_ENV, "").strip() != "0")
     fast = bool(getattr(layout, "fast_accum", False)) and a_type == "e4m3"
-    direct_why = _direct_refusal(wide, tile, blocks, cluster, widened, pdl) if fast else ""
-    direct = int(fast and not direct_why)
+    exact = (a_type == "s8" and group != 128 and k <= DIRECT_S8_MAX_K
+             and os.environ.get(DIRECT_S8_ENV, "").strip() != "0")  # per-channel int8: int32 sums, exact
+    direct_why = _direct_refusal(wide, tile, blocks, cluster, widened, pdl) if fast or exact else ""
+    direct = int((fast or exact) and not direct_why)
     if direct:
         chain = BT  # two 128-token chains a stage, accumulating straight into the block's accumulators
     stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1)
@@ -395,7 +401,13 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     piece = "half" if bt // chain == 2 else "quarter"
     fit_words = (f"; {tile} tokens instead of {WIDE_BT}: M={m} in {-(-m // tile)} tile(s) of whole {QUARTER_WT}-token "
                  f"chains ({FIT_ENV}=0 or {WIDE_ENV}: {WIDE_BT})" if tile != bt else "")
-    if direct:
+    if direct and exact:
+        promotion = ("per-channel scales with int8 activations: the wgmmas accumulate the int32 sums across every "
+                     "stage in two m64n128k32 chains a stage (exact: |sum| < 2^31 for K <= "
+                     f"{DIRECT_S8_MAX_K}), converted to fp32 once after the loop; no partials, no promotion "
+                     f"({DIRECT_S8_ENV}=0: promoted per stage); the next stage's fragment widened while this stage's "
+                     "wgmmas run")
+    elif direct:
         promotion = (f"fast accumulation ({FAST_ACCUM_ENV}=1): the wgmmas accumulate straight into the fp32 "
                      "accumulators across stages in two m64n128k32 chains a stage (no partials, no promotion; ~10x the "
                      "promoted form's error, the tensor core's own accumulation)" + (
@@ -458,7 +470,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
                         "wgmmas run",)
     if cluster_why:
         reasons += (cluster_why,)
-    if direct_why:
+    if direct_why and fast:
         reasons += (f"fast accumulation ({FAST_ACCUM_ENV}=1) asked for, not planned: {direct_why}; each stage's "
                     "partial is promoted",)
     raster = raster_from_env(RASTER_ENV, RASTER)

@@ -9,29 +9,45 @@ import pytest
 import torch
 
 import humming
-from humming.core.planner_wgmma_rs8 import FAST_ACCUM_ENV, PATH, WIDE_FROM_ENV
+from humming.core.planner_wgmma_rs8 import DIRECT_S8_ENV, FAST_ACCUM_ENV, PATH, WIDE_FROM_ENV
 
-from .conftest import biased_weight, fresh_gemm, launch_spec, rel_error
+from .conftest import biased_weight, fresh_gemm, rel_error
 from .test_wgmma_rs8_gpu import TOL, _require_wgmma, _scheme
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
 
-def _fast_and_promoted(qw, m: int, k: int, dtype, monkeypatch) -> tuple[float, float]:
-    """(relative error of the fast-accumulation kernel, of the promoted kernel) on the same fresh activations."""
-    monkeypatch.setenv(FAST_ACCUM_ENV, "1")
+def _spec(qw, dtype, m: int, fast: bool):
+    """The launch spec of M on the prepared register-A W4A8 handle (the fast-accumulation one or the other)."""
+    return next(humming.api._registry[h].launches[m] for key, h in qw.__dict__["_humming_prepared"].items()
+                if key[0] == "w4a8-wgmma-rs8" and key[1] == dtype and ("fast_accum" in key) == fast)
+
+
+def _direct_and_promoted(qw, m: int, k: int, dtype, monkeypatch, env: str = FAST_ACCUM_ENV,
+                         on: str = "1", off: str = "0") -> tuple[float, float, torch.Tensor, torch.Tensor]:
+    """(relative error of the direct-accumulation kernel, of the promoted kernel, their outputs) on the same fresh
+    activations; ``env`` = ``on`` / ``off`` picks the form."""
+    fast = env == FAST_ACCUM_ENV
+    monkeypatch.setenv(env, on)
     x, out = fresh_gemm(qw, m, k, dtype)
-    spec = next(humming.api._registry[h].launches[m] for key, h in qw.__dict__["_humming_prepared"].items()
-                if key[0] == "w4a8-wgmma-rs8" and key[1] == dtype and "fast_accum" in key)
-    p = spec.plan
+    p = _spec(qw, dtype, m, fast).plan
     assert p.path == PATH and p.tiles.direct == 1 and p.tiles.bm == 256, p.explain()
     assert not torch.isnan(out).any()
     ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
-    monkeypatch.setenv(FAST_ACCUM_ENV, "0")
+    monkeypatch.setenv(env, off)
+    if not fast:  # the same prepared handle: its plans were made under ``on``
+        for h in qw.__dict__["_humming_prepared"].values():
+            humming.api._registry[h].plans.clear()
+            humming.api._registry[h].launches.clear()
     promoted = humming.gemm(x, qw)
     torch.cuda.synchronize()
-    assert launch_spec(qw, "w4a8-wgmma-rs8", dtype, m).plan.tiles.direct == 0
-    return rel_error(out, ref), rel_error(promoted, ref)
+    assert _spec(qw, dtype, m, False).plan.tiles.direct == 0
+    return rel_error(out, ref), rel_error(promoted, ref), out, promoted
+
+
+def _fast_and_promoted(qw, m: int, k: int, dtype, monkeypatch) -> tuple[float, float]:
+    fast, promoted, _, _ = _direct_and_promoted(qw, m, k, dtype, monkeypatch)
+    return fast, promoted
 
 
 @pytest.mark.parametrize("k", [4096, 384])
@@ -70,3 +86,20 @@ def test_zero_and_far_apart_group_scales(k, monkeypatch):
         fast, promoted = _fast_and_promoted(qw, m, k, dtype, monkeypatch)
         assert fast <= TOL, (m, fast, promoted)
         print(f"K={k} M={m}: fast {fast:.2e}, promoted {promoted:.2e}")
+
+
+@pytest.mark.parametrize("k", [4096, 384])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_int8_per_channel_int32_sums(dtype, k, monkeypatch):
+    """Int8 activations with per-channel scales (the default: HUMMING_WGMMA_W4A8_RS_DIRECT unset): the int32 sums over
+    every stage, exact, against the reference and the promoted kernel (which rounds each stage's partial into fp32):
+    the same outputs up to the fp32 rounding of the promotion."""
+    _require_wgmma("s8")
+    monkeypatch.setenv(WIDE_FROM_ENV, "256")
+    monkeypatch.setattr(humming.api, "_POISON", True)
+    n = 2048
+    qw = biased_weight(_scheme("w4a8-int8", None), n, k, dtype, n + k + 5 + (dtype == torch.bfloat16))
+    for m in (512, 470):
+        direct, promoted, out, other = _direct_and_promoted(qw, m, k, dtype, monkeypatch, DIRECT_S8_ENV, "1", "0")
+        assert direct <= TOL and rel_error(out, other) <= 2e-3, (m, direct, promoted)
+        print(f"int8 K={k} M={m} {dtype}: direct {direct:.2e}, promoted {promoted:.2e}")

@@ -53,6 +53,7 @@ def test_compiles_with_register_a_wgmma(a_type, group, act, producer, chain, mon
     chain per stage or two m64n64k32 halves into two partials (HUMMING_WGMMA_W4A8_RS_CHAIN=64, wait_group 1)."""
     _need_sm90a()
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", str(chain))
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_DIRECT", "0")  # (s8 per channel: promoted, not the default int32 sums)
     caps = _caps()
     k = 4096
     p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(a_type, 1024, k, group or k), 1024, act, scheme=SCHEME[a_type],
@@ -100,6 +101,7 @@ def test_wide_form_compiles(a_type, group, act, chain, monkeypatch):
     128 + 64 accumulators fit under setmaxnreg 232), no wait that ptxas had to inject and no serialized wgmma."""
     _need_sm90a()
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", str(chain))
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_DIRECT", "0")  # (s8 per channel: promoted, not the default int32 sums)
     caps = _caps()
     k = 4096
     p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(a_type, 1024, k, group or k), 4096, act, scheme=SCHEME[a_type])

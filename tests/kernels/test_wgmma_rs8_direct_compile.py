@@ -11,6 +11,8 @@ import humming
 from humming import api
 from humming.api import resolve_profile
 from humming.core.planner_wgmma_rs8 import (
+    DIRECT_S8_ENV,
+    DIRECT_S8_MAX_K,
     FAST_ACCUM_ENV,
     PDL_RS8_ENV,
     STREAMK_ENV,
@@ -21,11 +23,11 @@ from humming.core.planner_wgmma_rs8 import (
 
 @pytest.fixture(autouse=True)
 def _clean(native_8bit_defaults):
-    native_8bit_defaults(FAST_ACCUM_ENV, STREAMK_ENV, PDL_RS8_ENV, WIDENED_ENV, WIDE_FROM_ENV)
+    native_8bit_defaults(FAST_ACCUM_ENV, DIRECT_S8_ENV, STREAMK_ENV, PDL_RS8_ENV, WIDENED_ENV, WIDE_FROM_ENV)
 
 
-def _per_channel():
-    return humming.schemes.get("w4a8-fp8").with_(granularity="channel", group_size=None)
+def _per_channel(name: str = "w4a8-fp8"):
+    return humming.schemes.get(name).with_(granularity="channel", group_size=None)
 
 
 def _plan(m: int = 4096, scheme="w4a8-fp8", n: int = 8192, k: int = 8192):
@@ -33,7 +35,7 @@ def _plan(m: int = 4096, scheme="w4a8-fp8", n: int = 8192, k: int = 8192):
 
 
 def _loop(src: str) -> str:
-    start = src.index("// fast accumulation: two 128-token chains")
+    start = src.index("two 128-token chains a stage straight into")
     return src[start:src.index("consumer_sync();", start)]
 
 
@@ -63,7 +65,7 @@ def test_group_scale_loop_rescales_and_guards_zero_scales(monkeypatch):
     assert "pa[" not in src and "part[" not in src and "+= wg_acc_to_f32" not in src
     for hv in (0, 1):
         assert f"facc[WG_ACC_REGS * {hv} + i] *= (i & 2) ? r1 : r0;" in loop
-        assert (f"wgmma_k32_rs(*reinterpret_cast<float(*)[WG_ACC_REGS]>(facc + WG_ACC_REGS * {hv}), fa[u][ks], "
+        assert (f"wgmma_k32_rs(*reinterpret_cast<wg_acc_t(*)[WG_ACC_REGS]>(facc + WG_ACC_REGS * {hv}), fa[u][ks], "
                 f"desc_x + {hv} * (WT * BK / 16) + 2 * ks, 1);") in loop
     assert loop.index("facc[WG_ACC_REGS * 0 + i] *=") < loop.index("wgmma_k32_rs(") < loop.index(
         "facc[WG_ACC_REGS * 1 + i] *=")
@@ -100,7 +102,7 @@ def test_forms_without_it_keep_promoting_and_say_why(env, value, why, monkeypatc
     p = _plan()
     assert p.layout.fast_accum and p.tiles.direct == 0, p.explain()
     assert any("asked for, not planned" in r and why in r for r in p.reasons), p.explain()
-    assert "fast accumulation: two 128-token chains" not in api.source(p)
+    assert "two 128-token chains a stage straight into" not in api.source(p)
 
 
 def test_fitted_tiles_and_int8_keep_promoting(monkeypatch):
@@ -123,10 +125,30 @@ def test_generator_refuses_what_it_is_not_written_for(monkeypatch):
         api.source(replace(int8, tiles=replace(int8.tiles, direct=1)))
 
 
-@pytest.mark.parametrize("scheme", ["w4a8-fp8", "channel"])
+def test_int8_per_channel_accumulates_int32_sums_by_default(monkeypatch):
+    p = _plan(scheme=_per_channel("w4a8-int8"))
+    assert not p.layout.fast_accum and p.tiles.direct == 1 and p.instruction.shape == (64, 128, 32), p.explain()
+    assert any("int32 sums across every stage" in r and DIRECT_S8_ENV in r for r in p.reasons), p.explain()
+    src = api.source(p)
+    loop = _loop(src)
+    assert "int iacc[BT / 2];" in loop and "*=" not in loop and "rcp_approx" not in src
+    assert "s8x16_lo(wq[j >> 2][j & 3])" in loop and "int4n8_to_e4m3x8_x" not in loop
+    assert "wgmma_k32_rs(*reinterpret_cast<wg_acc_t(*)[WG_ACC_REGS]>(iacc + WG_ACC_REGS * 1)" in loop
+    assert "for (int i = 0; i < BT / 2; ++i) facc[i] = (float)iacc[i];" in src
+    assert src.index("facc[i] = (float)iacc[i]") < src.index("consumer_sync();                 // all wgmmas done")
+    assert "const float fs0 = s_lo, fs1 = s_hi;" in src and "pa[" not in src
+    # the off switch, a K past the int32 bound, and int8 groups of 128 keep promoting
+    monkeypatch.setenv(DIRECT_S8_ENV, "0")
+    assert _plan(scheme=_per_channel("w4a8-int8")).tiles.direct == 0
+    monkeypatch.delenv(DIRECT_S8_ENV)
+    assert _plan(scheme=_per_channel("w4a8-int8"), k=2 * DIRECT_S8_MAX_K).tiles.direct == 0
+    assert _plan(scheme="w4a8-int8").tiles.direct == 0
+
+
+@pytest.mark.parametrize("scheme", ["w4a8-fp8", "channel", "int8-channel"])
 @pytest.mark.parametrize("m", [4096, 512])
 def test_compiles_without_spills(scheme, m, compiled_without_spills, monkeypatch):
     monkeypatch.setenv(FAST_ACCUM_ENV, "1")
-    p = _plan(m, _per_channel() if scheme == "channel" else scheme)
+    p = _plan(m, {"channel": _per_channel(), "int8-channel": _per_channel("w4a8-int8")}.get(scheme, scheme))
     assert p.tiles.direct == 1, p.explain()
     compiled_without_spills(p, resolve_profile("nvidia-h200"))
