@@ -97,12 +97,16 @@ def test_wgmma_rs8_wide_form(name, group, dtype, chain, raster, monkeypatch):
     """HUMMING_WGMMA_W4A8_RS_BT=256: the wide form (256 tokens per block, each widened fragment used for two token
     halves, or four quarters with two partials (HUMMING_WGMMA_W4A8_RS_CHAIN=64), codes and group scales by bulk copy
     into the slot) on partial and whole token tiles, K of 33 stages (the slot ring wraps unevenly), a bias, and graph
-    replay; blocks in launch order or rasterized in groups of 3 token tiles (M 777: groups of 3 and 1)."""
+    replay; blocks in launch order or rasterized in groups of 3 token tiles (M 777: groups of 3 and 1). Int8 with
+    per-channel scales in halves: the default int32 sums across stages (TileConfig.direct; an odd stage count)."""
     _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
-    qw, bias, k = _wide_case(monkeypatch, name, group, dtype, chain, raster, 3 * 768)
+    # int8 per channel: the halves are its default exact int32 sums (TileConfig.direct), the quarters the promoted form
+    direct = int(name == "w4a8-int8" and group is None and chain == 128)
+    qw, bias, k = _wide_case(monkeypatch, name, group, dtype, chain, raster, 3 * 768,
+                             **({} if direct or chain == 128 else {"HUMMING_WGMMA_W4A8_RS_DIRECT": "0"}))
     _run_checked(qw, bias, dtype, k, (128, 300, 512, 777),
                  lambda p: p.tiles.bm == 256 and p.threads == 384 and p.instruction.shape[1] == chain
-                 and p.tiles.raster == raster)
+                 and p.tiles.raster == raster and p.tiles.direct == direct)
 
 
 def _wide_case(monkeypatch, name, group, dtype, chain: int, raster: int, seed: int, **env):
