@@ -390,15 +390,14 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     if slots and (cluster or t.streamk or plan.pdl or t.bm != WIDE_BT):
         raise ValueError(f"the wide W4A8 form's converter warps are written for 256-token tiles without stream-K, "
                          f"clusters or PDL, not {t}")
-    direct = bool(t.direct)  # e4m3 fast accumulation: no partials (humming.core.generator_wgmma_rs8_direct)
-    if direct and ((lay.a_type, per_channel) not in (("e4m3", False), ("e4m3", True), ("s8", True)) or chain != BT
-                   or t.bm != WIDE_BT or cluster or slots or t.streamk or plan.pdl):
-        raise ValueError(f"the wide W4A8 form's direct accumulation is written for e4m3 (fast accumulation) or s8 with "
-                         f"per-channel scales, and plain 256-token tiles in {BT}-token chains (no stream-K, clusters, "
-                         f"converter warps or PDL), not {t} ({lay.a_type}, group {lay.group})")
+    direct = bool(t.direct)  # per channel: no partials (humming.core.generator_wgmma_rs8_direct)
+    if direct and (not per_channel or chain != BT or t.bm != WIDE_BT or cluster or slots or t.streamk or plan.pdl):
+        raise ValueError(f"the wide W4A8 form's direct accumulation is written for per-channel scales and plain "
+                         f"256-token tiles in {BT}-token chains (no stream-K, clusters, converter warps or PDL), not {t} "
+                         f"(group {lay.group})")
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger),
-                                cluster=bool(cluster), widened=bool(slots), l2_prefetch=bool(t.l2next),
-                                rescale=direct and not per_channel) + _stsm_prelude(plan, caps)
+                                cluster=bool(cluster), widened=bool(slots),
+                                l2_prefetch=bool(t.l2next)) + _stsm_prelude(plan, caps)
     if plan.pdl:
         if cluster or t.streamk:
             raise ValueError("programmatic dependent launch is written for the wide form without clusters or stream-K")
@@ -433,7 +432,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     if direct:
         from humming.core.generator_wgmma_rs8_direct import direct_loop
 
-        main_loop = direct_loop(per_channel, bool(t.stagger), lay.a_type)
+        main_loop = direct_loop(bool(t.stagger), lay.a_type)
         partials = ""
         chain_doc = ("HALVES = BT / WT;          // token halves: one m64n128k32 chain each, accumulating straight into "
                      "facc")

@@ -37,8 +37,8 @@ class WgmmaRs8Layout:
     weight_bits: int = 4
     kmajor: bool = True
     packing: str = "wgmma-rs8"
-    # e4m3 fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1): the wide form's wgmmas accumulate across stages in the tensor
-    # core instead of promoting each stage's partial into fp32 registers (faster, ~10x the accumulation error)
+    # e4m3 fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1; per-channel scales): the wide form's wgmmas accumulate across
+    # stages in the tensor core instead of promoting each stage's partial into fp32 registers (faster, ~2x the error)
     fast_accum: bool = False
 
 

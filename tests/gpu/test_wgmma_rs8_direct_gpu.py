@@ -1,10 +1,10 @@
-"""The wide register-A W4A8 form with e4m3 fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1, TileConfig.direct: the
-wgmmas accumulate across stages in the tensor core; group scales by rescaling the running sums) against the
-reference: groups of 128 and per channel, f16 and bf16, K 4096 (an even stage count) and 384 (odd), M 512 and 470
-(rows past M); group scales of 0 (a channel's first groups, a middle one, a whole channel) and scales spanning 2^20
-along a channel. Outputs NaN-poisoned before each launch, fresh random data per case, and every case checks the plan
-it ran. The tolerance is the other W4A8 tests' (5e-3); the error is ~10x the promoted form's, which each case also
-runs and reports."""
+"""The wide register-A W4A8 form's direct accumulation for per-channel scales (TileConfig.direct: the wgmmas
+accumulate across every stage in the tensor core, the channel scale in the epilogue) against the reference and the
+promoted form: e4m3 with HUMMING_WGMMA_FAST_ACCUM=1 and int8 by default (exact int32 sums), f16 and bf16, K 4096 (an
+even stage count) and 384 (odd), M 512 and 470 (rows past M). Outputs NaN-poisoned before each launch, fresh random
+data per case, and every case checks the plan it ran. The tolerance is the other W4A8 tests' (5e-3); each case also
+runs the promoted form on the same activations and prints both errors (e4m3: ~2x the promoted form's at K=4096;
+int8: the same)."""
 import pytest
 import torch
 
@@ -52,8 +52,8 @@ def _fast_and_promoted(qw, m: int, k: int, dtype, monkeypatch) -> tuple[float, f
 
 @pytest.mark.parametrize("k", [4096, 384])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-@pytest.mark.parametrize("group", [128, None], ids=["g128", "channel"])
-def test_fast_accumulation_matches_reference(group, dtype, k, monkeypatch):
+def test_fast_accumulation_matches_reference(dtype, k, monkeypatch):
+    group = None  # (groups of 128 keep the promoted loop)
     _require_wgmma("e4m3")
     monkeypatch.setenv(WIDE_FROM_ENV, "256")
     monkeypatch.setattr(humming.api, "_POISON", True)
@@ -63,29 +63,6 @@ def test_fast_accumulation_matches_reference(group, dtype, k, monkeypatch):
         fast, promoted = _fast_and_promoted(qw, m, k, dtype, monkeypatch)
         assert fast <= TOL, (m, fast, promoted)
         print(f"K={k} M={m} {dtype}: fast {fast:.2e}, promoted {promoted:.2e}")
-
-
-@pytest.mark.parametrize("k", [4096, 384])
-def test_zero_and_far_apart_group_scales(k, monkeypatch):
-    """Channels whose group scales are 0 (the first two groups, a middle one, every group) or span 2^20 along K: a
-    zero-scale group adds nothing and the running sums keep their units."""
-    _require_wgmma("e4m3")
-    monkeypatch.setenv(WIDE_FROM_ENV, "256")
-    monkeypatch.setattr(humming.api, "_POISON", True)
-    n, dtype = 1024, torch.float16
-    qw = biased_weight(_scheme("w4a8-fp8", 128), n, k, dtype, k + 11)
-    groups = k // 128
-    with torch.no_grad():
-        s = qw.scales
-        s[0:8, 0:2] = 0             # rows g of a lane: a channel's first groups
-        s[8:16, groups // 2] = 0    # rows g + 8: a middle group
-        s[100, :] = 0               # a whole channel: output = bias
-        s[192:208, 1] = 0           # both rows of some lanes in one group (channels c and c + 8 of one thread)
-        s[300, :] = s[300, :] * (2.0 ** (torch.arange(groups, device=s.device) % 2 * 20 - 10)).to(s.dtype)
-    for m in (512, 470):
-        fast, promoted = _fast_and_promoted(qw, m, k, dtype, monkeypatch)
-        assert fast <= TOL, (m, fast, promoted)
-        print(f"K={k} M={m}: fast {fast:.2e}, promoted {promoted:.2e}")
 
 
 @pytest.mark.parametrize("k", [4096, 384])

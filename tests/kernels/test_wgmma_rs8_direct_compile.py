@@ -1,8 +1,9 @@
-"""The wide register-A W4A8 form's fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1, TileConfig.direct;
-humming.core.generator_wgmma_rs8_direct): planned for e4m3 on the plain 256-token grid only and explained; the
-default plans untouched; the loop has no partials or promotion, rescales with group scales and not per channel,
-handles zero scales on a voted branch, hands its scales to the epilogue; the generator refuses the forms it is not
-written for; it compiles without spills."""
+"""The wide register-A W4A8 form's direct accumulation for per-channel scales (TileConfig.direct;
+humming.core.generator_wgmma_rs8_direct): int8 by default (exact int32 sums; HUMMING_WGMMA_W4A8_RS_DIRECT=0 off),
+e4m3 with HUMMING_WGMMA_FAST_ACCUM=1; planned on the plain 256-token grid only and explained (groups of 128 and the
+other forms keep promoting, and say why); the default e4m3 plans untouched; the loop has no partials or promotion
+and hands the channel scales to the epilogue; the generator refuses the forms it is not written for; it compiles
+without spills."""
 from dataclasses import replace
 
 import pytest
@@ -47,51 +48,37 @@ def test_default_plans_do_not_change():
     assert "md_" not in p.kernel_name
 
 
-def test_fast_accumulation_plans_the_direct_loop_and_says_so(monkeypatch):
-    base = _plan()
+def test_fast_accumulation_plans_the_direct_loop_for_per_channel_scales(monkeypatch):
+    base = _plan(scheme=_per_channel())
     monkeypatch.setenv(FAST_ACCUM_ENV, "1")
-    p = _plan()
+    p = _plan(scheme=_per_channel())
     assert p.layout.fast_accum and p.tiles.direct == 1 and p.tiles.bm == 256, p.explain()
     assert p.instruction.shape == (64, 128, 32) and p.tiles.stagger == 1 and p.tiles.l2next == 1
     assert p.kernel_name != base.kernel_name and "md_" in p.kernel_name
-    assert any(FAST_ACCUM_ENV in r and "rescaling the running sums" in r for r in p.reasons), p.explain()
-
-
-def test_group_scale_loop_rescales_and_guards_zero_scales(monkeypatch):
-    monkeypatch.setenv(FAST_ACCUM_ENV, "1")
-    src = api.source(_plan())
-    loop = _loop(src)
-    # no partials and no promotion: both halves' wgmmas accumulate into facc, each after its rescale
-    assert "pa[" not in src and "part[" not in src and "+= wg_acc_to_f32" not in src
-    for hv in (0, 1):
-        assert f"facc[WG_ACC_REGS * {hv} + i] *= (i & 2) ? r1 : r0;" in loop
-        assert (f"wgmma_k32_rs(*reinterpret_cast<wg_acc_t(*)[WG_ACC_REGS]>(facc + WG_ACC_REGS * {hv}), fa[u][ks], "
-                f"desc_x + {hv} * (WT * BK / 16) + 2 * ks, 1);") in loop
-    assert loop.index("facc[WG_ACC_REGS * 0 + i] *=") < loop.index("wgmma_k32_rs(") < loop.index(
-        "facc[WG_ACC_REGS * 1 + i] *=")
-    # the next stage widened into the other fragment before this stage's wait; ratios and units from its scales
-    assert loop.index("fa[u ^ 1][j >> 1]") < loop.index("wgmma_wait<0>();")
-    assert "rn0 = p0 * rcp_approx(c0); rn1 = p1 * rcp_approx(c1); en0 = c0; en1 = c1;" in loop
-    assert "__any_sync(0xFFFFFFFFu, c0 == 0.0f || c1 == 0.0f)" in loop
-    assert "if (c0 == 0.0f) { rn0 = 1.0f; en0 = p0; }" in loop
-    assert "if (c0 == 0.0f) { fa[u ^ 1][ks][0] = 0u; fa[u ^ 1][ks][2] = 0u; }" in loop
-    assert "if (c1 == 0.0f) { fa[u ^ 1][ks][1] = 0u; fa[u ^ 1][ks][3] = 0u; }" in loop
-    assert "const float fs0 = en0, fs1 = en1;" in src
-    assert "cs[h] = (CS ? load_f32(CS + n0 + ch) : 1.0f) * (h ? fs1 : fs0);" in src
-    assert "__device__ __forceinline__ float rcp_approx(float x)" in src
-    # the slot is released after the wait, and warpgroup 1 starts one chain behind
-    assert loop.index("wgmma_wait<0>();") < loop.index("mbar_arrive(xbar0 + 8 * (STAGES + s))")
-    assert src.count("consumer_turn_take();") == 1 and "if (wg == 0 && kt == 0) consumer_turn_give();" in loop
-
-
-def test_per_channel_loop_does_not_rescale(monkeypatch):
-    monkeypatch.setenv(FAST_ACCUM_ENV, "1")
-    p = _plan(scheme=_per_channel())
-    assert p.tiles.direct == 1 and any("per-channel scales in the epilogue" in r for r in p.reasons), p.explain()
+    assert any(FAST_ACCUM_ENV in r and "per-channel scales in the epilogue" in r for r in p.reasons), p.explain()
     src = api.source(p)
     loop = _loop(src)
-    assert "*=" not in loop and "rcp_approx" not in src and "__any_sync" not in loop
-    assert "const float fs0 = s_lo, fs1 = s_hi;" in src and "(h ? fs1 : fs0)" in src
+    # no partials and no promotion: both halves' wgmmas accumulate into facc
+    assert "pa[" not in src and "part[" not in src and "+= wg_acc_to_f32" not in src and "*=" not in loop
+    for hv in (0, 1):
+        assert (f"wgmma_k32_rs(*reinterpret_cast<wg_acc_t(*)[WG_ACC_REGS]>(facc + WG_ACC_REGS * {hv}), fa[u][ks], "
+                f"desc_x + {hv} * (WT * BK / 16) + 2 * ks, 1);") in loop
+    # the next stage widened into the other fragment before this stage's wait, the slot released after it
+    assert loop.index("fa[u ^ 1][j >> 1]") < loop.index("wgmma_wait<0>();")
+    assert loop.index("wgmma_wait<0>();") < loop.index("mbar_arrive(xbar0 + 8 * (STAGES + s))")
+    assert src.count("consumer_turn_take();") == 1 and "if (wg == 0 && kt == 0) consumer_turn_give();" in loop
+    # the channel scales in the epilogue
+    assert "const float fs0 = s_lo, fs1 = s_hi;" in src
+    assert "cs[h] = (CS ? load_f32(CS + n0 + ch) : 1.0f) * (h ? fs1 : fs0);" in src
+
+
+def test_groups_of_128_keep_promoting_and_say_why(monkeypatch):
+    base = _plan()
+    monkeypatch.setenv(FAST_ACCUM_ENV, "1")
+    p = _plan()
+    assert p.layout.fast_accum and p.tiles.direct == 0 and p.instruction.shape == (64, 64, 32), p.explain()
+    assert any("asked for, not planned" in r and "groups of 128" in r for r in p.reasons), p.explain()
+    assert api.source(p).replace(p.kernel_name, base.kernel_name) == api.source(base)  # (the name says fast_accum)
 
 
 @pytest.mark.parametrize("env,value,why", [(STREAMK_ENV, "132", "stream-K"), (PDL_RS8_ENV, "1", "PDL"),
@@ -99,7 +86,7 @@ def test_per_channel_loop_does_not_rescale(monkeypatch):
 def test_forms_without_it_keep_promoting_and_say_why(env, value, why, monkeypatch):
     monkeypatch.setenv(FAST_ACCUM_ENV, "1")
     monkeypatch.setenv(env, value)
-    p = _plan()
+    p = _plan(scheme=_per_channel())
     assert p.layout.fast_accum and p.tiles.direct == 0, p.explain()
     assert any("asked for, not planned" in r and why in r for r in p.reasons), p.explain()
     assert "two 128-token chains a stage straight into" not in api.source(p)
@@ -107,7 +94,7 @@ def test_forms_without_it_keep_promoting_and_say_why(env, value, why, monkeypatc
 
 def test_fitted_tiles_and_int8_keep_promoting(monkeypatch):
     monkeypatch.setenv(FAST_ACCUM_ENV, "1")
-    fitted = _plan(m=160)
+    fitted = _plan(m=160, scheme=_per_channel())
     assert fitted.tiles.bm != 256 and fitted.tiles.direct == 0, fitted.explain()
     assert any("asked for, not planned" in r for r in fitted.reasons)
     int8 = _plan(scheme="w4a8-int8")
@@ -116,13 +103,13 @@ def test_fitted_tiles_and_int8_keep_promoting(monkeypatch):
 
 def test_generator_refuses_what_it_is_not_written_for(monkeypatch):
     monkeypatch.setenv(FAST_ACCUM_ENV, "1")
-    p = _plan()
+    p = _plan(scheme=_per_channel())
     for tiles in (replace(p.tiles, streamk=132), replace(p.tiles, cluster=2), replace(p.tiles, bm=192)):
         with pytest.raises(ValueError):
             api.source(replace(p, tiles=tiles))
-    int8 = _plan(scheme="w4a8-int8")
-    with pytest.raises(ValueError, match="fast accumulation"):
-        api.source(replace(int8, tiles=replace(int8.tiles, direct=1)))
+    grouped = _plan(scheme="w4a8-int8")  # groups of 128: promoted only
+    with pytest.raises(ValueError, match="per-channel scales"):
+        api.source(replace(grouped, tiles=replace(grouped.tiles, direct=1)))
 
 
 def test_int8_per_channel_accumulates_int32_sums_by_default(monkeypatch):
@@ -131,7 +118,7 @@ def test_int8_per_channel_accumulates_int32_sums_by_default(monkeypatch):
     assert any("int32 sums across every stage" in r and DIRECT_S8_ENV in r for r in p.reasons), p.explain()
     src = api.source(p)
     loop = _loop(src)
-    assert "int iacc[BT / 2];" in loop and "*=" not in loop and "rcp_approx" not in src
+    assert "int iacc[BT / 2];" in loop and "*=" not in loop
     assert "s8x16_lo(wq[j >> 2][j & 3])" in loop and "int4n8_to_e4m3x8_x" not in loop
     assert "wgmma_k32_rs(*reinterpret_cast<wg_acc_t(*)[WG_ACC_REGS]>(iacc + WG_ACC_REGS * 1)" in loop
     assert "for (int i = 0; i < BT / 2; ++i) facc[i] = (float)iacc[i];" in src
@@ -145,7 +132,7 @@ def test_int8_per_channel_accumulates_int32_sums_by_default(monkeypatch):
     assert _plan(scheme="w4a8-int8").tiles.direct == 0
 
 
-@pytest.mark.parametrize("scheme", ["w4a8-fp8", "channel", "int8-channel"])
+@pytest.mark.parametrize("scheme", ["channel", "int8-channel"])
 @pytest.mark.parametrize("m", [4096, 512])
 def test_compiles_without_spills(scheme, m, compiled_without_spills, monkeypatch):
     monkeypatch.setenv(FAST_ACCUM_ENV, "1")

@@ -250,7 +250,7 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
             stsm = int(p.path == "wgmma-rs" or (p.path == "wgmma-rs8" and not t.get("streamk")))
             assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, "balance": 0,
                                                    "occupancy": 0, "tail": 0, "streamk": 0, "early": 0, "stsm": stsm, "wide": 0,
-                                                   "widened": 0, "l2next": 0,
+                                                   "widened": 0, "l2next": 0, "direct": 0,
                                                    **t,
                                                    "bm": bm,
                                                    "stages": stages,

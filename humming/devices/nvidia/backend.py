@@ -458,12 +458,6 @@ __device__ __forceinline__ void l2_prefetch(const void* p, uint32_t bytes) {
 __device__ __forceinline__ uint32_t sm_count() { uint32_t n; asm("mov.u32 %0, %%nsmid;" : "=r"(n)); return n; }
 """
 
-# the fast-accumulation W4A8 loop's ratio of consecutive group scales (rcp.approx: relative error <= 2^-23)
-RCP_APPROX = r"""__device__ __forceinline__ float rcp_approx(float x) {
-  float r; asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x)); return r;
-}
-"""
-
 BULK_G2S = r"""// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this block's shared memory
 __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
@@ -1101,8 +1095,7 @@ def consumer_sync_helper(consumer_threads: int) -> str:
 
 def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, producer: bool = False,
                       weights_by_bulk: bool = False, stagger: bool = False, streamk: bool = False,
-                      cluster: bool = False, widened: bool = False, l2_prefetch: bool = False,
-                      rescale: bool = False) -> str:
+                      cluster: bool = False, widened: bool = False, l2_prefetch: bool = False) -> str:
     """Helpers of the register-A wgmma W4A8 kernel: copies, epilogue arithmetic, fences and descriptors, the
     epilogue's staging stores, the int4 widenings of the W4A8 kernels and one m64n{n}k32 register-A step for the
     plan's 8-bit operand type (request.mma, a wgmma e4m3/s8 form); with ``weights_by_bulk`` (the wide form) the
@@ -1110,7 +1103,7 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
     the block-index read and the warpgroup barrier of the stream-K form; with ``cluster`` the cluster rank and barrier,
     peer mbarrier arrivals and the multicast tensor copy (the profile must declare cluster_multicast); with
     ``widened`` the 16-byte shared store of the converter warps; with ``l2_prefetch`` the bulk L2 prefetch and the SM
-    count (the profile must declare tma); with ``rescale`` the approximate reciprocal of the fast-accumulation loop."""
+    count (the profile must declare tma)."""
     if request.mma.family != "wgmma" or request.mma.a_type not in ("s8", "e4m3"):
         raise ValueError(f"wgmma_rs8_prelude needs a wgmma s8/e4m3 form, got {request.mma.describe()}")
     if n not in request.mma.n_values:
@@ -1135,8 +1128,6 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
         parts.append(L2_PREFETCH)
     if streamk:
         parts.append(STREAMK_RS8_EXTRA)
-    if rescale:
-        parts.append(RCP_APPROX)
     if cluster:
         if not producer:
             raise ValueError("the cluster's multicast copies are issued by the producer warpgroup")
