@@ -386,8 +386,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     direct_why = ""
     if fast and group == 128:
         direct_why = ("groups of 128 need an fp32 step a stage either way (the running sums rescaled by the ratio of "
-                      "consecutive group scales instead of a promotion measured 0-3% faster at ~5x the error on the "
-                      "H200, 2026-12-02)")
+                      "consecutive group scales instead of a promotion measured 0-3% faster at ~5x the error: "
+                      "docs/performance.md, twenty-ninth session)")
     elif fast or exact:
         direct_why = _direct_refusal(wide, tile, blocks, cluster, widened, pdl)
     direct = int((fast or exact) and not direct_why)
