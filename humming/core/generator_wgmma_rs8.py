@@ -187,7 +187,15 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
             lines.append(scale_fetch.replace("SLOT", slot).replace("ATOM", atom))
         return "\n".join(indent + ln for ln in lines)
 
-    if chain == BT:
+    if t.direct:  # per-channel scales: the chain straight into the sums (humming.core.generator_wgmma_rs8_direct)
+        from humming.core.generator_wgmma_rs8_direct import narrow_direct
+
+        if not per_channel or chain != BT:
+            raise ValueError(f"the narrow W4A8 form's direct accumulation is written for per-channel scales and one "
+                             f"{BT}-token chain, not group {lay.group}, chain {chain}")
+        partials, chains, after = narrow_direct(release, lay.a_type)
+        final += "\n" + after
+    elif chain == BT:
         partials = "  wg_acc_t part[WG_ACC_REGS];\n"
         chains = _NARROW_CHAIN.format(release=release, to_f32=to_f32)
     else:
@@ -249,7 +257,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 {final}
   {sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
 
-{_epilogue(False, bool(t.stsm))}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
+{_narrow_epilogue(bool(t.direct), bool(t.stsm))}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
 
 
 # the narrow form's stage: one m64n128k32 chain into the partial, wait, promote
@@ -391,10 +399,11 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         raise ValueError(f"the wide W4A8 form's converter warps are written for 256-token tiles without stream-K, "
                          f"clusters or PDL, not {t}")
     direct = bool(t.direct)  # per channel: no partials (humming.core.generator_wgmma_rs8_direct)
-    if direct and (not per_channel or chain != BT or t.bm != WIDE_BT or cluster or slots or t.streamk or plan.pdl):
-        raise ValueError(f"the wide W4A8 form's direct accumulation is written for per-channel scales and plain "
-                         f"256-token tiles in {BT}-token chains (no stream-K, clusters, converter warps or PDL), not {t} "
-                         f"(group {lay.group})")
+    if direct and (not per_channel or chain != (BT if t.bm == WIDE_BT else QUARTER_WT) or cluster or slots
+                   or t.streamk or plan.pdl):
+        raise ValueError(f"the wide W4A8 form's direct accumulation is written for per-channel scales and the plain "
+                         f"grid in {BT}-token chains ({QUARTER_WT} in tiles fitted to M; no stream-K, clusters, converter "
+                         f"warps or PDL), not {t} (group {lay.group}, chain {chain})")
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger),
                                 cluster=bool(cluster), widened=bool(slots),
                                 l2_prefetch=bool(t.l2next)) + _stsm_prelude(plan, caps)
@@ -432,10 +441,10 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     if direct:
         from humming.core.generator_wgmma_rs8_direct import direct_loop
 
-        main_loop = direct_loop(bool(t.stagger), lay.a_type)
+        main_loop = direct_loop(bool(t.stagger), lay.a_type, t.bm // chain, max(t.stagger, 1))
         partials = ""
-        chain_doc = ("HALVES = BT / WT;          // token halves: one m64n128k32 chain each, accumulating straight into "
-                     "facc")
+        chain_doc = ("CHAINS = BT / WT;          // token chains of WT: each accumulating straight into its part of "
+                     "facc (or the int32 sums)")
     elif chain == BT:
         if slots:
             raise ValueError("the converter warps are written for the 64-token chains of the wide form")
@@ -809,6 +818,15 @@ def _quarter_loop(scale_pick: str, widen: str, stagger_give: str, to_f32: str, c
 # the same pair of values as _EPILOGUE_STORES', for the stmatrix staging (TileConfig.stsm)
 _STSM_VALUE = """      const uint32_t v = f32x2_to_act2(facc[4 * j + 2 * h] * ts[2 * j] * cs[h] + bs[h],
                                        facc[4 * j + 2 * h + 1] * ts[2 * j + 1] * cs[h] + bs[h]);"""
+
+
+def _narrow_epilogue(direct: bool, stsm: bool) -> str:
+    """The narrow form's epilogue (with the direct loop's channel scales where it runs that loop)."""
+    if not direct:
+        return _epilogue(False, stsm)
+    from humming.core.generator_wgmma_rs8_direct import epilogue_scales
+
+    return epilogue_scales(_epilogue(False, stsm))
 
 
 def _epilogue(wide: bool, stsm: bool = False) -> str:

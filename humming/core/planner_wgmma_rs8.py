@@ -391,8 +391,8 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     elif fast or exact:
         direct_why = _direct_refusal(wide, tile, blocks, cluster, widened, pdl)
     direct = int((fast or exact) and not direct_why)
-    if direct:
-        chain = BT  # two 128-token chains a stage, accumulating straight into the block's accumulators
+    if direct:  # chains accumulating straight into the block's accumulators: 128 tokens, 64 in fitted wide tiles
+        chain = QUARTER_WT if wide and tile != WIDE_BT else BT
     stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1)
                    if smem_bytes(s, tile, bool(blocks), wide, widened) <= limit), None)
     if stages is None:
@@ -407,17 +407,18 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     piece = "half" if bt // chain == 2 else "quarter"
     fit_words = (f"; {tile} tokens instead of {WIDE_BT}: M={m} in {-(-m // tile)} tile(s) of whole {QUARTER_WT}-token "
                  f"chains ({FIT_ENV}=0 or {WIDE_ENV}: {WIDE_BT})" if tile != bt else "")
+    chains_words = f"{tile // chain} m64n{chain}k32 chain{'s' if tile > chain else ''} a stage"
+    overlap = ("; the next stage's fragment widened while this stage's wgmmas run" if wide else "")
     if direct and exact:
         promotion = ("per-channel scales with int8 activations: the wgmmas accumulate the int32 sums across every "
-                     "stage in two m64n128k32 chains a stage (exact: |sum| < 2^31 for K <= "
-                     f"{DIRECT_S8_MAX_K}), converted to fp32 once after the loop; no partials, no promotion "
-                     f"({DIRECT_S8_ENV}=0: promoted per stage); the next stage's fragment widened while this stage's "
-                     "wgmmas run")
+                     f"stage in {chains_words} (exact: |sum| < 2^31 for K <= {DIRECT_S8_MAX_K}), converted to fp32 "
+                     f"once after the loop; no partials, no promotion ({DIRECT_S8_ENV}=0: promoted per stage)"
+                     + overlap)
     elif direct:
         promotion = (f"fast accumulation ({FAST_ACCUM_ENV}=1): the wgmmas accumulate straight into the fp32 "
-                     "accumulators across every stage in two m64n128k32 chains a stage (no partials, no promotion; "
-                     "~2x the promoted form's error at K=4096, the tensor core's own accumulation); per-channel scales "
-                     "in the epilogue; the next stage's fragment widened while this stage's wgmmas run")
+                     f"accumulators across every stage in {chains_words} (no partials, no promotion; ~2x the promoted "
+                     "form's error at K=4096, the tensor core's own accumulation); per-channel scales in the epilogue"
+                     + overlap)
     elif chain == QUARTER_WT:
         promotion += (f", once per token {piece} of {chain}: {piece} c + 1's chain is issued before {piece} c's is "
                       f"waited for (wait_group 1) and promoted, into two partials ({CHAIN_ENV}={BT}: one partial, "
@@ -513,9 +514,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
 
 
 def _direct_refusal(wide: bool, tile: int, blocks: int, cluster: int, widened: int, pdl: bool) -> str:
-    """Why the fast-accumulation loop (TileConfig.direct) does not apply to this wide-form plan ("" where it does)."""
-    if not wide or tile != WIDE_BT:
-        return f"it is written for the wide form's {WIDE_BT}-token tiles (this plan: {tile} tokens)"
+    """Why the direct-accumulation loops (TileConfig.direct) do not apply to this plan ("" where they do)."""
     for on, what in ((blocks, "stream-K"), (cluster, "clusters"), (widened, "converter warps"), (pdl, "PDL")):
         if on:
             return f"it is written for the plain grid, without {what}"

@@ -1,7 +1,8 @@
 """The wide register-A W4A8 form's direct accumulation for per-channel scales (TileConfig.direct: the wgmmas
 accumulate across every stage in the tensor core, the channel scale in the epilogue) against the reference and the
 promoted form: e4m3 with HUMMING_WGMMA_FAST_ACCUM=1 and int8 by default (exact int32 sums), f16 and bf16, K 4096 (an
-even stage count) and 384 (odd), M 512 and 470 (rows past M). Outputs NaN-poisoned before each launch, fresh random
+even stage count) and 384 (odd), M 512 and 470 (rows past M); also the narrow form and the wide form's tiles fitted
+to M. Outputs NaN-poisoned before each launch, fresh random
 data per case, and every case checks the plan it ran. The tolerance is the other W4A8 tests' (5e-3); each case also
 runs the promoted form on the same activations and prints both errors (e4m3: ~2x the promoted form's at K=4096;
 int8: the same)."""
@@ -24,14 +25,14 @@ def _spec(qw, dtype, m: int, fast: bool):
 
 
 def _direct_and_promoted(qw, m: int, k: int, dtype, monkeypatch, env: str = FAST_ACCUM_ENV,
-                         on: str = "1", off: str = "0") -> tuple[float, float, torch.Tensor, torch.Tensor]:
+                         on: str = "1", off: str = "0", tokens: int = 256) -> tuple[float, float, torch.Tensor, torch.Tensor]:
     """(relative error of the direct-accumulation kernel, of the promoted kernel, their outputs) on the same fresh
-    activations; ``env`` = ``on`` / ``off`` picks the form."""
+    activations; ``env`` = ``on`` / ``off`` picks the form; the direct plan's token tile is ``tokens``."""
     fast = env == FAST_ACCUM_ENV
     monkeypatch.setenv(env, on)
     x, out = fresh_gemm(qw, m, k, dtype)
     p = _spec(qw, dtype, m, fast).plan
-    assert p.path == PATH and p.tiles.direct == 1 and p.tiles.bm == 256, p.explain()
+    assert p.path == PATH and p.tiles.direct == 1 and p.tiles.bm == tokens, p.explain()
     assert not torch.isnan(out).any()
     ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
     monkeypatch.setenv(env, off)
@@ -80,3 +81,27 @@ def test_int8_per_channel_int32_sums(dtype, k, monkeypatch):
         direct, promoted, out, other = _direct_and_promoted(qw, m, k, dtype, monkeypatch, DIRECT_S8_ENV, "1", "0")
         assert direct <= TOL and rel_error(out, other) <= 2e-3, (m, direct, promoted)
         print(f"int8 K={k} M={m} {dtype}: direct {direct:.2e}, promoted {promoted:.2e}")
+
+
+@pytest.mark.parametrize("k", [4096, 384])
+@pytest.mark.parametrize("form", ["narrow", "fitted"])
+@pytest.mark.parametrize("name", ["w4a8-int8", "w4a8-fp8"])
+def test_direct_accumulation_in_narrow_and_fitted_tiles(name, form, k, monkeypatch):
+    """The narrow form (128 tokens, one 128-token chain a stage; M 128 / 200 / 470) and the wide form's tiles fitted
+    to M (128 / 192 tokens in 64-token chains, forced from M 128; M 128 / 150 / 300, and 470 in 256-token tiles)
+    accumulating across stages: int8 by default, e4m3 under HUMMING_WGMMA_FAST_ACCUM=1; against the reference and
+    the promoted form on the same activations."""
+    _require_wgmma("s8" if name == "w4a8-int8" else "e4m3")
+    if form == "fitted":
+        monkeypatch.setenv(WIDE_FROM_ENV, "128")
+    monkeypatch.setattr(humming.api, "_POISON", True)
+    n, dtype = 2048, torch.float16
+    qw = biased_weight(_scheme(name, None), n, k, dtype, n + k + len(form) + len(name))
+    env = (DIRECT_S8_ENV, "1", "0") if name == "w4a8-int8" else (FAST_ACCUM_ENV, "1", "0")
+    tiles = {"narrow": {128: 128, 200: 128, 470: 128}, "fitted": {128: 128, 150: 192, 300: 192, 470: 256}}[form]
+    for m, bm in tiles.items():
+        direct, promoted, out, other = _direct_and_promoted(qw, m, k, dtype, monkeypatch, *env, tokens=bm)
+        assert direct <= TOL, (m, direct, promoted)
+        if name == "w4a8-int8":
+            assert rel_error(out, other) <= 2e-3, (m, direct, promoted)
+        print(f"{name} {form} K={k} M={m}: direct {direct:.2e}, promoted {promoted:.2e}")

@@ -1,9 +1,9 @@
-"""The wide register-A W4A8 form's direct accumulation for per-channel scales (TileConfig.direct;
+"""The register-A W4A8 kernel's direct accumulation for per-channel scales (TileConfig.direct;
 humming.core.generator_wgmma_rs8_direct): int8 by default (exact int32 sums; HUMMING_WGMMA_W4A8_RS_DIRECT=0 off),
-e4m3 with HUMMING_WGMMA_FAST_ACCUM=1; planned on the plain 256-token grid only and explained (groups of 128 and the
-other forms keep promoting, and say why); the default e4m3 plans untouched; the loop has no partials or promotion
-and hands the channel scales to the epilogue; the generator refuses the forms it is not written for; it compiles
-without spills."""
+e4m3 with HUMMING_WGMMA_FAST_ACCUM=1; planned for the plain grid (256-token tiles, tiles fitted to M, the narrow
+form) and explained (groups of 128, stream-K, clusters, converter warps and PDL keep promoting, and say why); the
+default e4m3 plans untouched; the loops have no partials or promotion and hand the channel scales to the epilogue;
+the generator refuses the forms it is not written for; it compiles without spills."""
 from dataclasses import replace
 
 import pytest
@@ -36,7 +36,7 @@ def _plan(m: int = 4096, scheme="w4a8-fp8", n: int = 8192, k: int = 8192):
 
 
 def _loop(src: str) -> str:
-    start = src.index("two 128-token chains a stage straight into")
+    start = src.index("chains of WT tokens a stage straight into")
     return src[start:src.index("consumer_sync();", start)]
 
 
@@ -89,16 +89,34 @@ def test_forms_without_it_keep_promoting_and_say_why(env, value, why, monkeypatc
     p = _plan(scheme=_per_channel())
     assert p.layout.fast_accum and p.tiles.direct == 0, p.explain()
     assert any("asked for, not planned" in r and why in r for r in p.reasons), p.explain()
-    assert "two 128-token chains a stage straight into" not in api.source(p)
+    assert "chains of WT tokens a stage straight into" not in api.source(p)
 
 
-def test_fitted_tiles_and_int8_keep_promoting(monkeypatch):
+@pytest.mark.parametrize("name", ["w4a8-int8", "w4a8-fp8"])
+def test_fitted_and_narrow_tiles_accumulate_directly_too(name, monkeypatch):
+    """Per-channel plans of 192 / 128 tokens: the wide form fitted to M in 64-token chains, the narrow form in its one
+    128-token chain; int8 by default, e4m3 under the switch."""
     monkeypatch.setenv(FAST_ACCUM_ENV, "1")
-    fitted = _plan(m=160, scheme=_per_channel())
-    assert fitted.tiles.bm != 256 and fitted.tiles.direct == 0, fitted.explain()
-    assert any("asked for, not planned" in r for r in fitted.reasons)
-    int8 = _plan(scheme="w4a8-int8")
-    assert not int8.layout.fast_accum and int8.tiles.direct == 0  # int32 sums: exact either way
+    sch = _per_channel(name)
+    fitted = _plan(m=300, scheme=sch)
+    assert fitted.tiles.bm == 192 and fitted.tiles.direct == 1 and fitted.instruction.shape == (64, 64, 32), \
+        fitted.explain()
+    assert any("3 m64n64k32 chains a stage" in r for r in fitted.reasons), fitted.explain()
+    src = api.source(fitted)
+    assert "wgmma_k32_rs(*reinterpret_cast<wg_acc_t(*)[WG_ACC_REGS]>(" in src and " + WG_ACC_REGS * 2)" in src
+    assert "pa[" not in src and "+= wg_acc_to_f32" not in src and "+= small_s32_to_f32" not in src
+    narrow = _plan(m=512, scheme=sch, n=4096, k=14336)
+    assert narrow.tiles.bm == 128 and not narrow.tiles.wide and narrow.tiles.direct == 1, narrow.explain()
+    assert narrow.instruction.shape == (64, 128, 32)
+    src = api.source(narrow)
+    acc = "iacc" if name == "w4a8-int8" else "facc"
+    assert f"wgmma_k32_rs({acc}, a[ks], desc_x + 2 * ks, 1);" in src and "part[" not in src and "pa[" not in src
+    assert "const float fs0 = s_lo, fs1 = s_hi;" in src and "(h ? fs1 : fs0)" in src
+    assert ("facc[i] = (float)iacc[i]" in src) == (name == "w4a8-int8")
+    # groups of 128 there: promoted (e4m3: and said why)
+    grouped = _plan(m=300, scheme=name)
+    assert grouped.tiles.direct == 0
+    assert _plan(scheme="w4a8-int8").tiles.direct == 0  # int8 groups of 128: int32 sums per group only
 
 
 def test_generator_refuses_what_it_is_not_written_for(monkeypatch):
@@ -133,9 +151,10 @@ def test_int8_per_channel_accumulates_int32_sums_by_default(monkeypatch):
 
 
 @pytest.mark.parametrize("scheme", ["channel", "int8-channel"])
-@pytest.mark.parametrize("m", [4096, 512])
-def test_compiles_without_spills(scheme, m, compiled_without_spills, monkeypatch):
+@pytest.mark.parametrize("m,n,k", [(4096, 8192, 8192), (512, 8192, 8192), (300, 8192, 8192), (160, 28672, 8192),
+                                   (512, 4096, 14336)])
+def test_compiles_without_spills(scheme, m, n, k, compiled_without_spills, monkeypatch):
     monkeypatch.setenv(FAST_ACCUM_ENV, "1")
-    p = _plan(m, {"channel": _per_channel(), "int8-channel": _per_channel("w4a8-int8")}.get(scheme, scheme))
+    p = _plan(m, {"channel": _per_channel(), "int8-channel": _per_channel("w4a8-int8")}.get(scheme, scheme), n, k)
     assert p.tiles.direct == 1, p.explain()
     compiled_without_spills(p, resolve_profile("nvidia-h200"))
