@@ -84,14 +84,29 @@ def m_ranges(caps, scheme, n: int = 0, k: int = 0) -> tuple[tuple[int, int], ...
     family = "wgmma" if caps.find_mma(family="wgmma") else "mma_sync"
     width = "8bit" if int(get_format(scheme.weight).bits) > 4 else "4bit"
     if family == "wgmma" and width == "4bit" and _register_a_w4a8(caps, scheme, n, k):
-        return rs8_ranges(caps, n)
+        return rs8_ranges(caps, n, RS8_MIN_FILL_INT32_SUMS if _int32_sums(scheme, k) else RS8_MIN_FILL)
     return DEFAULT_M_RANGES[family][(width, "int8" if scheme.act == "int8" else "fp8")]
 
 
 RS8_MIN_FILL = 0.75  # the register-A W4A8 kernel's 128 x 128 blocks per SM below which the widened path takes over
+# ... where that kernel accumulates exact int32 sums across stages (int8 activations, per-channel scales: no promotion,
+# TileConfig.direct), its blocks are ~1.6x cheaper and win from a lower fill. Measured on the H200 (2026-12-02,
+# scripts/ab_env.py HUMMING_ACT_WIDEN unset / 0, W4A8-INT8 per channel, us, widened / native): 4096x14336 M128 (32
+# blocks, 24%) 30.7 / 47.3, M200 (64, 48%) 52.2 / 48.6, M300 (96) 101.1 / 51.6, M384 (96) 94.2 / 52.0; 8192x8192
+# M128 (64 blocks) 30.7 / 31.1, M200-384 native either way (docs/runs/2026-12-02d/call6)
+RS8_MIN_FILL_INT32_SUMS = 0.45
 
 
-def rs8_ranges(caps, n: int) -> tuple[tuple[int, int], ...]:
+def _int32_sums(scheme, k: int) -> bool:
+    """The register-A W4A8 kernel accumulates exact int32 sums across stages for this scheme (planner_wgmma_rs8:
+    int8 activations, per-channel scales, K within the int32 bound, HUMMING_WGMMA_W4A8_RS_DIRECT not 0)."""
+    from humming.core import planner_wgmma_rs8 as rs8
+
+    return (scheme.act == "int8" and scheme.weight_scale.granularity == "channel" and k <= rs8.DIRECT_S8_MAX_K
+            and os.environ.get(rs8.DIRECT_S8_ENV, "").strip() != "0")
+
+
+def rs8_ranges(caps, n: int, fill: float = RS8_MIN_FILL) -> tuple[tuple[int, int], ...]:
     """Where int4 weights of the register-A W4A8 kernel take the widened path: M <= 64, every M whose 128-token x
     128-channel blocks (that kernel has no split-K) fill fewer than RS8_MIN_FILL of the SMs, and the M whose token tiles
     would hold fewer than RS8_MIN_TOKEN_SHARE tokens (_padded_rs8_ranges). Measured on the H200
@@ -102,7 +117,7 @@ def rs8_ranges(caps, n: int) -> tuple[tuple[int, int], ...]:
     tiles = n // 128
     if not (sms and tiles):
         return DEFAULT_M_RANGES["wgmma"][("4bit-rs8", "fp8")]
-    token_tiles = max(0, -(-int(RS8_MIN_FILL * sms) // tiles) - 1)  # most 128-token tiles with blocks < the fill
+    token_tiles = max(0, -(-int(fill * sms) // tiles) - 1)  # most 128-token tiles with blocks < the fill
     first = max(64, 128 * token_tiles)
     from humming.core.planner_wgmma_rs8 import MIN_M
 
@@ -176,11 +191,17 @@ _decided: dict[tuple, tuple] = {}
 def applies(caps, scheme, m: int, n: int, k: int) -> bool:
     """True when this call takes the widened path (decided once per profile, scheme, N, K and variable value: the
     hot path only compares M)."""
-    key = (caps.name, str(scheme), n, k, os.environ.get(ENV, ""))
+    key = (caps.name, str(scheme), n, k, os.environ.get(ENV, ""), _direct_env())
     ranges = _decided.get(key, False)
     if ranges is False:
         ranges = _decided[key] = () if refusal(scheme, n, k) else m_ranges(caps, scheme, n, k)
     return ranges is None or any(lo <= m <= hi for lo, hi in ranges)
+
+
+def _direct_env() -> str:
+    from humming.core.planner_wgmma_rs8 import DIRECT_S8_ENV
+
+    return os.environ.get(DIRECT_S8_ENV, "")
 
 
 def act_dtype(caps, x_dtype: torch.dtype) -> torch.dtype:

@@ -82,12 +82,16 @@ def test_wgmma_rs8_producer_warpgroup(name, group, dtype, chain, monkeypatch):
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_WS", "1")
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_BT", "128")
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CHAIN", str(chain))
+    # int8 per channel: one 128-token chain is its default int32 sums (TileConfig.direct); two halves: promoted
+    direct = int(name == "w4a8-int8" and group is None and chain == 128)
+    if name == "w4a8-int8" and group is None and chain == 64:
+        monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_DIRECT", "0")
     n, k = 1024, 4096
     torch.manual_seed(n + (group or 1) + len(name) + (dtype == torch.bfloat16))
     bias = torch.randn(n, device="cuda", dtype=dtype)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
     _run_checked(qw, bias, dtype, k, (128, 300, 1100), lambda p: p.tiles.bulk == 2 and p.threads == 384
-                 and p.tiles.bm == 128 and p.instruction.shape[1] == chain)
+                 and p.tiles.bm == 128 and p.instruction.shape[1] == chain and p.tiles.direct == direct)
 
 
 @pytest.mark.parametrize("chain,raster", [(128, 0), (64, 0), (64, 3)], ids=["halves", "quarters", "quarters-raster3"])

@@ -137,3 +137,26 @@ def test_row_scale_refused_where_no_kernel_takes_it():
     q = plan_wna16_wgmma(caps, wgmma_wna16_layout(sch, N, K, "f16"), 256, "f16", scheme="w4a16")
     assert "no per-token output scale" in row_scale_refusal(q)
     assert layout_for(sch, N, K, "f16") is not None
+
+
+def test_int32_sums_take_m_from_a_lower_fill(monkeypatch):
+    """W4A8-INT8 with per-channel scales (the register-A kernel's exact int32 sums across stages, ~1.6x cheaper
+    blocks): native from RS8_MIN_FILL_INT32_SUMS of the SMs instead of RS8_MIN_FILL; measured on the H200
+    (docs/runs/2026-12-02d/call6): 4096x14336 M128 widened 30.7 / native 47.3 us, M200 52.2 / 48.6, M300 101.1 / 51.6."""
+    monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS_DIRECT", raising=False)
+    h200 = api.resolve_profile("nvidia-h200")
+    channel = humming.schemes.get("w4a8-int8").with_(granularity="channel", group_size=None)
+    assert widen.m_ranges(h200, channel, 4096, 14336) == ((1, 166),)  # (129-166: the token-share rule)
+    assert widen.applies(h200, channel, 128, 4096, 14336) and not widen.applies(h200, channel, 200, 4096, 14336)
+    assert not widen.applies(h200, channel, 300, 4096, 14336)
+    assert widen.m_ranges(h200, channel, 8192, 8192) == ((1, 64), (129, 166))
+    # groups of 128, e4m3 per channel (promoted unless HUMMING_WGMMA_FAST_ACCUM=1) and the off switch: as before
+    assert widen.m_ranges(h200, humming.schemes.get("w4a8-int8"), 4096, 14336) == ((1, 384),)
+    fp8_channel = humming.schemes.get("w4a8-fp8").with_(granularity="channel", group_size=None)
+    assert widen.m_ranges(h200, fp8_channel, 4096, 14336) == ((1, 384),)
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_DIRECT", "0")
+    assert widen.m_ranges(h200, channel, 4096, 14336) == ((1, 384),)
+    assert widen.applies(h200, channel, 300, 4096, 14336)
+    # K past the int32 bound: promoted, so the old fill
+    monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS_DIRECT")
+    assert widen.m_ranges(h200, channel, 4096, 2 * 65536) == ((1, 384),)
