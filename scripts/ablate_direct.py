@@ -9,6 +9,13 @@ ablate.py next to its time.
 """
 from __future__ import annotations
 
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from humming.core.generator_wgmma_rs8_direct import _stage_in  # noqa: E402  (the stage head, without scales)
+
 _LOOP = r"""  wg_acc_t pa[WG_ACC_REGS], pb[WG_ACC_REGS];"""
 _LOOP_END = r"""  consumer_sync();                 // all wgmmas done"""
 
@@ -30,8 +37,39 @@ def _wgmma_helper(n: int) -> str:
         "}\n")
 
 
+def _chains(n: int, frag: str, ind: str) -> list[str]:
+    """Each chain of n tokens: its running sums rescaled by r0 / r1, then its four wgmmas from fragment ``frag``."""
+    regs = n // 2
+    body = []
+    for c in range(256 // n):
+        body += [
+            f"{ind}#pragma unroll",
+            f"{ind}for (int i = 0; i < {regs}; ++i) facc[{regs * c} + i] *= (i & 2) ? r1 : r0;",
+            f"{ind}#pragma unroll",
+            f'{ind}for (int i = 0; i < {regs}; ++i) asm volatile("" : "+f"(facc[{regs * c} + i]) :: "memory");',
+            f"{ind}wgmma_fence();",
+            f"{ind}#pragma unroll",
+            f"{ind}for (int ks = 0; ks < 4; ++ks)",
+            f"{ind}  wgmma_k32_rs_n{n}(facc + {regs * c}, {frag}[ks], desc_x + {c} * ({n} * BK / 16) + 2 * ks);",
+            f"{ind}wgmma_commit();",
+        ]
+        if c == 0:
+            body.append(f"{ind}if (wg == 0 && kt == 0) consumer_turn_give();  // warpgroup 1 may start")
+    return body
+
+
+def _release(ind: str) -> list[str]:
+    """Wait for the stage's wgmmas, then release its slot."""
+    return [
+        f"{ind}wgmma_wait<0>();",
+        f"{ind}#pragma unroll",
+        f'{ind}for (int i = 0; i < BT / 2; ++i) asm volatile("" : "+f"(facc[i]) :: "memory");',
+        f"{ind}__syncwarp();   // this warp's reads of the slot are done: release it to the producer",
+        f"{ind}if (lane == 0) {{ fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }}",
+    ]
+
+
 def _loop(n: int) -> str:
-    regs, chains = n // 2, 256 // n
     body = [
         "  float sp0 = 0.0f, sp1 = 0.0f;   // the previous group's scales of the thread's two channels",
         "  if (wg == 1) consumer_turn_take();  // start one chain behind warpgroup 0",
@@ -50,27 +88,8 @@ def _loop(n: int) -> str:
         "    const uint64_t desc_x = desc0 + (uint64_t)(s * (X_BYTES >> 4));",
         "    // the running sums into units of this group's scale (at kt = 0 they are 0)",
         "    const float r0 = sp0 * rcp_approx(sc0), r1 = sp1 * rcp_approx(sc1);",
-    ]
-    for c in range(chains):
-        body += [
-            "    #pragma unroll",
-            f"    for (int i = 0; i < {regs}; ++i) facc[{regs * c} + i] *= (i & 2) ? r1 : r0;",
-            "    #pragma unroll",
-            f'    for (int i = 0; i < {regs}; ++i) asm volatile("" : "+f"(facc[{regs * c} + i]) :: "memory");',
-            "    wgmma_fence();",
-            "    #pragma unroll",
-            "    for (int ks = 0; ks < 4; ++ks)",
-            f"      wgmma_k32_rs_n{n}(facc + {regs * c}, a[ks], desc_x + {c} * ({n} * BK / 16) + 2 * ks);",
-            "    wgmma_commit();",
-        ]
-        if c == 0:
-            body.append("    if (wg == 0 && kt == 0) consumer_turn_give();  // warpgroup 1 may start")
-    body += [
-        "    wgmma_wait<0>();",
-        "    #pragma unroll",
-        '    for (int i = 0; i < BT / 2; ++i) asm volatile("" : "+f"(facc[i]) :: "memory");',
-        "    __syncwarp();   // this warp's reads of the slot are done: release it to the producer",
-        "    if (lane == 0) { fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }",
+        *_chains(n, "a", "    "),
+        *_release("    "),
         "    sp0 = sc0; sp1 = sc1;",
         "  }",
     ]
@@ -78,26 +97,16 @@ def _loop(n: int) -> str:
 
 
 def _stage_loads(buf: str, kt: str, scales: str, ind: str) -> list[str]:
-    """Wait for stage kt's copies, load its codes and group scales, widen the codes into A fragment ``buf``."""
-    return [
-        f"{ind}{{",
-        f"{ind}  const int sl = ({kt}) % STAGES;",
-        f"{ind}  mbar_wait(xbar0 + 8 * sl, (({kt}) / STAGES) & 1);",
-        f"{ind}  uint32_t wq[2][4];",
-        f"{ind}  lds_128(wq[0], wlane + sl * W_BYTES);",
-        f"{ind}  lds_128(wq[1], wlane + sl * W_BYTES + 512);",
-        f"{ind}  {scales}[0] = lds_f32(slane + sl * S_BYTES); {scales}[1] = lds_f32(slane + sl * S_BYTES + 32);",
-        f"{ind}  #pragma unroll",
-        f"{ind}  for (int j = 0; j < 8; ++j)",
-        f"{ind}    int4n8_to_e4m3x8_x(wq[j >> 2][j & 3], la0, la1, lb0, lb1, {buf}[j >> 1][2 * (j & 1)], {buf}[j >> 1][2 * (j & 1) + 1]);",
-        f"{ind}}}",
-    ]
+    """Wait for stage kt's copies, widen its codes into A fragment ``buf`` (the library's direct loop's stage), and
+    load its group scales into ``scales``."""
+    lines = _stage_in(kt, buf, "e4m3", ind)
+    return lines[:-1] + [f"{ind}  {scales}[0] = lds_f32(slane + sl * S_BYTES); "
+                         f"{scales}[1] = lds_f32(slane + sl * S_BYTES + 32);", lines[-1]]
 
 
 def _prefetched_loop(n: int) -> str:
     """Chains of n tokens with the next stage's fragment widened (into the other of two A buffers) while this stage's
     wgmmas run: the loop unrolled by two stages."""
-    regs, chains = n // 2, 256 // n
     body = [
         "  float sp[2] = {0.0f, 0.0f}, sc[2], sn[2];   // previous, current, next group scales of the lane's channels",
         "  uint32_t fa[2][4][4];   // two A fragments: stage kt's in fa[kt % 2]",
@@ -112,29 +121,10 @@ def _prefetched_loop(n: int) -> str:
         "      const int s = kt % STAGES;",
         "      const uint64_t desc_x = desc0 + (uint64_t)(s * (X_BYTES >> 4));",
         "      const float r0 = sp[0] * rcp_approx(sc[0]), r1 = sp[1] * rcp_approx(sc[1]);",
-    ]
-    for c in range(chains):
-        body += [
-            "      #pragma unroll",
-            f"      for (int i = 0; i < {regs}; ++i) facc[{regs * c} + i] *= (i & 2) ? r1 : r0;",
-            "      #pragma unroll",
-            f'      for (int i = 0; i < {regs}; ++i) asm volatile("" : "+f"(facc[{regs * c} + i]) :: "memory");',
-            "      wgmma_fence();",
-            "      #pragma unroll",
-            "      for (int ks = 0; ks < 4; ++ks)",
-            f"        wgmma_k32_rs_n{n}(facc + {regs * c}, fa[u][ks], desc_x + {c} * ({n} * BK / 16) + 2 * ks);",
-            "      wgmma_commit();",
-        ]
-        if c == 0:
-            body.append("      if (wg == 0 && kt == 0) consumer_turn_give();  // warpgroup 1 may start")
-    body += [
+        *_chains(n, "fa[u]", "      "),
         "      if (kt + 1 < ktiles)",
         *_stage_loads("fa[u ^ 1]", "kt + 1", "sn", "      "),
-        "      wgmma_wait<0>();",
-        "      #pragma unroll",
-        '      for (int i = 0; i < BT / 2; ++i) asm volatile("" : "+f"(facc[i]) :: "memory");',
-        "      __syncwarp();   // this warp's reads of the slot are done: release it to the producer",
-        "      if (lane == 0) { fence_proxy_async_smem(); mbar_arrive(xbar0 + 8 * (STAGES + s)); }",
+        *_release("      "),
         "      sp[0] = sc[0]; sp[1] = sc[1]; sc[0] = sn[0]; sc[1] = sn[1];",
         "    }",
         "  }",

@@ -35,7 +35,9 @@ CASES = {
                                "unheld_rs8", "undesc0_rs8", "nofence_rs8", "fenceall_rs8", "membar_rs8",
                                "latearrive_rs8", "pingpong0", "pingpong3", "nox_rs8", "noepi_rs8", "earlywait_rs8",
                                "laterelease_rs8", "pairwait_rs8", "pairrelease_rs8", "pairwait_rs8+pairrelease_rs8",
-                               "mulshift_rs8", "half_rs8", "quarter_rs8", "nol2next_rs8", "l2nextx_rs8", "tmpf_rs8"],
+                               "mulshift_rs8", "half_rs8", "quarter_rs8", "nol2next_rs8", "l2nextx_rs8", "tmpf_rs8",
+                               # the wgmmas accumulating across stages, group scales by rescaling (ablate_direct.py)
+                               "direct64", "direct128", "direct256", "directw128", "directw256"],
 }
 
 
