@@ -198,9 +198,10 @@ def applies(caps, scheme, m: int, n: int, k: int) -> bool:
     return ranges is None or any(lo <= m <= hi for lo, hi in ranges)
 
 
-def _direct_env() -> str:
-    from humming.core.planner_wgmma_rs8 import DIRECT_S8_ENV
+DIRECT_S8_ENV = "HUMMING_WGMMA_W4A8_RS_DIRECT"  # planner_wgmma_rs8's (named here: applies() reads it on every call)
 
+
+def _direct_env() -> str:
     return os.environ.get(DIRECT_S8_ENV, "")
 
 

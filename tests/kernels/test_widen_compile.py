@@ -143,6 +143,9 @@ def test_int32_sums_take_m_from_a_lower_fill(monkeypatch):
     """W4A8-INT8 with per-channel scales (the register-A kernel's exact int32 sums across stages, ~1.6x cheaper
     blocks): native from RS8_MIN_FILL_INT32_SUMS of the SMs instead of RS8_MIN_FILL; measured on the H200
     (docs/runs/2026-12-02d/call6): 4096x14336 M128 widened 30.7 / native 47.3 us, M200 52.2 / 48.6, M300 101.1 / 51.6."""
+    from humming.core import planner_wgmma_rs8
+
+    assert widen.DIRECT_S8_ENV == planner_wgmma_rs8.DIRECT_S8_ENV  # (the hot path's copy of the name)
     monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS_DIRECT", raising=False)
     h200 = api.resolve_profile("nvidia-h200")
     channel = humming.schemes.get("w4a8-int8").with_(granularity="channel", group_size=None)
