@@ -130,9 +130,8 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
             from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout, rs8_group
             from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
 
-            fast = _wgmma_fast_accum() and choice.a_type == "e4m3"
-            p = plan_w4a8_wgmma_rs(caps, WgmmaRs8Layout(choice.a_type, n, k, rs8_group(sch, k), fast_accum=fast), m,
-                                   act, scheme=sch.name)
+            layout = WgmmaRs8Layout(choice.a_type, n, k, rs8_group(sch, k), fast_accum=_rs8_fast_accum(choice))
+            p = plan_w4a8_wgmma_rs(caps, layout, m, act, scheme=sch.name)
             return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         if sch.weight in ("int4", "e2m1") and _wgmma_eligible(caps, choice, sch, m, n, k):  # W4A8 on wgmma
             from humming.core.layout_wgmma import WgmmaW4A8Layout, wgmma_w4a8_group
@@ -792,6 +791,11 @@ def _wgmma_fast_accum() -> bool:
     return os.environ.get(WGMMA_FAST_ACCUM_ENV, "") == "1"
 
 
+def _rs8_fast_accum(choice) -> bool:
+    """The register-A W4A8 kernel's layout asks for e4m3 fast accumulation (int8: int32 sums, exact either way)."""
+    return _wgmma_fast_accum() and choice.a_type == "e4m3"
+
+
 def _wgmma_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
     """True when the wgmma 8-bit kernel runs this call: HUMMING_WGMMA not "0" (default on since the H200 run),
     8-bit weights as stored (per-channel/per-tensor or 128x128 block scales) or W4A8 weights (int4/e2m1 widened exactly, groups of
@@ -1040,7 +1044,7 @@ def _w4a8_wgmma_rs_handle(x: torch.Tensor, qw, caps, choice) -> int:
     from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
-    fast = _wgmma_fast_accum() and choice.a_type == "e4m3"  # (int8: int32 sums, exact either way)
+    fast = _rs8_fast_accum(choice)
     key = ("w4a8-wgmma-rs8", x.dtype, x.device, caps.name) + (("fast_accum",) if fast else ())
     handle = cache.get(key)
     if handle is None:

@@ -257,7 +257,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 {final}
   {sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
 
-{_narrow_epilogue(bool(t.direct), bool(t.stsm))}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
+{_epilogue(False, bool(t.stsm), bool(t.direct))}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
 
 
 # the narrow form's stage: one m64n128k32 chain into the partial, wait, promote
@@ -493,11 +493,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         slot_decl = slot_init = converters = ""
         consumer_lane = (luts + "  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16 + zero;   // "
                          "its words 4 hf + jj: + hf * 512 in a slot\n")
-    epilogue = _epilogue(True, bool(t.stsm))
-    if direct:
-        from humming.core.generator_wgmma_rs8_direct import epilogue_scales
-
-        epilogue = epilogue_scales(epilogue)
+    epilogue = _epilogue(True, bool(t.stsm), direct)
     # (the consumers' first FULL barrier comes after the producer's wait anyway; theirs makes the order of their
     # output stores after the previous kernel explicit)
     consumer_wait = "  pdl_wait();  // the previous kernel has finished before this block writes its output\n" if plan.pdl else ""
@@ -820,20 +816,17 @@ _STSM_VALUE = """      const uint32_t v = f32x2_to_act2(facc[4 * j + 2 * h] * ts
                                        facc[4 * j + 2 * h + 1] * ts[2 * j + 1] * cs[h] + bs[h]);"""
 
 
-def _narrow_epilogue(direct: bool, stsm: bool) -> str:
-    """The narrow form's epilogue (with the direct loop's channel scales where it runs that loop)."""
-    if not direct:
-        return _epilogue(False, stsm)
-    from humming.core.generator_wgmma_rs8_direct import epilogue_scales
-
-    return epilogue_scales(_epilogue(False, stsm))
-
-
-def _epilogue(wide: bool, stsm: bool = False) -> str:
-    """The epilogue's scales and staging stores (16-bit stores, or stmatrix with ``stsm``)."""
+def _epilogue(wide: bool, stsm: bool = False, direct: bool = False) -> str:
+    """The epilogue's scales and staging stores (16-bit stores, or stmatrix with ``stsm``; with ``direct`` the
+    direct loop's channel scales in its per-channel factor)."""
     scale_line = "" if wide else "  const float scale = GS ? out_scale * load_f32(GS) : out_scale;\n"
     head = _EPILOGUE_HEAD.replace("{scale_line}", scale_line).replace("{ts_block}", _TS_SHARED if wide else _TS_GLOBAL)
-    return head + (stmatrix_staging("x0", _STSM_VALUE) + "\n" if stsm else _EPILOGUE_STORES)
+    text = head + (stmatrix_staging("x0", _STSM_VALUE) + "\n" if stsm else _EPILOGUE_STORES)
+    if direct:
+        from humming.core.generator_wgmma_rs8_direct import epilogue_scales
+
+        text = epilogue_scales(text)
+    return text
 
 
 def _stsm_prelude(plan, caps) -> str:

@@ -75,9 +75,9 @@ class TileConfig:
     # wide register-A W4A8 form: 1 = its producer thread, once it has issued the tile's last stage, asks the L2 for the
     # first `stages` stages' codes and scales of the block launched one wave later; not in the repr (see early)
     l2next: int = field(default=0, repr=False)
-    # wide register-A W4A8 form, e4m3 fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1): 1 = the wgmmas accumulate straight
-    # into the block's accumulators in 128-token chains (no partials, no promotion; group scales by rescaling the
-    # running sums, humming.core.generator_wgmma_rs8_direct); not in the repr (see early)
+    # register-A W4A8 kernel, per-channel scales: 1 = the wgmmas accumulate across every stage straight into the block's
+    # accumulators (no partials, no promotion; int8: exact int32 sums by default, e4m3: HUMMING_WGMMA_FAST_ACCUM=1;
+    # humming.core.generator_wgmma_rs8_direct); not in the repr (see early)
     direct: int = field(default=0, repr=False)
 
     @property

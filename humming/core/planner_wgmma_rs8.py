@@ -381,8 +381,7 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     l2next = int(wide and not blocks and not cluster and not pdl and not widened
                  and os.environ.get(L2NEXT_ENV, "").strip() != "0")
     fast = bool(getattr(layout, "fast_accum", False)) and a_type == "e4m3"
-    exact = (a_type == "s8" and group != 128 and k <= DIRECT_S8_MAX_K
-             and os.environ.get(DIRECT_S8_ENV, "").strip() != "0")  # per-channel int8: int32 sums, exact
+    exact = int32_sums_wanted(a_type, group, k)
     direct_why = ""
     if fast and group == 128:
         direct_why = ("groups of 128 need an fp32 step a stage either way (the running sums rescaled by the ratio of "
@@ -511,6 +510,13 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     # the stmatrix staging (HUMMING_WGMMA_RS_STSM=0: off) of the narrow and wide forms; the stream-K form keeps its stores
     return plan if blocks else with_stsm(caps, plan)
 
+
+
+def int32_sums_wanted(a_type: str, group: int, k: int) -> bool:
+    """The kernel accumulates exact int32 sums across stages (TileConfig.direct): int8 activations with per-channel
+    scales, K within the int32 bound, DIRECT_S8_ENV not "0" (the plan's other conditions aside: _direct_refusal)."""
+    return (a_type == "s8" and group != 128 and k <= DIRECT_S8_MAX_K
+            and os.environ.get(DIRECT_S8_ENV, "").strip() != "0")
 
 
 def _direct_refusal(wide: bool, tile: int, blocks: int, cluster: int, widened: int, pdl: bool) -> str:

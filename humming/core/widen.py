@@ -98,12 +98,12 @@ RS8_MIN_FILL_INT32_SUMS = 0.45
 
 
 def _int32_sums(scheme, k: int) -> bool:
-    """The register-A W4A8 kernel accumulates exact int32 sums across stages for this scheme (planner_wgmma_rs8:
-    int8 activations, per-channel scales, K within the int32 bound, HUMMING_WGMMA_W4A8_RS_DIRECT not 0)."""
-    from humming.core import planner_wgmma_rs8 as rs8
+    """The register-A W4A8 kernel accumulates exact int32 sums across stages for this scheme
+    (planner_wgmma_rs8.int32_sums_wanted)."""
+    from humming.core.layout_wgmma_rs8 import rs8_group
+    from humming.core.planner_wgmma_rs8 import int32_sums_wanted
 
-    return (scheme.act == "int8" and scheme.weight_scale.granularity == "channel" and k <= rs8.DIRECT_S8_MAX_K
-            and os.environ.get(rs8.DIRECT_S8_ENV, "").strip() != "0")
+    return scheme.act == "int8" and int32_sums_wanted("s8", rs8_group(scheme, k), k)
 
 
 def rs8_ranges(caps, n: int, fill: float = RS8_MIN_FILL) -> tuple[tuple[int, int], ...]:
