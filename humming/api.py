@@ -130,7 +130,8 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
             from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout, rs8_group
             from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
 
-            layout = WgmmaRs8Layout(choice.a_type, n, k, rs8_group(sch, k), fast_accum=_rs8_fast_accum(choice))
+            layout = WgmmaRs8Layout(choice.a_type, n, k, rs8_group(sch, k), fast_accum=_rs8_fast_accum(choice),
+                                    widen=_rs8_widen(choice))
             p = plan_w4a8_wgmma_rs(caps, layout, m, act, scheme=sch.name)
             return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         if sch.weight in ("int4", "e2m1") and _wgmma_eligible(caps, choice, sch, m, n, k):  # W4A8 on wgmma
@@ -791,6 +792,17 @@ def _wgmma_fast_accum() -> bool:
     return os.environ.get(WGMMA_FAST_ACCUM_ENV, "") == "1"
 
 
+def _rs8_widen(choice) -> str:
+    """The register-A W4A8 kernel's e4m3 widening (WgmmaRs8Layout.widen): "linear" unless
+    HUMMING_WGMMA_W4A8_WIDEN=prmt asks for the table widening; s8 has one widening ("linear" in the layout)."""
+    from humming.core.layout_wgmma_rs8 import WIDEN_ENV, WIDENINGS
+
+    value = os.environ.get(WIDEN_ENV, "") or "linear"
+    if value not in WIDENINGS:
+        raise ValueError(f"{WIDEN_ENV}={value!r}: the register-A W4A8 widening is one of {', '.join(WIDENINGS)}")
+    return value if choice.a_type == "e4m3" else "linear"
+
+
 def _rs8_fast_accum(choice) -> bool:
     """The register-A W4A8 kernel's layout asks for e4m3 fast accumulation (int8: int32 sums, exact either way)."""
     return _wgmma_fast_accum() and choice.a_type == "e4m3"
@@ -1044,11 +1056,11 @@ def _w4a8_wgmma_rs_handle(x: torch.Tensor, qw, caps, choice) -> int:
     from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
-    fast = _rs8_fast_accum(choice)
-    key = ("w4a8-wgmma-rs8", x.dtype, x.device, caps.name) + (("fast_accum",) if fast else ())
+    fast, widen = _rs8_fast_accum(choice), _rs8_widen(choice)
+    key = ("w4a8-wgmma-rs8", x.dtype, x.device, caps.name, widen) + (("fast_accum",) if fast else ())
     handle = cache.get(key)
     if handle is None:
-        packed = prepare_w4a8_rs(qw.to(x.device), x.dtype, choice.a_type, fast_accum=fast)
+        packed = prepare_w4a8_rs(qw.to(x.device), x.dtype, choice.a_type, fast_accum=fast, widen=widen)
         act = act_name(x.dtype)
 
         handle = _register_planned(packed, caps, _emulation_arch(caps), plan_w4a8_wgmma_rs, act, qw.scheme.name)

@@ -93,13 +93,26 @@ HELD_LUTS = HELD_ZERO + ("  const uint32_t la0 = lds_32(held0), la1 = lds_32(hel
 DESC0 = SLOT0_DESCRIPTOR  # (9 fewer uniform instructions a stage than building each stage's descriptor)
 
 
-def _widening(a_type: str, word: str, ind: str) -> tuple[str, str]:
+def e4m3_widen_call(widen: str, word: str, lo: str, hi: str) -> str:
+    """The call that widens one word of e4m3 labels into its two fragment registers, by the layout's widening
+    (WgmmaRs8Layout.widen: "linear", no tables; "prmt", the four tables la0 la1 lb0 lb1 in registers)."""
+    if widen == "prmt":
+        return f"int4n8_to_e4m3x8_x({word}, la0, la1, lb0, lb1, {lo}, {hi});"
+    return f"int4_to_e4m3x8({word}, {lo}, {hi});"
+
+
+def uses_tables(lay) -> bool:
+    """True when the layout's widening reads the four lookup tables (e4m3 with the "prmt" widening)."""
+    return lay.a_type == "e4m3" and lay.widen == "prmt"
+
+
+def _widening(lay, word: str, ind: str) -> tuple[str, str]:
     """The body of the ``for (int j = 0; j < 8; ++j)`` loop that widens word j (``word``) into the two fragment
-    registers a[j / 2][2 (j % 2)] and a[j / 2][2 (j % 2) + 1], and the declarations it needs (e4m3: the lookup tables
-    in registers, both halves of a word in one int4n8_to_e4m3x8_x, on the relabelled codes of the layout)."""
+    registers a[j / 2][2 (j % 2)] and a[j / 2][2 (j % 2) + 1], and the declarations it needs (the lookup tables of
+    the "prmt" widening in registers)."""
     out = "a[j >> 1][2 * (j & 1)]", "a[j >> 1][2 * (j & 1) + 1]"
-    if a_type == "e4m3":
-        return f"\n{ind}  int4n8_to_e4m3x8_x({word}, la0, la1, lb0, lb1, {out[0]}, {out[1]});", _luts()
+    if lay.a_type == "e4m3":
+        return f"\n{ind}  {e4m3_widen_call(lay.widen, word, *out)}", _luts() if uses_tables(lay) else ""
     return f" {{\n{ind}  {out[0]} = s8x16_lo({word});\n{ind}  {out[1]} = s8x16_hi({word});\n{ind}}}", ""
 
 
@@ -131,7 +144,7 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
         return _wide_kernel_source(plan, backend, caps)
     per_channel, request, chain = _group_and_chain(plan, caps)
     prelude = wgmma_rs8_prelude(backend, request, chain, producer=producer) + _stsm_prelude(plan, caps)
-    widen, luts = _widening(lay.a_type, "wq[s][j >> 2][j & 3]", "      ")
+    widen, luts = _widening(lay, "wq[s][j >> 2][j & 3]", "      ")
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
         scale_decl, scale_pick = _channel_scales("S + tab")
@@ -413,8 +426,8 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         from humming.devices.nvidia.backend import grid_dependency_helpers
 
         prelude += grid_dependency_helpers(caps)
-    widen, _ = _widening(lay.a_type, "wq[j >> 2][j & 3]", "    ")
-    luts = HELD_LUTS if lay.a_type == "e4m3" else HELD_ZERO  # the tables (e4m3) and a zero, loaded: kept in registers
+    widen, _ = _widening(lay, "wq[j >> 2][j & 3]", "    ")
+    luts = HELD_LUTS if uses_tables(lay) else HELD_ZERO  # the tables ("prmt") and a zero, loaded: kept in registers
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
         scale_decl, scale_pick = _channel_scales("S + n0 + tab")
@@ -441,7 +454,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     if direct:
         from humming.core.generator_wgmma_rs8_direct import direct_loop
 
-        main_loop = direct_loop(bool(t.stagger), lay.a_type, t.bm // chain, max(t.stagger, 1))
+        main_loop = direct_loop(bool(t.stagger), lay.a_type, t.bm // chain, max(t.stagger, 1), lay.widen)
         partials = ""
         chain_doc = ("CHAINS = BT / WT;          // token chains of WT: each accumulating straight into its part of "
                      "facc (or the int32 sums)")
@@ -485,7 +498,7 @@ def _wide_kernel_source(plan, backend, caps) -> str:
                      "fragments\n  __shared__ __align__(8) uint64_t cbar[STAGES];  // each slot's codes have landed "
                      "(the converters wait here)\n  const uint32_t cbar0 = smem_u32(cbar);\n")
         slot_init = ("    #pragma unroll\n    for (int s = 0; s < STAGES; ++s) mbar_init(cbar0 + 8 * s, 1);\n")
-        converters = _converter_loop(lay.a_type)
+        converters = _converter_loop(lay)
         producer_loop = _converter_producer_loop(scale_copy)
         consumer_lane = (HELD_ZERO + "  const uint32_t alane = aw0 + tid * 16 + zero;   // its fragment in a slot: "
                          "16 bytes per k32 step, + ks * THREADS * 16\n")
@@ -718,18 +731,20 @@ _WIDENED_STAGE_HEAD = """  #pragma unroll 1
 """
 
 
-def _converter_loop(a_type: str) -> str:
+def _converter_loop(lay) -> str:
     """The converter warps (the producer warpgroup's warps 1-3, after warp 1 staged the token scales): per stage, wait
     for its codes (their own mbarrier) and for the consumers' release of stage kt - A_SLOTS (whose fragments slot
     kt % A_SLOTS held), widen every consumer lane's 8 words into its 64 bytes of the slot (the lane's words and
     fragment registers as the consumers' own widening has them), then arrive at the stage's FULL mbarrier, which
     completes with the producer's copies and the three converter warps' arrivals: the consumers wait once a stage,
     as without converters."""
-    if a_type == "e4m3":
+    tables = ""
+    if uses_tables(lay):
         tables = ("      const uint32_t held0 = smem_u32(held);   // the widening's tables\n"
                   "      const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4), lb0 = lds_32(held0 + 8), "
                   "lb1 = lds_32(held0 + 12);\n")
-        widen = "int4n8_to_e4m3x8_x(wq[ks >> 1][2 * (ks & 1) + e], la0, la1, lb0, lb1, f[2 * e], f[2 * e + 1]);"
+    if lay.a_type == "e4m3":
+        widen = e4m3_widen_call(lay.widen, "wq[ks >> 1][2 * (ks & 1) + e]", "f[2 * e]", "f[2 * e + 1]")
     else:
         tables = ""
         widen = "{ f[2 * e] = s8x16_lo(wq[ks >> 1][2 * (ks & 1) + e]); f[2 * e + 1] = s8x16_hi(wq[ks >> 1][2 * (ks & 1) + e]); }"

@@ -21,15 +21,17 @@ codes), with the chain into the sums and no promotion."""
 from __future__ import annotations
 
 
-def _widen(a_type: str, buf: str) -> str:
+def _widen(a_type: str, buf: str, widen: str) -> str:
     """Word j of the lane's codes into fragment registers buf[j / 2][2 (j % 2)] (row g) and [.. + 1] (row g + 8)."""
+    from humming.core.generator_wgmma_rs8 import e4m3_widen_call
+
     out = f"{buf}[j >> 1][2 * (j & 1)]", f"{buf}[j >> 1][2 * (j & 1) + 1]"
     if a_type == "e4m3":
-        return f"int4n8_to_e4m3x8_x(wq[j >> 2][j & 3], la0, la1, lb0, lb1, {out[0]}, {out[1]});"
+        return e4m3_widen_call(widen, "wq[j >> 2][j & 3]", *out)
     return f"{{ {out[0]} = s8x16_lo(wq[j >> 2][j & 3]); {out[1]} = s8x16_hi(wq[j >> 2][j & 3]); }}"
 
 
-def _stage_in(kt: str, buf: str, a_type: str, ind: str) -> list[str]:
+def _stage_in(kt: str, buf: str, a_type: str, ind: str, widen: str = "linear") -> list[str]:
     """Wait for stage ``kt``'s copies and widen its codes into fragment ``buf``."""
     return [
         f"{ind}{{",
@@ -40,7 +42,7 @@ def _stage_in(kt: str, buf: str, a_type: str, ind: str) -> list[str]:
         f"{ind}  lds_128(wq[1], wlane + sl * W_BYTES + 512);",
         f"{ind}  #pragma unroll",
         f"{ind}  for (int j = 0; j < 8; ++j)",
-        f"{ind}    {_widen(a_type, buf)}",
+        f"{ind}    {_widen(a_type, buf, widen)}",
         f"{ind}}}",
     ]
 
@@ -62,7 +64,8 @@ def _sums(a_type: str) -> tuple[str, list[str], list[str]]:
 _SCALES = "  const float fs0 = s_lo, fs1 = s_hi;   // the channel scales: applied in the epilogue"
 
 
-def direct_loop(stagger: bool, a_type: str = "e4m3", chains: int = 2, give_after: int = 1) -> str:
+def direct_loop(stagger: bool, a_type: str = "e4m3", chains: int = 2, give_after: int = 1,
+                widen: str = "linear") -> str:
     """The wide form's consumer loop: ``chains`` chains of WT tokens a stage (2 x 128 for 256-token tiles, 3 / 2 x 64
     for tiles fitted to M), after facc is zeroed and, with ``stagger``, after warpgroup 1's turn barrier (warpgroup 0
     gives the turn once its chain ``give_after`` - 1 is issued); ends with every wgmma waited for and, for s8, the
@@ -74,7 +77,7 @@ def direct_loop(stagger: bool, a_type: str = "e4m3", chains: int = 2, give_after
         f"a stage straight into {acc} (chain c: {acc}[WG_ACC_REGS c ..])",
         "  uint32_t fa[2][4][4];   // A fragments: stage kt's in fa[kt % 2], the next one widened under its wgmmas",
     ]
-    out += decl + _stage_in("0", "fa[0]", a_type, "  ")
+    out += decl + _stage_in("0", "fa[0]", a_type, "  ", widen)
     out += [
         "  #pragma unroll 1",
         "  for (int k2 = 0; k2 < ktiles; k2 += 2) {",
@@ -95,7 +98,7 @@ def direct_loop(stagger: bool, a_type: str = "e4m3", chains: int = 2, give_after
         if hv == give_after - 1 and stagger:
             out.append(f"{ind}if (wg == 0 && kt == 0) consumer_turn_give();  // warpgroup 1 may start")
     out += [f"{ind}if (kt + 1 < ktiles)"]
-    out += _stage_in("kt + 1", "fa[u ^ 1]", a_type, ind)
+    out += _stage_in("kt + 1", "fa[u ^ 1]", a_type, ind, widen)
     out += [
         f"{ind}wgmma_wait<0>();   // both halves done",
         f"{ind}#pragma unroll",

@@ -5,12 +5,15 @@ the m64nNk32 A fragment (the mma.sync m16n8k32 A layout per warp of a warpgroup)
 Word order of ``qweight`` (uint32): [N/64 slab][K/128 stage kt][warp w (4)][half (2)][lane (32)][4 words]. Word
 jj of half hf of a lane is its word j = 4 hf + jj, for k32 step ks = j // 2 and register pair sub = j % 2; it holds
 channel rows r0 = 64 slab + 16 w + lane/4 and r1 = r0 + 8, k = 128 kt + 32 ks + 16 sub + 4 (lane % 4) + e, e < 4:
-  * e4m3: nibble e = label(r0, k_e), nibble 4 + e = label(r1, k_e), label = the two's-complement code with bits 2
-    and 3 swapped (what int4n8_to_e4m3x8_x of the nvidia backend reads): its lo output is register a[2 sub] (row
-    r0), its hi output a[2 sub + 1] (row r1);
+  * e4m3, linear widening (the default, WgmmaRs8Layout.widen): byte e = label(r0, k_e) | label(r1, k_e) << 4 with
+    the labels of e4m3_linear_label (what int4_to_e4m3x8 of the nvidia backend reads): its lo output (low nibbles)
+    is register a[2 sub] (row r0), its hi output a[2 sub + 1] (row r1);
+  * e4m3, table widening ("prmt"): nibble e = label(r0, k_e), nibble 4 + e = label(r1, k_e), label = the
+    two's-complement code with bits 2 and 3 swapped (what int4n8_to_e4m3x8_x reads), outputs as above;
   * s8: byte e = code(r0, k_e) | code(r1, k_e) << 4: (w << 4) & 0xF0F0F0F0 is a[2 sub] as 16 x code and
     w & 0xF0F0F0F0 is a[2 sub + 1] (the scales carry 1/16, as in the W4A8 wgmma layout).
-Scales: fp32 [K/group, N] in natural column order (group 128, or K for per-channel scales; s8: times 1/16)."""
+Scales: fp32 [K/group, N] in natural column order (group 128, or K for per-channel scales; s8: times 1/16; e4m3 with
+the linear widening: times 2^9)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,6 +26,8 @@ from humming.errors import ShapeError, UnsupportedOnDevice
 
 RS8_BC = 64  # channels per slab (one warpgroup's rows of A)
 RS8_BK = 128  # k per stage (four k32 steps, one group of 128)
+WIDENINGS = ("linear", "prmt")  # WgmmaRs8Layout.widen
+WIDEN_ENV = "HUMMING_WGMMA_W4A8_WIDEN"  # "prmt": the table widening (humming.api reads it)
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,10 @@ class WgmmaRs8Layout:
     # e4m3 fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1; per-channel scales): the wide form's wgmmas accumulate across
     # stages in the tensor core instead of promoting each stage's partial into fp32 registers (faster, ~2x the error)
     fast_accum: bool = False
+    # e4m3: how the codes are widened: "linear" (int4_to_e4m3x8 of the nvidia backend, 7 instructions a word, labels
+    # e4m3_linear_label in the s8 nibble order, scales times 2^9) or "prmt" (int4n8_to_e4m3x8_x, 9 instructions and
+    # four lookup tables, labels e4m3_label); HUMMING_WGMMA_W4A8_WIDEN=prmt asks for the second
+    widen: str = "linear"
 
 
 @dataclass
@@ -58,22 +67,36 @@ def e4m3_label(code: torch.Tensor) -> torch.Tensor:
     return (code & 0x3) | ((code & 0x4) << 1) | ((code & 0x8) >> 1)
 
 
-def pack_int4_rs(codes: torch.Tensor, a_type: str) -> torch.Tensor:
+# two's-complement code c (value c, or c - 16 from 8) -> the linear widening's label: v + 8 for v >= 0, -v for -7..-1,
+# 0 for -8 (what e4m3x4_of_labels of the nvidia backend turns into the e4m3 byte of v * 2^-9)
+LINEAR_LABELS = (8, 9, 10, 11, 12, 13, 14, 15, 0, 7, 6, 5, 4, 3, 2, 1)
+LINEAR_SCALE = 512.0  # 2^9: the linear widening's bytes are the codes' values times 2^-9; the scales carry it back
+
+
+def e4m3_linear_label(code: torch.Tensor) -> torch.Tensor:
+    """4-bit two's-complement codes -> the linear widening's labels (LINEAR_LABELS)."""
+    return torch.tensor(LINEAR_LABELS, dtype=torch.int64, device=code.device)[code.to(torch.int64) & 0xF]
+
+
+def pack_int4_rs(codes: torch.Tensor, a_type: str, widen: str = "linear") -> torch.Tensor:
     """4-bit codes [N, K] (low nibbles; N % 64 == 0, K % 128 == 0) -> int32 words in the order of the module
     docstring."""
     n, k = codes.shape
     if n % RS8_BC or k % RS8_BK:
         raise ShapeError(f"N={n} must be a multiple of {RS8_BC} and K={k} of {RS8_BK} for the register-A layout")
     c = (codes.to(torch.int64) & 0xF)
+    if a_type == "e4m3" and widen not in WIDENINGS:
+        raise ValueError(f"the register-A layout widens e4m3 by {' or '.join(WIDENINGS)}, not {widen!r}")
+    linear = a_type == "e4m3" and widen == "linear"
     if a_type == "e4m3":
-        c = e4m3_label(c)
+        c = e4m3_linear_label(c) if linear else e4m3_label(c)
     # rows: slab, w, h (r0 / r1), g ; k: kt, ks, sub, q, e
     c = c.view(n // 64, 4, 2, 8, k // 128, 4, 2, 4, 4)
     # -> slab kt w [ks sub] [g q] h e
     c = c.permute(0, 4, 1, 5, 6, 3, 7, 2, 8)  # slab kt w ks sub g q h e
-    if a_type == "e4m3":
+    if a_type == "e4m3" and not linear:
         shifts = (4 * (torch.arange(2).view(2, 1) * 4 + torch.arange(4).view(1, 4))).to(torch.int64)  # h e -> nibble
-    elif a_type == "s8":
+    elif a_type in ("s8", "e4m3"):
         shifts = (8 * torch.arange(4).view(1, 4) + 4 * torch.arange(2).view(2, 1)).to(torch.int64)  # byte e, nibble h
     else:
         raise UnsupportedOnDevice(f"the register-A W4A8 layout widens to s8 or e4m3, not {a_type}")
@@ -117,10 +140,11 @@ def rs8_refusal(scheme, n: int, k: int, a_type: str) -> str:
     return ""
 
 
-def prepare_w4a8_rs(qw, act_dtype: torch.dtype, a_type: str, fast_accum: bool = False) -> PackedWgmmaRs8:
+def prepare_w4a8_rs(qw, act_dtype: torch.dtype, a_type: str, fast_accum: bool = False,
+                    widen: str = "linear") -> PackedWgmmaRs8:
     """Signed int4 weights with group-128 or per-channel scales -> the register-A wgmma W4A8 kernel's operands.
     ``fast_accum`` (e4m3 only; ignored for s8, whose int32 sums are exact): the layout asks for the fast-accumulation
-    form where the planner has one (WgmmaRs8Layout.fast_accum)."""
+    form where the planner has one (WgmmaRs8Layout.fast_accum). ``widen`` (e4m3): WgmmaRs8Layout.widen."""
     act_name(act_dtype)
     n, k = qw.shape
     why = rs8_refusal(qw.scheme, n, k, a_type)
@@ -132,9 +156,12 @@ def prepare_w4a8_rs(qw, act_dtype: torch.dtype, a_type: str, fast_accum: bool = 
     scales = qw.scale_values().to(torch.float32).reshape(n, -1)
     if a_type == "s8":
         scales = scales * S8_FROM_INT4_SCALE  # exact (a power of two)
+    elif widen == "linear":
+        scales = scales * LINEAR_SCALE  # exact (a power of two)
     table = scales.t().contiguous()  # [K/group, N]
     out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
     device = qw.packed.device
     bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
-    layout = WgmmaRs8Layout(a_type, n, k, group, fast_accum=bool(fast_accum) and a_type == "e4m3")
-    return PackedWgmmaRs8(layout, pack_int4_rs(qw.codes(), a_type).to(device), table, None, bias, out_scale)
+    widen = widen if a_type == "e4m3" else "linear"
+    layout = WgmmaRs8Layout(a_type, n, k, group, fast_accum=bool(fast_accum) and a_type == "e4m3", widen=widen)
+    return PackedWgmmaRs8(layout, pack_int4_rs(qw.codes(), a_type, widen).to(device), table, None, bias, out_scale)

@@ -196,6 +196,7 @@ class Plan:
             parts8 = (self.family, self.path, tuple(self.instruction.shape), self.instruction.a_type, self.act, t,
                       self.async_copy, getattr(self.layout, "weight_bits", 8), getattr(self.layout, "group", 0),
                       *(("fast_accum",) if getattr(self.layout, "fast_accum", False) else ()),
+                      *(("prmt",) if getattr(self.layout, "widen", "linear") == "prmt" else ()),
                       *(("block",) if getattr(self.layout, "weight_scale", "") == "block" else ()),
                       *(("e2m1",) if getattr(self.layout, "weight_format", "") == "e2m1" else ()),
                       *(("pdl",) if self.pdl else ()), *(("stsm",) if getattr(t, "stsm", 0) else ()),

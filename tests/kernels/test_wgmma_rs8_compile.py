@@ -11,12 +11,13 @@ import pytest
 import torch
 from test_wgmma_compile import _read_map, _store_map  # the validated descriptor / swizzle model
 from test_widen_bit_tricks import _tables as _widen_tables  # the widening's tables and its bit-exact emulation
+from test_widen_bit_tricks import linear_word as _linear_word
 from test_widen_bit_tricks import per_word as _widen_word
 
 import humming
 from humming import api
 from humming.core.compiler import compile_cuda
-from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout, e4m3_label, prepare_w4a8_rs
+from humming.core.layout_wgmma_rs8 import LINEAR_SCALE, WgmmaRs8Layout, e4m3_label, e4m3_linear_label, prepare_w4a8_rs
 from humming.core.nvrtc import select_toolchain
 from humming.core.planner_wgmma_rs8 import ENV, OUT_PAD, PATH, plan_w4a8_wgmma_rs
 from humming.core.quantize import quantize_activation
@@ -121,8 +122,9 @@ def test_wide_form_compiles(a_type, group, act, chain, monkeypatch):
     # two slabs of codes (+ the group scales), in the producer loop and (PDL) in the loop of the first stages
     assert bulk == (3 if group else 2) * (2 if p.pdl else 1), bulk
     assert "st.shared.f32" in ptx and "ld.shared.f32" in ptx  # the token scales through shared memory (+ group scales)
-    if a_type == "e4m3":  # the widening's tables are loaded once, not rebuilt per byte permute
-        assert "int4n8_to_e4m3x8_x(" in src and "const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4);" in src
+    if a_type == "e4m3":  # the linear widening (the default): no tables (the prmt widening loads them once)
+        assert "int4_to_e4m3x8(wq[j >> 2][j & 3], a[j >> 1][2 * (j & 1)], a[j >> 1][2 * (j & 1) + 1]);" in src
+        assert "int4n8_to_e4m3x8_x(" not in src.split("__global__")[1] and "la0 = lds_32" not in src
     # the lane's slot addresses carry a loaded zero, so ptxas keeps them in registers instead of recomputing them
     assert "zero = lds_32(held0 + 16);" in src and "lane * 16 + zero;" in src
     assert ("lds_f32(slane + s * S_BYTES + 32)" in src) == bool(group)  # the group scales (per channel: loaded once)
@@ -204,7 +206,8 @@ def _check_kernel_indexing(src: str) -> None:
         "const int tab = slab * 64 + 16 * w + g;",
         *(("int4n8_to_e4m3x8_x(wq[s][j >> 2][j & 3], la0, la1, lb0, lb1, a[j >> 1][2 * (j & 1)], "
            "a[j >> 1][2 * (j & 1) + 1]);",) if "int4n8_to_e4m3x8_x(wq" in src else
-          ("a[j >> 1][2 * (j & 1)] = ", "a[j >> 1][2 * (j & 1) + 1] = ")),
+          ("int4_to_e4m3x8(wq[s][j >> 2][j & 3], a[j >> 1][2 * (j & 1)], a[j >> 1][2 * (j & 1) + 1]);",)
+          if "int4_to_e4m3x8(wq" in src else ("a[j >> 1][2 * (j & 1)] = ", "a[j >> 1][2 * (j & 1) + 1] = ")),
         "copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + ((size_t)32 * i * K + kt * BK) : A, ok);",
         "const uint64_t desc_x = make_smem_desc(x0 + (kt % STAGES) * X_BYTES);",
         # two 64-token halves into two partials (the default chain; per token the same sums as one 128-token partial)
@@ -224,12 +227,20 @@ def _lut_from_prmt() -> torch.Tensor:
     return torch.tensor([_widen_word(label, *tables)[0] & 0xFF for label in range(16)], dtype=torch.int64)
 
 
-def _widen(word: torch.Tensor, a_type: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _lut_linear() -> torch.Tensor:
+    """label -> e4m3 byte of the backend's linear widening (emulated bit for bit in test_widen_bit_tricks)."""
+    return torch.tensor([_linear_word(label)[0] & 0xFF for label in range(16)], dtype=torch.int64)
+
+
+def _widen(word: torch.Tensor, a_type: str, widen: str = "linear") -> tuple[torch.Tensor, torch.Tensor]:
     """(register of row g, register of row g + 8) as [..., 4] byte values (k order) of one 32-bit code word."""
     if a_type == "s8":
         lo = ((word << 4) & 0xF0F0F0F0)
         hi = word & 0xF0F0F0F0
         return ([(lo >> (8 * e)) & 0xFF for e in range(4)], [(hi >> (8 * e)) & 0xFF for e in range(4)])
+    if widen == "linear":  # byte e: the label of row g in the low nibble, of row g + 8 in the high one
+        lut = _lut_linear()
+        return ([lut[(word >> (8 * e)) & 0xF] for e in range(4)], [lut[(word >> (8 * e + 4)) & 0xF] for e in range(4)])
     lut = _lut_from_prmt()
     return ([lut[(word >> (4 * e)) & 0xF] for e in range(4)], [lut[(word >> (16 + 4 * e)) & 0xF] for e in range(4)])
 
@@ -245,6 +256,9 @@ def test_int4_to_e4m3_table_is_exact():
     lut = _lut_from_prmt()
     vals = _byte_value(lut[e4m3_label(torch.arange(16))], "e4m3")  # code -> its label -> the widened byte
     assert vals.tolist() == [float(c - 16 if c >= 8 else c) for c in range(16)]
+    lut = _lut_linear()
+    vals = _byte_value(lut[e4m3_linear_label(torch.arange(16))], "e4m3") * LINEAR_SCALE
+    assert vals.tolist() == [float(c - 16 if c >= 8 else c) for c in range(16)]
 
 
 def _warpgroup_a(packed, a_type: str, slab: int, kt: int, ks: int) -> torch.Tensor:
@@ -258,7 +272,7 @@ def _warpgroup_a(packed, a_type: str, slab: int, kt: int, ks: int) -> torch.Tens
     for sub in range(2):
         j = 2 * ks + sub
         word = words[slab * ktiles * 1024 + kt * 1024 + w_ * 256 + (j >> 2) * 128 + lane * 4 + (j & 3)]
-        lo, hi = _widen(word, a_type)
+        lo, hi = _widen(word, a_type, packed.layout.widen)
         for h, regs in ((0, lo), (1, hi)):  # a[ks][2 sub + h]: row g + 8h, k 16 sub + 4q + e
             for e in range(4):
                 rows, cols = 16 * w_ + g + 8 * h, 16 * sub + 4 * q + e
@@ -326,9 +340,10 @@ def _emulate(p, packed, codes: torch.Tensor, token_scale: torch.Tensor, dtype) -
     return out
 
 
-@pytest.mark.parametrize("a_type,group,act", [("e4m3", 128, "f16"), ("s8", 128, "bf16"), ("e4m3", None, "bf16"),
-                                              ("s8", None, "f16")])
-def test_emulated_kernel_matches_reference(a_type, group, act, monkeypatch):
+@pytest.mark.parametrize("a_type,group,act,widen", [("e4m3", 128, "f16", "linear"), ("e4m3", 128, "f16", "prmt"),
+                                                    ("s8", 128, "bf16", "linear"), ("e4m3", None, "bf16", "linear"),
+                                                    ("s8", None, "f16", "linear")])
+def test_emulated_kernel_matches_reference(a_type, group, act, widen, monkeypatch):
     # the emulation models the promoted loop (s8 per channel: its int32 sums across stages are GPU-tested,
     # tests/gpu/test_wgmma_rs8_direct_gpu.py)
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_DIRECT", "0")
@@ -338,7 +353,8 @@ def test_emulated_kernel_matches_reference(a_type, group, act, monkeypatch):
     sch = _scheme(a_type, group)
     bias = torch.randn(n).to(dtype)
     qw = humming.quantize(torch.randn(n, k) * 0.05, sch, bias=bias)
-    packed = prepare_w4a8_rs(qw, dtype, a_type)
+    packed = prepare_w4a8_rs(qw, dtype, a_type, widen=widen)
+    assert packed.layout.widen == widen
     # the emulation models the lock-step kernel's copies; the producer variant computes the same way (GPU-tested)
     p = plan_w4a8_wgmma_rs(_caps(), packed.layout, m, act, scheme=sch.name, producer=False)
     # (the epilogue's 16-bit staging stores: test_wgmma_rs_stsm_compile proves the default stmatrix staging puts every

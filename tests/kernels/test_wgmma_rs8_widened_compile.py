@@ -61,7 +61,7 @@ def test_converters_widen_into_the_slots(scheme, slots, stages, monkeypatch, com
     assert any("converter warps" in r for r in p.reasons) and f"u{slots}" in p.kernel_name
     src = api.source(p)
     loop = _consumer_loop(src)
-    widen = "int4n8_to_e4m3x8_x(" if scheme == "w4a8-fp8" else "s8x16_lo("
+    widen = "int4_to_e4m3x8(" if scheme == "w4a8-fp8" else "s8x16_lo("
     assert widen not in loop and "prmt" not in loop  # the consumers only load their fragments
     assert loop.count("lds_128(a[ks], alane + u * A_BYTES + ks * (THREADS * 16));") == 1
     assert loop.count("mbar_wait(") == 1 and "mbar_arrive(xbar0 + 8 * (STAGES + s))" in loop  # one wait, one release

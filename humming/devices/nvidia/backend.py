@@ -943,6 +943,26 @@ __device__ __forceinline__ void int4n8_to_e4m3x8_x(uint32_t w, uint32_t a0, uint
 }
 """
 
+# the register-A W4A8 kernel's int4 -> e4m3 widening without tables (WgmmaRs8Layout.widen "linear", the default)
+RS8_WIDEN_LINEAR_T = r"""// the register-A W4A8 kernel's int4 -> e4m3 widening, both halves of a word (lo: the low nibble of each byte, hi: the
+// high nibble) in 7 instructions and no tables. The e4m3 bytes 0x00-0x08 are 0..8 x 2^-9 (the subnormals and the first
+// binade are evenly spaced) and 0x80-0x88 their negatives, so a value v of -8..7 is the byte sign | |v| at a scale of
+// 2^-9 (the layout's scales carry 2^9). The layout stores label x = v + 8 for v >= 0, -v for -7..-1 and 0 for -8
+// (humming.core.layout_wgmma_rs8.e4m3_linear_label). With t = x + 0x77 (no carry leaves the byte): bit 7 of t is set
+// iff x >= 9 (v > 0) and bit 3 iff 1 <= x <= 8, so the byte is x's bits 0-2 (|v| mod 8), 0x08 where x == 0 (bit 3 set in
+// neither t nor x) and 0x80 where x <= 8 (bit 7 clear in t): one lop3 on t and x.
+__device__ __forceinline__ uint32_t e4m3x4_of_labels(uint32_t x) {   // four labels, one in each byte's low nibble
+  const uint32_t t = x + 0x77777777u;
+  uint32_t r;   // (x & ~0x88888888) | (~(t | x) & 0x88888888): lop3 table 0x46 on (t, x, 0x88888888)
+  asm("lop3.b32 %0, %1, %2, 0x88888888, 0x46;\n" : "=r"(r) : "r"(t), "r"(x));
+  return r;
+}
+__device__ __forceinline__ void int4_to_e4m3x8(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = e4m3x4_of_labels(w & 0x0F0F0F0Fu);
+  hi = e4m3x4_of_labels((w >> 4) & 0x0F0F0F0Fu);
+}
+"""
+
 # the wide W4A8 form's stream-K: the block index re-read where used (a volatile read, so the compiler recomputes what
 # depends on it instead of keeping it live), and a barrier of one consumer warpgroup (named barriers 3 and 4)
 STREAMK_RS8_EXTRA = r"""__device__ __forceinline__ int block_y() { int r; asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(r)); return r; }
@@ -1109,6 +1129,7 @@ def wgmma_rs8_prelude(backend: NvidiaBackend, request: HelperRequest, n: int, pr
     if n not in request.mma.n_values:
         raise ValueError(f"wgmma n={n} is not a declared N of {request.mma.describe()}")
     parts = [COMMON, ASYNC_COPY, ACT2[request.act], WGMMA_COMMON, WGMMA_RS_EXTRA, WGMMA_W4A8, RS8_WIDEN_T,
+             RS8_WIDEN_LINEAR_T,
              _wgmma_k32_rs_helper(request.mma.a_type, n)]
     if producer:  # a producer warpgroup brings the activations in by TMA (tma, mbarrier, setmaxnreg declared)
         if request.caps is not None and not request.caps.memory.setmaxnreg:
