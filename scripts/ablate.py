@@ -37,15 +37,6 @@ MMA_SYNC_HELPERS = r"""__device__ __forceinline__ void sm_mma16816(float* c, con
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 """
-# the register-A W4A8 widening of 2026-12-01 (two's-complement codes; the prevwiden_rs8 variant)
-PREV_WIDEN = r"""__device__ __forceinline__ void prev_widen(uint32_t w, uint32_t p0, uint32_t p1, uint32_t n0, uint32_t n1,
-                                           uint32_t& lo, uint32_t& hi) {
-  const uint32_t sel = w & 0x77777777u;
-  const uint32_t pick = lop3_and_or(w >> 1, 0x44444444u, 0x32103210u);
-  lo = prmt_b32(prmt_b32(p0, p1, sel), prmt_b32(n0, n1, sel), pick);
-  hi = prmt_b32(prmt_b32(p0, p1, sel >> 16), prmt_b32(n0, n1, sel >> 16), pick >> 16);
-}
-"""
 MMA_SYNC_STAGE = r"""if (first) {
         #pragma unroll
         for (int i = 0; i < WG_ACC_REGS; ++i) tmp[i] = 0.0f;
@@ -289,22 +280,12 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # of each partial row pair is kept (wrong results): what the widening and the per-group promotion cost at M = 4096.
     # (Dropping every promotion leaves the partials unread and ptxas then deletes the wgmmas themselves: the
     # fifteenth session's "nopromote_rs8" timed a kernel without tensor math.)
-    "nowiden_rs8": [(r"int4n8_to_e4m3x8_x\((wq\[j >> 2\]\[j & 3\]), la0, la1, lb0, lb1, (a\[[^;]*\]), (a\[[^;]*\])\);",
-                     r"{ \2 = \1; \3 = \1 >> 16; }")],
-    # the same kernel with the widening of 2026-12-01 (11 instructions a word: an AND for the lookups' selectors, a
-    # shift and a LOP3 for the byte picks, 6 byte permutes) instead of 9: what the relabelled codes save (the bytes
-    # are wrong on the relabelled layout: a timing variant)
-    "prevwiden_rs8": [(r'(extern "C" __global__)', PREV_WIDEN.replace("\\", "\\\\") + r"\1"),
-                      (r"int4n8_to_e4m3x8_x\((wq\[j >> 2\]\[j & 3\]), la0, la1, lb0, lb1, (a\[[^;]*\]), (a\[[^;]*\])\);",
-                       r"prev_widen(\1, la0, la1, lb0, lb1, \2, \3);")],
-    # the wide / stream-K W4A8 forms with the widening's tables and the lane's slot addresses computed (ptxas then
-    # recomputes them at every stage: 297 instead of 281 instructions) instead of loaded from shared memory (correct)
+    "nowiden_rs8": [(r"int4_to_e4m3x8\((wq\[j >> 2\]\[j & 3\]), (a\[[^;]*\]), (a\[[^;]*\])\);",
+                     r"{ \2 = \1; \3 = \1 >> 4; }")],
+    # the wide / stream-K W4A8 forms with the lane's slot addresses computed (ptxas then recomputes them at every
+    # stage) instead of carrying a zero loaded from shared memory (correct; until 2026-12-02 also the widening's tables)
     "unheld_rs8": [(r"const uint32_t held0 = smem_u32\(held\), zero = lds_32\(held0 \+ 16\);",
-                    "const uint32_t zero = 0u, keep = (uint32_t)(tid >> 30);"),
-                   (r"const uint32_t la0 = lds_32\(held0\), la1 = lds_32\(held0 \+ 4\);",
-                    "const uint32_t la0 = 0x44403800u + keep, la1 = 0x3533312Fu + keep;"),
-                   (r"const uint32_t lb0 = lds_32\(held0 \+ 8\), lb1 = lds_32\(held0 \+ 12\);",
-                    "const uint32_t lb0 = 0x4E4C4A48u + keep, lb1 = 0xB8C0C4C8u + keep;")],
+                    "const uint32_t zero = 0u;")],
     # the wide / stream-K W4A8 forms building each stage's activation descriptor (9 more uniform instructions a stage)
     # instead of adding the slot's offset to slot 0's (correct)
     "undesc0_rs8": [(r"desc0 \+ \(uint64_t\)\(s \* \(X_BYTES >> 4\)\)", "make_smem_desc(x0 + s * X_BYTES)")],
@@ -367,15 +348,6 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                          "      __syncwarp();\n      if (lane == 0) {\n        fence_proxy_async_smem();\n"
                          "        mbar_arrive(xbar0 + 8 * (STAGES + (kt - 1) % STAGES));\n"
                          "        mbar_arrive(xbar0 + 8 * (STAGES + s));\n      }\n    }")],
-    # the widening's high-half selectors by a multiply-high with 65536 (an IMAD.HI on the FMA pipe; 65536 + the held
-    # zero, so ptxas cannot fold it into a shift) instead of a shift on the ALU pipe (correct): 16 of the stage's ALU
-    # instructions moved to the pipe the promotions use
-    "mulshift_rs8": [(r"hi = prmt_b32\(a0, a1, w >> 16\) \^ prmt_b32\(b0, b1, wf >> 16\);",
-                      "hi = prmt_b32(a0, a1, __umulhi(w, k16)) ^ prmt_b32(b0, b1, __umulhi(wf, k16));"),
-                     (r"(void int4n8_to_e4m3x8_x\(uint32_t w, uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1,\n\s*"
-                      r"uint32_t& lo, uint32_t& hi)\)", r"\1, uint32_t k16)"),
-                     (r"(int4n8_to_e4m3x8_x\(wq\[j >> 2\]\[j & 3\], la0, la1, lb0, lb1, a\[[^;]*\], a\[[^;]*\])\);",
-                      r"\1, 65536u + zero);")],
     # the wide W4A8 form over half of K (wrong results): 2 t(half) - t(full) is each tile's fixed part (launch,
     # pipeline fill, epilogue) over the grid
     "half_rs8": [(r"const int ktiles = K / BK;", "const int ktiles = K / BK / 2;")],

@@ -84,7 +84,7 @@ def _loop(n: int) -> str:
         "    uint32_t a[4][4];",
         "    #pragma unroll",
         "    for (int j = 0; j < 8; ++j)",
-        "      int4n8_to_e4m3x8_x(wq[j >> 2][j & 3], la0, la1, lb0, lb1, a[j >> 1][2 * (j & 1)], a[j >> 1][2 * (j & 1) + 1]);",
+        "      int4_to_e4m3x8(wq[j >> 2][j & 3], a[j >> 1][2 * (j & 1)], a[j >> 1][2 * (j & 1) + 1]);",
         "    const uint64_t desc_x = desc0 + (uint64_t)(s * (X_BYTES >> 4));",
         "    // the running sums into units of this group's scale (at kt = 0 they are 0)",
         "    const float r0 = sp0 * rcp_approx(sc0), r1 = sp1 * rcp_approx(sc1);",

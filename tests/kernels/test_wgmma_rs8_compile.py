@@ -440,3 +440,41 @@ def test_wide_form_programmatic_dependent_launch(a_type, group, monkeypatch, com
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_CLUSTER", "2")
     cl = plan_w4a8_wgmma_rs(caps, lay, 4096, "f16", scheme=SCHEME[a_type])
     assert cl.tiles.cluster and not cl.pdl
+
+
+def test_widening_switch_picks_layout_and_kernel(monkeypatch):
+    """HUMMING_WGMMA_W4A8_WIDEN: unset, the linear widening (no tables, scales times 2^9); "prmt", the table widening
+    (its four tables held in registers), a kernel of its own name; anything else is refused with the choices. The
+    table form compiles for sm_90a without spills."""
+    _need_sm90a()
+    monkeypatch.delenv("HUMMING_WGMMA_W4A8_WIDEN", raising=False)
+    linear = humming.plan("w4a8-fp8", 4096, 8192, 8192, profile=H200)
+    assert linear.layout.widen == "linear"
+    src = api.source(linear, _caps())
+    body = src.split("__global__")[1]
+    assert "int4_to_e4m3x8(" in body and "int4n8_to_e4m3x8_x(" not in body and "la0" not in body
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_WIDEN", "prmt")
+    table = humming.plan("w4a8-fp8", 4096, 8192, 8192, profile=H200)
+    assert table.layout.widen == "prmt" and table.kernel_name != linear.kernel_name
+    src = api.source(table, _caps())
+    body = src.split("__global__")[1]
+    assert "int4n8_to_e4m3x8_x(" in body and "const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4);" in body
+    log = compile_cuda(src, [table.kernel_name], "sm_90a", options=("--ptxas-options=-v",), cache=False).log
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", log)]
+    assert spills and max(spills) == 0, log
+    assert humming.plan("w4a8-int8", 4096, 8192, 8192, profile=H200).layout.widen == "linear"  # s8: one widening
+    monkeypatch.setenv("HUMMING_WGMMA_W4A8_WIDEN", "lut")
+    with pytest.raises(ValueError, match="linear, prmt"):
+        humming.plan("w4a8-fp8", 4096, 8192, 8192, profile=H200)
+
+
+def test_linear_layout_scales_carry_two_to_the_ninth():
+    """The linear widening's bytes are the codes' values times 2^-9: its packed scales are the table widening's times
+    2^9 (exactly), its words differ, and the s8 layout ignores the choice."""
+    torch.manual_seed(3)
+    qw = humming.quantize(torch.randn(128, 256) * 0.05, _scheme("e4m3", 128))
+    lin, tab = prepare_w4a8_rs(qw, torch.float16, "e4m3"), prepare_w4a8_rs(qw, torch.float16, "e4m3", widen="prmt")
+    assert (lin.layout.widen, tab.layout.widen) == ("linear", "prmt")
+    assert torch.equal(lin.scales, tab.scales * LINEAR_SCALE) and not torch.equal(lin.qweight, tab.qweight)
+    with pytest.raises(ValueError, match="not 'lut'"):
+        prepare_w4a8_rs(qw, torch.float16, "e4m3", widen="lut")
