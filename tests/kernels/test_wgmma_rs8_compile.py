@@ -449,13 +449,14 @@ def test_widening_switch_picks_layout_and_kernel(monkeypatch):
     _need_sm90a()
     monkeypatch.delenv("HUMMING_WGMMA_W4A8_WIDEN", raising=False)
     linear = humming.plan("w4a8-fp8", 4096, 8192, 8192, profile=H200)
-    assert linear.layout.widen == "linear"
+    assert linear.layout.widen == "linear" and "int4 -> e4m3, linear" in linear.explain()
     src = api.source(linear, _caps())
     body = src.split("__global__")[1]
     assert "int4_to_e4m3x8(" in body and "int4n8_to_e4m3x8_x(" not in body and "la0" not in body
     monkeypatch.setenv("HUMMING_WGMMA_W4A8_WIDEN", "prmt")
     table = humming.plan("w4a8-fp8", 4096, 8192, 8192, profile=H200)
     assert table.layout.widen == "prmt" and table.kernel_name != linear.kernel_name
+    assert "int4 -> e4m3 by tables (HUMMING_WGMMA_W4A8_WIDEN=prmt)" in table.explain()
     src = api.source(table, _caps())
     body = src.split("__global__")[1]
     assert "int4n8_to_e4m3x8_x(" in body and "const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4);" in body
