@@ -131,7 +131,7 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
             from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
 
             layout = WgmmaRs8Layout(choice.a_type, n, k, rs8_group(sch, k), fast_accum=_rs8_fast_accum(choice),
-                                    widen=_rs8_widen(choice))
+                                    widen=_w4a8_widen(choice))
             p = plan_w4a8_wgmma_rs(caps, layout, m, act, scheme=sch.name)
             return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         if sch.weight in ("int4", "e2m1") and _wgmma_eligible(caps, choice, sch, m, n, k):  # W4A8 on wgmma
@@ -142,7 +142,8 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
             p = plan_w4a8_wgmma(caps, layout, m, act, scheme=sch.name)
             return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         if sch.weight in ("int4", "e2m1"):
-            layout = W4A8Layout(choice.a_type, n, k, sch.weight_scale.group_size or k, weight_format=sch.weight)
+            layout = W4A8Layout(choice.a_type, n, k, sch.weight_scale.group_size or k, weight_format=sch.weight,
+                                widen=_w4a8_widen(choice) if sch.weight == "int4" else "linear")
         elif _wgmma_eligible(caps, choice, sch, m, n, k):  # unless HUMMING_WGMMA=0: the plan that gemm runs
             from humming.core.layout_wgmma import WgmmaW8A8Layout
             from humming.core.planner_wgmma import plan_w8a8_wgmma
@@ -792,10 +793,10 @@ def _wgmma_fast_accum() -> bool:
     return os.environ.get(WGMMA_FAST_ACCUM_ENV, "") == "1"
 
 
-def _rs8_widen(choice) -> str:
-    """The register-A W4A8 kernel's e4m3 widening (WgmmaRs8Layout.widen): "linear" unless
-    HUMMING_WGMMA_W4A8_WIDEN=prmt asks for the table widening; s8 has one widening ("linear" in the layout)."""
-    from humming.core.layout_wgmma_rs8 import WIDEN_ENV, WIDENINGS
+def _w4a8_widen(choice) -> str:
+    """The W4A8 kernels' int4 -> e4m3 widening (WgmmaRs8Layout.widen, W4A8Layout.widen): "linear" unless
+    HUMMING_W4A8_WIDEN=prmt asks for the table widening; s8 has one widening ("linear" in the layouts)."""
+    from humming.core.layout import WIDEN_ENV, WIDENINGS
 
     value = os.environ.get(WIDEN_ENV, "") or "linear"
     if value not in WIDENINGS:
@@ -1056,7 +1057,7 @@ def _w4a8_wgmma_rs_handle(x: torch.Tensor, qw, caps, choice) -> int:
     from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
-    fast, widen = _rs8_fast_accum(choice), _rs8_widen(choice)
+    fast, widen = _rs8_fast_accum(choice), _w4a8_widen(choice)
     key = ("w4a8-wgmma-rs8", x.dtype, x.device, caps.name, widen) + (("fast_accum",) if fast else ())
     handle = cache.get(key)
     if handle is None:
@@ -1077,7 +1078,7 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
 
     n, k = qw.shape
     cache = qw.__dict__.setdefault("_humming_prepared", {})
-    key = ("w8a8", x.dtype, x.device, caps.name)
+    key = ("w8a8", x.dtype, x.device, caps.name, _w4a8_widen(choice))
     handle = cache.get(key)
     if choice.family == "tcgen05":  # compiled, never validated: reached only with HUMMING_UNVERIFIED_KERNELS=1
         handle = _w8a8_tcgen05_handle(x, qw, caps, choice)
@@ -1088,7 +1089,7 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
         handle = _w8a8_wgmma_handle(x, qw, caps, choice)
     elif handle is None:
         if qw.scheme.weight in ("int4", "e2m1"):
-            packed = prepare_w4a8(qw.to(x.device), x.dtype, choice.a_type)
+            packed = prepare_w4a8(qw.to(x.device), x.dtype, choice.a_type, widen=_w4a8_widen(choice))
         else:
             packed = prepare_w8a8(qw.to(x.device), x.dtype, choice.a_type)
         run_arch = _emulation_arch(caps)

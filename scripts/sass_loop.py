@@ -25,7 +25,7 @@ from collections import Counter
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 _LINE = re.compile(r"^\s+/\*([0-9a-f]+)\*/\s+(.*?);", re.M)
-_MMA = re.compile(r"\b(?:[QHI]GMMA|HMMA|IMMA|UTCHMMA|UTCQMMA|UTCIMMA|UTCOMMA)\b")
+_MMA = re.compile(r"\b(?:[QHI]GMMA|HMMA|IMMA|QMMA|UTCHMMA|UTCQMMA|UTCIMMA|UTCOMMA)\b")
 
 
 def main_loop(sass: str) -> tuple[list[str], int]:

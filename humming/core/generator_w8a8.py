@@ -24,6 +24,11 @@ def w8a8_kernel_source(plan, backend, caps=None) -> str:
     if int4:
         prelude += _INT4_HELPERS
         widen = _WIDEN[(plan.layout.weight_format, plan.layout.a_type)]
+        if (plan.layout.weight_format, plan.layout.a_type) == ("int4", "e4m3") and plan.layout.widen == "linear":
+            from humming.devices.nvidia.backend import E4M3_OF_LABELS_T
+
+            prelude += E4M3_OF_LABELS_T
+            widen = "e4m3x4_of_labels"  # the layout's labels, an add and a lop3 per 4 codes
     block = getattr(plan.layout, "weight_scale", "") == "block"  # 128x128 weight blocks, activations per 128 of K
     step_body = _int4_step(group, widen) if int4 else _INT8_STEP
     atom_tail = _group_rescale("atom", group) if int4 and group >= 64 else ""
@@ -206,7 +211,8 @@ __device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t t) {
 }
 """
 
-# (weight format, MMA type) -> the widening of four codes (low nibbles of the bytes of t)
+# (weight format, MMA type) -> the widening of four codes (low nibbles of the bytes of t); int4 -> e4m3 with the
+# layout's linear widening (W4A8Layout.widen, the default): e4m3x4_of_labels of the nvidia backend instead
 _WIDEN = {("int4", "s8"): "sext4x4", ("int4", "e4m3"): "int4x4_to_e4m3x4", ("e2m1", "e4m3"): "e2m1x4_to_e4m3x4"}
 
 

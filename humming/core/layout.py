@@ -373,6 +373,22 @@ def prepare_w8a8(qw, act_dtype: torch.dtype, a_type: str) -> PackedW8A8:
     return PackedW8A8(layout, pack_codes_k32(qw.codes().to(torch.uint8)), chan, bias, out_scale, blocks)
 
 
+# The W4A8 kernels' int4 -> e4m3 widening (their layouts' ``widen``): "linear" (the default; e4m3x4_of_labels of the
+# nvidia backend: an add and a lop3 per 4 codes, on labels stored with the weights, scales times 2^9) or "prmt" (byte-
+# permute lookup tables on the codes as they are); HUMMING_W4A8_WIDEN=prmt asks for the tables (humming.api reads it)
+WIDENINGS = ("linear", "prmt")
+WIDEN_ENV = "HUMMING_W4A8_WIDEN"
+# two's-complement code c (value c, or c - 16 from 8) -> the linear widening's label: v + 8 for v >= 0, -v for -7..-1,
+# 0 for -8 (what e4m3x4_of_labels turns into the e4m3 byte of v * 2^-9)
+LINEAR_LABELS = (8, 9, 10, 11, 12, 13, 14, 15, 0, 7, 6, 5, 4, 3, 2, 1)
+LINEAR_SCALE = 512.0  # 2^9: the linear widening's bytes are the codes' values times 2^-9; the scales carry it back
+
+
+def e4m3_linear_label(code: torch.Tensor) -> torch.Tensor:
+    """4-bit two's-complement codes -> the linear widening's labels (LINEAR_LABELS)."""
+    return torch.tensor(LINEAR_LABELS, dtype=torch.int64, device=code.device)[code.to(torch.int64) & 0xF]
+
+
 @dataclass(frozen=True)
 class W4A8Layout:
     """4-bit weights widened exactly to the 8-bit MMA type in registers (W4A8): int4 -> s8 or e4m3,
@@ -384,6 +400,8 @@ class W4A8Layout:
     group: int  # scale group along K (a multiple of 32 dividing K; K itself for per-channel)
     weight_bits: int = 4
     weight_format: str = "int4"  # "int4" | "e2m1"
+    # int4 -> e4m3: "linear" (labels e4m3_linear_label, scales times 2^9) or "prmt" (the codes as they are, tables)
+    widen: str = "linear"
 
 
 @dataclass
@@ -424,9 +442,9 @@ def pack_codes_k32_int4(codes: torch.Tensor) -> torch.Tensor:
     return byte.to(torch.uint8).contiguous().view(torch.int32).reshape(-1)
 
 
-def prepare_w4a8(qw, act_dtype: torch.dtype, a_type: str = "s8") -> PackedW4A8:
+def prepare_w4a8(qw, act_dtype: torch.dtype, a_type: str = "s8", widen: str = "linear") -> PackedW4A8:
     """Repack 4-bit weights (signed int4, or e2m1 for e4m3 activations) with group (or channel) scales for the
-    8-bit kernel's W4A8 variant."""
+    8-bit kernel's W4A8 variant. ``widen`` (int4 -> e4m3): W4A8Layout.widen."""
     from humming.core.formats import get as get_format
 
     act_name(act_dtype)
@@ -448,10 +466,18 @@ def prepare_w4a8(qw, act_dtype: torch.dtype, a_type: str = "s8") -> PackedW4A8:
     perm = _act_order_perm(qw.g_idx, k, group, codes.device) if spec.granularity == "group" else None
     if perm is not None:  # per-token activation quantization is permutation-invariant: gather x instead
         codes = codes[:, perm]
+    if widen not in WIDENINGS:
+        raise ValueError(f"the W4A8 layout widens int4 to e4m3 by {' or '.join(WIDENINGS)}, not {widen!r}")
+    linear = is_int4 and a_type == "e4m3" and widen == "linear"
+    if linear:
+        codes = e4m3_linear_label(codes)
     scales = qw.scale_values().to(torch.float32).reshape(n, -1)
+    if linear:
+        scales = scales * LINEAR_SCALE  # exact (a power of two)
     table = permute_columns_accum(scales.t().contiguous())  # [K/group, N], applied to the accumulators
     out_scale = 1.0 if qw.global_scale is None else float(qw.global_scale)
     device = qw.packed.device
     bias = None if qw.bias is None else qw.bias.to(device=device, dtype=act_dtype).contiguous()
-    layout = W4A8Layout(a_type, n, k, group, weight_format="int4" if is_int4 else "e2m1")
+    layout = W4A8Layout(a_type, n, k, group, weight_format="int4" if is_int4 else "e2m1",
+                        widen="linear" if not (is_int4 and a_type == "e4m3") else widen)
     return PackedW4A8(layout, pack_codes_k32_int4(codes), table, None, bias, out_scale, perm)

@@ -20,14 +20,19 @@ from dataclasses import dataclass
 
 import torch
 
-from humming.core.layout import act_name
+from humming.core.layout import (  # noqa: F401  (the linear widening's labels, shared with the mma.sync W4A8 kernel)
+    LINEAR_LABELS,
+    LINEAR_SCALE,
+    WIDEN_ENV,
+    WIDENINGS,
+    act_name,
+    e4m3_linear_label,
+)
 from humming.core.layout_wgmma import S8_FROM_INT4_SCALE
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 RS8_BC = 64  # channels per slab (one warpgroup's rows of A)
 RS8_BK = 128  # k per stage (four k32 steps, one group of 128)
-WIDENINGS = ("linear", "prmt")  # WgmmaRs8Layout.widen
-WIDEN_ENV = "HUMMING_WGMMA_W4A8_WIDEN"  # "prmt": the table widening (humming.api reads it)
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class WgmmaRs8Layout:
     fast_accum: bool = False
     # e4m3: how the codes are widened: "linear" (int4_to_e4m3x8 of the nvidia backend, 7 instructions a word, labels
     # e4m3_linear_label in the s8 nibble order, scales times 2^9) or "prmt" (int4n8_to_e4m3x8_x, 9 instructions and
-    # four lookup tables, labels e4m3_label); HUMMING_WGMMA_W4A8_WIDEN=prmt asks for the second
+    # four lookup tables, labels e4m3_label); HUMMING_W4A8_WIDEN=prmt asks for the second
     widen: str = "linear"
 
 
@@ -65,17 +70,6 @@ class PackedWgmmaRs8:
 def e4m3_label(code: torch.Tensor) -> torch.Tensor:
     """4-bit two's-complement codes -> the e4m3 widening's labels: bits 2 and 3 swapped (an involution)."""
     return (code & 0x3) | ((code & 0x4) << 1) | ((code & 0x8) >> 1)
-
-
-# two's-complement code c (value c, or c - 16 from 8) -> the linear widening's label: v + 8 for v >= 0, -v for -7..-1,
-# 0 for -8 (what e4m3x4_of_labels of the nvidia backend turns into the e4m3 byte of v * 2^-9)
-LINEAR_LABELS = (8, 9, 10, 11, 12, 13, 14, 15, 0, 7, 6, 5, 4, 3, 2, 1)
-LINEAR_SCALE = 512.0  # 2^9: the linear widening's bytes are the codes' values times 2^-9; the scales carry it back
-
-
-def e4m3_linear_label(code: torch.Tensor) -> torch.Tensor:
-    """4-bit two's-complement codes -> the linear widening's labels (LINEAR_LABELS)."""
-    return torch.tensor(LINEAR_LABELS, dtype=torch.int64, device=code.device)[code.to(torch.int64) & 0xF]
 
 
 def pack_int4_rs(codes: torch.Tensor, a_type: str, widen: str = "linear") -> torch.Tensor:

@@ -400,11 +400,11 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     if a_type == "s8":
         src = "int4 -> s8 (16 x code; the scales carry 1/16)"
     elif getattr(layout, "widen", "linear") == "prmt":
-        src = ("int4 -> e4m3 by tables (HUMMING_WGMMA_W4A8_WIDEN=prmt): codes stored with bits 2 and 3 swapped, two "
+        src = ("int4 -> e4m3 by tables (HUMMING_W4A8_WIDEN=prmt): codes stored with bits 2 and 3 swapped, two "
                "byte-permute lookups and an xor per 4 codes")
     else:
         src = ("int4 -> e4m3, linear: each value the e4m3 byte sign | magnitude at 2^-9 (the scales carry 2^9), from "
-               "labels stored with the weights by one add and one lop3 per 4 codes; HUMMING_WGMMA_W4A8_WIDEN=prmt: "
+               "labels stored with the weights by one add and one lop3 per 4 codes; HUMMING_W4A8_WIDEN=prmt: "
                "byte-permute tables")
     promotion = ("group 128" if group == 128 else "per-channel scales") + ": each stage's 128-deep partial is waited " \
         "and added into fp32 registers times the scale of the thread's two channels"

@@ -6,6 +6,7 @@ import re
 
 import pytest
 import torch
+from test_widen_bit_tricks import linear_word  # the linear widening emulated bit for bit
 
 import humming
 from humming import api
@@ -61,7 +62,11 @@ def test_compiles_with_the_intended_mma(caps, scheme, choice):
         if int4 and choice.a_type == "s8":
             assert "mul.lo.s32" in mod.ptx or "mul.lo.u32" in mod.ptx or "mad.lo" in mod.ptx  # the sign extension
         if int4 and choice.a_type == "e4m3":
-            assert "prmt.b32" in mod.ptx  # the table widening
+            if sch.weight == "int4":  # the linear widening (the default): its lop3 table, no byte permutes
+                assert "lop3.b32" in mod.ptx and ", 0x88888888, 0x46;" in api.source(p, caps)
+                assert "prmt.b32" not in mod.ptx
+            else:
+                assert "prmt.b32" in mod.ptx  # e2m1: the table widening
         if caps.name in ("nvidia-b300", "nvidia-rubin"):
             assert p.path == "legacy" and "kind::i8 not available" in p.explain()
 
@@ -101,19 +106,23 @@ def test_k32_nibble_layout_matches_the_kernel_indexing():
             assert (word >> (8 * e + 4)) & 0xF == int(codes[nn, kk + 16])
 
 
-@pytest.mark.parametrize("scheme", ["w4a8-int8", "w4a8-int8[group_size=32]", "w4a8-fp8", "w4a8-mxfp4",
-                                    "w4a8-int8[act_order=true]"])
-def test_w4a8_emulated_arithmetic_matches_reference(scheme):
+@pytest.mark.parametrize("scheme,widen", [("w4a8-int8", "linear"), ("w4a8-int8[group_size=32]", "linear"),
+                                          ("w4a8-fp8", "linear"), ("w4a8-fp8", "prmt"), ("w4a8-mxfp4", "linear"),
+                                          ("w4a8-int8[act_order=true]", "linear")])
+def test_w4a8_emulated_arithmetic_matches_reference(scheme, widen):
     """What the W4A8 kernel computes, in torch: codes from the packed nibble layout, widened (int4 sign
-    extension; int4/e2m1 -> e4m3 are exact, so their values), partial sums per group times the fp32 group
-    scales, per-token activation scales; must equal the reference."""
+    extension; int4/e2m1 -> e4m3 are exact, so their values; int4 -> e4m3 by the linear widening: its labels through
+    the backend's e4m3x4_of_labels, emulated bit for bit, bytes of the values times 2^-9 against scales times 2^9),
+    partial sums per group times the fp32 group scales, per-token activation scales; must equal the reference."""
     sch = humming.schemes.get(scheme)
     torch.manual_seed(len(scheme))
     n, k, m = 128, 256, 5
     group = sch.weight_scale.group_size
     qw = humming.quantize(torch.randn(n, k) * 0.05, sch)
     a_type = "s8" if sch.act == "int8" else "e4m3"
-    pk = prepare_w4a8(qw, torch.float16, a_type)
+    pk = prepare_w4a8(qw, torch.float16, a_type, widen=widen)
+    linear = (sch.weight, a_type) == ("int4", "e4m3") and widen == "linear"
+    assert pk.layout.widen == ("prmt" if (sch.weight, a_type, widen) == ("int4", "e4m3", "prmt") else "linear")
     assert (pk.perm is not None) == sch.act_order
     words = pk.qweight.view(n // 64, k // 64, 4, 32, 4).to(torch.int64) & 0xFFFFFFFF
     codes = torch.empty(n, k, dtype=torch.int64)
@@ -124,7 +133,11 @@ def test_w4a8_emulated_arithmetic_matches_reference(scheme):
         kk = torch.arange(k // 64)[None, :] * 64 + s * 32 + 4 * q + e
         codes[nn, kk] = (w >> (8 * e)) & 0xF
         codes[nn, kk + 16] = (w >> (8 * e + 4)) & 0xF
-    wq = humming.formats.get(sch.weight).decode(codes.to(torch.uint8)).double()
+    if linear:  # label -> the e4m3 byte the kernel makes of it (a word of one label in every byte's low nibble)
+        byte = torch.tensor([linear_word(label * 0x01010101)[0] & 0xFF for label in range(16)], dtype=torch.uint8)
+        wq = byte[codes].view(torch.float8_e4m3fn).double()
+    else:
+        wq = humming.formats.get(sch.weight).decode(codes.to(torch.uint8)).double()
     # the kernel's scale read: accumulator column t*8 + 2*(lane % 4) + j of atom a takes the table entry at
     # a*64 + (lane % 4)*16 + t*2 + j
     scales = torch.empty(k // group, n, dtype=pk.scales.dtype)
@@ -168,3 +181,23 @@ def test_widening_tables_are_exact():
             code = torch.tensor([c], dtype=torch.uint8)
             assert e4m3.decode(torch.tensor([(as_int4 >> (8 * i)) & 0xFF], dtype=torch.uint8)) == int4.decode(code)
             assert e4m3.decode(torch.tensor([(as_e2m1 >> (8 * i)) & 0xFF], dtype=torch.uint8)) == e2m1.decode(code)
+
+
+def test_w4a8_widening_switch_on_the_mma_sync_kernel(monkeypatch):
+    """HUMMING_W4A8_WIDEN picks the int4 -> e4m3 widening of the mma.sync W4A8 kernel too: unset, the linear one
+    (labels, scales times 2^9, e4m3x4_of_labels); "prmt", the byte-permute tables on the codes as stored, a kernel of
+    its own name; the plan says which."""
+    monkeypatch.delenv("HUMMING_W4A8_WIDEN", raising=False)
+    linear = humming.plan("w4a8-fp8", 1024, 1024, 2048, profile="nvidia-l40s")
+    assert linear.layout.widen == "linear" and "int4 -> e4m3, linear" in linear.explain()
+    src = api.source(linear)
+    assert "WIDEN(" not in src and "e4m3x4_of_labels(q[e] & 0x0F0F0F0Fu)" in src
+    monkeypatch.setenv("HUMMING_W4A8_WIDEN", "prmt")
+    table = humming.plan("w4a8-fp8", 1024, 1024, 2048, profile="nvidia-l40s")
+    assert table.layout.widen == "prmt" and table.kernel_name != linear.kernel_name
+    assert "int4x4_to_e4m3x4(q[e] & 0x0F0F0F0Fu)" in api.source(table) and "by tables" in table.explain()
+    assert humming.plan("w4a8-mxfp4", 1024, 1024, 2048, profile="nvidia-l40s").layout.widen == "linear"  # e2m1: one
+    torch.manual_seed(5)
+    qw = humming.quantize(torch.randn(128, 256) * 0.05, humming.schemes.get("w4a8-fp8"))
+    lin, tab = prepare_w4a8(qw, torch.float16, "e4m3"), prepare_w4a8(qw, torch.float16, "e4m3", widen="prmt")
+    assert torch.equal(lin.scales, tab.scales * 512.0) and not torch.equal(lin.qweight, tab.qweight)

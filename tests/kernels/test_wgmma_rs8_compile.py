@@ -443,20 +443,20 @@ def test_wide_form_programmatic_dependent_launch(a_type, group, monkeypatch, com
 
 
 def test_widening_switch_picks_layout_and_kernel(monkeypatch):
-    """HUMMING_WGMMA_W4A8_WIDEN: unset, the linear widening (no tables, scales times 2^9); "prmt", the table widening
+    """HUMMING_W4A8_WIDEN: unset, the linear widening (no tables, scales times 2^9); "prmt", the table widening
     (its four tables held in registers), a kernel of its own name; anything else is refused with the choices. The
     table form compiles for sm_90a without spills."""
     _need_sm90a()
-    monkeypatch.delenv("HUMMING_WGMMA_W4A8_WIDEN", raising=False)
+    monkeypatch.delenv("HUMMING_W4A8_WIDEN", raising=False)
     linear = humming.plan("w4a8-fp8", 4096, 8192, 8192, profile=H200)
     assert linear.layout.widen == "linear" and "int4 -> e4m3, linear" in linear.explain()
     src = api.source(linear, _caps())
     body = src.split("__global__")[1]
     assert "int4_to_e4m3x8(" in body and "int4n8_to_e4m3x8_x(" not in body and "la0" not in body
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_WIDEN", "prmt")
+    monkeypatch.setenv("HUMMING_W4A8_WIDEN", "prmt")
     table = humming.plan("w4a8-fp8", 4096, 8192, 8192, profile=H200)
     assert table.layout.widen == "prmt" and table.kernel_name != linear.kernel_name
-    assert "int4 -> e4m3 by tables (HUMMING_WGMMA_W4A8_WIDEN=prmt)" in table.explain()
+    assert "int4 -> e4m3 by tables (HUMMING_W4A8_WIDEN=prmt)" in table.explain()
     src = api.source(table, _caps())
     body = src.split("__global__")[1]
     assert "int4n8_to_e4m3x8_x(" in body and "const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4);" in body
@@ -464,7 +464,7 @@ def test_widening_switch_picks_layout_and_kernel(monkeypatch):
     spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", log)]
     assert spills and max(spills) == 0, log
     assert humming.plan("w4a8-int8", 4096, 8192, 8192, profile=H200).layout.widen == "linear"  # s8: one widening
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_WIDEN", "lut")
+    monkeypatch.setenv("HUMMING_W4A8_WIDEN", "lut")
     with pytest.raises(ValueError, match="linear, prmt"):
         humming.plan("w4a8-fp8", 4096, 8192, 8192, profile=H200)
 

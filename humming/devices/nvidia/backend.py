@@ -943,13 +943,12 @@ __device__ __forceinline__ void int4n8_to_e4m3x8_x(uint32_t w, uint32_t a0, uint
 }
 """
 
-# the register-A W4A8 kernel's int4 -> e4m3 widening without tables (WgmmaRs8Layout.widen "linear", the default)
-RS8_WIDEN_LINEAR_T = r"""// the register-A W4A8 kernel's int4 -> e4m3 widening, both halves of a word (lo: the low nibble of each byte, hi: the
-// high nibble) in 7 instructions and no tables. The e4m3 bytes 0x00-0x08 are 0..8 x 2^-9 (the subnormals and the first
-// binade are evenly spaced) and 0x80-0x88 their negatives, so a value v of -8..7 is the byte sign | |v| at a scale of
-// 2^-9 (the layout's scales carry 2^9). The layout stores label x = v + 8 for v >= 0, -v for -7..-1 and 0 for -8
-// (humming.core.layout_wgmma_rs8.e4m3_linear_label). With t = x + 0x77 (no carry leaves the byte): bit 7 of t is set
-// iff x >= 9 (v > 0) and bit 3 iff 1 <= x <= 8, so the byte is x's bits 0-2 (|v| mod 8), 0x08 where x == 0 (bit 3 set in
+# the W4A8 kernels' int4 -> e4m3 widening without tables (the layouts' widen "linear", the default): four labels
+E4M3_OF_LABELS_T = r"""// int4 -> e4m3 without tables, four codes a call. The e4m3 bytes 0x00-0x08 are 0..8 x 2^-9 (the subnormals and the
+// first binade are evenly spaced) and 0x80-0x88 their negatives, so a value v of -8..7 is the byte sign | |v| at a
+// scale of 2^-9 (the layouts' scales carry 2^9). The layouts store label x = v + 8 for v >= 0, -v for -7..-1 and 0 for
+// -8 (humming.core.layout.e4m3_linear_label). With t = x + 0x77 (no carry leaves the byte): bit 7 of t is set iff
+// x >= 9 (v > 0) and bit 3 iff 1 <= x <= 8, so the byte is x's bits 0-2 (|v| mod 8), 0x08 where x == 0 (bit 3 set in
 // neither t nor x) and 0x80 where x <= 8 (bit 7 clear in t): one lop3 on t and x.
 __device__ __forceinline__ uint32_t e4m3x4_of_labels(uint32_t x) {   // four labels, one in each byte's low nibble
   const uint32_t t = x + 0x77777777u;
@@ -957,7 +956,11 @@ __device__ __forceinline__ uint32_t e4m3x4_of_labels(uint32_t x) {   // four lab
   asm("lop3.b32 %0, %1, %2, 0x88888888, 0x46;\n" : "=r"(r) : "r"(t), "r"(x));
   return r;
 }
-__device__ __forceinline__ void int4_to_e4m3x8(uint32_t w, uint32_t& lo, uint32_t& hi) {
+"""
+
+# the register-A W4A8 kernel's widening of a word: both halves (lo: the low nibble of each byte, hi: the high nibble)
+# in 7 instructions (WgmmaRs8Layout.widen "linear")
+RS8_WIDEN_LINEAR_T = E4M3_OF_LABELS_T + r"""__device__ __forceinline__ void int4_to_e4m3x8(uint32_t w, uint32_t& lo, uint32_t& hi) {
   lo = e4m3x4_of_labels(w & 0x0F0F0F0Fu);
   hi = e4m3x4_of_labels((w >> 4) & 0x0F0F0F0Fu);
 }
