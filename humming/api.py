@@ -1058,7 +1058,8 @@ def _w4a8_wgmma_rs_handle(x: torch.Tensor, qw, caps, choice) -> int:
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
     fast, widen = _rs8_fast_accum(choice), _w4a8_widen(choice)
-    key = ("w4a8-wgmma-rs8", x.dtype, x.device, caps.name, widen) + (("fast_accum",) if fast else ())
+    key = (("w4a8-wgmma-rs8", x.dtype, x.device, caps.name) + (("fast_accum",) if fast else ())
+           + (("prmt",) if widen == "prmt" else ()))
     handle = cache.get(key)
     if handle is None:
         packed = prepare_w4a8_rs(qw.to(x.device), x.dtype, choice.a_type, fast_accum=fast, widen=widen)
@@ -1078,7 +1079,8 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
 
     n, k = qw.shape
     cache = qw.__dict__.setdefault("_humming_prepared", {})
-    key = ("w8a8", x.dtype, x.device, caps.name, _w4a8_widen(choice))
+    widen = _w4a8_widen(choice) if qw.scheme.weight == "int4" else "linear"
+    key = ("w8a8", x.dtype, x.device, caps.name) + (("prmt",) if widen == "prmt" else ())
     handle = cache.get(key)
     if choice.family == "tcgen05":  # compiled, never validated: reached only with HUMMING_UNVERIFIED_KERNELS=1
         handle = _w8a8_tcgen05_handle(x, qw, caps, choice)
@@ -1089,7 +1091,7 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
         handle = _w8a8_wgmma_handle(x, qw, caps, choice)
     elif handle is None:
         if qw.scheme.weight in ("int4", "e2m1"):
-            packed = prepare_w4a8(qw.to(x.device), x.dtype, choice.a_type, widen=_w4a8_widen(choice))
+            packed = prepare_w4a8(qw.to(x.device), x.dtype, choice.a_type, widen=widen)
         else:
             packed = prepare_w8a8(qw.to(x.device), x.dtype, choice.a_type)
         run_arch = _emulation_arch(caps)
