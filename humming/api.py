@@ -10,7 +10,7 @@ import torch
 
 from humming.core import widen
 from humming.core.generator import kernel_source
-from humming.core.layout import PackedWeight, act_name, layout_for, prepare
+from humming.core.layout import WIDEN_ENV, PackedWeight, act_name, checked_widening, layout_for, prepare
 from humming.core.planner import Plan, plan_wna16
 from humming.core.tuning import choose_plan
 from humming.errors import HummingError, SchemeError, ShapeError, UnsupportedOnDevice
@@ -143,7 +143,7 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
             return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         if sch.weight in ("int4", "e2m1"):
             layout = W4A8Layout(choice.a_type, n, k, sch.weight_scale.group_size or k, weight_format=sch.weight,
-                                widen=_w4a8_widen(choice) if sch.weight == "int4" else "linear")
+                                widen=_w4a8_widen(choice, sch.weight))
         elif _wgmma_eligible(caps, choice, sch, m, n, k):  # unless HUMMING_WGMMA=0: the plan that gemm runs
             from humming.core.layout_wgmma import WgmmaW8A8Layout
             from humming.core.planner_wgmma import plan_w8a8_wgmma
@@ -793,15 +793,11 @@ def _wgmma_fast_accum() -> bool:
     return os.environ.get(WGMMA_FAST_ACCUM_ENV, "") == "1"
 
 
-def _w4a8_widen(choice) -> str:
+def _w4a8_widen(choice, weight: str = "int4") -> str:
     """The W4A8 kernels' int4 -> e4m3 widening (WgmmaRs8Layout.widen, W4A8Layout.widen): "linear" unless
-    HUMMING_W4A8_WIDEN=prmt asks for the table widening; s8 has one widening ("linear" in the layouts)."""
-    from humming.core.layout import WIDEN_ENV, WIDENINGS
-
-    value = os.environ.get(WIDEN_ENV, "") or "linear"
-    if value not in WIDENINGS:
-        raise ValueError(f"{WIDEN_ENV}={value!r}: the register-A W4A8 widening is one of {', '.join(WIDENINGS)}")
-    return value if choice.a_type == "e4m3" else "linear"
+    HUMMING_W4A8_WIDEN=prmt asks for the table widening; s8 activations and e2m1 weights have one ("linear")."""
+    value = checked_widening(os.environ.get(WIDEN_ENV, "") or "linear", WIDEN_ENV)
+    return value if (choice.a_type, weight) == ("e4m3", "int4") else "linear"
 
 
 def _rs8_fast_accum(choice) -> bool:
@@ -1079,7 +1075,7 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
 
     n, k = qw.shape
     cache = qw.__dict__.setdefault("_humming_prepared", {})
-    widen = _w4a8_widen(choice) if qw.scheme.weight == "int4" else "linear"
+    widen = _w4a8_widen(choice, qw.scheme.weight)
     key = ("w8a8", x.dtype, x.device, caps.name) + (("prmt",) if widen == "prmt" else ())
     handle = cache.get(key)
     if choice.family == "tcgen05":  # compiled, never validated: reached only with HUMMING_UNVERIFIED_KERNELS=1

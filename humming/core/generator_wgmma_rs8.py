@@ -746,7 +746,6 @@ def _converter_loop(lay) -> str:
     if lay.a_type == "e4m3":
         widen = e4m3_widen_call(lay.widen, "wq[ks >> 1][2 * (ks & 1) + e]", "f[2 * e]", "f[2 * e + 1]")
     else:
-        tables = ""
         widen = "{ f[2 * e] = s8x16_lo(wq[ks >> 1][2 * (ks & 1) + e]); f[2 * e + 1] = s8x16_hi(wq[ks >> 1][2 * (ks & 1) + e]); }"
     return f"""    if (warp > THREADS / 32) {{  // ---- the converter warps: every stage's weights widened into a slot of fragments
 {tables}      const int c = tid - THREADS - 32;   // converter thread 0 .. CONVERTERS - 1

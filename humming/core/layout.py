@@ -384,6 +384,19 @@ LINEAR_LABELS = (8, 9, 10, 11, 12, 13, 14, 15, 0, 7, 6, 5, 4, 3, 2, 1)
 LINEAR_SCALE = 512.0  # 2^9: the linear widening's bytes are the codes' values times 2^-9; the scales carry it back
 
 
+def checked_widening(value: str, source: str) -> str:
+    """``value`` if it names a widening of WIDENINGS, else ValueError naming ``source`` and the choices."""
+    if value not in WIDENINGS:
+        raise ValueError(f"{source}: the W4A8 int4 -> e4m3 widening is one of {', '.join(WIDENINGS)}, not {value!r}")
+    return value
+
+
+# what a plan says of the linear widening (both W4A8 kernels read it the same way)
+LINEAR_WIDENING_REASON = ("int4 -> e4m3, linear: each value the e4m3 byte sign | magnitude at 2^-9 (the scales carry "
+                          "2^9), from labels stored with the weights by one add and one lop3 per 4 codes "
+                          f"({WIDEN_ENV}=prmt: byte-permute tables)")
+
+
 def e4m3_linear_label(code: torch.Tensor) -> torch.Tensor:
     """4-bit two's-complement codes -> the linear widening's labels (LINEAR_LABELS)."""
     return torch.tensor(LINEAR_LABELS, dtype=torch.int64, device=code.device)[code.to(torch.int64) & 0xF]
@@ -466,8 +479,7 @@ def prepare_w4a8(qw, act_dtype: torch.dtype, a_type: str = "s8", widen: str = "l
     perm = _act_order_perm(qw.g_idx, k, group, codes.device) if spec.granularity == "group" else None
     if perm is not None:  # per-token activation quantization is permutation-invariant: gather x instead
         codes = codes[:, perm]
-    if widen not in WIDENINGS:
-        raise ValueError(f"the W4A8 layout widens int4 to e4m3 by {' or '.join(WIDENINGS)}, not {widen!r}")
+    checked_widening(widen, "prepare_w4a8")
     linear = is_int4 and a_type == "e4m3" and widen == "linear"
     if linear:
         codes = e4m3_linear_label(codes)

@@ -26,6 +26,7 @@ from humming.core.layout import (  # noqa: F401  (the linear widening's labels, 
     WIDEN_ENV,
     WIDENINGS,
     act_name,
+    checked_widening,
     e4m3_linear_label,
 )
 from humming.core.layout_wgmma import S8_FROM_INT4_SCALE
@@ -79,8 +80,8 @@ def pack_int4_rs(codes: torch.Tensor, a_type: str, widen: str = "linear") -> tor
     if n % RS8_BC or k % RS8_BK:
         raise ShapeError(f"N={n} must be a multiple of {RS8_BC} and K={k} of {RS8_BK} for the register-A layout")
     c = (codes.to(torch.int64) & 0xF)
-    if a_type == "e4m3" and widen not in WIDENINGS:
-        raise ValueError(f"the register-A layout widens e4m3 by {' or '.join(WIDENINGS)}, not {widen!r}")
+    if a_type == "e4m3":
+        checked_widening(widen, "the register-A layout")
     linear = a_type == "e4m3" and widen == "linear"
     if a_type == "e4m3":
         c = e4m3_linear_label(c) if linear else e4m3_label(c)

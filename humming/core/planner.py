@@ -741,11 +741,10 @@ def plan_w8a8(caps, layout, m: int, act: str, choice, scheme: str = "",
     if int4 and not (group % tiles.bk == 0 or tiles.bk % group == 0):
         raise ShapeError(f"group size {group} must divide or be a multiple of the {tiles.bk}-wide k tile")
     if int4 and (getattr(layout, "weight_format", ""), getattr(layout, "a_type", "")) == ("int4", "e4m3"):
+        from humming.core.layout import LINEAR_WIDENING_REASON
+
         reasons.append("int4 -> e4m3 by tables (HUMMING_W4A8_WIDEN=prmt): two byte-permute lookups per 4 codes"
-                       if getattr(layout, "widen", "linear") == "prmt" else
-                       "int4 -> e4m3, linear: each value the e4m3 byte sign | magnitude at 2^-9 (the scales carry 2^9), "
-                       "from labels stored with the weights by one add and one lop3 per 4 codes "
-                       "(HUMMING_W4A8_WIDEN=prmt: byte-permute tables)")
+                       if getattr(layout, "widen", "linear") == "prmt" else LINEAR_WIDENING_REASON)
     if splits is None:
         tiles_mn = math.ceil(m / tiles.bm) * (n // tiles.bn)
         occ = max(1, min(limit // max(smem_bytes, 1), 2048 // tiles.threads, 4))

@@ -403,9 +403,9 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
         src = ("int4 -> e4m3 by tables (HUMMING_W4A8_WIDEN=prmt): codes stored with bits 2 and 3 swapped, two "
                "byte-permute lookups and an xor per 4 codes")
     else:
-        src = ("int4 -> e4m3, linear: each value the e4m3 byte sign | magnitude at 2^-9 (the scales carry 2^9), from "
-               "labels stored with the weights by one add and one lop3 per 4 codes; HUMMING_W4A8_WIDEN=prmt: "
-               "byte-permute tables")
+        from humming.core.layout import LINEAR_WIDENING_REASON
+
+        src = LINEAR_WIDENING_REASON
     promotion = ("group 128" if group == 128 else "per-channel scales") + ": each stage's 128-deep partial is waited " \
         "and added into fp32 registers times the scale of the thread's two channels"
     if chain not in form.n_values:
