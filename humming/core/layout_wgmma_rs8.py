@@ -20,15 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from humming.core.layout import (  # noqa: F401  (the linear widening's labels, shared with the mma.sync W4A8 kernel)
-    LINEAR_LABELS,
-    LINEAR_SCALE,
-    WIDEN_ENV,
-    WIDENINGS,
-    act_name,
-    checked_widening,
-    e4m3_linear_label,
-)
+from humming.core.layout import LINEAR_SCALE, act_name, checked_widening, e4m3_linear_label
 from humming.core.layout_wgmma import S8_FROM_INT4_SCALE
 from humming.errors import ShapeError, UnsupportedOnDevice
 

@@ -17,7 +17,8 @@ from test_widen_bit_tricks import per_word as _widen_word
 import humming
 from humming import api
 from humming.core.compiler import compile_cuda
-from humming.core.layout_wgmma_rs8 import LINEAR_SCALE, WgmmaRs8Layout, e4m3_label, e4m3_linear_label, prepare_w4a8_rs
+from humming.core.layout import LINEAR_SCALE, e4m3_linear_label
+from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout, e4m3_label, prepare_w4a8_rs
 from humming.core.nvrtc import select_toolchain
 from humming.core.planner_wgmma_rs8 import ENV, OUT_PAD, PATH, plan_w4a8_wgmma_rs
 from humming.core.quantize import quantize_activation

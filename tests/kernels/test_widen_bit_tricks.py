@@ -8,7 +8,8 @@ import re
 import torch
 
 from humming.core import generator_wgmma_rs8
-from humming.core.layout_wgmma_rs8 import LINEAR_LABELS, LINEAR_SCALE, e4m3_label, e4m3_linear_label
+from humming.core.layout import LINEAR_LABELS, LINEAR_SCALE, e4m3_linear_label
+from humming.core.layout_wgmma_rs8 import e4m3_label
 from humming.devices.nvidia.backend import RS8_WIDEN_LINEAR_T, RS8_WIDEN_T, RS8_WIDEN_TABLES
 
 
