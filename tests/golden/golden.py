@@ -1,0 +1,383 @@
+"""The golden record of every generated kernel: a guard that restructuring the code keeps each plan and each
+kernel's source byte for byte.
+
+A *case* is a planning question asked through the public API (profile, scheme, M, N, K, activation type, group
+size, and a variant setting), or one of the tuner's candidate plans. Its *record* is what the code answers: the
+kernel's name, the SHA-256 of its CUDA source, the launch shape (grid, threads, cluster, PDL), shared memory,
+workspace and the plan's reasons; or the error it raises.
+
+    python tests/golden/golden.py --write            record the current code's answers (tests/golden/kernels.json.gz)
+    python tests/golden/golden.py --check            compare (what tests/golden/test_golden.py does)
+    python tests/golden/golden.py --write-reasons    rewrite only the reasons and error messages (wording changes),
+                                                     refusing if anything else differs
+
+Cases run with a clean environment: no ``HUMMING_*`` variable of the caller's, no user tuning file (the shipped
+tuning data applies), so the record depends on the code alone.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import hashlib
+import itertools
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+GOLDEN = Path(__file__).resolve().parent / "kernels.json.gz"
+
+# Ms: every bucket edge and the odd sizes the rules treat specially (fitted token tiles, rounds of tiles)
+MS_FULL = (1, 2, 3, 4, 5, 8, 9, 12, 16, 17, 24, 32, 33, 48, 64, 65, 80, 96, 100, 127, 128, 129, 160, 166, 167, 192,
+           200, 255, 256, 257, 300, 384, 385, 448, 512, 513, 600, 640, 768, 769, 896, 1000, 1024, 1025, 1500, 2048,
+           2049, 3000, 4096, 4097, 6000, 8192, 16384)
+MS_SHORT = (1, 4, 8, 16, 32, 64, 96, 128, 160, 192, 256, 300, 384, 512, 768, 1024, 2048, 4096, 8192)
+MS_FEW = (1, 8, 16, 64, 128, 256, 1024, 4096)
+# (N, K): the benchmark's shapes, a square one, a small one and a narrow one
+SHAPES_FULL = ((4096, 4096), (8192, 8192), (28672, 8192), (4096, 14336), (1024, 2048), (2048, 7168), (576, 7168))
+SHAPES_SHORT = ((4096, 4096), (8192, 8192), (28672, 8192), (4096, 14336))
+SHAPES_FEW = ((8192, 8192), (1024, 2048))
+HOPPER = ("nvidia-h200", "nvidia-h100", "nvidia-h20")
+UNVERIFIED = ("nvidia-b200", "nvidia-b300", "nvidia-rubin", "nvidia-thor", "nvidia-rtx-5090", "nvidia-gb10")
+
+# Variant settings, each with the profiles, schemes, Ms and shapes it is recorded over. A setting is a dict of
+# the switch names of the code being recorded (VARIANT_APPLY turns it into that code's mechanism).
+W4A16 = ("w4a16", "w4a16-zp", "w8a16", "w4a16-fp4", "w4a16-nvfp4", "mxint4", "w3a16")
+W8 = ("w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w8a8-fp8-block", "w4a8-int8", "w4a8-fp8", "w4a8-mxfp4")
+INT4_16 = ("w4a16", "w4a16-zp")
+W4A8 = ("w4a8-int8", "w4a8-fp8")
+VARIANTS: tuple[tuple[dict, tuple[str, ...], tuple[str, ...]], ...] = (
+    # (setting, schemes, profiles)
+    ({"HUMMING_WGMMA": "0"}, W8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_WNA16": "0"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS": "0"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS": "1"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_FAST_ACCUM": "1"}, W8, HOPPER[:1]),
+    ({"HUMMING_W4A8_WIDEN": "prmt"}, W4A8, HOPPER[:1] + ("nvidia-l40s", "nvidia-rtx-5090")),
+    ({"HUMMING_WGMMA_W4A8_RS": "0"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_CHAIN": "128"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_CHAIN": "64"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_STSM": "0"}, W4A16 + W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_WS": "0"}, W8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_WIDE_FROM": "128"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_STREAMK": "0"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_STREAMK": "132"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_PF": "3"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_DIRECT": "0"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_STAGGER": "0"}, W4A16 + W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_TMA": "0"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_PF": "3"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W8A8_TMA": "0"}, W8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_TMA": "1"}, W8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_TMA": "0"}, W8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_WS": "0"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_WIDENED": "1"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_WIDENED": "2"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_BT": "128"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_BT": "256"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_FIT_TILE": "0"}, W4A16 + W4A8, HOPPER[:1]),
+    ({"HUMMING_PDL": "0"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_PDL_PREFILL": "0"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_CLUSTER_SPLITS": "0"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_CLUSTER_SPLITS": "4"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_CLUSTER_SPLITS": "8"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_ACT_WIDEN": "0"}, W8, HOPPER + ("nvidia-a100", "nvidia-l40s", "nvidia-t4", "thead-zhenwu-810e")),
+    ({"HUMMING_ACT_WIDEN": "1"}, W8, HOPPER[:1] + ("nvidia-a100", "nvidia-l40s", "nvidia-rtx-5090")),
+    ({"HUMMING_WGMMA_W4A8_RS_STAGGER": "0"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_RASTER": "0"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_RASTER": "3"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_PDL": "1"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_L2NEXT": "0"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_CLUSTER": "0"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_W4A8_RS_CLUSTER": "2"}, W4A8, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_WS": "0"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_WS": "1"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_STREAMK": "0"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_SK_EARLY": "1"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_ROUNDS": "0"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_RASTER": "0"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_RASTER": "3"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_CLUSTER": "0"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS_CLUSTER": "2"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_STREAM_BULK": "1"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_TUNE": "0"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_UNVERIFIED_KERNELS": "1"}, None, UNVERIFIED),
+    ({"HUMMING_WGMMA": "0", "HUMMING_WGMMA_WNA16": "0"}, None, HOPPER[:1]),
+)
+
+
+def _apply_env(setting: dict) -> None:
+    for name, value in setting.items():
+        os.environ[name] = value
+
+
+VARIANT_APPLY = _apply_env  # how a variant setting reaches the code being recorded
+
+
+def _schemes() -> tuple[str, ...]:
+    from humming import schemes
+
+    return tuple(schemes.names())
+
+
+def _act_schemes() -> tuple[str, ...]:
+    from humming import schemes
+
+    return tuple(name for name in schemes.names() if schemes.get(name).act)
+
+
+def _profiles() -> tuple[str, ...]:
+    from humming.capabilities import list_profiles
+
+    return tuple(p.name for p in list_profiles())
+
+
+def cases():
+    """Every case: (key, kind, fields). kind "plan": humming.plan(scheme, m, n, k, profile, act) under a variant
+    setting; kind "cand": the tuner's candidate plans of one (profile, scheme, M, shape)."""
+    schemes = _schemes()
+    for profile in _profiles():
+        if profile == "nvidia-h200":
+            ms, shapes, acts = MS_FULL, SHAPES_FULL, ("f16", "bf16")
+        elif profile in HOPPER:
+            ms, shapes, acts = MS_SHORT, SHAPES_SHORT, ("f16",)
+        else:
+            ms, shapes, acts = MS_FEW, SHAPES_FEW, ("f16", "bf16")
+        for scheme, m, (n, k), act in itertools.product(schemes, ms, shapes, acts):
+            yield _plan_case(profile, scheme, m, n, k, act, None, {})
+    for profile in ("nvidia-h200", "nvidia-a100", "nvidia-t4"):  # other group sizes on one scheme
+        for group, m, (n, k) in itertools.product((32, 64, 256, 512, -1), MS_FEW, SHAPES_FEW):
+            for scheme in ("w4a16", "w4a16-zp", "w4a8-fp8"):
+                yield _plan_case(profile, scheme, m, n, k, "f16", group, {})
+    for setting, names, profiles in VARIANTS:
+        for profile in profiles:
+            shapes = SHAPES_SHORT if profile == "nvidia-h200" else SHAPES_FEW
+            for scheme, m, (n, k) in itertools.product(names or schemes, MS_SHORT, shapes):
+                yield _plan_case(profile, scheme, m, n, k, "f16", None, setting)
+    for profile in ("nvidia-h200", "nvidia-h20", "nvidia-a100"):
+        for scheme, m, (n, k) in itertools.product(("w4a16", "w8a16"), (1, 8, 16, 64, 128, 512, 1024),
+                                                    ((8192, 8192), (4096, 14336))):
+            yield f"cand|{profile}|{scheme}|f16|{m}|{n}x{k}", "cand", (profile, scheme, m, n, k, "f16")
+
+
+    for profile in ("nvidia-h200", "nvidia-a100", "nvidia-t4", "nvidia-rtx-5090", "nvidia-b300", "thead-zhenwu-810e"):
+        for scheme, dtype, k in itertools.product(_act_schemes(), ("f16", "bf16", "f32"), (64, 2048, 4096, 14336)):
+            for wide in ("", "f16", "bf16"):
+                yield f"aq|{profile}|{scheme}|{dtype}|{k}|{wide}", "aq", (profile, scheme, dtype, k, wide)
+
+
+def _plan_case(profile, scheme, m, n, k, act, group, setting):
+    env = ",".join(f"{a}={b}" for a, b in sorted(setting.items()))
+    key = f"plan|{profile}|{scheme}|{act}|{m}|{n}x{k}|g{group}|{env}"
+    return key, "plan", (profile, scheme, m, n, k, act, group, setting)
+
+
+@contextlib.contextmanager
+def clean_environment(setting: dict):
+    """No HUMMING_* variable of the caller's, no user tuning file, in-process decisions forgotten; then the
+    variant setting."""
+    saved = dict(os.environ)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            for name in [v for v in os.environ if v.startswith("HUMMING_")]:
+                del os.environ[name]
+            os.environ["HUMMING_TUNE_FILE"] = str(Path(tmp) / "none.json")
+            os.environ["HUMMING_CACHE_DIR"] = str(Path(tmp) / "kernels")
+            VARIANT_APPLY(setting)
+            _forget()
+            yield
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+            _forget()
+
+
+def _forget() -> None:
+    """Drop what the code remembers between calls that depends on the environment."""
+    from humming import api
+    from humming.core import tuning, widen
+
+    api._choices.clear()
+    api._wgmma_here.clear()
+    widen._decided.clear()
+    tuning.clear_memory()
+    tuning.tune_file.cache_clear() if hasattr(tuning.tune_file, "cache_clear") else None
+    for f in (getattr(tuning, "_shipped", None),):
+        if hasattr(f, "cache_clear"):
+            f.cache_clear()
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _record_plan(p, profile, sources: dict) -> dict:
+    from humming import api
+
+    src = api.source(p, profile)
+    name = p.kernel_name
+    sha = _sha(src)
+    # one kernel name on one profile has one body; its first comment line names the plan's M, N and K
+    shas = sources.setdefault(f"{profile}|{name}", [])
+    if sha not in shas:
+        shas.append(sha)
+    return {"kernel": name, "source": shas.index(sha), "grid": list(p.grid), "threads": p.threads, "smem": p.smem_bytes,
+            "workspace": p.workspace_floats, "cluster": list(p.cluster_dims or ()), "pdl": bool(p.pdl),
+            "path": p.path, "family": p.family, "splits": p.splits, "reasons": _intern(sources, p.reasons)}
+
+
+def _intern(tables: dict, words) -> int:
+    """The index of a tuple of reasons (or one message) in the record's table of wordings (shared by every case)."""
+    table = tables.setdefault("#words", {})
+    return table.setdefault(json.dumps(words), len(table))
+
+
+def _error(exc: BaseException, tables: dict) -> dict:
+    return {"error": type(exc).__name__, "message": _intern(tables, [str(exc)])}
+
+
+def run_case(kind: str, fields: tuple, sources: dict):
+    from humming import api
+
+    if kind == "plan":
+        profile, scheme, m, n, k, act, group, _setting = fields
+        try:
+            p = api.plan(scheme, m, n, k, profile=profile, act=act, group_size=group)
+            return _record_plan(p, profile, sources)
+        except Exception as exc:  # noqa: BLE001 - every answer is recorded, errors included
+            return _error(exc, sources)
+    if kind == "aq":
+        return _record_actquant(fields, sources)
+    profile, scheme, m, n, k, act = fields
+    from humming import schemes as _schemes_mod
+    from humming.capabilities import get_profile
+    from humming.core import tuning
+    from humming.core.layout import layout_for
+
+    caps = get_profile(profile)
+    try:
+        layout = layout_for(_schemes_mod.get(scheme), n, k, act, caps=caps)
+        plans = tuning.candidates(caps, layout, m, act, scheme)
+    except Exception as exc:  # noqa: BLE001
+        return _error(exc, sources)
+    out = {}
+    for p in plans:
+        tiles = ",".join(f"{a}={b}" for a, b in sorted(vars(p.tiles).items()) if b)
+        out[f"{p.path}|{tiles}|s{p.splits}"] = _record_plan(p, profile, sources)
+    return out
+
+
+def _record_actquant(fields: tuple, tables: dict):
+    """The activation-quantization kernel of a scheme's activations (``wide``: codes as exact 16-bit values)."""
+    from humming import schemes as _schemes_mod
+    from humming.actquant import activation_quant_source, plan_activation_quant
+    from humming.core.actquant import plan_actquant
+
+    profile, scheme, dtype, k, wide = fields
+    try:
+        if wide:
+            p = plan_actquant(_schemes_mod.get(scheme), dtype, k, wide=wide)
+        else:
+            p = plan_activation_quant(scheme, dtype, k, profile=profile)
+        src = activation_quant_source(p, profile)
+    except Exception as exc:  # noqa: BLE001
+        return _error(exc, tables)
+    shas = tables.setdefault(f"{profile}|{p.kernel_name}", [])
+    sha = _sha(src)
+    if sha not in shas:
+        shas.append(sha)
+    return {"kernel": p.kernel_name, "source": shas.index(sha), "threads": p.threads, "layout": p.layout,
+            "vec": p.vec, "reasons": _intern(tables, p.reasons)}
+
+
+def record_all(progress: bool = False) -> dict:
+    sources: dict[str, str] = {}
+    records: dict[str, object] = {}
+    by_setting: dict[str, list] = {}
+    for key, kind, fields in cases():
+        setting = fields[-1] if kind == "plan" else {}
+        by_setting.setdefault(json.dumps(setting, sort_keys=True), []).append((key, kind, fields))
+    for setting, group in by_setting.items():
+        with clean_environment(json.loads(setting)):
+            for key, kind, fields in group:
+                records[key] = run_case(kind, fields, sources)
+        if progress:
+            print(f"{len(records)} cases ({setting})", file=sys.stderr)
+    words = sources.pop("#words", {})
+    return {"format": 1, "cases": records, "sources": sources,
+            "words": [json.loads(w) for w, _ in sorted(words.items(), key=lambda item: item[1])]}
+
+
+def load() -> dict:
+    with gzip.open(GOLDEN, "rt") as f:
+        return json.load(f)
+
+
+def write(data: dict) -> None:
+    raw = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    with gzip.GzipFile(GOLDEN, "wb", mtime=0) as f:
+        f.write(raw)
+
+
+def _resolved(rec, words: list, keep_words: bool = True):
+    """A record with its wording (reasons, error messages) looked up, or left out (``keep_words`` False: what
+    --write-reasons may change)."""
+    if not isinstance(rec, dict):
+        return rec
+    if "error" in rec:
+        return {"error": rec["error"], **({"message": words[rec["message"]]} if keep_words else {})}
+    if "kernel" in rec:
+        return {**rec, "reasons": words[rec["reasons"]]} if keep_words else {
+            a: b for a, b in rec.items() if a != "reasons"}
+    return {a: _resolved(b, words, keep_words) for a, b in rec.items()}
+
+
+def differences(old: dict, new: dict, words: bool = True, limit: int = 20) -> list[str]:
+    out = []
+    for key in sorted(set(old["cases"]) | set(new["cases"])):
+        a = _resolved(old["cases"].get(key), old["words"], words)
+        b = _resolved(new["cases"].get(key), new["words"], words)
+        if a != b:
+            out.append(f"{key}:\n  golden: {json.dumps(a)[:600]}\n  now:    {json.dumps(b)[:600]}")
+            if len(out) >= limit:
+                break
+    if len(out) < limit:
+        for name in sorted(set(old["sources"]) | set(new["sources"])):
+            if old["sources"].get(name) != new["sources"].get(name):
+                out.append(f"source of {name}: golden {old['sources'].get(name)}, now {new['sources'].get(name)}")
+                if len(out) >= limit:
+                    break
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--write", action="store_true")
+    g.add_argument("--check", action="store_true")
+    g.add_argument("--write-reasons", action="store_true")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    new = record_all(progress=True)
+    if args.write:
+        write(new)
+        print(f"wrote {len(new['cases'])} cases, {len(new['sources'])} kernels to {GOLDEN}")
+        return 0
+    old = load()
+    if args.write_reasons:
+        diff = differences(old, new, words=False)
+        if diff:
+            print("not only wording differs:\n" + "\n".join(diff))
+            return 1
+        write(new)
+        print(f"rewrote the wording of {GOLDEN}")
+        return 0
+    diff = differences(old, new)
+    print("\n".join(diff) if diff else f"{len(new['cases'])} cases, {len(new['sources'])} kernels: as recorded")
+    return 1 if diff else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
