@@ -209,6 +209,83 @@ def _forget() -> None:
             f.cache_clear()
 
 
+# ---------------------------------------------------------------------------------------------- captured plans
+# Plans the compile tests build themselves (forced tiles, splits, token tiles, clusters ...), captured while the CPU
+# suite ran (python tests/golden/golden.py --capture) as plain data: each dataclass as {"__class__": name, field:
+# value}, each tuple as {"__tuple__": [...]}. Replaying one rebuilds the plan from the classes of the code under test
+# (CLASSES) and generates its source again.
+def dump(value):
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"__class__": type(value).__name__,
+                **{f.name: dump(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+    if isinstance(value, tuple):
+        return {"__tuple__": [dump(v) for v in value]}
+    if isinstance(value, list):
+        return [dump(v) for v in value]
+    if isinstance(value, dict):
+        return {k: dump(v) for k, v in value.items()}
+    return value
+
+
+def classes() -> dict:
+    """The dataclasses a captured plan may hold, by name (the code under test's)."""
+    import dataclasses
+    import importlib
+    import pkgutil
+
+    import humming
+
+    out = {}
+    for info in pkgutil.walk_packages(humming.__path__, "humming."):
+        if ".cli" in info.name or info.name.endswith("__main__"):
+            continue
+        try:
+            mod = importlib.import_module(info.name)
+        except Exception:  # noqa: BLE001 - optional modules
+            continue
+        for name, obj in vars(mod).items():
+            if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == mod.__name__:
+                out.setdefault(name, obj)
+    return out
+
+
+def load_value(value, table: dict):
+    if isinstance(value, dict):
+        if "__tuple__" in value:
+            return tuple(load_value(v, table) for v in value["__tuple__"])
+        if "__class__" in value:
+            cls = table[value["__class__"]]
+            import dataclasses
+
+            kwargs = {k: load_value(v, table) for k, v in value.items() if k != "__class__"}
+            init = {f.name for f in dataclasses.fields(cls) if f.init}
+            obj = cls(**{k: v for k, v in kwargs.items() if k in init})
+            for k, v in kwargs.items():
+                if k not in init:
+                    object.__setattr__(obj, k, v)
+            return obj
+        return {k: load_value(v, table) for k, v in value.items()}
+    if isinstance(value, list):
+        return [load_value(v, table) for v in value]
+    return value
+
+
+def replay_captured(captured: list, tables: dict) -> dict:
+    """The record of each captured plan's kernel as the code under test generates it."""
+    table = classes()
+    out = {}
+    for i, item in enumerate(captured):
+        key = f"captured|{item['profile']}|{item['kernel']}|{i}"
+        try:
+            p = load_value(item["plan"], table)
+            out[key] = _record_plan(p, item["profile"], tables)
+        except Exception as exc:  # noqa: BLE001
+            out[key] = _error(exc, tables)
+    return out
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -305,9 +382,22 @@ def record_all(progress: bool = False) -> dict:
                 records[key] = run_case(kind, fields, sources)
         if progress:
             print(f"{len(records)} cases ({setting})", file=sys.stderr)
+    captured = _captured()
+    with clean_environment({}):
+        records.update(replay_captured(captured, sources))
     words = sources.pop("#words", {})
     return {"format": 1, "cases": records, "sources": sources,
             "words": [json.loads(w) for w, _ in sorted(words.items(), key=lambda item: item[1])]}
+
+
+CAPTURED = Path(__file__).resolve().parent / "captured.json.gz"
+
+
+def _captured() -> list:
+    if not CAPTURED.exists():
+        return []
+    with gzip.open(CAPTURED, "rt") as f:
+        return json.load(f)
 
 
 def load() -> dict:
