@@ -5,7 +5,7 @@ Activation quantization is included in every quantized time (humming's and the b
     python bench/bench_quantized.py --out OUTDIR [--ms 1,16,128,1024,4096] [--shapes 8192x8192,28672x8192]
         [--schemes w8a8-fp8,w8a8-int8] [--no-fast-accum]
 Every scheme is timed twice: "native" (HUMMING_ACT_WIDEN=0: the 8-bit kernels, wgmma from M >= 64 where declared)
-and "widened" (HUMMING_ACT_WIDEN=1: codes widened to f16 on the weight-only kernels, humming.core.widen); the
+and "widened" (HUMMING_ACT_WIDEN=1: codes widened to f16 on the weight-only kernels, humming.core.common.act_widen); the
 default column is the one humming.gemm picks without the variable. W8A8-FP8 also with
 HUMMING_WGMMA_FAST_ACCUM=1 from M >= 64 (no fp32 promotion of partial sums; JSON key w8a8-fp8_fast_us), W4A8-FP8 from
 M >= 256 (the wide form's direct accumulation; JSON key w4a8-fp8_fast_us, compared with cuBLAS fp16).
@@ -102,7 +102,7 @@ def _time_scheme(row: dict, key: str, qws: list, x: torch.Tensor, reps: int):
 
 def main() -> None:
     from humming.api import resolve_profile
-    from humming.core import widen
+    from humming.core.common import act_widen as widen
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))

@@ -44,7 +44,7 @@ ROUNDS = 8  # balanced rounds of 5 replays per library (the module docstring say
 
 def _empty_cache(d: str) -> None:
     os.environ["HUMMING_CACHE_DIR"] = d
-    from humming.core import cache
+    from humming.core.compile import cache
 
     if hasattr(cache, "clear_memory_caches"):
         cache.clear_memory_caches()

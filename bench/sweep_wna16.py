@@ -2,7 +2,7 @@
 
     python bench/sweep_wna16.py --out OUTDIR [--shapes 8192x8192,28672x8192] [--ms 1,16,128,1024] [--record]
 
-The candidates and the timing live in the library (``humming.core.tuning.candidates``,
+The candidates and the timing live in the library (``humming.core.tuning.entries.candidates``,
 ``humming.tuner.tune_layer``: graph replay, weights rotated past L2); `python -m humming tune` is the same
 search that stores the winners. This script writes every row to OUTDIR/sweep_wna16.json
 ({n, k, m, default_us, rows: [{us, path, tiles, splits}]}), fastest first.
@@ -17,7 +17,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from humming import tuner  # noqa: E402
-from humming.core import tuning  # noqa: E402
+from humming.core.tuning import entries as tuning  # noqa: E402
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Activation quantization on the GPU: the kernels of ``humming.core.actquant``, planned for a profile,
+"""Activation quantization on the GPU: the kernels of ``humming.core.actquant.generator``, planned for a profile,
 compiled once (NVRTC, cached) and launched on torch's current stream without host synchronisation.
 
     qa = quantize_activation_cuda(x, "w4a4-nvfp4")          # == humming.quantize_activation(x, ...) bit for bit
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from humming.core import formats
-from humming.core.actquant import DTYPES, WARPS, ActQuantPlan, actquant_source, choose_vec, plan_actquant
-from humming.core.quantize import QuantizedActivation, quantize_activation, scale_storage_dtype
-from humming.core.schemes import Scheme
-from humming.core.schemes import get as get_scheme
+from humming.core.actquant.generator import DTYPES, WARPS, ActQuantPlan, actquant_source, choose_vec, plan_actquant
+from humming.core.quant import formats
+from humming.core.quant.quantize import QuantizedActivation, quantize_activation, scale_storage_dtype
+from humming.core.quant.schemes import Scheme
+from humming.core.quant.schemes import get as get_scheme
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 __all__ = ["quantize_activation_cuda", "plan_activation_quant", "activation_quant_source"]
@@ -126,8 +126,8 @@ def _prepare(caps, run_arch, sch: Scheme, dtype: str, k: int, vec: int, wide: st
            k if a.mode == "dynamic_token" else None, vec, wide)
     if key in _prepared:
         return _prepared[key]
-    from humming.core.compiler import compile_cuda
-    from humming.core.runtime import LoadedKernel
+    from humming.core.compile.compiler import compile_cuda
+    from humming.core.runtime.kernel import LoadedKernel
     from humming.devices import get_backend
 
     try:
@@ -191,7 +191,7 @@ _WIDE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 def _wide_name(sch: Scheme, codes_as: torch.dtype | None) -> str:
     if codes_as is None:
         return ""
-    from humming.core.actquant import WIDE_CODE_VALUES
+    from humming.core.actquant.generator import WIDE_CODE_VALUES
 
     if codes_as not in _WIDE_NAMES or sch.act not in WIDE_CODE_VALUES:
         raise ShapeError(f"codes_as={codes_as}: {sch.act} codes are written as float16 or bfloat16 values only for "
@@ -203,7 +203,7 @@ def _widened(qa: QuantizedActivation, codes_as: torch.dtype | None) -> Quantized
     """The reference's result with the codes replaced by their exact values in ``codes_as`` (when given)."""
     if codes_as is None or not isinstance(qa, QuantizedActivation):
         return qa
-    from humming.core.widen import CODE_DTYPES
+    from humming.core.common.act_widen import CODE_DTYPES
 
     qa.codes = qa.codes.view(CODE_DTYPES[qa.format]).to(codes_as)
     return qa
@@ -220,7 +220,7 @@ def quantize_activation_cuda(x: torch.Tensor, scheme, *, scale=None, global_scal
     device's). ``out``: optional ``(codes, scales, global_scale)`` tensors to write into (global_scale None
     unless the scheme is two-level). ``codes_as`` (torch.float16 / torch.bfloat16; int8, e4m3 and e5m2 activations):
     the returned ``codes`` hold each code's exact value in that type instead of its byte, written by the same kernel
-    (the widened path of ``humming.core.widen``).
+    (the widened path of ``humming.core.common.act_widen``).
     """
     sch = _as_scheme(scheme)
     wide = _wide_name(sch, codes_as)
@@ -269,7 +269,7 @@ def quantize_activation_cuda(x: torch.Tensor, scheme, *, scale=None, global_scal
             if gs is not None:
                 gs.fill_(float("nan"))
 
-    from humming.core.runtime import ptr
+    from humming.core.runtime.kernel import ptr
 
     stream = torch.cuda.current_stream(x.device).cuda_stream
     sms = _sm_count(device)

@@ -3,7 +3,7 @@
     shapes = model_shapes(json.load(open("config.json")))          # [(name, N, K), ...] of a Llama-like decoder
     report = build_kernels([(n, k) for _, n, k in shapes], "w4a16", profile="nvidia-h200")
 
-Which kernels: for every layer shape and every M of the chosen M buckets (``humming.core.tuning.buckets()``;
+Which kernels: for every layer shape and every M of the chosen M buckets (``humming.core.tuning.entries.buckets()``;
 the open bucket above 1024 is sampled), the plan the runtime will make (a tuned entry, else the planner's
 rules: ``tuning.choose_plan``); distinct kernels are compiled once, in parallel threads (NVRTC releases the
 GIL), through the disk cache, so the runtime and a second build find them all there.
@@ -78,7 +78,7 @@ def unique_shapes(named: Iterable[tuple[str, int, int]]) -> list[tuple[tuple[int
 # ------------------------------------------------------------------------------------------------ plans
 def ms_for(ms: Iterable[int] | None = None, exact: bool = False) -> list[int]:
     """The M values to plan: every M of the buckets holding ``ms`` (all buckets when None), or ``ms`` as given."""
-    from humming.core import tuning
+    from humming.core.tuning import entries as tuning
 
     if exact and ms is not None:
         return sorted(set(int(m) for m in ms))
@@ -92,8 +92,8 @@ def kernel_plans(caps, shapes: Iterable[tuple[int, int]], scheme, ms: Iterable[i
     the profile's wgmma; else the mma.sync handle's tuning.choose_plan). Raises ShapeError for a shape the scheme's
     layout rejects."""
     from humming import api
-    from humming.core import tuning
-    from humming.core.layout import layout_for
+    from humming.core.common.layout import layout_for
+    from humming.core.tuning import entries as tuning
 
     plans: dict = {}
     ms = list(ms)
@@ -136,7 +136,7 @@ def build_kernels(shapes: Iterable[tuple[int, int]], scheme="w4a16", profile=Non
     """Compile every distinct kernel of ``shapes`` x M buckets for a profile (default: this device's) through
     the kernel cache. ``progress(done, total, kernel_name, cache_hit)`` is called after each kernel."""
     from humming import api
-    from humming.core.nvrtc import select_toolchain
+    from humming.core.compile.nvrtc import select_toolchain
     from humming.devices import get_backend
 
     t_start = time.perf_counter()
@@ -224,7 +224,7 @@ def precompile_mode() -> str:
 
 def precompile_ms(mode: str | None = None) -> list[int]:
     """The M values whose kernels a first launch schedules: every M of the decode buckets, or of all buckets."""
-    from humming.core import tuning
+    from humming.core.tuning import entries as tuning
 
     mode = precompile_mode() if mode is None else mode
     if mode == "off":
@@ -332,7 +332,7 @@ def launched_plan(handle: int, m: int):
     prefill form's threshold that form's handle's plan (tuning.register_a_prefill_plan) where it runs this layout
     here, else the handle's own."""
     from humming import api
-    from humming.core import tuning
+    from humming.core.tuning import entries as tuning
 
     prep = api._registry[handle]
     layout = prep.packed.layout

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from humming.core import widen
-from humming.core.generator import kernel_source
-from humming.core.layout import WIDEN_ENV, PackedWeight, act_name, checked_widening, layout_for, prepare
-from humming.core.planner import Plan, plan_wna16
-from humming.core.tuning import choose_plan
+from humming.core.common import act_widen as widen
+from humming.core.common.layout import WIDEN_ENV, PackedWeight, act_name, checked_widening, layout_for, prepare
+from humming.core.families.mma_wna16.generator import kernel_source
+from humming.core.plan import Plan, plan_wna16
+from humming.core.tuning.entries import choose_plan
 from humming.errors import HummingError, SchemeError, ShapeError, UnsupportedOnDevice
 
 _lock = threading.Lock()
@@ -52,23 +52,23 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
     if getattr(sch, "act", None):
         return _plan_quantized_act(caps, sch, m, n, k, act)
     if _wgmma_rs_eligible(caps, sch, m, n, k, act):  # M >= 513 (HUMMING_WGMMA_RS): weights as wgmma's register A
-        from humming.core.tuning import register_a_prefill_plan
+        from humming.core.tuning.entries import register_a_prefill_plan
 
         return register_a_prefill_plan(caps, layout_for(sch, n, k, act, caps=caps), m, act, scheme=sch.name)
     if _wgmma_wna16_eligible(caps, sch, m, n, k, act) and choose_plan(caps, layout_for(sch, n, k, act, caps=caps), m, act,
                                                                       scheme=sch.name).path != "wgmma-rs":
         # unless HUMMING_WGMMA_WNA16=0, and where the small register-A form does not take M: the plan that gemm runs
-        from humming.core.layout_wgmma_wna16 import wgmma_wna16_layout
-        from humming.core.planner_wgmma_wna16 import plan_wna16_wgmma
+        from humming.core.families.wgmma_dequant.layout import wgmma_wna16_layout
+        from humming.core.families.wgmma_dequant.planner import plan_wna16_wgmma
 
         return plan_wna16_wgmma(caps, wgmma_wna16_layout(sch, n, k, act), m, act, scheme=sch.name)
     tc = _tcgen05_wna16_eligible(caps, sch, m, n, k, act)  # Blackwell datacenter prefill: compiled, never run
     if tc:
-        from humming.core.planner_tcgen05 import unverified_enabled
+        from humming.core.families.tcgen05.planner import unverified_enabled
 
         if unverified_enabled():
-            from humming.core.layout_wgmma_wna16 import wgmma_wna16_layout
-            from humming.core.planner_tcgen05 import plan_wna16_tcgen05
+            from humming.core.families.tcgen05.planner import plan_wna16_tcgen05
+            from humming.core.families.wgmma_dequant.layout import wgmma_wna16_layout
 
             return plan_wna16_tcgen05(caps, wgmma_wna16_layout(sch, n, k, act), m, act, scheme=sch.name)
     layout = layout_for(sch, n, k, act, caps=caps)
@@ -76,16 +76,16 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
     if tc:  # today's kernel runs it; the reason says which kernel would with the variable set
         from dataclasses import replace as _replace
 
-        from humming.core.planner_tcgen05 import wna16_unverified_note
+        from humming.core.families.tcgen05.planner import wna16_unverified_note
 
         p = _replace(p, reasons=p.reasons + (wna16_unverified_note(caps),))
     return p
 
 
 def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
-    from humming.core.layout import W4A8Layout, W8A8Layout
-    from humming.core.paths import choose_path, runnable_path
-    from humming.core.planner import plan_w8a8
+    from humming.core.common.layout import W4A8Layout, W8A8Layout
+    from humming.core.common.paths import choose_path, runnable_path
+    from humming.core.plan import plan_w8a8
 
     if widen.applies(caps, sch, m, n, k):  # 8-bit activation codes widened exactly onto the weight-only kernels
         return _plan_widened(caps, sch, m, n, k, act)
@@ -93,32 +93,32 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
     if ideal.family == "mma_sync" and ideal.path == "native" and getattr(ideal.instruction, "scale_format", None):
         # W4A4 NVFP4/MXFP4 on the block-scaled mma.sync kernel (sm_120a/121a): planned always; run only with
         # HUMMING_UNVERIFIED_KERNELS=1 (the plan's reasons say so)
-        from humming.core.layout_blockscaled import BlockScaledLayout, recipe_of
-        from humming.core.planner_blockscaled import plan_blockscaled
+        from humming.core.families.mma_blockscaled.layout import BlockScaledLayout, recipe_of
+        from humming.core.families.mma_blockscaled.planner import plan_blockscaled
 
         return plan_blockscaled(caps, BlockScaledLayout(recipe_of(sch), n, k), m, act, ideal, scheme=sch.name)
     if ideal.family == "tcgen05":
         # W8A8 and W4A4 (NVFP4/MXFP4) on the tcgen05 kernels (Blackwell datacenter): planned always where they
         # apply; run only with HUMMING_UNVERIFIED_KERNELS=1 (the plan's reasons say so)
-        from humming.core.planner_tcgen05 import tcgen05_kernel
+        from humming.core.families.tcgen05.planner import tcgen05_kernel
 
         which = tcgen05_kernel(ideal, sch, caps)
         if which == "w8a8" and n % 128 == 0 and k % 128 == 0:
-            from humming.core.layout_wgmma import WgmmaW8A8Layout
-            from humming.core.planner_tcgen05 import plan_w8a8_tcgen05
+            from humming.core.families.tcgen05.planner import plan_w8a8_tcgen05
+            from humming.core.families.wgmma_8bit.layout import WgmmaW8A8Layout
 
             p = plan_w8a8_tcgen05(caps, WgmmaW8A8Layout(ideal.a_type, n, k, sch.weight_scale.granularity), m, act,
                                   scheme=sch.name)
             return Plan(**{**p.__dict__, "reasons": ideal.reasons + p.reasons})
         if which == "blockscaled" and n % 128 == 0 and k % 256 == 0:
-            from humming.core.layout_blockscaled import Tcgen05BlockScaledLayout, recipe_of
-            from humming.core.planner_tcgen05 import plan_blockscaled_tcgen05
+            from humming.core.families.mma_blockscaled.layout import Tcgen05BlockScaledLayout, recipe_of
+            from humming.core.families.tcgen05.planner import plan_blockscaled_tcgen05
 
             return plan_blockscaled_tcgen05(caps, Tcgen05BlockScaledLayout(recipe_of(sch), n, k), m, act, ideal,
                                             scheme=sch.name)
         if which == "w4a8" and n % 128 == 0 and k % 128 == 0:  # MXFP4 x FP8: kind::mxf8f6f4 e4m3 x e2m1
-            from humming.core.layout_blockscaled import Tcgen05BlockScaledLayout
-            from humming.core.planner_tcgen05 import plan_blockscaled_tcgen05
+            from humming.core.families.mma_blockscaled.layout import Tcgen05BlockScaledLayout
+            from humming.core.families.tcgen05.planner import plan_blockscaled_tcgen05
 
             return plan_blockscaled_tcgen05(caps, Tcgen05BlockScaledLayout("mxfp4", n, k, a_type="e4m3"), m, act,
                                             ideal, scheme=sch.name)
@@ -127,16 +127,16 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
         choice = choose_path(caps, sch, families=("mma_sync",))
     if _runs_on_w8a8(choice, sch):
         if _wgmma_rs8_eligible(caps, choice, sch, m, n, k):  # HUMMING_WGMMA_W4A8_RS=1: int4 weights as register A
-            from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout, rs8_group
-            from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
+            from humming.core.families.register_a8.layout import WgmmaRs8Layout, rs8_group
+            from humming.core.families.register_a8.planner import plan_w4a8_wgmma_rs
 
             layout = WgmmaRs8Layout(choice.a_type, n, k, rs8_group(sch, k), fast_accum=_rs8_fast_accum(choice),
                                     widen=_w4a8_widen(choice))
             p = plan_w4a8_wgmma_rs(caps, layout, m, act, scheme=sch.name)
             return Plan(**{**p.__dict__, "reasons": choose_path(caps, sch).reasons + p.reasons})
         if sch.weight in ("int4", "e2m1") and _wgmma_eligible(caps, choice, sch, m, n, k):  # W4A8 on wgmma
-            from humming.core.layout_wgmma import WgmmaW4A8Layout, wgmma_w4a8_group
-            from humming.core.planner_wgmma import plan_w4a8_wgmma
+            from humming.core.families.wgmma_8bit.layout import WgmmaW4A8Layout, wgmma_w4a8_group
+            from humming.core.families.wgmma_8bit.planner import plan_w4a8_wgmma
 
             layout = WgmmaW4A8Layout(choice.a_type, n, k, wgmma_w4a8_group(sch, k), weight_format=sch.weight)
             p = plan_w4a8_wgmma(caps, layout, m, act, scheme=sch.name)
@@ -145,8 +145,8 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
             layout = W4A8Layout(choice.a_type, n, k, sch.weight_scale.group_size or k, weight_format=sch.weight,
                                 widen=_w4a8_widen(choice, sch.weight))
         elif _wgmma_eligible(caps, choice, sch, m, n, k):  # unless HUMMING_WGMMA=0: the plan that gemm runs
-            from humming.core.layout_wgmma import WgmmaW8A8Layout
-            from humming.core.planner_wgmma import plan_w8a8_wgmma
+            from humming.core.families.wgmma_8bit.layout import WgmmaW8A8Layout
+            from humming.core.families.wgmma_8bit.planner import plan_w8a8_wgmma
 
             gran = sch.weight_scale.granularity
             layout = WgmmaW8A8Layout(choice.a_type, n, k, gran,
@@ -207,8 +207,8 @@ def compile_plan(p: Plan, profile=None, run_arch: str | None = None):
 
 
 def _compile_plan_now(p: Plan, caps, key: tuple, run_arch: str | None):
-    from humming.core.compiler import compile_cuda
-    from humming.core.runtime import LoadedKernel
+    from humming.core.compile.compiler import compile_cuda
+    from humming.core.runtime.kernel import LoadedKernel
     from humming.devices import get_backend
 
     backend = get_backend(caps)
@@ -325,7 +325,7 @@ _WEIGHT_SLOTS = (1, 2, 3, 4, 5)  # B S Z CS BIAS: rewritten only when other tens
 
 
 def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
-    from humming.core.runtime import ArgBlock
+    from humming.core.runtime.kernel import ArgBlock
 
     prep = _registry[handle]
     spec = prep.launches.get(m)
@@ -345,7 +345,7 @@ def _launch_spec(handle: int, m: int, device: torch.device) -> _LaunchSpec:
         maps = [b for b in (x_box, w_box) if b is not None]
         spec = _LaunchSpec(p, kernel, ArgBlock(_PARAM_KINDS + "t" * len(maps), values + [None] * len(maps)))
         if maps:  # the kernel reads its operands through TMA tensor maps (its last parameters)
-            from humming.core.runtime import TensorMap2D
+            from humming.core.runtime.kernel import TensorMap2D
 
             spec.xmap = TensorMap2D(*x_box)
             spec.wmap = TensorMap2D(*w_box) if w_box else None
@@ -560,7 +560,7 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None,
         if out is not None:
             check_out(out, x, n)
         if not x.is_cuda:
-            from humming.core.reference import reference_gemm
+            from humming.core.quant.reference import reference_gemm
 
             y = reference_gemm(x, qw, bias=bias)
             return y if out is None else out.copy_(y)
@@ -583,7 +583,7 @@ def _wna16_handle_for(x: torch.Tensor, qw, profile, handle: int, row_scale: bool
     that plan is not register-A. ``row_scale``: only kernels that take per-token scales (not the dequant-smem one)."""
     if x.numel() < WGMMA_WNA16_MIN_M * qw.shape[1] or not _switch_on(WGMMA_WNA16_ENV):
         return handle
-    from humming.core.planner_wgmma_rs import min_m
+    from humming.core.families.register_a.planner import min_m
 
     lowest = min_m()
     if lowest is not None and x.numel() >= lowest * qw.shape[1]:
@@ -607,7 +607,7 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile, out: torch.Tensor | 
     128x128-block FP8 (w8a8-fp8-block) runs on the 8-bit kernels with its block scales applied per 128 of K.
     A planned path without a kernel raises UnsupportedOnDevice saying so. ``out`` (checked by the caller): the
     widened path writes into it where its output dtype is x's; the others return a new tensor (gemm copies)."""
-    from humming.core.paths import runnable_path
+    from humming.core.common.paths import runnable_path
 
     if x.numel() == 0:
         return x.new_empty((*x.shape[:-1], qw.shape[0]))
@@ -620,7 +620,7 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile, out: torch.Tensor | 
     if choice is None:  # planned once per (profile, scheme), not on every call
         choice = _choices[key] = runnable_path(caps, qw.scheme)
     if choice.family == "tcgen05" and not _tcgen05_runs(caps, qw, choice):  # (only with HUMMING_UNVERIFIED_KERNELS=1)
-        from humming.core.paths import choose_path
+        from humming.core.common.paths import choose_path
 
         choice = choose_path(caps, qw.scheme, families=("mma_sync",))
     if choice.family == "tcgen05" and getattr(choice.instruction, "scale_format", None):
@@ -631,7 +631,7 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile, out: torch.Tensor | 
         out = _gemm_blockscaled(x, qw, bias, caps)  # only reached with HUMMING_UNVERIFIED_KERNELS=1
         if out is not None:
             return out
-        from humming.core.paths import choose_path
+        from humming.core.common.paths import choose_path
 
         choice = choose_path(caps, qw.scheme, families=("mma_sync",), block_scaled=False)
     if choice.path != "upconvert":
@@ -656,7 +656,7 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile, out: torch.Tensor | 
 
 
 def _gemm_widened(x: torch.Tensor, qw, bias, caps, profile, out: torch.Tensor | None = None) -> torch.Tensor:
-    """W8A8 / W4A8 with per-token or per-tensor activation scales on the weight-only kernels (humming.core.widen):
+    """W8A8 / W4A8 with per-token or per-tensor activation scales on the weight-only kernels (humming.core.common.act_widen):
     activations quantized as the reference does, the codes widened exactly to f16/bf16, the per-token scales
     applied per output row in the fp32 epilogue (a row-scaled twin of the weight-only handle, same weights)."""
     n, k = qw.shape
@@ -689,7 +689,7 @@ def _row_scaled(handle: int) -> int:
     if twin is None:
         from dataclasses import replace as _replace
 
-        from humming.core.generator import row_scale_refusal
+        from humming.core.families.mma_wna16.generator import row_scale_refusal
 
         def plan_fn(m: int, base: int = handle) -> Plan:
             p = plan_for(base, m)
@@ -706,8 +706,8 @@ def _gemm_blockscaled(x: torch.Tensor, qw, bias, caps) -> torch.Tensor | None:
     """W4A4 NVFP4/MXFP4 on the block-scaled mma.sync kernel (compiled for sm_120a/121a, never run on hardware;
     reached only with HUMMING_UNVERIFIED_KERNELS=1). None when it does not apply (shape, act-order, another GPU):
     the caller runs the upconvert path."""
-    from humming.core.layout_blockscaled import STAGE_K, prepare_blockscaled
-    from humming.core.planner_blockscaled import plan_blockscaled
+    from humming.core.families.mma_blockscaled.layout import STAGE_K, prepare_blockscaled
+    from humming.core.families.mma_blockscaled.planner import plan_blockscaled
 
     n, k = qw.shape
     if n % 64 or k % STAGE_K or qw.g_idx is not None or live_arch() not in (None, caps.target.arch):
@@ -719,7 +719,7 @@ def _run_blockscaled(x: torch.Tensor, qw, bias, caps, kind: str, prepare, planne
     """The W4A4 NVFP4/MXFP4 block-scaled kernels (mma.sync and tcgen05): the weight prepared by ``prepare`` once per
     (kind, dtype, device, profile) and planned by ``planner``; the activations quantized as the reference does, their
     e2m1 codes packed, block scales as bytes, the global scale as a device scalar."""
-    from humming.core.layout_blockscaled import pack_e2m1
+    from humming.core.families.mma_blockscaled.layout import pack_e2m1
 
     n, k = qw.shape
     cache = qw.__dict__.setdefault("_humming_prepared", {})
@@ -749,7 +749,7 @@ def _quantize_act(x: torch.Tensor, scheme, caps, codes_as: torch.dtype | None = 
     exact 16-bit values (the widened path)."""
     if os.environ.get("HUMMING_ACTQUANT", "kernel") == "reference":
         from humming.actquant import _widened
-        from humming.core.quantize import quantize_activation
+        from humming.core.quant.quantize import quantize_activation
 
         return _widened(quantize_activation(x, scheme), codes_as)
     from humming.actquant import quantize_activation_cuda
@@ -764,7 +764,7 @@ def _runs_on_w8a8(choice, scheme) -> bool:
     if choice.family != "mma_sync" or scheme.zero_point:
         return False
     if scheme.weight_scale.granularity == "block":
-        from humming.core.layout import block_scales_reason
+        from humming.core.common.layout import block_scales_reason
 
         return (choice.path in ("native", "legacy") and choice.a_type in ("s8", "e4m3")
                 and choice.b_type == choice.a_type and scheme.weight in ("int8", "e4m3")
@@ -812,13 +812,13 @@ def _wgmma_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
     and M >= 64."""
     if not _switch_on(WGMMA_ENV):
         return False
-    from humming.core.planner_wgmma import wgmma_form
+    from humming.core.families.wgmma_8bit.planner import wgmma_form
 
     if not (m >= 64 and n % 128 == 0 and k % 128 == 0 and choice.a_type == choice.b_type
             and wgmma_form(caps, choice.a_type) is not None):
         return False
     if scheme.weight in ("int4", "e2m1"):  # W4A8 (the path the 8-bit mma.sync kernel would run)
-        from humming.core.layout_wgmma import wgmma_w4a8_group
+        from humming.core.families.wgmma_8bit.layout import wgmma_w4a8_group
 
         try:
             wgmma_w4a8_group(scheme, k)
@@ -838,8 +838,8 @@ def _wgmma_wna16_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> boo
     scales), a declared wgmma k16 form for the activation type, cp.async, N % 128 == 0 and K % 64 == 0."""
     if m < WGMMA_WNA16_MIN_M or not _switch_on(WGMMA_WNA16_ENV):
         return False
-    from humming.core.layout_wgmma_wna16 import supports
-    from humming.core.planner_wgmma_wna16 import wgmma_k16_form
+    from humming.core.families.wgmma_dequant.layout import supports
+    from humming.core.families.wgmma_dequant.planner import wgmma_k16_form
 
     return (n % 128 == 0 and k % 64 == 0 and supports(scheme) is None and bool(caps.memory.cp_async)
             and wgmma_k16_form(caps, act) is not None)
@@ -857,8 +857,8 @@ def _wna16_wgmma_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
         act = act_name(x.dtype)
         handle = -1
         if _wgmma_wna16_eligible(caps, qw.scheme, WGMMA_WNA16_MIN_M, n, k, act) and _wgmma_runs_here(caps):
-            from humming.core.layout_wgmma_wna16 import prepare_wgmma_wna16
-            from humming.core.planner_wgmma_wna16 import plan_wna16_wgmma
+            from humming.core.families.wgmma_dequant.layout import prepare_wgmma_wna16
+            from humming.core.families.wgmma_dequant.planner import plan_wna16_wgmma
 
             packed = prepare_wgmma_wna16(qw.to(x.device), x.dtype)
 
@@ -877,12 +877,12 @@ def _wgmma_rs_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
     HUMMING_WGMMA_WNA16=0 keeps the mma.sync kernels), a declared wgmma
     k16 form for the activation type, cp.async, and a layout it runs (int4 codes, integer or no zero points, scale
     and zero groups multiples of 64 or per channel, N % 128 == 0, K % 64 == 0; planner_wgmma_rs.layout_refusal)."""
-    from humming.core import planner_wgmma_rs as rs
+    from humming.core.families.register_a import planner as rs
 
     lowest = rs.min_m()
     if lowest is None or m < lowest or not _switch_on(WGMMA_WNA16_ENV) or not caps.memory.cp_async:
         return False
-    from humming.core.planner_wgmma_wna16 import wgmma_k16_form
+    from humming.core.families.wgmma_dequant.planner import wgmma_k16_form
 
     if wgmma_k16_form(caps, act) is None:
         return False
@@ -901,8 +901,8 @@ def _wna16_wgmma_rs_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
     key = ("wna16-wgmma-rs", x.dtype, x.device, profile)
     handle = cache.get(key)
     if handle is None:
-        from humming.core import planner_wgmma_rs as rs
-        from humming.core.tuning import register_a_prefill_plan, runs_register_a_prefill
+        from humming.core.families.register_a import planner as rs
+        from humming.core.tuning.entries import register_a_prefill_plan, runs_register_a_prefill
 
         caps = resolve_profile(profile)
         packed = _registry[fallback].packed
@@ -919,8 +919,8 @@ def _tcgen05_wna16_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> b
     declared tcgen05 kind::f16 form for the activation type, cp.async and Tensor Memory, N % 128 == 0, K % 64 == 0."""
     if m < WGMMA_WNA16_MIN_M or n % 128 or k % 64 or not caps.memory.cp_async or not caps.memory.tmem_kb:
         return False
-    from humming.core.layout_wgmma_wna16 import supports
-    from humming.core.planner_tcgen05 import tcgen05_f16_form
+    from humming.core.families.tcgen05.planner import tcgen05_f16_form
+    from humming.core.families.wgmma_dequant.layout import supports
 
     return supports(scheme) is None and tcgen05_f16_form(caps, act) is not None
 
@@ -937,8 +937,8 @@ def _wna16_tcgen05_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
         act = act_name(x.dtype)
         handle = -1
         if _tcgen05_wna16_eligible(caps, qw.scheme, WGMMA_WNA16_MIN_M, n, k, act) and _wgmma_runs_here(caps):
-            from humming.core.layout_wgmma_wna16 import prepare_wgmma_wna16
-            from humming.core.planner_tcgen05 import plan_wna16_tcgen05
+            from humming.core.families.tcgen05.planner import plan_wna16_tcgen05
+            from humming.core.families.wgmma_dequant.layout import prepare_wgmma_wna16
 
             packed = prepare_wgmma_wna16(qw.to(x.device), x.dtype)  # the wgmma WnA16 kernel's weights
 
@@ -971,8 +971,8 @@ def _tcgen05_runs(caps, qw, choice=None) -> bool:
 def _gemm_blockscaled_tcgen05(x: torch.Tensor, qw, bias, caps) -> torch.Tensor:
     """W4A4 NVFP4/MXFP4 on the tcgen05 block-scaled kernel (compiled for sm_100a/103a/107a/110a, never run on
     hardware; reached only with HUMMING_UNVERIFIED_KERNELS=1 and a weight ``_tcgen05_runs`` accepts)."""
-    from humming.core.layout_blockscaled import prepare_blockscaled_tcgen05
-    from humming.core.planner_tcgen05 import plan_blockscaled_tcgen05
+    from humming.core.families.mma_blockscaled.layout import prepare_blockscaled_tcgen05
+    from humming.core.families.tcgen05.planner import plan_blockscaled_tcgen05
 
     return _run_blockscaled(x, qw, bias, caps, "blockscaled-tcgen05", prepare_blockscaled_tcgen05,
                             plan_blockscaled_tcgen05)
@@ -981,15 +981,15 @@ def _gemm_blockscaled_tcgen05(x: torch.Tensor, qw, bias, caps) -> torch.Tensor:
 def _w8a8_tcgen05_handle(x: torch.Tensor, qw, caps, choice) -> int:
     """The prepared handle of the tcgen05 8-bit kernel: weights as stored [N, K] (the wgmma kernel's layout); for
     W4A8 MXFP4 x FP8 the block-scaled kernel's (packed e2m1 [N, K/2], ue8m0 scales in tcgen05.cp blocks)."""
-    from humming.core.layout_wgmma import prepare_w8a8_wgmma
-    from humming.core.planner_tcgen05 import plan_w8a8_tcgen05
+    from humming.core.families.tcgen05.planner import plan_w8a8_tcgen05
+    from humming.core.families.wgmma_8bit.layout import prepare_w8a8_wgmma
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
     key = ("w8a8-tcgen05", x.dtype, x.device, caps.name)
     handle = cache.get(key)
     if handle is None and qw.scheme.weight == "e2m1":  # W4A8 MXFP4 x FP8 (kind::mxf8f6f4)
-        from humming.core.layout_blockscaled import prepare_blockscaled_tcgen05
-        from humming.core.planner_tcgen05 import plan_blockscaled_tcgen05
+        from humming.core.families.mma_blockscaled.layout import prepare_blockscaled_tcgen05
+        from humming.core.families.tcgen05.planner import plan_blockscaled_tcgen05
 
         packed = prepare_blockscaled_tcgen05(qw.to(x.device), x.dtype)
         act = act_name(x.dtype)
@@ -1007,8 +1007,8 @@ def _w8a8_tcgen05_handle(x: torch.Tensor, qw, caps, choice) -> int:
 def _w8a8_wgmma_handle(x: torch.Tensor, qw, caps, choice) -> int:
     """The prepared handle of the wgmma 8-bit kernel for (dtype, device, profile): weights as stored [N, K]
     (W8A8) or packed 4-bit rows [N, K/2] widened in shared memory (W4A8)."""
-    from humming.core.layout_wgmma import prepare_w4a8_wgmma, prepare_w8a8_wgmma
-    from humming.core.planner_wgmma import plan_w4a8_wgmma, plan_w8a8_wgmma
+    from humming.core.families.wgmma_8bit.layout import prepare_w4a8_wgmma, prepare_w8a8_wgmma
+    from humming.core.families.wgmma_8bit.planner import plan_w4a8_wgmma, plan_w8a8_wgmma
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
     w4 = qw.scheme.weight in ("int4", "e2m1")  # W4A8 here: no fast-accumulation variant (the register-A kernel has one)
@@ -1033,15 +1033,15 @@ def _wgmma_rs8_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
     """True when the register-A wgmma W4A8 kernel runs this call: M >= 128 (HUMMING_WGMMA_W4A8_RS=0: never), the
     wgmma W4A8 kernel would run it, signed int4 weights with group-128 or per-channel scales
     (layout_wgmma_rs8)."""
-    from humming.core import planner_wgmma_rs8 as rs8
+    from humming.core.families.register_a8 import planner as rs8
 
     lowest = rs8.min_m()
     if lowest is None or m < lowest or scheme.weight != "int4":
         return False
     if not _wgmma_eligible(caps, choice, scheme, m, n, k):
         return False
-    from humming.core.layout_wgmma_rs8 import rs8_refusal
-    from humming.core.planner_wgmma import wgmma_form
+    from humming.core.families.register_a8.layout import rs8_refusal
+    from humming.core.families.wgmma_8bit.planner import wgmma_form
 
     form = wgmma_form(caps, choice.a_type)
     return form is not None and rs8.BT in form.n_values and not rs8_refusal(scheme, n, k, choice.a_type)
@@ -1049,8 +1049,8 @@ def _wgmma_rs8_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
 
 def _w4a8_wgmma_rs_handle(x: torch.Tensor, qw, caps, choice) -> int:
     """The prepared handle of the register-A wgmma W4A8 kernel (layout_wgmma_rs8) for (dtype, device, profile)."""
-    from humming.core.layout_wgmma_rs8 import prepare_w4a8_rs
-    from humming.core.planner_wgmma_rs8 import plan_w4a8_wgmma_rs
+    from humming.core.families.register_a8.layout import prepare_w4a8_rs
+    from humming.core.families.register_a8.planner import plan_w4a8_wgmma_rs
 
     cache = qw.__dict__.setdefault("_humming_prepared", {})
     fast, widen = _rs8_fast_accum(choice), _w4a8_widen(choice)
@@ -1070,8 +1070,8 @@ def _gemm_w8a8(x: torch.Tensor, qw, bias, caps, choice) -> torch.Tensor:
     """W8A8 on the 8-bit mma.sync kernel (or, unless HUMMING_WGMMA=0, at M >= 64 on a profile declaring wgmma,
     the wgmma kernel): activations quantized as the reference does (per token or per tensor), then
     int8 x int8 -> int32 or e4m3 x e4m3 -> fp32, scales and bias in the fp32 epilogue."""
-    from humming.core.layout import prepare_w4a8, prepare_w8a8
-    from humming.core.planner import plan_w8a8
+    from humming.core.common.layout import prepare_w4a8, prepare_w8a8
+    from humming.core.plan import plan_w8a8
 
     n, k = qw.shape
     cache = qw.__dict__.setdefault("_humming_prepared", {})
@@ -1130,7 +1130,7 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
         row = {"scheme": name}
         try:
             if getattr(sch, "act", None):
-                from humming.core.paths import choose_path, runnable_path
+                from humming.core.common.paths import choose_path, runnable_path
 
                 widened = () if widen.refusal(sch, n, k) else widen.m_ranges(caps, sch, n, k)
                 if widened is None and widen.native_refusal(caps, sch):  # no native path: widening is the path
@@ -1145,7 +1145,7 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
                 ideal = choose_path(caps, sch)
                 if (ideal.path == "native" and ideal.family == "mma_sync"
                         and getattr(ideal.instruction, "scale_format", None)):
-                    from humming.core.planner_blockscaled import unverified_enabled, unverified_note
+                    from humming.core.families.mma_blockscaled.planner import unverified_enabled, unverified_note
 
                     status = ("executes on the block-scaled mma_sync kernel (unverified)" if unverified_enabled()
                               else unverified_note(caps) + "; meanwhile runs " + choice.describe() + " (upconvert)")
@@ -1156,7 +1156,7 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
                 reason = choice.reasons[-1]
                 if choice.family == "tcgen05":
                     status = "executes on the tcgen05 kernel (unverified)"
-                    from humming.core.planner_tcgen05 import tcgen05_kernel
+                    from humming.core.families.tcgen05.planner import tcgen05_kernel
 
                     if tcgen05_kernel(choice, sch, caps) == "w4a8":
                         status = ("executes on the tcgen05 block-scaled kernel as kind::mxf8f6f4 e4m3 x e2m1, the weights' "
@@ -1187,7 +1187,7 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
             if _wgmma_wna16_eligible(caps, sch, max(m, WGMMA_WNA16_MIN_M), n, k, act):
                 reason += f"; M >= {WGMMA_WNA16_MIN_M}: the wgmma kernel (int4 dequantized into shared memory)"
             elif _tcgen05_wna16_eligible(caps, sch, max(m, WGMMA_WNA16_MIN_M), n, k, act):
-                from humming.core.planner_tcgen05 import unverified_enabled, wna16_unverified_note
+                from humming.core.families.tcgen05.planner import unverified_enabled, wna16_unverified_note
 
                 reason += (f"; M >= {WGMMA_WNA16_MIN_M}: the tcgen05 kernel (int4 dequantized into shared memory, "
                            f"unverified)" if unverified_enabled() else "; " + wna16_unverified_note(caps))

@@ -23,7 +23,7 @@ class QuantLinear(torch.nn.Module):
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, scheme, **quantize_kwargs) -> QuantLinear:
         """Quantize an nn.Linear with a scheme (a Scheme or a preset name such as 'w4a16')."""
-        from humming.core.quantize import quantize
+        from humming.core.quant.quantize import quantize
 
         qw = quantize(linear.weight.detach(), scheme, **quantize_kwargs)
         return cls(qw, linear.bias)

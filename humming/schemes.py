@@ -1,7 +1,7 @@
-"""Public module ``humming.schemes``: quantization schemes and presets (see :mod:`humming.core.schemes`).
+"""Public module ``humming.schemes``: quantization schemes and presets (see :mod:`humming.core.quant.schemes`).
 
 ``humming.schemes.get(name)`` returns a preset (or parses a string made by ``str(scheme)``);
 ``humming.schemes.names()`` lists the presets.
 """
-from humming.core.schemes import *  # noqa: F401,F403
-from humming.core.schemes import __all__  # noqa: F401
+from humming.core.quant.schemes import *  # noqa: F401,F403
+from humming.core.quant.schemes import __all__  # noqa: F401

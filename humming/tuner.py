@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from humming.core import planner
+from humming.core import plan as planner
 
 L2_BYTES = 60 * 2**20  # the H200's L2; a larger weight set is not cached between calls on current GPUs
 
@@ -256,7 +256,7 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
     torch = require_gpu()
     import humming
     from humming import api
-    from humming.core import tuning
+    from humming.core.tuning import entries as tuning
 
     say = progress or (lambda text: None)
     torch.manual_seed(seed)

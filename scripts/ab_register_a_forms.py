@@ -16,7 +16,7 @@ import torch  # noqa: E402
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
-from humming.core import planner_wgmma_rs as rs  # noqa: E402
+from humming.core.families.register_a import planner as rs  # noqa: E402
 from humming.tuner import copies_for, graph_time_us  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
-from humming.core import generator_wgmma_rs_streamk as streamk  # noqa: E402
+from humming.core.families.register_a import streamk as streamk  # noqa: E402
 from humming.devices.nvidia.backend import BULK_G2S, MBAR_WAIT_POLITE  # noqa: E402  (the backend's helpers)
 from humming.tuner import graph_timer, rotated_samples  # noqa: E402
 

@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from humming.core.generator_wgmma_rs8_direct import _stage_in  # noqa: E402  (the stage head, without scales)
+from humming.core.families.register_a8.direct import _stage_in  # noqa: E402  (the stage head, without scales)
 
 _LOOP = r"""  wg_acc_t pa[WG_ACC_REGS], pb[WG_ACC_REGS];"""
 _LOOP_END = r"""  consumer_sync();                 // all wgmmas done"""

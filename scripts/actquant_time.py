@@ -14,7 +14,7 @@ import torch  # noqa: E402
 import humming  # noqa: E402
 from humming import actquant as actquant_api  # noqa: E402
 from humming.actquant import quantize_activation_cuda  # noqa: E402
-from humming.core import actquant as actquant_core  # noqa: E402
+from humming.core.actquant import generator as actquant_core  # noqa: E402
 from humming.tuner import graph_time_us  # noqa: E402
 
 ap = argparse.ArgumentParser()

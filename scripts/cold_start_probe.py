@@ -16,7 +16,7 @@ import torch  # noqa: E402
 
 import humming  # noqa: E402
 from humming import aot  # noqa: E402
-from humming.core.compiler import compile_stats  # noqa: E402
+from humming.core.compile.compiler import compile_stats  # noqa: E402
 
 
 def main() -> None:

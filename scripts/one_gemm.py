@@ -21,7 +21,7 @@ import humming  # noqa: E402
 def _force(qw, x, spec: dict) -> None:
     """Make the prepared weight run the given stream/tile configuration at x's M."""
     from humming import api
-    from humming.core.planner import TileConfig, plan_wna16
+    from humming.core.plan import TileConfig, plan_wna16
 
     handle = api.prepared(qw, x.dtype, x.device)
     prep = api._registry[handle]

@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import torch  # noqa: E402
 
 import humming  # noqa: E402
-from humming.core.compiler import compile_cuda  # noqa: E402
-from humming.core.runtime import LoadedKernel  # noqa: E402
+from humming.core.compile.compiler import compile_cuda  # noqa: E402
+from humming.core.runtime.kernel import LoadedKernel  # noqa: E402
 from humming.tuner import capture_graph, copies_for  # noqa: E402
 
 CLOCK_SOURCE = r"""

@@ -15,8 +15,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import humming  # noqa: E402
 from humming.api import resolve_profile  # noqa: E402
-from humming.core import tuning  # noqa: E402
-from humming.core.layout import layout_for  # noqa: E402
+from humming.core.common.layout import layout_for  # noqa: E402
+from humming.core.tuning import entries as tuning  # noqa: E402
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import humming  # noqa: E402
 from humming.api import resolve_profile, source  # noqa: E402
-from humming.core.compiler import compile_cuda  # noqa: E402
+from humming.core.compile.compiler import compile_cuda  # noqa: E402
 from humming.devices import get_backend  # noqa: E402
 
 

@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import torch  # noqa: E402
 
-from humming.core.compiler import compile_cuda  # noqa: E402
-from humming.core.runtime import LoadedKernel  # noqa: E402
+from humming.core.compile.compiler import compile_cuda  # noqa: E402
+from humming.core.runtime.kernel import LoadedKernel  # noqa: E402
 from humming.tuner import graph_time_us  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -67,7 +67,7 @@ def main() -> None:
     import humming
     from humming import api
     from humming.api import resolve_profile, source
-    from humming.core.compiler import compile_cuda
+    from humming.core.compile.compiler import compile_cuda
     from humming.devices import get_backend
 
     tool = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")

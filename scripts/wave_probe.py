@@ -16,7 +16,7 @@ import torch  # noqa: E402
 
 import humming  # noqa: E402
 from humming import api  # noqa: E402
-from humming.core.planner import plan_wna16  # noqa: E402
+from humming.core.plan import plan_wna16  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from gemm_timing import error_and_time, weight_copies  # noqa: E402

@@ -299,7 +299,7 @@ def main() -> None:
     ap.add_argument("--compile-only", action="store_true", help="compile every config, print ptxas registers")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from humming.core.compiler import compile_cuda
+    from humming.core.compile.compiler import compile_cuda
 
     rows = []
     modules = []
@@ -318,7 +318,7 @@ def main() -> None:
         return
     import torch
 
-    from humming.core.runtime import LoadedKernel
+    from humming.core.runtime.kernel import LoadedKernel
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     init = torch.randint(0, 256, (96 * 1024,), dtype=torch.uint8, device="cuda")

@@ -1,5 +1,5 @@
 """Importers for the quantized checkpoints users bring: each returns a canonical
-:class:`~humming.core.quantize.QuantizedWeight` whose ``dequantize()`` equals the layout's documented formula.
+:class:`~humming.core.quant.quantize.QuantizedWeight` whose ``dequantize()`` equals the layout's documented formula.
 
 ==========================  ==================================================  ==========================
 layout                      tensors under ``prefix``                            function
@@ -42,7 +42,7 @@ from humming.checkpoints.gpt_oss import from_gpt_oss
 from humming.checkpoints.gptq import from_gptq
 from humming.checkpoints.modelopt import from_nvfp4 as from_modelopt_nvfp4
 from humming.checkpoints.mx import from_mx
-from humming.core.quantize import QuantizedWeight
+from humming.core.quant.quantize import QuantizedWeight
 from humming.errors import SchemeError
 
 __all__ = [

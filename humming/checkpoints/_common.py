@@ -5,8 +5,8 @@ from collections.abc import Mapping
 
 import torch
 
-from humming.core import schemes
-from humming.core.schemes import Scheme
+from humming.core.quant import schemes
+from humming.core.quant.schemes import Scheme
 from humming.errors import SchemeError, ShapeError
 
 FLOAT_SCALE_FORMATS = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}

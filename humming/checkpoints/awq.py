@@ -16,8 +16,8 @@ import torch
 
 from humming.checkpoints._common import check_dtype, check_ndim, check_shape, infer_group, lookup, make_scheme
 from humming.checkpoints._common import scale_format as _scale_format
-from humming.core.packing import AWQ_ORDER, unpack_bits
-from humming.core.quantize import QuantizedWeight
+from humming.core.quant.packing import AWQ_ORDER, unpack_bits
+from humming.core.quant.quantize import QuantizedWeight
 from humming.errors import SchemeError, ShapeError
 
 __all__ = ["from_awq", "load", "AWQ_ORDER"]

@@ -39,8 +39,8 @@ from humming.checkpoints._common import (
     nontrivial_g_idx,
     scale_format,
 )
-from humming.core.packing import packed_length, unpack_bits
-from humming.core.quantize import QuantizedWeight
+from humming.core.quant.packing import packed_length, unpack_bits
+from humming.core.quant.quantize import QuantizedWeight
 from humming.errors import SchemeError, ShapeError
 
 __all__ = ["from_pack_quantized", "from_nvfp4", "from_float_quantized", "from_int_quantized", "load"]
@@ -132,7 +132,7 @@ def from_nvfp4(weight_packed: torch.Tensor, weight_scale: torch.Tensor, weight_g
     if input_global_scale is not None:
         check_dtype(input_global_scale, (torch.float32,), "input_global_scale", layout)
         input_scale = 1.0 / input_global_scale.reshape(())
-        from humming.core.schemes import get
+        from humming.core.quant.schemes import get
 
         scheme = scheme.with_(act=get("w4a4-nvfp4").act, act_scale=get("w4a4-nvfp4").act_scale)
     return QuantizedWeight.from_codes(_nibbles(weight_packed, k), scheme, weight_scale.contiguous(),

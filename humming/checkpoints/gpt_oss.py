@@ -13,8 +13,8 @@ from collections.abc import Mapping
 import torch
 
 from humming.checkpoints._common import check_dtype, check_shape, lookup, make_scheme
-from humming.core.packing import unpack_bits
-from humming.core.quantize import QuantizedWeight
+from humming.core.quant.packing import unpack_bits
+from humming.core.quant.quantize import QuantizedWeight
 from humming.errors import ShapeError
 
 __all__ = ["from_gpt_oss", "load", "FP4_VALUES"]

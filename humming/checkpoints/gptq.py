@@ -33,8 +33,8 @@ from humming.checkpoints._common import (
     nontrivial_g_idx,
     scale_format,
 )
-from humming.core.packing import packed_length, unpack_bits
-from humming.core.quantize import QuantizedWeight
+from humming.core.quant.packing import packed_length, unpack_bits
+from humming.core.quant.quantize import QuantizedWeight
 from humming.errors import SchemeError, ShapeError
 
 __all__ = ["from_gptq", "load"]

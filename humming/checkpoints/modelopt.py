@@ -18,9 +18,9 @@ from collections.abc import Mapping
 import torch
 
 from humming.checkpoints._common import check_dtype, check_ndim, check_nvfp4_pair, lookup, make_scheme
-from humming.core.packing import unpack_bits
-from humming.core.quantize import QuantizedWeight
-from humming.core.schemes import get as get_scheme
+from humming.core.quant.packing import unpack_bits
+from humming.core.quant.quantize import QuantizedWeight
+from humming.core.quant.schemes import get as get_scheme
 from humming.errors import SchemeError, ShapeError
 
 __all__ = ["from_nvfp4", "from_fp8", "load"]

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 import torch
 
 from humming.checkpoints._common import check_dtype, check_ndim, check_shape, lookup, make_scheme
-from humming.core import formats
-from humming.core.packing import packed_length, unpack_bits
-from humming.core.quantize import QuantizedWeight
+from humming.core.quant import formats
+from humming.core.quant.packing import packed_length, unpack_bits
+from humming.core.quant.quantize import QuantizedWeight
 from humming.errors import SchemeError, ShapeError
 
 __all__ = ["from_mx", "load", "ELEMENT_FORMATS"]

@@ -70,7 +70,7 @@ def _describe_ms(args, m_values) -> str:
 def main(args) -> int:
     from humming import aot, api
     from humming.cli._args import parse_ms, parse_shapes
-    from humming.core import cache
+    from humming.core.compile import cache
     from humming.errors import ShapeError, UnsupportedOnDevice
 
     named: list[tuple[str, int, int]] = []

@@ -30,7 +30,7 @@ def main(args) -> int:
     if args.source:
         print(api.source(plan))
     if args.compile:
-        from humming.core.compiler import compile_cuda
+        from humming.core.compile.compiler import compile_cuda
         from humming.devices import get_backend
 
         caps = api.resolve_profile(plan.profile)

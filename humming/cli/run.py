@@ -43,7 +43,7 @@ def main(args) -> int:
 
     import humming
     from humming import api
-    from humming.core.compiler import compile_cuda
+    from humming.core.compile.compiler import compile_cuda
     from humming.devices import get_backend
 
     torch.manual_seed(args.seed)

@@ -4,7 +4,7 @@
 
 For each layer shape and M: quantize random weights (enough copies to stream past the L2), time the planner's
 default and every candidate configuration with CUDA-graph replay, print the fastest, and record the winner
-per (profile, scheme, layout, N, K, M bucket) in the tuning file (``humming.core.tuning.tune_file()``), which
+per (profile, scheme, layout, N, K, M bucket) in the tuning file (``humming.core.tuning.entries.tune_file()``), which
 the planner reads from then on. Needs a CUDA GPU; without one it says so and exits with status 2.
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ _HEADER = "  rank   time us  vs def  path   tile         stages warps  split  op
 def main(args) -> int:
     from humming import tuner
     from humming.cli._args import parse_ms, parse_shapes, unique
-    from humming.core import tuning
+    from humming.core.tuning import entries as tuning
 
     shapes = unique(parse_shapes(args.shapes))
     ms = unique(parse_ms(args.m))

@@ -11,11 +11,11 @@ import torch
 
 from humming import actquant as public
 from humming.capabilities import get_profile, list_profiles
-from humming.core.actquant import actquant_source, plan_actquant
-from humming.core.compiler import compile_cuda
-from humming.core.nvrtc import select_toolchain
-from humming.core.quantize import quantize_activation
-from humming.core.schemes import get as get_scheme
+from humming.core.actquant.generator import actquant_source, plan_actquant
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.quant.quantize import quantize_activation
+from humming.core.quant.schemes import get as get_scheme
 from humming.devices import get_backend
 from humming.devices.nvidia.actquant_spelling import actquant_prelude, encode_spelling, hardware_cvt
 from humming.errors import ShapeError, UnsupportedOnDevice

@@ -12,9 +12,10 @@ import subprocess
 import pytest
 import torch
 
-from humming.core import actquant, formats
-from humming.core.quantize import quantize_activation
-from humming.core.schemes import get as get_scheme
+from humming.core.actquant import generator as actquant
+from humming.core.quant import formats
+from humming.core.quant.quantize import quantize_activation
+from humming.core.quant.schemes import get as get_scheme
 from humming.devices.nvidia.actquant_spelling import software_source
 
 GXX = shutil.which("g++")

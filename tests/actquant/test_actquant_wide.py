@@ -1,15 +1,15 @@
 """Activation quantization writing the codes as their exact f16/bf16 values (the widened path of
-humming.core.widen): the code-value formulas against torch's decoders for every byte, the kernels compile for
+humming.core.common.act_widen): the code-value formulas against torch's decoders for every byte, the kernels compile for
 every spelling (hardware and software encoders), and the refusals."""
 import pytest
 import torch
 
 from humming.actquant import _spelling, quantize_activation_cuda
 from humming.api import resolve_profile
-from humming.core import schemes
-from humming.core.actquant import WIDE_CODE_VALUES, actquant_source, plan_actquant
-from humming.core.compiler import compile_cuda
-from humming.core.widen import CODE_DTYPES
+from humming.core.actquant.generator import WIDE_CODE_VALUES, actquant_source, plan_actquant
+from humming.core.common.act_widen import CODE_DTYPES
+from humming.core.compile.compiler import compile_cuda
+from humming.core.quant import schemes
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 

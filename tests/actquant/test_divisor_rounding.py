@@ -1,5 +1,5 @@
 """The activation quantizers divide a row (or group) by one scale with a reciprocal and one FMA correction
-(``aq_divide_fast`` in humming.core.actquant) instead of a division per element. Markstein's theorem says the result
+(``aq_divide_fast`` in humming.core.actquant.generator) instead of a division per element. Markstein's theorem says the result
 is the IEEE quotient while the divisor and its reciprocal are normal; checked here with exact rational arithmetic on
 the kernels' own sequence (r = RN(1/d), q = RN(x r), e = RN(x - q d) exact, RN(q + e r)), including divisors with
 all-ones significands and the scales the per-token FP8 quantizer makes (amax / 448)."""
@@ -7,7 +7,7 @@ import math
 import random
 from fractions import Fraction as F
 
-from humming.core.actquant import AQ_DIVISOR
+from humming.core.actquant.generator import AQ_DIVISOR
 
 
 def rn32(v: F) -> F:

@@ -17,7 +17,7 @@ def _isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HUMMING_CACHE_DIR", str(tmp_path / "kernels"))
     for var in ("HUMMING_CACHE", "HUMMING_NVRTC", "HUMMING_NVRTC_PATH", "HUMMING_LINEINFO", "HUMMING_CACHE_MEMORY"):
         monkeypatch.delenv(var, raising=False)
-    from humming.core import cache
+    from humming.core.compile import cache
 
     cache.clear_memory_caches()
     yield

@@ -1,7 +1,7 @@
 """The launch parameter block: cuLaunchKernel reads an array of pointers to each parameter's value."""
 import ctypes
 
-from humming.core.runtime import ArgBlock
+from humming.core.runtime.kernel import ArgBlock
 
 
 def test_param_array_points_at_the_current_values():
@@ -25,7 +25,7 @@ def test_launch_rewrites_weight_pointers_only_when_other_tensors_come(monkeypatc
 
     import humming
     from humming import api
-    from humming.core.runtime import ArgBlock
+    from humming.core.runtime.kernel import ArgBlock
 
     p = humming.plan("w4a16", 4, 128, 256, profile="nvidia-a100")
     seen = []

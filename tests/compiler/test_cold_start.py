@@ -12,9 +12,10 @@ import pytest
 
 from humming import aot, api
 from humming.capabilities import get_profile
-from humming.core import cache, tuning
-from humming.core.compiler import compile_cuda, compile_stats
-from humming.core.layout import layout_for
+from humming.core.common.layout import layout_for
+from humming.core.compile import cache
+from humming.core.compile.compiler import compile_cuda, compile_stats
+from humming.core.tuning import entries as tuning
 from humming.errors import UnsupportedOnDevice
 
 PROFILE = "nvidia-h200"
@@ -33,7 +34,7 @@ def _fresh_runtime_state(monkeypatch):
 
 
 def _need_nvrtc(arch: str):
-    from humming.core.nvrtc import select_toolchain
+    from humming.core.compile.nvrtc import select_toolchain
 
     try:
         return select_toolchain(arch)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from humming.core import cache as kcache
-from humming.core import nvrtc
-from humming.core.compiler import compile_cuda, compile_stats, reset_compile_stats
+from humming.core.compile import cache as kcache
+from humming.core.compile import nvrtc
+from humming.core.compile.compiler import compile_cuda, compile_stats, reset_compile_stats
 from humming.errors import CompileError, UnsupportedOnDevice
 
 TOOLCHAINS = nvrtc.available_toolchains()

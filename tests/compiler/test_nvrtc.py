@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from humming.core import nvrtc
+from humming.core.compile import nvrtc
 from humming.errors import HummingError, UnsupportedOnDevice
 
 TOOLCHAINS = nvrtc.available_toolchains()

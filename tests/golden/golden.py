@@ -8,8 +8,8 @@ workspace and the plan's reasons; or the error it raises.
 
     python tests/golden/golden.py --write            record the current code's answers (tests/golden/kernels.json.gz)
     python tests/golden/golden.py --check            compare (what tests/golden/test_golden.py does)
-    python tests/golden/golden.py --write-reasons    rewrite only the reasons and error messages (wording changes),
-                                                     refusing if anything else differs
+    python tests/golden/golden.py --write-wording    rewrite only wording: the reasons, error messages and the
+                                                     comments of generated sources; refuses if anything else differs
 
 Cases run with a clean environment: no ``HUMMING_*`` variable of the caller's, no user tuning file (the shipped
 tuning data applies), so the record depends on the code alone.
@@ -23,6 +23,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -197,7 +198,8 @@ def clean_environment(setting: dict):
 def _forget() -> None:
     """Drop what the code remembers between calls that depends on the environment."""
     from humming import api
-    from humming.core import tuning, widen
+    from humming.core.common import act_widen as widen
+    from humming.core.tuning import entries as tuning
 
     api._choices.clear()
     api._wgmma_here.clear()
@@ -286,8 +288,21 @@ def replay_captured(captured: list, tables: dict) -> dict:
     return out
 
 
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def code_of(source: str) -> str:
+    """The source without its comments and blank lines: what the compiler sees."""
+    lines = (ln.rstrip() for ln in _COMMENT.sub("", source).splitlines())
+    return "\n".join(ln for ln in lines if ln)
+
+
 def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """The source's hash and its code's (comments left out), as "source:code"."""
+    def h(t: str) -> str:
+        return hashlib.sha256(t.encode()).hexdigest()[:16]
+
+    return f"{h(text)}:{h(code_of(text))}"
 
 
 def _record_plan(p, profile, sources: dict) -> dict:
@@ -330,8 +345,8 @@ def run_case(kind: str, fields: tuple, sources: dict):
     profile, scheme, m, n, k, act = fields
     from humming import schemes as _schemes_mod
     from humming.capabilities import get_profile
-    from humming.core import tuning
-    from humming.core.layout import layout_for
+    from humming.core.common.layout import layout_for
+    from humming.core.tuning import entries as tuning
 
     caps = get_profile(profile)
     try:
@@ -350,7 +365,7 @@ def _record_actquant(fields: tuple, tables: dict):
     """The activation-quantization kernel of a scheme's activations (``wide``: codes as exact 16-bit values)."""
     from humming import schemes as _schemes_mod
     from humming.actquant import activation_quant_source, plan_activation_quant
-    from humming.core.actquant import plan_actquant
+    from humming.core.actquant.generator import plan_actquant
 
     profile, scheme, dtype, k, wide = fields
     try:
@@ -413,14 +428,14 @@ def write(data: dict) -> None:
 
 def _resolved(rec, words: list, keep_words: bool = True):
     """A record with its wording (reasons, error messages) looked up, or left out (``keep_words`` False: what
-    --write-reasons may change)."""
+    --write-wording may change)."""
     if not isinstance(rec, dict):
         return rec
     if "error" in rec:
         return {"error": rec["error"], **({"message": words[rec["message"]]} if keep_words else {})}
-    if "kernel" in rec:
+    if "kernel" in rec:  # (the source index depends on which sources differ only in comments: compared by hash)
         return {**rec, "reasons": words[rec["reasons"]]} if keep_words else {
-            a: b for a, b in rec.items() if a != "reasons"}
+            a: b for a, b in rec.items() if a not in ("reasons", "source")}
     return {a: _resolved(b, words, keep_words) for a, b in rec.items()}
 
 
@@ -434,8 +449,12 @@ def differences(old: dict, new: dict, words: bool = True, limit: int = 20) -> li
             if len(out) >= limit:
                 break
     if len(out) < limit:
+        def shas(table: dict, name: str):
+            found = table.get(name)
+            return found if words or found is None else [s.split(":")[1] for s in found]
+
         for name in sorted(set(old["sources"]) | set(new["sources"])):
-            if old["sources"].get(name) != new["sources"].get(name):
+            if shas(old["sources"], name) != shas(new["sources"], name):
                 out.append(f"source of {name}: golden {old['sources'].get(name)}, now {new['sources'].get(name)}")
                 if len(out) >= limit:
                     break
@@ -447,7 +466,7 @@ def main(argv=None) -> int:
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--write", action="store_true")
     g.add_argument("--check", action="store_true")
-    g.add_argument("--write-reasons", action="store_true")
+    g.add_argument("--write-wording", action="store_true")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     new = record_all(progress=True)
@@ -456,7 +475,7 @@ def main(argv=None) -> int:
         print(f"wrote {len(new['cases'])} cases, {len(new['sources'])} kernels to {GOLDEN}")
         return 0
     old = load()
-    if args.write_reasons:
+    if args.write_wording:
         diff = differences(old, new, words=False)
         if diff:
             print("not only wording differs:\n" + "\n".join(diff))

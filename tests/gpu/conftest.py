@@ -17,7 +17,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def native_8bit(monkeypatch):
-    """Tests of the 8-bit kernels: keep W8A8 / W4A8 off the widened weight-only path (humming.core.widen)."""
+    """Tests of the 8-bit kernels: keep W8A8 / W4A8 off the widened weight-only path (humming.core.common.act_widen)."""
     monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")
 
 
@@ -122,7 +122,7 @@ def stream_plan(prep, base, m: int, wk: int, stages: int, fold: int, x_ring: int
                 balance: int = 0, pdl: bool = False):
     """A stream-path plan of ``wk`` warps per slab for the prepared handle ``prep`` (token tile of its own plan
     ``base``), with the given options and programmatic dependent launch where ``pdl``."""
-    from humming.core.planner import TileConfig, plan_wna16, with_pdl
+    from humming.core.plan import TileConfig, plan_wna16, with_pdl
 
     p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream", splits=splits,
                    tiles=TileConfig(base.tiles.bm, 64, 64 * wk, stages, 1, 1, wk, x_ring, fold, x_smem=x_smem,

@@ -8,8 +8,8 @@ import torch
 
 import humming
 from humming.actquant import quantize_activation_cuda
-from humming.core import formats
-from humming.core.quantize import scale_storage_dtype
+from humming.core.quant import formats
+from humming.core.quant.quantize import scale_storage_dtype
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""Both pair orders of the prepared int4 weights (humming.core.layout) through every kernel that reads them, on the
+"""Both pair orders of the prepared int4 weights (humming.core.common.layout) through every kernel that reads them, on the
 H200 against the reference: tile-major (what this profile gets for int4 with the register-A kernels' groups) through
 the stream kernel, the mma.sync tile kernel (forced, as HUMMING_WGMMA_RS=0 or a tuned tile entry would run it) and
 the register-A kernels (small and two-warpgroup forms); step-major (groups of 512, which those kernels do not take by
@@ -8,7 +8,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner import plan_wna16
+from humming.core.plan import plan_wna16
 
 from .conftest import rel_error, run_forced_plans
 

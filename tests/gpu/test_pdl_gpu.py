@@ -7,7 +7,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner import PDL_ENV
+from humming.core.plan import PDL_ENV
 
 from .conftest import rel_error
 

@@ -8,7 +8,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner import TileConfig, plan_wna16
+from humming.core.plan import TileConfig, plan_wna16
 from humming.errors import ShapeError
 
 from .conftest import forced_repeats_and_replay, run_forced_plans, stream_plan

@@ -7,7 +7,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner import TileConfig, plan_wna16
+from humming.core.plan import TileConfig, plan_wna16
 from humming.errors import ShapeError
 
 from .conftest import graph_replay_error, rel_error, run_forced_plans

@@ -9,7 +9,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner import CLUSTER_SPLITS_ENV, launch_options, with_pdl
+from humming.core.plan import CLUSTER_SPLITS_ENV, launch_options, with_pdl
 from humming.errors import ShapeError
 
 from .conftest import forced_repeats_and_replay, rel_error, run_forced_plans, stream_plan
@@ -103,7 +103,7 @@ RS_CASES = [(1, 16, 2, 8, 1, True), (16, 16, 4, 8, 0, True), (24, 32, 2, 4, 1, F
                          ids=["w4a16-g128", "w4a16-zp-g128", "w4a16-channel"])
 def test_small_register_a_cluster_splits(name, group, dtype):
     """Against the reference, and the same bits as the workspace path (both add the splits in order)."""
-    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+    from humming.core.families.register_a.planner import plan_wna16_wgmma_rs
 
     from .test_wgmma_rs_gpu import _biased_layer, _require_wgmma
 

@@ -7,7 +7,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner import TileConfig, plan_wna16, with_pdl
+from humming.core.plan import TileConfig, plan_wna16, with_pdl
 from humming.errors import ShapeError
 
 from .conftest import graph_replay_error, run_forced_plans

@@ -9,7 +9,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner_tcgen05 import UNVERIFIED_ENV, tcgen05_form
+from humming.core.families.tcgen05.planner import UNVERIFIED_ENV, tcgen05_form
 
 from .conftest import biased_weight, rel_error
 

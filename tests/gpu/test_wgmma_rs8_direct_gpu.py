@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import humming
-from humming.core.planner_wgmma_rs8 import DIRECT_S8_ENV, FAST_ACCUM_ENV, PATH, WIDE_FROM_ENV
+from humming.core.families.register_a8.planner import DIRECT_S8_ENV, FAST_ACCUM_ENV, PATH, WIDE_FROM_ENV
 
 from .conftest import biased_weight, fresh_gemm, rel_error
 from .test_wgmma_rs8_gpu import TOL, _require_wgmma, _scheme

@@ -6,7 +6,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner_wgmma_rs8 import ENV, PATH
+from humming.core.families.register_a8.planner import ENV, PATH
 
 from .conftest import fresh_gemm, graph_replay_error, launch_spec, rel_error
 

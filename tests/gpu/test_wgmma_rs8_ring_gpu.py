@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import humming
-from humming.core.planner_wgmma_rs8 import NARROW_PF_ENV, PATH
+from humming.core.families.register_a8.planner import NARROW_PF_ENV, PATH
 
 from .conftest import fresh_gemm, launch_spec, rel_error
 from .test_wgmma_rs8_gpu import TOL, _require_wgmma, _scheme

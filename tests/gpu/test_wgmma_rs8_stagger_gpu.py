@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import humming
-from humming.core.planner_wgmma_rs8 import PATH, STAGGER_CHAINS_ENV, STREAMK_ENV, WIDE_FROM_ENV
+from humming.core.families.register_a8.planner import PATH, STAGGER_CHAINS_ENV, STREAMK_ENV, WIDE_FROM_ENV
 
 from .conftest import biased_weight, fresh_gemm, launch_spec, rel_error
 from .test_wgmma_rs8_gpu import TOL, _require_wgmma, _scheme

@@ -10,7 +10,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner_wgmma_rs8 import ENV, PATH, STREAMK_ENV
+from humming.core.families.register_a8.planner import ENV, PATH, STREAMK_ENV
 
 from .conftest import fresh_gemm, graph_replay_error, launch_spec, rel_error
 from .test_wgmma_rs8_gpu import TOL, _require_wgmma, _scheme

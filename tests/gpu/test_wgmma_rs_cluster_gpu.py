@@ -8,8 +8,8 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner import with_pdl
-from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+from humming.core.families.register_a.planner import plan_wna16_wgmma_rs
+from humming.core.plan import with_pdl
 
 from .conftest import graph_replay_error, rel_error
 from .test_wgmma_rs_gpu import TOL, _biased_layer, _require_wgmma

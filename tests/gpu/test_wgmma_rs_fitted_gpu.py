@@ -8,7 +8,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner_wgmma_rs import FIT_ENV, fitted_token_tile, plan_wna16_wgmma_rs, tail_tiles
+from humming.core.families.register_a.planner import FIT_ENV, fitted_token_tile, plan_wna16_wgmma_rs, tail_tiles
 
 from .conftest import forced_repeats_and_replay, rel_error, run_forced_plans
 from .test_wgmma_rs_gpu import TOL, _handles, _require_wgmma, _scheme

@@ -7,7 +7,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner_wgmma_rs import ENV, PATH
+from humming.core.families.register_a.planner import ENV, PATH
 
 from .conftest import rel_error
 

@@ -8,8 +8,8 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner import launch_options
-from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+from humming.core.families.register_a.planner import plan_wna16_wgmma_rs
+from humming.core.plan import launch_options
 from humming.errors import ShapeError
 
 from .conftest import forced_repeats_and_replay, run_forced_plans

@@ -1,4 +1,4 @@
-"""The two-warpgroup register-A form in clusters of two blocks (TileConfig.cluster = 2, humming.core.pair_cluster:
+"""The two-warpgroup register-A form in clusters of two blocks (TileConfig.cluster = 2, humming.core.families.register_a.pair_cluster:
 each activation stage read from L2 once and multicast into both blocks' slots) against the reference: token tiles of
 128, 160 and 256, groups, per-channel scales, zero points, bias, f16 and bf16, rasterized and in launch order;
 repeated launches and CUDA-graph replay on a wide layer. Outputs are NaN-poisoned before each launch (conftest), data
@@ -8,7 +8,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+from humming.core.families.register_a.planner import plan_wna16_wgmma_rs
 
 from .conftest import forced_repeats_and_replay, run_forced_plans
 from .test_wgmma_rs_gpu import TOL, _require_wgmma, _scheme

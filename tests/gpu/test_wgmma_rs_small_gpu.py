@@ -8,8 +8,8 @@ import torch
 
 import humming
 from humming import api
-from humming.core import tuning
-from humming.core.planner_wgmma_rs import FIT_ENV, PATH, fitted_token_tile, plan_wna16_wgmma_rs
+from humming.core.families.register_a.planner import FIT_ENV, PATH, fitted_token_tile, plan_wna16_wgmma_rs
+from humming.core.tuning import entries as tuning
 from humming.errors import ShapeError
 
 from .conftest import rel_error

@@ -10,7 +10,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner_wgmma_rs import RASTER, plan_wna16_wgmma_rs
+from humming.core.families.register_a.planner import RASTER, plan_wna16_wgmma_rs
 
 from .conftest import forced_repeats_and_replay, run_forced_plans
 from .test_wgmma_rs_gpu import TOL, _require_wgmma, _scheme
@@ -109,7 +109,7 @@ def test_default_streamk_with_per_token_scales(monkeypatch):
     """W4A8-FP8 with groups of 64 widened at M 2048 (DEFAULT_M_RANGES: 4-bit layouts other than the register-A W4A8
     kernel's) runs the two-warpgroup form's default plan with per-token scales in the epilogue: with stream-K there
     (8192 channels: 512 tiles, 3.9 a SM), the split tiles' partials are added before the row scales."""
-    from humming.core import widen
+    from humming.core.common import act_widen as widen
 
     from .conftest import rel_error
 
@@ -144,7 +144,7 @@ def test_early_ring_equals_default(case, monkeypatch):
     """The early ring (TileConfig.early, HUMMING_WGMMA_RS_SK_EARLY=1: the next segment's first weight atoms loaded
     before a segment's epilogue) only moves loads: its output equals the default stream-K kernel's bit for bit, matches
     the reference, and survives 20 launches in a row and graph replay."""
-    from humming.core.planner_wgmma_rs import EARLY_ENV
+    from humming.core.families.register_a.planner import EARLY_ENV
 
     from .conftest import rel_error
 

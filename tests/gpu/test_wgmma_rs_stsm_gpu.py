@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import humming
-from humming.core.planner_wgmma_rs import STSM_ENV
+from humming.core.families.register_a.planner import STSM_ENV
 
 from .conftest import rel_error
 from .test_wgmma_rs_gpu import TOL, _require_wgmma, _scheme

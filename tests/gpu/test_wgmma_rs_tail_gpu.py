@@ -9,8 +9,8 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner import TAIL_SPLITS
-from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs, tail_tiles
+from humming.core.families.register_a.planner import plan_wna16_wgmma_rs, tail_tiles
+from humming.core.plan import TAIL_SPLITS
 
 from .conftest import forced_repeats_and_replay, run_forced_plans
 from .test_wgmma_rs_gpu import TOL, _require_wgmma, _scheme

@@ -8,7 +8,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner_wgmma_rs import TMA_ENV, plan_wna16_wgmma_rs
+from humming.core.families.register_a.planner import TMA_ENV, plan_wna16_wgmma_rs
 
 from .conftest import graph_replay_error, rel_error
 from .test_wgmma_rs_gpu import TOL, _biased_layer, _require_wgmma

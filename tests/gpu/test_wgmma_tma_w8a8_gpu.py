@@ -8,7 +8,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.planner_wgmma import TMA_ENV, TMA_THREADS
+from humming.core.families.wgmma_8bit.planner import TMA_ENV, TMA_THREADS
 
 from .conftest import biased_weight, fresh_gemm, graph_replay_error, rel_error
 

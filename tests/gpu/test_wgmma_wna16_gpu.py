@@ -76,7 +76,7 @@ def test_wgmma_w4a16(group, dtype, n, k, monkeypatch):
 def test_both_tile_widths(bn, dtype, monkeypatch):
     """BN=128 and BN=256 forced through the launcher (the planner picks one per shape)."""
     caps = _require_wgmma(dtype)
-    from humming.core.planner_wgmma_wna16 import plan_wna16_wgmma
+    from humming.core.families.wgmma_dequant.planner import plan_wna16_wgmma
 
     monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
     n, k, m = 1024, 2048, 300

@@ -1,4 +1,4 @@
-"""W8A8 / W4A8 with widened activations (humming.core.widen): 8-bit codes widened exactly to f16/bf16, the
+"""W8A8 / W4A8 with widened activations (humming.core.common.act_widen): 8-bit codes widened exactly to f16/bf16, the
 weight-only kernels (stream, tile, register-A small and prefill forms) with per-token scales in the epilogue,
 against the reference (activation quantization included), with the output poisoned beforehand (conftest)."""
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core import widen
+from humming.core.common import act_widen as widen
 
 from .conftest import graph_replay_error, rel_error
 

@@ -142,7 +142,7 @@ def test_torch_compile_fullgraph():
 def test_upconvert_paths(scheme, dtype):
     """NVFP4/MX activations where no block-scaled MMA is declared (Hopper): quantized as the reference does,
     widened exactly to bf16, multiplied by the WnA16 kernel, global scale in the epilogue."""
-    from humming.core.paths import choose_path
+    from humming.core.common.paths import choose_path
 
     assert choose_path(humming.device.current_profile(), humming.schemes.get(scheme)).path == "upconvert"
     qw = _weight(scheme, 512, 2048, dtype)
@@ -168,7 +168,7 @@ def test_empty_batch():
 def test_stream_variants(scheme, dtype):
     """The stream path's tuner options (x_ring: activations in the register ring; fold: raw codes into the MMA,
     zero point and scale per atom in fp32), forced one by one, against the reference."""
-    from humming.core.planner import TileConfig, plan_wna16
+    from humming.core.plan import TileConfig, plan_wna16
     from humming.errors import ShapeError
 
     qw = _weight(humming.schemes.get(scheme), 512, 4096, dtype)

@@ -7,7 +7,7 @@ import pytest
 @pytest.fixture
 def native_8bit_defaults(monkeypatch):
     """unset(*envs): the planners' defaults for the 8-bit kernel tests: ``envs`` unset, and W8A8 / W4A8 kept on the
-    native 8-bit kernels (not the widened weight-only path, humming.core.widen)."""
+    native 8-bit kernels (not the widened weight-only path, humming.core.common.act_widen)."""
     def unset(*envs: str) -> None:
         for env in envs:
             monkeypatch.delenv(env, raising=False)
@@ -21,8 +21,8 @@ def compiled_without_spills():
     verbose output; skips (with the reason) where the installed NVRTC is too old for the target, and asserts that
     ptxas reported no spill stores."""
     from humming import api
-    from humming.core.compiler import compile_cuda
-    from humming.core.nvrtc import select_toolchain
+    from humming.core.compile.compiler import compile_cuda
+    from humming.core.compile.nvrtc import select_toolchain
     from humming.devices import get_backend
     from humming.errors import UnsupportedOnDevice
 

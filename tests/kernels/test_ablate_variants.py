@@ -10,8 +10,8 @@ import pytest
 import humming
 from humming import api
 from humming.api import resolve_profile
-from humming.core.compiler import compile_cuda
-from humming.core.nvrtc import select_toolchain
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
 from humming.devices import get_backend
 from humming.errors import UnsupportedOnDevice
 

@@ -11,13 +11,18 @@ import torch
 import humming
 from humming import api
 from humming.capabilities import get_profile, list_profiles
-from humming.core.compiler import compile_cuda
-from humming.core.generator import kernel_source
-from humming.core.layout_blockscaled import BlockScaledLayout, pack_e2m1, prepare_blockscaled
-from humming.core.nvrtc import select_toolchain
-from humming.core.paths import runnable_path
-from humming.core.planner_blockscaled import UNVERIFIED_ENV, BlockScaledPlan, blockscaled_form, plan_blockscaled
-from humming.core.quantize import quantize_activation
+from humming.core.common.paths import runnable_path
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.mma_blockscaled.layout import BlockScaledLayout, pack_e2m1, prepare_blockscaled
+from humming.core.families.mma_blockscaled.planner import (
+    UNVERIFIED_ENV,
+    BlockScaledPlan,
+    blockscaled_form,
+    plan_blockscaled,
+)
+from humming.core.families.mma_wna16.generator import kernel_source
+from humming.core.quant.quantize import quantize_activation
 from humming.devices import get_backend
 from humming.errors import CompileError, UnsupportedOnDevice
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import humming
-from humming.core.layout import prepare
+from humming.core.common.layout import prepare
 
 ACT = {torch.float16: "f16", torch.bfloat16: "bf16"}
 TOL = {torch.float16: 1e-3, torch.bfloat16: 5e-3}
@@ -27,7 +27,7 @@ def unpack_atoms(qweight: torch.Tensor, n: int, k: int, cb: int, tile_major: boo
         for ks in range(4):
             for nt in range(8):
                 for r in range(2):
-                    # humming.core.layout.pair_index_c
+                    # humming.core.common.layout.pair_index_c
                     p = ((nt >> 1) * 4 + ks) * 4 + (nt & 1) * 2 + r if tile_major else (ks * 8 + nt) * 2 + r
                     w = words[:, :, lane, p // ppw]  # [na, ka]
                     for h in range(2):
@@ -122,10 +122,10 @@ def test_tile_kernel_reads_the_tile_major_order():
     import re
 
     from humming import api
-    from humming.core.compiler import compile_cuda
-    from humming.core.layout import layout_for
-    from humming.core.nvrtc import select_toolchain
-    from humming.core.planner import plan_wna16
+    from humming.core.common.layout import layout_for
+    from humming.core.compile.compiler import compile_cuda
+    from humming.core.compile.nvrtc import select_toolchain
+    from humming.core.plan import plan_wna16
     from humming.errors import UnsupportedOnDevice
 
     caps = api.resolve_profile("nvidia-h200")

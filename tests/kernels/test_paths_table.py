@@ -6,7 +6,7 @@ import pytest
 
 import humming
 from humming.capabilities import list_profiles
-from humming.core.paths import choose_path
+from humming.core.common.paths import choose_path
 from humming.errors import UnsupportedOnDevice
 
 ACT_PRESETS = [n for n in humming.schemes.names() if humming.schemes.get(n).act]
@@ -100,8 +100,8 @@ def test_info_shows_the_b300_int8_fallback():
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_runnable_path_uses_generated_families_and_says_so(profile):
-    from humming.core.paths import GENERATED_FAMILIES, runnable_path
-    from humming.core.planner_tcgen05 import tcgen05_generated
+    from humming.core.common.paths import GENERATED_FAMILIES, runnable_path
+    from humming.core.families.tcgen05.planner import tcgen05_generated
 
     caps = PROFILES[profile]
     for scheme in ACT_PRESETS:

@@ -5,7 +5,7 @@ import pytest
 
 import humming
 from humming import api
-from humming.core.planner import PDL_ENV
+from humming.core.plan import PDL_ENV
 
 N, K = 8192, 8192
 
@@ -72,7 +72,7 @@ def test_prefill_form_waits_in_its_producer_and_consumers(m, n, k, streamk):
 
 
 def test_prefill_switch_and_the_native_w4a8_kernel(monkeypatch):
-    from humming.core.planner import PDL_PREFILL_ENV
+    from humming.core.plan import PDL_PREFILL_ENV
 
     assert humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl
     tuned = humming.plan("w4a16", 256, N, K, profile="nvidia-h200")  # the same form, a tuned entry at M 129-256

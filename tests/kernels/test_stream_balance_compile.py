@@ -7,9 +7,9 @@ import pytest
 
 import humming
 from humming import api
-from humming.core import tuning
-from humming.core.layout import layout_for
-from humming.core.planner import TileConfig, plan_wna16
+from humming.core.common.layout import layout_for
+from humming.core.plan import TileConfig, plan_wna16
+from humming.core.tuning import entries as tuning
 from humming.errors import ShapeError
 
 

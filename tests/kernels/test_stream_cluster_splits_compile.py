@@ -8,8 +8,8 @@ import pytest
 
 import humming
 from humming import api
-from humming.core.layout import layout_for
-from humming.core.planner import (
+from humming.core.common.layout import layout_for
+from humming.core.plan import (
     CLUSTER_SPLITS_ENV,
     TileConfig,
     cluster_splits_bytes,
@@ -83,7 +83,7 @@ def test_compiles_with_cluster_stores(profile, m, splits, form, monkeypatch, com
 def test_small_register_a_form_splits_in_clusters(monkeypatch, compiled_without_spills):
     """The small-M register-A wgmma form: 2 splits (the default) meet in the first block's activation slots; not with
     its multicast cluster option, nor where the other splits' accumulators would not fit the slots."""
-    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+    from humming.core.families.register_a.planner import plan_wna16_wgmma_rs
 
     monkeypatch.delenv(CLUSTER_SPLITS_ENV, raising=False)
     caps = api.resolve_profile("nvidia-h200")

@@ -19,17 +19,17 @@ from test_tcgen05_compile import _c_expr, _decode_smem_desc, assert_ptxas_fits
 import humming
 from humming import api
 from humming.capabilities import get_profile, list_profiles
-from humming.core.compiler import compile_cuda
-from humming.core.generator import kernel_source
-from humming.core.layout_blockscaled import (
+from humming.core.common.paths import runnable_path
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.mma_blockscaled.layout import (
     Tcgen05BlockScaledLayout,
     pack_e2m1,
     pack_weight_scales_tcgen05,
     prepare_blockscaled_tcgen05,
 )
-from humming.core.nvrtc import select_toolchain
-from humming.core.paths import runnable_path
-from humming.core.planner_tcgen05 import (
+from humming.core.families.mma_wna16.generator import kernel_source
+from humming.core.families.tcgen05.planner import (
     STATIC_SMEM,
     UNVERIFIED_ENV,
     Tcgen05BlockScaledPlan,
@@ -38,7 +38,7 @@ from humming.core.planner_tcgen05 import (
     tcgen05_bs_tmem_cols,
     tcgen05_kernel,
 )
-from humming.core.quantize import quantize_activation
+from humming.core.quant.quantize import quantize_activation
 from humming.devices import get_backend
 from humming.devices.nvidia import backend as nv
 from humming.errors import CompileError, ShapeError, UnsupportedOnDevice
@@ -224,7 +224,7 @@ def test_selection_is_opt_in_and_gated(monkeypatch):
             assert f"kind::{KIND[recipe]}.block_scale" in p.summary()
             run = runnable_path(caps, sch)
             assert run.family == "mma_sync" and run.path == "upconvert" and note in run.reasons[-1]
-            assert tcgen05_kernel(humming.core.paths.choose_path(caps, sch), sch) == "blockscaled"
+            assert tcgen05_kernel(humming.core.common.paths.choose_path(caps, sch), sch) == "blockscaled"
             row = next(r for r in api.path_table(caps) if r["scheme"] == scheme)
             assert note in row["reason"] and "not generated yet" not in row["reason"]
             # shapes the tile does not take keep the upconvert plan
@@ -232,7 +232,7 @@ def test_selection_is_opt_in_and_gated(monkeypatch):
         sch = humming.schemes.get(W4A8)  # MXFP4 x FP8: the e2m1 -> e4m3 path, run as kind::mxf8f6f4 e4m3 x e2m1
         p = humming.plan(W4A8, 512, 4096, 4096, profile=caps)
         assert isinstance(p, Tcgen05BlockScaledPlan) and p.instruction.kind == "mxf8f6f4" and note in p.reasons
-        assert tcgen05_kernel(humming.core.paths.choose_path(caps, sch), sch, caps) == "w4a8"
+        assert tcgen05_kernel(humming.core.common.paths.choose_path(caps, sch), sch, caps) == "w4a8"
         run = runnable_path(caps, sch)
         assert run.family == "mma_sync" and note in run.reasons[-1]
         row = next(r for r in api.path_table(caps) if r["scheme"] == W4A8)

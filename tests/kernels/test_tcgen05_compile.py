@@ -12,12 +12,12 @@ import torch
 import humming
 from humming import api
 from humming.capabilities import get_profile, list_profiles
-from humming.core.compiler import compile_cuda
-from humming.core.generator import kernel_source
-from humming.core.layout_wgmma import WgmmaW8A8Layout
-from humming.core.nvrtc import select_toolchain
-from humming.core.paths import runnable_path
-from humming.core.planner_tcgen05 import STATIC_SMEM, UNVERIFIED_ENV, plan_w8a8_tcgen05, tcgen05_form
+from humming.core.common.paths import runnable_path
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.mma_wna16.generator import kernel_source
+from humming.core.families.tcgen05.planner import STATIC_SMEM, UNVERIFIED_ENV, plan_w8a8_tcgen05, tcgen05_form
+from humming.core.families.wgmma_8bit.layout import WgmmaW8A8Layout
 from humming.devices import get_backend
 from humming.devices.nvidia import backend as nv
 from humming.errors import CompileError, ShapeError, UnsupportedOnDevice

@@ -16,11 +16,10 @@ from test_wgmma_wna16_compile import DT, _dequant_stage, _scheme, _Smem  # the d
 import humming
 from humming import api
 from humming.capabilities import get_profile, list_profiles
-from humming.core.compiler import compile_cuda
-from humming.core.generator import kernel_source
-from humming.core.layout_wgmma_wna16 import prepare_wgmma_wna16, wgmma_wna16_layout
-from humming.core.nvrtc import select_toolchain
-from humming.core.planner_tcgen05 import (
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.mma_wna16.generator import kernel_source
+from humming.core.families.tcgen05.planner import (
     STATIC_SMEM,
     UNVERIFIED_ENV,
     WNA16_PATH,
@@ -28,7 +27,8 @@ from humming.core.planner_tcgen05 import (
     plan_wna16_tcgen05,
     tcgen05_f16_form,
 )
-from humming.core.planner_wgmma_wna16 import stage_bytes
+from humming.core.families.wgmma_dequant.layout import prepare_wgmma_wna16, wgmma_wna16_layout
+from humming.core.families.wgmma_dequant.planner import stage_bytes
 from humming.devices import get_backend
 from humming.devices.nvidia import backend as nv
 from humming.errors import CompileError, ShapeError, UnsupportedOnDevice

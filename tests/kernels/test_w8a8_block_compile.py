@@ -14,13 +14,13 @@ from test_wgmma_compile import _ptx_d_fragment, _read_map, _store_map  # the W8A
 import humming
 from humming import api
 from humming.capabilities import list_profiles
-from humming.core.compiler import compile_cuda
-from humming.core.layout import W8A8Layout, block_scales_reason, prepare_w8a8
-from humming.core.layout_wgmma import WgmmaW8A8Layout, prepare_w8a8_wgmma
-from humming.core.nvrtc import select_toolchain
-from humming.core.paths import choose_path, runnable_path
-from humming.core.planner import plan_w8a8
-from humming.core.planner_wgmma import plan_w8a8_wgmma
+from humming.core.common.layout import W8A8Layout, block_scales_reason, prepare_w8a8
+from humming.core.common.paths import choose_path, runnable_path
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.wgmma_8bit.layout import WgmmaW8A8Layout, prepare_w8a8_wgmma
+from humming.core.families.wgmma_8bit.planner import plan_w8a8_wgmma
+from humming.core.plan import plan_w8a8
 from humming.devices import get_backend
 from humming.errors import ShapeError, UnsupportedOnDevice
 

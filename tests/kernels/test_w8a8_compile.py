@@ -11,10 +11,10 @@ from test_widen_bit_tricks import linear_word  # the linear widening emulated bi
 import humming
 from humming import api
 from humming.capabilities import list_profiles
-from humming.core.layout import W4A8Layout, W8A8Layout, pack_codes_k32, pack_codes_k32_int4, prepare_w4a8
-from humming.core.nvrtc import select_toolchain
-from humming.core.paths import choose_path
-from humming.core.planner import plan_w8a8
+from humming.core.common.layout import W4A8Layout, W8A8Layout, pack_codes_k32, pack_codes_k32_int4, prepare_w4a8
+from humming.core.common.paths import choose_path
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.plan import plan_w8a8
 from humming.devices import get_backend
 from humming.errors import UnsupportedOnDevice
 
@@ -163,7 +163,7 @@ def _prmt(a: int, b: int, sel: int) -> int:
 
 def test_widening_tables_are_exact():
     """The byte-permute tables of the int4 -> e4m3 and e2m1 -> e4m3 helpers, simulated bit for bit."""
-    from humming.core.generator_w8a8 import _INT4_HELPERS
+    from humming.core.families.mma_8bit.generator import _INT4_HELPERS
 
     tables = [int(h, 16) for h in re.findall(r"prmt_b32\(0x([0-9A-F]{8})u, 0x[0-9A-F]{8}u", _INT4_HELPERS)]
     highs = [int(h, 16) for h in re.findall(r"prmt_b32\(0x[0-9A-F]{8}u, 0x([0-9A-F]{8})u", _INT4_HELPERS)]

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from humming.core.compiler import compile_cuda
-from humming.core.nvrtc import select_toolchain
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
 from humming.errors import UnsupportedOnDevice
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))

@@ -11,11 +11,11 @@ import torch
 import humming
 from humming import api
 from humming.capabilities import list_profiles
-from humming.core.compiler import compile_cuda
-from humming.core.layout_wgmma import WgmmaW8A8Layout, prepare_w8a8_wgmma
-from humming.core.nvrtc import select_toolchain
-from humming.core.paths import runnable_path
-from humming.core.planner_wgmma import plan_w8a8_wgmma
+from humming.core.common.paths import runnable_path
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.wgmma_8bit.layout import WgmmaW8A8Layout, prepare_w8a8_wgmma
+from humming.core.families.wgmma_8bit.planner import plan_w8a8_wgmma
 from humming.devices.nvidia import backend as nv
 from humming.errors import UnsupportedOnDevice
 
@@ -347,13 +347,13 @@ def test_emulated_kernel_matches_reference(scheme, bn):
 
 
 # ----------------------------------------------------------------------------- W4A8 (4-bit weights widened in smem)
-from humming.core.layout_wgmma import (  # noqa: E402
+from humming.core.families.wgmma_8bit.layout import (  # noqa: E402
     WgmmaW4A8Layout,
     pack_int4_kmajor,
     permute_columns_wgmma,
     prepare_w4a8_wgmma,
 )
-from humming.core.planner_wgmma import plan_w4a8_wgmma  # noqa: E402
+from humming.core.families.wgmma_8bit.planner import plan_w4a8_wgmma  # noqa: E402
 
 # (scheme preset or variant, a_type, weight format, group)
 W4A8_CASES = [("w4a8-int8", "s8", "int4", 128), ("w4a8-fp8", "e4m3", "int4", 128), ("w4a8-mxfp4", "e4m3", "e2m1", 32),
@@ -486,7 +486,7 @@ def _widen4(w: torch.Tensor, helper: str) -> torch.Tensor:
 
 def _widen_word(w: torch.Tensor, fmt: str, a_type: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(lo, hi) words of the generated widening of word(s) w (the kernel's _W4A8_WIDEN and the backend helpers)."""
-    from humming.core.generator_wgmma import _W4A8_WIDEN
+    from humming.core.families.wgmma_8bit.generator import _W4A8_WIDEN
 
     lo, hi = _W4A8_WIDEN[(fmt, a_type)]
     if a_type == "s8":

@@ -16,12 +16,12 @@ from test_widen_bit_tricks import per_word as _widen_word
 
 import humming
 from humming import api
-from humming.core.compiler import compile_cuda
-from humming.core.layout import LINEAR_SCALE, e4m3_linear_label
-from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout, e4m3_label, prepare_w4a8_rs
-from humming.core.nvrtc import select_toolchain
-from humming.core.planner_wgmma_rs8 import ENV, OUT_PAD, PATH, plan_w4a8_wgmma_rs
-from humming.core.quantize import quantize_activation
+from humming.core.common.layout import LINEAR_SCALE, e4m3_linear_label
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.register_a8.layout import WgmmaRs8Layout, e4m3_label, prepare_w4a8_rs
+from humming.core.families.register_a8.planner import ENV, OUT_PAD, PATH, plan_w4a8_wgmma_rs
+from humming.core.quant.quantize import quantize_activation
 from humming.errors import UnsupportedOnDevice
 
 H200 = "nvidia-h200"
@@ -142,7 +142,7 @@ def test_wide_form_selection(monkeypatch):
     """The wide form (256 tokens, fitted to M: 128 / 192 from WIDE_MIN_M) with the producer warpgroup where its blocks
     fill 3/4 of the SMs, the narrow form of 128 below or without it; the environment forces either; asking for the wide form without the producer warpgroup is refused
     with the reason."""
-    from humming.core import planner_wgmma_rs8 as rs8
+    from humming.core.families.register_a8 import planner as rs8
 
     caps = _caps()
     sms = caps.limits.sms
@@ -380,7 +380,7 @@ def test_block_rasterization_covers_every_tile_once(raster, monkeypatch):
     evaluated here with the same integer arithmetic) give every (token tile, channel tile) of the grid exactly once,
     for grids whose token tiles are and are not a multiple of the group; blocks in a group run its token tiles
     for one channel tile after another."""
-    from humming.core import planner_wgmma_rs8 as rs8
+    from humming.core.families.register_a8 import planner as rs8
 
     monkeypatch.setenv(rs8.RASTER_ENV, str(raster))
     caps = _caps()

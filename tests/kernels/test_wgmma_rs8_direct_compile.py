@@ -1,5 +1,5 @@
 """The register-A W4A8 kernel's direct accumulation for per-channel scales (TileConfig.direct;
-humming.core.generator_wgmma_rs8_direct): int8 by default (exact int32 sums; HUMMING_WGMMA_W4A8_RS_DIRECT=0 off),
+humming.core.families.register_a8.direct): int8 by default (exact int32 sums; HUMMING_WGMMA_W4A8_RS_DIRECT=0 off),
 e4m3 with HUMMING_WGMMA_FAST_ACCUM=1; planned for the plain grid (256-token tiles, tiles fitted to M, the narrow
 form) and explained (groups of 128, stream-K, clusters, converter warps and PDL keep promoting, and say why); the
 default e4m3 plans untouched; the loops have no partials or promotion and hand the channel scales to the epilogue;
@@ -11,7 +11,7 @@ import pytest
 import humming
 from humming import api
 from humming.api import resolve_profile
-from humming.core.planner_wgmma_rs8 import (
+from humming.core.families.register_a8.planner import (
     DIRECT_S8_ENV,
     DIRECT_S8_MAX_K,
     FAST_ACCUM_ENV,

@@ -11,8 +11,8 @@ import pytest
 import humming
 from humming import api
 from humming.api import resolve_profile
-from humming.core.generator_wgmma_rs import TILE_RASTERIZED
-from humming.core.planner_wgmma_rs8 import L2NEXT_ENV, PDL_RS8_ENV, RASTER_ENV, STREAMK_ENV, WIDENED_ENV
+from humming.core.families.register_a.generator import TILE_RASTERIZED
+from humming.core.families.register_a8.planner import L2NEXT_ENV, PDL_RS8_ENV, RASTER_ENV, STREAMK_ENV, WIDENED_ENV
 
 
 @pytest.fixture(autouse=True)

@@ -7,8 +7,8 @@ import pytest
 
 import humming
 from humming import api
-from humming.core.compiler import compile_cuda
-from humming.core.planner_wgmma_rs8 import NARROW_PF_ENV, PF
+from humming.core.compile.compiler import compile_cuda
+from humming.core.families.register_a8.planner import NARROW_PF_ENV, PF
 
 
 @pytest.fixture(autouse=True)

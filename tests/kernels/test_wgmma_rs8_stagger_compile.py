@@ -9,8 +9,8 @@ import pytest
 import humming
 from humming import api
 from humming.api import resolve_profile
-from humming.core.planner_wgmma_rs8 import STAGGER_CHAINS, STAGGER_CHAINS_ENV, STREAMK_ENV
-from humming.core.wgmma_common import STAGGER_ENV
+from humming.core.common.wgmma import STAGGER_ENV
+from humming.core.families.register_a8.planner import STAGGER_CHAINS, STAGGER_CHAINS_ENV, STREAMK_ENV
 
 
 @pytest.fixture(autouse=True)

@@ -10,8 +10,8 @@ from test_wgmma_rs_streamk_compile import _segments  # the W4A16 form's schedule
 
 import humming
 from humming import api
-from humming.core.layout_wgmma_rs8 import WgmmaRs8Layout
-from humming.core.planner_wgmma_rs8 import STREAMK_ENV, plan_w4a8_wgmma_rs, smem_bytes
+from humming.core.families.register_a8.layout import WgmmaRs8Layout
+from humming.core.families.register_a8.planner import STREAMK_ENV, plan_w4a8_wgmma_rs, smem_bytes
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 H200 = "nvidia-h200"
@@ -97,7 +97,7 @@ def test_default_rule(m, n, expect, monkeypatch):
                                     (256, 28672, 256), (200, 28672, 256), (160, 28672, 192), (300, 28672, 192),
                                     (513, 8192, 192), (577, 8192, 256)])
 def test_token_tile_rule(m, n, bt, monkeypatch):
-    from humming.core.planner_wgmma_rs8 import FIT_ENV, planned_token_tile
+    from humming.core.families.register_a8.planner import FIT_ENV, planned_token_tile
 
     monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS_BT", raising=False)
     monkeypatch.delenv(FIT_ENV, raising=False)

@@ -8,8 +8,8 @@ import pytest
 
 import humming
 from humming import api
-from humming.core.compiler import compile_cuda
-from humming.core.planner_wgmma_rs8 import STREAMK_ENV, WIDE_FROM_ENV
+from humming.core.compile.compiler import compile_cuda
+from humming.core.families.register_a8.planner import STREAMK_ENV, WIDE_FROM_ENV
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import pytest
 import humming
 from humming import api
 from humming.api import resolve_profile
-from humming.core.planner_wgmma_rs8 import (
+from humming.core.families.register_a8.planner import (
     A_SLOT_BYTES,
     PDL_RS8_ENV,
     STREAMK_ENV,

@@ -11,11 +11,11 @@ import torch
 
 import humming
 from humming import api
-from humming.core.compiler import compile_cuda
-from humming.core.layout import layout_for
-from humming.core.nvrtc import select_toolchain
-from humming.core.planner_wgmma_rs import CLUSTER_SIZES, plan_wna16_wgmma_rs
-from humming.core.runtime import ArgBlock, LaunchError, LoadedKernel
+from humming.core.common.layout import layout_for
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.register_a.planner import CLUSTER_SIZES, plan_wna16_wgmma_rs
+from humming.core.runtime.kernel import ArgBlock, LaunchError, LoadedKernel
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 H200 = "nvidia-h200"

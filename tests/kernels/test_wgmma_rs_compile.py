@@ -17,11 +17,11 @@ from test_wgmma_wna16_compile import _dq_raw_model
 import humming
 from humming import api
 from humming.capabilities import list_profiles
-from humming.core.compiler import compile_cuda
-from humming.core.generator_wgmma_rs import X16_DECODE
-from humming.core.layout import layout_for, prepare
-from humming.core.nvrtc import select_toolchain
-from humming.core.planner_wgmma_rs import (
+from humming.core.common.layout import layout_for, prepare
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.register_a.generator import X16_DECODE
+from humming.core.families.register_a.planner import (
     ENV,
     OUT_PAD,
     PATH,
@@ -437,7 +437,7 @@ def test_emulated_kernel_with_fitted_tile_matches_reference(act, name, group, m,
 def test_prefetch_ring_covers_every_stage():
     """The ring slot arithmetic of the main loop (stage kt in slot (kt % U) % R, atom kt + PF fetched into slot
     ((kt % U) + PF) % R after kt is decoded) never overwrites an atom before it is decoded, for any K."""
-    from humming.core.planner_wgmma_rs import RING_2WG as PF  # noqa: N811 (the kernel's name for it)
+    from humming.core.families.register_a.planner import RING_2WG as PF  # noqa: N811 (the kernel's name for it)
 
     r, u = PF + 1, 2 * (PF + 1)
     for ktiles in range(1, 20):
@@ -487,7 +487,7 @@ def test_small_form_default_rule():
     """small_default: M 9-1023 take the small form on the H200 profile
     (this machine has no GPU to say it runs elsewhere); fold=1 up to 32 tokens; 128-token tiles above 64; split-K
     fills the SMs; non-int4 layouts and profiles without wgmma keep the mma.sync kernels."""
-    from humming.core.planner_wgmma_rs import SMALL_MAX_BT, small_default
+    from humming.core.families.register_a.planner import SMALL_MAX_BT, small_default
 
     caps = _caps()
     narrow, wide = layout_for(_scheme(), 4096, 4096, "f16"), layout_for(_scheme(), 28672, 8192, "f16")
@@ -510,7 +510,7 @@ def test_small_form_default_rule():
 def test_small_form_defaults_do_not_spill():
     """Every configuration small_default picks for the layouts the kernel runs compiles without spills or serialized
     wgmmas (fold=1 is left out where it would spill)."""
-    from humming.core.planner_wgmma_rs import small_default
+    from humming.core.families.register_a.planner import small_default
 
     _need_sm90a()
     caps = _caps()
@@ -583,7 +583,7 @@ def test_two_warpgroup_form_rasterized(monkeypatch):
     """HUMMING_WGMMA_RS_RASTER: the two-warpgroup form takes its tiles in groups of token tiles (the block -> tile
     statements shared with the register-A W4A8 kernel, whose test evaluates them), compiles without spills; the
     small form (split-K over the grid's z) never rasterizes, and its generator refuses a plan that asks."""
-    from humming.core.generator_wgmma_rs import TILE_IN_LAUNCH_ORDER, TILE_RASTERIZED
+    from humming.core.families.register_a.generator import TILE_IN_LAUNCH_ORDER, TILE_RASTERIZED
 
     _need_sm90a()
     monkeypatch.setenv("HUMMING_WGMMA_RS_CLUSTER", "0")  # (the unpaired form's block -> tile map; pairs map their own)
@@ -612,7 +612,7 @@ def test_weight_ring_depth():
     to DEEP_RING_PF atoms with registers for 2 blocks per SM where shared memory holds only 2 (128 tokens x 6
     stages); the two-warpgroup form keeps RING_2WG atoms at every M. The generated kernels say so and compile without
     spills."""
-    from humming.core.planner_wgmma_rs import DEEP_RING_PF, RING_2WG, small_ring
+    from humming.core.families.register_a.planner import DEEP_RING_PF, RING_2WG, small_ring
 
     caps = _caps()
     assert small_ring(caps, 128, 6) == (DEEP_RING_PF, 2)  # 97 KiB of stages: 2 blocks per SM

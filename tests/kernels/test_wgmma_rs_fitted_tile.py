@@ -8,9 +8,9 @@ import pytest
 
 import humming
 from humming import api
-from humming.core import tuning
-from humming.core.layout import layout_for
-from humming.core.planner_wgmma_rs import FIT_ENV, fitted_token_tile, plan_wna16_wgmma_rs
+from humming.core.common.layout import layout_for
+from humming.core.families.register_a.planner import FIT_ENV, fitted_token_tile, plan_wna16_wgmma_rs
+from humming.core.tuning import entries as tuning
 
 H200 = "nvidia-h200"
 
@@ -112,7 +112,7 @@ def test_two_warpgroup_entry_of_256_token_tiles(m, fitted, unfitted, monkeypatch
 def test_wide_tiles_of_three_blocks_keep_six_atoms_in_flight(name, group, bt, compiled_without_spills):
     """Token tiles of 80 / 96 with 6 stages (3 blocks per SM) keep WIDE_TILE_PF weight atoms in flight (4 before),
     without spills on every layout the small form takes."""
-    from humming.core.planner_wgmma_rs import WIDE_TILE_PF, small_ring
+    from humming.core.families.register_a.planner import WIDE_TILE_PF, small_ring
 
     caps = api.resolve_profile(H200)
     assert small_ring(caps, bt, 6) == (WIDE_TILE_PF, 3) and small_ring(caps, bt, 4) == (2, 3)
@@ -143,8 +143,8 @@ def test_two_warpgroup_fitted_streamk_kernels_compile(m):
     ptxas leaves at some of these tiles (2026-12-01: 176 and 192 tokens), no serialized wgmmas."""
     import re
 
-    from humming.core.compiler import compile_cuda
-    from humming.core.nvrtc import select_toolchain
+    from humming.core.compile.compiler import compile_cuda
+    from humming.core.compile.nvrtc import select_toolchain
     from humming.devices import get_backend
     from humming.errors import UnsupportedOnDevice
 

@@ -9,10 +9,10 @@ import pytest
 
 import humming
 from humming import api
-from humming.core import tuning
-from humming.core.compiler import compile_cuda
-from humming.core.layout import layout_for
-from humming.core.planner_wgmma_rs import OCCUPANCY_PF, plan_wna16_wgmma_rs, small_ring
+from humming.core.common.layout import layout_for
+from humming.core.compile.compiler import compile_cuda
+from humming.core.families.register_a.planner import OCCUPANCY_PF, plan_wna16_wgmma_rs, small_ring
+from humming.core.tuning import entries as tuning
 from humming.devices import get_backend
 from humming.errors import ShapeError
 
@@ -106,7 +106,7 @@ def test_tuned_entry_with_occupancy_comes_back(tmp_path, monkeypatch):
 def test_wide_layers_take_the_option_by_default(n, k, m, splits, fold, monkeypatch):
     """Without a tuned entry, layers whose N/64 slabs fill the form's 4 blocks per SM take 7 blocks per SM with the
     splits that still all fit at once; narrower layers keep the form's own rule (more splits, 4 blocks per SM)."""
-    from humming.core.planner_wgmma_rs import small_default
+    from humming.core.families.register_a.planner import small_default
 
     caps = api.resolve_profile(H200)
     p = small_default(caps, _layout(n=n, k=k), m, "f16", "w4a16")
@@ -120,7 +120,7 @@ def test_wide_layers_take_the_option_by_default(n, k, m, splits, fold, monkeypat
 def test_default_needs_the_tma_copies(monkeypatch):
     """The default rule was measured with TMA activation copies: with cp.async (HUMMING_WGMMA_RS_TMA=0) the form's
     own rule plans."""
-    from humming.core.planner_wgmma_rs import TMA_ENV, small_default
+    from humming.core.families.register_a.planner import TMA_ENV, small_default
 
     monkeypatch.setenv(TMA_ENV, "0")
     p = small_default(api.resolve_profile(H200), _layout(n=24576, k=8192), 16, "f16", "w4a16")

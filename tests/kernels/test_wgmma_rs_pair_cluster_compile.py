@@ -1,5 +1,5 @@
 """CPU: the two-warpgroup register-A form in thread-block clusters of two blocks (TileConfig.cluster = 2,
-humming.core.pair_cluster; HUMMING_WGMMA_RS_CLUSTER=2): planned with its cluster shape and reason, refused with a
+humming.core.families.register_a.pair_cluster; HUMMING_WGMMA_RS_CLUSTER=2): planned with its cluster shape and reason, refused with a
 clear error where it does not apply, the kernel text rewritten (pairs of channel tiles, both blocks' releases, one
 multicast copy a stage), compiled for sm_90a without spills or serialized wgmmas; on by default for plain plans of
 256-token tiles from M 1024 (measured on the H200: planner_wgmma_rs.PAIR_CLUSTER_ENV), off elsewhere and with
@@ -10,8 +10,8 @@ import pytest
 
 import humming
 from humming import api
-from humming.core.layout import layout_for
-from humming.core.planner_wgmma_rs import PAIR_CLUSTER_ENV, PAIR_CLUSTER_MIN_M, plan_wna16_wgmma_rs
+from humming.core.common.layout import layout_for
+from humming.core.families.register_a.planner import PAIR_CLUSTER_ENV, PAIR_CLUSTER_MIN_M, plan_wna16_wgmma_rs
 from humming.errors import ShapeError
 
 H200 = "nvidia-h200"
@@ -124,7 +124,7 @@ def test_streamk_pair_source(early, monkeypatch):
     pairs of channel tiles, each block its half; the producer's copy in turn by the global stage count; both blocks'
     slots released except the last STAGES stages of the run; the split tiles' halves with their own counters and
     slots; the early ring composes with it."""
-    from humming.core.planner_wgmma_rs import EARLY_ENV
+    from humming.core.families.register_a.planner import EARLY_ENV
 
     if early:
         monkeypatch.setenv(EARLY_ENV, "1")

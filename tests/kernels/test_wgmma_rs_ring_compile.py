@@ -6,7 +6,7 @@ import pytest
 
 import humming
 from humming import api
-from humming.core.planner_wgmma_rs import RING_ENV
+from humming.core.families.register_a.planner import RING_ENV
 
 
 @pytest.fixture(autouse=True)

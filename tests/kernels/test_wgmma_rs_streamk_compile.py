@@ -9,8 +9,8 @@ import pytest
 
 import humming
 from humming import api
-from humming.core.layout import layout_for
-from humming.core.planner_wgmma_rs import BC, OUT_PAD, plan_wna16_wgmma_rs, smem_bytes
+from humming.core.common.layout import layout_for
+from humming.core.families.register_a.planner import BC, OUT_PAD, plan_wna16_wgmma_rs, smem_bytes
 from humming.errors import ShapeError
 
 H200 = "nvidia-h200"
@@ -121,7 +121,7 @@ def test_early_ring_option(monkeypatch):
     stream-K; the kernels compile without spills at 128 and 256 tokens."""
     from dataclasses import replace
 
-    from humming.core.planner_wgmma_rs import EARLY_ENV
+    from humming.core.families.register_a.planner import EARLY_ENV
 
     off = _plan()
     assert off.tiles.early == 0 and "ring_ready" not in api.source(off)
@@ -144,7 +144,7 @@ def test_early_ring_option(monkeypatch):
 
 @pytest.mark.parametrize("m,bt", [(128, 128), (4096, 256)])
 def test_early_ring_kernels_compile(m, bt, compiled_without_spills, monkeypatch):
-    from humming.core.planner_wgmma_rs import EARLY_ENV
+    from humming.core.families.register_a.planner import EARLY_ENV
 
     monkeypatch.setenv(EARLY_ENV, "1")
     p = _plan(m=m, bt=bt, n=8192)

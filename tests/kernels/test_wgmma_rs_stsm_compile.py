@@ -9,7 +9,7 @@ import pytest
 
 import humming
 from humming import api
-from humming.core.planner_wgmma_rs import STSM_ENV
+from humming.core.families.register_a.planner import STSM_ENV
 
 CASES = [(1024, 4096, 14336), (128, 28672, 8192), (16, 8192, 8192), (600, 8192, 8192), (64, 8192, 8192),
          (128, 8192, 8192)]

@@ -9,10 +9,10 @@ import pytest
 
 import humming
 from humming import api
-from humming.core import tuning
-from humming.core.layout import layout_for
-from humming.core.planner import TAIL_SPLITS
-from humming.core.planner_wgmma_rs import fitted_token_tile, plan_wna16_wgmma_rs, tail_tiles
+from humming.core.common.layout import layout_for
+from humming.core.families.register_a.planner import fitted_token_tile, plan_wna16_wgmma_rs, tail_tiles
+from humming.core.plan import TAIL_SPLITS
+from humming.core.tuning import entries as tuning
 from humming.errors import ShapeError
 
 H200 = "nvidia-h200"

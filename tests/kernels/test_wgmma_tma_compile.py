@@ -1,4 +1,4 @@
-"""The warp-specialised TMA wgmma W8A8 kernel (humming.core.generator_wgmma_tma): planned by default for promoted
+"""The warp-specialised TMA wgmma W8A8 kernel (humming.core.families.wgmma_8bit.generator_tma): planned by default for promoted
 e4m3 where the profile declares wgmma, tma, mbarrier and setmaxnreg; compiles for sm_90a without spills or
 serialized wgmmas; its PTX copies both operands with TMA tensor copies only; the lock-step kernel stays reachable."""
 import re
@@ -8,10 +8,10 @@ import pytest
 
 from humming import api
 from humming.capabilities import list_profiles
-from humming.core.compiler import compile_cuda
-from humming.core.layout_wgmma import WgmmaW8A8Layout
-from humming.core.nvrtc import select_toolchain
-from humming.core.planner_wgmma import TMA_ENV, TMA_THREADS, plan_w8a8_wgmma
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.wgmma_8bit.layout import WgmmaW8A8Layout
+from humming.core.families.wgmma_8bit.planner import TMA_ENV, TMA_THREADS, plan_w8a8_wgmma
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 TMA_COPY = "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"

@@ -16,15 +16,15 @@ from test_wgmma_compile import _read_map, _store_map, make_smem_desc, swz128, wg
 import humming
 from humming import api
 from humming.capabilities import list_profiles
-from humming.core.compiler import compile_cuda
-from humming.core.layout_wgmma_wna16 import (
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.wgmma_dequant.layout import (
     pack_int4_k64,
     prepare_wgmma_wna16,
     unpack_int4_k64,
     wgmma_wna16_layout,
 )
-from humming.core.nvrtc import select_toolchain
-from humming.core.planner_wgmma_wna16 import PATH, plan_wna16_wgmma, scale_rows, stage_bytes
+from humming.core.families.wgmma_dequant.planner import PATH, plan_wna16_wgmma, scale_rows, stage_bytes
 from humming.devices.nvidia import backend as nv
 from humming.errors import ShapeError, UnsupportedOnDevice
 

@@ -9,10 +9,10 @@ import pytest
 
 from humming import api
 from humming.capabilities import list_profiles
-from humming.core.compiler import compile_cuda
-from humming.core.layout_wgmma import WgmmaW4A8Layout
-from humming.core.nvrtc import select_toolchain
-from humming.core.planner_wgmma import plan_w4a8_wgmma, wgmma_w4a8_ws_smem_bytes
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.wgmma_8bit.layout import WgmmaW4A8Layout
+from humming.core.families.wgmma_8bit.planner import plan_w4a8_wgmma, wgmma_w4a8_ws_smem_bytes
 
 H200 = "nvidia-h200"
 ACC = {"s8": "s32", "e4m3": "f32"}

@@ -7,9 +7,9 @@ import re
 
 import torch
 
-from humming.core import generator_wgmma_rs8
-from humming.core.layout import LINEAR_LABELS, LINEAR_SCALE, e4m3_linear_label
-from humming.core.layout_wgmma_rs8 import e4m3_label
+from humming.core.common.layout import LINEAR_LABELS, LINEAR_SCALE, e4m3_linear_label
+from humming.core.families.register_a8 import generator as generator_wgmma_rs8
+from humming.core.families.register_a8.layout import e4m3_label
 from humming.devices.nvidia.backend import RS8_WIDEN_LINEAR_T, RS8_WIDEN_T, RS8_WIDEN_TABLES
 
 

@@ -1,4 +1,4 @@
-"""Widened 8-bit activations on the weight-only kernels (humming.core.widen): which schemes and M take the path,
+"""Widened 8-bit activations on the weight-only kernels (humming.core.common.act_widen): which schemes and M take the path,
 what the plans say, and that every row-scaled WnA16 kernel (stream, tile, register-A small and prefill forms)
 compiles with NVRTC and reads one scale per token row."""
 from dataclasses import replace
@@ -8,9 +8,9 @@ import torch
 
 import humming
 from humming import api
-from humming.core import widen
-from humming.core.generator import row_scale_refusal
-from humming.core.layout import layout_for
+from humming.core.common import act_widen as widen
+from humming.core.common.layout import layout_for
+from humming.core.families.mma_wna16.generator import row_scale_refusal
 
 N, K = 8192, 8192
 
@@ -130,8 +130,8 @@ def test_row_scale_refused_where_no_kernel_takes_it():
     with pytest.raises(ValueError, match="row_scale"):
         api.source(replace(p, row_scale=True))
     caps = api.resolve_profile("nvidia-h200")
-    from humming.core.layout_wgmma_wna16 import wgmma_wna16_layout
-    from humming.core.planner_wgmma_wna16 import plan_wna16_wgmma
+    from humming.core.families.wgmma_dequant.layout import wgmma_wna16_layout
+    from humming.core.families.wgmma_dequant.planner import plan_wna16_wgmma
 
     sch = humming.schemes.get("w4a16")
     q = plan_wna16_wgmma(caps, wgmma_wna16_layout(sch, N, K, "f16"), 256, "f16", scheme="w4a16")
@@ -143,7 +143,7 @@ def test_int32_sums_take_m_from_a_lower_fill(monkeypatch):
     """W4A8-INT8 with per-channel scales (the register-A kernel's exact int32 sums across stages, ~1.6x cheaper
     blocks): native from RS8_MIN_FILL_INT32_SUMS of the SMs instead of RS8_MIN_FILL; measured on the H200
     (docs/runs/2026-12-02d/call6): 4096x14336 M128 widened 30.7 / native 47.3 us, M200 52.2 / 48.6, M300 101.1 / 51.6."""
-    from humming.core import planner_wgmma_rs8
+    from humming.core.families.register_a8 import planner as planner_wgmma_rs8
 
     assert widen.DIRECT_S8_ENV == planner_wgmma_rs8.DIRECT_S8_ENV  # (the hot path's copy of the name)
     monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS_DIRECT", raising=False)

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from humming.core.packing import AWQ_ORDER, pack_bits, packed_length, unpack_bits
+from humming.core.quant.packing import AWQ_ORDER, pack_bits, packed_length, unpack_bits
 from humming.errors import ShapeError
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import humming
 from humming import formats, schemes
-from humming.core.quantize import QuantizedActivation, QuantizedWeight, encode_scales
+from humming.core.quant.quantize import QuantizedActivation, QuantizedWeight, encode_scales
 from humming.errors import SchemeError, ShapeError
 
 SCALE_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "ue4m3": torch.float8_e4m3fn,

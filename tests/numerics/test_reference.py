@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import humming
-from humming.core.reference import dequantize_activation
+from humming.core.quant.reference import dequantize_activation
 from humming.errors import ShapeError
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import humming
 from humming import schemes
-from humming.core.schemes import ActScaleSpec, ScaleSpec, Scheme
+from humming.core.quant.schemes import ActScaleSpec, ScaleSpec, Scheme
 from humming.errors import SchemeError
 
 REQUIRED = ["w4a16", "w4a16-zp", "w8a16", "w3a16", "w2a16", "w1a16", "w1a16-ternary", "w4a16-fp4", "w8a16-fp8",

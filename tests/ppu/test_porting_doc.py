@@ -12,8 +12,8 @@ import yaml
 
 from humming import api
 from humming.capabilities import DetectedDevice, get_profile, list_profiles, match_device, reload_profiles
-from humming.core.compiler import compile_cuda
-from humming.core.nvrtc import select_toolchain
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
 from humming.devices import get_backend
 from humming.errors import UnsupportedOnDevice
 

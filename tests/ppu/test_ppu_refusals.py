@@ -7,7 +7,7 @@ import pytest
 from humming import api, schemes
 from humming.capabilities import get_profile
 from humming.capabilities.vocabulary import TYPE_CLASSES
-from humming.core.planner import choose_mma
+from humming.core.plan import choose_mma
 from humming.errors import UnsupportedOnDevice
 
 PPU = "thead-zhenwu-810e"

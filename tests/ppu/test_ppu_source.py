@@ -9,9 +9,9 @@ import pytest
 
 from humming import api
 from humming.capabilities import get_profile
-from humming.core.compiler import compile_cuda
-from humming.core.generator import kernel_source
-from humming.core.nvrtc import select_toolchain
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.mma_wna16.generator import kernel_source
 from humming.devices import get_backend
 from humming.devices.base import HelperRequest
 from humming.devices.nvidia.backend import COMMON

@@ -19,7 +19,8 @@ def _isolated(tmp_path, monkeypatch):
     for var in ("HUMMING_CACHE", "HUMMING_TUNE", "HUMMING_DEVICE_PROFILE", "HUMMING_NVRTC", "HUMMING_NVRTC_PATH",
                 "HUMMING_LINEINFO", "HUMMING_CACHE_MEMORY"):
         monkeypatch.delenv(var, raising=False)
-    from humming.core import cache, tuning
+    from humming.core.compile import cache
+    from humming.core.tuning import entries as tuning
 
     cache.clear_memory_caches()
     tuning.clear_memory()

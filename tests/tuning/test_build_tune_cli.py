@@ -9,15 +9,16 @@ import pytest
 from humming import aot, api, schemes
 from humming.capabilities import get_profile
 from humming.cli import main as cli
-from humming.core import cache, tuning
-from humming.core.layout import layout_for
+from humming.core.common.layout import layout_for
+from humming.core.compile import cache
+from humming.core.tuning import entries as tuning
 from humming.errors import UnsupportedOnDevice
 
 SHAPES = [(256, 512), (512, 1024)]
 
 
 def _need_nvrtc(caps):
-    from humming.core.nvrtc import select_toolchain
+    from humming.core.compile.nvrtc import select_toolchain
     from humming.devices import get_backend
 
     route = get_backend(caps).compile_route(caps)
@@ -228,7 +229,7 @@ def test_tune_table_row_names_every_option():
     from dataclasses import replace
 
     from humming.cli.tune import _row
-    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+    from humming.core.families.register_a.planner import plan_wna16_wgmma_rs
     from humming.tuner import Timing
 
     caps = get_profile("nvidia-h200")

@@ -8,11 +8,11 @@ import pytest
 
 from humming import schemes
 from humming.capabilities import get_profile
-from humming.core import tuning
-from humming.core.compiler import compile_cuda
-from humming.core.layout import layout_for
-from humming.core.nvrtc import select_toolchain
-from humming.core.planner import launch_options
+from humming.core.common.layout import layout_for
+from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.nvrtc import select_toolchain
+from humming.core.plan import launch_options
+from humming.core.tuning import entries as tuning
 from humming.errors import UnsupportedOnDevice
 
 H200 = get_profile("nvidia-h200")

@@ -9,10 +9,10 @@ import pytest
 
 from humming import api, schemes
 from humming.capabilities import get_profile
-from humming.core import tuning
-from humming.core.layout import layout_for
-from humming.core.planner import TileConfig, plan_wna16
-from humming.core.planner_wgmma_rs import tma_wanted
+from humming.core.common.layout import layout_for
+from humming.core.families.register_a.planner import tma_wanted
+from humming.core.plan import TileConfig, plan_wna16
+from humming.core.tuning import entries as tuning
 from humming.errors import ShapeError
 
 A100 = get_profile("nvidia-a100")
@@ -207,7 +207,7 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
         if "instead of the entry's" in p.explain():
             # rule (1) of planner_wgmma_rs.ROUNDS_ENV: the entry's tiles fill the rounds badly at this M (not at its
             # own): stream-K over 256-token tiles fitted to M
-            from humming.core import planner_wgmma_rs as rs
+            from humming.core.families.register_a import planner as rs
 
             sms = caps.limits.sms
             assert t["bn"] == 128 and not t.get("streamk") and not t.get("tail")
@@ -233,15 +233,15 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
                           and not t.get("streamk"))
             # the two-warpgroup form's plans (tuned ones too) rasterize their blocks, except with the tail option
             # (a planner rule)
-            from humming.core.planner_wgmma_rs import RASTER
+            from humming.core.families.register_a.planner import RASTER
 
             raster = RASTER if p.path == "wgmma-rs" and t["bn"] == 128 and not t.get("tail") else 0
             # ... and keep a ring of RING_2WG weight atoms (a planner rule)
-            from humming.core.planner_wgmma_rs import RING_2WG
+            from humming.core.families.register_a.planner import RING_2WG
 
             prefetch = RING_2WG if p.path == "wgmma-rs" and t["bn"] == 128 else 0
             # ... and the small form fits its token tile to M (planner_wgmma_rs.fitted_token_tile)
-            from humming.core.planner_wgmma_rs import fitted_token_tile
+            from humming.core.families.register_a.planner import fitted_token_tile
 
             # (the two-warpgroup form's too: tuning.two_warpgroup_token_tile, then fitted in 16-row groups)
             bm = fitted_token_tile(m, t["bm"] if t["bn"] == 64 else tuning.two_warpgroup_token_tile(m, t["bm"])) \
@@ -283,7 +283,7 @@ def test_candidates_default_first_valid_and_unique():
         plans = tuning.candidates(H200, layout, m, "f16", "w4a16")
         # the default first: what humming.gemm runs without an entry (from M 513 the two-warpgroup form's rules)
         if m >= 513:
-            from humming.core.planner_wgmma_rs import prefill_default
+            from humming.core.families.register_a.planner import prefill_default
 
             assert plans[0] == prefill_default(H200, layout, m, "f16", "w4a16") and plans[0].path == "wgmma-rs"
         else:
@@ -302,7 +302,7 @@ def test_candidates_hold_the_runtime_plan_from_m_1024(m, monkeypatch):
     plan_wna16_wgmma_rs; this machine plans as an H200 would): the tuner times that kernel and its stream-K variant
     next to the others, so a bucket's winner is measured against what the runtime runs."""
     from humming import api
-    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+    from humming.core.families.register_a.planner import plan_wna16_wgmma_rs
 
     monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
     layout = _layout(12288, 4096)
@@ -323,7 +323,7 @@ def test_register_a_prefill_handle_takes_two_warpgroup_entries(monkeypatch, tmp_
     two-warpgroup entry of M's bucket (here the plain form with 128-token tiles at M 2048) on a hit, the form's rules
     otherwise (stream-K on 28672x8192 at M 2048), and not an entry of another kernel (a tile-kernel entry)."""
     from humming import api
-    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs, prefill_default
+    from humming.core.families.register_a.planner import plan_wna16_wgmma_rs, prefill_default
 
     monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
     monkeypatch.setenv("HUMMING_TUNE_FILE", str(tmp_path / "tune.json"))
@@ -370,7 +370,7 @@ def _register_a_candidates(monkeypatch, n: int, k: int, m: int, bn: int) -> tupl
     """(caps, layout, the register-A candidates with bn channels per block at M), the live GPU pretended to run the
     H200's wgmma (no GPU in CI)."""
     from humming import api
-    from humming.core.planner_wgmma_rs import PATH
+    from humming.core.families.register_a.planner import PATH
 
     monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
     caps = get_profile("nvidia-h200")
@@ -395,7 +395,7 @@ def test_two_warpgroup_register_a_form_is_a_candidate_below_its_default_m(monkey
     """From M 128 the tuner also times the two-warpgroup register-A form (128 channels per block, token tiles of 128
     and 256, fitted to M: at M=128 both are one tile of 128, timed once); a stored winner of that form (bn = 128)
     plans it again for its bucket, on the same prepared weights, its tile fitted to that M."""
-    from humming.core.planner_wgmma_rs import PATH
+    from humming.core.families.register_a.planner import PATH
 
     for m, tiles in ((128, {128}), (512, {128, 256})):
         caps, layout, wide = _register_a_candidates(monkeypatch, 8192, 8192, m, 128)
@@ -412,7 +412,7 @@ def test_two_warpgroup_register_a_form_is_a_candidate_below_its_default_m(monkey
 def test_legacy_open_bucket_entries_apply_above_1024(monkeypatch, tmp_path):
     """Files written before the buckets from 513 were split keep working: an entry of the old open bucket (">1024")
     applies to every M above 1024 where no file has an entry of M's own bucket, and such an entry wins over it."""
-    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+    from humming.core.families.register_a.planner import plan_wna16_wgmma_rs
 
     layout = _legacy_file(monkeypatch, tmp_path, 8192, ">1024")
     for m in (1025, 3000, 8192):
@@ -431,7 +431,7 @@ def _legacy_file(monkeypatch, tmp_path, m: int, bucket: str):
     """A user tuning file holding one stream-K entry of 4096x14336 measured at ``m`` under the old ``bucket`` label;
     the register-A form runs here (as on the H200). Returns the layout."""
     from humming import api
-    from humming.core.planner_wgmma_rs import plan_wna16_wgmma_rs
+    from humming.core.families.register_a.planner import plan_wna16_wgmma_rs
 
     monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
     target = tmp_path / "tune.json"
@@ -463,7 +463,7 @@ def test_legacy_513_1024_entries_apply_to_both_new_buckets(monkeypatch, tmp_path
     (4096, 14336, 4096, True), (4096, 14336, 8192, True),
 ])
 def test_streamk_default_follows_the_measurements(n, k, m, won, monkeypatch):
-    from humming.core import planner_wgmma_rs as rs
+    from humming.core.families.register_a import planner as rs
 
     monkeypatch.delenv(rs.STREAMK_ENV, raising=False)
     monkeypatch.setenv(rs.ROUNDS_ENV, "0")  # the stream-K rule alone (the finer tiles: test_finer_token_tiles)
@@ -491,7 +491,7 @@ def test_finer_token_tiles(n, k, m, finer, monkeypatch):
     """Where 256-token tiles fill their last round badly (the stream-K split condition), the default plan takes one
     more token tile, fitted, if those fill their rounds to ROUNDS_MIN_FILL (8192x8192 M=600 145.9 -> 130.3 us,
     4096x14336 M=700 152.7 -> 129.5), else stream-K as before; ROUNDS_ENV=0 turns it off."""
-    from humming.core import planner_wgmma_rs as rs
+    from humming.core.families.register_a import planner as rs
 
     monkeypatch.delenv(rs.STREAMK_ENV, raising=False)
     monkeypatch.delenv(rs.ROUNDS_ENV, raising=False)
@@ -514,7 +514,7 @@ def test_entry_yields_to_streamk_where_its_rounds_fill_badly(monkeypatch, tmp_pa
     """Rule (1): the shipped 4096x14336 257-512 entry (128-token tiles, measured at 512: 128 tiles, one round 97% full)
     runs M 257-384 (96 tiles, 73%) as stream-K over 256-token tiles fitted to M (M=300 84.7 -> 71.0 us), M 385-512 as
     stored; an entry that is stream-K itself (28672x8192 65-128 since 2026-12-01's twenty-first session) stands."""
-    from humming.core import planner_wgmma_rs as rs
+    from humming.core.families.register_a import planner as rs
 
     monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
     monkeypatch.delenv(rs.ROUNDS_ENV, raising=False)
@@ -535,7 +535,7 @@ def test_entry_yields_to_streamk_where_its_rounds_fill_badly(monkeypatch, tmp_pa
 def test_streamk_default_needs_the_producer_warpgroup(monkeypatch):
     """Where the profile takes no stream-K (no producer warpgroup: HUMMING_WGMMA_RS_WS=0), the plain form with the
     reason."""
-    from humming.core import planner_wgmma_rs as rs
+    from humming.core.families.register_a import planner as rs
 
     monkeypatch.setenv(rs.WS_ENV, "0")
     p = rs.prefill_default(H200, _layout(28672, 8192), 4096, "f16", "w4a16")
@@ -548,7 +548,7 @@ def test_streamk_default_token_tile(m, fitted, unfitted, monkeypatch):
     """256-token tiles fitted to M (as many as 256 needs, each M / tiles rounded up to 16); with the fitting off
     (FIT_ENV=0) 128-token tiles where 256-token ones would be mostly padding rows (M just above a multiple of 256;
     measured at M 513 / 600 / 1100 on the H200)."""
-    from humming.core import planner_wgmma_rs as rs
+    from humming.core.families.register_a import planner as rs
 
     monkeypatch.delenv(rs.STREAMK_ENV, raising=False)
     layout = _layout(28672, 8192)
@@ -566,7 +566,7 @@ def test_streamk_default_token_tile(m, fitted, unfitted, monkeypatch):
 def test_profiles_without_wgmma_keep_the_mma_sync_default_from_m_513():
     """On a profile without wgmma (A100) the register-A prefill handle never runs: the tuner's default row, the
     runtime's plan and humming.plan stay the mma.sync kernels at M >= 513 (no error)."""
-    from humming.core.planner import launch_options
+    from humming.core.plan import launch_options
 
     a100 = get_profile("nvidia-a100")
     layout = _layout(4096, 4096)

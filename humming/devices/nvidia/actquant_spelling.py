@@ -1,4 +1,4 @@
-"""NVIDIA spellings of the helpers the activation-quantization kernels call (``humming.core.actquant``).
+"""NVIDIA spellings of the helpers the activation-quantization kernels call (``humming.core.actquant.generator``).
 
 ``actquant_prelude(act_format, scale_format, caps)`` returns self-contained CUDA C++ that defines every
 helper of the contract below. Which spelling an element encoder gets comes from the profile's
@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import struct
 
-from humming.core import formats
+from humming.core.quant import formats
 
 __all__ = ["actquant_prelude", "software_source", "hardware_cvt", "encode_spelling", "HW_CVT"]
 

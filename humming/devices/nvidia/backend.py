@@ -947,7 +947,7 @@ __device__ __forceinline__ void int4n8_to_e4m3x8_x(uint32_t w, uint32_t a0, uint
 E4M3_OF_LABELS_T = r"""// int4 -> e4m3 without tables, four codes a call. The e4m3 bytes 0x00-0x08 are 0..8 x 2^-9 (the subnormals and the
 // first binade are evenly spaced) and 0x80-0x88 their negatives, so a value v of -8..7 is the byte sign | |v| at a
 // scale of 2^-9 (the layouts' scales carry 2^9). The layouts store label x = v + 8 for v >= 0, -v for -7..-1 and 0 for
-// -8 (humming.core.layout.e4m3_linear_label). With t = x + 0x77 (no carry leaves the byte): bit 7 of t is set iff
+// -8 (humming.core.common.layout.e4m3_linear_label). With t = x + 0x77 (no carry leaves the byte): bit 7 of t is set iff
 // x >= 9 (v > 0) and bit 3 iff 1 <= x <= 8, so the byte is x's bits 0-2 (|v| mod 8), 0x08 where x == 0 (bit 3 set in
 // neither t nor x) and 0x80 where x <= 8 (bit 7 clear in t): one lop3 on t and x.
 __device__ __forceinline__ uint32_t e4m3x4_of_labels(uint32_t x) {   // four labels, one in each byte's low nibble

@@ -1,0 +1,468 @@
+"""Generates the wgmma W8A8 kernel (sm_90a wgmma forms): e4m3 x e4m3 -> fp32 or s8 x s8 -> int32, for
+prefill-sized M.
+
+Block tile 128 x BN x 128 bytes of K, 256 threads = two warpgroups; warpgroup g owns rows 64g..64g+63 of
+the tile and all BN columns (one m64nBNk32 wgmma per 32 bytes of K, four per stage).
+
+Shared memory. Both operands are K-major tiles of 128-byte rows (A: 128 activation rows, B: BN weight rows =
+output channels) with the 128-byte swizzle: chunk c (16 bytes) of row r lives at r*128 + ((c ^ (r % 8)) * 16).
+Tiles are 1024-byte aligned, because wgmma applies the swizzle to address bits (bits 4-6 ^= bits 7-9). The
+descriptor of an operand points at its first row (+32 bytes per k32 step) with a stride of 1024 bytes
+between groups of 8 rows.
+
+Pipeline. cp.async, STAGES slots, STAGES-2 stages in flight ahead of the one being multiplied; wgmma groups
+are waited with at most one group left in flight, so the slot refilled at iteration kt (that of kt-2) is free
+once the barrier of iteration kt has passed. e4m3 (unless fast accumulation is asked for) promotes: each stage's
+4 k32 steps start from zero (scale-d = 0) and are waited and added into fp32 registers, because the tensor
+core's fp8 accumulation keeps fewer bits than fp32 (its error would grow with K); s8 accumulates exactly in
+int32 across the whole K. Before wgmma reads a stage: cp.async.wait_group, then
+fence.proxy.async (cp.async writes are generic-proxy, wgmma reads through the async proxy), then the barrier.
+
+Epilogue (registers -> global, no shared memory): accumulator as fp32 x per-token scale TS[m] x per-channel
+scale CS[n] x out_scale (x *GS), + bias, stored as f16/bf16 pairs. Block scales (128x128 weight blocks,
+activations per 128 of K): applied at each stage's promotion instead (see ``wgmma_w8a8_kernel_source``). The parameter list is the one of the
+mma.sync 8-bit kernel (S, WS, CNT and k_per_split are unused), so the same launcher runs both.
+"""
+from __future__ import annotations
+
+from humming.devices.base import HelperRequest
+
+# ---- CUDA text shared by the wgmma 8-bit kernels (W8A8, W4A8 lock-step and warp-specialised) and the tcgen05 W8A8
+# kernel: the parameter list of the 8-bit mma.sync kernel, the m64nBN register epilogue, the W4A8 group promotion
+_TS_DOC = "per-token activation scale [M] or null"
+_S_DOC = "unused (group scales of W4A8)"
+_ROW_SCALE = "(TS && row0 + 8 * h < M) ? scale * load_f32(TS + row0 + 8 * h) : scale"
+
+
+def eight_bit_params(kernel_name: str, b_doc: str = "weight codes [N, K] bytes, row-major (K-major)",
+                     ts_doc: str = _TS_DOC, s_doc: str = _S_DOC, bias_doc: str = "[N] or null",
+                     tensor_maps: tuple = (), block_threads: str = "cfg::THREADS") -> str:
+    """The kernel's signature line and the 8-bit mma.sync kernel's parameter list, through the opening brace (one
+    launcher runs every kernel that takes it; the comments name what each kernel reads); ``tensor_maps`` (name, doc,
+    name, doc, ...) appends TMA tensor maps as __grid_constant__ parameters."""
+    gs_end = ") {      // a device scalar multiplying the output (per-tensor activation scale) or null"
+    if tensor_maps:
+        pairs = list(zip(tensor_maps[::2], tensor_maps[1::2]))
+        gs_end = ",      // a device scalar multiplying the output (per-tensor activation scale) or null" + "".join(
+            f"\n    const __grid_constant__ TmaMap {name}{') {' if i == len(pairs) - 1 else ','}  // {doc}"
+            for i, (name, doc) in enumerate(pairs))
+    return f"""extern "C" __global__ void __launch_bounds__({block_threads}, 1) {kernel_name}(
+    const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
+    const uint32_t* __restrict__ Bw,      // {b_doc}
+    const float* __restrict__ TS,         // {ts_doc}
+    const float* __restrict__ S,          // {s_doc}
+    const float* __restrict__ CS,         // per-channel weight scale [N] or null
+    const uint16_t* __restrict__ BIAS,    // {bias_doc}
+    uint16_t* __restrict__ C,             // output [M, N]
+    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS{gs_end}
+"""
+
+
+def _facc(i: str) -> str:
+    return f"facc[{i}]"
+
+
+def wgmma_epilogue(warp: str, result=_facc, row_scale: str = _ROW_SCALE, volatile_note: bool = False) -> str:
+    """The register epilogue of an m64nBN accumulator fragment (warp ``warp`` of its warpgroup holds tile rows 16 warp
+    .. +15): value ``result(i)`` of register i x row scale ``rs[h] = row_scale`` x CS[n] + bias, stored as f16/bf16
+    pairs; ends with the column loop's closing brace."""
+    note = ("    // (volatile loads, so the compiler keeps them next to their use instead of hoisting all BN/8 of them)\n"
+            if volatile_note else "")
+    return f"""  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
+  const int row0 = m0 + {warp} * 16 + (lane >> 2);
+  float rs[2];
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) rs[h] = {row_scale};
+  #pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {{
+    const int col = n0 + 8 * j + 2 * (lane & 3);
+{note}    float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
+    if (CS) {{ c0 = u32_as_f32(load_g32(CS + col)); c1 = u32_as_f32(load_g32(CS + col + 1)); }}
+    if (BIAS) {{
+      const uint32_t bb = load_g32(BIAS + col);  // the two 16-bit biases of columns col, col + 1
+      b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
+    }}
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {{
+      const int row = row0 + 8 * h;
+      if (row < M) {{
+        const float v0 = {result('4 * j + 2 * h')} * rs[h] * c0 + b0;
+        const float v1 = {result('4 * j + 2 * h + 1')} * rs[h] * c1 + b1;
+        store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
+      }}
+    }}
+  }}
+"""
+
+
+def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
+    """The W8A8 kernel (W4A8 layouts go to ``wgmma_w4a8_kernel_source``). With 128x128 weight blocks (layout
+    ``weight_scale == "block"``, the w8a8-fp8-block / DeepSeek-V3 recipe) each stage is one 128-deep k block: its
+    partial (started with scale-d = 0) is waited and added into fp32 registers times activation scale (row, k
+    block) x weight scale (n block, k block); TS is then the [M, K/128] activation table, S the [N/128, K/128]
+    weight table, and the epilogue applies only out_scale, bias (CS is null). BN must be 128."""
+    if getattr(plan.layout, "weight_bits", 8) == 4:
+        return wgmma_w4a8_kernel_source(plan, backend, caps)
+    t = plan.tiles
+    if t.bulk:  # the warp-specialised kernel with TMA tensor copies
+        from humming.core.families.wgmma_8bit.generator_tma import wgmma_w8a8_tma_kernel_source
+
+        return wgmma_w8a8_tma_kernel_source(plan, backend, caps)
+    if (t.bm, t.bk, t.threads) != (128, 128, 256) or t.stages < 3:
+        raise ValueError(f"the wgmma kernel is written for 128x{t.bn}x128 tiles, 256 threads, >= 3 stages; got {t}")
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
+    prelude = backend.wgmma_prelude(request, t.bn)
+    block = getattr(plan.layout, "weight_scale", "") == "block"  # 128x128 weight blocks, activations per 128 of K
+    promote = plan.instruction.a_type in ("e4m3", "e5m2") and not getattr(plan.layout, "fast_accum", False)
+    row_scale = _ROW_SCALE
+    ts_doc, s_doc = _TS_DOC, _S_DOC
+    if block:  # each stage's partial (one 128-deep k block) times its activation and weight block scales
+        if t.bn != 128:
+            raise ValueError(f"the wgmma kernel with 128x128 weight blocks needs BN = 128 (one n block); got {t.bn}")
+        promote_decl = """\
+  float facc[WG_ACC_REGS];  // fp32 sums of the per-stage partials times their block scales
+  #pragma unroll
+  for (int i = 0; i < WG_ACC_REGS; ++i) facc[i] = 0.0f;
+  // block scales (a stage is one k block, BK = 128): activations TS [M, K/128] for this thread's rows
+  // arow and arow + 8 (clamped to a valid row: rows past M hold zeros), weights S [N/128, K/128] for this
+  // tile's n block (BN = 128: n0 / 128 = blockIdx.y)
+  const int arow = m0 + warp * 16 + (lane >> 2);
+  const float* ts_lo = TS + (size_t)min(arow, M - 1) * ktiles;
+  const float* ts_hi = TS + (size_t)min(arow + 8, M - 1) * ktiles;
+  const float* ws_blk = S + (size_t)blockIdx.y * ktiles;
+"""
+        accumulate = "ks > 0"  # the first k32 step of a stage overwrites the partial (scale-d = 0)
+        wait_body = """\
+    const float wsc = load_f32(ws_blk + kt);  // the block scales of k block kt (loaded while the wgmma runs)
+    const float bs_lo = load_f32(ts_lo + kt) * wsc, bs_hi = load_f32(ts_hi + kt) * wsc;
+    wgmma_wait<0>();             // this stage's partial is complete (the other warpgroup keeps the tensor core busy)
+    wgmma_fence_operand(acc);
+    #pragma unroll
+    for (int i = 0; i < WG_ACC_REGS; ++i)  // acc[4j + 2h + e] is row arow + 8h
+      facc[i] += wg_acc_to_f32(acc[i]) * ((i & 2) ? bs_hi : bs_lo);"""
+        row_scale = "scale;  // the activation scales were applied per k block"
+        ts_doc = "activation scales per 128 of K [M, K/128] (row-major)"
+        s_doc = "weight scales per 128x128 block [N/128, K/128] (row-major)"
+
+        def result(i: str) -> str:
+            return f"facc[{i}]"
+    elif promote:  # fp8: each stage's 128-deep partial goes into fp32 registers (the tensor core keeps fewer bits)
+        promote_decl = """\
+  float facc[WG_ACC_REGS];  // fp32 sums of the per-stage partials (promotion)
+  #pragma unroll
+  for (int i = 0; i < WG_ACC_REGS; ++i) facc[i] = 0.0f;
+"""
+        accumulate = "ks > 0"  # the first k32 step of a stage overwrites the partial (scale-d = 0)
+        wait_body = """\
+    wgmma_wait<0>();             // this stage's partial is complete (the other warpgroup keeps the tensor core busy)
+    wgmma_fence_operand(acc);
+    #pragma unroll
+    for (int i = 0; i < WG_ACC_REGS; ++i) facc[i] += acc[i];"""
+
+        def result(i: str) -> str:
+            return f"facc[{i}]"
+    else:
+        promote_decl, accumulate = "", "1"
+        wait_body = """\
+    wgmma_wait<1>();             // the group of kt-1 has finished reading its stage
+    wgmma_fence_operand(acc);"""
+
+        def result(i: str) -> str:
+            return f"wg_acc_to_f32(acc[{i}])"
+    src = f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+{prelude}
+
+namespace cfg {{
+constexpr int BM = {t.bm}, BN = {t.bn}, BK = {t.bk}, STAGES = {t.stages};   // BK in bytes = elements
+constexpr int THREADS = 256;             // two warpgroups; warpgroup g owns tile rows 64g .. 64g+63
+constexpr int LOOKAHEAD = STAGES - 2;    // stages loading while one is multiplied and one may still be read
+constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK;
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+static_assert(BK == 128, "one 128-byte swizzle row per tile row");
+static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "tiles stay 1024-byte aligned (swizzle period)");
+static_assert(WG_ACC_REGS == BN / 2, "m64nBN accumulators: BN/2 registers per thread");
+static_assert(LOOKAHEAD >= 1, "at least three stages");
+static_assert(THREADS == 256 && BM % 32 == 0 && BN % 32 == 0, "256 threads copy 32 rows of 8 chunks at a time");
+}}
+
+{eight_bit_params(plan.kernel_name, ts_doc=ts_doc, s_doc=s_doc)}  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int ktiles = K / BK;
+  const unsigned char* B = reinterpret_cast<const unsigned char*>(Bw);
+  // the swizzle repeats every 1024 bytes of address: start the stages on such a boundary (1 KiB is reserved)
+  const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;
+
+{swizzled_stage_loader(32)}
+  wg_acc_t acc[WG_ACC_REGS];
+  #pragma unroll
+  for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0;
+{promote_decl}
+  #pragma unroll
+  for (int s = 0; s < LOOKAHEAD; ++s) {{
+    if (s < ktiles) load_stage(s, s);
+    copy_commit();
+  }}
+
+  for (int kt = 0; kt < ktiles; ++kt) {{
+    copy_wait<LOOKAHEAD - 1>();  // this thread's copies of stage kt have landed
+    fence_proxy_async();         // ... and are visible to wgmma (async proxy)
+    __syncthreads();             // everyone's copies; both warpgroups are done with the wgmmas of kt-2
+    {{
+      const int next = kt + LOOKAHEAD;  // refills the slot of kt-2
+      if (next < ktiles) load_stage(next % STAGES, next);
+      copy_commit();
+    }}
+    const uint32_t a_tile = smem0 + (kt % STAGES) * STAGE_BYTES + wg * 64 * 128;  // this warpgroup's 64 rows
+    const uint32_t b_tile = smem0 + (kt % STAGES) * STAGE_BYTES + A_BYTES;
+    const uint64_t desc_a = make_smem_desc(a_tile), desc_b = make_smem_desc(b_tile);
+    wgmma_fence_operand(acc);
+    wgmma_fence();
+    #pragma unroll
+    for (int ks = 0; ks < BK / 32; ++ks)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
+      wgmma_k32(acc, desc_a + 2 * ks, desc_b + 2 * ks, {accumulate});
+    wgmma_commit();
+{wait_body}
+  }}
+  wgmma_wait<0>();
+  wgmma_fence_operand(acc);
+  // accumulator fragment of m64nBN: warp w (of the warpgroup) holds rows 16w .. 16w+15; for n8 chunk j,
+  // acc[4j + 2h + e] is row lane/4 + 8h, column 8j + 2*(lane%4) + e
+{wgmma_epilogue("warp", result, row_scale, volatile_note=True)}}}
+"""
+    return src
+
+
+# (weight format, operand type) -> how one 32-bit word of 8 packed codes becomes two words of 4 widened codes
+# (k order); the packing of the word depends on the operand type (``humming.core.families.wgmma_8bit.layout.pack_int4_kmajor``)
+_W4A8_WIDEN = {
+    ("int4", "s8"): ("s8x16_lo(WORD)", "s8x16_hi(WORD)"),
+    ("int4", "e4m3"): ("int4n4_to_e4m3x4(WORD)", "int4n4_to_e4m3x4(WORD >> 16)"),
+    ("e2m1", "e4m3"): ("e2m1n4_to_e4m3x4(WORD)", "e2m1n4_to_e4m3x4(WORD >> 16)"),
+}
+
+
+# ---- CUDA text shared by the two W4A8 kernels (lock-step here, warp-specialised in generator_wgmma_ws)
+W4A8_PARAM_DOCS = dict(b_doc="packed 4-bit weights [N, K/2] bytes, row-major (K-major)",
+                       s_doc="fp32 group scales [K/GROUP, N], columns in accumulator order",
+                       bias_doc="[N] or null (4-byte aligned)")
+
+W4A8_ACC_DECL = """  wg_acc_t acc[WG_ACC_REGS];
+  float facc[WG_ACC_REGS];  // fp32 sums of the group partials times their scales
+  #pragma unroll
+  for (int i = 0; i < WG_ACC_REGS; ++i) { acc[i] = 0; facc[i] = 0.0f; }
+  // this thread's accumulator columns 8j + 2*(lane%4) + e are the table's columns n0 + (lane%4)*32 + 2j + e
+  const float* s_col = S + n0 + (lane & 3) * (BN / 4);
+"""
+
+_W4A8_LOCKSTEP_UNDER_WGMMA = """\
+      if (gi == 0) {  // while the tensor core works: refill, widen stage kt+1, barrier
+        const int next = kt + LOOKAHEAD;  // refills the slot of kt-2
+        if (next < ktiles) load_stage(next % STAGES, next);
+        copy_commit();
+        if (kt + 1 < ktiles) {
+          copy_wait<LOOKAHEAD - 1>();   // this thread's copies of stage kt+1 have landed
+          widen_stage((kt + 1) % STAGES, (kt + 1) % WBUFS);
+          fence_proxy_async();          // the widened bytes (and A kt+1) become visible to wgmma (async proxy)
+        }
+        __syncthreads();                // B(kt): tile kt+1 complete; everyone is past its wait of kt-1
+      }
+"""
+
+
+def w4a8_group_steps(plan, caps):
+    """(group, k32 steps per wgmma group, helper request) of a W4A8 plan; ValueError for a group the kernels do
+    not take."""
+    group = plan.layout.group
+    if not (group in (32, 64) or group % 128 == 0):
+        raise ValueError(f"wgmma W4A8: group {group} must be 32, 64 or a multiple of 128")
+    gsteps = min(group, 128) // 32  # k32 steps per wgmma group (one promotion each)
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
+    return group, gsteps, request
+
+
+def w4a8_widen(lay, indent: str) -> str:
+    """Statements widening the four raw words q[0..3] (32 codes) into the eight words o[0..7]."""
+    lo, hi = _W4A8_WIDEN[(lay.weight_format, lay.a_type)]
+    return "\n".join(
+        f"{indent}o[{2 * w}] = {lo.replace('WORD', f'q[{w}]')}; o[{2 * w + 1}] = {hi.replace('WORD', f'q[{w}]')};"
+        for w in range(4))
+
+
+def w4a8_group_loop(gsteps: int, a_type: str, under_wgmma: str = "", after_wait: str = "") -> str:
+    """The loop over a stage's wgmma groups: issue the group's k32 wgmmas, load its scales, ``under_wgmma`` (CUDA run
+    while the tensor core works), wait, ``after_wait``, add the partial times the scales into the fp32 sums."""
+    # s8: a partial of <= 128 k is below 128 * 128 * (16 * 8) = 2^21 in magnitude, so the integer-to-float
+    # conversion is one integer add and one float subtraction instead of the conversion unit
+    to_f32 = "small_s32_to_f32" if a_type == "s8" else "wg_acc_to_f32"
+    return f"""    #pragma unroll {1 if gsteps < 4 else 4}
+    for (int gi = 0; gi < BK / 32 / GSTEPS; ++gi) {{  // groups of 32 / 64: one loop (registers)
+      wgmma_fence_operand(acc);
+      wgmma_fence();
+      #pragma unroll
+      for (int s = 0; s < GSTEPS; ++s)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
+        wgmma_k32(acc, desc_a + 2 * (gi * GSTEPS + s), desc_b + 2 * (gi * GSTEPS + s), s > 0);
+      wgmma_commit();
+      uint32_t s4[BN / 16][4];  // this group's scales of the thread's 32 columns (loaded while the wgmma runs)
+      const float* srow = s_col + (size_t)((kt * BK + gi * GSTEPS * 32) / GROUP) * N;
+      #pragma unroll
+      for (int v = 0; v < BN / 16; ++v) load_g128_cached(s4[v], srow + 4 * v);
+{under_wgmma}      wgmma_wait<0>();
+      wgmma_fence_operand(acc);
+{after_wait}      #pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h)
+          #pragma unroll
+          for (int e = 0; e < 2; ++e)
+            facc[4 * j + 2 * h + e] += {to_f32}(acc[4 * j + 2 * h + e]) * u32_as_f32(s4[j / 2][(j % 2) * 2 + e]);
+    }}
+"""
+
+
+def wgmma_w4a8_kernel_source(plan, backend, caps=None) -> str:
+    """The wgmma W4A8 kernel: the W8A8 kernel's A operand, tiles, descriptors and epilogue; B arrives as packed
+    4-bit rows ([N, K/2] bytes, see ``humming.core.families.wgmma_8bit.layout.pack_int4_kmajor``) and is widened per stage:
+    s8 as 16 x code with two masks per 8 codes, e4m3 with three byte permutes per 4 codes.
+
+    Shared memory: STAGES slots of (A tile 128 x 128 B, swizzled | raw B: BN rows x 64 B, linear), then three
+    widened B tiles (BN x 128 B, swizzled) used in turn. Thread tid copies raw 16-byte chunk tid % 4 of rows
+    tid / 4 + 64 i to raw + tid * 16 + i * 4096, and later widens exactly those bytes (its own cp.async group, so
+    no barrier between its wait and its reads) into chunks 2c, 2c + 1 of the same rows of the widened tile.
+
+    Iteration kt: wgmma of stage kt -> (while it runs) refill the slot of kt-2 with stage kt + STAGES - 2, wait
+    for stage kt+1's copies and widen them into the next B tile, fence.proxy.async, barrier -> wait for the wgmma
+    -> fp32 sums += partial x group scale (groups of 32 / 64 split the stage's four k32 steps into wgmma groups)
+    -> next iteration. The barrier sits under the wgmma, not between the promotion and the next wgmma: with three
+    widened tiles, the one being overwritten was last read two stages ago."""
+    from humming.devices.nvidia.backend import wgmma_w4a8_prelude
+
+    t = plan.tiles
+    lay = plan.layout
+    if t.threads == 384:  # producer + two consumer warpgroups
+        from humming.core.families.wgmma_8bit.generator_ws import wgmma_w4a8_ws_kernel_source
+
+        return wgmma_w4a8_ws_kernel_source(plan, backend, caps)
+    if (t.bm, t.bn, t.bk, t.threads) != (128, 128, 128, 256) or t.stages < 4:
+        raise ValueError(f"the wgmma W4A8 kernel is written for 128x128x128 tiles, 256 threads, >= 4 slots; got {t}")
+    group, gsteps, request = w4a8_group_steps(plan, caps)
+    prelude = wgmma_w4a8_prelude(backend, request, t.bn)
+    return f"""// ===== humming generated kernel: {plan.kernel_name}
+// {plan.summary()}
+{prelude}
+
+namespace cfg {{
+constexpr int BM = {t.bm}, BN = {t.bn}, BK = {t.bk}, STAGES = {t.stages};   // BK in bytes = elements
+constexpr int THREADS = 256;             // two warpgroups; warpgroup g owns tile rows 64g .. 64g+63
+constexpr int LOOKAHEAD = STAGES - 2;    // stages loading; the slot of kt-2 is refilled at iteration kt
+constexpr int WBUFS = 3;                 // widened B tiles: kt multiplied, kt+1 being widened, kt-1 maybe still read
+constexpr int GROUP = {group};             // weight-scale group along K
+constexpr int GSTEPS = {gsteps};             // k32 steps per wgmma group (one fp32 promotion each)
+constexpr int A_BYTES = BM * BK, RAW_BYTES = BN * BK / 2, SLOT_BYTES = A_BYTES + RAW_BYTES, B_BYTES = BN * BK;
+constexpr int WB_OFFSET = STAGES * SLOT_BYTES;   // the WBUFS widened B tiles follow the slots
+static_assert(BK == 128 && BN == 128, "one 128-byte swizzle row per tile row; 32 accumulator columns per thread");
+static_assert(SLOT_BYTES % 1024 == 0 && A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "1024-byte aligned tiles");
+static_assert(WG_ACC_REGS == BN / 2, "m64nBN accumulators: BN/2 registers per thread");
+static_assert(LOOKAHEAD >= 2, "at least four slots: kt-1 (maybe still read), kt, kt+1 (widened), one loading");
+static_assert(BK / 32 % GSTEPS == 0, "wgmma groups split the stage's k32 steps evenly");
+static_assert(RAW_BYTES == (BN / 64) * THREADS * 16, "each thread copies BN/64 raw chunks");
+}}
+
+{eight_bit_params(plan.kernel_name, **W4A8_PARAM_DOCS)}  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int ktiles = K / BK;
+  const unsigned char* B = reinterpret_cast<const unsigned char*>(Bw);
+  const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
+
+  // A: thread tid copies chunk tid % 8 of rows tid / 8 + 32 i (swizzled, as the W8A8 kernel)
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
+  // raw B: thread tid copies chunk tid % 4 (k 32c .. 32c+31) of weight rows tid / 4 + 64 i, to raw + tid*16 + i*4096
+  const int brow = tid >> 2, bch = tid & 3;
+  const unsigned char* b_src = B + (size_t)(n0 + brow) * (K / 2) + bch * 16;
+  auto load_stage = [&](int slot, int kt) {{
+    const uint32_t a_tile = smem0 + slot * SLOT_BYTES + lswz, raw = smem0 + slot * SLOT_BYTES + A_BYTES + tid * 16;
+    const int k0 = kt * BK;
+    #pragma unroll
+    for (int i = 0; i < BM / 32; ++i) {{
+      const bool ok = m0 + lrow + 32 * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(a_tile + i * 32 * 128, ok ? a_src + (32 * i * K + k0) : A, ok);
+    }}
+    #pragma unroll
+    for (int i = 0; i < BN / 64; ++i)
+      copy_16_async(raw + i * THREADS * 16, b_src + ((size_t)64 * i * (K / 2) + k0 / 2), true);
+  }};
+  // widening: the 16 raw bytes this thread copied (32 codes, k 32c .. 32c+31 of a row) become chunks 2c and
+  // 2c + 1 (16 widened bytes each) of the same row of the swizzled B tile; rows + 64 i keep (row mod 8)
+  const uint32_t wswz0 = swz128(brow, 2 * bch), wswz1 = swz128(brow, 2 * bch + 1);
+  auto widen_stage = [&](int slot, int buf) {{
+    const uint32_t raw = smem0 + slot * SLOT_BYTES + A_BYTES + tid * 16;
+    const uint32_t wb = smem0 + WB_OFFSET + buf * B_BYTES;
+    #pragma unroll
+    for (int i = 0; i < BN / 64; ++i) {{
+      uint32_t q[4], o[8];
+      lds_128(q, raw + i * THREADS * 16);
+{w4a8_widen(lay, "      ")}
+      st_shared_128(wb + i * 64 * 128 + wswz0, o[0], o[1], o[2], o[3]);
+      st_shared_128(wb + i * 64 * 128 + wswz1, o[4], o[5], o[6], o[7]);
+    }}
+  }};
+
+{W4A8_ACC_DECL}
+  #pragma unroll
+  for (int s = 0; s < LOOKAHEAD; ++s) {{
+    if (s < ktiles) load_stage(s, s);
+    copy_commit();
+  }}
+  copy_wait<LOOKAHEAD - 1>();  // stage 0 (this thread's copies)
+  widen_stage(0, 0);
+  fence_proxy_async();
+  __syncthreads();             // widened tile 0 and A 0 written by everyone
+
+  // Iteration kt: wgmma(kt) -> refill the slot of kt-2 -> widen kt+1 into tile (kt+1) % 3 -> barrier B(kt) (all
+  // overlapped with the wgmma) -> wait -> promote -> the next wgmma right away. Hazards: tile (kt+1) % 3 was last
+  // read by wgmma(kt-2), and the slot of kt-2 by wgmma(kt-2): every thread waited for it before B(kt-1), which
+  // this thread has passed. Tile kt+1 and A kt+1 are visible to wgmma(kt+1) by the fence before B(kt).
+  for (int kt = 0; kt < ktiles; ++kt) {{
+    const uint32_t a_tile = smem0 + (kt % STAGES) * SLOT_BYTES + wg * 64 * 128;  // this warpgroup's 64 rows
+    const uint32_t b_tile = smem0 + WB_OFFSET + (kt % WBUFS) * B_BYTES;
+    const uint64_t desc_a = make_smem_desc(a_tile), desc_b = make_smem_desc(b_tile);
+{w4a8_group_loop(gsteps, lay.a_type, under_wgmma=_W4A8_LOCKSTEP_UNDER_WGMMA)}  }}
+  // accumulator fragment of m64nBN: warp w (of the warpgroup) holds rows 16w .. 16w+15; for n8 chunk j,
+  // facc[4j + 2h + e] is row lane/4 + 8h, column 8j + 2*(lane%4) + e
+{wgmma_epilogue("warp")}}}
+"""
+
+
+def swizzled_stage_loader(rows_per_pass: int) -> str:
+    """CUDA of ``load_stage(stage, kt)``: one stage's A tile (BM rows x 128 B) then B tile (BN rows x 128 B) of
+    8-bit K-major operands, copied with cp.async into 128-byte-swizzled shared memory by THREADS = 8 x
+    ``rows_per_pass`` threads (shared by the wgmma and tcgen05 8-bit kernels)."""
+    r = rows_per_pass
+    return f"""  // stage layout: A tile (BM rows x 128 B) then B tile (BN rows x 128 B), both 128-byte swizzled.
+  // Thread tid copies chunk tid % 8 of rows tid / 8 + {r} i: (row mod 8) is the same for every i, so the
+  // swizzled offset inside a group of {r} rows is one constant and row i adds i * {r} * 128 bytes.
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
+  const unsigned char* b_src = B + (size_t)(n0 + lrow) * K + lch * 16;
+  auto load_stage = [&](int stage, int kt) {{
+    const uint32_t a_tile = smem0 + stage * STAGE_BYTES + lswz, b_tile = a_tile + A_BYTES;
+    const int k0 = kt * BK;
+    #pragma unroll
+    for (int i = 0; i < BM / {r}; ++i) {{
+      const bool ok = m0 + lrow + {r} * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(a_tile + i * {r} * 128, ok ? a_src + ({r} * i * K + k0) : A, ok);
+    }}
+    #pragma unroll
+    for (int i = 0; i < BN / {r}; ++i)
+      copy_16_async(b_tile + i * {r} * 128, b_src + ({r} * i * K + k0), true);
+  }};
+"""

@@ -1,0 +1,686 @@
+"""Reference quantization: weights into the canonical :class:`QuantizedWeight`, activations into
+:class:`QuantizedActivation`. Pure, vectorised torch on whatever device the input lives on.
+
+Canonical weight layout (what kernels repack from)
+--------------------------------------------------
+W is ``[N, K]`` (``nn.Linear``: N = out_features, K = in_features).
+
+``packed``  int32 ``[N, ceil(K * bits / 32)]``: the codes of each row as one LSB-first bitstream along K
+            (:mod:`humming.core.quant.packing`; 3-bit codes cross word boundaries). ``codes()`` unpacks it to uint8
+            ``[N, K]``; codes are those of :mod:`humming.core.quant.formats` (two's complement for signed ints).
+``scales``  ``[N, K // group]`` (group), ``[N, 1]`` (channel), ``[1, 1]`` (tensor) or
+            ``[ceil(N / bn), ceil(K / bk)]`` (block). dtype: float16 / bfloat16 / float32 for those formats,
+            ``torch.float8_e4m3fn`` for ue4m3, uint8 exponent codes for ue8m0. ``scale_values()`` is float32.
+``zeros``   None, uint8 ``[N, G]`` integer zero codes (``zero_point="int"``; at most 2**bits, which only a GPTQ
+            v1 checkpoint with a wrapped zero produces) or float32 ``[N, G]`` in code units (``"float"``).
+``global_scale``  None or a float32 0-dim tensor: a multiplier on top of every scale (NVFP4 weight_scale_2).
+``g_idx``   None (column k is in group k // group_size) or int32 ``[K]``: the group of every column (act-order).
+``bias``    None or ``[N]``.
+``input_scale``  None or float32 0-dim: a calibrated activation scale from a checkpoint (the static per-tensor
+            scale for ``static_tensor`` schemes, the global activation scale for two-level schemes).
+
+Dequantization, in float32 and in this order::
+
+    W[n, k] = ((value(code[n, k]) - zero[n, g]) * scale[n, g]) * global_scale,   g = g_idx[k]
+
+(``value`` is the format's decode; block scales index ``scale[n // bn, k // bk]``.)
+
+How scales are chosen (``quantize``)
+------------------------------------
+amax/min/max are taken over each group (row segment, row, block or the whole tensor) in float32.
+
+* symmetric integers: ``scale = amax / max_code`` (int4: amax / 7; ternary: amax / 1), codes
+  ``clamp(round_half_even(w / scale), min, max)``.
+* integer zero points (uintB): range ``[min(w_min, 0), max(w_max, 0)]``, ``scale = (hi - lo) / (2**B - 1)``,
+  ``zero = clamp(round(-lo / scale), 0, 2**B - 1)``, ``code = clamp(round(w / scale) + zero, 0, 2**B - 1)``.
+* float zero points: ``scale = (w_max - w_min) / (2**B - 1)``, ``zero = -w_min / scale`` (unrounded),
+  ``code = clamp(round(w / scale + zero), 0, 2**B - 1)``. One bit (uint1) instead takes the two levels
+  ``mean -/+ mad`` (mad = mean absolute deviation from the mean): ``scale = 2 * mad``,
+  ``zero = -(mean - mad) / scale``, so ``code = w > mean``.
+* float formats: ``scale = amax / fmt.max`` and ``code = encode(w / scale)`` (saturating).
+* ``scale`` is then rounded to its scale format and the codes are computed with the rounded scale.
+  f16/bf16 scales round *up* (toward +inf) so that no element clips; ue4m3 scales round to nearest even
+  (saturating), as the NVFP4 recipe does; ue8m0 scales round *up* to a power of two
+  (``2**ceil(log2(amax / fmt.max))``, i.e. ``cvt.rp`` of the fp32 quotient) so that no element clips (the
+  OCP MX reference rule ``2**(floor(log2(amax)) - emax)`` can clip up to half a binade of values).
+* a group whose amax is 0 gets scale 1; a scale that rounds to 0 becomes the scale format's smallest value.
+* global scale (two-level): ``gs = amax(W) / (fmt.max * scale_fmt.max)`` (1 if 0), block scales
+  ``encode((amax / fmt.max) / gs)``, codes ``encode(w / (scale * gs))``.
+
+Activations (``quantize_activation``) follow the same rules per token / group / tensor, with the
+scheme's activation format; a token or group of zeros gets scale 1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from humming.core.quant import formats
+from humming.core.quant.packing import pack_bits, unpack_bits
+from humming.core.quant.schemes import Scheme, valid_group_sizes
+from humming.core.quant.schemes import get as get_scheme
+from humming.errors import SchemeError, ShapeError
+
+__all__ = [
+    "QuantizedWeight",
+    "QuantizedActivation",
+    "quantize",
+    "quantize_activation",
+    "scale_storage_dtype",
+    "encode_scales",
+    "decode_scales",
+]
+
+_SCALE_DTYPES = {
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "f32": torch.float32,
+    "ue4m3": torch.float8_e4m3fn,
+    "ue8m0": torch.uint8,
+}
+
+
+def scale_storage_dtype(fmt: str) -> torch.dtype:
+    """The torch dtype scales of this format are stored in (ue8m0: uint8 exponent codes)."""
+    try:
+        return _SCALE_DTYPES[formats.get(fmt).name]
+    except KeyError:
+        raise SchemeError(f"{fmt} is not a scale format; use one of {formats.SCALE_FORMATS}") from None
+
+
+def encode_scales(s: torch.Tensor, fmt: str, *, pow2_rounding: str = "ceil") -> tuple[torch.Tensor, torch.Tensor]:
+    """Round float32 scales ``s`` (> 0) to scale format ``fmt``; returns (storage tensor, float32 values).
+
+    Zeros, negatives and NaN become 1 (a zero group). f16/bf16 round *up* to the next representable value
+    (so that amax / scale never exceeds the element maximum and no element clips; this also keeps tiny scales
+    off zero); ue4m3 rounds to nearest even (the NVFP4 recipe; a result of 0 becomes the smallest subnormal);
+    ue8m0 rounds ``pow2_rounding`` ("ceil": no element clips, "floor", or "nearest"); f32 is exact.
+    """
+    f = formats.get(fmt)
+    s = s.to(torch.float32)
+    s = torch.where(s > 0, s, torch.ones_like(s))  # zero, negative and NaN scales -> 1
+    name = f.name
+    if name == "f32":
+        return s.clone(), s.clone()
+    if name in ("f16", "bf16"):
+        dt = _SCALE_DTYPES[name]
+        stored = s.clamp(max=f.max).to(dt)
+        # round up: the next representable value where the cast rounded down (so no element clips)
+        bits = stored.view(torch.int16)
+        up = (stored.to(torch.float32) < s.clamp(max=f.max)) & (bits < 0x7C00 if name == "f16" else bits < 0x7F80)
+        stored = torch.where(up, (bits + 1).view(dt), stored)
+        return stored, stored.to(torch.float32)
+    if name == "ue4m3":
+        codes = f.encode(s, saturate=True)
+        codes = torch.where(codes == 0, torch.ones_like(codes), codes)  # smallest subnormal instead of 0
+        return codes.view(torch.float8_e4m3fn), f.decode(codes)
+    if name == "ue8m0":
+        codes = f.encode(s, saturate=True, rounding=pow2_rounding)
+        return codes, f.decode(codes)
+    raise SchemeError(f"{fmt} is not a scale format; use one of {formats.SCALE_FORMATS}")
+
+
+def _check_scale_range(s_raw: torch.Tensor, scheme: Scheme) -> None:
+    fmt = scheme.weight_scale.format
+    if fmt in ("f16", "bf16") or (fmt == "ue4m3" and not scheme.weight_global_scale):
+        top = float(formats.get(fmt).max)
+        worst = float(s_raw.max()) if s_raw.numel() else 0.0
+        if worst > top:
+            fix = "use scale_format='bf16' or 'f32'" if fmt == "f16" else "use scale_format='f32'"
+            if fmt == "ue4m3":
+                fix = "use a global scale (weight_global_scale=True) or f16/f32 scales"
+            raise SchemeError(f"a weight scale of {worst:.4g} exceeds the largest {fmt} value {top:g} (the weights "
+                              f"are too large for {fmt} scales); {fix}, or rescale the weight")
+
+
+def decode_scales(stored: torch.Tensor, fmt: str) -> torch.Tensor:
+    """float32 values of stored scales of format ``fmt``."""
+    name = formats.get(fmt).name
+    if name == "ue8m0":
+        if stored.dtype not in (torch.uint8, torch.float8_e8m0fnu):
+            raise ShapeError(f"ue8m0 scales must be uint8 exponent codes, got {stored.dtype}")
+        return formats.get("ue8m0").decode(stored.view(torch.uint8))
+    if name == "ue4m3":
+        if stored.dtype not in (torch.float8_e4m3fn, torch.uint8):
+            raise ShapeError(f"ue4m3 scales must be float8_e4m3fn, got {stored.dtype}")
+        return formats.get("ue4m3").decode(stored.view(torch.uint8))
+    return stored.to(torch.float32)
+
+
+def _div(a: torch.Tensor, b: float) -> torch.Tensor:
+    """a / b, correctly rounded on every device. (A Python-number divisor lets some backends multiply by the
+    rounded reciprocal instead, which differs in the last bit; a same-device tensor divisor does not.)"""
+    return a / torch.tensor(b, dtype=a.dtype, device=a.device)
+
+
+def _as_scheme(scheme: str | Scheme) -> Scheme:
+    return scheme if isinstance(scheme, Scheme) else get_scheme(scheme)
+
+
+def _scalar(v, what: str) -> torch.Tensor | None:
+    if v is None:
+        return None
+    t = torch.as_tensor(v, dtype=torch.float32) if not isinstance(v, torch.Tensor) else v.to(torch.float32)
+    if t.numel() != 1:
+        raise ShapeError(f"{what} must hold one value, got shape {tuple(t.shape)}")
+    return t.reshape(())
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+# ------------------------------------------------------------------------------------ QuantizedWeight
+class QuantizedWeight:
+    """A quantized ``[N, K]`` weight in the canonical layout (see the module docstring)."""
+
+    def __init__(self, scheme: str | Scheme, shape: tuple[int, int], packed: torch.Tensor, scales: torch.Tensor, *,
+                 zeros: torch.Tensor | None = None, global_scale=None, g_idx: torch.Tensor | None = None,
+                 bias: torch.Tensor | None = None, input_scale=None, validate: bool = True):
+        self.scheme = _as_scheme(scheme)
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.packed = packed
+        self.scales = scales
+        self.zeros = zeros
+        self.global_scale = _scalar(global_scale, "global_scale")
+        if self.global_scale is not None:
+            self.global_scale = self.global_scale.to(packed.device)
+        self.g_idx = g_idx
+        self.bias = bias
+        self.input_scale = _scalar(input_scale, "input_scale")
+        if self.input_scale is not None:
+            self.input_scale = self.input_scale.to(packed.device)
+        if validate:
+            self._validate()
+
+    # ---- construction -------------------------------------------------------------------------------
+    @classmethod
+    def from_codes(cls, codes: torch.Tensor, scheme: str | Scheme, scales: torch.Tensor, **kw) -> QuantizedWeight:
+        """Build from unpacked codes ``[N, K]`` (values in [0, 2**bits)); keyword arguments as the constructor."""
+        sch = _as_scheme(scheme)
+        if codes.dim() != 2:
+            raise ShapeError(f"codes must be [N, K], got shape {tuple(codes.shape)}")
+        if codes.is_floating_point():
+            raise ShapeError(f"codes must be an integer tensor, got {codes.dtype}")
+        bits = sch.bits
+        if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= 2**bits):
+            raise ShapeError(f"codes of a {bits}-bit format must lie in [0, {2**bits}); "
+                             f"got [{int(codes.min())}, {int(codes.max())}]")
+        packed = pack_bits(codes, bits)
+        return cls(sch, tuple(codes.shape), packed, scales, **kw)
+
+    def _validate(self) -> None:
+        s, (n, k) = self.scheme, self.shape
+        bits = s.bits
+        if n <= 0 or k <= 0:
+            raise ShapeError(f"weight shape must be positive, got {self.shape}")
+        want = (n, -(-k * bits // 32))
+        if self.packed.dtype != torch.int32 or tuple(self.packed.shape) != want:
+            raise ShapeError(f"packed must be int32 {list(want)} ({bits}-bit codes of a {n}x{k} weight), "
+                             f"got {self.packed.dtype} {list(self.packed.shape)}")
+        ws = s.weight_scale
+        want_scales = self.scale_shape(s, n, k)
+        if ws.granularity == "group" and k % ws.group_size:
+            raise ShapeError(f"K={k} is not a multiple of group_size={ws.group_size}")
+        if tuple(self.scales.shape) != want_scales:
+            raise ShapeError(f"scales must be {list(want_scales)} for {ws.describe()} of a {n}x{k} weight, "
+                             f"got {list(self.scales.shape)}")
+        dt = scale_storage_dtype(ws.format)
+        if self.scales.dtype != dt:
+            raise ShapeError(f"{ws.format} scales must be stored as {dt}, got {self.scales.dtype}")
+        if ws.format == "ue4m3" and bool((self.scales.view(torch.uint8) & 0x80).any()):
+            raise ShapeError("ue4m3 scales must be non-negative (the sign bit of a float8_e4m3fn scale is set)")
+        g = want_scales[1]
+        if s.zero_point is None:
+            if self.zeros is not None:
+                raise ShapeError(f"scheme {s.name} has no zero points but zeros were given")
+        else:
+            if self.zeros is None:
+                raise ShapeError(f"scheme {s.name} has {s.zero_point} zero points; zeros are missing")
+            if tuple(self.zeros.shape) != (n, g):
+                raise ShapeError(f"zeros must be [{n}, {g}] like the scales, got {list(self.zeros.shape)}")
+            want_dt = torch.uint8 if s.zero_point == "int" else torch.float32
+            if self.zeros.dtype != want_dt:
+                raise ShapeError(f"{s.zero_point} zero points must be {want_dt}, got {self.zeros.dtype}")
+            if s.zero_point == "int" and self.zeros.numel() and int(self.zeros.max()) > 2**bits:
+                raise ShapeError(f"integer zero points of a {bits}-bit format must be at most {2**bits}")
+        if s.weight_global_scale != (self.global_scale is not None):
+            raise ShapeError(f"scheme {s.name} {'needs' if s.weight_global_scale else 'has no'} global scale")
+        if self.g_idx is not None:
+            if ws.granularity != "group":
+                raise ShapeError("g_idx (act-order) needs group scales")
+            if tuple(self.g_idx.shape) != (k,) or self.g_idx.dtype != torch.int32:
+                raise ShapeError(f"g_idx must be int32 [{k}], got {self.g_idx.dtype} {list(self.g_idx.shape)}")
+            if k and (int(self.g_idx.min()) < 0 or int(self.g_idx.max()) >= g):
+                raise ShapeError(f"g_idx values must lie in [0, {g})")
+        if s.act_order != (self.g_idx is not None):
+            raise ShapeError(f"scheme act_order={s.act_order} but g_idx is {'missing' if s.act_order else 'given'}")
+        if self.bias is not None and tuple(self.bias.shape) != (n,):
+            raise ShapeError(f"bias must be [{n}], got {list(self.bias.shape)}")
+
+    @staticmethod
+    def scale_shape(scheme: Scheme, n: int, k: int) -> tuple[int, int]:
+        ws = scheme.weight_scale
+        if ws.granularity == "group":
+            return (n, k // ws.group_size)
+        if ws.granularity == "channel":
+            return (n, 1)
+        if ws.granularity == "tensor":
+            return (1, 1)
+        bn, bk = ws.block
+        return (-(-n // bn), -(-k // bk))
+
+    # ---- views ----------------------------------------------------------------------------------------
+    @property
+    def format(self) -> formats.Format:
+        return self.scheme.weight_format
+
+    @property
+    def bits(self) -> int:
+        return self.scheme.bits
+
+    @property
+    def device(self) -> torch.device:
+        return self.packed.device
+
+    @property
+    def group_size(self) -> int | None:
+        return self.scheme.weight_scale.group_size
+
+    def codes(self) -> torch.Tensor:
+        """uint8 ``[N, K]`` unsigned codes."""
+        return unpack_bits(self.packed, self.bits, self.shape[1])
+
+    def values(self) -> torch.Tensor:
+        """float32 ``[N, K]`` decoded codes, before zeros and scales."""
+        return self.format.decode(self.codes())
+
+    def scale_values(self) -> torch.Tensor:
+        """float32 scales, same shape as ``scales``."""
+        return decode_scales(self.scales, self.scheme.weight_scale.format)
+
+    def group_index(self) -> torch.Tensor:
+        """int64 ``[K]``: the scale column of every input column."""
+        k = self.shape[1]
+        ws = self.scheme.weight_scale
+        if self.g_idx is not None:
+            return self.g_idx.to(device=self.device, dtype=torch.int64)
+        ar = torch.arange(k, device=self.device)
+        if ws.granularity == "group":
+            return ar // ws.group_size
+        if ws.granularity == "block":
+            return ar // ws.block[1]
+        return torch.zeros_like(ar)
+
+    def expand(self, t: torch.Tensor) -> torch.Tensor:
+        """A per-group ``[rows, G]`` tensor (scales, zeros) broadcast to ``[N, K]``."""
+        n, k = self.shape
+        ws = self.scheme.weight_scale
+        if ws.granularity == "block":
+            bn = ws.block[0]
+            t = t.repeat_interleave(bn, dim=0)[:n]
+        elif ws.granularity == "tensor":
+            t = t.expand(n, 1)
+        cols = self.group_index()
+        if ws.granularity == "group" and self.g_idx is None:
+            g = ws.group_size
+            return t.unsqueeze(-1).expand(n, t.shape[1], g).reshape(n, k)
+        return t[:, cols]
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """``[N, K]`` weight: ((value(code) - zero) * scale) * global_scale in float32, cast to ``dtype``."""
+        w = self.values()
+        if self.zeros is not None:
+            w = w - self.expand(self.zeros.to(torch.float32))
+        w = w * self.expand(self.scale_values())
+        if self.global_scale is not None:
+            w = w * self.global_scale.to(w.device)
+        return w.to(dtype)
+
+    # ---- misc -------------------------------------------------------------------------------------------
+    def _tensors(self) -> dict[str, torch.Tensor | None]:
+        return {"packed": self.packed, "scales": self.scales, "zeros": self.zeros, "global_scale": self.global_scale,
+                "g_idx": self.g_idx, "bias": self.bias, "input_scale": self.input_scale}
+
+    def to(self, device) -> QuantizedWeight:
+        """A copy on ``device`` (all tensors moved; dtypes kept)."""
+        t = {k: (None if v is None else v.to(device)) for k, v in self._tensors().items()}
+        return QuantizedWeight(self.scheme, self.shape, t["packed"], t["scales"], zeros=t["zeros"],
+                               global_scale=t["global_scale"], g_idx=t["g_idx"], bias=t["bias"],
+                               input_scale=t["input_scale"], validate=False)
+
+    def with_scheme(self, scheme: str | Scheme) -> QuantizedWeight:
+        """The same tensors under another scheme whose weight side is identical (e.g. to choose how
+        activations are quantized for an imported weight: ``qw.with_scheme(qw.scheme.with_(act="e4m3"))``)."""
+        new = _as_scheme(scheme)
+        mine, theirs = self.scheme.to_flat(), new.to_flat()
+        weight_keys = ("weight", "granularity", "group_size", "block", "scale_format", "global_scale", "zero_point",
+                       "act_order")
+        diff = [k for k in weight_keys if mine[k] != theirs[k]]
+        if diff:
+            raise SchemeError(f"scheme {new} differs from {self.scheme} on the weight side ({', '.join(diff)}); "
+                              f"requantize instead")
+        return QuantizedWeight(new, self.shape, self.packed, self.scales, zeros=self.zeros,
+                               global_scale=self.global_scale, g_idx=self.g_idx, bias=self.bias,
+                               input_scale=self.input_scale, validate=False)
+
+    def with_activations(self, preset: str | Scheme) -> QuantizedWeight:
+        """Take the activation side (act, act_scale) of ``preset`` (e.g. "w4a4-mxfp4")."""
+        src = _as_scheme(preset)
+        return self.with_scheme(self.scheme.with_(act=src.act, act_scale=src.act_scale))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self._tensors().values() if t is not None)
+
+    def __repr__(self) -> str:
+        n, k = self.shape
+        s = self.scheme
+        ws = s.weight_scale
+        parts = [f"{s}", f"{n}x{k}", f"{s.weight} codes int32{list(self.packed.shape)}",
+                 f"scales {str(self.scales.dtype).replace('torch.', '')}{list(self.scales.shape)} ({ws.describe()})"]
+        if self.zeros is not None:
+            parts.append(f"{s.zero_point} zeros")
+        if self.global_scale is not None:
+            parts.append(f"global_scale={float(self.global_scale):.6g}")
+        if self.g_idx is not None:
+            parts.append("act-order g_idx")
+        if self.bias is not None:
+            parts.append("bias")
+        act = "a16" if s.act is None else f"act {s.act} {s.act_scale.describe()}"
+        parts.append(act)
+        bpw = 8 * (self.nbytes - (0 if self.bias is None else self.bias.numel() * self.bias.element_size())) / (n * k)
+        parts.append(f"{bpw:.2f} bits/weight")
+        parts.append(f"{_fmt_bytes(self.nbytes)} on {self.device}")
+        return "QuantizedWeight(" + ", ".join(parts) + ")"
+
+
+# ------------------------------------------------------------------------------------------ quantize
+def _group_view(w: torch.Tensor, scheme: Scheme, perm: torch.Tensor | None):
+    """w [N, K] -> (wg [A, B, L], ungroup(codes [A, B, L]) -> [N, K])."""
+    n, k = w.shape
+    ws = scheme.weight_scale
+    if ws.granularity == "group":
+        g = ws.group_size
+        src = w if perm is None else w[:, perm]
+        wg = src.reshape(n, k // g, g)
+
+        def ungroup(c):
+            c = c.reshape(n, k)
+            if perm is None:
+                return c
+            out = torch.empty_like(c)
+            out[:, perm] = c
+            return out
+
+        return wg, ungroup
+    if ws.granularity == "channel":
+        return w.reshape(n, 1, k), lambda c: c.reshape(n, k)
+    if ws.granularity == "tensor":
+        return w.reshape(1, 1, n * k), lambda c: c.reshape(n, k)
+    bn, bk = ws.block
+    nb, kb = -(-n // bn), -(-k // bk)
+    pad = torch.nn.functional.pad(w, (0, kb * bk - k, 0, nb * bn - n))
+    wg = pad.reshape(nb, bn, kb, bk).permute(0, 2, 1, 3).reshape(nb, kb, bn * bk)
+
+    def ungroup_block(c):
+        c = c.reshape(nb, kb, bn, bk).permute(0, 2, 1, 3).reshape(nb * bn, kb * bk)
+        return c[:n, :k].contiguous()
+
+    return wg, ungroup_block
+
+
+def _symmetric_max(fmt: formats.Format) -> float:
+    return float(fmt.max)
+
+
+def _mx_ceil_scale(amax: torch.Tensor, elem_max: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """ue8m0 codes and values of 2**ceil(log2(amax / elem_max)) (cvt.rp of the fp32 quotient), saturated."""
+    r = _div(amax.to(torch.float32), elem_max)
+    zero = ~(r > 0)
+    codes = formats.get("ue8m0").encode(torch.where(zero, torch.ones_like(r), r), saturate=True, rounding="ceil")
+    return codes, formats.get("ue8m0").decode(codes)
+
+
+def _resolve_order(act_order, scheme: Scheme, w: torch.Tensor) -> torch.Tensor | None:
+    """The K permutation for act-order quantization, or None."""
+    n, k = w.shape
+    if act_order is None:
+        act_order = scheme.act_order
+    if isinstance(act_order, torch.Tensor):
+        perm = act_order.to(device=w.device, dtype=torch.int64).reshape(-1)
+        if perm.numel() != k or not torch.equal(torch.sort(perm).values, torch.arange(k, device=w.device)):
+            raise ShapeError(f"act_order tensor must be a permutation of 0..{k - 1} (the order in which columns are "
+                             f"grouped), got shape {tuple(act_order.shape)}")
+        return perm
+    if act_order:
+        # Without a Hessian, order columns by descending L2 norm (GPTQ uses the Hessian diagonal).
+        return torch.argsort(-w.norm(dim=0), stable=True)
+    return None
+
+
+def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | None = None,
+             act_order: bool | torch.Tensor | None = None, bias: torch.Tensor | None = None) -> QuantizedWeight:
+    """Quantize ``weight [N, K]`` (nn.Linear layout) with ``scheme`` (a Scheme or a preset/string name).
+
+    group_size: override the scheme's group size (None keeps it).
+    act_order: True orders columns by descending norm before grouping (pass a permutation tensor ``[K]`` for a
+        real GPTQ order, e.g. ``argsort(H.diag(), descending=True)``); False disables it; None follows the
+        scheme. The result then carries ``g_idx`` with ``g_idx[perm[j]] = j // group_size``.
+    bias: stored as-is on the result.
+    """
+    sch = _as_scheme(scheme)
+    if group_size is not None and group_size != sch.weight_scale.group_size:
+        sch = sch.with_(group_size=group_size)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise ShapeError(f"weight must be a 2-D tensor [N, K] (out_features, in_features), "
+                         f"got {getattr(weight, 'shape', type(weight))}")
+    if not weight.is_floating_point():
+        raise ShapeError(f"weight must be a float tensor, got {weight.dtype}")
+    n, k = weight.shape
+    if n == 0 or k == 0:
+        raise ShapeError(f"weight must not be empty, got shape {tuple(weight.shape)}")
+    ws = sch.weight_scale
+    if ws.granularity == "group" and k % ws.group_size:
+        options = valid_group_sizes(k)
+        fix = f"use group_size {', '.join(map(str, options))}" if options else \
+            "no allowed group size divides it: pad K to a multiple of 16"
+        raise ShapeError(f"group_size {ws.group_size} does not divide K={k}; {fix}, or per-channel scales "
+                         f"(group_size=None)")
+    w = weight.detach().to(torch.float32)
+    if not bool(torch.isfinite(w).all()):
+        raise ShapeError("weight contains NaN or infinity; quantization needs finite values")
+    perm = _resolve_order(act_order, sch, w)
+    if perm is not None and ws.granularity != "group":
+        raise SchemeError(f"act_order needs group scales; {sch} has {ws.granularity} scales")
+    sch = sch.with_(act_order=perm is not None) if sch.act_order != (perm is not None) else sch
+
+    fmt = sch.weight_format
+    qmax_code = (1 << fmt.bits) - 1
+    wg, ungroup = _group_view(w, sch, perm)
+    zeros = None
+    gs_t = None
+
+    if sch.zero_point is not None:
+        lo, hi = wg.amin(-1), wg.amax(-1)
+        if sch.zero_point == "int":
+            lo, hi = lo.clamp(max=0), hi.clamp(min=0)
+        rng = hi - lo
+        s_raw = torch.where(rng > 0, _div(rng, qmax_code), torch.ones_like(rng))
+        _check_scale_range(s_raw, sch)
+        if sch.zero_point == "float" and fmt.bits == 1:
+            # 1 bit: levels mean -/+ mean absolute deviation (min/max would spend both levels on outliers)
+            mu = wg.double().mean(-1).float()  # float64 sums: the same result on every device
+            mad = (wg - mu[..., None]).abs().double().mean(-1).float()
+            s_raw = torch.where(mad > 0, 2 * mad, torch.ones_like(mad))
+            lo = torch.where(mad > 0, mu - s_raw / 2, mu)  # a constant group is exact: level 0 is the mean
+        stored, s = encode_scales(s_raw, ws.format)
+        if sch.zero_point == "int":
+            z = torch.round(-lo / s).clamp(0, qmax_code)
+            q = (torch.round(wg / s[..., None]) + z[..., None]).clamp(0, qmax_code)
+            zeros = z.to(torch.uint8)
+        else:
+            z = -lo / s
+            q = torch.round(wg / s[..., None] + z[..., None]).clamp(0, qmax_code)
+            zeros = z.to(torch.float32)
+        codes = q.to(torch.uint8)
+    else:
+        amax = wg.abs().amax(-1)
+        elem_max = _symmetric_max(fmt)
+        if sch.weight_global_scale:
+            sf = formats.get(ws.format)
+            tensor_amax = w.abs().amax()
+            gs_t = _div(tensor_amax, elem_max * float(sf.max))
+            gs_t = torch.where(gs_t > 0, gs_t, torch.ones_like(gs_t)).to(torch.float32)
+        if ws.format == "ue8m0":
+            stored, s = _mx_ceil_scale(amax, elem_max)
+        else:
+            s_raw = _div(amax, elem_max)
+            if gs_t is not None:
+                s_raw = s_raw / gs_t
+            s_raw = torch.where(amax > 0, s_raw, torch.ones_like(s_raw))
+            _check_scale_range(s_raw, sch)
+            stored, s = encode_scales(s_raw, ws.format)
+        denom = s if gs_t is None else s * gs_t
+        codes = fmt.encode(wg / denom[..., None], saturate=True)
+
+    codes = ungroup(codes)
+    if ws.granularity == "channel":
+        stored = stored.reshape(n, 1)
+        if zeros is not None:
+            zeros = zeros.reshape(n, 1)
+    elif ws.granularity == "tensor":
+        stored = stored.reshape(1, 1)
+    g_idx = None
+    if perm is not None:
+        g = ws.group_size
+        g_idx = torch.empty(k, dtype=torch.int32, device=w.device)
+        g_idx[perm] = (torch.arange(k, device=w.device) // g).to(torch.int32)
+    if bias is not None:
+        if tuple(bias.shape) != (n,):
+            raise ShapeError(f"bias must be [{n}], got {list(bias.shape)}")
+        bias = bias.detach().to(w.device)
+    return QuantizedWeight(sch, (n, k), pack_bits(codes, fmt.bits), stored.contiguous(),
+                           zeros=None if zeros is None else zeros.contiguous(), global_scale=gs_t, g_idx=g_idx,
+                           bias=bias)
+
+
+# ----------------------------------------------------------------------------------- activations
+@dataclass
+class QuantizedActivation:
+    """Quantized activations ``x [..., K]``.
+
+    codes: uint8 ``[..., K]`` codes of ``format`` (``codes.view(torch.float8_e4m3fn)`` / ``.view(torch.int8)``
+        gives the torch dtype where there is one).
+    scales: stored scales: ``[..., 1]`` (dynamic_token), ``[..., K // group]`` (dynamic_group) or 0-dim
+        (static_tensor); dtype as for weight scales of ``scale_format``.
+    global_scale: None or float32 0-dim multiplier (two-level schemes).
+    """
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    global_scale: torch.Tensor | None
+    format: str
+    scale_format: str
+    mode: str
+    group_size: int | None
+    dtype: torch.dtype  # dtype of the original x
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.codes.shape)
+
+    def scale_values(self) -> torch.Tensor:
+        return decode_scales(self.scales, self.scale_format)
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """value(code) * scale (* global_scale) in float32, cast to ``dtype``."""
+        v = formats.get(self.format).decode(self.codes)
+        s = self.scale_values()
+        if self.mode == "dynamic_group":
+            v = (v.unflatten(-1, (-1, self.group_size)) * s[..., None]).flatten(-2)
+        else:
+            v = v * s
+        if self.global_scale is not None:
+            v = v * self.global_scale
+        return v.to(dtype)
+
+    def to(self, device) -> QuantizedActivation:
+        gs = None if self.global_scale is None else self.global_scale.to(device)
+        return QuantizedActivation(self.codes.to(device), self.scales.to(device), gs, self.format, self.scale_format,
+                                   self.mode, self.group_size, self.dtype)
+
+    def __repr__(self) -> str:
+        g = f"{self.group_size}" if self.mode == "dynamic_group" else ""
+        glob = f", global_scale={float(self.global_scale):.6g}" if self.global_scale is not None else ""
+        return (f"QuantizedActivation({self.format} codes{list(self.codes.shape)}, {self.mode}{g} "
+                f"{self.scale_format} scales{list(self.scales.shape)}{glob}, from {self.dtype})")
+
+
+def quantize_activation(x: torch.Tensor, scheme: str | Scheme, *, scale=None, global_scale=None):
+    """Quantize activations ``x [..., K]`` as ``scheme`` says.
+
+    WnA16 schemes (``scheme.act is None``) return ``x`` itself, unchanged: the kernel consumes it as is.
+    scale: the calibrated per-tensor scale of a static_tensor scheme (default: amax(x) / fmt.max, i.e.
+        calibrated on this very x).
+    global_scale: the fp32 global activation scale of a two-level scheme (default: computed dynamically as
+        amax(x) / (fmt.max * scale_fmt.max)).
+    """
+    sch = _as_scheme(scheme)
+    if sch.act is None:
+        return x
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 1:
+        raise ShapeError(f"activations must be a float tensor [..., K], got {getattr(x, 'dtype', type(x))}")
+    fmt = sch.act_format
+    a = sch.act_scale
+    xf = x.detach().to(torch.float32)
+    k = xf.shape[-1]
+    elem_max = float(fmt.max)
+    gs = None
+    if a.mode == "static_tensor":
+        if scale is None:
+            amax = xf.abs().amax() if xf.numel() else torch.zeros((), device=xf.device)
+            s_raw = _div(amax, elem_max)
+        else:
+            s_raw = _scalar(scale, "scale").to(xf.device)
+        stored, s = encode_scales(s_raw.reshape(()), a.format)
+        codes = fmt.encode(xf / s, saturate=True)
+        return QuantizedActivation(codes, stored, None, fmt.name, a.format, a.mode, None, x.dtype)
+    if a.mode == "dynamic_token":
+        amax = xf.abs().amax(-1, keepdim=True)
+        if a.format == "ue8m0":
+            stored, s = _mx_ceil_scale(amax, elem_max)
+        else:
+            stored, s = encode_scales(_div(amax, elem_max), a.format)
+        codes = fmt.encode(xf / s, saturate=True)
+        return QuantizedActivation(codes, stored, None, fmt.name, a.format, a.mode, None, x.dtype)
+    # dynamic_group
+    g = a.group_size
+    if k % g:
+        raise ShapeError(f"K={k} is not a multiple of the activation group size {g}")
+    xg = xf.unflatten(-1, (k // g, g))
+    amax = xg.abs().amax(-1)
+    if a.global_scale:
+        if global_scale is not None:
+            gs = _scalar(global_scale, "global_scale").to(xf.device)
+        else:
+            sf = formats.get(a.format)
+            t_amax = xf.abs().amax() if xf.numel() else torch.zeros((), device=xf.device)
+            gs = _div(t_amax, elem_max * float(sf.max))
+        gs = torch.where(gs > 0, gs, torch.ones_like(gs)).to(torch.float32)
+    if a.format == "ue8m0":
+        stored, s = _mx_ceil_scale(amax, elem_max)
+    else:
+        s_raw = _div(amax, elem_max)
+        if gs is not None:
+            s_raw = s_raw / gs
+        s_raw = torch.where(amax > 0, s_raw, torch.ones_like(s_raw))
+        stored, s = encode_scales(s_raw, a.format)
+    denom = s if gs is None else s * gs
+    codes = fmt.encode(xg / denom[..., None], saturate=True).flatten(-2)
+    return QuantizedActivation(codes, stored, gs, fmt.name, a.format, a.mode, g, x.dtype)
