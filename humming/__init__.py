@@ -5,6 +5,8 @@ Public API (imported lazily so that `import humming` stays cheap and works witho
   humming.quantize / QuantizedWeight    reference quantization (see humming.schemes, humming.formats)
   humming.reference_gemm                the oracle every kernel is checked against
   humming.plan / humming.gemm           plan, compile and run a kernel for the current device
+  humming.GemmOptions                   numerics a caller chooses (fast FP8 accumulation, W4A8 widening, ...)
+  humming.tuning.override({...})        tuning knobs (kernel variants, thresholds) for an experiment
   humming.nn.QuantLinear                a drop-in torch module
 """
 from __future__ import annotations
@@ -39,6 +41,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "reference_gemm": ("humming.core.quant.reference", "reference_gemm"),
     "plan": ("humming.api", "plan"),
     "gemm": ("humming.api", "gemm"),
+    "GemmOptions": ("humming.options", "GemmOptions"),
+    "tuning": ("humming.core.tuning.knobs", None),
 }
 
 

@@ -9,12 +9,12 @@ CPU tensors (and dtypes without a kernel, e.g. float64) go to the reference ``hu
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from dataclasses import dataclass
 
 import torch
 
+from humming import settings
 from humming.core.actquant.generator import DTYPES, WARPS, ActQuantPlan, actquant_source, choose_vec, plan_actquant
 from humming.core.quant import formats
 from humming.core.quant.quantize import QuantizedActivation, quantize_activation, scale_storage_dtype
@@ -24,7 +24,7 @@ from humming.errors import ShapeError, UnsupportedOnDevice
 
 __all__ = ["quantize_activation_cuda", "plan_activation_quant", "activation_quant_source"]
 
-_POISON = os.environ.get("HUMMING_POISON_OUTPUT", "0") == "1"  # tests: outputs are filled with garbage first
+_POISON = False  # tests set it: outputs are filled with garbage before each launch
 _lock = threading.Lock()
 
 # tensor_src of the kernels: where the per-tensor value (static scale or global scale) comes from
@@ -70,7 +70,7 @@ def _spelling(caps):
 
 def _resolve(profile, device_index: int):
     """(Capabilities, run_arch): run_arch compiles a named profile's source for the live GPU when they differ."""
-    key = (profile, device_index, os.environ.get("HUMMING_DEVICE_PROFILE", ""))  # Capabilities are hashable
+    key = (profile, device_index, settings.raw("HUMMING_DEVICE_PROFILE"))  # Capabilities are hashable
     hit = _profiles.get(key)
     if hit is None:
         from humming.api import live_arch, resolve_profile

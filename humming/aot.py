@@ -27,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from concurrent.futures import wait as _wait_futures
 from dataclasses import dataclass, field
 
+from humming import settings
 from humming.errors import HummingError, ShapeError, UnsupportedOnDevice
 
 
@@ -214,7 +215,7 @@ _exit_hook = False
 
 def precompile_mode() -> str:
     """``HUMMING_PRECOMPILE``: "decode" (default: the buckets up to M = 64), "all" (every bucket) or "off"."""
-    value = os.environ.get(ENV_PRECOMPILE, "decode").strip().lower()
+    value = (settings.raw(ENV_PRECOMPILE) or "decode").lower()
     if value in ("0", "off", "false", "no", "none"):
         return "off"
     if value in ("all", "2"):

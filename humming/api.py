@@ -1,6 +1,8 @@
 """Public entry points: plan, compile and run quantized GEMMs for the current device or a named profile."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
 import threading
@@ -8,15 +10,21 @@ from dataclasses import dataclass, field
 
 import torch
 
+from humming import settings
 from humming.core.common import act_widen as widen
-from humming.core.common.layout import WIDEN_ENV, PackedWeight, act_name, checked_widening, layout_for, prepare
+from humming.core.common.layout import PackedWeight, act_name, layout_for, prepare
 from humming.core.families.mma_wna16.generator import kernel_source
 from humming.core.plan import Plan, plan_wna16
+from humming.core.tuning import knobs
 from humming.core.tuning.entries import choose_plan
 from humming.errors import HummingError, SchemeError, ShapeError, UnsupportedOnDevice
+from humming.options import DEFAULT as DEFAULT_OPTIONS
+from humming.options import resolve as resolve_options
 
 _lock = threading.Lock()
-_POISON = os.environ.get("HUMMING_POISON_OUTPUT", "0") == "1"  # tests: fill outputs with NaN before each launch
+_POISON = False  # tests set it: outputs are filled with NaN before each launch
+# numerics options of the call being served (gemm / plan set them for the call; humming.options.GemmOptions)
+_options: contextvars.ContextVar = contextvars.ContextVar("humming_gemm_options", default=DEFAULT_OPTIONS)
 
 
 def resolve_profile(profile=None):
@@ -40,11 +48,31 @@ def _scheme(scheme):
     return scheme
 
 
-def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_size: int | None = None) -> Plan:
+@contextlib.contextmanager
+def _using(options):
+    """The call's numerics options (humming.options.GemmOptions) for the functions below it."""
+    opts = resolve_options(options)
+    if opts is _options.get():
+        yield opts
+        return
+    token = _options.set(opts)
+    try:
+        yield opts
+    finally:
+        _options.reset(token)
+
+
+def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_size: int | None = None,
+         options=None) -> Plan:
     """Plan C[M, N] = A[M, K] @ W[N, K]^T for a scheme on a profile (default: the current device).
     ``act`` is the 16-bit type of the activations (and of the output). Schemes that quantize activations
     get the plan of the kernel that runs their path, or UnsupportedOnDevice saying which path is planned
-    but not generated yet."""
+    but not generated yet. ``options``: numerics (humming.GemmOptions)."""
+    with _using(options):
+        return _plan(scheme, m, n, k, profile, act, group_size)
+
+
+def _plan(scheme, m: int, n: int, k: int, profile, act: str, group_size: int | None) -> Plan:
     caps = resolve_profile(profile)
     sch = _scheme(scheme)
     if group_size is not None:
@@ -87,7 +115,7 @@ def _plan_quantized_act(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
     from humming.core.common.paths import choose_path, runnable_path
     from humming.core.plan import plan_w8a8
 
-    if widen.applies(caps, sch, m, n, k):  # 8-bit activation codes widened exactly onto the weight-only kernels
+    if widen.applies(caps, sch, m, n, k, _options.get().act_widen):  # 8-bit codes widened onto the WnA16 kernels
         return _plan_widened(caps, sch, m, n, k, act)
     ideal = choose_path(caps, sch)
     if ideal.family == "mma_sync" and ideal.path == "native" and getattr(ideal.instruction, "scale_format", None):
@@ -241,6 +269,7 @@ class _Prepared:
     plan_fn: object = None  # m -> Plan, for kernels other than WnA16
     scheme: str = ""  # the scheme's name: tuned entries of that scheme win over other schemes of the same layout
     row_twin: int | None = None  # the handle of the same weights whose plans take per-token scales (_row_scaled)
+    wgmma_gate: tuple | None = None  # (wgmma_wna16.enabled, register_a.min_m), read on the first call with M >= 128
 
 
 @dataclass
@@ -281,11 +310,11 @@ def _plan_widened(caps, sch, m: int, n: int, k: int, act: str) -> Plan:
     from dataclasses import replace as _replace
 
     act16 = act_name(widen.act_dtype(caps, torch.bfloat16 if act == "bf16" else torch.float16))
-    p = plan(sch.with_(act=None), m, n, k, profile=caps, act=act16)
+    p = _plan(sch.with_(act=None), m, n, k, caps, act16, None)
     if p.path == "wgmma-dequant-smem":  # _gemm_widened keeps the mma.sync handle's plan there (no row scales)
         p = choose_plan(caps, layout_for(sch.with_(act=None), n, k, act16, caps=caps), m, act16, scheme=sch.name)
     return _replace(p, scheme=sch.name, row_scale=sch.act_scale.mode == "dynamic_token",
-                    reasons=(widen.reason(caps, sch, m, n, k),) + p.reasons)
+                    reasons=(widen.reason(caps, sch, m, n, k, _options.get().act_widen),) + p.reasons)
 
 
 def _workspace(device: torch.device, floats: int, counters: int, stream: int | None = None
@@ -545,12 +574,16 @@ def check_out(out: torch.Tensor, x: torch.Tensor, n: int, kernel_writes: bool = 
 
 
 def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None,
-         out: torch.Tensor | None = None) -> torch.Tensor:
+         out: torch.Tensor | None = None, options=None) -> torch.Tensor:
     """y = x @ dequantize(qw)^T (+ bias). CUDA tensors run the generated kernel for the current device
     (or the profile forced by HUMMING_DEVICE_PROFILE / ``profile``); CPU tensors run the reference.
     ``out``: a tensor of shape [*x.shape[:-1], N] with x's dtype and device, contiguous, 16-byte aligned and separate
     from x, that receives the result and is returned (ShapeError otherwise). The weight-only kernels write into it
-    directly (no allocation per call); the quantized-activation and reference paths copy their result into it."""
+    directly (no allocation per call); the quantized-activation and reference paths copy their result into it.
+    ``options``: numerics of the quantized-activation schemes (humming.GemmOptions)."""
+    if options is not None and getattr(qw.scheme, "act", None):
+        with _using(options):
+            return gemm(x, qw, bias, profile, out)
     cache = qw.__dict__.get("_humming_prepared")
     handle = cache.get((x.dtype, x.device, profile)) if cache else None
     if handle is None:
@@ -581,11 +614,17 @@ def _wna16_handle_for(x: torch.Tensor, qw, profile, handle: int, row_scale: bool
     register-A wgmma kernel from its threshold (M >= 1024 by default; HUMMING_WGMMA_RS=1: 128, =0: never); below it
     the handle's own plan (stream, tile, or a register-A form), else the dequant-smem wgmma kernel from M 128 where
     that plan is not register-A. ``row_scale``: only kernels that take per-token scales (not the dequant-smem one)."""
-    if x.numel() < WGMMA_WNA16_MIN_M * qw.shape[1] or not _switch_on(WGMMA_WNA16_ENV):
+    if x.numel() < WGMMA_WNA16_MIN_M * qw.shape[1]:
         return handle
-    from humming.core.families.register_a.planner import min_m
+    prep = _registry[handle]
+    gate = prep.wgmma_gate
+    if gate is None:  # read once per prepared weight (knobs: humming.core.tuning.knobs)
+        from humming.core.families.register_a.planner import min_m
 
-    lowest = min_m()
+        gate = prep.wgmma_gate = (bool(knobs.value("wgmma_wna16.enabled", prep.caps)), min_m(prep.caps))
+    if not gate[0]:
+        return handle
+    lowest = gate[1]
     if lowest is not None and x.numel() >= lowest * qw.shape[1]:
         rs = _wna16_wgmma_rs_handle(x, qw, profile, handle)
         if rs != handle:
@@ -613,7 +652,7 @@ def _gemm_quantized_act(x: torch.Tensor, qw, bias, profile, out: torch.Tensor | 
         return x.new_empty((*x.shape[:-1], qw.shape[0]))
     caps = resolve_profile(profile)
     n, k = qw.shape
-    if widen.applies(caps, qw.scheme, x.numel() // k, n, k):  # 8-bit codes, exact in 16 bits: weight-only kernels
+    if widen.applies(caps, qw.scheme, x.numel() // k, n, k, _options.get().act_widen):  # codes exact in 16 bits
         return _gemm_widened(x, qw, bias, caps, profile, out)
     key = (caps.name, str(qw.scheme))
     choice = _choices.get(key)
@@ -745,9 +784,9 @@ def _run_blockscaled(x: torch.Tensor, qw, bias, caps, kind: str, prepare, planne
 
 def _quantize_act(x: torch.Tensor, scheme, caps, codes_as: torch.dtype | None = None):
     """Activation quantization for the quantized-activation paths: the generated kernel (bit-exact with the
-    reference by design), or the torch reference when HUMMING_ACTQUANT=reference; ``codes_as``: the codes as their
+    reference by design), or the torch reference with the knob act_quant.kernel off; ``codes_as``: the codes as their
     exact 16-bit values (the widened path)."""
-    if os.environ.get("HUMMING_ACTQUANT", "kernel") == "reference":
+    if not knobs.value("act_quant.kernel", caps):
         from humming.actquant import _widened
         from humming.core.quant.quantize import quantize_activation
 
@@ -779,24 +818,15 @@ def _runs_on_w8a8(choice, scheme) -> bool:
             and scheme.weight_scale.granularity in ("channel", "tensor"))
 
 
-def _switch_on(name: str) -> bool:
-    """A kernel-family switch: on unless the variable is "0" (the wgmma kernels passed their H200 tests on
-    2026-11-30 and are the defaults where a profile declares wgmma; "0" keeps the mma.sync kernels)."""
-    return os.environ.get(name, "1") != "0"
-
-
-WGMMA_ENV = "HUMMING_WGMMA"  # "0": W8A8/W4A8 prefill (M >= 64) stays on mma.sync where wgmma is declared
-WGMMA_FAST_ACCUM_ENV = "HUMMING_WGMMA_FAST_ACCUM"  # "1": e4m3 partial sums stay in the tensor core (no promotion)
-
-
 def _wgmma_fast_accum() -> bool:
-    return os.environ.get(WGMMA_FAST_ACCUM_ENV, "") == "1"
+    """GemmOptions.fast_accum of the call: e4m3 partial sums stay in the tensor core (no promotion)."""
+    return _options.get().fast_accum
 
 
 def _w4a8_widen(choice, weight: str = "int4") -> str:
-    """The W4A8 kernels' int4 -> e4m3 widening (WgmmaRs8Layout.widen, W4A8Layout.widen): "linear" unless
-    HUMMING_W4A8_WIDEN=prmt asks for the table widening; s8 activations and e2m1 weights have one ("linear")."""
-    value = checked_widening(os.environ.get(WIDEN_ENV, "") or "linear", WIDEN_ENV)
+    """The W4A8 kernels' int4 -> e4m3 widening (WgmmaRs8Layout.widen, W4A8Layout.widen): GemmOptions.w4a8_widen
+    ("linear" by default, "prmt": the table widening); s8 activations and e2m1 weights have one ("linear")."""
+    value = _options.get().w4a8_widen
     return value if (choice.a_type, weight) == ("e4m3", "int4") else "linear"
 
 
@@ -810,7 +840,7 @@ def _wgmma_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
     8-bit weights as stored (per-channel/per-tensor or 128x128 block scales) or W4A8 weights (int4/e2m1 widened exactly, groups of
     32, 64 or a multiple of 128), a declared wgmma k32 form for the operand type, N % 128 == 0, K % 128 == 0
     and M >= 64."""
-    if not _switch_on(WGMMA_ENV):
+    if not knobs.value("wgmma_8bit.enabled", caps):
         return False
     from humming.core.families.wgmma_8bit.planner import wgmma_form
 
@@ -836,7 +866,7 @@ def _wgmma_wna16_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> boo
     """True when the wgmma WnA16 kernel runs this call: HUMMING_WGMMA_WNA16 not "0" (default on since the H200
     run), M >= 128, a scheme it decodes (signed int4, no zero points, group 32 / multiples of 64, channel or tensor
     scales), a declared wgmma k16 form for the activation type, cp.async, N % 128 == 0 and K % 64 == 0."""
-    if m < WGMMA_WNA16_MIN_M or not _switch_on(WGMMA_WNA16_ENV):
+    if m < WGMMA_WNA16_MIN_M or not knobs.value("wgmma_wna16.enabled", caps):
         return False
     from humming.core.families.wgmma_dequant.layout import supports
     from humming.core.families.wgmma_dequant.planner import wgmma_k16_form
@@ -864,12 +894,9 @@ def _wna16_wgmma_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
 
             handle = _register_planned(packed, caps, None, plan_wna16_wgmma, act, qw.scheme.name)
         cache[key] = handle
-    if handle < 0 and os.environ.get("HUMMING_UNVERIFIED_KERNELS", "0") == "1":  # (no wgmma: Blackwell datacenter?)
+    if handle < 0 and settings.flag("HUMMING_UNVERIFIED_KERNELS"):  # (no wgmma: Blackwell datacenter?)
         return _wna16_tcgen05_handle(x, qw, profile, fallback)
     return fallback if handle < 0 else handle
-
-
-WGMMA_RS_ENV = "HUMMING_WGMMA_RS"  # register-A wgmma WnA16 kernel: default M >= 513; "1": M >= 128; "0": never
 
 
 def _wgmma_rs_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
@@ -879,8 +906,8 @@ def _wgmma_rs_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
     and zero groups multiples of 64 or per channel, N % 128 == 0, K % 64 == 0; planner_wgmma_rs.layout_refusal)."""
     from humming.core.families.register_a import planner as rs
 
-    lowest = rs.min_m()
-    if lowest is None or m < lowest or not _switch_on(WGMMA_WNA16_ENV) or not caps.memory.cp_async:
+    lowest = rs.min_m(caps)
+    if lowest is None or m < lowest or not knobs.value("wgmma_wna16.enabled", caps) or not caps.memory.cp_async:
         return False
     from humming.core.families.wgmma_dequant.planner import wgmma_k16_form
 
@@ -890,7 +917,7 @@ def _wgmma_rs_eligible(caps, scheme, m: int, n: int, k: int, act: str) -> bool:
         lay = layout_for(scheme, n, k, act, caps=caps)
     except HummingError:
         return False
-    return not rs.layout_refusal(lay) and (rs.forced() or not rs.default_refusal(lay))
+    return not rs.layout_refusal(lay) and (rs.forced(caps) or not rs.default_refusal(lay))
 
 
 def _wna16_wgmma_rs_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
@@ -907,7 +934,7 @@ def _wna16_wgmma_rs_handle(x: torch.Tensor, qw, profile, fallback: int) -> int:
         caps = resolve_profile(profile)
         packed = _registry[fallback].packed
         handle = -1
-        if runs_register_a_prefill(caps, packed.layout, rs.min_m() or rs.MIN_M):  # (the tuner and aot ask the same)
+        if runs_register_a_prefill(caps, packed.layout, rs.min_m(caps) or rs.MIN_M):  # (the tuner and aot ask the same)
             handle = _register_planned(packed, caps, None, register_a_prefill_plan, act_name(x.dtype), qw.scheme.name)
         cache[key] = handle
     return fallback if handle < 0 else handle
@@ -1035,7 +1062,7 @@ def _wgmma_rs8_eligible(caps, choice, scheme, m: int, n: int, k: int) -> bool:
     (layout_wgmma_rs8)."""
     from humming.core.families.register_a8 import planner as rs8
 
-    lowest = rs8.min_m()
+    lowest = rs8.min_m(caps)
     if lowest is None or m < lowest or scheme.weight != "int4":
         return False
     if not _wgmma_eligible(caps, choice, scheme, m, n, k):
@@ -1132,7 +1159,7 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
             if getattr(sch, "act", None):
                 from humming.core.common.paths import choose_path, runnable_path
 
-                widened = () if widen.refusal(sch, n, k) else widen.m_ranges(caps, sch, n, k)
+                widened = () if widen.refusal(sch, n, k) else widen.m_ranges(caps, sch, n, k, _options.get().act_widen)
                 if widened is None and widen.native_refusal(caps, sch):  # no native path: widening is the path
                     act = "f16" if caps.find_mma(family="mma_sync", a_type="f16") else "bf16"
                     p = plan_wna16(caps, layout_for(sch.with_(act=None), n, k, act, caps=caps), m, act, scheme=name)
@@ -1173,7 +1200,7 @@ def path_table(caps, m: int = 16, n: int = 4096, k: int = 4096) -> list[dict]:
                     status = "kernel not generated yet"
                 if widened != ():
                     status = (f"{widen.describe_ranges(widened)}: {sch.act} codes widened onto the WnA16 kernel "
-                              f"({widen.ENV}); otherwise {status}")
+                              f"(GemmOptions.act_widen); otherwise {status}")
                 row.update(family=choice.family, instruction=choice.describe(), path=choice.path,
                            reason=f"{reason} [{status}]")
                 rows.append(row)

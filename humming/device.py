@@ -12,12 +12,12 @@ profile, with a warning that says so.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from humming import settings
 from humming.capabilities import (
     FORCE_ENV,
     PATH_ENV,
@@ -73,7 +73,7 @@ def current_device() -> DetectedDevice | None:
 
 def current_profile() -> Capabilities:
     """The profile kernels are planned for: the forced one, else the current device's match."""
-    forced = os.environ.get(FORCE_ENV, "").strip()
+    forced = settings.raw(FORCE_ENV)
     if forced:
         return get_profile(forced)
     device = current_device()
@@ -221,7 +221,7 @@ def info(profile: str | None = None) -> DeviceInfo:
     detected = detect_devices()
     device = current_device()
     notes: list[str] = []
-    forced = os.environ.get(FORCE_ENV, "").strip()
+    forced = settings.raw(FORCE_ENV)
     caps: Capabilities | None
     if profile is not None:
         caps, how, reason = get_profile(profile), "requested", "named by the caller"

@@ -37,45 +37,40 @@ def require_gpu(what: str = "tuning"):
     return torch
 
 
-GRAPH_MIN_CALLS_ENV = "HUMMING_GRAPH_MIN_CALLS"
-# GEMMs per timed graph at least: a replay timed from an idle GPU pays the graph's launch once (measured on the H200,
-# 2026-12-01: ~12 us a replay, `docs/performance.md`, twentieth session); with the 2 weight copies of a large layer
-# that is ~6 us added to each GEMM, with 16 calls under 1 us. HUMMING_GRAPH_MIN_CALLS=1: one pass over the copies
-# (the method before the twentieth session).
+# GEMMs per timed graph at least: a replay timed from an idle GPU pays the graph's launch once (~12 us a replay on the
+# H200); with the 2 weight copies of a large layer that is ~6 us added to each GEMM, with 16 calls under 1 us.
+# 1: one pass over the copies.
 GRAPH_MIN_CALLS = 16
+# ... but no more passes over the copies than make the graph about this long: the launch is then ~1% of a replay, and a
+# prefill GEMM's graph stays a burst of ~1-3 ms. Longer graphs run the GPU at its power limit for their whole length
+# (on the H200: W4A16 M >= 1024 read 0.84-0.99x cuBLAS fp16 in 16-GEMM graphs of 12-48 ms, 0.94-0.99x in 1-3 ms ones).
+# 0: no cap (a sustained run).
+GRAPH_TARGET_US = 1000.0
+_graph = {"min_calls": GRAPH_MIN_CALLS, "target_us": GRAPH_TARGET_US}
 
 
-def _env_number(name: str, default, kind, lowest, words: str):
-    """The value of the environment variable ``name`` as ``kind`` (int or float), ``default`` when unset; ValueError
-    naming the variable when it is not such a number or below ``lowest``."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        value = None
-    if value is None or value != value or value < lowest:  # (value != value: NaN)
-        raise ValueError(f"{name} must be {words}, not {raw!r}")
-    return value
+def set_graph_timing(min_calls: int | None = None, target_us: float | None = None) -> None:
+    """How timed graphs are built from now on (the benchmarks' --graph-min-calls / --graph-target-us): at least
+    ``min_calls`` GEMMs, no more passes than make ``target_us`` (0: no cap). None keeps a value."""
+    if min_calls is not None:
+        if isinstance(min_calls, bool) or not isinstance(min_calls, int) or min_calls < 1:
+            raise ValueError(f"graph min_calls must be a positive integer, not {min_calls!r}")
+        _graph["min_calls"] = min_calls
+    if target_us is not None:
+        if not isinstance(target_us, (int, float)) or target_us != target_us or target_us < 0:
+            raise ValueError(f"graph target_us must be a number of microseconds >= 0, not {target_us!r}")
+        _graph["target_us"] = float(target_us)
 
 
 def graph_min_calls() -> int:
-    """The fewest GEMMs a timed graph holds (GRAPH_MIN_CALLS, or HUMMING_GRAPH_MIN_CALLS)."""
-    return _env_number(GRAPH_MIN_CALLS_ENV, GRAPH_MIN_CALLS, int, 1, "a positive integer")
-
-
-GRAPH_TARGET_ENV = "HUMMING_GRAPH_TARGET_US"
-# ... but no more passes over the copies than make the graph about this long: the launch is then ~1% of a replay, and a
-# prefill GEMM's graph stays a burst of ~1-3 ms as before. Longer graphs run the GPU at its power limit for their whole
-# length (measured on the H200, 2026-12-01: W4A16 M >= 1024 reads 0.84-0.99x cuBLAS fp16 in 16-GEMM graphs of 12-48
-# ms, 0.94-0.99x in 1-3 ms ones; docs/performance.md, twentieth session). HUMMING_GRAPH_TARGET_US=0: no cap (sustained).
-GRAPH_TARGET_US = 1000.0
+    """The fewest GEMMs a timed graph holds (GRAPH_MIN_CALLS unless set_graph_timing changed it)."""
+    return _graph["min_calls"]
 
 
 def graph_target_us() -> float:
-    """The graph length (us) past which no more passes are added (GRAPH_TARGET_US, or HUMMING_GRAPH_TARGET_US; 0: none)."""
-    return _env_number(GRAPH_TARGET_ENV, GRAPH_TARGET_US, float, 0, "a number of microseconds >= 0")
+    """The graph length (us) past which no more passes are added (GRAPH_TARGET_US unless set_graph_timing changed
+    it; 0: none)."""
+    return _graph["target_us"]
 
 
 def passes_for(n_calls: int, pass_us: float | None, min_calls: int | None = None, target_us: float | None = None) -> int:

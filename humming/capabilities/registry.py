@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from humming import settings
 from humming.capabilities.build import build
 from humming.capabilities.checks import Where, closest
 from humming.capabilities.document import ProfileDoc, parse_document
@@ -24,7 +25,7 @@ PATH_ENV = "HUMMING_PROFILE_PATH"
 def env_profile_dirs() -> list[Path]:
     """Directories named by HUMMING_PROFILE_PATH, in order; a missing directory is an error."""
     dirs = []
-    for part in os.environ.get(PATH_ENV, "").split(os.pathsep):
+    for part in settings.raw(PATH_ENV).split(os.pathsep):
         if not part.strip():
             continue
         path = Path(part).expanduser()
@@ -114,7 +115,7 @@ _DEFAULT: tuple[str, Registry] | None = None
 def default_registry() -> Registry:
     """The registry for the current HUMMING_PROFILE_PATH (rebuilt when the variable changes)."""
     global _DEFAULT
-    key = os.environ.get(PATH_ENV, "")
+    key = settings.raw(PATH_ENV)
     if _DEFAULT is None or _DEFAULT[0] != key:
         _DEFAULT = (key, Registry())
     return _DEFAULT[1]

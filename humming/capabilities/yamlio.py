@@ -67,8 +67,12 @@ def display_name(path: Path, builtin: Path) -> str:
 
 
 def profile_files(directory: Path) -> list[Path]:
-    """Every *.yaml / *.yml below `directory` that is a profile (not _targets.yaml or other _files)."""
+    """Every *.yaml / *.yml below `directory` that is a profile (not _targets.yaml or other _files, nor the tuning
+    data in a `tuning/` folder)."""
     if not directory.is_dir():
         return []
     files = [p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()]
-    return sorted(p for p in files if not p.name.startswith("_"))
+    return sorted(p for p in files if not p.name.startswith("_") and TUNING_DIR not in p.relative_to(directory).parts)
+
+
+TUNING_DIR = "tuning"  # device_profiles/tuning/: kernel-variant defaults and measured entries (humming.core.tuning)

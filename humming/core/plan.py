@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from dataclasses import asdict, dataclass, field, replace
 
 from humming.core.common.layout import WeightLayout
+from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 # k16 steps are spelled from the largest declared shape first
@@ -76,7 +76,7 @@ class TileConfig:
     # first `stages` stages' codes and scales of the block launched one wave later; not in the repr (see early)
     l2next: int = field(default=0, repr=False)
     # register-A W4A8 kernel, per-channel scales: 1 = the wgmmas accumulate across every stage straight into the block's
-    # accumulators (no partials, no promotion; int8: exact int32 sums by default, e4m3: HUMMING_WGMMA_FAST_ACCUM=1;
+    # accumulators (no partials, no promotion; int8: exact int32 sums by default, e4m3: GemmOptions.fast_accum;
     # humming.core.families.register_a8.direct); not in the repr (see early)
     direct: int = field(default=0, repr=False)
 
@@ -378,42 +378,39 @@ def _choose_splits(tiles_mn: int, k: int, bk: int, stages: int, sms: int, occ: i
 
 
 STREAM_MAX_M = 16
-PDL_ENV = "HUMMING_PDL"  # "0": no programmatic dependent launch; "1" / unset: where the profile declares griddepcontrol
-PDL_DEFAULT = True
+PDL_KNOB = "launch.pdl"  # false: no programmatic dependent launch; true: where the profile declares griddepcontrol
 
 
-def pdl_wanted() -> bool:
-    """HUMMING_PDL: "0" never; unset or "1": where the profile declares griddepcontrol."""
-    env = os.environ.get(PDL_ENV, "")
-    return PDL_DEFAULT if env == "" else env != "0"
+def pdl_wanted(caps=None) -> bool:
+    """The tuning knob launch.pdl: programmatic dependent launch where the profile declares griddepcontrol."""
+    return bool(knobs.value(PDL_KNOB, caps))
 
 
-PDL_PREFILL_ENV = "HUMMING_PDL_PREFILL"  # "0": not for the two-warpgroup register-A form (the prefill kernels)
+PDL_PREFILL_KNOB = "launch.pdl_prefill"  # false: not for the two-warpgroup register-A form (the prefill kernels)
 
 
 def with_pdl(caps, plan: Plan) -> Plan:
     """The plan with programmatic dependent launch where it applies: the register-ring stream kernel, the small-M
     register-A wgmma form (64-channel tiles) and the two-warpgroup register-A form (128-channel tiles, plain,
-    pairs, stream-K and tail; HUMMING_PDL_PREFILL=0: not these) on a profile declaring griddepcontrol (HUMMING_PDL=0:
-    never). Their weight prefetch then overlaps the previous kernel's tail."""
-    wanted = pdl_wanted()
-    prefill = plan.path == "wgmma-rs" and plan.tiles.bn == 128 and os.environ.get(PDL_PREFILL_ENV, "") != "0"
+    pairs, stream-K and tail; the knob launch.pdl_prefill off: not these) on a profile declaring griddepcontrol (the
+    knob launch.pdl off: never). Their weight prefetch then overlaps the previous kernel's tail."""
+    wanted = pdl_wanted(caps)
+    prefill = plan.path == "wgmma-rs" and plan.tiles.bn == 128 and bool(knobs.value(PDL_PREFILL_KNOB, caps))
     kernel = ((plan.path == "stream" and not plan.tiles.bulk)
               or (plan.path == "wgmma-rs" and plan.tiles.bn == 64 and plan.tiles.bulk != 2) or prefill)
     if not wanted or plan.pdl or not kernel or not caps.memory.griddepcontrol:
         return plan
     return replace(plan, pdl=True, reasons=plan.reasons + (
-        f"programmatic dependent launch ({PDL_ENV}"
-        + (f", {PDL_PREFILL_ENV}" if prefill else "") + "; griddepcontrol declared): launched with the PDL attribute, "
+        f"programmatic dependent launch ({PDL_KNOB}"
+        + (f", {PDL_PREFILL_KNOB}" if prefill else "") + "; griddepcontrol declared): launched with the PDL attribute, "
         "the kernel prefetches its first weight atoms while the previous kernel of the stream finishes, then "
         "waits for it (griddepcontrol.wait) before reading activations or writing",))
 
 
-CLUSTER_SPLITS_ENV = "HUMMING_CLUSTER_SPLITS"  # "0": split-K partials through the workspace; "1" / unset: by cluster
+CLUSTER_SPLITS_KNOB = "launch.cluster_splits"  # 0: split-K partials through the workspace; N: by cluster up to N
 # split counts that go through a cluster by default: measured on the H200 (2026-11-30, docs/performance.md, eleventh
 # session), 2 splits in a cluster beat the workspace (4096x14336 M=1 13.4-13.6 -> 11.9-12.0 us) but 4 lost
 # (4096x14336 M=4, x_smem, 8 warps: 14.7 -> 18.8 us): the cluster's blocks must be placed together
-CLUSTER_SPLITS_MAX = 2
 
 
 def cluster_splits_bytes(plan: Plan) -> int:
@@ -424,18 +421,14 @@ def cluster_splits_bytes(plan: Plan) -> int:
 
 def with_cluster_splits(caps, plan: Plan) -> Plan:
     """The plan with its split-K partials added inside a thread-block cluster where that applies: the register-ring
-    stream kernel with 2 .. CLUSTER_SPLITS_MAX splits and no balance (with room in shared memory), or the small-M
+    stream kernel with 2 .. launch.cluster_splits splits and no balance (with room in shared memory), or the small-M
     register-A wgmma form without its multicast cluster (the partials land in the first block's activation slots),
-    on a profile declaring cluster_dsmem. HUMMING_CLUSTER_SPLITS=0: never; =N (2..8): up to N splits."""
-    env = os.environ.get(CLUSTER_SPLITS_ENV, "")
-    if env not in ("", "0", "1") and not (env.isdigit() and 2 <= int(env) <= 8):
-        raise ValueError(f"{CLUSTER_SPLITS_ENV}={env!r}: 0 (off), 1 (default: up to {CLUSTER_SPLITS_MAX} splits) "
-                         f"or the most splits per cluster, 2..8")
-    most = 0 if env == "0" else CLUSTER_SPLITS_MAX if env in ("", "1") else int(env)
+    on a profile declaring cluster_dsmem. The tuning knob launch.cluster_splits: 0 never; N (2..8): up to N splits."""
+    most = knobs.value(CLUSTER_SPLITS_KNOB, caps)
     t = plan.tiles
     if plan.cluster_splits or not 1 < plan.splits <= most or not caps.memory.cluster_dsmem:
         return plan
-    why = (f"split-K in clusters ({CLUSTER_SPLITS_ENV}; cluster_dsmem declared): the {plan.splits} splits of a slab "
+    why = (f"split-K in clusters ({CLUSTER_SPLITS_KNOB}; cluster_dsmem declared): the {plan.splits} splits of a slab "
            f"run as one thread-block cluster and add their partials in the first block's shared memory")
     if plan.path == "wgmma-rs" and t.bn == 64 and not t.cluster and not t.stagger:
         # the other splits' accumulators (BT / 2 fp32 per thread, 128 threads) must fit the STAGES activation slots
@@ -461,7 +454,7 @@ def launch_options(caps, plan: Plan) -> Plan:
     return with_cluster_splits(caps, with_pdl(caps, plan))
 
 
-STREAM_BULK_ENV = "HUMMING_STREAM_BULK"  # "1": the default stream plans use the bulk-copy ring where declared
+STREAM_BULK_KNOB = "mma_wna16.stream_bulk"  # the default stream plans use the bulk-copy ring where declared
 
 
 def _bulk_declared(caps) -> bool:
@@ -557,7 +550,7 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}, got M={m}")
         warps_k, in_flight, auto_splits, why = _stream_config(n, k, m, layout.decode.container, sms)
         x_ring = fold = x_smem_rule = 0
-        bulk_wanted = tiles is None and os.environ.get(STREAM_BULK_ENV, "") == "1" and _bulk_declared(caps)
+        bulk_wanted = tiles is None and bool(knobs.value(STREAM_BULK_KNOB, caps)) and _bulk_declared(caps)
         if tiles is None and m <= 8:
             from humming.core.families.mma_wna16.stream import fold_applies
 
@@ -575,7 +568,7 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
             bulk = 1
             in_flight = _bulk_ring_slots(layout, warps_k, 8 if m <= 8 else 16, limit) - 1
             x_ring = 0
-            why += (f"; {STREAM_BULK_ENV}=1: weights, tables and activations bulk-copied into a ring of "
+            why += (f"; {STREAM_BULK_KNOB}: weights, tables and activations bulk-copied into a ring of "
                     f"{in_flight + 1} shared-memory slots per warp")
         x_smem, balance = x_smem_rule, 0
         if tiles is not None:
@@ -743,7 +736,7 @@ def plan_w8a8(caps, layout, m: int, act: str, choice, scheme: str = "",
     if int4 and (getattr(layout, "weight_format", ""), getattr(layout, "a_type", "")) == ("int4", "e4m3"):
         from humming.core.common.layout import LINEAR_WIDENING_REASON
 
-        reasons.append("int4 -> e4m3 by tables (HUMMING_W4A8_WIDEN=prmt): two byte-permute lookups per 4 codes"
+        reasons.append("int4 -> e4m3 by tables (GemmOptions.w4a8_widen='prmt'): two byte-permute lookups per 4 codes"
                        if getattr(layout, "widen", "linear") == "prmt" else LINEAR_WIDENING_REASON)
     if splits is None:
         tiles_mn = math.ceil(m / tiles.bm) * (n // tiles.bn)

@@ -86,7 +86,6 @@ VARIANTS: tuple[tuple[dict, tuple[str, ...], tuple[str, ...]], ...] = (
     ({"HUMMING_CLUSTER_SPLITS": "8"}, W4A16, HOPPER[:1]),
     ({"HUMMING_ACT_WIDEN": "0"}, W8, HOPPER + ("nvidia-a100", "nvidia-l40s", "nvidia-t4", "thead-zhenwu-810e")),
     ({"HUMMING_ACT_WIDEN": "1"}, W8, HOPPER[:1] + ("nvidia-a100", "nvidia-l40s", "nvidia-rtx-5090")),
-    ({"HUMMING_WGMMA_W4A8_RS_STAGGER": "0"}, W4A8, HOPPER[:1]),
     ({"HUMMING_WGMMA_W4A8_RS_RASTER": "0"}, W4A8, HOPPER[:1]),
     ({"HUMMING_WGMMA_W4A8_RS_RASTER": "3"}, W4A8, HOPPER[:1]),
     ({"HUMMING_WGMMA_W4A8_RS_PDL": "1"}, W4A8, HOPPER[:1]),
@@ -109,12 +108,96 @@ VARIANTS: tuple[tuple[dict, tuple[str, ...], tuple[str, ...]], ...] = (
 )
 
 
-def _apply_env(setting: dict) -> None:
-    for name, value in setting.items():
-        os.environ[name] = value
+# The variant settings as the code has them now: each former switch (its name and value as recorded) becomes tuning
+# knobs (humming.core.tuning.knobs), call options (humming.GemmOptions) or a deployment setting (the environment).
+def _knob(name, value):
+    return {"knobs": {name: value}}
 
 
-VARIANT_APPLY = _apply_env  # how a variant setting reaches the code being recorded
+TRANSLATION = {
+    ("HUMMING_WGMMA", "0"): _knob("wgmma_8bit.enabled", False),
+    ("HUMMING_WGMMA_WNA16", "0"): _knob("wgmma_wna16.enabled", False),
+    ("HUMMING_WGMMA_RS", "0"): _knob("register_a.min_m", None),
+    ("HUMMING_WGMMA_RS", "1"): {"knobs": {"register_a.min_m": 128, "register_a.any_group": True}},
+    ("HUMMING_WGMMA_FAST_ACCUM", "1"): {"options": {"fast_accum": True}},
+    ("HUMMING_W4A8_WIDEN", "prmt"): {"options": {"w4a8_widen": "prmt"}},
+    ("HUMMING_WGMMA_W4A8_RS", "0"): _knob("register_a8.min_m", None),
+    ("HUMMING_WGMMA_W4A8_RS_CHAIN", "128"): _knob("register_a8.chain", 128),
+    ("HUMMING_WGMMA_W4A8_RS_CHAIN", "64"): _knob("register_a8.chain", 64),
+    ("HUMMING_WGMMA_RS_STSM", "0"): _knob("register_a.stmatrix", False),
+    ("HUMMING_WGMMA_WS", "0"): _knob("wgmma_8bit.w4a8_warp_specialised", False),
+    ("HUMMING_WGMMA_W4A8_RS_WIDE_FROM", "128"): _knob("register_a8.wide_from", 128),
+    ("HUMMING_WGMMA_W4A8_RS_STREAMK", "0"): _knob("register_a8.streamk", 0),
+    ("HUMMING_WGMMA_W4A8_RS_STREAMK", "132"): _knob("register_a8.streamk", 132),
+    ("HUMMING_WGMMA_W4A8_RS_PF", "3"): _knob("register_a8.narrow_prefetch", 3),
+    ("HUMMING_WGMMA_W4A8_RS_DIRECT", "0"): _knob("register_a8.direct_int8", False),
+    ("HUMMING_WGMMA_STAGGER", "0"): _knob("wgmma.stagger", False),
+    ("HUMMING_WGMMA_RS_TMA", "0"): _knob("register_a.tma", False),
+    ("HUMMING_WGMMA_RS_PF", "3"): _knob("register_a.prefetch", 3),
+    ("HUMMING_WGMMA_W8A8_TMA", "0"): _knob("wgmma_8bit.w8a8_tma", False),
+    ("HUMMING_WGMMA_W4A8_TMA", "1"): _knob("wgmma_8bit.w4a8_tma", True),
+    ("HUMMING_WGMMA_W4A8_TMA", "0"): _knob("wgmma_8bit.w4a8_tma", False),
+    ("HUMMING_WGMMA_W4A8_RS_WS", "0"): _knob("register_a8.producer", False),
+    ("HUMMING_WGMMA_W4A8_RS_WIDENED", "1"): _knob("register_a8.widened_slots", 1),
+    ("HUMMING_WGMMA_W4A8_RS_WIDENED", "2"): _knob("register_a8.widened_slots", 2),
+    ("HUMMING_WGMMA_W4A8_RS_BT", "128"): _knob("register_a8.token_tile", 128),
+    ("HUMMING_WGMMA_W4A8_RS_BT", "256"): _knob("register_a8.token_tile", 256),
+    ("HUMMING_WGMMA_RS_FIT_TILE", "0"): _knob("wgmma.fit_token_tile", False),
+    ("HUMMING_PDL", "0"): _knob("launch.pdl", False),
+    ("HUMMING_PDL_PREFILL", "0"): _knob("launch.pdl_prefill", False),
+    ("HUMMING_CLUSTER_SPLITS", "0"): _knob("launch.cluster_splits", 0),
+    ("HUMMING_CLUSTER_SPLITS", "4"): _knob("launch.cluster_splits", 4),
+    ("HUMMING_CLUSTER_SPLITS", "8"): _knob("launch.cluster_splits", 8),
+    ("HUMMING_ACT_WIDEN", "0"): {"options": {"act_widen": False}},
+    ("HUMMING_ACT_WIDEN", "1"): {"options": {"act_widen": True}},
+    ("HUMMING_WGMMA_W4A8_RS_RASTER", "0"): _knob("register_a8.raster", 0),
+    ("HUMMING_WGMMA_W4A8_RS_RASTER", "3"): _knob("register_a8.raster", 3),
+    ("HUMMING_WGMMA_W4A8_RS_PDL", "1"): _knob("register_a8.pdl", True),
+    ("HUMMING_WGMMA_W4A8_RS_L2NEXT", "0"): _knob("register_a8.l2next", False),
+    ("HUMMING_WGMMA_W4A8_RS_CLUSTER", "0"): _knob("register_a8.cluster", 0),
+    ("HUMMING_WGMMA_W4A8_RS_CLUSTER", "2"): _knob("register_a8.cluster", 2),
+    ("HUMMING_WGMMA_RS_WS", "0"): _knob("register_a.producer", False),
+    ("HUMMING_WGMMA_RS_WS", "1"): _knob("register_a.producer", True),
+    ("HUMMING_WGMMA_RS_STREAMK", "0"): _knob("register_a.streamk", False),
+    ("HUMMING_WGMMA_RS_SK_EARLY", "1"): _knob("register_a.early_ring", True),
+    ("HUMMING_WGMMA_RS_ROUNDS", "0"): _knob("register_a.rounds_rules", False),
+    ("HUMMING_WGMMA_RS_RASTER", "0"): _knob("register_a.raster", 0),
+    ("HUMMING_WGMMA_RS_RASTER", "3"): _knob("register_a.raster", 3),
+    ("HUMMING_WGMMA_RS_CLUSTER", "0"): _knob("register_a.cluster", 0),
+    ("HUMMING_WGMMA_RS_CLUSTER", "2"): _knob("register_a.cluster", 2),
+    ("HUMMING_STREAM_BULK", "1"): _knob("mma_wna16.stream_bulk", True),
+    ("HUMMING_TUNE", "0"): {"env": {"HUMMING_TUNE": "0"}},
+    ("HUMMING_UNVERIFIED_KERNELS", "1"): {"env": {"HUMMING_UNVERIFIED_KERNELS": "1"}},
+}
+
+
+def translated(setting: dict) -> dict:
+    """A recorded variant setting as {"knobs": ..., "options": ..., "env": ...} of the code under test."""
+    out = {"knobs": {}, "options": {}, "env": {}}
+    for item in setting.items():
+        for kind, values in TRANSLATION[item].items():
+            out[kind].update(values)
+    return out
+
+
+_active = {"options": None}
+
+
+@contextlib.contextmanager
+def _apply(setting: dict):
+    from humming.core.tuning import knobs
+
+    parts = translated(setting)
+    os.environ.update(parts["env"])
+    _active["options"] = parts["options"] or None
+    try:
+        with knobs.override(parts["knobs"]):
+            yield
+    finally:
+        _active["options"] = None
+
+
+VARIANT_APPLY = _apply  # how a variant setting reaches the code being recorded
 
 
 def _schemes() -> tuple[str, ...]:
@@ -186,9 +269,9 @@ def clean_environment(setting: dict):
                 del os.environ[name]
             os.environ["HUMMING_TUNE_FILE"] = str(Path(tmp) / "none.json")
             os.environ["HUMMING_CACHE_DIR"] = str(Path(tmp) / "kernels")
-            VARIANT_APPLY(setting)
-            _forget()
-            yield
+            with VARIANT_APPLY(setting):
+                _forget()
+                yield
         finally:
             os.environ.clear()
             os.environ.update(saved)
@@ -336,7 +419,7 @@ def run_case(kind: str, fields: tuple, sources: dict):
     if kind == "plan":
         profile, scheme, m, n, k, act, group, _setting = fields
         try:
-            p = api.plan(scheme, m, n, k, profile=profile, act=act, group_size=group)
+            p = api.plan(scheme, m, n, k, profile=profile, act=act, group_size=group, options=_active["options"])
             return _record_plan(p, profile, sources)
         except Exception as exc:  # noqa: BLE001 - every answer is recorded, errors included
             return _error(exc, sources)

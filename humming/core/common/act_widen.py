@@ -16,13 +16,12 @@ fp8 tensor cores: Ampere, Turing, the Zhenwu 810E) the widened path takes every 
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
+from humming.core.tuning import knobs
 from humming.errors import HummingError, UnsupportedOnDevice
 
-ENV = "HUMMING_ACT_WIDEN"  # "0": never; "1": at every M; unset: the M ranges of DEFAULT_M_RANGES
 # M ranges that take the widened path by default, for profiles whose native 8-bit kernels are wgmma (measured on the
 # H200, 2026-11-30, docs/performance.md) and for the others (mma.sync 8-bit kernels: decode sizes only, where the
 # stream kernel's weight bandwidth decides); keyed by (weight width class, activation class). "4bit-rs8": int4
@@ -71,39 +70,38 @@ def native_refusal(caps, scheme) -> str:
     return ""
 
 
-def m_ranges(caps, scheme, n: int = 0, k: int = 0) -> tuple[tuple[int, int], ...] | None:
+def m_ranges(caps, scheme, n: int = 0, k: int = 0, act_widen: bool | None = None) -> tuple[tuple[int, int], ...] | None:
     """The M ranges that take the widened path (None: every M; (): never); N and K (0: not known) tell whether the
-    register-A W4A8 kernel takes the weights."""
-    env = os.environ.get(ENV, "")
-    if env == "0":
+    register-A W4A8 kernel takes the weights; ``act_widen`` (GemmOptions.act_widen) True: every M, False: never."""
+    if act_widen is False:
         return ()
-    if env == "1" or native_refusal(caps, scheme):
+    if act_widen or native_refusal(caps, scheme):
         return None
     from humming.core.quant.formats import get as get_format
 
     family = "wgmma" if caps.find_mma(family="wgmma") else "mma_sync"
     width = "8bit" if int(get_format(scheme.weight).bits) > 4 else "4bit"
     if family == "wgmma" and width == "4bit" and _register_a_w4a8(caps, scheme, n, k):
-        return rs8_ranges(caps, n, RS8_MIN_FILL_INT32_SUMS if _int32_sums(scheme, k) else RS8_MIN_FILL)
+        return rs8_ranges(caps, n, RS8_MIN_FILL_INT32_SUMS if _int32_sums(caps, scheme, k) else RS8_MIN_FILL)
     return DEFAULT_M_RANGES[family][(width, "int8" if scheme.act == "int8" else "fp8")]
 
 
 RS8_MIN_FILL = 0.75  # the register-A W4A8 kernel's 128 x 128 blocks per SM below which the widened path takes over
 # ... where that kernel accumulates exact int32 sums across stages (int8 activations, per-channel scales: no promotion,
 # TileConfig.direct), its blocks are ~1.6x cheaper and win from a lower fill. Measured on the H200 (2026-12-02,
-# scripts/ab_env.py HUMMING_ACT_WIDEN unset / 0, W4A8-INT8 per channel, us, widened / native): 4096x14336 M128 (32
+# scripts/ab_env.py act_widen None / False, W4A8-INT8 per channel, us, widened / native): 4096x14336 M128 (32
 # blocks, 24%) 30.7 / 47.3, M200 (64, 48%) 52.2 / 48.6, M300 (96) 101.1 / 51.6, M384 (96) 94.2 / 52.0; 8192x8192
 # M128 (64 blocks) 30.7 / 31.1, M200-384 native either way (docs/runs/2026-12-02d/call6)
 RS8_MIN_FILL_INT32_SUMS = 0.45
 
 
-def _int32_sums(scheme, k: int) -> bool:
+def _int32_sums(caps, scheme, k: int) -> bool:
     """The register-A W4A8 kernel accumulates exact int32 sums across stages for this scheme
     (planner_wgmma_rs8.int32_sums_wanted)."""
     from humming.core.families.register_a8.layout import rs8_group
     from humming.core.families.register_a8.planner import int32_sums_wanted
 
-    return scheme.act == "int8" and int32_sums_wanted("s8", rs8_group(scheme, k), k)
+    return scheme.act == "int8" and int32_sums_wanted("s8", rs8_group(scheme, k), k, caps)
 
 
 def rs8_ranges(caps, n: int, fill: float = RS8_MIN_FILL) -> tuple[tuple[int, int], ...]:
@@ -154,7 +152,7 @@ def _padded_rs8_ranges(caps, n: int, start: int) -> tuple[tuple[int, int], ...]:
     # from T tiles on, a tile's rows are at least (T - 1) / T tokens: past this many tiles of 256 none is under the share
     last = rs8.WIDE_BT * math.ceil(1 / (1 - RS8_MIN_TOKEN_SHARE))
     for m in range(start, last + 1):
-        bt = rs8.planned_token_tile(m, producer, n, caps.limits.sms or 0)
+        bt = rs8.planned_token_tile(m, producer, n, caps.limits.sms or 0, caps)
         if m / (-(-m // bt) * bt) >= RS8_MIN_TOKEN_SHARE:
             continue
         if ranges and ranges[-1][1] == m - 1:
@@ -170,7 +168,7 @@ def _register_a_w4a8(caps, scheme, n: int, k: int) -> bool:
     from humming.core.families.register_a8.layout import rs8_refusal
 
     a_type = "s8" if scheme.act == "int8" else str(scheme.act)
-    return (rs8.enabled() and caps.find_mma(family="wgmma", a_type=a_type) is not None
+    return (rs8.enabled(caps) and caps.find_mma(family="wgmma", a_type=a_type) is not None
             and not rs8_refusal(scheme, n or 128, k or 128, a_type))
 
 
@@ -182,27 +180,20 @@ def describe_ranges(ranges) -> str:
     return ", ".join(f"M <= {hi}" if lo <= 1 else f"M >= {lo}" if hi >= OPEN else f"M {lo}-{hi}" for lo, hi in ranges)
 
 
-# (profile, scheme, N, K, ENV) -> the M ranges ((): never). The register-A W4A8 kernel's switches that the ranges also
-# read (HUMMING_WGMMA_W4A8_RS, _BT, _WS, through _padded_rs8_ranges) are read once per layer, like every plan's switches
-# (humming.api caches a layer's plans): reading them on each call would cost ~1.6 us of host time.
+# (profile, scheme, N, K, act_widen, knob overrides) -> the M ranges ((): never). The knobs the ranges read (the
+# register-A W4A8 kernel's, through _padded_rs8_ranges) are read once per layer and override, like every plan's
+# (humming.api caches a layer's plans): reading them on each call would cost host time.
 _decided: dict[tuple, tuple] = {}
 
 
-def applies(caps, scheme, m: int, n: int, k: int) -> bool:
-    """True when this call takes the widened path (decided once per profile, scheme, N, K and variable value: the
-    hot path only compares M)."""
-    key = (caps.name, str(scheme), n, k, os.environ.get(ENV, ""), _direct_env())
+def applies(caps, scheme, m: int, n: int, k: int, act_widen: bool | None = None) -> bool:
+    """True when this call takes the widened path (decided once per profile, scheme, N, K, option and knob
+    overrides: the hot path only compares M)."""
+    key = (caps.name, str(scheme), n, k, act_widen, knobs.overridden())
     ranges = _decided.get(key, False)
     if ranges is False:
-        ranges = _decided[key] = () if refusal(scheme, n, k) else m_ranges(caps, scheme, n, k)
+        ranges = _decided[key] = () if refusal(scheme, n, k) else m_ranges(caps, scheme, n, k, act_widen)
     return ranges is None or any(lo <= m <= hi for lo, hi in ranges)
-
-
-DIRECT_S8_ENV = "HUMMING_WGMMA_W4A8_RS_DIRECT"  # planner_wgmma_rs8's (named here: applies() reads it on every call)
-
-
-def _direct_env() -> str:
-    return os.environ.get(DIRECT_S8_ENV, "")
 
 
 def act_dtype(caps, x_dtype: torch.dtype) -> torch.dtype:
@@ -212,12 +203,12 @@ def act_dtype(caps, x_dtype: torch.dtype) -> torch.dtype:
     return torch.float16
 
 
-def reason(caps, scheme, m: int, n: int = 0, k: int = 0) -> str:
-    ranges = m_ranges(caps, scheme, n, k)
+def reason(caps, scheme, m: int, n: int = 0, k: int = 0, act_widen: bool | None = None) -> str:
+    ranges = m_ranges(caps, scheme, n, k, act_widen)
     native = native_refusal(caps, scheme)
     scale = ("per-token scales applied per output row in the fp32 epilogue (row_scale)"
              if scheme.act_scale.mode == "dynamic_token" else "the per-tensor scale in the fp32 epilogue")
-    text = (f"widened activations ({ENV}; {describe_ranges(ranges)} here): {scheme.act} "
+    text = (f"widened activations (GemmOptions.act_widen; {describe_ranges(ranges)} here): {scheme.act} "
             f"codes quantized as the reference does, widened exactly to 16 bits, multiplied on the weight-only kernel "
             f"of the same weights; {scale}")
     why = native.splitlines()[0].split("; use ")[0] if native else ""  # (its advice names the weight-only scheme)

@@ -30,6 +30,7 @@ import torch
 
 from humming.core.common.decode import WeightDecode, weight_decode
 from humming.errors import SchemeError, ShapeError, UnsupportedOnDevice
+from humming.options import W4A8_WIDENINGS
 
 ATOM_N = 64
 ATOM_K = 64
@@ -375,9 +376,8 @@ def prepare_w8a8(qw, act_dtype: torch.dtype, a_type: str) -> PackedW8A8:
 
 # The W4A8 kernels' int4 -> e4m3 widening (their layouts' ``widen``): "linear" (the default; e4m3x4_of_labels of the
 # nvidia backend: an add and a lop3 per 4 codes, on labels stored with the weights, scales times 2^9) or "prmt" (byte-
-# permute lookup tables on the codes as they are); HUMMING_W4A8_WIDEN=prmt asks for the tables (humming.api reads it)
-WIDENINGS = ("linear", "prmt")
-WIDEN_ENV = "HUMMING_W4A8_WIDEN"
+# permute lookup tables on the codes as they are); GemmOptions.w4a8_widen="prmt" asks for the tables
+WIDENINGS = W4A8_WIDENINGS
 # two's-complement code c (value c, or c - 16 from 8) -> the linear widening's label: v + 8 for v >= 0, -v for -7..-1,
 # 0 for -8 (what e4m3x4_of_labels turns into the e4m3 byte of v * 2^-9)
 LINEAR_LABELS = (8, 9, 10, 11, 12, 13, 14, 15, 0, 7, 6, 5, 4, 3, 2, 1)
@@ -394,7 +394,7 @@ def checked_widening(value: str, source: str) -> str:
 # what a plan says of the linear widening (both W4A8 kernels read it the same way)
 LINEAR_WIDENING_REASON = ("int4 -> e4m3, linear: each value the e4m3 byte sign | magnitude at 2^-9 (the scales carry "
                           "2^9), from labels stored with the weights by one add and one lop3 per 4 codes "
-                          f"({WIDEN_ENV}=prmt: byte-permute tables)")
+                          "(GemmOptions.w4a8_widen='prmt': byte-permute tables)")
 
 
 def e4m3_linear_label(code: torch.Tensor) -> torch.Tensor:

@@ -4,8 +4,8 @@ pieces (the producer warpgroup's barriers, the split-K fix-up through a workspac
 from __future__ import annotations
 
 import math
-import os
 
+from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 
@@ -41,50 +41,16 @@ def choose_tile_width(m: int, n: int, bm: int, sms: int, widths: list[int], reas
     return bn
 
 
-def threshold_from_env(env: str, forced: int, default: int | None) -> int | None:
-    """The smallest M a kernel takes by a switch: None when ``env`` is 0/false/off/no, ``forced`` when 1/true/on/yes,
-    else ``default``."""
-    value = os.environ.get(env, "").strip().lower()
-    if value in ("0", "false", "off", "no"):
-        return None
-    if value in ("1", "true", "on", "yes"):
-        return forced
-    return default
-
-
-def raster_from_env(env: str, default: int) -> int:
-    """Token tiles per block-rasterization group (TileConfig.raster; 0 = launch order): the environment variable
-    ``env`` (a count, 0 to 64), else ``default``."""
-    forced = os.environ.get(env, "").strip()
-    if not forced:
-        return default
-    if not forced.isdigit() or int(forced) > 64:
-        raise ValueError(f"{env}={forced!r}: expected a count of token tiles, 0 (launch order) to 64")
-    return int(forced)
-
-
-def count_from_env(env: str, most: int, what: str) -> int:
-    """A count from the environment variable ``env`` (1 to ``most``; ``what`` it counts, for the error), 0 where it is
-    unset."""
-    raw = os.environ.get(env, "").strip()
-    if not raw:
-        return 0
-    if not raw.isdigit() or not 1 <= int(raw) <= most:
-        raise ValueError(f"{env}={raw!r}: {what}, 1..{most}")
-    return int(raw)
-
-
-def declared_option(declared: bool, option: bool | None, env: str, default: bool, missing: str) -> bool:
+def declared_option(declared: bool, option: bool | None, knob: str, caps, missing: str) -> bool:
     """An optional kernel variant that needs declared capabilities: ``option`` True forces it (UnsupportedOnDevice
-    saying ``missing`` where not ``declared``), False refuses it, None takes the environment variable ``env``
-    ("1"/"0"), else ``default``, where declared."""
+    saying ``missing`` where not ``declared``), False refuses it, None takes the tuning knob ``knob`` where
+    declared."""
     if option:
         if not declared:
             raise UnsupportedOnDevice(missing)
         return True
     if option is None and declared:
-        value = os.environ.get(env, "").strip().lower()
-        return value in ("1", "true", "on", "yes") if value else default
+        return bool(knobs.value(knob, caps))
     return False
 
 
@@ -144,13 +110,12 @@ WS_BLOCK_HEAD = """  using namespace cfg;
 SLOT0_DESCRIPTOR = ("  const uint64_t desc0 = make_smem_desc(x0);   // slot 0's activation descriptor: slot s's is "
                     "+ s * X_BYTES / 16\n")
 
-STAGGER_ENV = "HUMMING_WGMMA_STAGGER"  # "0": the two consumer warpgroups start together (TileConfig.stagger = 0)
+STAGGER_KNOB = "wgmma.stagger"  # false: the two consumer warpgroups start together (TileConfig.stagger = 0)
 
 
-def stagger_wanted() -> bool:
-    """The warp-specialised register-A kernels' staggered start (TileConfig.stagger): on unless HUMMING_WGMMA_STAGGER=0.
-    Measured on the H200 (2026-11-30): the wide W4A8 form 632 -> 600 us (8192x8192, M=4096), 2222 -> 2122 (28672x8192)."""
-    return os.environ.get(STAGGER_ENV, "1").strip() != "0"
+def stagger_wanted(caps) -> bool:
+    """The warp-specialised register-A kernels' staggered start (TileConfig.stagger): the tuning knob wgmma.stagger."""
+    return bool(knobs.value(STAGGER_KNOB, caps))
 
 
 # ---- split-K fix-up through a global workspace (the register-A WnA16 kernels: the small form's splits, the tail

@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from humming import settings
+
 log = logging.getLogger("humming.cache")
 
 #: Bump when the entry layout or anything that feeds the key changes meaning.
@@ -51,24 +53,16 @@ _SUFFIX = ".hkc"
 
 def cache_dir() -> Path:
     """The disk cache directory (not created until something is written)."""
-    explicit = os.environ.get(ENV_DIR, "").strip()
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "humming" / "kernels"
+    return settings.cache_dir()
 
 
 def cache_enabled() -> bool:
     """False when ``HUMMING_CACHE`` is 0/false/off/no."""
-    return os.environ.get(ENV_ENABLE, "1").strip().lower() not in ("0", "false", "off", "no")
+    return settings.flag(ENV_ENABLE)
 
 
 def _memory_capacity() -> int:
-    try:
-        return max(0, int(os.environ.get(ENV_MEMORY, "256")))
-    except ValueError:
-        return 256
+    return max(0, settings.integer(ENV_MEMORY, 256))
 
 
 def make_key(source: str, arch: str, options: Sequence[str], nvrtc_version: tuple[int, int]) -> str:

@@ -11,7 +11,6 @@ default). On a rejected source the source and log are saved under ``<cache dir>/
 """
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 import threading
@@ -20,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from humming import settings
 from humming.core.compile import cache as _cache
 from humming.core.compile.nvrtc import NvrtcToolchain, parse_arch, select_toolchain
 from humming.errors import CompileError, UnsupportedOnDevice
@@ -107,7 +107,7 @@ def build_options(arch: str, options: Sequence[str] = (), include_dirs: Sequence
     if not any(o.startswith(("-std=", "--std=")) for o in user):
         out.append(DEFAULT_STD)
     out += [o for o in DEFAULT_OPTIONS if o not in user]
-    if os.environ.get(ENV_LINEINFO, "").strip() in ("1", "true", "on", "yes") and "-lineinfo" not in user:
+    if settings.flag(ENV_LINEINFO) and "-lineinfo" not in user:
         out.append("-lineinfo")
     out += [f"--include-path={d}" for d in include_dirs]
     out += list(user)

@@ -36,6 +36,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from humming import settings
 from humming.errors import UnsupportedOnDevice
 
 # --------------------------------------------------------------------------------------------------------
@@ -369,7 +370,7 @@ def _libs_in_dir(directory: str, pattern: str = "libnvrtc.so*") -> list[str]:
 
 
 def _env_path_candidates() -> list[str]:
-    value = os.environ.get(ENV_PATH, "").strip()
+    value = settings.raw(ENV_PATH)
     out: list[str] = []
     for item in filter(None, (s.strip() for s in value.split(os.pathsep))):
         if os.path.isdir(item):
@@ -397,12 +398,12 @@ def _wheel_candidates() -> list[str]:
 def _system_candidates() -> list[str]:
     roots: list[str] = []
     for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
-        if os.environ.get(var):
-            roots.append(os.environ[var])
+        if settings.system(var):
+            roots.append(settings.system(var))
     for g in SYSTEM_CUDA_ROOT_GLOBS:
         roots += sorted(glob.glob(g), reverse=True)
     dirs = [os.path.join(r, s) for r in roots for s in SYSTEM_LIB_SUBDIRS]
-    dirs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    dirs += [d for d in settings.system("LD_LIBRARY_PATH").split(os.pathsep) if d]
     out: list[str] = []
     for d in dirs:
         if os.path.isdir(d):
@@ -461,7 +462,7 @@ def _load(candidate: str) -> _Library:
 
 
 def _discover() -> _Discovery:
-    key = os.environ.get(ENV_PATH, "")
+    key = settings.raw(ENV_PATH)
     with _lock:
         if key in _discovery:
             return _discovery[key]
@@ -514,7 +515,7 @@ def discovery_problems() -> list[str]:
 
 def _selection_env() -> tuple[int, int | None] | None:
     """Parse ``HUMMING_NVRTC``: None for auto, else (major, minor or None)."""
-    value = os.environ.get(ENV_SELECT, "auto").strip().lower()
+    value = (settings.raw(ENV_SELECT) or "auto").lower()
     if value in ("", "auto"):
         return None
     m = re.match(r"^(\d+)(?:\.(\d+))?$", value)
@@ -559,7 +560,7 @@ def select_toolchain(arch: str, min_version: tuple[int, int] | None = None) -> N
     if want is not None:
         major, minor = want
         pool = [t for t in pool if t.version[0] == major and (minor is None or t.version[1] == minor)]
-        reasons.append(f"{ENV_SELECT}={os.environ.get(ENV_SELECT)} restricts the choice to NVRTC {major}"
+        reasons.append(f"{ENV_SELECT}={settings.raw(ENV_SELECT)} restricts the choice to NVRTC {major}"
                        + (f".{minor}" if minor is not None else ""))
     if min_version is not None:
         pool = [t for t in pool if t.version >= tuple(min_version)]

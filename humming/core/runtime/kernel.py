@@ -6,7 +6,6 @@ for each device is fetched on first use. Launches never synchronise the host.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 
 from humming.errors import LaunchError
@@ -231,11 +230,11 @@ _raw_ex = _RAW_EX_UNSET
 
 
 def _raw_launch_ex():
-    """libcuda's cuLaunchKernelEx through ctypes (None without libcuda or with HUMMING_RAW_LAUNCH=0)."""
+    """libcuda's cuLaunchKernelEx through ctypes (None without libcuda)."""
     global _raw_ex
     if _raw_ex is _RAW_EX_UNSET:
         fn = None
-        lib = _libcuda() if os.environ.get("HUMMING_RAW_LAUNCH", "1") != "0" else None
+        lib = _libcuda()
         if lib is not None and hasattr(lib, "cuLaunchKernelEx"):
             fn = lib.cuLaunchKernelEx
             fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
@@ -285,13 +284,13 @@ def _tensor_map_encoder():
 
 
 def _raw_launch():
-    """libcuda's cuLaunchKernel as a ctypes function (None where the library cannot be opened, or with
-    HUMMING_RAW_LAUNCH=0). cuda-bindings' wrapper converts every argument to an object on each call; this
+    """libcuda's cuLaunchKernel as a ctypes function (None where the library cannot be opened: then the launch
+    goes through cuda-bindings). cuda-bindings' wrapper converts every argument to an object on each call; this
     costs a few microseconds of host time per launch, which a decode step pays once per layer."""
     global _raw
     if _raw is _RAW_UNSET:
         fn = None
-        lib = _libcuda() if os.environ.get("HUMMING_RAW_LAUNCH", "1") != "0" else None
+        lib = _libcuda()
         if lib is not None:
             fn = lib.cuLaunchKernel
             u = ctypes.c_uint

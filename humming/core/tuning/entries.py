@@ -38,13 +38,14 @@ import itertools
 import json
 import logging
 import math
-import os
 import threading
 import time
 from pathlib import Path
 
+from humming import settings
 from humming.core.compile import cache as _cache
 from humming.core.plan import STREAM_MAX_M, Plan, TileConfig, plan_wna16
+from humming.core.tuning import knobs
 from humming.errors import HummingError, ShapeError, UnsupportedOnDevice
 
 log = logging.getLogger("humming.tuning")
@@ -136,10 +137,7 @@ def entry_key(profile: str, scheme: str, layout: str, n: int, k: int, bucket: st
 # ------------------------------------------------------------------------------------------------ files
 def tune_file() -> Path:
     """The user tuning file: $HUMMING_TUNE_FILE, else <kernel cache dir>/tuning.json."""
-    explicit = os.environ.get(ENV_FILE, "").strip()
-    if explicit:
-        return Path(explicit).expanduser()
-    return _cache.cache_dir() / FILE_NAME
+    return settings.tune_file()
 
 
 @functools.lru_cache(maxsize=1)
@@ -153,7 +151,8 @@ def shipped_files() -> list[Path]:
 
 
 def tuning_enabled() -> bool:
-    return os.environ.get(ENV_ENABLE, "1").strip().lower() not in ("0", "false", "off", "no")
+    """False when HUMMING_TUNE is 0/false/off/no: measured entries are not looked up."""
+    return settings.flag(ENV_ENABLE)
 
 
 _load_lock = threading.Lock()
@@ -244,7 +243,7 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
             raise ShapeError(f"the stream path takes M <= {STREAM_MAX_M}")
         if path == RS_PATH and tiles.bn > 64:  # the two-warpgroup form below its default M (same weights)
             _two_warpgroup_padding_check(m, tiles.bm)
-            bt = two_warpgroup_token_tile(m, tiles.bm)
+            bt = two_warpgroup_token_tile(m, tiles.bm, caps)
             plan = _rs_prefill_plan(caps, layout, m, act, scheme, bt, tiles.tail, tiles.streamk, lowest=1)
             plan = _streamk_where_rounds_fill_badly(caps, layout, m, act, scheme, plan, int(entry.get("m") or 0),
                                                     tiles.bm)
@@ -264,15 +263,15 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
     return dataclasses.replace(plan, reasons=plan.reasons + (why,))
 
 
-def two_warpgroup_token_tile(m: int, bt: int) -> int:
+def two_warpgroup_token_tile(m: int, bt: int, caps=None) -> int:
     """The token tile a two-warpgroup entry runs M with: its own (the planner then fits it to M), or, with the fitting
-    off (planner_wgmma_rs.FIT_ENV=0), 128 instead of 256 where 128-token tiles hold fewer rows and 256-token ones would
+    off (the knob wgmma.fit_token_tile false), 128 instead of 256 where 128-token tiles hold fewer rows and 256-token ones would
     be under planner_wgmma_rs.STREAMK_NARROW_BELOW tokens (the rule of its default plans from M 513 then). Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us, the 257-512
     entries with 256 / 128): 8192x8192 M=270 135.5 / 106.0, M=300 127.6 / 102.1, M=380 90.5 / 101.6, M=400 91.7 /
     111.0; 28672x8192 M=270 498.5 / 329.4, M=300 455.8 / 317.8, M=380 343.1 / 340.1, M=400 346.7 / 454.1."""
     from humming.core.families.register_a import planner as rs
 
-    if rs.fit_on():  # the planner fits the entry's tile to M (rs.fitted_token_tile): few padding rows either way
+    if rs.fit_on(caps):  # the planner fits the entry's tile to M (rs.fitted_token_tile): few padding rows either way
         return bt
     rows = bt * math.ceil(m / bt)
     if bt == 256 and 128 * math.ceil(m / 128) < rows and m / rows < rs.STREAMK_NARROW_BELOW:
@@ -282,14 +281,14 @@ def two_warpgroup_token_tile(m: int, bt: int) -> int:
 
 def _streamk_where_rounds_fill_badly(caps, layout, m: int, act: str, scheme: str, plan: Plan,
                                      measured_m: int, entry_bt: int) -> Plan:
-    """Rule (1) of planner_wgmma_rs.ROUNDS_ENV: a two-warpgroup entry without stream-K or tail whose whole tiles fill
+    """Rule (1) of the knob register_a.rounds_rules: a two-warpgroup entry without stream-K or tail whose whole tiles fill
     the last round of SMs badly at this M, where its tiles (``entry_bt`` tokens) did not at the M it was measured at
     (``measured_m``), runs stream-K over 256-token tiles (fitted to M) instead."""
     from humming.core.families.register_a import planner as rs
 
     t, sms = plan.tiles, caps.limits.sms or 0
     channel_tiles = layout.n // rs.BC
-    if t.tail or t.streamk or not rs.rounds_rules_on() or not rs.rounds_badly_filled(plan.grid[0] * plan.grid[1], sms):
+    if t.tail or t.streamk or not rs.rounds_rules_on(caps) or not rs.rounds_badly_filled(plan.grid[0] * plan.grid[1], sms):
         return plan
     if not measured_m or rs.rounds_badly_filled(math.ceil(measured_m / entry_bt) * channel_tiles, sms):
         return plan  # chosen where its tiles filled the rounds as badly: the measurement stands
@@ -299,7 +298,7 @@ def _streamk_where_rounds_fill_badly(caps, layout, m: int, act: str, scheme: str
         return plan
     why = (f"stream-K over {sms} blocks with {sk.tiles.bm}-token tiles instead of the entry's {entry_bt}-token tiles: "
            f"{plan.grid[0] * plan.grid[1]} tiles of {t.bm} tokens would fill the last round of {sms} SMs badly at "
-           f"M={m}, unlike at M={measured_m} where it was measured ({rs.ROUNDS_ENV}=0: the entry as stored)")
+           f"M={m}, unlike at M={measured_m} where it was measured ({rs.ROUNDS_KNOB} false: the entry as stored)")
     return dataclasses.replace(sk, reasons=sk.reasons + (why,))
 
 
@@ -328,8 +327,9 @@ def _require_register_a_here(caps, m: int, lowest: int, form: str) -> None:
 
     if m < lowest:
         raise ShapeError(f"the {form} register-A form takes M >= {lowest}, not {m}")
-    if rs.min_m() is None or not _switch_on("HUMMING_WGMMA_WNA16"):
-        raise UnsupportedOnDevice("the register-A wgmma kernel is switched off (HUMMING_WGMMA_RS=0 or HUMMING_WGMMA_WNA16=0)")
+    if rs.min_m(caps) is None or not knobs.value("wgmma_wna16.enabled", caps):
+        raise UnsupportedOnDevice("the register-A wgmma kernel is switched off (tuning knobs register_a.min_m: null "
+                                  "or wgmma_wna16.enabled: false)")
     from humming.api import _wgmma_runs_here
 
     if not _wgmma_runs_here(caps):
@@ -385,14 +385,14 @@ def runs_register_a_prefill(caps, layout, m: int) -> bool:
     from humming.core.families.register_a import planner as rs
     from humming.core.families.wgmma_dequant.planner import wgmma_k16_form
 
-    lowest = rs.min_m()
+    lowest = rs.min_m(caps)
     if lowest is None or m < lowest or not caps.memory.cp_async or wgmma_k16_form(caps, layout.decode.act) is None:
         return False
     try:
         _require_register_a_here(caps, m, lowest, "two-warpgroup")
     except (ShapeError, UnsupportedOnDevice):
         return False
-    return not rs.layout_refusal(layout) and (rs.forced() or not rs.default_refusal(layout))
+    return not rs.layout_refusal(layout) and (rs.forced(caps) or not rs.default_refusal(layout))
 
 
 def runtime_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
@@ -413,7 +413,7 @@ def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
         return launch_options(caps, tuned)
     from humming.core.families.register_a import planner as rs
 
-    if m >= rs.SMALL_MIN_M and _switch_on("HUMMING_WGMMA_WNA16"):
+    if m >= rs.SMALL_MIN_M and knobs.value("wgmma_wna16.enabled", caps):
         from humming.api import _wgmma_runs_here
 
         if _wgmma_runs_here(caps):
@@ -421,10 +421,6 @@ def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
             if p is not None:
                 return launch_options(caps, p)
     return launch_options(caps, plan_wna16(caps, layout, m, act, scheme=scheme))
-
-
-def _switch_on(name: str) -> bool:
-    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 # ------------------------------------------------------------------------------------------------ record

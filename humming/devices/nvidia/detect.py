@@ -5,8 +5,7 @@ returns []. Only the driver API is used (cuInit, cuDeviceGet*); no context is cr
 """
 from __future__ import annotations
 
-import os
-
+from humming import settings
 from humming.capabilities.detected import DetectedDevice
 
 SKIP_ENV = "HUMMING_SKIP_DETECT"  # set to 1 to skip asking the driver (e.g. a sandbox where it misbehaves)
@@ -19,7 +18,7 @@ def _ok(result) -> bool:
 
 def query_driver() -> list[DetectedDevice]:
     """Every device the CUDA driver reports, labelled vendor 'nvidia' (other detectors may relabel)."""
-    if os.environ.get(SKIP_ENV, "") not in ("", "0"):
+    if settings.flag(SKIP_ENV):
         return []
     try:
         from cuda.bindings import driver

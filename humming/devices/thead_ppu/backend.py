@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from humming import settings
 from humming.devices.base import Backend, CompileRoute, HelperRequest
 from humming.devices.nvidia.backend import NvidiaBackend
 from humming.devices.thead_ppu import detect
@@ -50,8 +51,7 @@ def vendor_nvcc() -> tuple[str | None, str]:
 
 
 def _extensions_enabled(caps) -> bool:
-    return bool(caps.vendor_extensions) and os.environ.get(ENV_EXTENSIONS, "1").strip().lower() not in (
-        "0", "false", "off", "no")
+    return bool(caps.vendor_extensions) and settings.flag(ENV_EXTENSIONS)
 
 
 def vendor_flags(caps) -> tuple[str, ...]:
@@ -62,7 +62,7 @@ def vendor_flags(caps) -> tuple[str, ...]:
         flags.append(f"-arch={caps.target.arch}")
     if _extensions_enabled(caps):
         flags.append(f"-D{GUARD}=1")
-    flags += shlex.split(os.environ.get(ENV_EXTRA_FLAGS, ""))
+    flags += shlex.split(settings.raw(ENV_EXTRA_FLAGS))
     return tuple(flags)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import os
 
+from humming import settings
 from humming.capabilities.detected import DetectedDevice
 
 VENDOR = "thead"
@@ -38,7 +39,7 @@ def device_nodes() -> list[str]:
 
 
 def sdk_path() -> str | None:
-    path = os.environ.get(SDK_ENV)
+    path = settings.system(SDK_ENV)
     return path or None
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import os
 
+from humming import settings
 from humming.core.families.mma_blockscaled.layout import ATOM_K, RECIPES, STAGE_K, BlockScaledLayout
 from humming.core.plan import _DEFAULT_SMS, Plan, TileConfig, _choose_splits
 from humming.errors import ShapeError, UnsupportedOnDevice
@@ -21,7 +21,8 @@ FORMS = {"nvfp4": ("mxf4nvf4", "e2m1", "ue4m3", 4), "mxfp4": ("mxf4", "e2m1", "u
 
 
 def unverified_enabled() -> bool:
-    return os.environ.get(UNVERIFIED_ENV, "0") == "1"
+    """HUMMING_UNVERIFIED_KERNELS: run kernels compiled for GPUs they never ran on (a deployment setting)."""
+    return settings.flag(UNVERIFIED_ENV)
 
 
 def unverified_note(caps) -> str:

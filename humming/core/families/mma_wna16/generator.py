@@ -63,11 +63,11 @@ def row_scale_refusal(plan) -> str:
 def kernel_source(plan, backend, caps=None) -> str:
     if plan.row_scale and row_scale_refusal(plan):
         raise ValueError(f"row_scale: {row_scale_refusal(plan)}")
-    if plan.family == "wgmma" and plan.path == "wgmma-rs":  # opt-in (HUMMING_WGMMA_RS=1): weights as register A
+    if plan.family == "wgmma" and plan.path == "wgmma-rs":  # weights as register A
         from humming.core.families.register_a.generator import wgmma_rs_kernel_source
 
         return wgmma_rs_kernel_source(plan, backend, caps)
-    if plan.family == "wgmma" and plan.path == "wgmma-rs8":  # opt-in (HUMMING_WGMMA_W4A8_RS=1): W4A8, register A
+    if plan.family == "wgmma" and plan.path == "wgmma-rs8":  # W4A8, register A
         from humming.core.families.register_a8.generator import wgmma_rs8_kernel_source
 
         return wgmma_rs8_kernel_source(plan, backend, caps)

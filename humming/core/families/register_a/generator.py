@@ -1,4 +1,4 @@
-"""Generates the register-A wgmma WnA16 kernel (sm_90a, opt-in with HUMMING_WGMMA_RS=1): the stream kernel's idea
+"""Generates the register-A wgmma WnA16 kernel (sm_90a; from M 513 by default, the tuning knob register_a.min_m): the stream kernel's idea
 at prefill sizes. Each block computes C^T = W x^T for 128 output channels x BT tokens (BT = 128 or 256, fitted to M
 in multiples of 16):
 

@@ -1,7 +1,8 @@
 """Planning the register-A wgmma WnA16 kernel (``humming.core.families.register_a.generator``): int4 weights of the mma.sync
 layout (``humming.core.common.layout.prepare``, the stream kernel's prepared weights) dequantized in registers as the A
 operand of wgmma m64nNk16, activations the B operand in shared memory. The default for M >= 1024 where a profile
-declares the wgmma k16 form of the activation type and cp.async; HUMMING_WGMMA_RS=1 takes it from M >= 128, =0 never.
+declares the wgmma k16 form of the activation type and cp.async; the tuning knob register_a.min_m moves the threshold
+(null: never).
 
 Tile naming: ``TileConfig.bm`` is the token tile (the wgmma N, 128 or 256), ``bn`` the 128 output channels of the
 two warpgroups, ``bk`` the 64 k of one stage; so ``Plan.grid`` = (token tiles, channel tiles, 1), or with the tail
@@ -10,28 +11,20 @@ stream-K (1, streamk, 1): persistent blocks."""
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import replace
 
-from humming.core.common.wgmma import (
-    STAGGER_ENV,
-    count_from_env,
-    declared_option,
-    raster_from_env,
-    require_wgmma,
-    stagger_wanted,
-    threshold_from_env,
-)
+from humming.core.common.wgmma import STAGGER_KNOB, declared_option, require_wgmma, stagger_wanted
 from humming.core.families.wgmma_dequant.planner import wgmma_k16_form
 from humming.core.plan import _DEFAULT_SMS, TAIL_SPLITS, Plan, TileConfig
+from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs"
-ENV = "HUMMING_WGMMA_RS"  # "1": from M >= 128; "0": never (the dequant-smem kernel); unset: M >= 513
+MIN_M_KNOB = "register_a.min_m"  # null: never (the dequant-smem kernel); the default 513
 BC = 128  # output channels per block: two warpgroups x 64 rows of A
 BK = 64  # one 128-byte swizzle row of 16-bit activations per token per stage (one 64x64 weight atom)
-MIN_M = 128  # with HUMMING_WGMMA_RS=1: from one 128-token tile on
-# Without HUMMING_WGMMA_RS the kernel takes M >= 513: measured on the H200 (2026-11-30) at M 1024/4096 it ran in
+MIN_M = 128  # the smallest M the two-warpgroup form plans (one 128-token tile)
+# By default the kernel takes M >= 513 (register_a.min_m): measured on the H200 (2026-11-30) at M 1024/4096 it ran in
 # 0.76-0.87x cuBLAS fp16 on 8192x8192, 28672x8192 and 4096x14336, against 0.59-0.67x for the dequant-smem wgmma
 # kernel; at M=128 it was slower (too few blocks, no split-K). At M=768 (2026-12-01, scripts/ab_env.py in rotated
 # rounds, us) it beat what ran there before (a tiled entry routed to the dequant-smem kernel, or the small form):
@@ -42,42 +35,40 @@ MIN_STAGES, MAX_STAGES = 4, 6
 # the two-warpgroup form's token tiles: 128 or 256 by the rules and the tuned entries, then fitted to M
 # (fitted_token_tile) in whole groups of WIDE_BT_UNIT rows, never below WIDE_MIN_BT
 WIDE_BT_UNIT, WIDE_MIN_BT = 16, 64
-TMA_ENV = "HUMMING_WGMMA_RS_TMA"  # "1": activation stages by TMA tensor copy where the profile declares tma; "0": cp.async
-# unset: TMA where the profile declares it. Measured on the H200 (2026-11-30, same tiles, bench_wna16): 3-10% faster
+TMA_KNOB = "register_a.tma"  # activation stages by TMA tensor copy where the profile declares tma (false: cp.async).
+# Measured on the H200 (2026-11-30, same tiles, bench_wna16): 3-10% faster
 # at M 16-4096 (8192x8192 M128 46.5 -> 43.6 us, 28672x8192 M128 153.0 -> 138.5, M4096 3366 -> 3232); the per-thread
 # cp.async address and predicate arithmetic was a quarter of the small form's instructions per stage
-TMA_DEFAULT = True
-WS_ENV = "HUMMING_WGMMA_RS_WS"  # "1": the two-warpgroup form with a producer warp issuing the tensor copies
-# unset: the producer warpgroup where the profile declares setmaxnreg (and the copies are TMA). Measured on the H200
+WS_KNOB = "register_a.producer"  # the two-warpgroup form with a producer warpgroup issuing the tensor copies where
+# the profile declares setmaxnreg (and the copies are TMA). Measured on the H200
 # (2026-11-30, bench_wna16): 8192x8192 M1024 196.6 -> 188.1 us, 4096x14336 M1024 171.0 -> 163.0, M4096 804.8 -> 686.5,
 # 28672x8192 M4096 3237.7 -> 3142.2
-WS_DEFAULT = True
 OUT_PAD = 8  # 16-bit values of padding per staging row (272-byte pitch: conflict-free epilogue stores)
 
 
-def min_m() -> int | None:
-    """The smallest M this kernel takes: MIN_M with HUMMING_WGMMA_RS=1, none with =0, else DEFAULT_MIN_M."""
-    return threshold_from_env(ENV, MIN_M, DEFAULT_MIN_M)
+def min_m(caps=None) -> int | None:
+    """The smallest M the two-warpgroup form takes by default (the tuning knob register_a.min_m; None: never)."""
+    return knobs.value(MIN_M_KNOB, caps)
 
 
-def enabled() -> bool:
-    return min_m() is not None
+def enabled(caps=None) -> bool:
+    return min_m(caps) is not None
 
 
-def forced() -> bool:
-    """HUMMING_WGMMA_RS=1: every layout the kernel runs, from M >= 128."""
-    return os.environ.get(ENV, "").strip().lower() in ("1", "true", "on", "yes")
+def forced(caps=None) -> bool:
+    """The tuning knob register_a.any_group: every layout the kernel runs, not only DEFAULT_GROUPS."""
+    return bool(knobs.value("register_a.any_group", caps))
 
 
-# Without HUMMING_WGMMA_RS the kernel takes only the layouts its GPU tests ran (H200, 2026-11-30): scale and zero
-# tables per group of 64, 128 or 256 or per channel (-1), or none (0); other multiples of 64 only with =1.
+# By default the kernel takes only the layouts its GPU tests ran: scale and zero tables per group of 64, 128 or 256 or
+# per channel (-1), or none (0); other multiples of 64 only with the tuning knob register_a.any_group.
 DEFAULT_GROUPS = (64, 128, 256, -1, 0)
 
 
 def tma_wanted(caps, tma: bool | None) -> bool:
     """Whether the activation stages come by TMA tensor copy: ``tma`` if given (UnsupportedOnDevice where the profile
-    does not declare tma and mbarrier), else HUMMING_WGMMA_RS_TMA / TMA_DEFAULT where the profile declares them."""
-    return declared_option(bool(caps.memory.tma and caps.memory.mbarrier), tma, TMA_ENV, TMA_DEFAULT,
+    does not declare tma and mbarrier), else the tuning knob register_a.tma where the profile declares them."""
+    return declared_option(bool(caps.memory.tma and caps.memory.mbarrier), tma, TMA_KNOB, caps,
                            f"{caps.name} does not declare tma and mbarrier: the activations go by cp.async")
 
 
@@ -93,11 +84,12 @@ def _load_words(layout) -> str:
 
 
 def default_refusal(layout) -> str:
-    """Why the default selection (no HUMMING_WGMMA_RS) leaves a layout the kernel could run to the other kernels."""
+    """Why the default selection (register_a.any_group off) leaves a layout the kernel could run to the other
+    kernels."""
     for what, group in (("scale", layout.scale_group), ("zero", layout.zero_group)):
         if group not in DEFAULT_GROUPS:
             return (f"{what} group {group}: by default only the GPU-tested groups (64, 128, 256, per channel) take this kernel; "
-                    f"HUMMING_WGMMA_RS=1 takes it too")
+                    f"the tuning knob register_a.any_group takes it too")
     return ""
 
 
@@ -142,9 +134,9 @@ def cluster_refusal(caps, n: int, stages: int, tma: bool, cluster: int) -> str:
     return ""
 
 
-PAIR_CLUSTER_ENV = "HUMMING_WGMMA_RS_CLUSTER"  # "2": the two-warpgroup form in clusters of two blocks that share each
-# activation stage by multicast (humming.core.families.register_a.pair_cluster); "0": never; unset: pairs by default for plans of 256-token
-# tiles (plain or stream-K, not tail) from M PAIR_CLUSTER_MIN_M, where the profile declares cluster_multicast. Measured on
+PAIR_CLUSTER_KNOB = "register_a.cluster"  # 2: the two-warpgroup form in clusters of two blocks that share each
+# activation stage by multicast (humming.core.families.register_a.pair_cluster); 0: never; null: pairs by default for
+# plans of 256-token tiles (plain or stream-K, not tail) from M PAIR_CLUSTER_MIN_M, where the profile declares cluster_multicast. Measured on
 # the H200 (2026-12-01, scripts/ab_env.py, 8 rotated rounds, W4A16 g128, median us, off -> on, two runs): 8192x8192
 # M1024 206.3 -> 203.2 and 205.9 -> 203.1; 4096x14336 M1024 177.2 -> 173.5 and 177.5 -> 173.8, M2048 365.7 -> 359.1;
 # 8192x8192 M1536 310.5 -> 314.6 (its all-capped last rounds ~1% faster). The medians of rows where both settings ran
@@ -158,27 +150,26 @@ PAIR_CLUSTER_MIN_M = 1024
 PAIR_CLUSTER_BT = 256
 
 
-EARLY_ENV = "HUMMING_WGMMA_RS_SK_EARLY"  # "1": stream-K plans load the next segment's first weight atoms before the
+EARLY_KNOB = "register_a.early_ring"  # stream-K plans load the next segment's first weight atoms before the
 # epilogue (TileConfig.early). Off: no consistent gain on the H200 (2026-12-01, us, off -> on: 28672x8192 M128 106.2 ->
 # 107.8, M1024 761.1 -> 748.3, M4096 2984.7 -> 2949.6; with pairs 2872.8 -> 2810.0, then 2864.6 -> 2884.4)
 
 
-def early_ring_wanted(streamk: int) -> tuple[int, str]:
+def early_ring_wanted(streamk: int, caps=None) -> tuple[int, str]:
     """(TileConfig.early, why) of a two-warpgroup plan with ``streamk`` blocks."""
-    if not streamk or os.environ.get(EARLY_ENV, "").strip() != "1":
+    if not streamk or not knobs.value(EARLY_KNOB, caps):
         return 0, ""
-    return 1, (f"early ring ({EARLY_ENV}=1): right after a segment's last wgmmas the consumers load the next segment's "
+    return 1, (f"early ring ({EARLY_KNOB}): right after a segment's last wgmmas the consumers load the next segment's "
                "first weight atoms, which arrive during the epilogue; the next segment skips its prologue")
 
 
 def pair_cluster_blocks(caps, n: int, producer_warp: bool, streamk: int, tail: int, cluster: int, m: int = 0,
                         bt: int = 0) -> tuple[int, str]:
     """(blocks per cluster, why) of the two-warpgroup form: ``cluster`` if given (2, or ShapeError where it cannot
-    apply), else PAIR_CLUSTER_ENV, else pairs where the default rule (``m``, token tile ``bt``) takes them (0 with the
-    reason where an asked-for cluster cannot apply)."""
-    forced = os.environ.get(PAIR_CLUSTER_ENV, "").strip()
-    if forced not in ("", "0", "2"):
-        raise ValueError(f"{PAIR_CLUSTER_ENV}={forced!r}: expected 0 or 2")
+    apply), else the tuning knob register_a.cluster, else pairs where the default rule (``m``, token tile ``bt``)
+    takes them (0 with the reason where an asked-for cluster cannot apply)."""
+    value = knobs.value(PAIR_CLUSTER_KNOB, caps)
+    forced = "" if value is None else str(value)
     default = not cluster and not forced and m >= PAIR_CLUSTER_MIN_M and bt == PAIR_CLUSTER_BT
     want = cluster or (int(forced) if forced else 2 if default else 0)
     if not want:
@@ -192,10 +183,10 @@ def pair_cluster_blocks(caps, n: int, producer_warp: bool, streamk: int, tail: i
     if why:
         if cluster:
             raise (UnsupportedOnDevice if "declare" in why else ShapeError)(f"cluster {cluster}: {why}")
-        return 0, "" if default else f"no cluster ({PAIR_CLUSTER_ENV}): {why}"
-    how = (f"from M {PAIR_CLUSTER_MIN_M} with {PAIR_CLUSTER_BT}-token tiles by default, {PAIR_CLUSTER_ENV}=0: off; "
+        return 0, "" if default else f"no cluster ({PAIR_CLUSTER_KNOB}): {why}"
+    how = (f"from M {PAIR_CLUSTER_MIN_M} with {PAIR_CLUSTER_BT}-token tiles by default, {PAIR_CLUSTER_KNOB} 0: off; "
            f"measured {'1-4' if streamk else '1.5-2'}% faster at M 1024-4096" if default else
-           PAIR_CLUSTER_ENV if forced else "cluster=2")
+           PAIR_CLUSTER_KNOB if forced else "cluster=2")
     if streamk:
         return 2, (f"stream-K in clusters of 2 blocks ({how}): the schedule's units are the "
                    f"{streamk // 2} pairs, its tiles pairs of adjacent channel tiles of one token tile, each block its "
@@ -222,13 +213,13 @@ def smem_bytes(bt: int, stages: int, staging: bool = False) -> int:
 # scripts/ablate.py pf6_2wg: 28672x8192 M128 117.2 -> 111.5, 8192x8192 M256 57.9 -> 56.4; 4 against 2, 2026-11-30,
 # bench_wna16: 4096x14336 M4096 817 -> 731, 28672x8192 M1024 875 -> 808, 8192x8192 M4096 937 -> 913.)
 RING_2WG = 5
-# HUMMING_WGMMA_RS_PF=N overrides it (1..12) for an A/B
-RING_ENV = "HUMMING_WGMMA_RS_PF"
+# the tuning knob register_a.prefetch overrides it (1..12) for an A/B
+RING_KNOB = "register_a.prefetch"
 
 
-def ring_env() -> int:
-    """HUMMING_WGMMA_RS_PF as a ring depth (0: unset)."""
-    return count_from_env(RING_ENV, 12, "weight atoms in flight per lane")
+def ring_env(caps=None) -> int:
+    """The tuning knob register_a.prefetch as a ring depth (0: not set, the form's rule)."""
+    return knobs.value(RING_KNOB, caps) or 0
 
 
 DEEP_RING_PF = 10  # weight atoms in flight per lane where shared memory holds only 2 blocks per SM (see small_ring)
@@ -299,11 +290,10 @@ def _token_tile(m: int, n: int, sms: int, cands: list[int], reasons: list[str]) 
     return bt
 
 
-RASTER_ENV = "HUMMING_WGMMA_RS_RASTER"  # two-warpgroup form: token tiles per rasterization group; "0": launch order
+RASTER_KNOB = "register_a.raster"  # two-warpgroup form: token tiles per rasterization group; 0: launch order
 # 4: measured on the H200 (2026-11-30, scripts/ab_env.py, W4A16, us, 0 / 4 / 8): M4096 8192x8192 884.1 / 868.7 / 876.4,
 # 28672x8192 3178.2 / 3092.7 / 3090.9, 4096x14336 776.0 / 757.0 / 767.2; at M1024 (4 token tiles: the same block
 # order) 192.6 / 190.0 / 190.0, 683.5 / 706.4 / 704.6, 170.1 / 171.4 / 172.2, i.e. this machine's spread
-RASTER = 4
 # the staggered start from this M: measured on the H200 (2026-11-30, bench_wna16, us, off -> on): 8192x8192 M4096
 # 909.6 -> 846.9, 28672x8192 M1024 746.2 -> 659.1, M512 404.1 -> 377.5; but 8192x8192 M256 58.3 -> 63.0 and 4096x14336
 # M512 96.0 -> 105.0 (few blocks per SM there), the rest within noise
@@ -345,23 +335,20 @@ def streamk_refusal(tail: int, producer_warp: bool) -> str:
 
 # the epilogue's staging by stmatrix .trans (16 instructions a thread at 256 tokens instead of 128 16-bit shared stores)
 # in the register-A W4A16 forms and the W4A8 narrow / wide forms, where the profile declares stmatrix;
-# HUMMING_WGMMA_RS_STSM=0 turns it off. Measured on the H200 (2026-12-01, scripts/ab_env.py, median us, with the ring
+# the tuning knob register_a.stmatrix false turns it off. Measured on the H200 (2026-12-01, scripts/ab_env.py, median us, with the ring
 # of 5, off -> on): W4A16 28672x8192 M2048 1387 -> 1355, M4096 2873 -> 2783, 4096x14336 M1024 165.3 -> 164.4, other
 # rows M 128-4096 within 0.5%; W4A8-FP8 28672x8192 M1024 479.5 -> 469.3, M4096 1963 -> 1935, other rows within 0.8%
-STSM_ENV = "HUMMING_WGMMA_RS_STSM"
+STSM_KNOB = "register_a.stmatrix"
 
 
 def with_stsm(caps, plan: Plan) -> Plan:
-    """The plan with the stmatrix staging (TileConfig.stsm) where the profile declares stmatrix, unless
-    HUMMING_WGMMA_RS_STSM=0."""
-    raw = os.environ.get(STSM_ENV, "").strip()
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"{STSM_ENV}={raw!r}: 0 or 1")
-    if raw == "0" or plan.tiles.stsm or not caps.memory.stmatrix:
+    """The plan with the stmatrix staging (TileConfig.stsm) where the profile declares stmatrix, unless the tuning
+    knob register_a.stmatrix is off."""
+    if not knobs.value(STSM_KNOB, caps) or plan.tiles.stsm or not caps.memory.stmatrix:
         return plan
     return replace(plan, tiles=replace(plan.tiles, stsm=1), reasons=plan.reasons + (
         f"epilogue staging by stmatrix .trans (stmatrix declared): one instruction per two 8-token blocks of both "
-        f"channel halves ({STSM_ENV}=0: two 16-bit stores per value pair)",))
+        f"channel halves ({STSM_KNOB} false: two 16-bit stores per value pair)",))
 
 
 def plan_wna16_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", bt: int | None = None,
@@ -382,7 +369,7 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
     M <= SMALL_MAX_M takes by default); ``splits``, ``stages`` and ``fold`` (raw codes into the wgmma, zero point and
     scale per group in fp32) are options of the small-M form, which ``small=True`` forces at any M (token tiles of
     up to SMALL_MAX_BT). ``tma`` brings the activation stages in by TMA tensor copy (one thread per stage, an mbarrier
-    per slot) instead of every thread's cp.async; None: HUMMING_WGMMA_RS_TMA, else TMA_DEFAULT. ``cluster`` (2 or 4,
+    per slot) instead of every thread's cp.async; None: the tuning knob register_a.tma. ``cluster`` (2 or 4,
     small-M form with TMA; 2 in the two-warpgroup form, see pair_cluster_blocks): blocks of that many adjacent slabs
     (channel tiles) form a thread-block cluster and read each activation stage from L2 once, multicast into all of
     their slots. ``occupancy`` (blocks per SM, OCCUPANCY_RANGE) and
@@ -422,7 +409,7 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
     reasons = [
         f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (weights) from registers, B (activations) K-major in "
         "128-byte-swizzled shared memory",
-        f"path {PATH} (from M {DEFAULT_MIN_M}; {ENV}=1: from M {MIN_M}): C^T = W x^T per tile; each warp loads its 16 channels x 64 k of int4 codes "
+        f"path {PATH} (from M {min_m(caps) or DEFAULT_MIN_M}, {MIN_M_KNOB}): C^T = W x^T per tile; each warp loads its 16 channels x 64 k of int4 codes "
         f"(the mma.sync atom layout, the stream kernel's prepared weights; {_load_words(layout)}) from global memory "
         "atoms ahead in a register ring, "
         f"decodes them in registers ({d.kind}{d.bits}: magic number | code, {zero}, {scale}) into the m16n8k16 A "
@@ -436,10 +423,10 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
         raise UnsupportedOnDevice(f"{caps.name} declares no wgmma m64n{bt or 256}k16 {act}")
     bt = _token_tile(m, n, sms, cands, reasons)
     use_tma = tma_wanted(caps, tma)
-    fitted = fitted_token_tile(m, bt, WIDE_BT_UNIT if use_tma else 32)  # cp.async: 32 rows per pass of 256 threads
+    fitted = fitted_token_tile(m, bt, WIDE_BT_UNIT if use_tma else 32, caps)  # cp.async: 32 rows per pass of 256 threads
     if fitted != bt and fitted >= WIDE_MIN_BT and fitted in form.n_values:
         reasons.append(f"token tile {fitted} instead of {bt}: M={m} in {math.ceil(m / fitted)} tile(s) of whole "
-                       f"{WIDE_BT_UNIT if use_tma else 32}-row groups ({FIT_ENV}=0: {bt}; rows past M cost as much as "
+                       f"{WIDE_BT_UNIT if use_tma else 32}-row groups ({FIT_KNOB} false: {bt}; rows past M cost as much as "
                        "tokens, and more where the tensor copy zero-fills them)")
         bt = fitted
     stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(bt, s, bool(streamk)) <= limit),
@@ -449,7 +436,7 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
             f"no register-A wgmma tile of {bt} tokens with {MIN_STAGES} stages fits {caps.name}'s {limit} B of "
             "shared memory")
     smem = smem_bytes(bt, stages, bool(streamk))
-    producer_warp = use_tma and declared_option(bool(caps.memory.setmaxnreg), None, WS_ENV, WS_DEFAULT, "")
+    producer_warp = use_tma and declared_option(bool(caps.memory.setmaxnreg), None, WS_KNOB, caps, "")
     reasons.append(
         f"tile {BC} channels x {bt} tokens x {BK} k: 2 warpgroups x m64n{bt}k16, 4 k16 steps per stage; {stages} "
         f"{_copy_words(use_tma)} activation slots ({stages if producer_warp else stages - 2} in flight; rows past M "
@@ -469,28 +456,28 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
                        "partials added by the last block of a tile in a fixed order"
                        if tail else _streamk_words(tiles, k // BK, streamk) if streamk else "no split-K"))
     if producer_warp:
-        reasons.append(f"a producer warpgroup ({WS_ENV}=0 turns it off; setmaxnreg 40, the consumers take 232) issues every tensor "
+        reasons.append(f"a producer warpgroup ({WS_KNOB} false turns it off; setmaxnreg 40, the consumers take 232) issues every tensor "
                        "copy into the slot the consumers released (EMPTY mbarriers); the two consumer warpgroups meet "
                        "only at the FULL mbarriers")
-    stagger = int(producer_warp and stagger_wanted() and m >= STAGGER_MIN_M and not streamk)
+    stagger = int(producer_warp and stagger_wanted(caps) and m >= STAGGER_MIN_M and not streamk)
     if stagger:
-        reasons.append(f"staggered start ({STAGGER_ENV}=0: off): warpgroup 1 issues its first wgmmas after warpgroup "
+        reasons.append(f"staggered start ({STAGGER_KNOB} false: off): warpgroup 1 issues its first wgmmas after warpgroup "
                        "0's, so each decodes while the other's wgmmas run")
-    forced_ring = ring_env()
+    forced_ring = ring_env(caps)
     prefetch = forced_ring or RING_2WG
-    reasons.append(f"{prefetch} weight atoms in flight per lane" + (f" ({RING_ENV})" if forced_ring else "")
+    reasons.append(f"{prefetch} weight atoms in flight per lane" + (f" ({RING_KNOB})" if forced_ring else "")
                    + (f": a trip of {2 * (prefetch + 1)} stages is whole rounds of the {stages} activation slots, every "
                       "slot index and phase a constant" if 2 * (prefetch + 1) % stages == 0 and not (streamk or tail)
                       else ""))
-    early, early_why = early_ring_wanted(streamk)
+    early, early_why = early_ring_wanted(streamk, caps)
     if early_why:
         reasons.append(early_why)
     cluster, cluster_why = pair_cluster_blocks(caps, n, producer_warp, streamk, tail, cluster, m, bt)
     if cluster_why:
         reasons.append(cluster_why)
-    raster = 0 if tail else raster_from_env(RASTER_ENV, RASTER)  # the tail option's blocks go in launch order
+    raster = 0 if tail else knobs.value(RASTER_KNOB, caps)  # the tail option's blocks go in launch order
     if raster:
-        reasons.append(f"blocks rasterized in groups of {raster} token tiles ({RASTER_ENV}=0: launch order): a group's "
+        reasons.append(f"blocks rasterized in groups of {raster} token tiles ({RASTER_KNOB} 0: launch order): a group's "
                        "blocks take its token tiles for one channel tile after another, so the blocks running together "
                        f"share {raster} activation tiles in L2 instead of all of them")
     tiles = TileConfig(bt, BC, BK, stages, 1, 12 if producer_warp else 8, 1, bulk=2 if producer_warp else int(use_tma),
@@ -503,7 +490,7 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
     )
 
 
-STREAMK_ENV = "HUMMING_WGMMA_RS_STREAMK"  # "0": the two-warpgroup form's default plans never take stream-K
+STREAMK_KNOB = "register_a.streamk"  # false: the two-warpgroup form's default plans never take stream-K
 # The default plan takes stream-K (one persistent block per SM) where the 256-token tiles give each SM at least
 # STREAMK_MIN_TILES_PER_SM tiles, or fill the last round of tiles badly (at least STREAMK_MIN_SPLIT_TILES_PER_SM
 # tiles per SM, the rounds of whole tiles filled below STREAMK_MAX_FILL). Measured on the H200 (2026-12-01,
@@ -525,7 +512,7 @@ STREAMK_BT = 256
 STREAMK_NARROW_BELOW = 0.7
 
 
-ROUNDS_ENV = "HUMMING_WGMMA_RS_ROUNDS"  # "0": neither rule below (the plans before 2026-12-01's twentieth session)
+ROUNDS_KNOB = "register_a.rounds_rules"  # false: neither rule below
 # Where whole tiles fill their last round of SMs badly (the stream-K split condition above), two rules of the
 # two-warpgroup form: (1) a tuned entry without stream-K or tail, measured at an M whose tiles filled the SMs, runs
 # this M with stream-K over 256-token tiles (fitted) instead (tuning.tuned_plan); (2) the default plan from M 513 takes
@@ -537,8 +524,8 @@ ROUNDS_ENV = "HUMMING_WGMMA_RS_ROUNDS"  # "0": neither rule below (the plans bef
 ROUNDS_MIN_FILL = 0.9
 
 
-def rounds_rules_on() -> bool:
-    return os.environ.get(ROUNDS_ENV, "").strip() != "0"
+def rounds_rules_on(caps=None) -> bool:
+    return bool(knobs.value(ROUNDS_KNOB, caps))
 
 
 def rounds_badly_filled(tiles: int, sms: int) -> bool:
@@ -556,7 +543,7 @@ def finer_token_tile(caps, layout, m: int) -> tuple[int, str]:
     sms = caps.limits.sms or 0
     channel_tiles = layout.n // BC
     count = math.ceil(m / STREAMK_BT)
-    if not rounds_rules_on() or not rounds_badly_filled(count * channel_tiles, sms):
+    if not rounds_rules_on(caps) or not rounds_badly_filled(count * channel_tiles, sms):
         return 0, ""
     bt = WIDE_BT_UNIT * math.ceil(math.ceil(m / (count + 1)) / WIDE_BT_UNIT)
     tiles = math.ceil(m / bt) * channel_tiles
@@ -564,7 +551,7 @@ def finer_token_tile(caps, layout, m: int) -> tuple[int, str]:
     if bt < WIDE_MIN_BT or fill < ROUNDS_MIN_FILL:
         return 0, ""
     return bt, (f"{math.ceil(m / bt)} token tiles of {bt} ({tiles} tiles: rounds {fill:.0%} full) instead of stream-K over "
-                f"{count} of {STREAMK_BT} ({count * channel_tiles} tiles fill their rounds badly; {ROUNDS_ENV}=0: off)")
+                f"{count} of {STREAMK_BT} ({count * channel_tiles} tiles fill their rounds badly; {ROUNDS_KNOB} false: off)")
 
 
 def streamk_default(caps, layout, m: int) -> tuple[int, int, str]:
@@ -573,8 +560,8 @@ def streamk_default(caps, layout, m: int) -> tuple[int, int, str]:
     sms = caps.limits.sms or 0
     if not sms:
         return 0, 0, "stream-K not planned: the profile declares no SM count"
-    if os.environ.get(STREAMK_ENV, "").strip() == "0":
-        return 0, 0, f"stream-K off ({STREAMK_ENV}=0)"
+    if not knobs.value(STREAMK_KNOB, caps):
+        return 0, 0, f"stream-K off ({STREAMK_KNOB} false)"
     tiles = math.ceil(m / STREAMK_BT) * (layout.n // BC)
     per_sm = tiles / sms
     fill = per_sm / math.ceil(per_sm)
@@ -586,7 +573,7 @@ def streamk_default(caps, layout, m: int) -> tuple[int, int, str]:
     else:
         return 0, 0, f"no stream-K ({words})"
     used = m / (math.ceil(m / STREAMK_BT) * STREAMK_BT)
-    if used < STREAMK_NARROW_BELOW and not fit_on():  # fitted, the 256-token tiles hold few padding rows
+    if used < STREAMK_NARROW_BELOW and not fit_on(caps):  # fitted, the 256-token tiles hold few padding rows
         return sms, 128, why + f"; tiles of 128 tokens: {used:.0%} of the 256-token tiles' rows would be tokens"
     return sms, STREAMK_BT, why
 
@@ -602,7 +589,7 @@ def prefill_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     if blocks:
         try:
             p = plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, bt=bt, small=False, streamk=blocks)
-            return replace(p, reasons=p.reasons + (why + f" ({STREAMK_ENV}=0: off)",))
+            return replace(p, reasons=p.reasons + (why + f" ({STREAMK_KNOB} false: off)",))
         except (ShapeError, UnsupportedOnDevice) as exc:
             why = f"no stream-K: {exc}"
     p = plan_wna16_wgmma_rs(caps, layout, m, act, scheme=scheme, small=False)
@@ -653,7 +640,7 @@ def small_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan | No
     5% faster there). Token tiles of M rounded up to 16 (128 from M 65, then fitted to M: fitted_token_tile); fold=1 (not where it
     would spill) and 8 stages up to 32 tokens, 4 stages at 64, 6 (4 on layers wider than 16384) at 128: the tuner's winners on the H200
     (2026-11-30). Callers check that the live GPU runs the profile's wgmma."""
-    if not SMALL_MIN_M <= m < SMALL_DEFAULT_BELOW_M or min_m() is None:
+    if not SMALL_MIN_M <= m < SMALL_DEFAULT_BELOW_M or min_m(caps) is None:
         return None
     if wgmma_k16_form(caps, act) is None or not caps.memory.cp_async or layout_refusal(layout, SMALL_BC):
         return None
@@ -699,21 +686,21 @@ def _occupancy_default(caps, layout, m: int, act: str, scheme: str, bt: int, tab
         return None
 
 
-FIT_ENV = "HUMMING_WGMMA_RS_FIT_TILE"  # "0": both forms keep the token tile they are given (small form M 65-127: 128)
+FIT_KNOB = "wgmma.fit_token_tile"  # false: both forms keep the token tile they are given (small form M 65-127: 128)
 
 
-def fit_on() -> bool:
-    """True unless FIT_ENV=0: token tiles are fitted to M (fitted_token_tile)."""
-    return os.environ.get(FIT_ENV, "").strip() != "0"
+def fit_on(caps=None) -> bool:
+    """The tuning knob wgmma.fit_token_tile: token tiles are fitted to M (fitted_token_tile)."""
+    return bool(knobs.value(FIT_KNOB, caps))
 
 
-def fitted_token_tile(m: int, bt: int, unit: int = 16) -> int:
+def fitted_token_tile(m: int, bt: int, unit: int = 16, caps=None) -> int:
     """The token tile for M given a tile of ``bt`` (the rule's or a tuned entry's, measured at its bucket's largest
     M): as many tiles as ``bt`` needs, each M / tiles rounded up to ``unit`` rows, never wider than ``bt`` (the small
     form, and the two-warpgroup form with ``unit`` WIDE_BT_UNIT). A tile's rows past M cost their full share of the
-    wgmmas, and the tensor copy that zero-fills them more. FIT_ENV=0 keeps ``bt``. Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us, 128-token tiles / fitted):
+    wgmmas, and the tensor copy that zero-fills them more. The tuning knob wgmma.fit_token_tile false keeps ``bt``. Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us, 128-token tiles / fitted):
     8192x8192 M=80 57.4 / 34.5, M=96 45.8 / 36.0, M=112 32.1 / 29.9; 4096x14336 41.6 / 32.0, 36.3 / 33.4, 30.5 / 28.2."""
-    if not fit_on():
+    if not fit_on(caps):
         return bt
     tiles = math.ceil(m / bt)
     return min(bt, unit * math.ceil(math.ceil(m / tiles) / unit))
@@ -731,7 +718,7 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
     if asked > SMALL_MAX_BT or asked % 16 or asked not in form.n_values:
         raise UnsupportedOnDevice(f"the small-M register-A form takes token tiles of 16..{SMALL_MAX_BT} (a multiple of "
                                   f"16 that {caps.name} declares for wgmma m64nNk16), not {asked}")
-    bt = fitted_token_tile(m, asked)
+    bt = fitted_token_tile(m, asked, caps=caps)
     if bt not in form.n_values:
         bt = asked
     fit_why = (f"token tile {bt} instead of {asked}: M={m} in {math.ceil(m / bt)} tile(s) of whole 16-row groups "

@@ -4,10 +4,10 @@ planned by ``planner_wgmma_rs8``): the wgmmas accumulate across every stage stra
 m64n128k32 chain) instead of into partials promoted (FFMA) into fp32 registers every stage. The channel scale joins
 the epilogue's. Two cases:
 
-  * int8 activations (the default there; HUMMING_WGMMA_W4A8_RS_DIRECT=0 promotes): the int32 sums are exact
+  * int8 activations (the default there; the knob register_a8.direct_int8 off promotes): the int32 sums are exact
     (|sum| <= 16 x 8 x 128 x K < 2^31 for K <= 131072; the planner stops at 65536) and are converted to fp32 once
     after the loop: more precise than the promoted form, which rounds each stage's partial into fp32.
-  * e4m3 activations, opt-in (HUMMING_WGMMA_FAST_ACCUM=1, "fast accumulation"): the tensor core adds each product
+  * e4m3 activations, opt-in (GemmOptions.fast_accum, "fast accumulation"): the tensor core adds each product
     into the running fp32 sum at its own, shorter precision: ~2x the promoted form's error at K=4096 (relative 4.8e-4
     against 2.1e-4 on the H200, 2026-12-02).
 

@@ -1,4 +1,4 @@
-"""Generates the register-A wgmma W4A8 kernel (sm_90a, opt-in with HUMMING_WGMMA_W4A8_RS=1): C^T = W x^T for 128
+"""Generates the register-A wgmma W4A8 kernel (sm_90a; from M 128 by default, the tuning knob register_a8.min_m): C^T = W x^T for 128
 output channels x 128 tokens per block, int4 weights widened in registers as wgmma's A operand (the design of the
 WnA16 register-A kernel, ``humming.core.families.register_a.generator``, for 8-bit activations).
 
@@ -13,7 +13,7 @@ WnA16 register-A kernel, ``humming.core.families.register_a.generator``, for 8-b
   * Per stage: two 64-token chains (four m64n64k32 each, scale-d 0 on the first) into two partials pa / pb; the
     second is issued before the first is waited for (wait_group 1), then facc += partial x the group scale of the
     thread's two channels (group 128 = one stage; per-channel: one scale, loaded once). With 128-token chains
-    (HUMMING_WGMMA_W4A8_RS_CHAIN=128): four m64n128k32 into one partial, wait, promote.
+    (the knob register_a8.chain 128): four m64n128k32 into one partial, wait, promote.
   * Blocks take their tiles in launch order or rasterized in groups of TileConfig.raster token tiles (_block_head).
 
 Iteration kt: widen the codes of kt (ring slot kt % R) -> load the codes (and group scales) of kt + PF -> wait for

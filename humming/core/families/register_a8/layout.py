@@ -40,12 +40,12 @@ class WgmmaRs8Layout:
     weight_bits: int = 4
     kmajor: bool = True
     packing: str = "wgmma-rs8"
-    # e4m3 fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1; per-channel scales): the wide form's wgmmas accumulate across
+    # e4m3 fast accumulation (GemmOptions.fast_accum; per-channel scales): the wide form's wgmmas accumulate across
     # stages in the tensor core instead of promoting each stage's partial into fp32 registers (faster, ~2x the error)
     fast_accum: bool = False
     # e4m3: how the codes are widened: "linear" (int4_to_e4m3x8 of the nvidia backend, 7 instructions a word, labels
     # e4m3_linear_label in the s8 nibble order, scales times 2^9) or "prmt" (int4n8_to_e4m3x8_x, 9 instructions and
-    # four lookup tables, labels e4m3_label); HUMMING_W4A8_WIDEN=prmt asks for the second
+    # four lookup tables, labels e4m3_label); GemmOptions.w4a8_widen="prmt" asks for the second
     widen: str = "linear"
 
 

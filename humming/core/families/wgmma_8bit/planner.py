@@ -2,11 +2,11 @@
 a wgmma m64nNk32 form for the operand types, cp.async, and the shared-memory limit."""
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 from humming.core.common.wgmma import choose_tile_width, declared_option, require_wgmma
 from humming.core.plan import _DEFAULT_SMS, Plan, TileConfig
+from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 BM, BK = 128, 128  # two warpgroups of m64; 128-byte K-major rows (one 128-byte swizzle row per tile row)
@@ -28,11 +28,10 @@ def wgmma_smem_bytes(bn: int, stages: int) -> int:
     return stages * (BM * BK + bn * BK) + 1024
 
 
-TMA_ENV = "HUMMING_WGMMA_W8A8_TMA"  # "1": the warp-specialised TMA kernel for promoted fp8; "0": the lock-step kernel
-# unset: the TMA kernel where the profile declares tma, mbarrier and setmaxnreg. Measured on the H200 (2026-11-30,
+TMA_KNOB = "wgmma_8bit.w8a8_tma"  # the warp-specialised TMA kernel for promoted fp8 where the profile declares tma,
+# mbarrier and setmaxnreg (false: the lock-step kernel). Measured on the H200 (2026-11-30,
 # bench_quantized, promoted e4m3 vs cuBLASLt FP8 row-wise): 8192x8192 M1024 186.5 -> 132.5 us (1.47x), M4096 710.8 ->
 # 505.4 (1.47x); 28672x8192 M1024 600.2 -> 416.3 (1.05x), M4096 2593.8 -> 1871.6 (1.00x)
-TMA_DEFAULT = True
 TMA_THREADS = 384  # producer warpgroup + two consumer warpgroups
 
 
@@ -45,7 +44,7 @@ def _tma_wanted(caps, tma: bool | None, fp8_promoted: bool) -> bool:
     if tma and not fp8_promoted:
         raise ShapeError("the TMA wgmma W8A8 kernel runs promoted fp8 (e4m3 without fast accumulation) only")
     return fp8_promoted and declared_option(
-        bool(caps.memory.tma and caps.memory.mbarrier and caps.memory.setmaxnreg), tma, TMA_ENV, TMA_DEFAULT,
+        bool(caps.memory.tma and caps.memory.mbarrier and caps.memory.setmaxnreg), tma, TMA_KNOB, caps,
         f"{caps.name} does not declare tma, mbarrier and setmaxnreg (the TMA kernel)")
 
 
@@ -61,7 +60,7 @@ def _most_stages(fewest: int, smem_of, limit: int, refusal: str, most: int = 6) 
 def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", tma: bool | None = None) -> Plan:
     """Plan the wgmma W8A8 kernel for ``layout`` (a ``WgmmaW8A8Layout``), or UnsupportedOnDevice / ShapeError
     naming what is missing. ``tma``: the warp-specialised kernel whose producer brings both tiles in by TMA tensor
-    copy (promoted fp8 only); None: HUMMING_WGMMA_W8A8_TMA, else TMA_DEFAULT."""
+    copy (promoted fp8 only); None: the tuning knob wgmma_8bit.w8a8_tma."""
     a_type = layout.a_type
     form = wgmma_form(caps, a_type)
     require_wgmma(caps, m, form, f"m64nNk32 {a_type} x {a_type} -> {_ACC.get(a_type, '?')}",
@@ -86,7 +85,7 @@ def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", tma: bool 
         reasons.append("e4m3: each 128-deep partial sum is added into fp32 registers (the tensor core's fp8 "
                        "accumulation keeps fewer bits); BN=128 leaves registers for both accumulators")
     elif a_type == "e4m3":
-        reasons.append("e4m3 fast accumulation (HUMMING_WGMMA_FAST_ACCUM=1): partial sums stay in the tensor core's "
+        reasons.append("e4m3 fast accumulation (GemmOptions.fast_accum): partial sums stay in the tensor core's "
                        "accumulator for the whole K")
     bn = choose_tile_width(m, n, BM, sms, bns, reasons)
     if _tma_wanted(caps, tma, (promote or block) and a_type in ("e4m3", "e5m2")):
@@ -126,21 +125,19 @@ def wgmma_w4a8_ws_smem_bytes(stages: int, bn: int = 128) -> int:
     return stages * (BM * BK + bn * BK + bn * BK // 2 + 16) + 1024
 
 
-WS_ENV = "HUMMING_WGMMA_WS"  # "0": the lock-step W4A8 kernel instead of the warp-specialised one
+WS_KNOB = "wgmma_8bit.w4a8_warp_specialised"  # false: the lock-step W4A8 kernel instead of the warp-specialised one
 
 
 def _warp_specialised(caps) -> bool:
-
-    if os.environ.get(WS_ENV, "1").strip().lower() in ("0", "false", "off", "no"):
+    if not knobs.value(WS_KNOB, caps):
         return False
     return bool(caps.memory.mbarrier and caps.memory.setmaxnreg)
 
 
-W4A8_TMA_ENV = "HUMMING_WGMMA_W4A8_TMA"  # "1": the warp-specialised W4A8 kernel's copies by TMA; "0": by cp.async
-# unset: cp.async. Measured on the H200 (2026-11-30, bench_quantized, register-A W4A8 off): the TMA producer variant
+W4A8_TMA_KNOB = "wgmma_8bit.w4a8_tma"  # the warp-specialised W4A8 kernel's copies by TMA (false: by cp.async).
+# Measured on the H200 (2026-11-30, bench_quantized, register-A W4A8 off): the TMA producer variant
 # is slower, 8192x8192 M4096 W4A8-FP8 1559 us against 1311 (cp.async producer) and 1070 (the register-A kernel, the
 # default from M 128): the widening by one producer warpgroup, not the copies, limits it
-W4A8_TMA_DEFAULT = False
 
 
 def wgmma_w4a8_tma_smem_bytes(stages: int, bn: int = 128) -> int:
@@ -149,7 +146,7 @@ def wgmma_w4a8_tma_smem_bytes(stages: int, bn: int = 128) -> int:
 
 
 def _w4a8_tma_wanted(caps, tma: bool | None) -> bool:
-    return declared_option(bool(caps.memory.tma and caps.memory.mbarrier), tma, W4A8_TMA_ENV, W4A8_TMA_DEFAULT,
+    return declared_option(bool(caps.memory.tma and caps.memory.mbarrier), tma, W4A8_TMA_KNOB, caps,
                            f"{caps.name} does not declare tma and mbarrier (the W4A8 kernel's TMA copies)")
 
 
@@ -157,10 +154,10 @@ def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", ws: bool |
                     tma: bool | None = None) -> Plan:
     """Plan the wgmma W4A8 kernel for ``layout`` (a ``WgmmaW4A8Layout``): 4-bit weights widened exactly to
     the 8-bit operand type in shared memory, group scales on fp32 sums of the group partials. ``ws`` picks
-    the warp-specialised kernel (default: where the profile declares mbarrier and setmaxnreg, unless
-    HUMMING_WGMMA_WS=0) or the lock-step one; ``tma`` (warp-specialised only) brings A and the packed weights in by
-    TMA tensor copies from one thread instead of every producer thread's cp.async (None: HUMMING_WGMMA_W4A8_TMA, else
-    W4A8_TMA_DEFAULT)."""
+    the warp-specialised kernel (default: where the profile declares mbarrier and setmaxnreg, unless the tuning knob
+    wgmma_8bit.w4a8_warp_specialised is off) or the lock-step one; ``tma`` (warp-specialised only) brings A and the
+    packed weights in by TMA tensor copies from one thread instead of every producer thread's cp.async (None: the
+    tuning knob wgmma_8bit.w4a8_tma)."""
     a_type = layout.a_type
     form = wgmma_form(caps, a_type)
     require_wgmma(caps, m, form, f"m64nNk32 {a_type} x {a_type} -> {_ACC.get(a_type, '?')}",
@@ -189,7 +186,7 @@ def plan_w4a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", ws: bool |
                   "for them and widens" if use_tma else "copies A and the packed 4-bit weights with cp.async and widens")
         how = (f"W4A8, warp-specialised (mbarrier and setmaxnreg declared): a producer warpgroup {copies} them exactly "
                f"({src}) into the slot's swizzled B tile; two consumer warpgroups wait on the slot's mbarrier, "
-               f"multiply, release the slot and promote (HUMMING_WGMMA_WS=0: the lock-step kernel)")
+               f"multiply, release the slot and promote (wgmma_8bit.w4a8_warp_specialised false: the lock-step kernel)")
         tile = (f"2 consumer warpgroups x m64n{bn}k32 + 1 producer warpgroup; {stages} slots ({stages - 2} stages of "
                 f"copies ahead of the one being widened)")
         return _plan_w4a8(caps, layout, m, act, scheme, form, stages, smem, 12, how, "", tile, limit,
