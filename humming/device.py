@@ -11,80 +11,20 @@ profile, with a warning that says so.
 """
 from __future__ import annotations
 
-import functools
-import sys
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from humming import settings
-from humming.capabilities import (
-    FORCE_ENV,
-    PATH_ENV,
-    Capabilities,
-    DetectedDevice,
-    get_profile,
-    match_device,
-    specialize,
-)
+from humming.capabilities import FORCE_ENV, Capabilities, DetectedDevice, get_profile, match_device, specialize
 from humming.capabilities import summary as S
-from humming.errors import UnsupportedOnDevice
-
-NO_DEVICE_WHY = "no CUDA driver, or no GPU/PPU visible"
-NO_DEVICE = f"no device found ({NO_DEVICE_WHY})"
-HOW_TO_FORCE = (f"set {FORCE_ENV}=<profile name> to use a profile anyway (list them with `python -m humming "
-                f"profiles`), or add a YAML profile in a directory named by {PATH_ENV}")
-
-
-@functools.lru_cache(maxsize=1)
-def _detect_cached() -> tuple[DetectedDevice, ...]:
-    from humming.devices.nvidia import detect as nvidia
-    from humming.devices.thead_ppu import detect as ppu
-
-    driver_devices = nvidia.detect()
-    devices = [ppu.claim(d) or d for d in driver_devices]
-    if not any(d.vendor == ppu.VENDOR for d in devices):
-        devices += ppu.detect(driver_devices=[])  # /dev/alixpu* nodes the driver did not report
-    return tuple(devices)
-
-
-def detect_devices(refresh: bool = False) -> tuple[DetectedDevice, ...]:
-    """Every device the detectors find (cached; `refresh=True` asks again). Never raises."""
-    if refresh:
-        _detect_cached.cache_clear()
-    return _detect_cached()
-
-
-def _current_index() -> int:
-    torch = sys.modules.get("torch")  # only if the caller already uses torch; never imported here
-    try:
-        if torch is not None and torch.cuda.is_initialized():
-            return int(torch.cuda.current_device())
-    except Exception:  # noqa: BLE001
-        pass
-    return 0
-
-
-def current_device() -> DetectedDevice | None:
-    devices = detect_devices()
-    index = _current_index()
-    return next((d for d in devices if d.index == index), devices[0] if devices else None)
-
-
-def current_profile() -> Capabilities:
-    """The profile kernels are planned for: the forced one, else the current device's match."""
-    forced = settings.raw(FORCE_ENV)
-    if forced:
-        return get_profile(forced)
-    device = current_device()
-    if device is None:
-        raise UnsupportedOnDevice(f"{NO_DEVICE}; {HOW_TO_FORCE}")
-    found = match_device(device)
-    if found.profile is None:
-        raise UnsupportedOnDevice(f"{found.reason}; {HOW_TO_FORCE}")
-    if found.warning:
-        warnings.warn(found.warning, stacklevel=2)
-    return specialize(found.profile, device)
+from humming.devices.current import (  # noqa: F401  (re-exported: humming.device.current_profile, ...)
+    HOW_TO_FORCE,
+    NO_DEVICE,
+    NO_DEVICE_WHY,
+    current_device,
+    current_profile,
+    detect_devices,
+)
 
 
 @dataclass(frozen=True)
@@ -205,7 +145,7 @@ def _render_paths(info: DeviceInfo) -> list[str]:
 
 def _paths(caps: Capabilities) -> tuple[tuple[dict, ...] | None, str | None]:
     try:
-        from humming.api import path_table
+        from humming.core.path_table import path_table
     except ImportError:
         return None, "planner not available"
     try:

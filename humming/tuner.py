@@ -251,11 +251,13 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
     torch = require_gpu()
     import humming
     from humming import api
+    from humming.core.common.layout import layout_for
+    from humming.core.problem import scheme_of
     from humming.core.tuning import entries as tuning
 
     say = progress or (lambda text: None)
     torch.manual_seed(seed)
-    sch = api._scheme(scheme)
+    sch = scheme_of(scheme)
     scheme_str = str(sch)
     if getattr(sch, "act", None):
         from humming.errors import UnsupportedOnDevice
@@ -265,12 +267,13 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
     device = torch.device("cuda", torch.cuda.current_device())
     first = humming.quantize(torch.randn(n, k, device=device) * 0.05, sch)
     h0 = api.prepared(first, torch_dtype, device)
-    packed = api._registry[h0].packed
+    prep = api._registry[h0]
+    layout = layout_for(sch, n, k, dtype, caps=prep.caps)
+    packed = prep.packed_for(tuning.choose_plan(prep.caps, layout, 1, dtype, scheme_str), "x")  # the WnA16 weights
     nbytes = sum(t.numel() * t.element_size() for t in packed.tensors() if t is not None)
     qws = [first] + [humming.quantize(torch.randn(n, k, device=device) * 0.05, sch) for _ in range(copies_for(nbytes) - 1)]
     handles = [api.prepared(qw, torch_dtype, device) for qw in qws]
-    prep = api._registry[h0]
-    caps, layout = prep.caps, packed.layout
+    caps = prep.caps
     say(f"{n}x{k} {scheme_str} {dtype}: {len(qws)} weight copies of {nbytes / 2**20:.1f} MiB on "
         f"{torch.cuda.get_device_name()} (profile {caps.name})")
     results = []

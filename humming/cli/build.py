@@ -85,7 +85,9 @@ def main(args) -> int:
         named += [("--shapes", n, k) for n, k in parse_shapes(args.shapes)]
     if not named:
         raise ShapeError("nothing to build: give --shapes NxK,... or --model-config path/to/config.json")
-    scheme = api._scheme(args.scheme)
+    from humming.core.problem import scheme_of
+
+    scheme = scheme_of(args.scheme)
     if args.group_size is not None:
         scheme = scheme.with_(group_size=args.group_size)
     shapes = aot.unique_shapes(named)
@@ -93,7 +95,9 @@ def main(args) -> int:
     if args.decode:
         if ms is not None:
             raise ShapeError("--decode and --m exclude each other")
-        ms, args.exact = aot.precompile_ms("decode"), True
+        from humming.core.runtime.precompile import precompile_ms
+
+        ms, args.exact = precompile_ms("decode"), True
     if args.exact and ms is None:
         raise ShapeError("--exact needs --m")
     try:

@@ -62,9 +62,10 @@ def main(args) -> int:
     shapes = unique(parse_shapes(args.shapes))
     ms = unique(parse_ms(args.m))
     tuner.require_gpu("`python -m humming tune`")  # UnsupportedOnDevice -> exit status 2 with the message
-    from humming import api
 
-    scheme = api._scheme(args.scheme)
+    from humming.core.problem import scheme_of
+
+    scheme = scheme_of(args.scheme)
     if args.group_size is not None:
         scheme = scheme.with_(group_size=args.group_size)
     target = tuning.tune_file() if args.file is None else args.file

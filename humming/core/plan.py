@@ -283,6 +283,16 @@ class Plan:
         }
 
 
+def row_scale_refusal(plan) -> str:
+    """Why the plan's kernel cannot take per-token scales in GS (``Plan.row_scale``); "" when it can: the WnA16
+    stream, tile and register-A wgmma kernels can."""
+    if plan.is_8bit or getattr(plan.instruction, "scale_format", None):
+        return "the 8-bit and block-scaled kernels take their activation scales as such"
+    if plan.family == "mma_sync" or plan.path == "wgmma-rs":
+        return ""
+    return f"the {plan.family} {plan.path} kernel has no per-token output scale"
+
+
 def choose_mma(caps, act: str) -> tuple[object, str]:
     """The mma.sync instruction used for one k16 step with act x act operands and fp32 accumulation."""
     found = caps.find_mma(family="mma_sync", a_type=act, b_type=act, acc_type="f32")

@@ -60,5 +60,14 @@ class Backend(ABC):
     def prelude(self, request: HelperRequest) -> str:
         """CUDA C++ source defining every device helper the generated kernel calls."""
 
+    def helpers(self, name: str, request: HelperRequest | None = None, **params) -> str:
+        """A named group of helpers beyond ``prelude`` that a generator asks for (wgmma steps, tensor copies,
+        clusters, activation-quantization encoders, ...), spelled for this backend's devices: CUDA C++ (or, for a
+        name ending in ``_encoder``, the one-line description of how it is spelled). A backend that has no such
+        group raises UnsupportedOnDevice naming it."""
+        from humming.errors import UnsupportedOnDevice
+
+        raise UnsupportedOnDevice(f"backend {self.name} spells no helper group {name!r}")
+
     def describe(self) -> str:
         return self.name

@@ -280,18 +280,11 @@ def clean_environment(setting: dict):
 
 def _forget() -> None:
     """Drop what the code remembers between calls that depends on the environment."""
-    from humming import api
-    from humming.core.common import act_widen as widen
+    from humming.core.common import act_widen
     from humming.core.tuning import entries as tuning
 
-    api._choices.clear()
-    api._wgmma_here.clear()
-    widen._decided.clear()
+    act_widen._decided.clear()
     tuning.clear_memory()
-    tuning.tune_file.cache_clear() if hasattr(tuning.tune_file, "cache_clear") else None
-    for f in (getattr(tuning, "_shipped", None),):
-        if hasattr(f, "cache_clear"):
-            f.cache_clear()
 
 
 # ---------------------------------------------------------------------------------------------- captured plans

@@ -46,6 +46,7 @@ from humming import settings
 from humming.core.compile import cache as _cache
 from humming.core.plan import STREAM_MAX_M, Plan, TileConfig, plan_wna16
 from humming.core.tuning import knobs
+from humming.devices.current import runs_here
 from humming.errors import HummingError, ShapeError, UnsupportedOnDevice
 
 log = logging.getLogger("humming.tuning")
@@ -330,9 +331,7 @@ def _require_register_a_here(caps, m: int, lowest: int, form: str) -> None:
     if rs.min_m(caps) is None or not knobs.value("wgmma_wna16.enabled", caps):
         raise UnsupportedOnDevice("the register-A wgmma kernel is switched off (tuning knobs register_a.min_m: null "
                                   "or wgmma_wna16.enabled: false)")
-    from humming.api import _wgmma_runs_here
-
-    if not _wgmma_runs_here(caps):
+    if not runs_here(caps):
         raise UnsupportedOnDevice(f"the live GPU is not {caps.name}'s own target (wgmma kernels run only there)")
 
 
@@ -379,7 +378,7 @@ def register_a_prefill_plan(caps, layout, m: int, act: str, scheme: str = "") ->
 
 
 def runs_register_a_prefill(caps, layout, m: int) -> bool:
-    """True where humming.gemm runs M on its two-warpgroup register-A handle (humming.api._wna16_wgmma_rs_handle):
+    """True where humming.gemm runs M on the two-warpgroup register-A form (the register_a family):
     M from the form's threshold, the wgmma kernels on, a declared wgmma k16 form for the activations and cp.async, the
     live GPU of the profile's target, a layout it takes."""
     from humming.core.families.register_a import planner as rs
@@ -414,9 +413,7 @@ def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     from humming.core.families.register_a import planner as rs
 
     if m >= rs.SMALL_MIN_M and knobs.value("wgmma_wna16.enabled", caps):
-        from humming.api import _wgmma_runs_here
-
-        if _wgmma_runs_here(caps):
+        if runs_here(caps):
             p = rs.small_default(caps, layout, m, act, scheme)
             if p is not None:
                 return launch_options(caps, p)

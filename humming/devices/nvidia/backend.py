@@ -330,6 +330,17 @@ class NvidiaBackend(Backend):
             parts.append(_decode_helper(request.weight))
         return "\n".join(parts)
 
+    def helpers(self, name: str, request: HelperRequest | None = None, **params) -> str:
+        if name == "actquant":
+            from humming.devices.nvidia.actquant_spelling import actquant_prelude
+
+            return actquant_prelude(params["act"], params["scale_format"], params["caps"])
+        if name == "actquant_encoder":
+            from humming.devices.nvidia.actquant_spelling import encode_spelling
+
+            return encode_spelling(params["act"], params["caps"])[1]
+        return super().helpers(name, request, **params)
+
     def wgmma_prelude(self, request: HelperRequest, n: int) -> str:
         """Helpers of the wgmma 8-bit kernel: copies, epilogue arithmetic, fences/commit/wait, the shared-memory
         descriptor and one m64n{n}k32 step for the plan's operand type (request.mma, a wgmma form)."""

@@ -121,6 +121,11 @@ class PPUBackend(Backend):
             tail = extension_block(request.caps, request.act)
         return head + _PORTABLE.prelude(request) + tail
 
+    def helpers(self, name: str, request: HelperRequest | None = None, **params) -> str:
+        if name in ("actquant", "actquant_encoder"):  # CUDA-compatible: the portable NVIDIA spelling
+            return _PORTABLE.helpers(name, request, **params)
+        return super().helpers(name, request, **params)
+
     def compile_source(self, source: str, caps, route: CompileRoute | None = None) -> bytes:
         """The cubin of ``source`` by the vendor route (see ``compile_with_vendor_nvcc``), for callers that hold
         only the backend (``humming.api.compile_plan`` when ``route.compiler == "vendor_nvcc"``)."""

@@ -12,7 +12,7 @@ weight scale (n block, k block) instead, and the epilogue applies no per-token o
 """
 from __future__ import annotations
 
-from humming.core.families.mma_wna16.generator import PIPELINE_HEAD, TILE_PREAMBLE, helper_prelude, splitk_epilogue
+from humming.core.common.mma_pieces import PIPELINE_HEAD, TILE_PREAMBLE, helper_prelude, splitk_epilogue
 
 
 def w8a8_kernel_source(plan, backend, caps=None) -> str:

@@ -12,7 +12,7 @@ Never run on hardware (no sm_120 device was available): selected at run time onl
 """
 from __future__ import annotations
 
-from humming.core.families.mma_wna16.generator import PIPELINE_HEAD, TILE_PREAMBLE, splitk_epilogue
+from humming.core.common.mma_pieces import PIPELINE_HEAD, TILE_PREAMBLE, splitk_epilogue
 from humming.devices.base import HelperRequest
 
 

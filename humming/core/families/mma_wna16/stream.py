@@ -14,7 +14,7 @@ partials are added by the last block of the slab, in a fixed order.
 from __future__ import annotations
 
 from humming.core.common.layout import pair_index_c
-from humming.core.families.mma_wna16.generator import _c, gs_epilogue_parts, helper_prelude, pair_decode
+from humming.core.common.mma_pieces import _c, gs_epilogue_parts, helper_prelude, pair_decode
 
 
 def stream_kernel_source(plan, backend, caps=None) -> str:

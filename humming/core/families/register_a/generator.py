@@ -44,6 +44,7 @@ from __future__ import annotations
 import re
 from math import lcm
 
+from humming.core.common.mma_pieces import _c, gs_epilogue_parts, pair_decode
 from humming.core.common.wgmma import (
     PRODUCER_WARPGROUP_WAITING,
     SLOT0_DESCRIPTOR,
@@ -52,7 +53,6 @@ from humming.core.common.wgmma import (
     stmatrix_staging,
     store_partial,
 )
-from humming.core.families.mma_wna16.generator import _c, gs_epilogue_parts, pair_decode
 from humming.core.families.register_a import streamk as streamk
 from humming.core.families.register_a.planner import (
     BC,

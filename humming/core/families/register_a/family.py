@@ -1,0 +1,44 @@
+"""The register-A wgmma WnA16 family's two-warpgroup (prefill) form: int4 weights of the mma.sync layout decoded in
+registers as wgmma's A operand, from the M of the tuning knob register_a.min_m. Its small form (M 9-512) is planned
+by the mma.sync family's rules on the same weights."""
+from __future__ import annotations
+
+from humming.core.common.layout import prepare
+from humming.core.families.mma_wna16.family import wna16_layout
+from humming.core.families.register_a.generator import wgmma_rs_kernel_source
+from humming.core.families.register_a.planner import PATH, min_m
+from humming.core.family import Family
+from humming.core.tuning.entries import register_a_prefill_plan, runs_register_a_prefill
+from humming.errors import HummingError
+
+
+def refusal(problem, caps, ask) -> str | None:
+    if problem.quantized_activations:
+        return "the scheme quantizes activations"
+    lowest = min_m(caps)
+    if lowest is None or problem.m < lowest:
+        return f"the two-warpgroup register-A form takes M >= {lowest} (register_a.min_m)" if lowest else \
+            "the two-warpgroup register-A form is off (register_a.min_m)"
+    try:
+        layout = wna16_layout(problem, caps)
+    except HummingError as exc:
+        return str(exc)
+    if not runs_register_a_prefill(caps, layout, problem.m):
+        return "the two-warpgroup register-A form does not run this layout here (runs_register_a_prefill)"
+    return None
+
+
+def plan(problem, caps):
+    return register_a_prefill_plan(caps, wna16_layout(problem, caps), problem.m, problem.act, problem.scheme.name)
+
+
+def owns(plan) -> bool:
+    return plan.path == PATH
+
+
+def pack(qw, dtype, layout, caps):
+    return prepare(qw, dtype, caps)
+
+
+FAMILY = Family("register_a", "wgmma W4A16, int4 weights as register A (two-warpgroup prefill form)", refusal, plan, "x",
+                owns, wgmma_rs_kernel_source, pack, row_scale=True)

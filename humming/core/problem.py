@@ -1,0 +1,50 @@
+"""What is asked of a kernel: one GEMM C[M, N] = A[M, K] @ W[N, K]^T of a scheme, and everything the choice of a
+kernel family depends on besides the device."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field, replace
+
+from humming.options import DEFAULT, GemmOptions
+
+
+@dataclass(frozen=True)
+class Problem:
+    """``scheme``: the quantization scheme (with ``act`` set when activations are quantized); ``act``: the 16-bit
+    type of x and of the output ("f16" / "bf16"); ``options``: the caller's numerics; ``act_order``: the weights carry
+    a K permutation (GPTQ desc_act)."""
+
+    scheme: object
+    m: int
+    n: int
+    k: int
+    act: str = "f16"
+    options: GemmOptions = DEFAULT
+    act_order: bool = False
+    _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @property
+    def quantized_activations(self) -> bool:
+        return bool(getattr(self.scheme, "act", None))
+
+    def with_(self, **changes) -> Problem:
+        """A copy with fields changed (its memo is not carried over)."""
+        return replace(self, _memo={}, **changes)
+
+    def memo(self, key, make):
+        """``make()`` once per problem: the planning steps several families ask about (a layout, a path choice)."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+
+@functools.lru_cache(maxsize=256)
+def _scheme_by_name(name: str):
+    from humming.core.quant.schemes import get
+
+    return get(name)
+
+
+def scheme_of(scheme):
+    """A Scheme from a Scheme or a preset's name."""
+    return _scheme_by_name(scheme) if isinstance(scheme, str) else scheme

@@ -1,0 +1,145 @@
+"""The kernel families, in the order they are asked, and the one place that chooses among them.
+
+    selection = registry.select(Problem(scheme, m, n, k, act), caps)
+    selection.family      the family (or route) that takes the problem
+    selection.plan        its plan (which kernel, which tiles, and why)
+    kernel_source(plan, backend, caps)     the CUDA C++ of a plan, written by the family that owns it
+
+``humming.gemm`` (per M of a prepared weight), ``humming.plan``, ``humming.device.info()``'s path table, ``humming
+tune`` and ``humming build`` all call ``select``. A family says why it does not take a problem (its refusal) or
+plans it; the first that takes it wins. Families compiled for GPUs they never ran on take problems only with
+HUMMING_UNVERIFIED_KERNELS=1; one that would have taken a problem but for that may leave a note in the chosen plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from humming import settings
+from humming.core.families.mma_8bit.family import FAMILY as MMA_8BIT
+from humming.core.families.mma_blockscaled.family import FAMILY as MMA_BLOCKSCALED
+from humming.core.families.mma_wna16.family import FAMILY as MMA_WNA16
+from humming.core.families.register_a.family import FAMILY as REGISTER_A
+from humming.core.families.register_a8.family import FAMILY as REGISTER_A8
+from humming.core.families.tcgen05.family import BLOCKSCALED as TCGEN05_BLOCKSCALED
+from humming.core.families.tcgen05.family import W4A8 as TCGEN05_W4A8
+from humming.core.families.tcgen05.family import W8A8 as TCGEN05_W8A8
+from humming.core.families.tcgen05.family import WNA16 as TCGEN05_WNA16
+from humming.core.families.wgmma_8bit.family import FAMILY as WGMMA_8BIT
+from humming.core.families.wgmma_dequant.family import FAMILY as WGMMA_DEQUANT
+from humming.core.family import Family
+from humming.core.plan import row_scale_refusal
+from humming.core.problem import Problem
+from humming.core.routes import UPCONVERT, WIDENED
+from humming.errors import UnsupportedOnDevice
+
+# Asked first to last. Quantized activations: widened onto the WnA16 kernels where measured faster, then the kernels
+# of the instruction path the scheme runs (tcgen05, block-scaled mma.sync, upconvert, the 8-bit kernels from the
+# register-A one down). WnA16: the register-A prefill form from its threshold, the mma.sync family's rules (which
+# keep their register-A plans and hand the rest of prefill on), the wgmma and tcgen05 dequantizing kernels.
+FAMILIES: tuple[Family, ...] = (
+    WIDENED,
+    TCGEN05_BLOCKSCALED, TCGEN05_W4A8, TCGEN05_W8A8, MMA_BLOCKSCALED,
+    UPCONVERT,
+    REGISTER_A8, WGMMA_8BIT, MMA_8BIT,
+    REGISTER_A, MMA_WNA16, WGMMA_DEQUANT, TCGEN05_WNA16,
+)
+BY_NAME = {f.name: f for f in FAMILIES}
+KERNEL_FAMILIES = tuple(f for f in FAMILIES if not f.is_route)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What ``select`` chose: the family (or route) that took the problem, its plan, the family whose kernel runs
+    the plan, and why each family asked before it did not take the problem."""
+
+    family: Family
+    plan: object
+    kernel: Family
+    refusals: tuple[tuple[str, str], ...] = ()
+
+    def explain(self) -> str:
+        lines = [f"family {self.family.name}" + (f" (on the {self.kernel.name} kernels)" if self.family.is_route else "")]
+        lines += [f"  not {name}: {why}" for name, why in self.refusals]
+        return "\n".join(lines)
+
+
+def _unverified_off(family: Family) -> bool:
+    return family.unverified is not None and not settings.flag("HUMMING_UNVERIFIED_KERNELS")
+
+
+class _Asker:
+    """The ``ask`` a family's refusal gets: would another family (not excluded) take this problem?"""
+
+    def __init__(self, problem: Problem, caps, allowed):
+        self.problem, self.caps, self.allowed = problem, caps, allowed
+
+    def __call__(self, name: str) -> bool:
+        family = BY_NAME[name]
+        if not self.allowed(family) or _unverified_off(family):
+            return False
+        return family.refusal(self.problem, self.caps, self) is None
+
+
+class Registry:
+    """``select`` over a table of families (FAMILIES by default)."""
+
+    def __init__(self, families: tuple[Family, ...] = FAMILIES):
+        self.families = families
+
+    def select(self, problem: Problem, caps, *, row_scale: bool = False) -> Selection:
+        """The first family that takes the problem, and its plan; ``row_scale``: only families whose kernels take
+        per-token output scales. Raises the family's planning error, or UnsupportedOnDevice when none takes it."""
+        def allowed(f: Family) -> bool:
+            return not row_scale or f.is_route or f.row_scale
+
+        ask = _Asker(problem, caps, allowed)
+        refusals: list[tuple[str, str]] = []
+        notes: list[str] = []
+        for family in self.families:
+            if not allowed(family):
+                continue
+            why = family.refusal(problem, caps, ask)
+            if why is None and _unverified_off(family):
+                if family.announce:
+                    notes.append(family.unverified(caps))
+                why = family.unverified(caps)
+            if why is not None:
+                refusals.append((family.name, why))
+                continue
+            p = family.plan(problem, caps, self) if family.is_route else family.plan(problem, caps)
+            for later in self.families[self.families.index(family) + 1:]:
+                if later.announce and allowed(later) and _unverified_off(later) and \
+                        later.refusal(problem, caps, ask) is None:
+                    notes.append(later.unverified(caps))
+            if notes:
+                p = replace(p, reasons=p.reasons + tuple(notes))
+            return Selection(family, p, family_of(p), tuple(refusals))
+        if problem.quantized_activations:
+            from humming.core.common.quantized import no_kernel
+
+            raise no_kernel(problem, caps)
+        raise UnsupportedOnDevice(f"{problem.scheme.name} on {caps.name}: no kernel family takes M={problem.m} "
+                                  f"N={problem.n} K={problem.k}: " + "; ".join(f"{n}: {w}" for n, w in refusals))
+
+
+DEFAULT = Registry()
+
+
+def select(problem: Problem, caps, *, row_scale: bool = False) -> Selection:
+    """The default registry's choice (see Registry.select)."""
+    return DEFAULT.select(problem, caps, row_scale=row_scale)
+
+
+def family_of(plan) -> Family:
+    """The family whose generator writes this plan's kernel."""
+    for family in KERNEL_FAMILIES:
+        if family.owns(plan):
+            return family
+    raise ValueError(f"no kernel family owns plan {plan.kernel_name} ({plan.family} {plan.path})")
+
+
+def kernel_source(plan, backend, caps=None) -> str:
+    """The CUDA C++ of a plan's kernel."""
+    if plan.row_scale and row_scale_refusal(plan):
+        raise ValueError(f"row_scale: {row_scale_refusal(plan)}")
+    return family_of(plan).source(plan, backend, caps)

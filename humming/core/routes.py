@@ -1,0 +1,66 @@
+"""Routes: quantized-activation schemes run on the WnA16 kernels by an exact change of the activations.
+
+* widened: 8-bit activation codes (int8, e4m3, e5m2) are exact in f16 / bf16; quantized as the reference does, the
+  codes are widened to 16 bits and multiplied on the WnA16 kernels of the same weights, the per-token (or per-tensor)
+  scales applied per output row in the fp32 epilogue (``Plan.row_scale``). Taken in the M ranges measured faster
+  (humming.core.common.act_widen), or always where the profile has no native path (fp8 without fp8 tensor cores).
+* upconvert: NVFP4 / MX activations and weights times their block scales are exact in bf16 (or f16): activations
+  quantized as the reference does and dequantized without their global scale, multiplied on the mma.sync WnA16
+  kernels, the global activation scale in the fp32 epilogue.
+
+A route plans with another family's planner: the plan it returns belongs to that family's kernel."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from humming.core.common import act_widen
+from humming.core.common.layout import act_name, layout_for
+from humming.core.common.quantized import fallback
+from humming.core.family import Family
+from humming.core.tuning.entries import choose_plan
+
+_DTYPE = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _widened_refusal(problem, caps, ask) -> str | None:
+    if not problem.quantized_activations:
+        return "the scheme has 16-bit activations"
+    sch = problem.scheme
+    if not act_widen.applies(caps, sch, problem.m, problem.n, problem.k, problem.options.act_widen):
+        return f"widened activations: not at M={problem.m} ({act_widen.refusal(sch, problem.n, problem.k) or 'ranges'})"
+    return None
+
+
+def widened_act(caps, act: str) -> str:
+    """The 16-bit type the widened codes take for activations of type ``act``."""
+    return act_name(act_widen.act_dtype(caps, _DTYPE[act]))
+
+
+def _widened_plan(problem, caps, registry):
+    sch = problem.scheme
+    inner = problem.with_(scheme=sch.with_(act=None), act=widened_act(caps, problem.act))
+    p = registry.select(inner, caps, row_scale=True).plan
+    why = act_widen.reason(caps, sch, problem.m, problem.n, problem.k, problem.options.act_widen)
+    return replace(p, scheme=sch.name, row_scale=sch.act_scale.mode == "dynamic_token", reasons=(why,) + p.reasons)
+
+
+def _upconvert_refusal(problem, caps, ask) -> str | None:
+    if not problem.quantized_activations:
+        return "the scheme has 16-bit activations"
+    choice = fallback(problem, caps)
+    return None if choice.path == "upconvert" else f"the path is {choice.path}, not upconvert"
+
+
+def _upconvert_plan(problem, caps, registry):
+    sch, choice = problem.scheme, fallback(problem, caps)
+    layout = layout_for(sch.with_(act=None), problem.n, problem.k, choice.a_type, caps=caps)
+    p = choose_plan(caps, layout, problem.m, choice.a_type, scheme=sch.name)
+    return replace(p, reasons=choice.reasons + p.reasons)
+
+
+WIDENED = Family("widened", "8-bit activation codes widened exactly onto the WnA16 kernels", _widened_refusal,
+                 _widened_plan, "codes16")
+UPCONVERT = Family("upconvert", "NVFP4 / MX activations dequantized exactly onto the mma.sync WnA16 kernels",
+                   _upconvert_refusal, _upconvert_plan, "upconvert")

@@ -1,0 +1,58 @@
+"""Plans to loaded kernels: generate, compile (NVRTC, or the vendor compiler a profile names; disk-cached) and keep
+one loaded kernel per (profile, kernel, compile target) for the life of the process."""
+from __future__ import annotations
+
+import threading
+
+from humming.core.compile.compiler import compile_cuda
+from humming.core.registry import kernel_source
+from humming.core.runtime.kernel import LoadedKernel
+from humming.devices import get_backend
+from humming.errors import UnsupportedOnDevice
+
+_lock = threading.Lock()
+_compiled: dict[tuple, tuple] = {}  # (profile, kernel, run_arch) -> (LoadedKernel, CompiledModule or None)
+_locks: dict[tuple, threading.Lock] = {}  # one per kernel: a kernel is compiled once per process
+
+
+def source(plan, caps) -> str:
+    """The generated CUDA C++ of a plan for a profile."""
+    return kernel_source(plan, get_backend(caps), caps)
+
+
+def is_compiled(caps, plan, run_arch: str | None = None) -> bool:
+    return (caps.name, plan.kernel_name, run_arch) in _compiled
+
+
+def compile_plan(plan, caps, run_arch: str | None = None):
+    """(LoadedKernel, CompiledModule or None for a vendor-compiled one) of a plan's kernel. ``run_arch`` compiles the
+    plan's source for another target: a profile *emulated* on the live GPU (a kernel planned for the T4 profile,
+    spelled with its instructions, compiled to run on an H200). Threads asking for the same kernel wait for one
+    compile."""
+    key = (caps.name, plan.kernel_name, run_arch)
+    hit = _compiled.get(key)
+    if hit is not None:
+        return hit
+    with _lock:
+        kernel_lock = _locks.setdefault(key, threading.Lock())
+    with kernel_lock:
+        hit = _compiled.get(key)
+        if hit is None:
+            hit = _compile_now(plan, caps, run_arch)
+            with _lock:
+                _compiled[key] = hit
+        return hit
+
+
+def _compile_now(plan, caps, run_arch: str | None):
+    backend = get_backend(caps)
+    route = backend.compile_route(caps)
+    text = kernel_source(plan, backend, caps)
+    if route.compiler == "vendor_nvcc" and not run_arch:
+        return LoadedKernel(backend.compile_source(text, caps, route), plan.kernel_name, plan.smem_bytes), None
+    if route.compiler != "nvrtc" and not run_arch:
+        raise UnsupportedOnDevice(f"{caps.name}: compile route {route.compiler} has no runner here ({route.reason})")
+    module = compile_cuda(text, [plan.kernel_name], run_arch or route.arch,
+                          options=route.options if route.compiler == "nvrtc" else (),
+                          min_nvrtc=None if run_arch else route.min_nvrtc)
+    return LoadedKernel(module.cubin, plan.kernel_name, plan.smem_bytes), module
