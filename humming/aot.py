@@ -79,7 +79,7 @@ def ms_for(ms: Iterable[int] | None = None, exact: bool = False) -> list[int]:
 def kernel_plans(caps, shapes: Iterable[tuple[int, int]], scheme, ms: Iterable[int], act: str = "f16") -> dict:
     """{kernel name: a plan that uses it} over every shape and M: what the runtime would compile (the registry's
     choice for each M). Raises ShapeError for a shape the scheme's layout rejects."""
-    from humming.core.common.layout import layout_for
+    from humming.core.families.mma_wna16.layout import layout_for
     from humming.core.problem import Problem
     from humming.core.registry import select
 

@@ -251,7 +251,7 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
     torch = require_gpu()
     import humming
     from humming import api
-    from humming.core.common.layout import layout_for
+    from humming.core.families.mma_wna16.layout import layout_for
     from humming.core.problem import scheme_of
     from humming.core.tuning import entries as tuning
 

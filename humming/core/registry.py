@@ -29,7 +29,7 @@ from humming.core.families.wgmma_dequant.family import FAMILY as WGMMA_DEQUANT
 from humming.core.family import Family
 from humming.core.plan import row_scale_refusal
 from humming.core.problem import Problem
-from humming.core.routes import UPCONVERT, WIDENED
+from humming.core.routes.families import UPCONVERT, WIDENED
 from humming.errors import UnsupportedOnDevice
 
 # Asked first to last. Quantized activations: widened onto the WnA16 kernels where measured faster, then the kernels
@@ -115,7 +115,7 @@ class Registry:
                 p = replace(p, reasons=p.reasons + tuple(notes))
             return Selection(family, p, family_of(p), tuple(refusals))
         if problem.quantized_activations:
-            from humming.core.common.quantized import no_kernel
+            from humming.core.families.runnable import no_kernel
 
             raise no_kernel(problem, caps)
         raise UnsupportedOnDevice(f"{problem.scheme.name} on {caps.name}: no kernel family takes M={problem.m} "

@@ -280,7 +280,7 @@ def clean_environment(setting: dict):
 
 def _forget() -> None:
     """Drop what the code remembers between calls that depends on the environment."""
-    from humming.core.common import act_widen
+    from humming.core.routes import widened_ranges as act_widen
     from humming.core.tuning import entries as tuning
 
     act_widen._decided.clear()
@@ -421,13 +421,13 @@ def run_case(kind: str, fields: tuple, sources: dict):
     profile, scheme, m, n, k, act = fields
     from humming import schemes as _schemes_mod
     from humming.capabilities import get_profile
-    from humming.core.common.layout import layout_for
-    from humming.core.tuning import entries as tuning
+    from humming.core.families.mma_wna16.layout import layout_for
+    from humming.core.families.mma_wna16.candidates import candidates
 
     caps = get_profile(profile)
     try:
         layout = layout_for(_schemes_mod.get(scheme), n, k, act, caps=caps)
-        plans = tuning.candidates(caps, layout, m, act, scheme)
+        plans = candidates(caps, layout, m, act, scheme)
     except Exception as exc:  # noqa: BLE001
         return _error(exc, sources)
     out = {}

@@ -93,7 +93,7 @@ class ActQuantPlan:
     loads_per_lane: int = 0
     needs_amax: bool = False
     reasons: tuple[str, ...] = field(default=())
-    wide: str = ""  # "f16" / "bf16": the codes are written as their exact 16-bit values (humming.core.common.act_widen)
+    wide: str = ""  # "f16" / "bf16": the codes are written as their exact 16-bit values (humming.core.routes.widened_ranges)
 
     # ---- derived -----------------------------------------------------------------------------------
     @property

@@ -187,7 +187,7 @@ def _widened(qa: QuantizedActivation, codes_as: torch.dtype | None) -> Quantized
     """The reference's result with the codes replaced by their exact values in ``codes_as`` (when given)."""
     if codes_as is None or not isinstance(qa, QuantizedActivation):
         return qa
-    from humming.core.common.act_widen import CODE_DTYPES
+    from humming.core.routes.widened_ranges import CODE_DTYPES
 
     qa.codes = qa.codes.view(CODE_DTYPES[qa.format]).to(codes_as)
     return qa
@@ -204,7 +204,7 @@ def quantize_activation_cuda(x: torch.Tensor, scheme, *, scale=None, global_scal
     device's). ``out``: optional ``(codes, scales, global_scale)`` tensors to write into (global_scale None
     unless the scheme is two-level). ``codes_as`` (torch.float16 / torch.bfloat16; int8, e4m3 and e5m2 activations):
     the returned ``codes`` hold each code's exact value in that type instead of its byte, written by the same kernel
-    (the widened path of ``humming.core.common.act_widen``).
+    (the widened path of ``humming.core.routes.widened_ranges``).
     """
     sch = _as_scheme(scheme)
     wide = _wide_name(sch, codes_as)

@@ -12,10 +12,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from humming.core.plan import choose_mma
+from humming import settings
 from humming.errors import UnsupportedOnDevice
 
 # newest family first; a family a profile does not declare is simply skipped
+UNVERIFIED_ENV = "HUMMING_UNVERIFIED_KERNELS"
+
+
+def unverified_enabled() -> bool:
+    """HUMMING_UNVERIFIED_KERNELS: run kernels compiled for GPUs they never ran on (a deployment setting)."""
+    return settings.flag(UNVERIFIED_ENV)
+
+
+def unverified_note(caps, kernel: str) -> str:
+    """What a plan says of a ``kernel`` ("tcgen05", "block-scaled") kernel compiled for the profile's target but never
+    run on hardware."""
+    return (f"{kernel} kernel generated and compiled for {caps.target.arch}, not yet validated on hardware: "
+            f"set {UNVERIFIED_ENV}=1 to use it")
+
+
 FAMILY_ORDER = ("tcgen05", "wgmma", "mma_sync")
 # scheme format name -> MMA operand type name
 _MMA_TYPE = {"int8": "s8", "uint8": "u8", "int4": "s4", "e4m3": "e4m3", "e5m2": "e5m2", "e2m1": "e2m1",
@@ -75,42 +90,6 @@ def _declared_types(caps) -> str:
     return ", ".join(sorted({i.a_type for i in caps.mma})) or "none"
 
 
-GENERATED_FAMILIES = ("mma_sync",)  # instruction families humming generates kernels for today
-
-
-def runnable_path(caps, scheme) -> PathChoice:
-    """The best path among the kernel families humming generates today (see GENERATED_FAMILIES); its
-    reasons say when the device's preferred family is not generated yet."""
-    ideal = choose_path(caps, scheme)
-    if ideal.family in GENERATED_FAMILIES and _is_block_scaled_native(ideal):
-        # the block-scaled mma.sync kernel is compiled but has never run on hardware: opt-in only
-        from humming.core.families.mma_blockscaled.planner import unverified_enabled
-
-        if unverified_enabled():
-            return ideal
-        return choose_path(caps, scheme, families=GENERATED_FAMILIES, block_scaled=False)
-    if ideal.family in GENERATED_FAMILIES:
-        return ideal
-    if ideal.family == "tcgen05":
-        # the tcgen05 kernels (W8A8, W4A4, W4A8) are compiled but have never run on hardware: opt-in only
-        from humming.core.families.tcgen05.planner import tcgen05_generated, unverified_enabled, unverified_note
-
-        if tcgen05_generated(ideal, scheme, caps):
-            if unverified_enabled():
-                return ideal
-            run = choose_path(caps, scheme, families=GENERATED_FAMILIES)
-            return PathChoice(run.scheme, run.path, run.family, run.instruction, run.a_type, run.b_type,
-                              run.reasons + (f"{unverified_note(caps)}; meanwhile runs {run.describe()}",))
-    run = choose_path(caps, scheme, families=GENERATED_FAMILIES)
-    note = f"{ideal.describe()} is preferred on {caps.name} but its kernel is not generated yet; runs {run.describe()}"
-    return PathChoice(run.scheme, run.path, run.family, run.instruction, run.a_type, run.b_type,
-                      run.reasons + (note,))
-
-
-def _is_block_scaled_native(choice: PathChoice) -> bool:
-    return choice.path == "native" and bool(getattr(choice.instruction, "scale_format", None))
-
-
 def choose_path(caps, scheme, families: tuple[str, ...] = FAMILY_ORDER, block_scaled: bool = True) -> PathChoice:
     """The execution path for a quantized-activation scheme on a profile, or UnsupportedOnDevice.
     ``families`` restricts the instruction families considered (newest first); ``block_scaled=False`` skips a
@@ -132,11 +111,9 @@ def choose_path(caps, scheme, families: tuple[str, ...] = FAMILY_ORDER, block_sc
     if scale:
         hits = _find(caps, act, weight, scale, families)
         if hits and not block_scaled and hits[0][0] == "mma_sync":
-            from humming.core.families.mma_blockscaled.planner import unverified_note
-
             family, ins = hits[0]
             reasons.append(f"block-scaled MMA declared: {family} kind::{ins.kind} {act}x{weight} with {scale} scales; "
-                           + unverified_note(caps))
+                           + unverified_note(caps, "block-scaled"))
             hits = []
         elif hits:
             family, ins = hits[0]
@@ -191,3 +168,23 @@ def choose_path(caps, scheme, families: tuple[str, ...] = FAMILY_ORDER, block_sc
         bn, bk = scheme.weight_scale.block
         reasons.append(f"{bn}x{bk} weight blocks and per-{bk} activation groups rescaled per K block in fp32")
     return PathChoice(name, path, family, ins, act, b, tuple(reasons))
+
+
+# k16 steps are spelled from the largest declared shape first
+_K16_SHAPES = ((16, 8, 16), (16, 8, 8))
+
+
+def choose_mma(caps, act: str) -> tuple[object, str]:
+    """The mma.sync instruction used for one k16 step with act x act operands and fp32 accumulation."""
+    found = caps.find_mma(family="mma_sync", a_type=act, b_type=act, acc_type="f32")
+    by_shape = {tuple(i.shape): i for i in found}
+    for shape in _K16_SHAPES:
+        if shape in by_shape:
+            how = "one instruction per k16 step" if shape[2] == 16 else "two m16n8k8 per k16 step"
+            return by_shape[shape], f"mma.sync m{shape[0]}n{shape[1]}k{shape[2]} {act} declared: {how}"
+    have = sorted({i.a_type for i in caps.find_mma(family="mma_sync")})
+    alt = " use float16 activations" if act == "bf16" and "f16" in have else ""
+    raise UnsupportedOnDevice(
+        f"{caps.name} declares no mma.sync m16n8k16/m16n8k8 with {act} operands and fp32 accumulation "
+        f"(declared mma.sync A types: {', '.join(have) or 'none'});{alt or ' no WnA16 path'}"
+    )

@@ -204,3 +204,70 @@ def stmatrix_staging(staging: str, value: str) -> str:
     }}
     stmatrix_x4_trans(stsm_row + jp * 8 * OUT_LD * 2, v4[0], v4[1], v4[2], v4[3]);
   }}"""
+
+
+# the block's tile (m0 tokens, n0 channels): in launch order, or (TileConfig.raster) in groups of RASTER token tiles
+# (the grid's x) whose blocks take the group's token tiles for one channel tile after another, so the blocks running
+# at once share RASTER activation tiles in L2 instead of all of them (also the register-A W4A8 kernel's)
+TILE_IN_LAUNCH_ORDER = "  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;"
+
+
+TILE_RASTERIZED = """  const int bid = blockIdx.x + blockIdx.y * gridDim.x, per_group = RASTER * gridDim.y;   // launch order
+  const int first = bid / per_group * RASTER, rows = min((int)gridDim.x - first, RASTER);   // the group's token tiles
+  const int m0 = (first + bid % per_group % rows) * BT, n0 = (bid % per_group / rows) * BC;"""
+
+
+def tile_of_block(raster: int) -> str:
+    """The kernel lines giving the block's m0 / n0 (no trailing newline)."""
+    return TILE_RASTERIZED if raster else TILE_IN_LAUNCH_ORDER
+
+
+# The end of both register-A kernels: the staged output tile (token rows x 128 channels, 16-bit) copied to C
+# with 16-byte stores, rows past M skipped; then the kernel closes.
+STAGED_COPY_OUT = """  __syncthreads();
+  // copy-out: 16-byte chunk c = tid + 256 i is token row c / 16, channels 8 (c % 16) .. +7
+  #pragma unroll
+  for (int i = 0; i < BT * (BC / 8) / THREADS; ++i) {
+    const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;
+    if (m0 + row < M) {
+      uint32_t r[4];
+      lds_128(r, x0 + (row * OUT_LD + ch * 8) * 2);
+      store_g128(C + (size_t)(m0 + row) * N + n0 + ch * 8, r);
+    }
+  }
+}
+"""
+
+
+def wgmma_k16_form(caps, act: str):
+    """The declared wgmma form with k16 for act x act -> f32, or None."""
+    forms = [f for f in caps.find_mma(family="wgmma", a_type=act, b_type=act, acc_type="f32")
+             if f.shape[0] == 64 and f.shape[2] == 16]
+    return forms[0] if forms else None
+
+
+def swizzled_stage_loader(rows_per_pass: int) -> str:
+    """CUDA of ``load_stage(stage, kt)``: one stage's A tile (BM rows x 128 B) then B tile (BN rows x 128 B) of
+    8-bit K-major operands, copied with cp.async into 128-byte-swizzled shared memory by THREADS = 8 x
+    ``rows_per_pass`` threads (shared by the wgmma and tcgen05 8-bit kernels)."""
+    r = rows_per_pass
+    return f"""  // stage layout: A tile (BM rows x 128 B) then B tile (BN rows x 128 B), both 128-byte swizzled.
+  // Thread tid copies chunk tid % 8 of rows tid / 8 + {r} i: (row mod 8) is the same for every i, so the
+  // swizzled offset inside a group of {r} rows is one constant and row i adds i * {r} * 128 bytes.
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
+  const unsigned char* b_src = B + (size_t)(n0 + lrow) * K + lch * 16;
+  auto load_stage = [&](int stage, int kt) {{
+    const uint32_t a_tile = smem0 + stage * STAGE_BYTES + lswz, b_tile = a_tile + A_BYTES;
+    const int k0 = kt * BK;
+    #pragma unroll
+    for (int i = 0; i < BM / {r}; ++i) {{
+      const bool ok = m0 + lrow + {r} * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(a_tile + i * {r} * 128, ok ? a_src + ({r} * i * K + k0) : A, ok);
+    }}
+    #pragma unroll
+    for (int i = 0; i < BN / {r}; ++i)
+      copy_16_async(b_tile + i * {r} * 128, b_src + ({r} * i * K + k0), true);
+  }};
+"""

@@ -456,6 +456,10 @@ def _normalize(name: str) -> str:
     return s
 
 
+# set by humming.core.quant.schemes (which builds on this module): name -> the message for a scheme's name, or None
+SCHEME_HINT: list = []
+
+
 def get(name: str | Format) -> Format:
     """The format called ``name`` (canonical name or alias; case-insensitive)."""
     if isinstance(name, Format):
@@ -467,14 +471,9 @@ def get(name: str | Format) -> Format:
     fmt = _FORMATS.get(key)
     if fmt is not None:
         return fmt
-    from humming.core.quant import schemes  # a scheme name is a common mistake; say so
-
-    if schemes.is_scheme_name(name):
-        sch = schemes.get(name)
-        raise SchemeError(
-            f"{name!r} is a quantization scheme, not a number format: use humming.schemes.get({name!r}) "
-            f"(its weights are {sch.weight} with {sch.weight_scale.format} scales)"
-        )
+    hint = SCHEME_HINT[0](name) if SCHEME_HINT else None  # a scheme name is a common mistake; say so
+    if hint:
+        raise SchemeError(hint)
     close = difflib.get_close_matches(key, list(_FORMATS) + list(_ALIASES), n=3)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     raise SchemeError(f"unknown number format {name!r}{hint} Known formats: {', '.join(names())}")

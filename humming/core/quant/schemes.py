@@ -677,3 +677,15 @@ def get(name: str | Scheme, **overrides: Any) -> Scheme:
 def _suggest_for_format(fmt: str) -> str:
     hits = [n for n, s in _PRESETS.items() if s.weight == fmt]
     return ", ".join(repr(h) for h in hits[:3]) if hits else "'w4a16'"
+
+
+def _scheme_hint(name: str) -> str | None:
+    """The message formats.get gives for a scheme's name."""
+    if not is_scheme_name(name):
+        return None
+    sch = get(name)
+    return (f"{name!r} is a quantization scheme, not a number format: use humming.schemes.get({name!r}) "
+            f"(its weights are {sch.weight} with {sch.weight_scale.format} scales)")
+
+
+formats.SCHEME_HINT[:] = [_scheme_hint]

@@ -3,11 +3,12 @@
 every profile with 8-bit mma.sync forms; the legacy path where newer tensor cores dropped a type (B300 INT8)."""
 from __future__ import annotations
 
-from humming.core.common.layout import W4A8Layout, W8A8Layout, prepare_w4a8, prepare_w8a8
-from humming.core.common.quantized import fallback, runs_on_w8a8, w4a8_widen
+from humming.core.common.quantized import runs_on_w8a8, w4a8_widening
 from humming.core.families.mma_8bit.generator import w8a8_kernel_source
+from humming.core.families.mma_8bit.layout import W4A8Layout, W8A8Layout, prepare_w4a8, prepare_w8a8
+from humming.core.families.mma_8bit.planner import plan_w8a8
+from humming.core.families.runnable import fallback
 from humming.core.family import Family
-from humming.core.plan import plan_w8a8
 
 FOUR_BIT = ("int4", "e2m1")
 
@@ -26,7 +27,7 @@ def plan(problem, caps):
     n, k = problem.n, problem.k
     if sch.weight in FOUR_BIT:
         layout = W4A8Layout(choice.a_type, n, k, sch.weight_scale.group_size or k, weight_format=sch.weight,
-                            widen=w4a8_widen(problem.options, choice, sch.weight))
+                            widen=w4a8_widening(problem.options, choice, sch.weight))
     else:
         layout = W8A8Layout(choice.a_type, n, k, sch.weight_scale.granularity)
     return plan_w8a8(caps, layout, problem.m, problem.act, choice, scheme=sch.name)

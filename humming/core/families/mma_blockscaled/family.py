@@ -3,10 +3,11 @@
 HUMMING_UNVERIFIED_KERNELS=1 (elsewhere the upconvert route runs the scheme)."""
 from __future__ import annotations
 
-from humming.core.common.quantized import ideal, is_block_scaled_mma, runnable
+from humming.core.common.quantized import is_block_scaled_mma
 from humming.core.families.mma_blockscaled.generator import blockscaled_kernel_source
 from humming.core.families.mma_blockscaled.layout import STAGE_K, BlockScaledLayout, prepare_blockscaled, recipe_of
 from humming.core.families.mma_blockscaled.planner import plan_blockscaled, unverified_note
+from humming.core.families.runnable import ideal, runnable
 from humming.core.family import Family
 from humming.devices.current import runs_here
 

@@ -10,24 +10,18 @@ import dataclasses
 import hashlib
 import math
 
-from humming import settings
+from humming.core.common.paths import unverified_enabled
+from humming.core.common.paths import unverified_note as paths_unverified_note
 from humming.core.families.mma_blockscaled.layout import ATOM_K, RECIPES, STAGE_K, BlockScaledLayout
 from humming.core.plan import _DEFAULT_SMS, Plan, TileConfig, _choose_splits
 from humming.errors import ShapeError, UnsupportedOnDevice
 
-UNVERIFIED_ENV = "HUMMING_UNVERIFIED_KERNELS"
 # recipe -> (mma kind, element type, scale format, scale_vec)
 FORMS = {"nvfp4": ("mxf4nvf4", "e2m1", "ue4m3", 4), "mxfp4": ("mxf4", "e2m1", "ue8m0", 2)}
 
 
-def unverified_enabled() -> bool:
-    """HUMMING_UNVERIFIED_KERNELS: run kernels compiled for GPUs they never ran on (a deployment setting)."""
-    return settings.flag(UNVERIFIED_ENV)
-
-
 def unverified_note(caps) -> str:
-    return (f"block-scaled kernel generated and compiled for {caps.target.arch}, not yet validated on hardware: "
-            f"set {UNVERIFIED_ENV}=1 to use it")
+    return paths_unverified_note(caps, "block-scaled")
 
 
 def blockscaled_form(caps, recipe: str):

@@ -4,12 +4,12 @@ on the same prepared weights. From M 128, where the wgmma WnA16 kernels run, it 
 register-A on to them."""
 from __future__ import annotations
 
-from humming.core.common.layout import layout_for, prepare
 from humming.core.families.mma_wna16.generator import tile_kernel_source
+from humming.core.families.mma_wna16.layout import layout_for, prepare
 from humming.core.families.mma_wna16.stream import stream_kernel_source
+from humming.core.families.mma_wna16.tuned import choose_plan
 from humming.core.family import Family
 from humming.core.tuning import knobs
-from humming.core.tuning.entries import choose_plan
 from humming.errors import HummingError
 
 WGMMA_MIN_M = 128  # one full 128-row wgmma tile: from here the wgmma WnA16 kernels take prefill

@@ -3,12 +3,12 @@ registers as wgmma's A operand, from the M of the tuning knob register_a.min_m. 
 by the mma.sync family's rules on the same weights."""
 from __future__ import annotations
 
-from humming.core.common.layout import prepare
 from humming.core.families.mma_wna16.family import wna16_layout
+from humming.core.families.mma_wna16.layout import prepare
+from humming.core.families.mma_wna16.tuned import register_a_prefill_plan, runs_register_a_prefill
 from humming.core.families.register_a.generator import wgmma_rs_kernel_source
 from humming.core.families.register_a.planner import PATH, min_m
 from humming.core.family import Family
-from humming.core.tuning.entries import register_a_prefill_plan, runs_register_a_prefill
 from humming.errors import HummingError
 
 

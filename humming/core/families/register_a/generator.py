@@ -48,10 +48,12 @@ from humming.core.common.mma_pieces import _c, gs_epilogue_parts, pair_decode
 from humming.core.common.wgmma import (
     PRODUCER_WARPGROUP_WAITING,
     SLOT0_DESCRIPTOR,
+    STAGED_COPY_OUT,
     add_partial,
     claim_tile,
     stmatrix_staging,
     store_partial,
+    tile_of_block,
 )
 from humming.core.families.register_a import streamk as streamk
 from humming.core.families.register_a.planner import (
@@ -62,6 +64,7 @@ from humming.core.families.register_a.planner import (
     RING_2WG,
     SMALL_BC,
     cluster_refusal,
+    fold_group_atoms,
     layout_refusal,
     small_ring,
 )
@@ -72,19 +75,6 @@ X16_DECODE = True  # see _decode_pairs_x16
 # the wait after a stage's commit that leaves the stage's own group in flight (replaced under the occupancy option)
 _PREVIOUS_GROUP_WAIT = re.compile(r"wgmma_wait<1>\(\);( +)// the group of kt - 1 has finished \(its registers and its "
                                   r"slot are free\)")
-
-# the block's tile (m0 tokens, n0 channels): in launch order, or (TileConfig.raster) in groups of RASTER token tiles
-# (the grid's x) whose blocks take the group's token tiles for one channel tile after another, so the blocks running
-# at once share RASTER activation tiles in L2 instead of all of them (also the register-A W4A8 kernel's)
-TILE_IN_LAUNCH_ORDER = "  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;"
-TILE_RASTERIZED = """  const int bid = blockIdx.x + blockIdx.y * gridDim.x, per_group = RASTER * gridDim.y;   // launch order
-  const int first = bid / per_group * RASTER, rows = min((int)gridDim.x - first, RASTER);   // the group's token tiles
-  const int m0 = (first + bid % per_group % rows) * BT, n0 = (bid % per_group / rows) * BC;"""
-
-
-def tile_of_block(raster: int) -> str:
-    """The kernel lines giving the block's m0 / n0 (no trailing newline)."""
-    return TILE_RASTERIZED if raster else TILE_IN_LAUNCH_ORDER
 
 
 def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
@@ -745,23 +735,6 @@ _SMALL_SPLITK_CLUSTER = """  if (gridDim.z > 1) {
 """
 
 
-# The end of both register-A kernels: the staged output tile (token rows x 128 channels, 16-bit) copied to C
-# with 16-byte stores, rows past M skipped; then the kernel closes.
-STAGED_COPY_OUT = """  __syncthreads();
-  // copy-out: 16-byte chunk c = tid + 256 i is token row c / 16, channels 8 (c % 16) .. +7
-  #pragma unroll
-  for (int i = 0; i < BT * (BC / 8) / THREADS; ++i) {
-    const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;
-    if (m0 + row < M) {
-      uint32_t r[4];
-      lds_128(r, x0 + (row * OUT_LD + ch * 8) * 2);
-      store_g128(C + (size_t)(m0 + row) * N + n0 + ch * 8, r);
-    }
-  }
-}
-"""
-
-
 def _decode_pairs_x16(pick: str, scales: bool) -> str:
     """f16 only: the two code pairs of half h of k16 step ks from one shift of the word by 8 h: pair 2h (bits 0-3 and
     16-19) as magic + code plus -(magic + zero); pair 2h + 1 (bits 4-7 and 20-23) in place as magic + 16 code, exact
@@ -799,12 +772,6 @@ _PLAIN_MMA = """      wgmma_fence_operand(acc);
       wgmma_commit();
       wgmma_wait<1>();             // the group of kt - 1 has finished (its registers and its slot are free)
       wgmma_fence_operand(acc);"""
-
-
-def fold_group_atoms(lay) -> int:
-    """k atoms per fold group: the scale / zero group in atoms (the smaller one), 0 for one group over all of K."""
-    groups = [g // BK for g in (lay.scale_group, lay.zero_group) if g > 0]
-    return min(groups) if groups else 0
 
 
 def _fold_parts(lay, s_group: int, z_group: int, act: str, full: bool) -> tuple[str, str, str, str]:

@@ -10,7 +10,7 @@ its lines.
 """
 from __future__ import annotations
 
-from humming.core.families.register_a.generator import tile_of_block
+from humming.core.common.wgmma import tile_of_block
 
 # the block's tile: pairs of channel tiles in the form's rasterized launch order, this block the pair's tile of its rank
 TILE = """  // the cluster's pair of channel tiles: pair (blockIdx.x, blockIdx.y / 2) in the launch order below, this block the

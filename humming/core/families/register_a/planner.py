@@ -13,16 +13,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from humming.core.common.wgmma import STAGGER_KNOB, declared_option, require_wgmma, stagger_wanted
-from humming.core.families.wgmma_dequant.planner import wgmma_k16_form
+from humming.core.common.wgmma import STAGGER_KNOB, declared_option, require_wgmma, stagger_wanted, wgmma_k16_form
+from humming.core.families.register_a.layout import BC, BK, SMALL_BC, layout_refusal
 from humming.core.plan import _DEFAULT_SMS, TAIL_SPLITS, Plan, TileConfig
 from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs"
 MIN_M_KNOB = "register_a.min_m"  # null: never (the dequant-smem kernel); the default 513
-BC = 128  # output channels per block: two warpgroups x 64 rows of A
-BK = 64  # one 128-byte swizzle row of 16-bit activations per token per stage (one 64x64 weight atom)
 MIN_M = 128  # the smallest M the two-warpgroup form plans (one 128-token tile)
 # By default the kernel takes M >= 513 (register_a.min_m): measured on the H200 (2026-11-30) at M 1024/4096 it ran in
 # 0.76-0.87x cuBLAS fp16 on 8192x8192, 28672x8192 and 4096x14336, against 0.59-0.67x for the dequant-smem wgmma
@@ -60,11 +58,6 @@ def forced(caps=None) -> bool:
     return bool(knobs.value("register_a.any_group", caps))
 
 
-# By default the kernel takes only the layouts its GPU tests ran: scale and zero tables per group of 64, 128 or 256 or
-# per channel (-1), or none (0); other multiples of 64 only with the tuning knob register_a.any_group.
-DEFAULT_GROUPS = (64, 128, 256, -1, 0)
-
-
 def tma_wanted(caps, tma: bool | None) -> bool:
     """Whether the activation stages come by TMA tensor copy: ``tma`` if given (UnsupportedOnDevice where the profile
     does not declare tma and mbarrier), else the tuning knob register_a.tma where the profile declares them."""
@@ -81,36 +74,6 @@ def _load_words(layout) -> str:
     if getattr(layout, "tile_major", False):
         return "tile-major pair order: one 16-byte load per lane and atom"
     return "step-major pair order: four 4-byte loads per lane and atom"
-
-
-def default_refusal(layout) -> str:
-    """Why the default selection (register_a.any_group off) leaves a layout the kernel could run to the other
-    kernels."""
-    for what, group in (("scale", layout.scale_group), ("zero", layout.zero_group)):
-        if group not in DEFAULT_GROUPS:
-            return (f"{what} group {group}: by default only the GPU-tested groups (64, 128, 256, per channel) take this kernel; "
-                    f"the tuning knob register_a.any_group takes it too")
-    return ""
-
-
-def layout_refusal(layout, bc: int = BC) -> str:
-    """Why this kernel cannot run a WeightLayout ("" when it can) with ``bc`` channels per block (128; 64 for the
-    small-M form)."""
-    d = layout.decode
-    if getattr(layout, "packing", ""):
-        return "it reads the mma.sync atom layout (humming.core.common.layout.prepare), not " + layout.packing
-    if (d.kind, d.bits, d.container, d.int_path) != ("int", 4, 4, "magic"):
-        return f"it decodes 4-bit integer codes with the magic number, not {d.kind}{d.bits} ({d.int_path})"
-    if layout.zero_float:
-        return "float zero points are not supported (integer zero points are)"
-    for what, group in (("scale", layout.scale_group), ("zero", layout.zero_group)):
-        if group > 0 and group % BK:
-            return f"{what} group {group} is not a multiple of {BK} (one table row per 64-wide weight atom)"
-    if layout.n % bc:
-        return f"N={layout.n} is not a multiple of {bc}"
-    if layout.k % BK:
-        return f"K={layout.k} is not a multiple of {BK}"
-    return ""
 
 
 CLUSTER_SIZES = (2, 4)  # blocks per cluster of the small form's multicast variant (portable sizes, at most 8)
@@ -616,7 +579,6 @@ SMALL_MIN_M = 9  # below: the stream kernel (one n8 token tile of mma.sync)
 # the small form's default range ends below this M; from DEFAULT_MIN_M humming.gemm runs the two-warpgroup form where
 # it takes the layout, so M DEFAULT_MIN_M..1023 reach small_default only for layouts that form refuses by default
 SMALL_DEFAULT_BELOW_M = 1024
-SMALL_BC = 64
 SMALL_STAGES = 6
 
 
@@ -738,8 +700,6 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
     else:
         split_why = f"split-K {splits} forced"
     if fold:
-        from humming.core.families.register_a.generator import fold_group_atoms
-
         if bt > 32:
             raise ShapeError(f"fold keeps three accumulator sets: token tiles up to 32, not {bt}")
         ga = fold_group_atoms(layout)
@@ -752,7 +712,7 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
             # cancellation against (magic + zero) x sum(x): relative error 1.9e-3 against 1e-3 for f16
             raise ShapeError("fold=2 needs scale or zero groups: one sum over a whole split loses precision")
         if fold == 2:
-            from humming.core.families.mma_wna16.stream import fold_applies
+            from humming.core.families.mma_wna16.sizing import fold_applies
 
             if fold_applies(layout):
                 raise ShapeError(fold_applies(layout))
@@ -801,3 +761,9 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=splits,
         async_copy=True, smem_bytes=smem_bytes(bt, stages), reasons=tuple(reasons),
     )
+
+
+def fold_group_atoms(lay) -> int:
+    """k atoms per fold group: the scale / zero group in atoms (the smaller one), 0 for one group over all of K."""
+    groups = [g // BK for g in (lay.scale_group, lay.zero_group) if g > 0]
+    return min(groups) if groups else 0

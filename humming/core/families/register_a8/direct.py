@@ -20,11 +20,11 @@ wgmmas); wait for this stage's wgmmas; release the slot. The narrow form keeps i
 codes), with the chain into the sums and no promotion."""
 from __future__ import annotations
 
+from humming.core.families.register_a8.pieces import e4m3_widen_call
+
 
 def _widen(a_type: str, buf: str, widen: str) -> str:
     """Word j of the lane's codes into fragment registers buf[j / 2][2 (j % 2)] (row g) and [.. + 1] (row g + 8)."""
-    from humming.core.families.register_a8.generator import e4m3_widen_call
-
     out = f"{buf}[j >> 1][2 * (j & 1)]", f"{buf}[j >> 1][2 * (j & 1) + 1]"
     if a_type == "e4m3":
         return e4m3_widen_call(widen, "wq[j >> 2][j & 3]", *out)

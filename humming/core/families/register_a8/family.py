@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from humming.core.common.quantized import fallback, ideal, runs_on_w8a8, w4a8_widen
+from humming.core.common.quantized import runs_on_w8a8, w4a8_widening
 from humming.core.families.register_a8.generator import wgmma_rs8_kernel_source
 from humming.core.families.register_a8.layout import WgmmaRs8Layout, prepare_w4a8_rs, rs8_group, rs8_refusal
 from humming.core.families.register_a8.planner import BT, PATH, min_m, plan_w4a8_wgmma_rs
+from humming.core.families.runnable import fallback, ideal
 from humming.core.families.wgmma_8bit.family import wgmma_8bit_refusal
 from humming.core.families.wgmma_8bit.planner import wgmma_form
 from humming.core.family import Family
@@ -45,7 +46,7 @@ def refusal(problem, caps, ask) -> str | None:
 def plan(problem, caps):
     sch, choice, opts = problem.scheme, fallback(problem, caps), problem.options
     layout = WgmmaRs8Layout(choice.a_type, problem.n, problem.k, rs8_group(sch, problem.k),
-                            fast_accum=opts.fast_accum and choice.a_type == "e4m3", widen=w4a8_widen(opts, choice))
+                            fast_accum=opts.fast_accum and choice.a_type == "e4m3", widen=w4a8_widening(opts, choice))
     p = plan_w4a8_wgmma_rs(caps, layout, problem.m, problem.act, scheme=sch.name)
     return replace(p, reasons=ideal(problem, caps).reasons + p.reasons)
 

@@ -26,13 +26,24 @@ from __future__ import annotations
 
 import re
 
-from humming.core.common.wgmma import PRODUCER_WARPGROUP, SLOT0_DESCRIPTOR, stmatrix_staging
-from humming.core.families.register_a import pair_cluster
-from humming.core.families.register_a.generator import (
+from humming.core.common.kernel_params import eight_bit_params
+from humming.core.common.wgmma import (
+    PRODUCER_WARPGROUP,
     STAGED_COPY_OUT,
     TILE_IN_LAUNCH_ORDER,
     TILE_RASTERIZED,
+    stmatrix_staging,
     tile_of_block,
+)
+from humming.core.families.register_a import pair_cluster
+from humming.core.families.register_a8.pieces import (
+    DESC0,
+    HELD_DECL,
+    HELD_LUTS,
+    HELD_ZERO,
+    e4m3_widen_call,
+    held_init,
+    uses_tables,
 )
 from humming.core.families.register_a8.planner import (
     BC,
@@ -47,7 +58,6 @@ from humming.core.families.register_a8.planner import (
     WIDE_BT,
     WIDE_FITTED_BT,
 )
-from humming.core.families.wgmma_8bit.generator import eight_bit_params
 from humming.devices.base import HelperRequest
 
 
@@ -73,42 +83,6 @@ def _luts() -> str:
             "  const uint32_t keep = (uint32_t)(ktiles >> 30);\n"
             f"  const uint32_t la0 = 0x{t[0][0]:08X}u + keep, la1 = 0x{t[1][0]:08X}u + keep;   // {t[0][1]} | {t[1][1]}\n"
             f"  const uint32_t lb0 = 0x{t[2][0]:08X}u + keep, lb1 = 0x{t[3][0]:08X}u + keep;   // {t[2][1]} | {t[3][1]}\n")
-
-
-# The wide and stream-K forms' values held in registers: ptxas, short of registers in the consumers' loop, recomputes a
-# value at every use when it can (the tables from ktiles, the lane's slot addresses from the thread index: 16
-# instructions a stage), but not a value loaded from shared memory. Thread 0 writes them next to the mbarriers.
-HELD_DECL = ("  // values the consumers read back into registers: ptxas keeps a loaded value in a register, but recomputes one\n"
-             "  // it can derive (the tables, the lane's addresses) at every use when registers are short\n"
-             "  __shared__ uint32_t held[5];  // the widening's tables, a zero\n")
-
-
-def held_init() -> str:
-    """Thread 0's stores of the held values: the widening's four tables (the nvidia backend's RS8_WIDEN_TABLES), a 0."""
-    from humming.devices.nvidia.backend import RS8_WIDEN_TABLES as t
-
-    return (f"    held[0] = 0x{t[0][0]:08X}u; held[1] = 0x{t[1][0]:08X}u;   // {t[0][1]} | {t[1][1]}\n"
-            f"    held[2] = 0x{t[2][0]:08X}u; held[3] = 0x{t[3][0]:08X}u;   // {t[2][1]} | {t[3][1]}\n"
-            "    held[4] = 0u;\n")
-
-
-HELD_ZERO = "  const uint32_t held0 = smem_u32(held), zero = lds_32(held0 + 16);   // 0, loaded (held)\n"
-HELD_LUTS = HELD_ZERO + ("  const uint32_t la0 = lds_32(held0), la1 = lds_32(held0 + 4);   // the widening's tables\n"
-                         "  const uint32_t lb0 = lds_32(held0 + 8), lb1 = lds_32(held0 + 12);\n")
-DESC0 = SLOT0_DESCRIPTOR  # (9 fewer uniform instructions a stage than building each stage's descriptor)
-
-
-def e4m3_widen_call(widen: str, word: str, lo: str, hi: str) -> str:
-    """The call that widens one word of e4m3 labels into its two fragment registers, by the layout's widening
-    (WgmmaRs8Layout.widen: "linear", no tables; "prmt", the four tables la0 la1 lb0 lb1 in registers)."""
-    if widen == "prmt":
-        return f"int4n8_to_e4m3x8_x({word}, la0, la1, lb0, lb1, {lo}, {hi});"
-    return f"int4_to_e4m3x8({word}, {lo}, {hi});"
-
-
-def uses_tables(lay) -> bool:
-    """True when the layout's widening reads the four lookup tables (e4m3 with the "prmt" widening)."""
-    return lay.a_type == "e4m3" and lay.widen == "prmt"
 
 
 def _widening(lay, word: str, ind: str) -> tuple[str, str]:
@@ -826,8 +800,6 @@ def _quarter_loop(scale_pick: str, widen: str, stagger_give: str, to_f32: str, c
         body += _chain_step(c, ind) + (give if give_after == c + 1 else "") + _wait_promote(c - 1, 1, to_f32, ind)
     return ((head or _WIDE_STAGE_HEAD).format(scale_pick=scale_pick, widen=widen) + body
             + last[0] + "\n" + release + last[1] + "  }\n")
-
-
 
 
 # the same pair of values as _EPILOGUE_STORES', for the stmatrix staging (TileConfig.stsm)

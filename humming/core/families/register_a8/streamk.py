@@ -10,9 +10,10 @@ segment's token scales in one of two shared buffers (read from global memory in 
 latency per pass)."""
 from __future__ import annotations
 
+from humming.core.common.kernel_params import eight_bit_params
 from humming.core.families.register_a import streamk as streamk
+from humming.core.families.register_a8.pieces import DESC0, HELD_DECL, held_init
 from humming.core.families.register_a8.planner import OUT_PAD, STREAMK_STAGING_TOKENS, WIDE_BT, WIDE_FITTED_BT
-from humming.core.families.wgmma_8bit.generator import eight_bit_params
 
 # the producer thread: every segment's stages into the slots in turn (slot it % STAGES, it = stages copied so far)
 _PRODUCER = """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread copies every segment's stages in turn
@@ -153,7 +154,6 @@ def _indent(code: str, by: str = "  ") -> str:
 
 def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
     """The stream-K kernel of the wide form; ``parts``: the wide form's pieces (generator_wgmma_rs8._wide_parts)."""
-    from humming.core.families.register_a8.generator import DESC0, HELD_DECL, held_init
     from humming.devices.nvidia.backend import wgmma_rs8_prelude
 
     t = plan.tiles

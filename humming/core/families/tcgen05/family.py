@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from humming.core.common.quantized import ideal, runnable
 from humming.core.families.mma_blockscaled.layout import (
     Tcgen05BlockScaledLayout,
     prepare_blockscaled_tcgen05,
     recipe_of,
 )
+from humming.core.families.runnable import ideal, runnable
 from humming.core.families.tcgen05.generator import tcgen05_kernel_source
 from humming.core.families.tcgen05.planner import (
     plan_blockscaled_tcgen05,

@@ -26,7 +26,8 @@ The parameter list is the one of the 8-bit mma.sync kernel (S, WS, CNT and k_per
 """
 from __future__ import annotations
 
-from humming.core.families.wgmma_8bit.generator import eight_bit_params, swizzled_stage_loader
+from humming.core.common.kernel_params import eight_bit_params
+from humming.core.common.wgmma import swizzled_stage_loader
 from humming.devices.base import HelperRequest
 
 # ---- CUDA text shared by the three tcgen05 kernels (W8A8, WnA16, block-scaled): one CTA of 128 threads, an mbarrier

@@ -12,8 +12,10 @@ import hashlib
 import math
 from dataclasses import replace
 
+from humming.core.common.paths import UNVERIFIED_ENV, unverified_enabled
+from humming.core.common.paths import unverified_note as paths_unverified_note
 from humming.core.families.mma_blockscaled.layout import TC_STAGE_K, Tcgen05BlockScaledLayout
-from humming.core.families.mma_blockscaled.planner import FORMS, UNVERIFIED_ENV, BlockScaleDict, unverified_enabled
+from humming.core.families.mma_blockscaled.planner import FORMS, BlockScaleDict
 from humming.core.plan import _DEFAULT_SMS, Plan, TileConfig
 from humming.errors import ShapeError, UnsupportedOnDevice
 
@@ -29,8 +31,7 @@ __all__ = ["KINDS", "UNVERIFIED_ENV", "WNA16_PATH", "Tcgen05BlockScaledPlan", "T
 
 
 def unverified_note(caps) -> str:
-    return (f"tcgen05 kernel generated and compiled for {caps.target.arch}, not yet validated on hardware: "
-            f"set {UNVERIFIED_ENV}=1 to use it")
+    return paths_unverified_note(caps, "tcgen05")
 
 
 def tcgen05_form(caps, a_type: str):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from humming.core.common.quantized import fallback, ideal, runs_on_w8a8
+from humming.core.common.quantized import runs_on_w8a8
+from humming.core.families.runnable import fallback, ideal
 from humming.core.families.wgmma_8bit.generator import wgmma_w8a8_kernel_source
 from humming.core.families.wgmma_8bit.layout import (
     WgmmaW4A8Layout,

@@ -25,76 +25,18 @@ mma.sync 8-bit kernel (S, WS, CNT and k_per_split are unused), so the same launc
 """
 from __future__ import annotations
 
+from humming.core.common.kernel_params import _S_DOC, _TS_DOC, eight_bit_params
+from humming.core.common.wgmma import swizzled_stage_loader
+from humming.core.families.wgmma_8bit.pieces import (
+    _ROW_SCALE,
+    W4A8_ACC_DECL,
+    W4A8_PARAM_DOCS,
+    w4a8_group_loop,
+    w4a8_group_steps,
+    w4a8_widen,
+    wgmma_epilogue,
+)
 from humming.devices.base import HelperRequest
-
-# ---- CUDA text shared by the wgmma 8-bit kernels (W8A8, W4A8 lock-step and warp-specialised) and the tcgen05 W8A8
-# kernel: the parameter list of the 8-bit mma.sync kernel, the m64nBN register epilogue, the W4A8 group promotion
-_TS_DOC = "per-token activation scale [M] or null"
-_S_DOC = "unused (group scales of W4A8)"
-_ROW_SCALE = "(TS && row0 + 8 * h < M) ? scale * load_f32(TS + row0 + 8 * h) : scale"
-
-
-def eight_bit_params(kernel_name: str, b_doc: str = "weight codes [N, K] bytes, row-major (K-major)",
-                     ts_doc: str = _TS_DOC, s_doc: str = _S_DOC, bias_doc: str = "[N] or null",
-                     tensor_maps: tuple = (), block_threads: str = "cfg::THREADS") -> str:
-    """The kernel's signature line and the 8-bit mma.sync kernel's parameter list, through the opening brace (one
-    launcher runs every kernel that takes it; the comments name what each kernel reads); ``tensor_maps`` (name, doc,
-    name, doc, ...) appends TMA tensor maps as __grid_constant__ parameters."""
-    gs_end = ") {      // a device scalar multiplying the output (per-tensor activation scale) or null"
-    if tensor_maps:
-        pairs = list(zip(tensor_maps[::2], tensor_maps[1::2]))
-        gs_end = ",      // a device scalar multiplying the output (per-tensor activation scale) or null" + "".join(
-            f"\n    const __grid_constant__ TmaMap {name}{') {' if i == len(pairs) - 1 else ','}  // {doc}"
-            for i, (name, doc) in enumerate(pairs))
-    return f"""extern "C" __global__ void __launch_bounds__({block_threads}, 1) {kernel_name}(
-    const unsigned char* __restrict__ A,  // activation codes [M, K], row-major (K-major)
-    const uint32_t* __restrict__ Bw,      // {b_doc}
-    const float* __restrict__ TS,         // {ts_doc}
-    const float* __restrict__ S,          // {s_doc}
-    const float* __restrict__ CS,         // per-channel weight scale [N] or null
-    const uint16_t* __restrict__ BIAS,    // {bias_doc}
-    uint16_t* __restrict__ C,             // output [M, N]
-    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
-    int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS{gs_end}
-"""
-
-
-def _facc(i: str) -> str:
-    return f"facc[{i}]"
-
-
-def wgmma_epilogue(warp: str, result=_facc, row_scale: str = _ROW_SCALE, volatile_note: bool = False) -> str:
-    """The register epilogue of an m64nBN accumulator fragment (warp ``warp`` of its warpgroup holds tile rows 16 warp
-    .. +15): value ``result(i)`` of register i x row scale ``rs[h] = row_scale`` x CS[n] + bias, stored as f16/bf16
-    pairs; ends with the column loop's closing brace."""
-    note = ("    // (volatile loads, so the compiler keeps them next to their use instead of hoisting all BN/8 of them)\n"
-            if volatile_note else "")
-    return f"""  const float scale = GS ? out_scale * load_f32(GS) : out_scale;
-  const int row0 = m0 + {warp} * 16 + (lane >> 2);
-  float rs[2];
-  #pragma unroll
-  for (int h = 0; h < 2; ++h) rs[h] = {row_scale};
-  #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {{
-    const int col = n0 + 8 * j + 2 * (lane & 3);
-{note}    float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
-    if (CS) {{ c0 = u32_as_f32(load_g32(CS + col)); c1 = u32_as_f32(load_g32(CS + col + 1)); }}
-    if (BIAS) {{
-      const uint32_t bb = load_g32(BIAS + col);  // the two 16-bit biases of columns col, col + 1
-      b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
-    }}
-    #pragma unroll
-    for (int h = 0; h < 2; ++h) {{
-      const int row = row0 + 8 * h;
-      if (row < M) {{
-        const float v0 = {result('4 * j + 2 * h')} * rs[h] * c0 + b0;
-        const float v1 = {result('4 * j + 2 * h + 1')} * rs[h] * c1 + b1;
-        store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
-      }}
-    }}
-  }}
-"""
 
 
 def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
@@ -237,28 +179,6 @@ static_assert(THREADS == 256 && BM % 32 == 0 && BN % 32 == 0, "256 threads copy 
     return src
 
 
-# (weight format, operand type) -> how one 32-bit word of 8 packed codes becomes two words of 4 widened codes
-# (k order); the packing of the word depends on the operand type (``humming.core.families.wgmma_8bit.layout.pack_int4_kmajor``)
-_W4A8_WIDEN = {
-    ("int4", "s8"): ("s8x16_lo(WORD)", "s8x16_hi(WORD)"),
-    ("int4", "e4m3"): ("int4n4_to_e4m3x4(WORD)", "int4n4_to_e4m3x4(WORD >> 16)"),
-    ("e2m1", "e4m3"): ("e2m1n4_to_e4m3x4(WORD)", "e2m1n4_to_e4m3x4(WORD >> 16)"),
-}
-
-
-# ---- CUDA text shared by the two W4A8 kernels (lock-step here, warp-specialised in generator_wgmma_ws)
-W4A8_PARAM_DOCS = dict(b_doc="packed 4-bit weights [N, K/2] bytes, row-major (K-major)",
-                       s_doc="fp32 group scales [K/GROUP, N], columns in accumulator order",
-                       bias_doc="[N] or null (4-byte aligned)")
-
-W4A8_ACC_DECL = """  wg_acc_t acc[WG_ACC_REGS];
-  float facc[WG_ACC_REGS];  // fp32 sums of the group partials times their scales
-  #pragma unroll
-  for (int i = 0; i < WG_ACC_REGS; ++i) { acc[i] = 0; facc[i] = 0.0f; }
-  // this thread's accumulator columns 8j + 2*(lane%4) + e are the table's columns n0 + (lane%4)*32 + 2j + e
-  const float* s_col = S + n0 + (lane & 3) * (BN / 4);
-"""
-
 _W4A8_LOCKSTEP_UNDER_WGMMA = """\
       if (gi == 0) {  // while the tensor core works: refill, widen stage kt+1, barrier
         const int next = kt + LOOKAHEAD;  // refills the slot of kt-2
@@ -271,56 +191,6 @@ _W4A8_LOCKSTEP_UNDER_WGMMA = """\
         }
         __syncthreads();                // B(kt): tile kt+1 complete; everyone is past its wait of kt-1
       }
-"""
-
-
-def w4a8_group_steps(plan, caps):
-    """(group, k32 steps per wgmma group, helper request) of a W4A8 plan; ValueError for a group the kernels do
-    not take."""
-    group = plan.layout.group
-    if not (group in (32, 64) or group % 128 == 0):
-        raise ValueError(f"wgmma W4A8: group {group} must be 32, 64 or a multiple of 128")
-    gsteps = min(group, 128) // 32  # k32 steps per wgmma group (one promotion each)
-    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
-    return group, gsteps, request
-
-
-def w4a8_widen(lay, indent: str) -> str:
-    """Statements widening the four raw words q[0..3] (32 codes) into the eight words o[0..7]."""
-    lo, hi = _W4A8_WIDEN[(lay.weight_format, lay.a_type)]
-    return "\n".join(
-        f"{indent}o[{2 * w}] = {lo.replace('WORD', f'q[{w}]')}; o[{2 * w + 1}] = {hi.replace('WORD', f'q[{w}]')};"
-        for w in range(4))
-
-
-def w4a8_group_loop(gsteps: int, a_type: str, under_wgmma: str = "", after_wait: str = "") -> str:
-    """The loop over a stage's wgmma groups: issue the group's k32 wgmmas, load its scales, ``under_wgmma`` (CUDA run
-    while the tensor core works), wait, ``after_wait``, add the partial times the scales into the fp32 sums."""
-    # s8: a partial of <= 128 k is below 128 * 128 * (16 * 8) = 2^21 in magnitude, so the integer-to-float
-    # conversion is one integer add and one float subtraction instead of the conversion unit
-    to_f32 = "small_s32_to_f32" if a_type == "s8" else "wg_acc_to_f32"
-    return f"""    #pragma unroll {1 if gsteps < 4 else 4}
-    for (int gi = 0; gi < BK / 32 / GSTEPS; ++gi) {{  // groups of 32 / 64: one loop (registers)
-      wgmma_fence_operand(acc);
-      wgmma_fence();
-      #pragma unroll
-      for (int s = 0; s < GSTEPS; ++s)  // k32 steps: +32 bytes inside the swizzled rows = +2 in the address field
-        wgmma_k32(acc, desc_a + 2 * (gi * GSTEPS + s), desc_b + 2 * (gi * GSTEPS + s), s > 0);
-      wgmma_commit();
-      uint32_t s4[BN / 16][4];  // this group's scales of the thread's 32 columns (loaded while the wgmma runs)
-      const float* srow = s_col + (size_t)((kt * BK + gi * GSTEPS * 32) / GROUP) * N;
-      #pragma unroll
-      for (int v = 0; v < BN / 16; ++v) load_g128_cached(s4[v], srow + 4 * v);
-{under_wgmma}      wgmma_wait<0>();
-      wgmma_fence_operand(acc);
-{after_wait}      #pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-        #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            facc[4 * j + 2 * h + e] += {to_f32}(acc[4 * j + 2 * h + e]) * u32_as_f32(s4[j / 2][(j % 2) * 2 + e]);
-    }}
 """
 
 
@@ -441,28 +311,3 @@ static_assert(RAW_BYTES == (BN / 64) * THREADS * 16, "each thread copies BN/64 r
 """
 
 
-def swizzled_stage_loader(rows_per_pass: int) -> str:
-    """CUDA of ``load_stage(stage, kt)``: one stage's A tile (BM rows x 128 B) then B tile (BN rows x 128 B) of
-    8-bit K-major operands, copied with cp.async into 128-byte-swizzled shared memory by THREADS = 8 x
-    ``rows_per_pass`` threads (shared by the wgmma and tcgen05 8-bit kernels)."""
-    r = rows_per_pass
-    return f"""  // stage layout: A tile (BM rows x 128 B) then B tile (BN rows x 128 B), both 128-byte swizzled.
-  // Thread tid copies chunk tid % 8 of rows tid / 8 + {r} i: (row mod 8) is the same for every i, so the
-  // swizzled offset inside a group of {r} rows is one constant and row i adds i * {r} * 128 bytes.
-  const int lrow = tid >> 3, lch = tid & 7;
-  const uint32_t lswz = swz128(lrow, lch);
-  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
-  const unsigned char* b_src = B + (size_t)(n0 + lrow) * K + lch * 16;
-  auto load_stage = [&](int stage, int kt) {{
-    const uint32_t a_tile = smem0 + stage * STAGE_BYTES + lswz, b_tile = a_tile + A_BYTES;
-    const int k0 = kt * BK;
-    #pragma unroll
-    for (int i = 0; i < BM / {r}; ++i) {{
-      const bool ok = m0 + lrow + {r} * i < M;  // rows past M are zero-filled (the source stays a valid address)
-      copy_16_async(a_tile + i * {r} * 128, ok ? a_src + ({r} * i * K + k0) : A, ok);
-    }}
-    #pragma unroll
-    for (int i = 0; i < BN / {r}; ++i)
-      copy_16_async(b_tile + i * {r} * 128, b_src + ({r} * i * K + k0), true);
-  }};
-"""

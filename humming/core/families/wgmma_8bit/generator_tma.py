@@ -22,8 +22,9 @@ The tensor maps are the last two kernel parameters (``humming.api.tma_boxes`` sa
 """
 from __future__ import annotations
 
+from humming.core.common.kernel_params import eight_bit_params
 from humming.core.common.wgmma import WS_BLOCK_HEAD
-from humming.core.families.wgmma_8bit.generator import eight_bit_params, wgmma_epilogue
+from humming.core.families.wgmma_8bit.pieces import wgmma_epilogue
 from humming.devices.base import HelperRequest
 
 THREADS = 384

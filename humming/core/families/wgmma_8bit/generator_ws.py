@@ -22,11 +22,11 @@ producer waits for before reusing the slot for stage j has parity (j / STAGES + 
 """
 from __future__ import annotations
 
+from humming.core.common.kernel_params import eight_bit_params
 from humming.core.common.wgmma import WS_BLOCK_HEAD
-from humming.core.families.wgmma_8bit.generator import (
+from humming.core.families.wgmma_8bit.pieces import (
     W4A8_ACC_DECL,
     W4A8_PARAM_DOCS,
-    eight_bit_params,
     w4a8_group_loop,
     w4a8_group_steps,
     w4a8_widen,

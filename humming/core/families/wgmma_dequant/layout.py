@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from humming.core.common.decode import WeightDecode
-from humming.core.common.layout import _act_order_perm, _range_shift, act_name, layout_for
+from humming.core.common.layout import _act_order_perm, _range_shift, act_name
+from humming.core.families.mma_wna16.layout import layout_for
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 BLOCK_N = 64

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from humming.core.common.wgmma import choose_tile_width, require_wgmma
+from humming.core.common.wgmma import choose_tile_width, require_wgmma, wgmma_k16_form
 from humming.core.plan import _DEFAULT_SMS, Plan, TileConfig
 from humming.errors import ShapeError, UnsupportedOnDevice
 
@@ -14,13 +14,6 @@ BM, BK = 128, 64  # two warpgroups of m64; 64 activation values = one 128-byte s
 BQ = 3  # dequantized B tiles in flight: written (s + 1), read by wgmma (s), maybe still read by wgmma (s - 1)
 MAX_STAGES = 6
 MIN_M = 128  # below one full 128-row tile the mma.sync kernels (with split-K) fill the GPU better
-
-
-def wgmma_k16_form(caps, act: str):
-    """The declared wgmma form with k16 for act x act -> f32, or None."""
-    forms = [f for f in caps.find_mma(family="wgmma", a_type=act, b_type=act, acc_type="f32")
-             if f.shape[0] == 64 and f.shape[2] == 16]
-    return forms[0] if forms else None
 
 
 def scale_rows(group: int) -> int:

@@ -3,7 +3,7 @@
 * widened: 8-bit activation codes (int8, e4m3, e5m2) are exact in f16 / bf16; quantized as the reference does, the
   codes are widened to 16 bits and multiplied on the WnA16 kernels of the same weights, the per-token (or per-tensor)
   scales applied per output row in the fp32 epilogue (``Plan.row_scale``). Taken in the M ranges measured faster
-  (humming.core.common.act_widen), or always where the profile has no native path (fp8 without fp8 tensor cores).
+  (humming.core.routes.widened_ranges), or always where the profile has no native path (fp8 without fp8 tensor cores).
 * upconvert: NVFP4 / MX activations and weights times their block scales are exact in bf16 (or f16): activations
   quantized as the reference does and dequantized without their global scale, multiplied on the mma.sync WnA16
   kernels, the global activation scale in the fp32 epilogue.
@@ -15,11 +15,12 @@ from dataclasses import replace
 
 import torch
 
-from humming.core.common import act_widen
-from humming.core.common.layout import act_name, layout_for
-from humming.core.common.quantized import fallback
+from humming.core.common.layout import act_name
+from humming.core.families.mma_wna16.layout import layout_for
+from humming.core.families.mma_wna16.tuned import choose_plan
+from humming.core.families.runnable import fallback
 from humming.core.family import Family
-from humming.core.tuning.entries import choose_plan
+from humming.core.routes import widened_ranges as act_widen
 
 _DTYPE = {"f16": torch.float16, "bf16": torch.bfloat16}
 

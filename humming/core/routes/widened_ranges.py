@@ -49,7 +49,7 @@ def refusal(scheme, n: int, k: int) -> str:
         return f"{mode} activation scales vary along K (only per-token and per-tensor scales factor out of the sum)"
     if scheme.weight_scale.granularity == "block":
         return "128x128 weight blocks have no weight-only kernel"
-    from humming.core.common.layout import layout_for
+    from humming.core.families.mma_wna16.layout import layout_for
 
     try:
         layout_for(scheme.with_(act=None), n, k, "f16")
@@ -61,7 +61,7 @@ def refusal(scheme, n: int, k: int) -> str:
 def native_refusal(caps, scheme) -> str:
     """Why the profile has no native kernel path for the scheme ("" when it has one): then the widened path takes
     every M (e.g. fp8 activations on a profile without fp8 tensor cores)."""
-    from humming.core.common.paths import runnable_path
+    from humming.core.families.runnable import runnable_path
 
     try:
         runnable_path(caps, scheme)
