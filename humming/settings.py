@@ -99,3 +99,10 @@ def tune_file() -> Path:
     """The user tuning file: HUMMING_TUNE_FILE, else <kernel cache dir>/tuning.json."""
     explicit = raw("HUMMING_TUNE_FILE")
     return Path(explicit).expanduser() if explicit else cache_dir() / "tuning.json"
+
+
+def markdown_table() -> str:
+    """The README's table of every setting (a test checks that the README holds it)."""
+    rows = ["| variable | default | what it does |", "|---|---|---|"]
+    rows += [f"| `{s.name}` | {s.default} | {s.doc} |" for s in SETTINGS]
+    return "\n".join(rows)

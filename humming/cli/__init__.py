@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "run": "humming.cli.run",
     "tune": "humming.cli.tune",
     "build": "humming.cli.build",
+    "support": "humming.cli.support",
 }
 
 

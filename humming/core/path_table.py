@@ -49,7 +49,7 @@ def row(caps, name: str, m: int = DECODE_M, prefill_m: int = PREFILL_M) -> dict:
         prefill = select(Problem(sch, prefill_m, n, k, _act(caps)), caps)
         kernels = f"M={m}: {decode.family.name}" + (f"; M={prefill_m}: {prefill.family.name}"
                                                      if prefill.family is not decode.family else "")
-        out["prefill"] = prefill.family.name
+        out["prefill"] = prefill.family.name if prefill.family.is_route else prefill.kernel.name
     except (UnsupportedOnDevice, SchemeError, ShapeError) as exc:
         kernels = f"M={m}: {decode.family.name}; M={prefill_m}: {str(exc).splitlines()[0]}"
     notes = [r for r in p.reasons if "not yet validated" in r]
