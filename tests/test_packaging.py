@@ -25,5 +25,6 @@ def test_wheel_contains_profiles_and_tuning(tmp_path):
     assert "humming/device_profiles/thead/zhenwu-810e.yaml" in names or any(
         n.startswith("humming/device_profiles/thead/") for n in names)
     assert sum(n.endswith(".yaml") for n in names if n.startswith("humming/device_profiles/")) >= 20
-    assert "humming/core/tuned_h200.json" in names
+    assert "humming/device_profiles/tuning/nvidia-h200.json" in names
+    assert "humming/device_profiles/tuning/defaults.yaml" in names
     assert "humming/cli/run.py" in names and "humming/devices/nvidia/backend.py" in names

@@ -11,7 +11,7 @@ Files. Lookups read the user file and the shipped defaults; a user entry wins ov
 
 - user file: ``$HUMMING_TUNE_FILE``, else ``<kernel cache dir>/tuning.json`` (``humming.core.compile.cache.cache_dir()``);
   ``python -m humming tune`` writes it (read-modify-write under a lock file, then an atomic rename).
-- shipped defaults: ``humming/core/tuning/tuned_*.json`` (package data), measured with ``python -m humming tune``.
+- shipped defaults: ``device_profiles/tuning/<profile>.json`` (package data), measured with ``python -m humming tune``.
 - ``HUMMING_TUNE=0`` turns lookups off (the planner's rules only).
 
 Format (one JSON object)::
@@ -52,8 +52,7 @@ ENV_FILE = "HUMMING_TUNE_FILE"
 ENV_ENABLE = "HUMMING_TUNE"
 FORMAT_VERSION = 1
 FILE_NAME = "tuning.json"
-SHIPPED_DIR = Path(__file__).resolve().parent
-SHIPPED_GLOB = "tuned_*.json"
+SHIPPED_GLOB = "*.json"  # device_profiles/tuning/<profile>.json: the measured entries shipped per profile
 
 # ------------------------------------------------------------------------------------------------ M buckets
 #: Upper bounds of the M buckets; M above the last bound falls in one open bucket. The prefill buckets follow the
@@ -140,11 +139,13 @@ def tune_file() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _shipped() -> tuple[Path, ...]:
-    return tuple(sorted(SHIPPED_DIR.glob(SHIPPED_GLOB)))
+    from humming.core.tuning.knobs import data_dir
+
+    return tuple(sorted(data_dir().glob(SHIPPED_GLOB)))
 
 
 def shipped_files() -> list[Path]:
-    """The tuning files shipped as package data (humming/core/tuning/tuned_*.json)."""
+    """The tuning files shipped as package data (device_profiles/tuning/*.json)."""
     return list(_shipped())
 
 
