@@ -151,7 +151,7 @@ def replay_once_us(graph, calls: int) -> float:
 def balanced_orders(n: int) -> list[list[int]]:
     """Orders of ``n`` timers, one per round, in which every timer takes every position equally often and follows
     every other timer equally often (a Williams design: n orders for even n, 2n for odd n). A plain rotation keeps
-    the cyclic order, so with three or more timers each one always follows the same other one: on the H200 (2026-12-02)
+    the cyclic order, so with three or more timers each one always follows the same other one: on the H200
     a GEMM timed right after a low-power one (the mma.sync column) ran 12% faster at M=4096, and the rotation gave
     cuBLAS that place in 6 of 8 rounds, humming in 3."""
     if n <= 1:
@@ -170,7 +170,7 @@ def balanced_orders(n: int) -> list[list[int]]:
 def rotated_samples(timers: list, rounds: int) -> list[list[float]]:
     """One sample of every timer per round, the rounds in balanced_orders (``rounds`` rounded up to a whole number of
     its orders): the GPU's clock follows its recent load, so a fixed order favours one position (up to 8% at M >= 1024
-    on the H200, 2026-12-01) and a fixed predecessor favours a timer too (balanced_orders)."""
+    on the H200) and a fixed predecessor favours a timer too (balanced_orders)."""
     samples: list[list[float]] = [[] for _ in timers]
     if not timers:
         return samples

@@ -338,8 +338,8 @@ def with_pdl(caps, plan: Plan) -> Plan:
 
 
 CLUSTER_SPLITS_KNOB = "launch.cluster_splits"  # 0: split-K partials through the workspace; N: by cluster up to N
-# split counts that go through a cluster by default: measured on the H200 (2026-11-30, docs/performance.md, eleventh
-# session), 2 splits in a cluster beat the workspace (4096x14336 M=1 13.4-13.6 -> 11.9-12.0 us) but 4 lost
+# split counts that go through a cluster by default (launch.cluster_splits): measured on the H200 (docs/performance.md),
+# 2 splits in a cluster beat the workspace (4096x14336 M=1 13.4-13.6 -> 11.9-12.0 us) but 4 lost
 # (4096x14336 M=4, x_smem, 8 warps: 14.7 -> 18.8 us): the cluster's blocks must be placed together
 
 

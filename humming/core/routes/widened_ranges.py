@@ -23,7 +23,7 @@ from humming.core.tuning import knobs
 from humming.errors import HummingError, UnsupportedOnDevice
 
 # M ranges that take the widened path by default, for profiles whose native 8-bit kernels are wgmma (measured on the
-# H200, 2026-11-30, docs/performance.md) and for the others (mma.sync 8-bit kernels: decode sizes only, where the
+# H200, docs/performance.md) and for the others (mma.sync 8-bit kernels: decode sizes only, where the
 # stream kernel's weight bandwidth decides); keyed by (weight width class, activation class). "4bit-rs8": int4
 # weights the register-A W4A8 kernel takes (groups of 128 or per channel, no zero points): the ranges of
 # ``rs8_ranges`` (M <= 64, and where that kernel's blocks would not fill the SMs); the entry here holds where N is not
@@ -71,7 +71,7 @@ def native_refusal(caps, scheme) -> str:
 
 
 def m_ranges(caps, scheme, n: int = 0, k: int = 0, act_widen: bool | None = None) -> tuple[tuple[int, int], ...] | None:
-    """The M ranges that take the widened path (None: every M; (): never); N and K (0: not known) tell whether the
+    """The M ranges that take the widened path (None: every M;: never); N and K (0: not known) tell whether the
     register-A W4A8 kernel takes the weights; ``act_widen`` (GemmOptions.act_widen) True: every M, False: never."""
     if act_widen is False:
         return ()
@@ -88,10 +88,9 @@ def m_ranges(caps, scheme, n: int = 0, k: int = 0, act_widen: bool | None = None
 
 RS8_MIN_FILL = 0.75  # the register-A W4A8 kernel's 128 x 128 blocks per SM below which the widened path takes over
 # ... where that kernel accumulates exact int32 sums across stages (int8 activations, per-channel scales: no promotion,
-# TileConfig.direct), its blocks are ~1.6x cheaper and win from a lower fill. Measured on the H200 (2026-12-02,
-# scripts/ab_env.py act_widen None / False, W4A8-INT8 per channel, us, widened / native): 4096x14336 M128 (32
+# TileConfig.direct), its blocks are ~1.6x cheaper and win from a lower fill. Measured on the H200 (scripts/ab_knobs.py act_widen None / False, W4A8-INT8 per channel, us, widened / native): 4096x14336 M128 (32
 # blocks, 24%) 30.7 / 47.3, M200 (64, 48%) 52.2 / 48.6, M300 (96) 101.1 / 51.6, M384 (96) 94.2 / 52.0; 8192x8192
-# M128 (64 blocks) 30.7 / 31.1, M200-384 native either way (docs/runs/2026-12-02d/call6)
+# M128 (64 blocks) 30.7 / 31.1, M200-384 native either way
 RS8_MIN_FILL_INT32_SUMS = 0.45
 
 
@@ -108,7 +107,7 @@ def rs8_ranges(caps, n: int, fill: float = RS8_MIN_FILL) -> tuple[tuple[int, int
     """Where int4 weights of the register-A W4A8 kernel take the widened path: M <= 64, every M whose 128-token x
     128-channel blocks (that kernel has no split-K) fill fewer than RS8_MIN_FILL of the SMs, and the M whose token tiles
     would hold fewer than RS8_MIN_TOKEN_SHARE tokens (_padded_rs8_ranges). Measured on the H200
-    (2026-11-30, W4A8-FP8 native / widened, us): 8192x8192 M128 (64 blocks) 57.8 / 48.7, M256 (128) 59.0 / 66.0;
+    (W4A8-FP8 native / widened, us): 8192x8192 M128 (64 blocks) 57.8 / 48.7, M256 (128) 59.0 / 66.0;
     28672x8192 M128 (224) 116.7 / 123.5; 4096x14336 M128 (32) 92.2 / 47.4, M256 (64) 94.2 / 76.2, M512 (128) 99.1 /
     109.1; W4A8-INT8 alike (8192x8192 M128 52.0 / 47.9, 28672x8192 M128 104.3 / 123.8)."""
     sms = caps.limits.sms or 0
@@ -131,7 +130,7 @@ def rs8_ranges(caps, n: int, fill: float = RS8_MIN_FILL) -> tuple[tuple[int, int
 
 # the register-A W4A8 kernel's token tiles (128, or 256 / 192 in whole 64-token chains) fit M coarsely: where they would
 # hold fewer than this share of tokens, the widened path (whose W4A16 kernels fit their tiles in 16 rows) takes M.
-# Measured on the H200 (2026-12-01, scripts/ab_env.py, W4A8-FP8, us, native / widened, token share of the native
+# Measured on the H200 (scripts/ab_knobs.py, W4A8-FP8, us, native / widened, token share of the native
 # tiles): 8192x8192 M150 (two 128-token tiles, 59%) 48.4 / 46.8; 28672x8192 M150 189.9 / 131.4; with the wide tiles
 # fitted (192 tokens, `call13/`): 8192x8192 M270 (70%) 52.5 / 57.1, M300 (78%) 52.7 / 60.8, M380 (99%) 53.3 / 71.8,
 # M513 (89%) 97.9 / 110.0; 28672x8192 M270 191.1 / 217.2, M300 200.8 / 234.1, M513 306.8 / 370.6; native 128-token

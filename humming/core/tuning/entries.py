@@ -86,7 +86,7 @@ class Bucket:
         return tuple(range(self.lo, self.hi + 1))
 
 
-#: Buckets of older tuning files (before 2026-12-01: ..., 257-512, 513-1024, >1024), split since: an entry of one
+#: Buckets of older tuning files (before: ..., 257-512, 513-1024, >1024), split since: an entry of one
 #: still applies to its M where no file has an entry of M's own bucket.
 LEGACY_BUCKETS: dict[str, Bucket] = {"513-1024": Bucket(513, 1024), ">1024": Bucket(1025, None)}
 

@@ -20,7 +20,7 @@ from humming.core.plan import Plan, TileConfig
 from humming.errors import HummingError
 
 # ------------------------------------------------------------------------------------------------ candidates
-_STREAM_WARPS_K = (2, 4, 8, 16)  # 16: 512 threads, 128 registers each (the small layers at M <= 8, eleventh session)
+_STREAM_WARPS_K = (2, 4, 8, 16)  # 16: 512 threads, 128 registers each (the small layers at M <= 8)
 
 
 _STREAM_SPLITS = (1, 2, 4, 8)
@@ -97,7 +97,7 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
     _add_balanced(plans, seen, caps, layout, m, act, scheme)
 
     # the small-M register-A wgmma form where the profile runs wgmma here: (token tile, splits, stages, fold, tma);
-    # fold=2 was never faster than fold=1 on the H200 (2026-11-30) and is not timed; above 64 tokens, tiles of 64 / 128;
+    # fold=2 was never faster than fold=1 on the H200 and is not timed; above 64 tokens, tiles of 64 / 128;
     # activations by cp.async and, where the profile declares it, by TMA tensor copy
     copies = (False, True) if caps.memory.tma and caps.memory.mbarrier else (False,)
     if rs.SMALL_MIN_M <= m <= rs.SMALL_MAX_M:

@@ -121,7 +121,7 @@ def _x_smem_default(layout: WeightLayout, m: int, k: int, warps_k: int, auto_spl
                     smem_limit: int) -> int | None:
     """The split count for the stream kernel's x_smem variant by rule (codes of at most 4 bits, groups of 64 or
     more, a split's K range <= X_SMEM_RULE_MAX_K, at most half of X_SMEM_MAX_COPIES activation copies per thread,
-    the staging within the profile's shared memory per block), or None where the rule does not take it. H200 measurements (2026-11-30, tune --only x_smem): with those
+    the staging within the profile's shared memory per block), or None where the rule does not take it. H200 measurements (tune --only x_smem): with those
     settings x_smem with fold=2 ran at or ahead of the register-ring default at M 1, 2, 4 and 8 on 8192x8192,
     28672x8192 and 4096x14336 (e.g. 28672x8192 M=1 38.4 against 48.3 us)."""
     if layout.decode.container > 4:
@@ -172,7 +172,7 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
         x_ring = fold = x_smem_rule = 0
         bulk_wanted = tiles is None and bool(knobs.value(STREAM_BULK_KNOB, caps)) and _bulk_declared(caps)
         if tiles is None and m <= 8:
-            if not fold_applies(layout):  # measured on the H200 (2026-11-30): 10-15% faster at M=1 on every shape
+            if not fold_applies(layout):  # measured on the H200: 10-15% faster at M=1 on every shape
                 x_ring = fold = 1
                 why += "; M <= 8: codes multiplied raw, zero point and scale per atom in fp32 (fold), activations in flight"
                 staged = None if bulk_wanted else _x_smem_default(layout, m, k, warps_k, auto_splits, splits, limit)

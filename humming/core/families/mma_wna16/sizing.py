@@ -3,7 +3,7 @@ the fold variant's precision limit, the bulk-copy ring's slots, the x_smem stagi
 from __future__ import annotations
 
 # Largest magic offset per code level that fold keeps within the fp16 tolerance: measured on the H200
-# (2026-11-30, scripts/fold_precision.py, 512x2048 g64, M=1): uint1 in f16 (1024 / 2 levels) 1.2e-3 relative
+# (scripts/fold_precision.py, 512x2048 g64, M=1): uint1 in f16 (1024 / 2 levels) 1.2e-3 relative
 # error against 2.2e-4 without fold; uint2 in f16 (1024 / 4) 2.7e-4; 1-bit codes in bf16 (128 / 2) unchanged.
 FOLD_MAX_MAGIC_PER_LEVEL = 256
 
@@ -52,7 +52,7 @@ def bulk_slot_bytes(lay, bm: int) -> int:
 # ------------------------------------------------------------------------------------------------ x_smem
 # x_smem: the block's activations (tokens < M over its K range) and its rows of the per-atom tables are copied
 # once into shared memory, after the weight prefetch; the main loop then reads them with shared loads instead of
-# an L2 round trip per atom (measured on the H200, 2026-11-30: with activation and scale loads removed outright,
+# an L2 round trip per atom (measured on the H200: with activation and scale loads removed outright,
 # the M=1 28672x8192 kernel ran 39.7 -> 36.2 us).
 X_SMEM_MAX_COPIES = 32  # 16-byte copies of activations per thread (four round trips of 8)
 

@@ -54,7 +54,7 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
 def two_warpgroup_token_tile(m: int, bt: int, caps=None) -> int:
     """The token tile a two-warpgroup entry runs M with: its own (the planner then fits it to M), or, with the fitting
     off (the knob wgmma.fit_token_tile false), 128 instead of 256 where 128-token tiles hold fewer rows and 256-token ones would
-    be under planner_wgmma_rs.STREAMK_NARROW_BELOW tokens (the rule of its default plans from M 513 then). Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us, the 257-512
+    be under planner_wgmma_rs.STREAMK_NARROW_BELOW tokens (the rule of its default plans from M 513 then). Measured on the H200 (W4A16 g128, scripts/ab_knobs.py, us, the 257-512
     entries with 256 / 128): 8192x8192 M=270 135.5 / 106.0, M=300 127.6 / 102.1, M=380 90.5 / 101.6, M=400 91.7 /
     111.0; 28672x8192 M=270 498.5 / 329.4, M=300 455.8 / 317.8, M=380 343.1 / 340.1, M=400 346.7 / 454.1."""
     from humming.core.families.register_a import planner as rs
@@ -93,7 +93,7 @@ def _streamk_where_rounds_fill_badly(caps, layout, m: int, act: str, scheme: str
 def _two_warpgroup_padding_check(m: int, bt: int) -> None:
     """A two-warpgroup entry (measured at M=128 for bucket 65-128) runs an M below 128 only where its one token tile
     of ``bt`` rows is at least three quarters tokens; below that the small form with a token tile fitted to M is
-    faster. Measured on the H200 (2026-12-01, 28672x8192 W4A16 g128, scripts/ab_env.py, us, entry / small form):
+    faster. Measured on the H200 (28672x8192 W4A16 g128, scripts/ab_knobs.py, us, entry / small form):
     M=65 144.8 / 107.2, M=80 116.4 / 89.8, M=96 108.5 / 97.9, M=112 107.1 / 135.6, M=127 106.1 / 139.6."""
     from humming.core.families.register_a import planner as rs
 

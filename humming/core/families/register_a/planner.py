@@ -22,9 +22,9 @@ from humming.errors import ShapeError, UnsupportedOnDevice
 PATH = "wgmma-rs"
 MIN_M_KNOB = "register_a.min_m"  # null: never (the dequant-smem kernel); the default 513
 MIN_M = 128  # the smallest M the two-warpgroup form plans (one 128-token tile)
-# By default the kernel takes M >= 513 (register_a.min_m): measured on the H200 (2026-11-30) at M 1024/4096 it ran in
+# By default the kernel takes M >= 513 (register_a.min_m): measured on the H200 at M 1024/4096 it ran in
 # 0.76-0.87x cuBLAS fp16 on 8192x8192, 28672x8192 and 4096x14336, against 0.59-0.67x for the dequant-smem wgmma
-# kernel; at M=128 it was slower (too few blocks, no split-K). At M=768 (2026-12-01, scripts/ab_env.py in rotated
+# kernel; at M=128 it was slower (too few blocks, no split-K). At M=768 (scripts/ab_knobs.py in rotated
 # rounds, us) it beat what ran there before (a tiled entry routed to the dequant-smem kernel, or the small form):
 # 28672x8192 925 -> 583 (504 with stream-K), 8192x8192 254 -> 196 (155), 4096x14336 187 -> 153 (139). From M 257
 # the tuner's winners were already this form (the 257-512 entries shipped for the three shapes).
@@ -34,12 +34,12 @@ MIN_STAGES, MAX_STAGES = 4, 6
 # (fitted_token_tile) in whole groups of WIDE_BT_UNIT rows, never below WIDE_MIN_BT
 WIDE_BT_UNIT, WIDE_MIN_BT = 16, 64
 TMA_KNOB = "register_a.tma"  # activation stages by TMA tensor copy where the profile declares tma (false: cp.async).
-# Measured on the H200 (2026-11-30, same tiles, bench_wna16): 3-10% faster
+# Measured on the H200 (same tiles, bench_wna16): 3-10% faster
 # at M 16-4096 (8192x8192 M128 46.5 -> 43.6 us, 28672x8192 M128 153.0 -> 138.5, M4096 3366 -> 3232); the per-thread
 # cp.async address and predicate arithmetic was a quarter of the small form's instructions per stage
 WS_KNOB = "register_a.producer"  # the two-warpgroup form with a producer warpgroup issuing the tensor copies where
 # the profile declares setmaxnreg (and the copies are TMA). Measured on the H200
-# (2026-11-30, bench_wna16): 8192x8192 M1024 196.6 -> 188.1 us, 4096x14336 M1024 171.0 -> 163.0, M4096 804.8 -> 686.5,
+# (bench_wna16): 8192x8192 M1024 196.6 -> 188.1 us, 4096x14336 M1024 171.0 -> 163.0, M4096 804.8 -> 686.5,
 # 28672x8192 M4096 3237.7 -> 3142.2
 OUT_PAD = 8  # 16-bit values of padding per staging row (272-byte pitch: conflict-free epilogue stores)
 
@@ -100,7 +100,7 @@ def cluster_refusal(caps, n: int, stages: int, tma: bool, cluster: int) -> str:
 PAIR_CLUSTER_KNOB = "register_a.cluster"  # 2: the two-warpgroup form in clusters of two blocks that share each
 # activation stage by multicast (humming.core.families.register_a.pair_cluster); 0: never; null: pairs by default for
 # plans of 256-token tiles (plain or stream-K, not tail) from M PAIR_CLUSTER_MIN_M, where the profile declares cluster_multicast. Measured on
-# the H200 (2026-12-01, scripts/ab_env.py, 8 rotated rounds, W4A16 g128, median us, off -> on, two runs): 8192x8192
+# the H200 (scripts/ab_knobs.py, 8 rotated rounds, W4A16 g128, median us, off -> on, two runs): 8192x8192
 # M1024 206.3 -> 203.2 and 205.9 -> 203.1; 4096x14336 M1024 177.2 -> 173.5 and 177.5 -> 173.8, M2048 365.7 -> 359.1;
 # 8192x8192 M1536 310.5 -> 314.6 (its all-capped last rounds ~1% faster). The medians of rows where both settings ran
 # the same (stream-K) kernel moved by up to 1.3% in those runs. Not by default on the fitted 192-token tiles (M768:
@@ -114,7 +114,7 @@ PAIR_CLUSTER_BT = 256
 
 
 EARLY_KNOB = "register_a.early_ring"  # stream-K plans load the next segment's first weight atoms before the
-# epilogue (TileConfig.early). Off: no consistent gain on the H200 (2026-12-01, us, off -> on: 28672x8192 M128 106.2 ->
+# epilogue (TileConfig.early). Off: no consistent gain on the H200 (us, off -> on: 28672x8192 M128 106.2 ->
 # 107.8, M1024 761.1 -> 748.3, M4096 2984.7 -> 2949.6; with pairs 2872.8 -> 2810.0, then 2864.6 -> 2884.4)
 
 
@@ -169,11 +169,11 @@ def smem_bytes(bt: int, stages: int, staging: bool = False) -> int:
 
 # weight atoms in flight per lane in every two-warpgroup plan: 5 makes the plain form's trip (2 (5 + 1) = 12 stages)
 # whole rounds of its 6 activation slots, so every slot index and phase is a constant of the unrolled stage (1022 -> 954
-# SASS instructions per 10 stages at M 1024). Measured on the H200 (2026-12-01, scripts/ab_env.py W4A16 g128, 8
+# SASS instructions per 10 stages at M 1024). Measured on the H200 (scripts/ab_knobs.py W4A16 g128, 8
 # rounds, median us, before: 6 below M 1024, PF = 4 from there -> 5): 8192x8192 M1024 201.3 -> 191.8, 4096x14336 M1024
 # 173.0 -> 165.3, 28672x8192 M1024 680.0 -> 672.7, M128 107.0 -> 104.5 (uncapped rounds 94.5 -> 93.1), M4096
-# 2874 -> 2803; 8192x8192 / 4096x14336 M128 and M4096 within 0.3%. (Before: 6 against 4 below M 1024, 2026-11-30,
-# scripts/ablate.py pf6_2wg: 28672x8192 M128 117.2 -> 111.5, 8192x8192 M256 57.9 -> 56.4; 4 against 2, 2026-11-30,
+# 2874 -> 2803; 8192x8192 / 4096x14336 M128 and M4096 within 0.3%. (Before: 6 against 4 below M 1024,
+# scripts/ablate.py pf6_2wg: 28672x8192 M128 117.2 -> 111.5, 8192x8192 M256 57.9 -> 56.4; 4 against 2,
 # bench_wna16: 4096x14336 M4096 817 -> 731, 28672x8192 M1024 875 -> 808, 8192x8192 M4096 937 -> 913.)
 RING_2WG = 5
 # the tuning knob register_a.prefetch overrides it (1..12) for an A/B
@@ -187,15 +187,15 @@ def ring_env(caps=None) -> int:
 
 DEEP_RING_PF = 10  # weight atoms in flight per lane where shared memory holds only 2 blocks per SM (see small_ring)
 # weight atoms in flight per lane of the small form's token tiles of 80 / 96 with 6 stages (3 blocks per SM; 4 atoms
-# before): H200, 2026-12-01, W4A16 g128, scripts/ab_env.py, us, 4 / 6 / 10 atoms: 8192x8192 M=80 34.2 / 32.2 / 31.6,
+# before): H200, W4A16 g128, scripts/ab_knobs.py, us, 4 / 6 / 10 atoms: 8192x8192 M=80 34.2 / 32.2 / 31.6,
 # M=96 35.5 / 33.6 / 33.4; 4096x14336 M=80 31.7 / 29.6 / 29.5, M=96 33.8 / 31.8 / 31.8 (6: fewer registers, 140 at 96)
 WIDE_TILE_PF = 6
 
 
 # the occupancy option of the small-M form (TileConfig.occupancy): 7 blocks per SM (72 registers a thread) with 3 atoms
 # in flight and each stage waiting for its own wgmmas; 28672x8192 M=16 with 2 splits in a cluster (896 blocks, all
-# resident on 132 SMs): 44.9 us against 50.3 for the 4-block form (H200, 2026-11-30, scripts/ablate.py
-# w0+pf3+lb7; docs/performance.md, twelfth session). One warpgroup's m64nBTk16 wgmmas run one after another at a
+# resident on 132 SMs): 44.9 us against 50.3 for the 4-block form (H200, scripts/ablate.py
+# w0+pf3+lb7 (docs/performance.md)). One warpgroup's m64nBTk16 wgmmas run one after another at a
 # latency far above their issue cost, so more warpgroups per SM, not a deeper ring, is what speeds the small form.
 OCCUPANCY_PF = 3
 OCCUPANCY_RANGE = (5, 8)  # blocks per SM the option takes (at 8: 64 registers a thread, the least ptxas allows)
@@ -221,8 +221,8 @@ def small_ring(caps, bt: int, stages: int, cluster: int = 0, occupancy: int = 0,
     STAGES - 2 (at least WIDE_TILE_PF with 6 stages) and 3 (one block fewer with a cluster's producer warp). Where
     the activation stages leave room for only 2 blocks in the profile's shared memory (128 tokens x 6 stages: 97 KiB), the registers of a third block
     go to a deeper ring of DEEP_RING_PF atoms: 8192x8192 M=128 41.8 us with 4 atoms, 40.0 with 6, 38.8 with 8, 38.1
-    with 10 (twice), 39.3 with 12; 4096x14336 M=256 60.1 -> 58.6 from 8 to 10 (H200, 2026-11-30, scripts/ablate.py
-    pf6_rs / pf8_rs / pf10_deep; docs/performance.md, ninth session). ``occupancy`` (a plan option) sets the blocks
+    with 10 (twice), 39.3 with 12; 4096x14336 M=256 60.1 -> 58.6 from 8 to 10 (H200, scripts/ablate.py
+    pf6_rs / pf8_rs / pf10_deep (docs/performance.md)). ``occupancy`` (a plan option) sets the blocks
     and a ring of ``prefetch`` (else OCCUPANCY_PF) atoms; ``prefetch`` alone deepens or shortens the ring."""
     if occupancy:
         return prefetch or OCCUPANCY_PF, occupancy
@@ -254,10 +254,10 @@ def _token_tile(m: int, n: int, sms: int, cands: list[int], reasons: list[str]) 
 
 
 RASTER_KNOB = "register_a.raster"  # two-warpgroup form: token tiles per rasterization group; 0: launch order
-# 4: measured on the H200 (2026-11-30, scripts/ab_env.py, W4A16, us, 0 / 4 / 8): M4096 8192x8192 884.1 / 868.7 / 876.4,
+# 4: measured on the H200 (scripts/ab_knobs.py, W4A16, us, 0 / 4 / 8): M4096 8192x8192 884.1 / 868.7 / 876.4,
 # 28672x8192 3178.2 / 3092.7 / 3090.9, 4096x14336 776.0 / 757.0 / 767.2; at M1024 (4 token tiles: the same block
 # order) 192.6 / 190.0 / 190.0, 683.5 / 706.4 / 704.6, 170.1 / 171.4 / 172.2, i.e. this machine's spread
-# the staggered start from this M: measured on the H200 (2026-11-30, bench_wna16, us, off -> on): 8192x8192 M4096
+# the staggered start from this M: measured on the H200 (bench_wna16, us, off -> on): 8192x8192 M4096
 # 909.6 -> 846.9, 28672x8192 M1024 746.2 -> 659.1, M512 404.1 -> 377.5; but 8192x8192 M256 58.3 -> 63.0 and 4096x14336
 # M512 96.0 -> 105.0 (few blocks per SM there), the rest within noise
 STAGGER_MIN_M = 1024
@@ -298,7 +298,7 @@ def streamk_refusal(tail: int, producer_warp: bool) -> str:
 
 # the epilogue's staging by stmatrix .trans (16 instructions a thread at 256 tokens instead of 128 16-bit shared stores)
 # in the register-A W4A16 forms and the W4A8 narrow / wide forms, where the profile declares stmatrix;
-# the tuning knob register_a.stmatrix false turns it off. Measured on the H200 (2026-12-01, scripts/ab_env.py, median us, with the ring
+# the tuning knob register_a.stmatrix false turns it off. Measured on the H200 (scripts/ab_knobs.py, median us, with the ring
 # of 5, off -> on): W4A16 28672x8192 M2048 1387 -> 1355, M4096 2873 -> 2783, 4096x14336 M1024 165.3 -> 164.4, other
 # rows M 128-4096 within 0.5%; W4A8-FP8 28672x8192 M1024 479.5 -> 469.3, M4096 1963 -> 1935, other rows within 0.8%
 STSM_KNOB = "register_a.stmatrix"
@@ -456,8 +456,7 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
 STREAMK_KNOB = "register_a.streamk"  # false: the two-warpgroup form's default plans never take stream-K
 # The default plan takes stream-K (one persistent block per SM) where the 256-token tiles give each SM at least
 # STREAMK_MIN_TILES_PER_SM tiles, or fill the last round of tiles badly (at least STREAMK_MIN_SPLIT_TILES_PER_SM
-# tiles per SM, the rounds of whole tiles filled below STREAMK_MAX_FILL). Measured on the H200 (2026-12-01,
-# scripts/ab_env.py in rotated rounds, W4A16 g128, us, without -> with stream-K): tiles per SM (fill) 5.1-27 on
+# tiles per SM, the rounds of whole tiles filled below STREAMK_MAX_FILL). Measured on the H200 (scripts/ab_knobs.py in rotated rounds, W4A16 g128, us, without -> with stream-K): tiles per SM (fill) 5.1-27 on
 # 28672x8192 M 768-8192: 583 -> 504, 754 -> 708, 1523 -> 1447, 3145 -> 2944, 6081 -> 5804; 3.9-15.5 on 8192x8192
 # M 2048-8192: 439 -> 428, 901 -> 880, 1767 -> 1713; 3.9-7.8 on 4096x14336 M 4096-8192: 778 -> 745, 1557 -> 1474;
 # badly filled rounds: 8192x8192 M768 (1.45 a SM, 73%) 196 -> 155, 4096x14336 M768 (0.73, 73%) 153 -> 139. Slower
@@ -468,7 +467,7 @@ STREAMK_MIN_SPLIT_TILES_PER_SM = 0.7  # fewer tiles than this per SM: not measur
 STREAMK_MAX_FILL = 0.85
 STREAMK_BT = 256
 # stream-K with 128-token tiles where 256-token tiles would carry mostly padding rows: M just above a multiple of 256
-# (M / (M rounded up to 256) below STREAMK_NARROW_BELOW). Measured on the H200 (2026-12-01, python -m humming tune
+# (M / (M rounded up to 256) below STREAMK_NARROW_BELOW). Measured on the H200 (python -m humming tune
 # --only streamk, us, 256 -> 128 tokens): M=513 (67% of 768 rows used) 8192x8192 175.0 -> 160.2, 28672x8192 606.8 ->
 # 551.7, 4096x14336 141.9 -> 139.8; M=600 (78%) 144.7 -> 150.7, 468.1 -> 484.9, 132.2 -> 131.0; M=1100 (86%) 253.2 ->
 # 259.7, 853.1 -> 954.9, 230.7 -> 228.0
@@ -480,7 +479,7 @@ ROUNDS_KNOB = "register_a.rounds_rules"  # false: neither rule below
 # two-warpgroup form: (1) a tuned entry without stream-K or tail, measured at an M whose tiles filled the SMs, runs
 # this M with stream-K over 256-token tiles (fitted) instead (tuning.tuned_plan); (2) the default plan from M 513 takes
 # one more token tile, fitted smaller, where those tiles fill their rounds to ROUNDS_MIN_FILL, instead of stream-K.
-# Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us): (1) 4096x14336, the 257-512 entry (128-token
+# Measured on the H200 (W4A16 g128, scripts/ab_knobs.py, us): (1) 4096x14336, the 257-512 entry (128-token
 # tiles) / stream-K over 256-token tiles: M=270 (96 tiles, 73% of one round) 83.1 / 68.6, M=300 84.7 / 71.0, M=380
 # 93.1 / 82.0; at M 450 / 512 (128 tiles, 97%) the entry 96.1 / 100.3 against 101.8 / 110.2. (2) 8192x8192, stream-K
 # over 3 tiles of 208 / 4 plain tiles of 160: M=600 148.8 / 132.0, M=640 162.8 / 135.3
@@ -585,7 +584,7 @@ SMALL_STAGES = 6
 def small_splits(n: int, k: int, sms: int, tiles: int = 1, bt: int = 16) -> tuple[int, str]:
     """Split-K of the small-M form: the fewest splits that give every SM one block fewer than fit (4 with token
     tiles up to 64, 3 above), keeping >= 8 atoms per block (the weight ring and the activation stages need a run to
-    fill). Matches the tuner's winners on the H200 (2026-11-30) for 8192x8192, 28672x8192 and 4096x14336."""
+    fill). Matches the tuner's winners on the H200 for 8192x8192, 28672x8192 and 4096x14336."""
     slabs, katoms = n // SMALL_BC, k // BK
     want = (3 if bt <= 64 else 2) * sms * 0.95
     splits = 1
@@ -598,10 +597,10 @@ def small_splits(n: int, k: int, sms: int, tiles: int = 1, bt: int = 16) -> tupl
 def small_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
     """The small form as the planner's default rule, or None where it does not apply: int4 layouts it decodes, the
     profile's wgmma k16 form and cp.async, M 9-1023 (with the TMA activation copies it also won at M=16 on
-    28672x8192: 52.6 us against the stream kernel's 57.9 on the H200, 2026-11-30; before them the stream kernel was
+    28672x8192: 52.6 us against the stream kernel's 57.9 on the H200,; before them the stream kernel was
     5% faster there). Token tiles of M rounded up to 16 (128 from M 65, then fitted to M: fitted_token_tile); fold=1 (not where it
     would spill) and 8 stages up to 32 tokens, 4 stages at 64, 6 (4 on layers wider than 16384) at 128: the tuner's winners on the H200
-    (2026-11-30). Callers check that the live GPU runs the profile's wgmma."""
+    . Callers check that the live GPU runs the profile's wgmma."""
     if not SMALL_MIN_M <= m < SMALL_DEFAULT_BELOW_M or min_m(caps) is None:
         return None
     if wgmma_k16_form(caps, act) is None or not caps.memory.cp_async or layout_refusal(layout, SMALL_BC):
@@ -627,7 +626,7 @@ def _occupancy_default(caps, layout, m: int, act: str, scheme: str, bt: int, tab
     """The occupancy option as the default of wide layers, where the form's own split rule leaves one split (N/64
     slabs fill 4 blocks per SM): 7 blocks per SM with 2 splits where they all fit at once, else with 1 where the
     slabs do; token tiles of 16 (fold=1, 8 stages) or 32 (plain, 4 stages: fold=1 spills there). Measured on
-    28672x8192 (H200, 2026-11-30, the tuner's winners, twelfth session): M=16 45.1 us against 50.3, M=32 53.1
+    28672x8192 (H200, the tuner's winners: M=16 45.1 us against 50.3, M=32 53.1
     against 55.1; measured with the TMA activation copies only, so profiles without them keep the form's rule. None
     where it does not apply."""
     if not tma_wanted(caps, None):
@@ -660,7 +659,7 @@ def fitted_token_tile(m: int, bt: int, unit: int = 16, caps=None) -> int:
     """The token tile for M given a tile of ``bt`` (the rule's or a tuned entry's, measured at its bucket's largest
     M): as many tiles as ``bt`` needs, each M / tiles rounded up to ``unit`` rows, never wider than ``bt`` (the small
     form, and the two-warpgroup form with ``unit`` WIDE_BT_UNIT). A tile's rows past M cost their full share of the
-    wgmmas, and the tensor copy that zero-fills them more. The tuning knob wgmma.fit_token_tile false keeps ``bt``. Measured on the H200 (2026-12-01, W4A16 g128, scripts/ab_env.py, us, 128-token tiles / fitted):
+    wgmmas, and the tensor copy that zero-fills them more. The tuning knob wgmma.fit_token_tile false keeps ``bt``. Measured on the H200 (W4A16 g128, scripts/ab_knobs.py, us, 128-token tiles / fitted):
     8192x8192 M=80 57.4 / 34.5, M=96 45.8 / 36.0, M=112 32.1 / 29.9; 4096x14336 41.6 / 32.0, 36.3 / 33.4, 30.5 / 28.2."""
     if not fit_on(caps):
         return bt

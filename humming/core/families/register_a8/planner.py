@@ -30,25 +30,24 @@ DIRECT_S8_MAX_K = 65536  # |int32 sum| <= 16 x 8 x 128 x K: below 2^31 with a fa
 MIN_M_KNOB = "register_a8.min_m"  # W4A8 (groups of 128 / per channel): from M >= 128 by default; null: never
 # true: the wide form (without stream-K or clusters) launched with PDL behind the activation quantizer (and launch.pdl
 # on). Off by default: measured slower at M=4096 (8192x8192 544.0 -> 560.9 us, 28672x8192 1926.6 -> 2098.1,
-# docs/runs/2026-12-01f/call8) and no faster at M=1024; in balanced rounds (2026-12-02, docs/runs/2026-12-02/call4/ab4)
-# neutral: 8192x8192 M1024 140.7 -> 138.5, M4096 561.5 -> 558.4; 28672x8192 M1024 477.8 -> 478.8, M4096 2017 -> 2046
+# and no faster at M=1024; in balanced rounds neutral: 8192x8192 M1024 140.7 -> 138.5, M4096 561.5 -> 558.4; 28672x8192 M1024 477.8 -> 478.8, M4096 2017 -> 2046
 PDL_RS8_KNOB = "register_a8.pdl"
 # the wide form's staggered start: warpgroup 1 issues its first chain this many 64-token chains after warpgroup 0
 # (TileConfig.stagger; 1 .. chains - 1 of the tile, the rest clamp to it); wgmma.stagger false still turns it off
-# Measured on the H200 (2026-12-02, scripts/ab_env.py, 8 rotated rounds, W4A8-FP8, median us, 1 / 2 / 3 chains):
+# Measured on the H200 (scripts/ab_knobs.py, 8 rotated rounds, W4A8-FP8, median us, 1 / 2 / 3 chains):
 # 8192x8192 M1024 136.6 / 136.6 / 139.5, M4096 556.2 / 546.3 / 557.8; 28672x8192 M1024 466.7 / 461.4 / 469.9, M4096
 # 2030.7 / 2005.0 / 1943.2; 4096x14336 M1024 124.0 / 124.0 / 124.8, M4096 488.3 / 490.0 / 500.2: within the rounds'
-# spread, 3 slower on four rows; 1 stays (docs/runs/2026-12-02/call1/ab1). Again (2026-12-02, 10 balanced rounds,
-# unset / 2): 8192x8192 M4096 566.6 / 563.0, 28672x8192 M4096 1971.8 / 2050.2 (docs/runs/2026-12-02b/call2)
+# spread, 3 slower on four rows; 1 stays. Again (10 balanced rounds,
+# unset / 2): 8192x8192 M4096 566.6 / 563.0, 28672x8192 M4096 1971.8 / 2050.2
 STAGGER_CHAINS_KNOB = "register_a8.stagger_chains"
 
 # the wide form (256 tokens, no stream-K, clusters or PDL) with its weights widened by three converter warps of the
 # producer warpgroup into this many shared-memory slots of A fragments (TileConfig.widened; 0: the consumers widen).
-# Why it was tried: a synthetic loop of the wide form's shape (scripts/wgmma_ceiling.py, H200, 2026-12-02) holds 73%
+# Why it was tried: a synthetic loop of the wide form's shape (scripts/wgmma_ceiling.py, H200) holds 73%
 # of the FP8 tensor peak with the widening in the consumer warps, 92% with the fragments loaded from shared memory,
-# 81% with a third warpgroup widening besides. Off: the kernel is slower (2026-12-02, scripts/ab_env.py, 6 balanced
+# 81% with a third warpgroup widening besides. Off: the kernel is slower (scripts/ab_knobs.py, 6 balanced
 # rounds, W4A8-FP8, us, unset / 2 slots / 1 slot): 8192x8192 M1024 130.8 / 153.1 / 181.3, M4096 523.6 / 619.8 /
-# 743.7; 28672x8192 M1024 447.9 / 522.0 / 636.4, M4096 1769.7 / 2177.1 / 2761.5 (docs/runs/2026-12-02b/call11; a
+# 743.7; 28672x8192 M1024 447.9 / 522.0 / 636.4, M4096 1769.7 / 2177.1 / 2761.5; a
 # first version with a FULL / EMPTY mbarrier pair of its own per slot, call6, as slow)
 WIDENED_KNOB = "register_a8.widened_slots"
 A_SLOT_BYTES = 128 * RS8_BK  # one stage's widened fragments: 128 channels x 128 k, one byte each
@@ -61,21 +60,21 @@ def widened_slots(caps=None) -> int:
 
 # the wide form's producer thread, after its tile's last stage, prefetches into L2 the first STAGES stages' codes and
 # scales of the block launched one wave later (TileConfig.l2next; false: off): each tile's pipeline fill then reads the
-# weights from L2. Measured on the H200 (2026-12-02, scripts/ablate.py l2next_rs8, 16 balanced rounds, W4A8-FP8, us,
+# weights from L2. Measured on the H200 (scripts/ablate.py l2next_rs8, 16 balanced rounds, W4A8-FP8, us,
 # off -> on): M4096 8192x8192 534.7 -> 529.8, 28672x8192 1813.5 -> 1791.5, 4096x14336 482.9 -> 479.2; M2048
-# 8192x8192 267.0 -> 264.6, 28672x8192 903.8 -> 894.8 (docs/runs/2026-12-02b/call18; call17: 542.1 -> 534.5, 1814.7
+# 8192x8192 267.0 -> 264.6, 28672x8192 903.8 -> 894.8; call17: 542.1 -> 534.5, 1814.7
 # -> 1799.2; with the activations' tiles too, or the tensor map's descriptor prefetched, no better)
 L2NEXT_KNOB = "register_a8.l2next"
 
 BT, BC, BK = 128, 128, RS8_BK
 MIN_M = 128
-# Measured on the H200 (2026-11-30, third session) against the warp-specialised wgmma W4A8 kernel, W4A8-FP8:
+# Measured on the H200 (against the warp-specialised wgmma W4A8 kernel, W4A8-FP8:
 # 8192x8192 M=128 73.2 us (WS 91.8), M=512 134.8 (172.6), M=4096 1067 (1312); 28672x8192 M=128 142.2 (174.5),
 # M=512 457.9 (567.3), M=4096 3569 (4361); W4A8-INT8 alike. Faster at every M measured from one 128-token tile.
 DEFAULT_MIN_M = MIN_M
 MIN_STAGES, MAX_STAGES = 4, 6
 # stages of weight words loaded ahead per lane in the narrow form (register ring of PF + 1): one block per SM, so the
-# ring is all the weight bytes in flight (8 KB a stage). Measured on the H200 (2026-12-01, scripts/ab_env.py W4A8-FP8
+# ring is all the weight bytes in flight (8 KB a stage). Measured on the H200 (scripts/ab_knobs.py W4A8-FP8
 # g128 native, median us, PF 2 / 4 / 6): 28672x8192 M128 95.8 / 87.7 / 86.0, 8192x8192 M128 46.8 / 42.0 / 40.4, M256
 # 49.9 / 45.7 / 44.2, 4096x14336 M128 76.4 / 67.8 / 65.1, M512 84.8 / 77.3 / 74.6 (the wide form's rows: unchanged);
 # 168 registers, no spills (PF 7 spills)
@@ -89,8 +88,7 @@ def narrow_prefetch(caps=None) -> int:
     """The tuning knob register_a8.narrow_prefetch as the narrow form's ring depth (0: not set, PF; 7 spills)."""
     return knobs.value(NARROW_PF_KNOB, caps) or 0
 PRODUCER_KNOB = "register_a8.producer"  # a producer warpgroup brings the activations in by TMA where tma, mbarrier and
-# setmaxnreg are declared (false: cp.async). Measured on the H200 (2026-11-30,
-# bench_quantized, W4A8-FP8): 8192x8192 M128 72.0 -> 61.8 us, M1024 264.4 -> 225.6, M4096 1064.2 -> 887.5; 28672x8192
+# setmaxnreg are declared (false: cp.async). Measured on the H200 (bench_quantized, W4A8-FP8): 8192x8192 M128 72.0 -> 61.8 us, M1024 264.4 -> 225.6, M4096 1064.2 -> 887.5; 28672x8192
 # M128 139.4 -> 120.9, M1024 874.2 -> 735.4, M4096 3558.8 -> 2933.8 (W4A8-INT8 alike: 0.76-1.41x of cuBLAS fp16)
 OUT_PAD = 8  # 16-bit values of padding per staging row
 WIDE_BT = 256  # tokens per block of the wide form (two m64n128k32 halves per warpgroup and stage); fitted to M: 192
@@ -98,16 +96,15 @@ WIDE_FITTED_BT = 192  # the wide form's tile fitted to M where 3 chains of 64 to
 FIT_KNOB = "wgmma.fit_token_tile"  # false: the wide form keeps 256 (shared with the register-A W4A16 forms)
 W_BYTES, S_BYTES = BC * BK // 2, BC * 4  # one stage's int4 codes (two 64-channel slabs) and fp32 group scales
 WIDE_KNOB = "register_a8.token_tile"  # 128 / 256: the token tile wherever it applies; null: the rule below
-# the wide form from 128 tokens (256 before the twenty-fifth session) where its blocks fill at least 3/4 of the SMs
-# once (producer warpgroup declared), its tile fitted to M (128, 192 or 256 tokens). Measured on the H200 (2026-11-30,
-# W4A8-FP8, us, narrow -> wide): 8192x8192 M256 61.1 -> 78.2 (64 blocks: narrow), M512 113.9 -> 83.2, M1024 225.8 ->
+# the wide form from 128 tokens (256 before the where its blocks fill at least 3/4 of the SMs
+# once (producer warpgroup declared), its tile fitted to M (128, 192 or 256 tokens). Measured on the H200 (W4A8-FP8, us, narrow -> wide): 8192x8192 M256 61.1 -> 78.2 (64 blocks: narrow), M512 113.9 -> 83.2, M1024 225.8 ->
 # 160.5, M4096 899.4 -> 632.2; 28672x8192 M256 215.7 -> 153.1, M512 381.7 -> 291.9, M1024 749.5 -> 525.2, M4096
-# 2964.4 -> 2159.5 (before the staggered start and the batched epilogue loads); 2026-12-01 (scripts/ab_env.py, 6
-# rounds, docs/runs/2026-12-01m/call8): 28672x8192 M128 85.4 -> 81.0 (128-token tiles), M192 160.1 -> 102.2 (192)
+# 2964.4 -> 2159.5 (before the staggered start and the batched epilogue loads); (scripts/ab_knobs.py, 6
+# rounds,: 28672x8192 M128 85.4 -> 81.0 (128-token tiles), M192 160.1 -> 102.2 (192)
 WIDE_MIN_M = 128
 # the tuning knob register_a8.wide_from M0: the wide form from M0 tokens (1..256) wherever the producer warpgroup runs,
 # also where its blocks fill fewer SMs (with register_a8.streamk 132 measured there: 4096x14336 M192 66.3 (narrow)
-# -> 40.8, 8192x8192 M128 41.0 -> 34.5 (the widened path: 33.1), both 2026-12-01); its tile fitted to M (128 tokens up
+# -> 40.8, 8192x8192 M128 41.0 -> 34.5 (the widened path: 33.1), both); its tile fitted to M (128 tokens up
 # to M 128: TileConfig.wide)
 WIDE_FROM_KNOB = "register_a8.wide_from"
 
@@ -118,7 +115,7 @@ def wide_from(caps=None) -> int:
 WIDE_MIN_FILL = 0.75  # wide blocks / SMs
 QUARTER_WT = 64  # the other chain width: m64n64k32 token quarters (wide) / halves (narrow) into two partials
 CHAIN_KNOB = "register_a8.chain"  # 128 / 64: tokens per wgmma chain (both forms); null: the defaults below
-# 64 in both forms: measured on the H200 (2026-11-30, scripts/ab_env.py, W4A8-FP8, us, chain 128 -> 64): 8192x8192
+# 64 in both forms: measured on the H200 (scripts/ab_knobs.py, W4A8-FP8, us, chain 128 -> 64): 8192x8192
 # M256 (narrow) 57.6 -> 55.1, M1024 143.3 -> 139.8, M4096 633.5 -> 571.8; 28672x8192 M128 (narrow) 117.1 -> 113.0,
 # M512 302.9 -> 281.8, M1024 544.7 -> 507.9, M4096 2059.7 -> 1944.7; 4096x14336 M4096 562.1 -> 534.2; W4A8-INT8
 # 8192x8192 M4096 698.8 -> 591.9; never slower
@@ -131,9 +128,9 @@ NARROW_CHAIN = QUARTER_WT
 RASTER_KNOB = "register_a8.raster"  # token tiles per rasterization group; 0: launch order
 # 4: in launch order the blocks running at once cover every token tile, so the activations (33.5 MB at M 4096 x K 8192)
 # do not stay in L2 and are read from DRAM once per wave (Nsight Compute: 305 MB per GEMM against 67 MB of inputs).
-# Measured on the H200 (2026-11-30, scripts/ab_env.py, W4A8-FP8, us, 0 / 4 / 8): 8192x8192 M4096 569.5 / 550.6 /
+# Measured on the H200 (scripts/ab_knobs.py, W4A8-FP8, us, 0 / 4 / 8): 8192x8192 M4096 569.5 / 550.6 /
 # 564.6, M1024 140.9 / 141.2 / 141.3; 28672x8192 M4096 1924.5 / 1938.4 / 1920.5; 4096x14336 M4096 509.9 / 506.2 / 508.7.
-# 8 since 2026-12-01 (the kernel with the 9-instruction widening; rotated rounds, 4 / 8, docs/runs/2026-12-01f/call12,
+# 8 since (the kernel with the 9-instruction widening; rotated rounds, 4 / 8,,
 # call13): 8192x8192 M4096 552.7 / 546.6 and 571.0 / 558.1, 28672x8192 2068.7 / 1967.9 and 2057.1 / 2020.1,
 # 4096x14336 502.4 / 497.7; at M=1024 (4 token tiles: the same schedule) within 1%. Groups of 8 token tiles read
 # each weight tile from DRAM twice per GEMM at M=4096 instead of four times (67 MB less at 8192x8192).
@@ -143,14 +140,14 @@ STREAMK_KNOB = "register_a8.streamk"  # 0: never; a block count: stream-K wherev
 # of streamk_blocks
 STREAMK_STAGING_TOKENS = 64  # the stream-K epilogue's staging tiles: token rows per pass (a quarter of the wide tile)
 # stream-K by default where the wide tiles give each SM at least one and the last round of whole tiles is badly
-# filled. Measured on the H200 (2026-12-01, scripts/ab_env.py, W4A8-FP8, us, without -> with stream-K over 132
+# filled. Measured on the H200 (scripts/ab_knobs.py, W4A8-FP8, us, without -> with stream-K over 132
 # blocks): 8192x8192 M768 (192 tiles: 1.45 a SM, rounds 73% full) 130.0 -> 119.8, M1280 (2.42, 81%) 201.7 -> 193.3;
 # 4096x14336 M1280 (1.21, 61%) 223.7 -> 170.6. At 85% full (28672x8192: 224 channel tiles on 132 SMs) mixed: M256
 # (1.70) 129.6 -> 137.7, M384 249.8 -> 246.5, M512 (3.39) 254.6 -> 251.0, M768 (5.09) 404.8 -> 390.4: not by default.
 # Slower where whole tiles fill the rounds: 28672x8192 M1280 (8.48, 94%) 657.1 -> 681.5; M4096 (97%) 8192x8192
 # 590.4 -> 622.6, 28672x8192 2176.6 -> 2322.7, 4096x14336 517.5 -> 557.8 (even without the split: 128 persistent
 # blocks on 1024 tiles 634.8: the persistent blocks cost ~6% there); 8192x8192 M512 (0.97 a SM) 68.3 -> 89.4.
-# Again 2026-12-02 (8 balanced rounds, docs/runs/2026-12-02b/call14): M4096 8192x8192 554.2 -> 582.4, 28672x8192
+# Again (8 balanced rounds,: M4096 8192x8192 554.2 -> 582.4, 28672x8192
 # 1928.4 -> 2091.1; Nsight (call15, call16; 128 persistent blocks, whole tiles): 476.4 against 456.3 us, 3% more
 # instructions, and its token-scale warp busy-polls for a free buffer (the top stall line: 1.26 M polls a GEMM)
 STREAMK_MIN_TILES_PER_SM = 1.0
@@ -257,7 +254,7 @@ def token_tile(m: int, producer: bool, n: int = 0, sms: int = 0, caps=None) -> i
     """WIDE_BT from WIDE_MIN_M tokens where the producer warpgroup runs and either ceil(m / 256) x n / 128 blocks fill
     WIDE_MIN_FILL of the SMs or the 128-token blocks would take more rounds of the SMs than the 256-token ones (n or
     sms 0: no such conditions), else BT; the knob register_a8.token_tile 128 / 256 forces one (256 only with the
-    producer warpgroup). Measured on the H200 (2026-12-01, scripts/ab_env.py, W4A8-FP8, us, 128 -> 256 tokens): 4096x14336
+    producer warpgroup). Measured on the H200 (scripts/ab_knobs.py, W4A8-FP8, us, 128 -> 256 tokens): 4096x14336
     M768 (192 narrow blocks: two rounds; 96 wide: one) 164.6 -> 112.6; M512 (128 / 64 blocks: one round each) 85.1 ->
     109.1; 8192x8192 M256 (128 / 64) 50.7 -> 64.7."""
     forced = knobs.value(WIDE_KNOB, caps)

@@ -29,8 +29,7 @@ def wgmma_smem_bytes(bn: int, stages: int) -> int:
 
 
 TMA_KNOB = "wgmma_8bit.w8a8_tma"  # the warp-specialised TMA kernel for promoted fp8 where the profile declares tma,
-# mbarrier and setmaxnreg (false: the lock-step kernel). Measured on the H200 (2026-11-30,
-# bench_quantized, promoted e4m3 vs cuBLASLt FP8 row-wise): 8192x8192 M1024 186.5 -> 132.5 us (1.47x), M4096 710.8 ->
+# mbarrier and setmaxnreg (false: the lock-step kernel). Measured on the H200 (bench_quantized, promoted e4m3 vs cuBLASLt FP8 row-wise): 8192x8192 M1024 186.5 -> 132.5 us (1.47x), M4096 710.8 ->
 # 505.4 (1.47x); 28672x8192 M1024 600.2 -> 416.3 (1.05x), M4096 2593.8 -> 1871.6 (1.00x)
 TMA_THREADS = 384  # producer warpgroup + two consumer warpgroups
 
@@ -135,7 +134,7 @@ def _warp_specialised(caps) -> bool:
 
 
 W4A8_TMA_KNOB = "wgmma_8bit.w4a8_tma"  # the warp-specialised W4A8 kernel's copies by TMA (false: by cp.async).
-# Measured on the H200 (2026-11-30, bench_quantized, register-A W4A8 off): the TMA producer variant
+# Measured on the H200 (bench_quantized, register-A W4A8 off): the TMA producer variant
 # is slower, 8192x8192 M4096 W4A8-FP8 1559 us against 1311 (cp.async producer) and 1070 (the register-A kernel, the
 # default from M 128): the widening by one producer warpgroup, not the copies, limits it
 
