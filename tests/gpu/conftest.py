@@ -1,9 +1,7 @@
-import os
+import contextvars
 
 import pytest
 import torch
-
-os.environ.setdefault("HUMMING_POISON_OUTPUT", "1")  # every launch writes into a NaN-filled output
 
 
 def pytest_collection_modifyitems(config, items):
@@ -15,10 +13,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _poisoned_outputs(monkeypatch):
+    """Every launch writes into a NaN-filled output (humming.api), every activation quantization into 0xFF-filled
+    codes and scales (humming.actquant): a kernel that leaves part of its output unwritten shows."""
+    from humming import actquant, api
+
+    monkeypatch.setattr(api, "_POISON", True)
+    monkeypatch.setattr(actquant, "_POISON", True)
+
+
 @pytest.fixture
 def native_8bit(monkeypatch):
-    """Tests of the 8-bit kernels: keep W8A8 / W4A8 off the widened weight-only path (humming.core.common.act_widen)."""
-    monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")
+    """Tests of the 8-bit kernels: keep W8A8 / W4A8 off the widened weight-only path (humming.core.common.act_widen):
+    for the rest of the test, humming.gemm and humming.plan given no options run with GemmOptions(act_widen=False),
+    which the fixture's value is (pass ``dataclasses.replace(native_8bit, fast_accum=True)`` for other numerics)."""
+    from humming import api, options
+
+    native = options.GemmOptions(act_widen=False)
+    monkeypatch.setattr(options, "DEFAULT", native)  # what humming.plan / gemm resolve options=None to
+    monkeypatch.setattr(api, "_options", contextvars.ContextVar("humming_gemm_options", default=native))
+    return native
 
 
 def biased_weight(scheme, n: int, k: int, dtype, seed: int):

@@ -7,7 +7,8 @@ import torch
 
 import humming
 from humming import api
-from humming.core.plan import PDL_ENV
+from humming.core.plan import PDL_KNOB
+from humming.core.tuning import knobs
 
 from .conftest import rel_error
 
@@ -28,8 +29,7 @@ def _reference(x, q1, q2):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("m", [1, 4, 8, 16, 64, 1024, 4096])
-def test_pdl_chain(m, dtype, monkeypatch):
-    monkeypatch.delenv(PDL_ENV, raising=False)
+def test_pdl_chain(m, dtype):
     caps = api.resolve_profile(None)
     if not caps.memory.griddepcontrol:
         pytest.skip(f"{caps.name} declares no griddepcontrol")
@@ -66,18 +66,17 @@ def test_pdl_chain(m, dtype, monkeypatch):
             ref = outs[i]  # the next link from what the kernels produced (errors do not compound in the check)
 
 
-def test_pdl_switch(monkeypatch):
-    monkeypatch.setenv(PDL_ENV, "0")
-    assert not humming.plan("w4a16", 1, 4096, 4096, profile="nvidia-h200").pdl
-    monkeypatch.setenv(PDL_ENV, "1")
-    assert humming.plan("w4a16", 1, 4096, 4096, profile="nvidia-h200").pdl
+def test_pdl_knob():
+    with knobs.override({PDL_KNOB: False}):
+        assert not humming.plan("w4a16", 1, 4096, 4096, profile="nvidia-h200").pdl
+    with knobs.override({PDL_KNOB: True}):
+        assert humming.plan("w4a16", 1, 4096, 4096, profile="nvidia-h200").pdl
 
 
-def test_pdl_after_the_quantization_kernel(monkeypatch):
-    """W4A8 widened at M=1: the row-scaled stream kernel (PDL) waits for the quantization kernel (which triggers it
-    early); chained through a second layer and replayed from a graph."""
-    monkeypatch.delenv(PDL_ENV, raising=False)
-    monkeypatch.delenv("HUMMING_ACT_WIDEN", raising=False)
+def test_pdl_after_the_quantization_kernel():
+    """W4A8 widened at M=1 (the default GemmOptions: act_widen None, the measured M ranges): the row-scaled stream
+    kernel (PDL) waits for the quantization kernel (which triggers it early); chained through a second layer and
+    replayed from a graph."""
     if not api.resolve_profile(None).memory.griddepcontrol:
         pytest.skip("no griddepcontrol")
     n, k = 4096, 2048

@@ -1,7 +1,7 @@
 """Split-K clusters of the stream kernel and the small register-A form (Plan.cluster_splits: the splits of a slab run as one thread-block cluster and
 add their partials in the first block's shared memory) against the reference: register-ring and x_smem forms, fold
 0/1/2, 2 to 8 splits, 1 or 2 token tiles, PDL on and off, repeated launches, CUDA-graph replay, and the same plans
-through the workspace (HUMMING_CLUSTER_SPLITS=0) giving the same bits. Outputs are NaN-poisoned before each launch
+through the workspace (as with the knob launch.cluster_splits 0) giving the same bits. Outputs are NaN-poisoned before each launch
 (conftest), data is fresh random per case, and every case checks that the cluster kernel is the one that ran. The
 small-M register-A wgmma form's split clusters (partials in the first block's activation slots) likewise."""
 import pytest
@@ -9,7 +9,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.plan import CLUSTER_SPLITS_ENV, launch_options, with_pdl
+from humming.core.plan import CLUSTER_SPLITS_KNOB, launch_options, with_pdl
 from humming.errors import ShapeError
 
 from .conftest import forced_repeats_and_replay, rel_error, run_forced_plans, stream_plan
@@ -23,9 +23,9 @@ CONFIGS = [(8, 3, 2, 0, 1, 2, True), (4, 3, 1, 1, 0, 2, True), (4, 4, 0, 0, 0, 4
 
 
 @pytest.fixture(autouse=True)
-def _clusters_up_to_8(monkeypatch):
+def _clusters_up_to_8(set_knobs):
     """Clusters for every split count these tests plan (the default takes 2 splits only: 4 measured slower)."""
-    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "8")
+    set_knobs({CLUSTER_SPLITS_KNOB: 8})
 
 
 def _require_clusters():

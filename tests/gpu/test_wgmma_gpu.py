@@ -1,15 +1,18 @@
-"""W8A8 and W4A8 on the wgmma kernel (sm_90a, the default on sm_90a; HUMMING_WGMMA=0 turns it off), against the reference (activation
-quantization included), on a GPU whose profile declares wgmma (H100/H200/H20). Outputs are NaN-poisoned
-before each launch (conftest), and every case checks that the wgmma kernel really ran."""
+"""W8A8 and W4A8 on the wgmma kernel (sm_90a, the default on sm_90a; the tuning knob wgmma_8bit.enabled false turns it
+off), against the reference (activation quantization included), on a GPU whose profile declares wgmma
+(H100/H200/H20). Outputs are NaN-poisoned before each launch (conftest), and every case checks that the wgmma kernel
+really ran."""
 import pytest
 import torch
 
 import humming
 from humming import api
+from humming.core.tuning import knobs
 
 from .conftest import biased_weight, fresh_gemm, rel_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
+WGMMA_KNOB = "wgmma_8bit.enabled"  # W8A8 / W4A8 from M 64 on the wgmma kernels (false: mma.sync)
 
 SCHEMES = ["w8a8-fp8", "w8a8-int8", "w8a8-fp8-tensor"]
 SHAPES = [(512, 2048), (1024, 4096)]
@@ -32,9 +35,9 @@ def _wgmma_plan(qw, dtype, caps, m):
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_wgmma_w8a8(scheme, dtype, n, k, monkeypatch):
+def test_wgmma_w8a8(scheme, dtype, n, k, set_knobs):
     caps = _require_wgmma()
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    set_knobs({WGMMA_KNOB: True})
     qw = biased_weight(scheme, n, k, dtype, n + k + len(scheme))
     for m in MS:
         x, out = fresh_gemm(qw, m, k, dtype)
@@ -47,25 +50,25 @@ def test_wgmma_w8a8(scheme, dtype, n, k, monkeypatch):
 
 
 @pytest.mark.parametrize("scheme", ["w8a8-fp8", "w8a8-int8"])
-def test_wgmma_matches_mma_sync_kernel(scheme, monkeypatch):
+def test_wgmma_matches_mma_sync_kernel(scheme, set_knobs):
     """Same weights and activations through both 8-bit kernels: the results agree closely (both accumulate
     the same products in fp32 / int32; int8 is exact up to the epilogue)."""
     _require_wgmma()
     n, k, m = 1024, 2048, 256
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(scheme))
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
-    monkeypatch.setenv(api.WGMMA_ENV, "0")
-    legacy = humming.gemm(x, qw)
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    with knobs.override({WGMMA_KNOB: False}):
+        legacy = humming.gemm(x, qw)
+    set_knobs({WGMMA_KNOB: True})
     new = humming.gemm(x, qw)
     torch.cuda.synchronize()
     assert not torch.isnan(new).any()
     assert rel_error(new, legacy) <= 2e-3
 
 
-def test_small_m_stays_on_mma_sync(monkeypatch):
+def test_small_m_stays_on_mma_sync(set_knobs):
     _require_wgmma()
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    set_knobs({WGMMA_KNOB: True})
     n, k = 512, 2048
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get("w8a8-fp8"))
     x = torch.randn(16, k, device="cuda", dtype=torch.float16)
@@ -75,16 +78,15 @@ def test_small_m_stays_on_mma_sync(monkeypatch):
     assert not any(key[0] == "w8a8-wgmma" for key in qw.__dict__["_humming_prepared"])
 
 
-def test_wgmma_fp8_fast_accumulation(monkeypatch):
-    """HUMMING_WGMMA_FAST_ACCUM=1: e4m3 partial sums stay in the tensor core's accumulator (BN may be 256);
+def test_wgmma_fp8_fast_accumulation(set_knobs):
+    """GemmOptions(fast_accum=True): e4m3 partial sums stay in the tensor core's accumulator (BN may be 256);
     the error is the hardware's, so this only checks it stays small at K=2048."""
     caps = _require_wgmma()
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
-    monkeypatch.setenv(api.WGMMA_FAST_ACCUM_ENV, "1")
+    set_knobs({WGMMA_KNOB: True})
     n, k, m = 1024, 2048, 1024
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get("w8a8-fp8"))
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    out = humming.gemm(x, qw)
+    out = humming.gemm(x, qw, options=humming.GemmOptions(fast_accum=True, act_widen=False))
     torch.cuda.synchronize()
     key = ("w8a8-wgmma", x.dtype, x.device, caps.name, "fast_accum")
     p = api._registry[qw.__dict__["_humming_prepared"][key]].launches[m].plan
@@ -108,20 +110,21 @@ def _w4a8_scheme(name: str):
 
 
 @pytest.fixture(autouse=True)
-def _shared_memory_w4a8_kernels(monkeypatch):
+def _shared_memory_w4a8_kernels(set_knobs):
     """These tests cover the wgmma W4A8 kernels that widen in shared memory; the register-A one (the default from
-    M 1024 for int4 with groups of 128 / per channel) has its own tests (test_wgmma_rs8_gpu.py)."""
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS", "0")
+    M 128 for int4 with groups of 128 / per channel) has its own tests: it is switched off here (the knob
+    register_a8.min_m null)."""
+    set_knobs({"register_a8.min_m": None})
 
 
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("scheme", W4A8_SCHEMES)
-def test_wgmma_w4a8(scheme, dtype, n, k, monkeypatch):
+def test_wgmma_w4a8(scheme, dtype, n, k, set_knobs):
     """Packed int4 / e2m1 weights widened in shared memory (int4 -> 16 x s8, int4 -> e4m3, e2m1 -> e4m3), group
     scales on fp32 partials, per-token activation scales and bias in the epilogue."""
     caps = _require_wgmma()
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    set_knobs({WGMMA_KNOB: True})
     qw = biased_weight(_w4a8_scheme(scheme), n, k, dtype, n + k + len(scheme))
     for m in W4A8_MS:
         x, out = fresh_gemm(qw, m, k, dtype)
@@ -135,16 +138,16 @@ def test_wgmma_w4a8(scheme, dtype, n, k, monkeypatch):
 
 
 @pytest.mark.parametrize("scheme", W4A8_SCHEMES)
-def test_wgmma_w4a8_matches_mma_sync_kernel(scheme, monkeypatch):
+def test_wgmma_w4a8_matches_mma_sync_kernel(scheme, set_knobs):
     """Same weights and activations through the mma.sync W4A8 kernel and the wgmma one: both multiply the same
     exactly widened codes (int8: exact integer partials; fp8: fp32 partials per group)."""
     _require_wgmma()
     n, k, m = 1024, 2048, 256
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _w4a8_scheme(scheme))
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
-    monkeypatch.setenv(api.WGMMA_ENV, "0")
-    legacy = humming.gemm(x, qw)
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    with knobs.override({WGMMA_KNOB: False}):
+        legacy = humming.gemm(x, qw)
+    set_knobs({WGMMA_KNOB: True})
     new = humming.gemm(x, qw)
     torch.cuda.synchronize()
     assert any(key[0] == "w8a8-wgmma" for key in qw.__dict__["_humming_prepared"])
@@ -152,9 +155,9 @@ def test_wgmma_w4a8_matches_mma_sync_kernel(scheme, monkeypatch):
     assert rel_error(new, legacy) <= (1e-3 if "int8" in scheme else 2e-3)
 
 
-def test_w4a8_small_m_stays_on_mma_sync(monkeypatch):
+def test_w4a8_small_m_stays_on_mma_sync(set_knobs):
     _require_wgmma()
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    set_knobs({WGMMA_KNOB: True})
     qw = humming.quantize(torch.randn(512, 2048, device="cuda") * 0.05, humming.schemes.get("w4a8-fp8"))
     out = humming.gemm(torch.randn(16, 2048, device="cuda", dtype=torch.float16), qw)
     torch.cuda.synchronize()
@@ -163,10 +166,10 @@ def test_w4a8_small_m_stays_on_mma_sync(monkeypatch):
 
 
 @pytest.mark.parametrize("scheme", ["w8a8-fp8", "w4a8-fp8"])
-def test_wgmma_bias_not_4_byte_aligned(scheme, monkeypatch):
+def test_wgmma_bias_not_4_byte_aligned(scheme, set_knobs):
     """The epilogue reads two 16-bit biases as one 32-bit load: a bias view at an odd 16-bit offset is copied."""
     _require_wgmma()
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    set_knobs({WGMMA_KNOB: True})
     n, k, m = 512, 2048, 128
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(scheme))
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
@@ -205,12 +208,12 @@ def _block_plan(qw, dtype, caps, m, wgmma: bool):
 
 @pytest.mark.parametrize("n,k", BLOCK_SHAPES, ids=[f"{n}x{k}" for n, k in BLOCK_SHAPES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-def test_w8a8_fp8_block(dtype, n, k, monkeypatch):
+def test_w8a8_fp8_block(dtype, n, k, set_knobs):
     """e4m3 weights with fp32 scales per 128x128 block, e4m3 activations per token per 128 of K: the wgmma kernel
     at M >= 64 (block scales at each 128-deep fp32 promotion), the 8-bit mma.sync kernel below (and for N % 128 ==
     64, all M); bias in the epilogue."""
     caps = _require_wgmma()
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    set_knobs({WGMMA_KNOB: True})
     g = torch.Generator(device="cuda").manual_seed(n + k)
     bias = torch.randn(n, device="cuda", dtype=dtype, generator=g)
     qw = humming.quantize(_block_weights(n, k, g), humming.schemes.get(BLOCK), bias=bias)
@@ -227,7 +230,7 @@ def test_w8a8_fp8_block(dtype, n, k, monkeypatch):
         assert err <= 5e-3, f"{BLOCK} {dtype} M={m} N={n} K={k} ({p.kernel_name}): relative error {err:.2e}"
 
 
-def test_w8a8_fp8_block_wgmma_matches_mma_sync_kernel(monkeypatch):
+def test_w8a8_fp8_block_wgmma_matches_mma_sync_kernel(set_knobs):
     """Same weights and activations through the mma.sync block kernel and the wgmma one: both add the same fp32
     partials per 128 of K times the same block scales."""
     _require_wgmma()
@@ -235,9 +238,9 @@ def test_w8a8_fp8_block_wgmma_matches_mma_sync_kernel(monkeypatch):
     g = torch.Generator(device="cuda").manual_seed(11)
     qw = humming.quantize(_block_weights(n, k, g), humming.schemes.get(BLOCK))
     x = _block_acts(m, k, torch.bfloat16, g)
-    monkeypatch.setenv(api.WGMMA_ENV, "0")
-    legacy = humming.gemm(x, qw)
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    with knobs.override({WGMMA_KNOB: False}):
+        legacy = humming.gemm(x, qw)
+    set_knobs({WGMMA_KNOB: True})
     new = humming.gemm(x, qw)
     torch.cuda.synchronize()
     assert any(key[0] == "w8a8-wgmma" for key in qw.__dict__["_humming_prepared"])
@@ -245,13 +248,13 @@ def test_w8a8_fp8_block_wgmma_matches_mma_sync_kernel(monkeypatch):
     assert rel_error(new, legacy) <= 2e-3
 
 
-def test_w8a8_fp8_block_compressed_tensors_checkpoint(monkeypatch):
+def test_w8a8_fp8_block_compressed_tensors_checkpoint(set_knobs):
     """A DeepSeek-V3-style float8 weight with a [N/128, K/128] weight_scale (compressed-tensors float-quantized),
     run with dynamic per-128 e4m3 activations (w8a8-fp8-block) on both kernels."""
     from humming.checkpoints import compressed_tensors
 
     caps = _require_wgmma()
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    set_knobs({WGMMA_KNOB: True})
     n, k = 768, 1024
     g = torch.Generator(device="cuda").manual_seed(3)
     wt = (torch.randn(n, k, device="cuda", generator=g) * 40).to(torch.float8_e4m3fn)

@@ -8,7 +8,7 @@ import torch
 
 import humming
 from humming import api
-from humming.core.families.wgmma_8bit.planner import TMA_ENV, TMA_THREADS
+from humming.core.families.wgmma_8bit.planner import TMA_KNOB, TMA_THREADS, W4A8_TMA_KNOB
 
 from .conftest import biased_weight, fresh_gemm, graph_replay_error, rel_error
 
@@ -19,12 +19,11 @@ SHAPES = [(512, 2048), (1024, 4096)]
 MS = (64, 200, 1024, 1100)
 
 
-def _require(monkeypatch, on: str = "1"):
+def _require(set_knobs, on: bool = True):
     caps = api.resolve_profile(None)
     if not caps.find_mma(family="wgmma", a_type="e4m3") or not (caps.memory.tma and caps.memory.setmaxnreg):
         pytest.skip(f"{caps.name} declares no wgmma e4m3 with tma and setmaxnreg (the TMA W8A8 kernel needs sm_90a)")
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
-    monkeypatch.setenv(TMA_ENV, on)
+    set_knobs({"wgmma_8bit.enabled": True, TMA_KNOB: on})
     return caps
 
 
@@ -37,8 +36,8 @@ def _spec(qw, dtype, caps, m):
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_tma_w8a8(scheme, dtype, n, k, monkeypatch):
-    caps = _require(monkeypatch)
+def test_tma_w8a8(scheme, dtype, n, k, set_knobs):
+    caps = _require(set_knobs)
     qw = biased_weight(scheme, n, k, dtype, n + k + len(scheme))
     for m in MS:
         x, out = fresh_gemm(qw, m, k, dtype)
@@ -52,17 +51,17 @@ def test_tma_w8a8(scheme, dtype, n, k, monkeypatch):
 
 
 @pytest.mark.parametrize("scheme", ["w8a8-fp8", "w8a8-fp8-block"])
-def test_tma_matches_lock_step_kernel(scheme, monkeypatch):
+def test_tma_matches_lock_step_kernel(scheme, set_knobs):
     """Same weights and activations through the TMA kernel and the lock-step kernel: the same per-stage partials
     promoted in the same order, so the results agree to rounding."""
-    caps = _require(monkeypatch, "0")
+    caps = _require(set_knobs, False)
     n, k, m = 1024, 4096, 300
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(scheme))
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     lock_step = humming.gemm(x, qw)
     assert _spec(qw, torch.float16, caps, m).plan.tiles.bulk == 0
     qw.__dict__["_humming_prepared"].clear()  # plan again, now with the TMA kernel
-    monkeypatch.setenv(TMA_ENV, "1")
+    set_knobs({TMA_KNOB: True})
     tma = humming.gemm(x, qw)
     torch.cuda.synchronize()
     assert _spec(qw, torch.float16, caps, m).plan.tiles.bulk == 1
@@ -70,8 +69,8 @@ def test_tma_matches_lock_step_kernel(scheme, monkeypatch):
     assert rel_error(tma, lock_step) <= 1e-3
 
 
-def test_tma_maps_follow_the_tensors_and_graph_replay(monkeypatch):
-    caps = _require(monkeypatch)
+def test_tma_maps_follow_the_tensors_and_graph_replay(set_knobs):
+    caps = _require(set_knobs)
     n, k, m = 512, 2048, 256
     torch.manual_seed(3)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get("w8a8-fp8"))
@@ -91,12 +90,12 @@ W4A8_CASES = ["w4a8-int8", "w4a8-fp8", "w4a8-mxfp4", "w4a8-int8[group_size=32]",
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("name", W4A8_CASES)
-def test_tma_w4a8_warp_specialised(name, dtype, monkeypatch):
-    """The warp-specialised W4A8 kernel with TMA copies (HUMMING_WGMMA_W4A8_TMA=1; the register-A W4A8 kernel off):
-    A and the packed weights by tensor copy, widened by the producer warpgroup, group scales on fp32 partials."""
-    caps = _require(monkeypatch)
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS", "0")
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_TMA", "1")
+def test_tma_w4a8_warp_specialised(name, dtype, set_knobs):
+    """The warp-specialised W4A8 kernel with TMA copies (knob wgmma_8bit.w4a8_tma true; the register-A W4A8 kernel
+    off: knob register_a8.min_m null): A and the packed weights by tensor copy, widened by the producer warpgroup,
+    group scales on fp32 partials."""
+    caps = _require(set_knobs)
+    set_knobs({"register_a8.min_m": None, W4A8_TMA_KNOB: True})
     base, _, variant = name.partition("[")
     sch = humming.schemes.get(base)
     if variant:

@@ -1,20 +1,27 @@
-"""W4A16 on the wgmma kernel (sm_90a, int4 dequantized into shared memory; the default on sm_90a; HUMMING_WGMMA_WNA16=0 turns it off)
-against the reference, on a GPU whose profile declares wgmma f16/bf16 (H100/H200/H20). Outputs are NaN-poisoned
-before each launch (conftest), and every case checks that the wgmma kernel really ran."""
+"""W4A16 on the wgmma kernel (sm_90a, int4 dequantized into shared memory; the default on sm_90a; the tuning knob
+wgmma_wna16.enabled false turns it off) against the reference, on a GPU whose profile declares wgmma f16/bf16
+(H100/H200/H20). Outputs are NaN-poisoned before each launch (conftest), and every case checks that the wgmma kernel
+really ran."""
+import copy
+
 import pytest
 import torch
 
 import humming
 from humming import api
+from humming.core.tuning import knobs
 
 from .conftest import rel_error
 
+WNA16_KNOB = "wgmma_wna16.enabled"  # WnA16 from M 128 on the wgmma kernels (false: the mma.sync kernels)
+
 
 @pytest.fixture(autouse=True)
-def _dequant_smem_kernel(monkeypatch):
-    """These tests are about the dequant-smem wgmma kernel; from M = 1024 the register-A kernel is the default
-    (tests/kernels/test_wgmma_rs_compile.py, tests/gpu/test_wgmma_rs_gpu.py), so it is switched off here."""
-    monkeypatch.setenv("HUMMING_WGMMA_RS", "0")
+def _dequant_smem_kernel(set_knobs):
+    """These tests are about the dequant-smem wgmma kernel; from M = 513 the register-A kernel is the default
+    (tests/gpu/test_wgmma_rs_gpu.py and the register-A compile tests), so it is switched off here (the knob
+    register_a.min_m null)."""
+    set_knobs({"register_a.min_m": None})
 
 
 pytestmark = pytest.mark.gpu
@@ -53,9 +60,9 @@ def _wgmma_handle(qw, dtype):
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("group", GROUPS, ids=["g128", "g32", "channel"])
-def test_wgmma_w4a16(group, dtype, n, k, monkeypatch):
+def test_wgmma_w4a16(group, dtype, n, k, set_knobs):
     _require_wgmma(dtype)
-    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    set_knobs({WNA16_KNOB: True})
     torch.manual_seed(n + k + (group or 1))
     bias = torch.randn(n, device="cuda", dtype=dtype)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(group), bias=bias)
@@ -73,12 +80,12 @@ def test_wgmma_w4a16(group, dtype, n, k, monkeypatch):
 
 @pytest.mark.parametrize("bn", [128, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-def test_both_tile_widths(bn, dtype, monkeypatch):
+def test_both_tile_widths(bn, dtype, set_knobs):
     """BN=128 and BN=256 forced through the launcher (the planner picks one per shape)."""
     caps = _require_wgmma(dtype)
     from humming.core.families.wgmma_dequant.planner import plan_wna16_wgmma
 
-    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    set_knobs({WNA16_KNOB: True})
     n, k, m = 1024, 2048, 300
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
     x = torch.randn(m, k, device="cuda", dtype=dtype)
@@ -96,16 +103,21 @@ def test_both_tile_widths(bn, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-def test_wgmma_matches_mma_sync_tile_kernel(dtype, monkeypatch):
+def test_wgmma_matches_mma_sync_tile_kernel(dtype, set_knobs):
     """Same weights and activations through both WnA16 kernels: the same dequantized values and fp32 sums, so
     the results agree closely (summation order differs)."""
     _require_wgmma(dtype)
     n, k, m = 1024, 4096, 512
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
+    # the same weights as a second object (same tensors, prepared apart): a prepared weight reads the knob on its
+    # first call with M >= 128
+    qw_legacy = copy.copy(qw)
     x = torch.randn(m, k, device="cuda", dtype=dtype)
-    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "0")
-    legacy = humming.gemm(x, qw)
-    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    with knobs.override({WNA16_KNOB: False}):
+        legacy = humming.gemm(x, qw_legacy)
+    assert not any(key[0] == "wna16-wgmma" and key[3] is None and v >= 0
+                   for key, v in qw_legacy.__dict__["_humming_prepared"].items())  # the mma.sync tile kernel ran
+    set_knobs({WNA16_KNOB: True})
     new = humming.gemm(x, qw)
     torch.cuda.synchronize()
     assert api._registry[_wgmma_handle(qw, dtype)].launches[m].plan.family == "wgmma"
@@ -113,9 +125,9 @@ def test_wgmma_matches_mma_sync_tile_kernel(dtype, monkeypatch):
     assert rel_error(new, legacy) <= (1e-3 if dtype == torch.float16 else 4e-3)
 
 
-def test_act_order_and_leading_dims(monkeypatch):
+def test_act_order_and_leading_dims(set_knobs):
     _require_wgmma()
-    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    set_knobs({WNA16_KNOB: True})
     n, k = 512, 2048
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16", act_order=True)
     assert qw.g_idx is not None
@@ -127,9 +139,9 @@ def test_act_order_and_leading_dims(monkeypatch):
     assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= 1e-3
 
 
-def test_small_m_and_other_schemes_stay_on_mma_sync(monkeypatch):
+def test_small_m_and_other_schemes_stay_on_mma_sync(set_knobs):
     _require_wgmma()
-    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    set_knobs({WNA16_KNOB: True})
     n, k = 512, 2048
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
     out = humming.gemm(torch.randn(64, k, device="cuda", dtype=torch.float16), qw)
@@ -144,9 +156,9 @@ def test_small_m_and_other_schemes_stay_on_mma_sync(monkeypatch):
     assert rel_error(out, humming.reference_gemm(x, zp, out_dtype=torch.float32)) <= 1e-3
 
 
-def test_cuda_graph_replay(monkeypatch):
+def test_cuda_graph_replay(set_knobs):
     _require_wgmma()
-    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    set_knobs({WNA16_KNOB: True})
     qw = humming.quantize(torch.randn(1024, 4096, device="cuda") * 0.05, "w4a16")
     x = torch.randn(256, 4096, device="cuda", dtype=torch.float16)
     eager = humming.gemm(x, qw)

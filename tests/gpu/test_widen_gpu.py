@@ -20,8 +20,8 @@ MS = (1, 7, 16, 33, 128, 1024)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("profile", [None, "nvidia-a100", "thead-zhenwu-810e"], ids=["here", "a100", "810e"])
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_widened(scheme, profile, dtype, monkeypatch):
-    monkeypatch.setenv(widen.ENV, "1")  # every M
+def test_widened(scheme, profile, dtype):
+    every_m = humming.GemmOptions(act_widen=True)  # widened at every M
     n, k = 512, 2048
     torch.manual_seed(len(scheme) + (7 if profile else 0))
     bias = torch.randn(n, device="cuda", dtype=dtype)
@@ -29,10 +29,10 @@ def test_widened(scheme, profile, dtype, monkeypatch):
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, sch, bias=bias)
     act = "bf16" if dtype == torch.bfloat16 else "f16"
     for m in MS:
-        p = humming.plan(sch, m, n, k, profile=profile, act=act)
+        p = humming.plan(sch, m, n, k, profile=profile, act=act, options=every_m)
         assert p.reasons[0].startswith("widened") and p.row_scale == (sch.act_scale.mode == "dynamic_token"), p.explain()
         x = torch.randn(m, k, device="cuda", dtype=dtype)
-        out = humming.gemm(x, qw, profile=profile)
+        out = humming.gemm(x, qw, profile=profile, options=every_m)
         torch.cuda.synchronize()
         assert "_humming_weight_only" in qw.__dict__, "the widened path did not run"
         assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
@@ -43,9 +43,9 @@ def test_widened(scheme, profile, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("scheme", ["w4a8-fp8", "w8a8-int8"])
-def test_widened_graph_replay_and_3d(scheme, monkeypatch):
-    """CUDA-graph capture of quantize + widen + row-scaled kernel, replayed on fresh activations; [B, T, K] inputs."""
-    monkeypatch.delenv(widen.ENV, raising=False)  # the default rule: M=16 is widened everywhere
+def test_widened_graph_replay_and_3d(scheme):
+    """CUDA-graph capture of quantize + widen + row-scaled kernel, replayed on fresh activations; [B, T, K] inputs.
+    The default options (act_widen None, the measured M ranges): M=16 is widened everywhere."""
     n, k = 1024, 4096
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, scheme)
     x = torch.randn(16, k, device="cuda", dtype=torch.float16)
@@ -59,9 +59,9 @@ def test_widened_graph_replay_and_3d(scheme, monkeypatch):
     assert out.shape == (2, 3, n) and rel_error(out, ref) <= 1e-3
 
 
-def test_default_rule_keeps_native_kernels_outside_the_ranges(monkeypatch):
-    """Without the variable: W4A8 at M=1 widened; at an M outside DEFAULT_M_RANGES the native 8-bit kernel runs."""
-    monkeypatch.delenv(widen.ENV, raising=False)
+def test_default_rule_keeps_native_kernels_outside_the_ranges():
+    """With the default options (act_widen None): W4A8 at M=1 widened; at an M outside DEFAULT_M_RANGES the native
+    8-bit kernel runs."""
     caps = api.resolve_profile(None)
     n, k = 512, 2048
     ranges = widen.m_ranges(caps, humming.schemes.get("w4a8-fp8"), n, k)  # the ranges of this N (and K)
@@ -77,11 +77,10 @@ def test_default_rule_keeps_native_kernels_outside_the_ranges(monkeypatch):
 
 
 @pytest.mark.parametrize("m,widened", [(150, True), (200, False), (300, False), (380, False)])
-def test_padded_native_tiles_go_widened(m, widened, monkeypatch):
-    """Without the variable, int4 W4A8 on an 8192-channel layer: the M whose native register-A token tiles would hold
+def test_padded_native_tiles_go_widened(m, widened):
+    """With the default options (act_widen None), int4 W4A8 on an 8192-channel layer: the M whose native register-A token tiles would hold
     under 65% tokens (150: two 128-token tiles) run the widened path (fitted W4A16 tiles), the others the native
     kernel (300: two tiles of 192, fitted); both right against the reference."""
-    monkeypatch.delenv(widen.ENV, raising=False)
     caps = api.resolve_profile(None)
     if not api._wgmma_runs_here(caps) or not caps.find_mma(family="wgmma", a_type="e4m3"):
         pytest.skip(f"{caps.name}: the register-A W4A8 kernel needs an sm_90a device")

@@ -112,12 +112,12 @@ def test_emulated_kernel_matches_reference(scheme, dtype, profile):
 
 
 def test_tile_kernel_reads_the_tile_major_order():
-    """The mma.sync tile kernel runs tile-major weights where the register-A kernels do not (e.g. HUMMING_WGMMA_RS=0
-    or a tuned tile entry): one 4-byte shared load per tile and step. At the 254-255-register limit of the M=128 tile
-    ptxas may spill up to 8 bytes (since the 16-byte split-K partials, 2026-11-30: the step-major kernel 8 bytes, in
-    the split-K fix-up after the main loop, nvdisasm; the tile-major one none), which this bounds; other containers
-    never get that order and the generator refuses it for them. tests/gpu/test_pair_order_gpu.py checks the
-    results."""
+    """The mma.sync tile kernel runs tile-major weights where the register-A kernels do not (e.g. the knob
+    register_a.min_m null, or a tuned tile entry): one 4-byte shared load per tile and step. At the 254-255-register
+    limit of the M=128 tile ptxas may spill up to 8 bytes (since the 16-byte split-K partials, 2026-11-30: the
+    step-major kernel 8 bytes, in the split-K fix-up after the main loop, nvdisasm; the tile-major one none), which
+    this bounds; other containers never get that order and the generator refuses it for them.
+    tests/gpu/test_pair_order_gpu.py checks the results."""
     import dataclasses
     import re
 

@@ -5,14 +5,10 @@ import pytest
 
 import humming
 from humming import api
-from humming.core.plan import PDL_ENV
+from humming.core.plan import PDL_KNOB, PDL_PREFILL_KNOB
+from humming.core.tuning import knobs
 
 N, K = 8192, 8192
-
-
-@pytest.fixture(autouse=True)
-def _default(monkeypatch):
-    monkeypatch.delenv(PDL_ENV, raising=False)
 
 
 @pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-b200", "nvidia-rtx-5090"])
@@ -71,22 +67,19 @@ def test_prefill_form_waits_in_its_producer_and_consumers(m, n, k, streamk):
         assert "griddepcontrol.wait" in module.ptx and "griddepcontrol.launch_dependents" in module.ptx
 
 
-def test_prefill_switch_and_the_native_w4a8_kernel(monkeypatch):
-    from humming.core.plan import PDL_PREFILL_ENV
-
+def test_prefill_knob_and_the_native_w4a8_kernel():
     assert humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl
     tuned = humming.plan("w4a16", 256, N, K, profile="nvidia-h200")  # the same form, a tuned entry at M 129-256
     assert tuned.tiles.bn == 128 and tuned.pdl
     assert not humming.plan("w4a8-int8", 4096, N, K, profile="nvidia-h200").pdl  # the native register-A W4A8 kernel
-    monkeypatch.setenv(PDL_PREFILL_ENV, "0")
-    assert not humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl
-    assert not humming.plan("w4a16", 256, N, K, profile="nvidia-h200").pdl
-    assert humming.plan("w4a16", 16, N, K, profile="nvidia-h200").pdl  # the small forms keep theirs
-    monkeypatch.setenv(PDL_ENV, "0")
-    monkeypatch.delenv(PDL_PREFILL_ENV)
-    assert not humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl
-    assert not humming.plan("w4a16", 1, N, K, profile="nvidia-h200").pdl
-    assert not humming.plan("w4a16", 16, N, K, profile="nvidia-h200").pdl
+    with knobs.override({PDL_PREFILL_KNOB: False}):
+        assert not humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl
+        assert not humming.plan("w4a16", 256, N, K, profile="nvidia-h200").pdl
+        assert humming.plan("w4a16", 16, N, K, profile="nvidia-h200").pdl  # the small forms keep theirs
+    with knobs.override({PDL_KNOB: False}):
+        assert not humming.plan("w4a16", 4096, N, K, profile="nvidia-h200").pdl
+        assert not humming.plan("w4a16", 1, N, K, profile="nvidia-h200").pdl
+        assert not humming.plan("w4a16", 16, N, K, profile="nvidia-h200").pdl
 
 
 def test_quantization_kernels_trigger_their_dependents():

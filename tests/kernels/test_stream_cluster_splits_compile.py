@@ -1,5 +1,5 @@
 """CPU: split-K clusters of the stream kernel and the small register-A form (Plan.cluster_splits): where the planner applies them (profiles
-declaring cluster_dsmem, 2..8 splits, no balance or bulk, room in shared memory, HUMMING_CLUSTER_SPLITS), the launch
+declaring cluster_dsmem, 2..8 splits, no balance or bulk, room in shared memory, the knob launch.cluster_splits), the launch
 shape, and NVRTC compilation (no spills; distributed-shared-memory stores and a cluster barrier in the PTX, no
 workspace counter) for Hopper and Blackwell. The GPU test (tests/gpu/test_stream_cluster_splits_gpu.py) checks the
 results."""
@@ -10,12 +10,14 @@ import humming
 from humming import api
 from humming.core.common.layout import layout_for
 from humming.core.plan import (
-    CLUSTER_SPLITS_ENV,
+    CLUSTER_SPLITS_KNOB,
     TileConfig,
     cluster_splits_bytes,
     launch_options,
     plan_wna16,
 )
+from humming.core.tuning import knobs
+from humming.errors import ProfileError
 
 
 def _stream(caps, n, k, m, splits, **tiles):
@@ -25,8 +27,7 @@ def _stream(caps, n, k, m, splits, **tiles):
     return plan_wna16(caps, lay, m, "f16", scheme="w4a16", path="stream", splits=splits, tiles=TileConfig(**base))
 
 
-def test_plan_shape_and_reasons(monkeypatch):
-    monkeypatch.delenv(CLUSTER_SPLITS_ENV, raising=False)
+def test_plan_shape_and_reasons(set_knobs):
     caps = api.resolve_profile("nvidia-h200")
     base = _stream(caps, 4096, 14336, 1, 2)
     p = launch_options(caps, base)
@@ -38,39 +39,38 @@ def test_plan_shape_and_reasons(monkeypatch):
     src = api.source(p, caps)
     assert f"constexpr int CS_OFFSET = {base.smem_bytes};" in src and "int* counter = CNT + slab;" not in src
     assert "int* counter = CNT + slab;" in api.source(base, caps)  # the workspace path without the option
-    # 4 splits: the workspace by default (measured slower in a cluster), a cluster with HUMMING_CLUSTER_SPLITS=4;
+    # 4 splits: the workspace by default (measured slower in a cluster), a cluster with the knob launch.cluster_splits 4;
     # two token tiles: 4 KiB per other split
     four = _stream(caps, 4096, 14336, 16, 4, fold=1, x_smem=0, x_ring=1)
     assert not launch_options(caps, four).cluster_splits and launch_options(caps, four).partials == 4
-    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "4")
+    set_knobs({CLUSTER_SPLITS_KNOB: 4})
     assert launch_options(caps, four).cluster_splits and cluster_splits_bytes(launch_options(caps, four)) == 3 * 4096
 
 
-def test_where_it_does_not_apply(monkeypatch):
-    monkeypatch.delenv(CLUSTER_SPLITS_ENV, raising=False)
+def test_where_it_does_not_apply():
     h200 = api.resolve_profile("nvidia-h200")
     assert not launch_options(h200, _stream(h200, 4096, 14336, 1, 1)).cluster_splits  # no split
-    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "8")
-    assert not launch_options(h200, _stream(h200, 4096, 16384, 1, 16, warps_k=2, bk=128)).cluster_splits  # > 8
-    monkeypatch.delenv(CLUSTER_SPLITS_ENV)
+    with knobs.override({CLUSTER_SPLITS_KNOB: 8}):
+        assert not launch_options(h200, _stream(h200, 4096, 16384, 1, 16, warps_k=2, bk=128)).cluster_splits  # > 8
     balanced = _stream(h200, 8192, 8192, 1, 1, balance=4)
     assert not launch_options(h200, balanced).cluster_splits and launch_options(h200, balanced).partials == 2
     for name in ("thead-zhenwu-810e", "nvidia-a100", "nvidia-rtx-5090"):  # no cluster_dsmem declared
         caps = api.resolve_profile(name)
         assert not caps.memory.cluster_dsmem
         assert not launch_options(caps, _stream(caps, 4096, 14336, 1, 2, x_smem=0, x_ring=1, fold=1)).cluster_splits
-    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "0")
-    assert not launch_options(h200, _stream(h200, 4096, 14336, 1, 2)).cluster_splits
-    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "9")
-    with pytest.raises(ValueError, match="HUMMING_CLUSTER_SPLITS='9'"):
-        launch_options(h200, _stream(h200, 4096, 14336, 1, 2))
+    assert launch_options(h200, _stream(h200, 4096, 14336, 1, 2)).cluster_splits  # (the default: 2 splits)
+    with knobs.override({CLUSTER_SPLITS_KNOB: 0}):
+        assert not launch_options(h200, _stream(h200, 4096, 14336, 1, 2)).cluster_splits
+    with pytest.raises(ProfileError, match="launch.cluster_splits = 9"):
+        with knobs.override({CLUSTER_SPLITS_KNOB: 9}):
+            launch_options(h200, _stream(h200, 4096, 14336, 1, 2))
 
 
 @pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-b200"])
 @pytest.mark.parametrize("m,splits,form", [(1, 2, dict()), (4, 4, dict(x_smem=0, x_ring=1, fold=1, warps_k=4, bk=256)),
                                            (16, 8, dict(x_smem=0, fold=0, warps_k=2, bk=128))])
-def test_compiles_with_cluster_stores(profile, m, splits, form, monkeypatch, compiled_without_spills):
-    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "8")
+def test_compiles_with_cluster_stores(profile, m, splits, form, set_knobs, compiled_without_spills):
+    set_knobs({CLUSTER_SPLITS_KNOB: 8})
     caps = api.resolve_profile(profile)
     p = launch_options(caps, _stream(caps, 4096, 14336, m, splits, **form))
     assert p.cluster_splits
@@ -80,12 +80,11 @@ def test_compiles_with_cluster_stores(profile, m, splits, form, monkeypatch, com
     assert "atom.global.add" not in mod.ptx  # no workspace counter
 
 
-def test_small_register_a_form_splits_in_clusters(monkeypatch, compiled_without_spills):
+def test_small_register_a_form_splits_in_clusters(set_knobs, compiled_without_spills):
     """The small-M register-A wgmma form: 2 splits (the default) meet in the first block's activation slots; not with
     its multicast cluster option, nor where the other splits' accumulators would not fit the slots."""
     from humming.core.families.register_a.planner import plan_wna16_wgmma_rs
 
-    monkeypatch.delenv(CLUSTER_SPLITS_ENV, raising=False)
     caps = api.resolve_profile("nvidia-h200")
     lay = layout_for(humming.schemes.get("w4a16"), 8192, 8192, "f16", caps=caps)
 
@@ -100,7 +99,7 @@ def test_small_register_a_form_splits_in_clusters(monkeypatch, compiled_without_
     src = api.source(p, caps)
     assert "cluster_peer_addr(x0, 0)" in src and "atomic_add_i32(counter" not in src
     assert not launch_options(caps, small(16, bt=16, splits=4, stages=8)).cluster_splits  # 4 splits: workspace
-    monkeypatch.setenv(CLUSTER_SPLITS_ENV, "8")
+    set_knobs({CLUSTER_SPLITS_KNOB: 8})
     assert launch_options(caps, small(16, bt=16, splits=4, stages=8)).cluster_splits
     assert not launch_options(caps, small(16, bt=16, splits=8, stages=8)).cluster_splits  # 7 partials > 8 slots / 2
     assert not launch_options(caps, small(16, bt=16, splits=2, stages=8, cluster=2)).cluster_splits  # multicast

@@ -603,12 +603,12 @@ def test_w4a8_emulated_kernel_matches_the_reference(bn):
 
 # ----------------------------------------------------------------------------- the runtime dispatch, on CPU
 @pytest.mark.parametrize("scheme", ["w4a4-nvfp4", "w4a4-mxfp4", W4A8])
-def test_runtime_dispatch_hands_the_kernel_its_operands(scheme, monkeypatch):
+def test_runtime_dispatch_hands_the_kernel_its_operands(scheme, monkeypatch, set_knobs):
     """humming's quantized-activation dispatch with HUMMING_UNVERIFIED_KERNELS=1 on a B200 profile, the launch replaced
     by the torch emulation of the kernel: the prepared weight, the activation codes and scales and the epilogue
     arguments reach the parameter slots the kernel reads them from (CPU tensors, reference activation quantization)."""
     monkeypatch.setenv(UNVERIFIED_ENV, "1")
-    monkeypatch.setenv("HUMMING_ACTQUANT", "reference")
+    set_knobs({"act_quant.kernel": False})  # the reference activation quantization
     monkeypatch.setattr(api, "_choices", {})
     caps = get_profile("nvidia-b200")
     torch.manual_seed(3)

@@ -89,8 +89,7 @@ def test_scheme_is_what_the_kernels_apply():
 
 
 @pytest.mark.parametrize("profile", HOPPER)
-def test_hopper_plans_wgmma_for_prefill_and_mma_sync_for_decode(profile, monkeypatch):
-    monkeypatch.delenv(api.WGMMA_ENV, raising=False)
+def test_hopper_plans_wgmma_for_prefill_and_mma_sync_for_decode(profile, set_knobs):
     for m in (64, 200, 1024):
         p = humming.plan(SCHEME, m, 4096, 7168, profile=profile)
         assert p.family == "wgmma" and p.tiles.bn == 128, p.explain()
@@ -103,13 +102,12 @@ def test_hopper_plans_wgmma_for_prefill_and_mma_sync_for_decode(profile, monkeyp
     # N % 128 == 64: the block table's last block is half full; the mma.sync kernel (64-wide tiles) runs it
     p = humming.plan(SCHEME, 1024, 4160, 2048, profile=profile)
     assert p.family == "mma_sync" and p.tiles.bn == 64
-    monkeypatch.setenv(api.WGMMA_ENV, "0")
+    set_knobs({"wgmma_8bit.enabled": False})
     assert humming.plan(SCHEME, 1024, 4096, 2048, profile=profile).family == "mma_sync"
 
 
-def test_fast_accumulation_never_applies_to_blocks(monkeypatch):
-    monkeypatch.setenv(api.WGMMA_FAST_ACCUM_ENV, "1")
-    p = humming.plan(SCHEME, 4096, 8192, 2048, profile=H200)
+def test_fast_accumulation_never_applies_to_blocks():
+    p = humming.plan(SCHEME, 4096, 8192, 2048, profile=H200, options=humming.GemmOptions(fast_accum=True))
     assert p.family == "wgmma" and not p.layout.fast_accum and p.tiles.bn == 128
     qw, _, _ = _block_data(256, 256, 1, 0)
     assert not prepare_w8a8_wgmma(qw, torch.float16, "e4m3", fast_accum=True).layout.fast_accum

@@ -183,20 +183,22 @@ def test_widening_tables_are_exact():
             assert e4m3.decode(torch.tensor([(as_e2m1 >> (8 * i)) & 0xFF], dtype=torch.uint8)) == e2m1.decode(code)
 
 
-def test_w4a8_widening_switch_on_the_mma_sync_kernel(monkeypatch):
-    """HUMMING_W4A8_WIDEN picks the int4 -> e4m3 widening of the mma.sync W4A8 kernel too: unset, the linear one
-    (labels, scales times 2^9, e4m3x4_of_labels); "prmt", the byte-permute tables on the codes as stored, a kernel of
-    its own name; the plan says which."""
-    monkeypatch.delenv("HUMMING_W4A8_WIDEN", raising=False)
+def test_w4a8_widening_option_on_the_mma_sync_kernel():
+    """GemmOptions.w4a8_widen picks the int4 -> e4m3 widening of the mma.sync W4A8 kernel too: by default the linear
+    one (labels, scales times 2^9, e4m3x4_of_labels); "prmt", the byte-permute tables on the codes as stored, a kernel
+    of its own name; the plan says which."""
     linear = humming.plan("w4a8-fp8", 1024, 1024, 2048, profile="nvidia-l40s")
     assert linear.layout.widen == "linear" and "int4 -> e4m3, linear" in linear.explain()
     src = api.source(linear)
     assert "WIDEN(" not in src and "e4m3x4_of_labels(q[e] & 0x0F0F0F0Fu)" in src
-    monkeypatch.setenv("HUMMING_W4A8_WIDEN", "prmt")
-    table = humming.plan("w4a8-fp8", 1024, 1024, 2048, profile="nvidia-l40s")
+    prmt = humming.GemmOptions(w4a8_widen="prmt")
+    table = humming.plan("w4a8-fp8", 1024, 1024, 2048, profile="nvidia-l40s", options=prmt)
     assert table.layout.widen == "prmt" and table.kernel_name != linear.kernel_name
     assert "int4x4_to_e4m3x4(q[e] & 0x0F0F0F0Fu)" in api.source(table) and "by tables" in table.explain()
-    assert humming.plan("w4a8-mxfp4", 1024, 1024, 2048, profile="nvidia-l40s").layout.widen == "linear"  # e2m1: one
+    assert humming.plan("w4a8-mxfp4", 1024, 1024, 2048, profile="nvidia-l40s",
+                        options=prmt).layout.widen == "linear"  # e2m1: one
+    with pytest.raises(ValueError, match="w4a8_widen"):
+        humming.GemmOptions(w4a8_widen="tables")
     torch.manual_seed(5)
     qw = humming.quantize(torch.randn(128, 256) * 0.05, humming.schemes.get("w4a8-fp8"))
     lin, tab = prepare_w4a8(qw, torch.float16, "e4m3"), prepare_w4a8(qw, torch.float16, "e4m3", widen="prmt")

@@ -15,19 +15,23 @@ from humming.core.common.paths import runnable_path
 from humming.core.compile.compiler import compile_cuda
 from humming.core.compile.nvrtc import select_toolchain
 from humming.core.families.wgmma_8bit.layout import WgmmaW8A8Layout, prepare_w8a8_wgmma
-from humming.core.families.wgmma_8bit.planner import plan_w8a8_wgmma
+from humming.core.families.wgmma_8bit.planner import WS_KNOB, plan_w8a8_wgmma
+from humming.core.tuning import knobs
 from humming.devices.nvidia import backend as nv
 from humming.errors import UnsupportedOnDevice
 
 
 @pytest.fixture(autouse=True)
-def _lock_step_w4a8(monkeypatch):
+def _lock_step_w4a8(set_knobs):
     """These tests read the lock-step W4A8 kernel (256 threads, one block barrier per stage); the
-    warp-specialised one, the default where mbarrier and setmaxnreg are declared, has test_wgmma_ws_compile."""
-    monkeypatch.setenv("HUMMING_WGMMA_WS", "0")
+    warp-specialised one, the default where mbarrier and setmaxnreg are declared, has test_wgmma_8bit_variants."""
+    set_knobs({WS_KNOB: False})
+
 
 H200 = "nvidia-h200"
 ACC = {"e4m3": "f32", "s8": "s32"}
+NATIVE = humming.GemmOptions(act_widen=False)  # the native 8-bit kernels (not the widened weight-only path)
+WGMMA_KNOB = "wgmma_8bit.enabled"  # W8A8 / W4A8 from M 64 on the wgmma kernels (false: mma.sync)
 
 
 def _caps(name=H200):
@@ -106,11 +110,11 @@ def test_compiles_through_the_api_cache_and_names():
 
 
 @pytest.mark.parametrize("profile", ["nvidia-l40s", "nvidia-b300", "nvidia-a100", "nvidia-rtx-5090"])
-def test_profiles_without_wgmma_get_no_wgmma_plan(profile, monkeypatch):
+def test_profiles_without_wgmma_get_no_wgmma_plan(profile, set_knobs):
     caps = _caps(profile)
     with pytest.raises(UnsupportedOnDevice, match="declares no wgmma"):
         plan_w8a8_wgmma(caps, WgmmaW8A8Layout("e4m3", 1024, 2048, "channel"), 1024, "f16")
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    set_knobs({WGMMA_KNOB: True})
     for scheme in ("w8a8-int8", "w8a8-fp8"):
         try:
             p = humming.plan(scheme, 1024, 1024, 2048, profile=profile)
@@ -119,14 +123,15 @@ def test_profiles_without_wgmma_get_no_wgmma_plan(profile, monkeypatch):
         assert p.family in ("mma_sync", "tcgen05")  # B300 W8A8-FP8 plans the (gated) tcgen05 kernel; never wgmma
 
 
-def test_selection_is_opt_in_and_gated(monkeypatch):
+def test_selection_is_opt_in_and_gated(set_knobs):
     caps = _caps()
     sch = humming.schemes.get("w8a8-fp8")
     choice = runnable_path(caps, sch)
-    monkeypatch.setenv(api.WGMMA_ENV, "0")
-    assert not api._wgmma_eligible(caps, choice, sch, 1024, 1024, 2048)
-    assert humming.plan("w8a8-fp8", 1024, 1024, 2048, profile=H200).family == "mma_sync"
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
+    with knobs.override({WGMMA_KNOB: False}):
+        assert not api._wgmma_eligible(caps, choice, sch, 1024, 1024, 2048)
+        assert humming.plan("w8a8-fp8", 1024, 1024, 2048, profile=H200).family == "mma_sync"
+    assert knobs.value(WGMMA_KNOB, caps) is True  # on by default
+    set_knobs({WGMMA_KNOB: True})
     assert api._wgmma_eligible(caps, choice, sch, 1024, 1024, 2048)
     assert not api._wgmma_eligible(caps, choice, sch, 63, 1024, 2048)  # decode-sized M stays on mma.sync
     assert not api._wgmma_eligible(caps, choice, sch, 1024, 1088, 2048)  # N % 128
@@ -418,24 +423,26 @@ def test_w4a8_kernel_names_differ_by_weight_format():
     assert len(names) == 3
 
 
-def test_w4a8_selection_is_opt_in_and_gated(monkeypatch):
-    monkeypatch.setenv("HUMMING_ACT_WIDEN", "0")  # the native 8-bit kernels (not widened)
-    monkeypatch.setenv(api.WGMMA_ENV, "0")
+def test_w4a8_selection_is_opt_in_and_gated(set_knobs):
+    with knobs.override({WGMMA_KNOB: False}):
+        for scheme in ("w4a8-int8", "w4a8-fp8", "w4a8-mxfp4"):
+            assert humming.plan(scheme, 1024, 1024, 2048, profile=H200, options=NATIVE).family == "mma_sync"
+    set_knobs({WGMMA_KNOB: True})
     for scheme in ("w4a8-int8", "w4a8-fp8", "w4a8-mxfp4"):
-        assert humming.plan(scheme, 1024, 1024, 2048, profile=H200).family == "mma_sync"
-    monkeypatch.setenv(api.WGMMA_ENV, "1")
-    for scheme in ("w4a8-int8", "w4a8-fp8", "w4a8-mxfp4"):
-        p = humming.plan(scheme, 1024, 1024, 2048, profile=H200)
+        p = humming.plan(scheme, 1024, 1024, 2048, profile=H200, options=NATIVE)
         assert p.family == "wgmma" and p.kernel_name.startswith("hm_w4a8_wgmma_"), p.explain()
-        assert any("W4A8" in r for r in p.reasons) and any("group" in r for r in p.reasons)
-        assert humming.plan(scheme, 32, 1024, 2048, profile=H200).family == "mma_sync"  # decode-sized M
+        # the reasons name the W4A8 kernel: "W4A8: ..." (the shared-memory kernel) or, for the register-A W4A8 kernel
+        # (int4 in groups of 128), its knob register_a8.min_m (the reason named HUMMING_WGMMA_W4A8_RS before)
+        assert any("W4A8" in r or "register_a8.min_m" in r for r in p.reasons), p.explain()
+        assert any("group" in r for r in p.reasons)
+        assert humming.plan(scheme, 32, 1024, 2048, profile=H200, options=NATIVE).family == "mma_sync"  # decode M
         sch = humming.schemes.get(scheme)
         assert not api._wgmma_eligible(_caps(), runnable_path(_caps(), sch), sch, 1024, 1088, 2048)  # N % 128
-    p = humming.plan("w4a8-int8", 1024, 1024, 2048, profile=H200, group_size=32)
+    p = humming.plan("w4a8-int8", 1024, 1024, 2048, profile=H200, group_size=32, options=NATIVE)
     assert p.family == "wgmma" and p.layout.group == 32
     for profile in ("nvidia-a100", "nvidia-l40s"):
         try:
-            assert humming.plan("w4a8-fp8", 1024, 1024, 2048, profile=profile).family == "mma_sync"
+            assert humming.plan("w4a8-fp8", 1024, 1024, 2048, profile=profile, options=NATIVE).family == "mma_sync"
         except UnsupportedOnDevice:
             pass
 

@@ -25,18 +25,21 @@ from humming.core.families.wgmma_dequant.layout import (
     wgmma_wna16_layout,
 )
 from humming.core.families.wgmma_dequant.planner import PATH, plan_wna16_wgmma, scale_rows, stage_bytes
+from humming.core.tuning import knobs
 from humming.devices.nvidia import backend as nv
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 
 @pytest.fixture(autouse=True)
-def _dequant_smem_kernel(monkeypatch):
-    """These tests are about the dequant-smem wgmma kernel; from M = 1024 the register-A kernel is the default
-    (tests/kernels/test_wgmma_rs_compile.py, tests/gpu/test_wgmma_rs_gpu.py), so it is switched off here."""
-    monkeypatch.setenv("HUMMING_WGMMA_RS", "0")
+def _dequant_smem_kernel(set_knobs):
+    """These tests are about the dequant-smem wgmma kernel; from M = 513 the register-A kernel is the default
+    (humming.core.families.register_a, its own compile and GPU tests), so it is switched off here (the knob
+    register_a.min_m null)."""
+    set_knobs({"register_a.min_m": None})
 
 
 H200 = "nvidia-h200"
+WNA16_KNOB = "wgmma_wna16.enabled"  # WnA16 from M 128 on the wgmma kernels (false: the mma.sync kernels)
 DT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -107,33 +110,34 @@ def test_every_profile_declaring_wgmma_compiles_it():
             assert f"wgmma.mma_async.sync.aligned.m64n{p.tiles.bn}k16.f32.{act}.{act}" in mod.ptx
 
 
-def test_names_and_keys_are_distinct(monkeypatch):
+def test_names_and_keys_are_distinct():
     p16, pb = _plan("f16", 128), _plan("bf16", 128)
     p32 = _plan("f16", 32)
     assert len({p16.kernel_name, pb.kernel_name, p32.kernel_name}) == 3
-    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "0")
-    tile = humming.plan("w4a16", 1024, 1024, 4096, profile=H200)
+    with knobs.override({WNA16_KNOB: False}):
+        tile = humming.plan("w4a16", 1024, 1024, 4096, profile=H200)
     assert tile.family == "mma_sync" and tile.kernel_name != p16.kernel_name and tile.kernel_key != p16.kernel_key
     assert "wgmma" in p16.explain() and PATH in p16.explain()
 
 
 @pytest.mark.parametrize("profile", ["nvidia-l40s", "nvidia-b300", "nvidia-a100", "nvidia-rtx-5090"])
-def test_profiles_without_wgmma_get_no_wgmma_plan(profile, monkeypatch):
+def test_profiles_without_wgmma_get_no_wgmma_plan(profile, set_knobs):
     lay = wgmma_wna16_layout(_scheme(128), 1024, 2048, "f16")
     with pytest.raises(UnsupportedOnDevice, match="declares no wgmma"):
         plan_wna16_wgmma(_caps(profile), lay, 1024, "f16")
-    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    set_knobs({WNA16_KNOB: True})
     for act in ("f16", "bf16"):
         assert humming.plan("w4a16", 1024, 1024, 2048, profile=profile, act=act).family == "mma_sync"
 
 
-def test_selection_is_opt_in_and_gated(monkeypatch):
+def test_selection_is_opt_in_and_gated(set_knobs):
     caps = _caps()
     sch = humming.schemes.get("w4a16")
-    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "0")
-    assert not api._wgmma_wna16_eligible(caps, sch, 1024, 1024, 2048, "f16")
-    assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).family == "mma_sync"
-    monkeypatch.setenv(api.WGMMA_WNA16_ENV, "1")
+    with knobs.override({WNA16_KNOB: False}):
+        assert not api._wgmma_wna16_eligible(caps, sch, 1024, 1024, 2048, "f16")
+        assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).family == "mma_sync"
+    assert knobs.value(WNA16_KNOB, caps) is True  # on by default
+    set_knobs({WNA16_KNOB: True})
     assert api._wgmma_wna16_eligible(caps, sch, 1024, 1024, 2048, "f16")
     assert api._wgmma_wna16_eligible(caps, sch, 128, 1024, 2048, "bf16")
     assert not api._wgmma_wna16_eligible(caps, sch, 127, 1024, 2048, "f16")  # below one 128-row tile

@@ -11,13 +11,9 @@ from humming import api
 from humming.core.common import act_widen as widen
 from humming.core.common.layout import layout_for
 from humming.core.families.mma_wna16.generator import row_scale_refusal
+from humming.core.tuning import knobs
 
 N, K = 8192, 8192
-
-
-@pytest.fixture(autouse=True)
-def _default_thresholds(monkeypatch):
-    monkeypatch.delenv(widen.ENV, raising=False)
 
 
 @pytest.mark.parametrize("scheme,m,row_scale", [
@@ -41,7 +37,7 @@ def test_native_or_other_paths_stay(scheme, m):
     assert not p.row_scale
 
 
-def test_ranges_per_profile_and_switch(monkeypatch):
+def test_ranges_per_profile_and_option():
     h200, a100 = api.resolve_profile("nvidia-h200"), api.resolve_profile("nvidia-a100")
     w4a8, w8a8 = humming.schemes.get("w4a8-fp8"), humming.schemes.get("w8a8-int8")
     # g128 int4 without zero points: the register-A W4A8 kernel takes it ("4bit-rs8"); groups of 64: "4bit"
@@ -71,17 +67,23 @@ def test_ranges_per_profile_and_switch(monkeypatch):
     assert widen.applies(h200, w4a8, 166, N, K) and not widen.applies(h200, w4a8, 167, N, K)
     assert not widen.applies(h200, w4a8, 1024, N, K) and not widen.applies(h200, w4a8, 4096, N, K)
     assert widen.applies(h200, w4a8_g64, 1024, N, K) and not widen.applies(h200, w4a8_g64, 512, N, K)
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS", "0")  # the register-A kernel off: the other 4-bit ranges
-    assert widen.m_ranges(h200, w4a8, N, K) == widen.DEFAULT_M_RANGES["wgmma"][("4bit", "fp8")]
-    monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS")
+    with knobs.override({"register_a8.min_m": None}):  # the register-A kernel off: the other 4-bit ranges
+        assert widen.m_ranges(h200, w4a8, N, K) == widen.DEFAULT_M_RANGES["wgmma"][("4bit", "fp8")]
+        assert widen.applies(h200, w4a8, 1024, N, K)  # (the decision is not the one cached without the override)
+    assert not widen.applies(h200, w4a8, 1024, N, K)
     assert widen.applies(a100, w4a8, 1 << 20, N, K)  # no fp8 tensor cores on the A100: the only path
     assert widen.describe_ranges(((1, 64), (1024, 2048))) == "M <= 64, M 1024-2048"
     assert widen.describe_ranges(((1, 64), (1024, widen.OPEN))) == "M <= 64, M >= 1024"
-    monkeypatch.setenv(widen.ENV, "0")
-    assert not widen.applies(h200, w4a8, 1, N, K)
-    assert not humming.plan("w4a8-fp8", 1, N, K, profile="nvidia-h200").row_scale
-    monkeypatch.setenv(widen.ENV, "1")
-    assert widen.applies(h200, w4a8, 65536, N, K)
+    # GemmOptions.act_widen: False never, True every M
+    assert widen.m_ranges(h200, w4a8, N, K, act_widen=False) == ()
+    assert not widen.applies(h200, w4a8, 1, N, K, act_widen=False)
+    assert humming.plan("w4a8-fp8", 1, N, K, profile="nvidia-h200").row_scale
+    assert not humming.plan("w4a8-fp8", 1, N, K, profile="nvidia-h200",
+                            options=humming.GemmOptions(act_widen=False)).row_scale
+    assert widen.m_ranges(h200, w4a8, N, K, act_widen=True) is None
+    assert widen.applies(h200, w4a8, 65536, N, K, act_widen=True)
+    assert humming.plan("w4a8-fp8", 65536, N, K, profile="nvidia-h200",
+                        options=humming.GemmOptions(act_widen=True)).reasons[0].startswith("widened activations")
 
 
 def test_refusals_say_why():
@@ -105,9 +107,9 @@ def test_codes_are_exact_in_16_bits():
 def _row_scaled_plans():
     caps = api.resolve_profile("nvidia-h200")
     plans = [humming.plan("w4a8-fp8", m, N, K, profile=caps) for m in (1, 7, 16, 33)]
-    # above the default threshold: the row-scaled twin of the weight-only plan (HUMMING_ACT_WIDEN=1)
+    # above the default threshold: the row-scaled twin of the weight-only plan (GemmOptions(act_widen=True))
     plans += [replace(humming.plan("w4a16", m, N, K, profile=caps), row_scale=True) for m in (128, 1024)]
-    # the mma.sync tile kernel, as the row-scaled twin handle plans it (HUMMING_ACT_WIDEN=1 above M=16 there)
+    # the mma.sync tile kernel, as the row-scaled twin handle plans it (act_widen=True above M=16 there)
     plans.append(replace(humming.plan("w8a16", 48, N, K, profile="nvidia-a100"), row_scale=True))
     plans.append(humming.plan("w8a8-int8", 1, N, K, profile="nvidia-t4"))
     return plans
@@ -139,27 +141,24 @@ def test_row_scale_refused_where_no_kernel_takes_it():
     assert layout_for(sch, N, K, "f16") is not None
 
 
-def test_int32_sums_take_m_from_a_lower_fill(monkeypatch):
+def test_int32_sums_take_m_from_a_lower_fill():
     """W4A8-INT8 with per-channel scales (the register-A kernel's exact int32 sums across stages, ~1.6x cheaper
     blocks): native from RS8_MIN_FILL_INT32_SUMS of the SMs instead of RS8_MIN_FILL; measured on the H200
     (docs/runs/2026-12-02d/call6): 4096x14336 M128 widened 30.7 / native 47.3 us, M200 52.2 / 48.6, M300 101.1 / 51.6."""
     from humming.core.families.register_a8 import planner as planner_wgmma_rs8
 
-    assert widen.DIRECT_S8_ENV == planner_wgmma_rs8.DIRECT_S8_ENV  # (the hot path's copy of the name)
-    monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS_DIRECT", raising=False)
     h200 = api.resolve_profile("nvidia-h200")
     channel = humming.schemes.get("w4a8-int8").with_(granularity="channel", group_size=None)
     assert widen.m_ranges(h200, channel, 4096, 14336) == ((1, 166),)  # (129-166: the token-share rule)
     assert widen.applies(h200, channel, 128, 4096, 14336) and not widen.applies(h200, channel, 200, 4096, 14336)
     assert not widen.applies(h200, channel, 300, 4096, 14336)
     assert widen.m_ranges(h200, channel, 8192, 8192) == ((1, 64), (129, 166))
-    # groups of 128, e4m3 per channel (promoted unless HUMMING_WGMMA_FAST_ACCUM=1) and the off switch: as before
+    # groups of 128, e4m3 per channel (promoted unless GemmOptions(fast_accum=True)) and the knob off: as before
     assert widen.m_ranges(h200, humming.schemes.get("w4a8-int8"), 4096, 14336) == ((1, 384),)
     fp8_channel = humming.schemes.get("w4a8-fp8").with_(granularity="channel", group_size=None)
     assert widen.m_ranges(h200, fp8_channel, 4096, 14336) == ((1, 384),)
-    monkeypatch.setenv("HUMMING_WGMMA_W4A8_RS_DIRECT", "0")
-    assert widen.m_ranges(h200, channel, 4096, 14336) == ((1, 384),)
-    assert widen.applies(h200, channel, 300, 4096, 14336)
+    with knobs.override({planner_wgmma_rs8.DIRECT_S8_KNOB: False}):
+        assert widen.m_ranges(h200, channel, 4096, 14336) == ((1, 384),)
+        assert widen.applies(h200, channel, 300, 4096, 14336)
     # K past the int32 bound: promoted, so the old fill
-    monkeypatch.delenv("HUMMING_WGMMA_W4A8_RS_DIRECT")
     assert widen.m_ranges(h200, channel, 4096, 2 * 65536) == ((1, 384),)

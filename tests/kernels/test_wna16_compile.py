@@ -1,5 +1,6 @@
 """CPU: WnA16 kernels are planned, generated and compiled with NVRTC for every shipped profile that has an
 mma.sync path; the PTX holds the intended instructions and nothing from other families."""
+import contextvars
 import re
 from concurrent.futures import ThreadPoolExecutor
 
@@ -41,10 +42,11 @@ def plan_refused(profile, act, exc):
 
 
 @pytest.mark.parametrize("profile", DEVICE_PROFILES, ids=[p.name for p in DEVICE_PROFILES])
-def test_compiles_with_intended_instructions(profile, monkeypatch):
-    monkeypatch.setenv("HUMMING_WGMMA_WNA16", "0")  # this family only (sm_90a profiles plan wgmma kernels otherwise)
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda g: _compile(profile, *g), GRID))
+def test_compiles_with_intended_instructions(profile, set_knobs):
+    set_knobs({"wgmma_wna16.enabled": False})  # this family only (sm_90a profiles plan wgmma kernels otherwise)
+    with ThreadPoolExecutor(2) as pool:  # (each task in a copy of this context: the knob override holds there too)
+        futures = [pool.submit(contextvars.copy_context().run, _compile, profile, *g) for g in GRID]
+        results = [f.result() for f in futures]
     compiled = [r for r in results if r[0] == "ok"]
     skipped = [r for r in results if r[0] == "skip"]
     if skipped and not compiled:

@@ -205,7 +205,7 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
         assert p.path == entry["path"] and p.splits == entry["splits"]
         t = entry["tiles"]
         if "instead of the entry's" in p.explain():
-            # rule (1) of planner_wgmma_rs.ROUNDS_ENV: the entry's tiles fill the rounds badly at this M (not at its
+            # rule (1) of register_a.planner.ROUNDS_KNOB: the entry's tiles fill the rounds badly at this M (not at its
             # own): stream-K over 256-token tiles fitted to M
             from humming.core.families.register_a import planner as rs
 
@@ -233,14 +233,15 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
                           and not t.get("streamk"))
             # the two-warpgroup form's plans (tuned ones too) rasterize their blocks, except with the tail option
             # (a planner rule)
-            from humming.core.families.register_a.planner import RASTER
+            from humming.core.families.register_a.planner import RASTER_KNOB
+            from humming.core.tuning import knobs
 
-            raster = RASTER if p.path == "wgmma-rs" and t["bn"] == 128 and not t.get("tail") else 0
+            raster = knobs.value(RASTER_KNOB, caps) if p.path == "wgmma-rs" and t["bn"] == 128 and not t.get("tail") else 0
             # ... and keep a ring of RING_2WG weight atoms (a planner rule)
             from humming.core.families.register_a.planner import RING_2WG
 
             prefetch = RING_2WG if p.path == "wgmma-rs" and t["bn"] == 128 else 0
-            # ... and the small form fits its token tile to M (planner_wgmma_rs.fitted_token_tile)
+            # ... and the small form fits its token tile to M (register_a.planner.fitted_token_tile)
             from humming.core.families.register_a.planner import fitted_token_tile
 
             # (the two-warpgroup form's too: tuning.two_warpgroup_token_tile, then fitted in 16-row groups)
@@ -462,11 +463,11 @@ def test_legacy_513_1024_entries_apply_to_both_new_buckets(monkeypatch, tmp_path
     (8192, 8192, 4096, True), (8192, 8192, 8192, True), (4096, 14336, 768, True), (4096, 14336, 1024, False),
     (4096, 14336, 4096, True), (4096, 14336, 8192, True),
 ])
-def test_streamk_default_follows_the_measurements(n, k, m, won, monkeypatch):
+def test_streamk_default_follows_the_measurements(n, k, m, won, set_knobs):
     from humming.core.families.register_a import planner as rs
+    from humming.core.tuning import knobs
 
-    monkeypatch.delenv(rs.STREAMK_ENV, raising=False)
-    monkeypatch.setenv(rs.ROUNDS_ENV, "0")  # the stream-K rule alone (the finer tiles: test_finer_token_tiles)
+    set_knobs({rs.ROUNDS_KNOB: False})  # the stream-K rule alone (the finer tiles: test_finer_token_tiles)
     layout = _layout(n, k)
     blocks, bt, why = rs.streamk_default(H200, layout, m)
     assert bool(blocks) == won, why
@@ -474,12 +475,12 @@ def test_streamk_default_follows_the_measurements(n, k, m, won, monkeypatch):
     assert p.tiles.streamk == blocks and why in p.reasons[-1]
     if won:
         assert bt == p.tiles.bm == rs.STREAMK_BT and p.grid == (1, H200.limits.sms, 1)
-        monkeypatch.setenv(rs.STREAMK_ENV, "0")
-        off = rs.prefill_default(H200, layout, m, "f16", "w4a16")
-        assert not off.tiles.streamk and "HUMMING_WGMMA_RS_STREAMK=0" in off.reasons[-1]
+        with knobs.override({rs.STREAMK_KNOB: False}):
+            off = rs.prefill_default(H200, layout, m, "f16", "w4a16")
+        assert not off.tiles.streamk and f"stream-K off ({rs.STREAMK_KNOB} false)" in off.reasons[-1], off.explain()
 
 
-# rule (2) of planner_wgmma_rs.ROUNDS_ENV against what was measured on the H200 (2026-12-01, rotated A/B rounds, us,
+# rule (2) of register_a.planner.ROUNDS_KNOB against what was measured on the H200 (2026-12-01, rotated A/B rounds, us,
 # stream-K over 256-token tiles -> one more token tile, fitted, plain): (N, K, M, token tiles x tokens or None)
 @pytest.mark.parametrize("n, k, m, finer", [
     (8192, 8192, 513, (4, 144)), (8192, 8192, 600, (4, 160)), (8192, 8192, 700, (4, 176)), (8192, 8192, 768, (4, 192)),
@@ -487,14 +488,13 @@ def test_streamk_default_follows_the_measurements(n, k, m, won, monkeypatch):
     (4096, 14336, 768, (4, 192)), (4096, 14336, 1100, None), (28672, 8192, 600, None), (28672, 8192, 1100, None),
     (8192, 8192, 1024, None), (8192, 8192, 4096, None),
 ])
-def test_finer_token_tiles(n, k, m, finer, monkeypatch):
+def test_finer_token_tiles(n, k, m, finer):
     """Where 256-token tiles fill their last round badly (the stream-K split condition), the default plan takes one
     more token tile, fitted, if those fill their rounds to ROUNDS_MIN_FILL (8192x8192 M=600 145.9 -> 130.3 us,
-    4096x14336 M=700 152.7 -> 129.5), else stream-K as before; ROUNDS_ENV=0 turns it off."""
+    4096x14336 M=700 152.7 -> 129.5), else stream-K as before; ROUNDS_KNOB false turns it off."""
     from humming.core.families.register_a import planner as rs
+    from humming.core.tuning import knobs
 
-    monkeypatch.delenv(rs.STREAMK_ENV, raising=False)
-    monkeypatch.delenv(rs.ROUNDS_ENV, raising=False)
     layout = _layout(n, k)
     p = rs.prefill_default(H200, layout, m, "f16", "w4a16")
     bt, why = rs.finer_token_tile(H200, layout, m)
@@ -503,63 +503,59 @@ def test_finer_token_tiles(n, k, m, finer, monkeypatch):
         return
     tiles, tokens = finer
     assert (bt, p.tiles.bm, p.grid[0], p.tiles.streamk) == (tokens, tokens, tiles, 0), p.explain()
-    assert why == p.reasons[-1] and "instead of stream-K" in why and rs.ROUNDS_ENV in why
+    assert why == p.reasons[-1] and "instead of stream-K" in why and rs.ROUNDS_KNOB in why
     used = tiles * (n // 128)
     assert used / (-(-used // 132) * 132) >= rs.ROUNDS_MIN_FILL
-    monkeypatch.setenv(rs.ROUNDS_ENV, "0")
-    assert rs.prefill_default(H200, layout, m, "f16", "w4a16").tiles.streamk == 132
+    with knobs.override({rs.ROUNDS_KNOB: False}):
+        assert rs.prefill_default(H200, layout, m, "f16", "w4a16").tiles.streamk == 132
 
 
-def test_entry_yields_to_streamk_where_its_rounds_fill_badly(monkeypatch, tmp_path):
+def test_entry_yields_to_streamk_where_its_rounds_fill_badly(monkeypatch):
     """Rule (1): the shipped 4096x14336 257-512 entry (128-token tiles, measured at 512: 128 tiles, one round 97% full)
     runs M 257-384 (96 tiles, 73%) as stream-K over 256-token tiles fitted to M (M=300 84.7 -> 71.0 us), M 385-512 as
     stored; an entry that is stream-K itself (28672x8192 65-128 since 2026-12-01's twenty-first session) stands."""
     from humming.core.families.register_a import planner as rs
+    from humming.core.tuning import knobs
 
     monkeypatch.setattr(api, "_wgmma_runs_here", lambda caps: True)
-    monkeypatch.delenv(rs.ROUNDS_ENV, raising=False)
     tuning.clear_memory()
     layout = _layout(4096, 14336)
     for m, streamk, bm in ((270, 132, 144), (300, 132, 160), (384, 132, 192), (385, 0, 112), (512, 0, 128)):
         p = tuning.tuned_plan(H200, layout, m, "f16", "w4a16")
         assert (p.tiles.streamk, p.tiles.bm) == (streamk, bm), (m, p.explain())
         assert ("instead of the entry's 128-token tiles" in p.explain()) == bool(streamk)
-    monkeypatch.setenv(rs.ROUNDS_ENV, "0")
-    assert tuning.tuned_plan(H200, layout, 300, "f16", "w4a16").tiles.streamk == 0
-    monkeypatch.delenv(rs.ROUNDS_ENV, raising=False)
+    with knobs.override({rs.ROUNDS_KNOB: False}):
+        assert tuning.tuned_plan(H200, layout, 300, "f16", "w4a16").tiles.streamk == 0
     p = tuning.tuned_plan(H200, _layout(28672, 8192), 128, "f16", "w4a16")
     assert (p.tiles.streamk, p.tiles.bm) == (132, 128), p.explain()
     assert "instead of the entry's" not in p.explain()
 
 
-def test_streamk_default_needs_the_producer_warpgroup(monkeypatch):
-    """Where the profile takes no stream-K (no producer warpgroup: HUMMING_WGMMA_RS_WS=0), the plain form with the
-    reason."""
+def test_streamk_default_needs_the_producer_warpgroup(set_knobs):
+    """Where the profile takes no stream-K (no producer warpgroup: knob register_a.producer false), the plain form
+    with the reason."""
     from humming.core.families.register_a import planner as rs
 
-    monkeypatch.setenv(rs.WS_ENV, "0")
+    set_knobs({rs.WS_KNOB: False})
     p = rs.prefill_default(H200, _layout(28672, 8192), 4096, "f16", "w4a16")
     assert not p.tiles.streamk and "no stream-K" in p.reasons[-1] and "producer" in p.reasons[-1]
 
 
 @pytest.mark.parametrize("m, fitted, unfitted", [(513, 176, 128), (530, 192, 128), (540, 192, 256), (600, 208, 256),
                                                (768, 256, 256), (1025, 208, 256), (1100, 224, 256), (4097, 256, 256)])
-def test_streamk_default_token_tile(m, fitted, unfitted, monkeypatch):
+def test_streamk_default_token_tile(m, fitted, unfitted):
     """256-token tiles fitted to M (as many as 256 needs, each M / tiles rounded up to 16); with the fitting off
-    (FIT_ENV=0) 128-token tiles where 256-token ones would be mostly padding rows (M just above a multiple of 256;
+    (FIT_KNOB false) 128-token tiles where 256-token ones would be mostly padding rows (M just above a multiple of 256;
     measured at M 513 / 600 / 1100 on the H200)."""
     from humming.core.families.register_a import planner as rs
+    from humming.core.tuning import knobs
 
-    monkeypatch.delenv(rs.STREAMK_ENV, raising=False)
     layout = _layout(28672, 8192)
-    for fit, bt, bm in ((None, 256, fitted), ("0", unfitted, unfitted)):
-        if fit is None:
-            monkeypatch.delenv(rs.FIT_ENV, raising=False)
-        else:
-            monkeypatch.setenv(rs.FIT_ENV, fit)
-        blocks, got, why = rs.streamk_default(H200, layout, m)
-        assert blocks == 132 and got == bt, why
-        p = rs.prefill_default(H200, layout, m, "f16", "w4a16")
+    for fit, bt, bm in (({}, 256, fitted), ({rs.FIT_KNOB: False}, unfitted, unfitted)):
+        with knobs.override(fit):
+            blocks, got, why = rs.streamk_default(H200, layout, m)
+            assert blocks == 132 and got == bt, why
+            p = rs.prefill_default(H200, layout, m, "f16", "w4a16")
         assert p.tiles.bm == bm and p.tiles.streamk == 132 and p.grid == (1, 132, 1)
 
 
