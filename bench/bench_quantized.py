@@ -1,20 +1,22 @@
-"""Quantized-activation benchmark (issue 5): W8A8-FP8 vs cuBLASLt FP8 (torch._scaled_mm, row-wise scales),
-W8A8-INT8 vs torch._int_mm, W4A8-FP8 / W4A8-INT8 vs cuBLAS fp16, on the shapes of shared/FACTS.md section 5.
-Activation quantization is included in every quantized time (humming's and the baselines').
+"""Quantized-activation benchmark: W8A8-FP8 vs cuBLASLt FP8 (torch._scaled_mm, row-wise scales), W8A8-INT8 vs
+torch._int_mm, W4A8-FP8 / W4A8-INT8 vs cuBLAS fp16, on layer shapes of a Llama-3-70B-like decoder (default 8192x8192,
+28672x8192; N x K). Activation quantization is included in every quantized time (humming's and the baselines').
 
     python bench/bench_quantized.py --out OUTDIR [--ms 1,16,128,1024,4096] [--shapes 8192x8192,28672x8192]
-        [--schemes w8a8-fp8,w8a8-int8] [--no-fast-accum]
-Every scheme is timed twice: "native" (HUMMING_ACT_WIDEN=0: the 8-bit kernels, wgmma from M >= 64 where declared)
-and "widened" (HUMMING_ACT_WIDEN=1: codes widened to f16 on the weight-only kernels, humming.core.common.act_widen); the
-default column is the one humming.gemm picks without the variable. W8A8-FP8 also with
-HUMMING_WGMMA_FAST_ACCUM=1 from M >= 64 (no fp32 promotion of partial sums; JSON key w8a8-fp8_fast_us), W4A8-FP8 from
-M >= 256 (the wide form's direct accumulation; JSON key w4a8-fp8_fast_us, compared with cuBLAS fp16).
+        [--schemes w8a8-fp8,w8a8-int8] [--no-fast-accum] [--graph-min-calls 16] [--graph-target-us 1000]
+Every scheme is timed twice: "native" (humming.GemmOptions(act_widen=False): the 8-bit kernels, wgmma from M >= 64
+where declared) and "widened" (act_widen=True: codes widened to f16 on the weight-only kernels,
+humming.core.routes.widened_ranges); the default column is the one humming.gemm picks without the option (bold in the
+table). W8A8-FP8 also with GemmOptions(fast_accum=True) from M >= 64 (no fp32 promotion of partial sums; JSON key
+w8a8-fp8_fast_us), W4A8-FP8 from M >= 256 (the wide form's direct accumulation; JSON key w4a8-fp8_fast_us, compared
+with cuBLAS fp16); --no-fast-accum leaves these columns out.
 Same method as bench_wna16.py: CUDA-graph replay over weight copies rotated past L2 (cycled until a graph holds at
-least 16 GEMMs or lasts about 1 ms, HUMMING_GRAPH_MIN_CALLS / HUMMING_GRAPH_TARGET_US); every column's graph of a row
-is captured first, then all are timed in rounds (``--rounds``, default 8, rounded up to a whole balanced design, of 5
-replays) whose orders give every graph every position and predecessor equally often (humming.tuner.balanced_orders),
-the median over the rounds; every round's sample is kept (``rounds_us``). ``--rounds 0``: each graph's 20 replays one after the other, in
-column order (the first column right after the row's CPU work).
+least 16 GEMMs or lasts about 1 ms, --graph-min-calls / --graph-target-us: humming.tuner.set_graph_timing); every
+column's graph of a row is captured first, then all are timed in rounds (``--rounds``, default 8, rounded up to a
+whole balanced design, of 5 replays) whose orders give every graph every position and predecessor equally often
+(humming.tuner.balanced_orders), the median over the rounds; every round's sample is kept (``rounds_us``).
+``--rounds 0``: each graph's 20 replays one after the other, in column order (the first column right after the row's
+CPU work). Writes OUT/bench_quantized.json (with the GPU's name).
 """
 from __future__ import annotations
 
@@ -30,10 +32,13 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import humming  # noqa: E402
+from humming import tuner  # noqa: E402
 from humming.tuner import copies_for, graph_min_calls, graph_target_us, graph_timer, rotated_samples  # noqa: E402
 
 SCHEMES = ["w8a8-fp8", "w8a8-int8", "w4a8-fp8", "w4a8-int8"]
-VARIANTS = {"native": "0", "widened": "1"}  # HUMMING_ACT_WIDEN per timed variant
+VARIANTS = {"native": humming.GemmOptions(act_widen=False),  # the call options of each timed variant
+            "widened": humming.GemmOptions(act_widen=True)}
+FAST = humming.GemmOptions(act_widen=False, fast_accum=True)
 ROUNDS = 8  # balanced rounds of 5 replays over every column's graph (the module docstring)
 BASELINE = {"w8a8-fp8": ("cublaslt_fp8_rowwise_us", "cuBLASLt"), "w8a8-int8": ("torch_int_mm_us", "int_mm"),
             "w4a8-fp8": ("cublas_fp16_us", "fp16"), "w4a8-int8": ("cublas_fp16_us", "fp16")}
@@ -84,15 +89,15 @@ def baselines(x: torch.Tensor, n: int, k: int, reps: int, row: dict) -> tuple[di
     return timers, keep
 
 
-def _time_scheme(row: dict, key: str, qws: list, x: torch.Tensor, reps: int):
-    """A timer of humming.gemm's graph over the weight copies (planned, compiled and captured now: the current
-    environment's kernels) or None where humming refuses (row[key_why]); row[key_err]: error vs reference."""
+def _time_scheme(row: dict, key: str, qws: list, x: torch.Tensor, reps: int, options):
+    """A timer of humming.gemm's graph over the weight copies with the call options ``options`` (planned, compiled
+    and captured now) or None where humming refuses (row[key_why]); row[key_err]: error vs reference."""
     try:
         for qw in qws:
-            humming.gemm(x, qw)  # plan, compile, prepare outside the graph
-        timer = graph_timer([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws], reps)
+            humming.gemm(x, qw, options=options)  # plan, compile, prepare outside the graph
+        timer = graph_timer([lambda qw=qw, x=x: humming.gemm(x, qw, options=options) for qw in qws], reps)
         ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
-        row[f"{key}_err"] = float((humming.gemm(x, qws[0]).double() - ref).norm() / ref.norm())
+        row[f"{key}_err"] = float((humming.gemm(x, qws[0], options=options).double() - ref).norm() / ref.norm())
         return timer
     except humming.HummingError as exc:
         row[f"{key}_us"] = None
@@ -102,17 +107,24 @@ def _time_scheme(row: dict, key: str, qws: list, x: torch.Tensor, reps: int):
 
 def main() -> None:
     from humming.api import resolve_profile
-    from humming.core.common import act_widen as widen
+    from humming.core.routes import widened_ranges
 
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--ms", default="1,16,128,1024,4096")
     ap.add_argument("--shapes", default="8192x8192,28672x8192")
     ap.add_argument("--schemes", default=",".join(SCHEMES))
-    ap.add_argument("--no-fast-accum", action="store_true", help="skip the HUMMING_WGMMA_FAST_ACCUM=1 timings")
+    ap.add_argument("--no-fast-accum", action="store_true",
+                    help="skip the humming.GemmOptions(fast_accum=True) columns")
     ap.add_argument("--rounds", type=int, default=ROUNDS,
                     help=f"balanced rounds over every column's graph (default {ROUNDS}; 0: one after the other)")
+    ap.add_argument("--graph-min-calls", type=int, default=None,
+                    help=f"GEMMs a timed graph holds at least (default {tuner.GRAPH_MIN_CALLS})")
+    ap.add_argument("--graph-target-us", type=float, default=None,
+                    help=f"no more passes over the weight copies than make a graph this long (default "
+                         f"{tuner.GRAPH_TARGET_US:g}; 0: no cap)")
     args = ap.parse_args()
+    tuner.set_graph_timing(min_calls=args.graph_min_calls, target_us=args.graph_target_us)
     reps = 5 if args.rounds else 20  # graph replays per sample
     caps = resolve_profile(None)
     rows = []
@@ -125,18 +137,13 @@ def main() -> None:
             row = {"n": n, "k": k, "m": m}
             timers, keep = baselines(x, n, k, reps, row)
             for s, qws in weights.items():
-                keys = [(f"{s}_{variant}", {widen.ENV: value}) for variant, value in VARIANTS.items()]
+                keys = [(f"{s}_{variant}", options) for variant, options in VARIANTS.items()]
                 if ((s == "w8a8-fp8" and m >= 64) or (s == "w4a8-fp8" and m >= 256)) and not args.no_fast_accum:
-                    keys.append((f"{s}_fast", {widen.ENV: "0", "HUMMING_WGMMA_FAST_ACCUM": "1"}))
-                try:
-                    for key, env in keys:
-                        os.environ.update(env)
-                        timer = _time_scheme(row, key, qws, x, reps)
-                        if timer is not None:
-                            timers[f"{key}_us"] = timer
-                finally:
-                    os.environ.pop(widen.ENV, None)
-                    os.environ.pop("HUMMING_WGMMA_FAST_ACCUM", None)
+                    keys.append((f"{s}_fast", FAST))
+                for key, options in keys:
+                    timer = _time_scheme(row, key, qws, x, reps, options)
+                    if timer is not None:
+                        timers[f"{key}_us"] = timer
             # every column's graph once a round, in balanced orders: the GPU's clock and power state
             # follow its recent load, so a fixed order favours one position
             samples = (rotated_samples(list(timers.values()), args.rounds) if args.rounds
@@ -149,7 +156,7 @@ def main() -> None:
             del timers, keep
             torch.cuda.empty_cache()
             for s in weights:
-                picked = "widened" if widen.applies(caps, humming.schemes.get(s), m, n, k) else "native"
+                picked = "widened" if widened_ranges.applies(caps, humming.schemes.get(s), m, n, k) else "native"
                 row[f"{s}_default"] = picked
                 row[f"{s}_us"] = row.get(f"{s}_{picked}_us")
             rows.append(row)

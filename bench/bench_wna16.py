@@ -1,20 +1,24 @@
-"""W4A16 benchmark against cuBLAS fp16 on the shapes of shared/FACTS.md section 5.
+"""W4A16 benchmark against cuBLAS fp16 on three layer shapes of a Llama-3-70B-like decoder (8192x8192, 28672x8192,
+4096x14336; N x K) at M 1 to 4096.
 
-Method: CUDA-graph replay of a sequence of GEMMs that rotate over several weight copies (together
-past the 60 MB L2; the copies cycled until a graph holds at least 16 GEMMs or lasts about 1 ms,
-HUMMING_GRAPH_MIN_CALLS / HUMMING_GRAPH_TARGET_US: each replay is timed from an idle GPU and pays the graph's launch,
-~12 us on the H200, once), CUDA events; cuBLAS's graph and humming's (and the mma.sync column's) are timed in rounds (``--rounds``,
+Method: CUDA-graph replay of a sequence of GEMMs that rotate over several weight copies (together past the L2; the
+copies cycled until a graph holds at least 16 GEMMs or lasts about 1 ms, --graph-min-calls / --graph-target-us, which
+call humming.tuner.set_graph_timing: each replay is timed from an idle GPU and pays the graph's launch, ~12 us on the
+H200, once), CUDA events; cuBLAS's graph and humming's (and the mma.sync column's) are timed in rounds (``--rounds``,
 default 8, rounded up to a whole balanced design, of 5 replays each) whose orders give every graph every position and
 every predecessor equally often (humming.tuner.balanced_orders), the median over the rounds; every round's sample is
-kept in the JSON (``rounds_us``). Timed
-one after the other instead (``--rounds 0``: cuBLAS's 20 replays right after the CPU work of the row,
-then humming's), the first library runs on a GPU that has just been idle: cuBLAS's decode GEMMs then
-read 7-11% slower on the H200 and the ratio favours humming (docs/performance.md, fifteenth session).
-Also: effective weight bandwidth, cold compile time of the first kernel (empty cache), host overhead
-per eager call, and the GPU's clock / power / power-cap flag right after each row (bench/gpu_state.py: the H200
-reaches its 700 W cap within about a second of load, and a row's number depends on the load before it).
+kept in the JSON (``rounds_us``). Timed one after the other instead (``--rounds 0``: cuBLAS's 20 replays right after
+the CPU work of the row, then humming's), the first library runs on a GPU that has just been idle: cuBLAS's decode
+GEMMs then read 7-11% slower on the H200 and the ratio favours humming.
+The mma.sync column: the same GEMM with the tuning knob wgmma_wna16.enabled false (the mma.sync stream and tile
+kernels), where the default runs a wgmma kernel.
+Also: effective weight bandwidth, cold compile time of the first kernel (empty cache), host overhead per eager call,
+and the GPU's clock / power / power-cap flag right after each row (bench/gpu_state.py: the H200 reaches its 700 W cap
+within about a second of load, and a row's number depends on the load before it). Writes OUT/bench_wna16.json and
+OUT/bench_wna16.png, both naming the GPU.
 
-    python bench/bench_wna16.py --out OUTDIR [--quick] [--rounds N]
+    python bench/bench_wna16.py --out OUTDIR [--quick] [--rounds N] [--ms 1,16] [--no-wgmma]
+        [--graph-min-calls 16] [--graph-target-us 1000]
 """
 from __future__ import annotations
 
@@ -31,7 +35,9 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import humming  # noqa: E402
-from humming import api  # noqa: E402
+from humming import api, tuner  # noqa: E402
+from humming.core.runtime import compiled, launch, precompile  # noqa: E402
+from humming.core.tuning import knobs  # noqa: E402
 from humming.tuner import copies_for, graph_min_calls, graph_target_us, graph_timer, rotated_samples  # noqa: E402  (shared with `humming tune`)
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -43,19 +49,18 @@ ROUNDS = 8  # balanced rounds of 5 replays per library (the module docstring say
 
 
 def _empty_cache(d: str) -> None:
+    """An empty kernel cache at ``d``: the disk cache moved there, the in-memory ones (compiled modules, loaded
+    kernels) cleared."""
     os.environ["HUMMING_CACHE_DIR"] = d
     from humming.core.compile import cache
 
-    if hasattr(cache, "clear_memory_caches"):
-        cache.clear_memory_caches()
-    api._compiled.clear()
+    cache.clear_memory_caches()
+    compiled._compiled.clear()
 
 
 def first_call_s(qw, x) -> tuple[float, float]:
     """(seconds of the first ``humming.gemm(x, qw)`` from an empty kernel cache, seconds until every kernel it
     scheduled in the background is ready as well)."""
-    from humming import aot
-
     with tempfile.TemporaryDirectory() as d:
         _empty_cache(d)
         torch.cuda.synchronize()
@@ -63,7 +68,7 @@ def first_call_s(qw, x) -> tuple[float, float]:
         humming.gemm(x, qw)
         torch.cuda.synchronize()
         first = time.perf_counter() - t0
-        aot.wait_precompiled()
+        precompile.wait_precompiled()
         return first, time.perf_counter() - t0
 
 
@@ -72,14 +77,12 @@ def cold_start(scheme: str = "w4a16") -> dict:
     launch) with the shipped background precompile, and the time until every decode-bucket kernel is ready
     (``humming.aot.wait_precompiled``); then, from another empty cache and without background compiles, every
     decode bucket (M <= 64) compiled in parallel by ``api.warmup``, then the remaining prefill buckets."""
-    from humming import aot
-
     qw = humming.quantize(torch.randn(4096, 4096, device="cuda") * 0.05, scheme)
     x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
-    saved = {k: os.environ.get(k) for k in ("HUMMING_CACHE_DIR", aot.ENV_PRECOMPILE)}
+    saved = {k: os.environ.get(k) for k in ("HUMMING_CACHE_DIR", precompile.ENV_PRECOMPILE)}
     try:
         first, ready = first_call_s(qw, x)
-        os.environ[aot.ENV_PRECOMPILE] = "0"  # the explicit warmups below measure compiles alone
+        os.environ[precompile.ENV_PRECOMPILE] = "0"  # the explicit warmups below measure compiles alone
         with tempfile.TemporaryDirectory() as d:
             _empty_cache(d)
             qw2 = humming.quantize(torch.randn(4096, 4096, device="cuda") * 0.05, scheme)
@@ -107,30 +110,31 @@ def host_overhead_us(n_calls: int = 2000) -> float:
 
 def host_overhead_parts(n_calls: int = 2000) -> dict:
     """Per-call host time (us) of the eager path and of its layers: output allocation (torch.empty, new_empty),
-    the current-stream query, cuLaunchKernel alone (ctypes, prepared arguments), the spec's prepared launcher (the
-    driver call the hot path makes, PDL / cluster attributes included), the launch (api._launch: spec
-    lookup, output allocation, argument slots, cuLaunchKernel), gemm_prepared, gemm, and gemm into a given output
-    (``out=``: no allocation)."""
+    the current-stream query, the driver call alone (cuLaunchKernel through ctypes, or cuLaunchKernelEx where the
+    plan launches with PDL / a cluster; prepared arguments), the spec's prepared launcher (the driver call the hot
+    path makes, PDL / cluster attributes included), the launch (the prepared layer's run: spec lookup, output
+    allocation, argument slots, the launcher), gemm_prepared, gemm, and gemm into a given output (``out=``: no
+    allocation)."""
     qw = humming.quantize(torch.randn(256, 1024, device="cuda") * 0.05, "w4a16")
     x = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
     handle = api.prepared(qw, x.dtype, x.device)
-    packed = api._registry[handle].packed
+    lay = api._registry[handle]
     # cuLaunchKernel alone needs a launch spec whose every pointer slot is valid: one real launch fills the
-    # weight slots, then x and a kept output buffer fill the per-call ones
-    api._launch(handle, x, packed.qweight, packed.scales, packed.zeros, packed.channel_scale, packed.bias)
-    spec = api._registry[handle].launches[1]
+    # weight slots (and builds the spec's launcher), then x and a kept output buffer fill the per-call ones
     out_keep = torch.empty((1, 256), dtype=x.dtype, device=x.device)
-    spec.static_args.slots[0].value = x.data_ptr()
-    spec.static_args.slots[6].value = out_keep.data_ptr()
-    stream = api._current_stream(x.get_device())
+    lay.run(x, out=out_keep)
+    spec = lay.launches[1]
+    spec.args.slots[0].value = x.data_ptr()
+    spec.args.slots[6].value = out_keep.data_ptr()
+    stream = launch.current_stream(x.get_device())
     calls = {
         "torch_empty": lambda: torch.empty((1, 256), dtype=x.dtype, device=x.device),
         "new_empty": lambda: x.new_empty((1, 256)),
-        "current_stream": lambda: api._current_stream(0),
-        "driver_launch": lambda: spec.kernel.launch(0, spec.grid, spec.threads, stream, spec.static_args),
+        "current_stream": lambda: launch.current_stream(0),
+        "driver_launch": lambda: spec.kernel.launch(0, spec.grid, spec.threads, stream, spec.args, spec.pdl,
+                                                    spec.cluster),
         "prepared_launch": lambda: spec.fire(stream),  # the hot path's launcher (PDL / cluster attributes as planned)
-        "launch": lambda: api._launch(handle, x, packed.qweight, packed.scales, packed.zeros,
-                                      packed.channel_scale, packed.bias),
+        "launch": lambda: lay.run(x),
         "gemm_prepared": lambda: api.gemm_prepared(x, handle),
         "gemm": lambda: humming.gemm(x, qw),
         "gemm_out": lambda: humming.gemm(x, qw, out=out_keep),  # into the caller's output: no allocation
@@ -152,32 +156,27 @@ def host_overhead_parts(n_calls: int = 2000) -> dict:
 
 
 def mma_sync_column(x: torch.Tensor, qws: list, m: int, reps: int) -> dict:
-    """The mma.sync family alone (HUMMING_WGMMA_WNA16=0 in-process around the calls: the stream and tile kernels of
-    issue 4), where the default (the main column) runs a wgmma kernel: a timer of its graph (``reps`` replays a
+    """The mma.sync family alone (the tuning knob wgmma_wna16.enabled false around the calls: the stream and tile
+    kernels), where the default (the main column) runs a wgmma kernel: a timer of its graph (``reps`` replays a
     sample; the kernels are fixed at capture), error and plan; {} where the default already is the mma.sync family."""
     handles = [api.prepared(qw, x.dtype, x.device) for qw in qws]
 
-    def forget():  # plans are cached per M: drop them so that the switch takes effect, and again after
+    def forget():  # launches are kept per M: drop them so that the knob takes effect, and again after
         for h in handles:
             api._registry[h].plans.pop(m, None)
             api._registry[h].launches.pop(m, None)
 
-    old = os.environ.get(api.WGMMA_WNA16_ENV)
-    os.environ[api.WGMMA_WNA16_ENV] = "0"
     forget()
     try:
-        plan = api.plan_for(handles[0], m)
-        out = humming.gemm(x, qws[0])
-        timer = graph_timer([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws], reps)
+        with knobs.override({"wgmma_wna16.enabled": False}):
+            plan = api.plan_for(handles[0], m)
+            out = humming.gemm(x, qws[0])
+            timer = graph_timer([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws], reps)
         ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
         err = float((out.double() - ref).norm() / ref.norm())
         return {"timer": timer, "err": err, "plan": plan.summary()}
     finally:
         forget()
-        if old is None:
-            del os.environ[api.WGMMA_WNA16_ENV]
-        else:
-            os.environ[api.WGMMA_WNA16_ENV] = old
 
 
 def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True, rounds: int = ROUNDS) -> dict:
@@ -205,7 +204,6 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True
         qws = [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16") for _ in range(nq)]
         for qw in qws:
             api.warmup(qw, torch.float16, ms)
-        q_bytes = None
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
             cublas_calls = [lambda w=w, x=x: torch.matmul(x, w.t()) for w in w16]
@@ -225,11 +223,11 @@ def run(out_dir: str, quick: bool, ms_arg: str | None = None, wgmma: bool = True
             t_cublas, t_hm = times["cublas"], times["humming"]
             del timers
             state = gpu_state.read(torch.cuda.current_device())  # the regime the row ran in (capped or not)
-            err = float((humming.gemm(x, qws[0]).double() - humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()).norm()
-                        / humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double().norm())
-            if q_bytes is None:
-                prep = api._registry[api.prepared(qws[0], torch.float16, x.device)].packed
-                q_bytes = sum(t.numel() * t.element_size() for t in prep.tensors() if t is not None)
+            ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
+            err = float((humming.gemm(x, qws[0]).double() - ref).norm() / ref.norm())
+            # the weight bytes the main column's kernel reads (its packed weights, as this call launched it)
+            packed = api._registry[api.prepared(qws[0], torch.float16, x.device)].launches[m].packed
+            q_bytes = sum(t.numel() * t.element_size() for t in packed.tensors() if t is not None)
             row = {
                 "n": n, "k": k, "m": m, "cublas_fp16_us": round(t_cublas, 2), "humming_w4a16_us": round(t_hm, 2),
                 "speedup_vs_cublas": round(t_cublas / t_hm, 3), "weight_tb_s": round(q_bytes / t_hm / 1e6, 3),
@@ -278,7 +276,7 @@ def plot(results: dict, path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "out"))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--ms", default=None, help="comma-separated M values (default: all)")
@@ -287,7 +285,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help=f"time cuBLAS and humming in this many balanced rounds (default {ROUNDS}; 0: cuBLAS's "
                              "20 replays, then humming's)")
+    parser.add_argument("--graph-min-calls", type=int, default=None,
+                        help=f"GEMMs a timed graph holds at least (default {tuner.GRAPH_MIN_CALLS})")
+    parser.add_argument("--graph-target-us", type=float, default=None,
+                        help=f"no more passes over the weight copies than make a graph this long (default "
+                             f"{tuner.GRAPH_TARGET_US:g}; 0: no cap)")
     args = parser.parse_args()
+    tuner.set_graph_timing(min_calls=args.graph_min_calls, target_us=args.graph_target_us)
     res = run(args.out, args.quick, args.ms, wgmma=not args.no_wgmma, rounds=args.rounds)
     print("\n| N x K | M | cuBLAS fp16 us | humming W4A16 us | x cuBLAS | weight TB/s | mma.sync only us | "
           "x cuBLAS (mma.sync) | GPU after the row |")

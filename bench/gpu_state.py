@@ -1,6 +1,6 @@
 """The GPU's clock and power right after a benchmark row (nvidia-smi): the H200 reaches its 700 W cap within about a
-second of load and then runs 10-15% slower (docs/performance.md, twenty-second session), so a row's number depends on
-the load before it; the state says which regime the row ran in."""
+second of load and then runs 10-15% slower, so a row's number depends on the load before it; the state says which
+regime the row ran in. Imported by bench/bench_wna16.py (tests/test_bench_gpu_state.py checks the parsing)."""
 from __future__ import annotations
 
 import shutil

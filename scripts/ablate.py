@@ -1,15 +1,23 @@
 """Ablations (GPU): what limits a planned kernel? Each variant is the generated source with one part changed (the
-weight loads re-reading one atom so they hit L2, a cheaper decode, a step left out) — the results are WRONG by
-design; only the time says something: if removing X barely changes the time, X is not what limits the kernel.
-CUDA-graph replay over weight copies past the L2: one graph per variant (captured with its kernels), then all timed in
-balanced rounds (``--rounds``, default 8, rounded up to a whole design, of ``--reps`` 5 replays; humming.tuner.balanced_orders: every variant every position and predecessor equally often), the median
-(until 2026-12-01 the order a b .. b a, best of two, which favoured the first variant by up to 8% at M >= 1024).
+weight loads re-reading one atom so they hit L2, a cheaper decode, a step left out): many results are WRONG by
+design (the error is printed next to the time); only the time says something: if removing X barely changes the time,
+X is not what limits the kernel. Some variants are correct alternatives (marked so below): an A/B of a code change
+before it goes into the generator. CUDA-graph replay over weight copies past the L2: one graph per variant (captured
+with its kernels), then all timed in balanced rounds (``--rounds``, default 8, rounded up to a whole design, of
+``--reps`` 5 replays; humming.tuner.balanced_orders: every variant every position and predecessor equally often), the
+median. Writes OUT/ablate_<scheme>_m<M>.json (with the GPU's name).
 
     python scripts/ablate.py --scheme w4a16 --m 1 --shapes 28672x8192,8192x8192 [--variants l2only,dq5] [--out DIR]
+        [--knob NAME=VALUE ...] (tuning knobs in force while planning, JSON values)
+
+A variant "a+b" applies both; "pfN", "lbN", "sleepN", "pingpongN", "xeveryN", "l2pfN" take a number (see
+_PARAMETERISED); "w0" and "late_refill" are register-A variants too. A variant whose patterns do not all match the planned kernel's source is reported, not timed
+(tests/kernels/test_ablate_variants.py checks that each still matches the kernels it was written for).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -20,16 +28,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import torch  # noqa: E402
 
 import humming  # noqa: E402
-from humming import api  # noqa: E402
 from humming.core.families.register_a import streamk as streamk  # noqa: E402
+from humming.core.runtime import compiled, launch  # noqa: E402  (where the runtime gets its sources and workspaces)
+from humming.core.tuning import knobs  # noqa: E402
 from humming.devices.nvidia.backend import BULK_G2S, MBAR_WAIT_POLITE  # noqa: E402  (the backend's helpers)
-from humming.tuner import graph_timer, rotated_samples  # noqa: E402
+from humming.tuner import copies_for, graph_timer, rotated_samples  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ab_env import forget_plans  # noqa: E402
-from ablate_direct import direct, direct_prefetched  # noqa: E402
-from gemm_timing import reference, weight_copies  # noqa: E402
-from results import save_rows  # noqa: E402
+from ab_knobs import forget_plans, parse_value  # noqa: E402
 
 # mma_sync_rs: helpers and the stage's MMAs (replacement text: backslashes doubled for re.sub)
 MMA_SYNC_HELPERS = r"""__device__ __forceinline__ void sm_mma16816(float* c, const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -98,7 +104,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     # two-warpgroup stream-K form without its split tiles' partials and fix-up (wrong results)
     "nofix_sk": [(r"if \(ktiles != katoms\) \{", "if (false) {")],
     # two-warpgroup stream-K form: whole-tile segments skip their epilogue (scales, staging tile, copy-out; wrong
-    # results): what the epilogues between a block's segments cost (the twenty-third session's open question)
+    # results): what the epilogues between a block's segments cost
     "noepi_sk": [(r"(\n    // acc\[4j \+ 2h \+ e\] = channel)",
                   "\n    if (ktiles == katoms) {  // (ablation) no epilogue for whole tiles\n      it0 += ktiles;\n"
                   "      continue;\n    }\\1")],
@@ -106,29 +112,29 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "smempad": [(r"(extern __shared__ __align__\(1024\) unsigned char smem\[\];)",
                  r"\1\n  __shared__ __align__(16) unsigned char smem_pad[34816];\n"
                  r"  if (M < 0) C[0] = smem_pad[(blockIdx.x * 97) % 34816];")],
-    # two-warpgroup forms: the producer thread polls its slots' releases without sleeping (the code before
-    # 2026-12-01's twenty-first session; correct): the "prodsleep" ablation of docs/runs/2026-12-01i in reverse
+    # two-warpgroup forms: the producer thread polls its slots' releases without sleeping (the earlier code; correct):
+    # what the polite wait saves
     "busypoll": [(r"mbar_wait_polite\(xbar0 \+ 8 \* \(STAGES \+ s\)", "mbar_wait(xbar0 + 8 * (STAGES + s)")],
-    # the wide W4A8 form's producer polls its slots' releases politely, as the two-warpgroup W4A16 form's does
-    # (mbar_wait_polite added before the kernel; correct)
     # the wide W4A8 form's stream-K (persistent) kernel with its token-scale warp's wait for a free buffer polite
     # (nanosleep between polls; politets_sk8), and its producer's wait for a free slot too (politeall_sk8): Nsight
-    # (docs/runs/2026-12-02b/call16) found that warp's busy poll the kernel's top stall line (1.26 M polls a GEMM at
-    # 8192x8192 M=4096 with 128 persistent blocks), an issue slot stolen from the consumers of its SM sub-partition
+    # found that warp's busy poll the kernel's top stall line (1.26 M polls a GEMM at 8192x8192 M=4096 with 128
+    # persistent blocks), an issue slot stolen from the consumers of its SM sub-partition (correct)
     "politets_sk8": [(r'(\nextern "C" __global__)', lambda m: MBAR_WAIT_POLITE + m.group(1)),
                      (r"if \(n >= 2\) mbar_wait\(tbar0", "if (n >= 2) mbar_wait_polite(tbar0")],
     "politeall_sk8": [(r'(\nextern "C" __global__)', lambda m: MBAR_WAIT_POLITE + m.group(1)),
                       (r"if \(n >= 2\) mbar_wait\(tbar0", "if (n >= 2) mbar_wait_polite(tbar0"),
                       (r"if \(it >= STAGES\) mbar_wait\(xbar0 \+ 8 \* \(STAGES \+ s\)",
                        "if (it >= STAGES) mbar_wait_polite(xbar0 + 8 * (STAGES + s)")],
+    # the wide W4A8 form's producer polls its slots' releases politely, as the two-warpgroup W4A16 form's does
+    # (mbar_wait_polite added before the kernel; correct)
     "polite8": [(r'(\nextern "C" __global__)', lambda m: MBAR_WAIT_POLITE + m.group(1)),
                 (r"mbar_wait\(xbar0 \+ 8 \* \(STAGES \+ s\)", "mbar_wait_polite(xbar0 + 8 * (STAGES + s)")],
     # the W4A16 stream-K form with the claim-by-the-last split-tile protocol (every part stored, the last to finish
-    # adds them; before 2026-12-01's twenty-second session) instead of the hand-over to the tile's first block (correct;
-    # main() makes the workspace big enough for its two slots per block)
+    # adds them; the earlier protocol) instead of the hand-over to the tile's first block (correct; main() makes the
+    # workspace big enough for its two slots per block)
     "claimlast": [(re.escape(_indented(streamk.HANDOVER)), lambda m: _indented(streamk.splitk()))],
-    # split-K fix-ups reading the finishing block's own partial back from the workspace, as before 2026-12-01's
-    # twenty-second session, instead of from its registers (correct: the same values)
+    # split-K fix-ups reading the finishing block's own partial back from the workspace, as the earlier code did,
+    # instead of from its registers (correct: the same values)
     "ownread": [(r"if \((bj == \(int\)blockIdx\.y|z == \(int\)blockIdx\.z|z == zsplit)\) \{  // this block's own",
                  "if (false) {  // this block's own")],
     # the small register-A form without its split-K fix-up (wrong with splits > 1)
@@ -180,7 +186,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "pf8_deep": [(r"constexpr int PF = 10, R = PF \+ 1;", "constexpr int PF = 8, R = PF + 1;")],
     "pf12_deep": [(r"constexpr int PF = 8, R = PF \+ 1;", "constexpr int PF = 12, R = PF + 1;")],
     # the two-warpgroup register-A form: another weight ring than the plan's (its consumers have 232 registers;
-    # correct variants; HUMMING_WGMMA_RS_PF=N does the same through the planner)
+    # correct variants; the knob register_a.prefetch does the same through the planner)
     "pf6_2wg": [(r"constexpr int PF = \d+, R = PF \+ 1;", "constexpr int PF = 6, R = PF + 1;")],
     "pf8_2wg": [(r"constexpr int PF = \d+, R = PF \+ 1;", "constexpr int PF = 8, R = PF + 1;")],
     # register-A forms: the weight chunk through the L2 only (ld.global.cg; a correct variant)
@@ -249,8 +255,8 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "noepi_2wg": [(r"(\n  // acc\[4j \+ 2h \+ e\] = channel)",
                    "\n  if (M > 0) {  // (ablation) no epilogue\n    if (acc[0] == 1234.5f && acc[WG_ACC_REGS - 1] == 0.5f) "
                    "C[tid] = 1;\n    return;\n  }\\1")],
-    # register-A W4A16 forms (g128) with each atom's scale row addressed from its index as before 2026-12-01's
-    # twenty-fourth session instead of the walking row pointer (correct): what the walk saves
+    # register-A W4A16 forms (g128) with each atom's scale row addressed from its index (the earlier code) instead of
+    # the walking row pointer (correct): what the walk saves
     "nowalk_2wg": [(r"sq\[s\] = load_g32\(sp\);  if \(\(\(unsigned\)\(((?:kt0 \+ )?)s\) \+ 1\) % 2 == 0\) sp \+= N;[^\n]*",
                     r"sq[s] = load_g32(S + (size_t)((unsigned)(\1s) * BK / 128) * N + tab);"),
                    (r"sq\[\(s \+ PF\) % R\] = load_g32\(sp\);  if \(\(\(unsigned\)\(((?:kt0 \+ )?)kt \+ PF\) \+ 1\) % 2 == 0\) "
@@ -278,18 +284,18 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                  "}")],
     # register-A W4A8 kernel (wide form): the int4 codes go to the wgmmas unwidened / only one of the four promotions
     # of each partial row pair is kept (wrong results): what the widening and the per-group promotion cost at M = 4096.
-    # (Dropping every promotion leaves the partials unread and ptxas then deletes the wgmmas themselves: the
-    # fifteenth session's "nopromote_rs8" timed a kernel without tensor math.)
+    # (Dropping every promotion leaves the partials unread and ptxas then deletes the wgmmas themselves: such a
+    # variant times a kernel without tensor math.)
     "nowiden_rs8": [(r"int4_to_e4m3x8\((wq\[j >> 2\]\[j & 3\]), (a\[[^;]*\]), (a\[[^;]*\])\);",
                      r"{ \2 = \1; \3 = \1 >> 4; }")],
     # the wide / stream-K W4A8 forms with the lane's slot addresses computed (ptxas then recomputes them at every
-    # stage) instead of carrying a zero loaded from shared memory (correct; until 2026-12-02 also the widening's tables)
+    # stage) instead of carrying a zero loaded from shared memory (correct)
     "unheld_rs8": [(r"const uint32_t held0 = smem_u32\(held\), zero = lds_32\(held0 \+ 16\);",
                     "const uint32_t zero = 0u;")],
     # the wide / stream-K W4A8 forms building each stage's activation descriptor (9 more uniform instructions a stage)
     # instead of adding the slot's offset to slot 0's (correct)
     "undesc0_rs8": [(r"desc0 \+ \(uint64_t\)\(s \* \(X_BYTES >> 4\)\)", "make_smem_desc(x0 + s * X_BYTES)")],
-    # the W4A16 register-A kernels as before 2026-12-01: signed slot / phase / scale-row arithmetic and each stage's
+    # the W4A16 register-A kernels as the earlier code had them: signed slot / phase / scale-row arithmetic and each stage's
     # descriptor built from its slot's address (correct; e.g. 1096 -> 1210 SASS instructions per 10 stream-K stages)
     "signed_rs": [(r"\(unsigned\)(\((?:it0 \+ )?kt(?: \+ STAGES - 1)?\)|kt|next)( [%/] STAGES)", r"\1\2"),
                   (r"\(size_t\)\(\(unsigned\)\(", "(size_t)(("),
@@ -310,16 +316,17 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                         r"\s*if \(lane == 0\) \{ fence_proxy_async_smem\(\); mbar_arrive\(xbar0 \+ 8 \* \(STAGES \+ s\)\); \})"
                         r"((?:\n\s*wgmma_fence_operand\(pb\);\n\s*#pragma unroll\n\s*for \(int j = 0; j < WT / 8; \+\+j\) \{[^}]*\}))",
                         r"\2\1")],
-    # the wide W4A8 form without what the synthetic loop of scripts/wgmma_ceiling.py leaves out (wrong results, timing
-    # only): the activation copies after the first ring of slots (nox_rs8: later stages re-read stale slots; the
-    # weights and scales still come), the epilogue's global stores (noepi_rs8). (Dropping the consumers' waits for the
-    # stages is no variant: a block could exit with copies into its shared memory in flight, a launch failure.)
+    # the wide W4A8 form without what a synthetic wgmma loop of its shape (no memory traffic) leaves out (wrong
+    # results, timing only): the activation copies after the first ring of slots (nox_rs8: later stages re-read stale
+    # slots; the weights and scales still come), the epilogue's global stores (noepi_rs8). (Dropping the consumers'
+    # waits for the stages is no variant: a block could exit with copies into its shared memory in flight, a launch
+    # failure.)
     "nox_rs8": [(r"mbar_expect_tx\(full, STAGE_TX\);\n(\s*)tma_load_2d\(x0 \+ s \* X_BYTES, &XMAP, kt \* BK, m0, full\);",
                  r"mbar_expect_tx(full, kt < STAGES ? STAGE_TX : STAGE_TX - X_BYTES);\n\1"
                  r"if (kt < STAGES) tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);")],
     "noepi_rs8": [(r"if \(m0 \+ row < M\) \{\n(\s*)uint32_t r\[4\];", r"if (m0 + row < 0) {\n\1uint32_t r[4];")],
     # the wide W4A8 form's per-stage synchronisation moved off the stage's critical path (correct variants; a synthetic
-    # loop of its shape, scripts/wgmma_ceiling.py, pays ~80 cycles a stage for a wait on a completed phase at the
+    # loop of its shape pays ~80 cycles a stage for a wait on a completed phase at the
     # stage's head and ~130 for the release after its last wait): the wait for stage kt + 1's copies issued while
     # chain 3 of stage kt runs (earlywait_rs8), the release of stage kt - 1's slot after chain 0 of stage kt is issued
     # (laterelease_rs8)
@@ -356,7 +363,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                       "")],
     # stream kernel: the block returns right after the grid dependency wait (launch, prefetch and PDL chain only) / runs
     # everything but its main loop (the staging of tables and activations, the cross-warp reduction, the epilogue).
-    # Unlike "empty" (natoms = 0, 5.3 us at 28672x8192 M=1) both keep the weight prefetch: 9.0 / 9.2 us (2026-12-01)
+    # Unlike "empty" (natoms = 0, 5.3 us at 28672x8192 M=1) both keep the weight prefetch: 9.0 / 9.2 us on the H200
     "empty_stream": [(r"(pdl_wait\(\);  // the previous kernel's outputs[^\n]*\n)", r"\1  if (K > 0) return;\n")],
     # ... and returning at once (the launch and the grid dependency chain alone), or before the wait (after the
     # weight prefetch and the table staging: their latency without the wait)
@@ -386,7 +393,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 }
 
 
-# the wide W4A8 form's prefetch of the next wave's weights into L2 (TileConfig.l2next, the default since 2026-12-02):
+# the wide W4A8 form's prefetch of the next wave's weights into L2 (TileConfig.l2next, on by default):
 # without it (nol2next_rs8), and with the activations' tiles prefetched too (l2nextx_rs8, by tensor prefetch)
 VARIANTS["nol2next_rs8"] = [(r"\n      \{  // the block launched one wave later(?:.|\n)*?\n      \}(\n    \} else if)", r"\1")]
 VARIANTS["l2nextx_rs8"] = [(r"(\n(\s*)l2_prefetch\(S \+ \(size_t\)kt \* N \+ nn0, S_BYTES\);)",
@@ -402,10 +409,6 @@ VARIANTS["tmpf_rs8"] = [(r"(\n    if \(tid == THREADS\) \{\n)",
 # capped at 64K / (N x threads)), "w0" wait for the stage's own wgmma group (wgmma_wait<0>) instead of the previous
 # one: the decoded a[] registers need not outlive a stage (one set instead of two)
 _PARAMETERISED = {
-    # the wide W4A8 form accumulating straight into its accumulators in chains of N tokens (scripts/ablate_direct.py;
-    # correct for nonzero scales)
-    "direct": direct,
-    "directw": direct_prefetched,
     # the polite producer wait sleeping N ns between polls instead of 64 (correct)
     "sleep": lambda n: [(r"__nanosleep\(64\)", f"__nanosleep({n})")],
     "pf": lambda n: [(r"constexpr int PF = \d+, R = PF \+ 1;", f"constexpr int PF = {n}, R = PF + 1;")],
@@ -458,71 +461,101 @@ def _substitutions(variant: str) -> list[tuple[str, str]]:
     return [sub for part in variant.split("+") for sub in _part(part)]
 
 
-def patched(variant: str):
-    """A kernel_source that applies ``variant``'s substitutions (raises KeyError naming a pattern that missed)."""
-    original = api.kernel_source.__wrapped__ if hasattr(api.kernel_source, "__wrapped__") else api.kernel_source
+def apply(variant: str, text: str) -> str:
+    """``text`` (a kernel's source) with ``variant``'s substitutions; KeyError naming a pattern that does not match."""
+    for pattern, repl in _substitutions(variant):
+        text, count = re.subn(pattern, repl, text)
+        if not count:
+            raise KeyError(pattern)
+    return text
 
-    def source(p, backend, caps):
-        text = original(p, backend, caps)
-        for pattern, repl in _substitutions(variant):
-            text, count = re.subn(pattern, repl, text)
-            if not count:
-                raise KeyError(pattern)
-        return text
-    source.__wrapped__ = original
+
+_ORIGINAL_SOURCE = compiled.kernel_source  # humming.core.registry.kernel_source, as the runtime calls it
+
+
+def patched(variant: str):
+    """A stand-in for the runtime's kernel_source (humming.core.runtime.compiled.kernel_source) that applies
+    ``variant``: installed there, every kernel the runtime (and humming.api.source) generates is the variant's."""
+
+    def source(plan, backend, caps=None):
+        return apply(variant, _ORIGINAL_SOURCE(plan, backend, caps))
     return source
 
 
+def _install(variant: str) -> None:
+    """The runtime compiles ``variant``'s kernels from now on (the compiled kernels of the process forgotten)."""
+    compiled.kernel_source = patched(variant)
+    compiled._compiled.clear()
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scheme", default="w4a16")
     ap.add_argument("--m", type=int, default=1)
     ap.add_argument("--shapes", default="28672x8192,8192x8192,4096x14336")
     ap.add_argument("--variants", default="l2only,dq5,nosx,nofold")
+    ap.add_argument("--knob", nargs="+", action="extend", default=[], help="NAME=VALUE tuning knobs in force while planning (JSON values)")
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--rounds", type=int, default=8, help="balanced rounds over every variant's graph")
     ap.add_argument("--reps", type=int, default=5, help="timed graph replays per visit (their median is one sample)")
     args = ap.parse_args()
     variants = ["base", *args.variants.split(",")]
+    for v in variants:  # an unknown variant name fails here, before any GPU work
+        try:
+            _substitutions(v)
+        except KeyError as exc:
+            raise SystemExit(f"--variants: {exc.args[0]}") from None
+    overrides = {}
+    for kv in args.knob:
+        name, _, value = kv.partition("=")
+        overrides[name] = parse_value(value)
+    # no background compiles: one started under one variant's source would hand its kernel to the next variant
+    os.environ["HUMMING_PRECOMPILE"] = "0"
     if any("claimlast" in v for v in variants):  # its parts take two workspace slots per block (the plan asks one):
-        grown = api._workspace  # every stream's workspace (the graphs' capture stream's too) made big enough
+        grown = launch.workspace  # every stream's workspace (the graphs' capture stream's too) made big enough
 
         def workspace_for_claimlast(device, floats, counters, stream=None):
             return grown(device, max(floats, 1 << 24), counters, stream)
 
-        api._workspace = workspace_for_claimlast
+        launch.workspace = workspace_for_claimlast
+    torch.manual_seed(0)
     rows = []
-    for shape in args.shapes.split(","):
-        n, k = map(int, shape.split("x"))
-        qws = weight_copies(args.scheme, n, k)
-        x = torch.randn(args.m, k, device="cuda", dtype=torch.float16)
-        ref = reference(x, qws[0])
-        row = {"n": n, "k": k, "m": args.m, "plan": humming.plan(args.scheme, args.m, n, k).summary()}
-        timers, kernels = {}, []  # (the compiled variants stay referenced while their graphs are replayed)
-        for v in variants:
-            api.kernel_source = patched(v)
-            api._compiled.clear()
+    with knobs.override(overrides):
+        for shape in args.shapes.split(","):
+            n, k = map(int, shape.split("x"))
+            qws = [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, args.scheme)
+                   for _ in range(copies_for(n * k // 2))]
+            x = torch.randn(args.m, k, device="cuda", dtype=torch.float16)
+            ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
+            row = {"n": n, "k": k, "m": args.m, "plan": humming.plan(args.scheme, args.m, n, k).summary()}
+            timers, kernels = {}, []  # (the compiled variants stay referenced while their graphs are replayed)
+            for v in variants:
+                _install(v)
+                forget_plans(qws)
+                try:
+                    row[f"{v}_err"] = float((humming.gemm(x, qws[0]).double() - ref).norm() / ref.norm())
+                except KeyError as e:
+                    row[f"{v}_us"] = None
+                    row[f"{v}_note"] = f"pattern not in this kernel: {e}"
+                    continue
+                timers[v] = graph_timer([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws], args.reps)
+                kernels.append(dict(compiled._compiled))
+            for v, samples in zip(timers, rotated_samples(list(timers.values()), args.rounds)):
+                row[f"{v}_us"] = statistics.median(samples)
+                row[f"{v}_rounds_us"] = samples
+            _install("base")
             forget_plans(qws)
-            try:
-                row[f"{v}_err"] = float((humming.gemm(x, qws[0]).double() - ref).norm() / ref.norm())
-            except KeyError as e:
-                row[f"{v}_us"] = None
-                row[f"{v}_note"] = f"pattern not in this kernel: {e}"
-                continue
-            timers[v] = graph_timer([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws], args.reps)
-            kernels.append(dict(api._compiled))
-        for v, samples in zip(timers, rotated_samples(list(timers.values()), args.rounds)):
-            row[f"{v}_us"] = statistics.median(samples)
-            row[f"{v}_rounds_us"] = samples
-        api.kernel_source = patched("base")
-        api._compiled.clear()
-        forget_plans(qws)
-        rows.append(row)
-        cells = ", ".join(f"{v} {row[f'{v}_us']:.1f}" if row.get(f"{v}_us") else f"{v} n/a" for v in variants)
-        print(f"{args.scheme} {n}x{k} M={args.m}: {cells} us  [{row['plan']}]", flush=True)
-        del qws, timers, kernels
-        torch.cuda.empty_cache()
-    save_rows(args.out, f"ablate_{args.scheme}_m{args.m}.json", rows)
+            rows.append(row)
+            cells = ", ".join(f"{v} {row[f'{v}_us']:.1f} (err {row[f'{v}_err']:.1e})" if row.get(f"{v}_us")
+                              else f"{v} n/a" for v in variants)
+            print(f"{args.scheme} {n}x{k} M={args.m}: {cells} us  [{row['plan']}]", flush=True)
+            del qws, timers, kernels
+            torch.cuda.empty_cache()
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"ablate_{args.scheme}_m{args.m}.json")
+    with open(path, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "knobs": overrides, "rows": rows}, f, indent=1)
+    print("wrote", path)
 
 
 if __name__ == "__main__":

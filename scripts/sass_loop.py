@@ -1,9 +1,10 @@
 """The main loop of a planned kernel in SASS, without a GPU: compile the plan's source with NVRTC for the profile's
 target, disassemble the CUBIN with cuobjdump and count the instructions of the loop that holds the tensor-core
-instructions (the innermost backward branch around them), by opcode. What a kernel's time followed in the register-A
-W4A8 kernel at M=4096 (docs/performance.md, sixteenth and seventeenth sessions): ~0.15% per instruction per stage.
+instructions (the innermost backward branch around them), by opcode. A kernel's time can follow that count (in the
+register-A W4A8 kernel at M=4096 about 0.15% per instruction per stage), so it is a quick check of a generator change.
 
-    python scripts/sass_loop.py --scheme w4a8-fp8 --m 4096 --n 8192 --k 8192 [--env HUMMING_WGMMA_W4A8_RS_STREAMK=132]
+    python scripts/sass_loop.py --scheme w4a8-fp8 --m 4096 --n 8192 --k 8192 [--knob register_a8.streamk=132]
+        [--option fast_accum=true] (tuning knobs / GemmOptions fields in force while planning; JSON values)
         (--scheme NAME:channel: the scheme with per-channel scales)
         [--profile nvidia-h200] [--save /tmp/kernel] (writes .cu, .cubin and .sass there) [--variant V] (an ablation of
         scripts/ablate.py applied to the source first)
@@ -14,6 +15,7 @@ bin/ files); found on PATH or given by CUOBJDUMP=/path/to/cuobjdump.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -49,25 +51,37 @@ def main_loop(sass: str) -> tuple[list[str], int]:
     return body, top
 
 
+def assignments(pairs: list[str]) -> dict:
+    """NAME=VALUE pairs as a dict, each value parsed as JSON (null, true, 128) or else kept as text (prmt)."""
+    out = {}
+    for kv in pairs:
+        name, sep, value = kv.partition("=")
+        if not sep:
+            raise SystemExit(f"{kv!r}: expected NAME=VALUE")
+        try:
+            out[name] = json.loads(value)
+        except ValueError:
+            out[name] = value
+    return out
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scheme", default="w4a8-fp8")
     ap.add_argument("--m", type=int, default=4096)
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--k", type=int, default=8192)
     ap.add_argument("--profile", default="nvidia-h200")
-    ap.add_argument("--env", nargs="*", default=[], help="KEY=VALUE settings made before planning")
+    ap.add_argument("--knob", nargs="+", action="extend", default=[], help="NAME=VALUE tuning knobs in force while planning (JSON)")
+    ap.add_argument("--option", nargs="+", action="extend", default=[], help="NAME=VALUE humming.GemmOptions fields (JSON)")
     ap.add_argument("--save", default="", help="path prefix for the .cu, .cubin and .sass")
     ap.add_argument("--variant", default="", help="an ablation of scripts/ablate.py applied to the source")
     args = ap.parse_args()
-    for kv in args.env:
-        key, _, value = kv.partition("=")
-        os.environ[key] = value
 
     import humming
-    from humming import api
     from humming.api import resolve_profile, source
     from humming.core.compile.compiler import compile_cuda
+    from humming.core.tuning import knobs
     from humming.devices import get_backend
 
     tool = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
@@ -79,15 +93,20 @@ def main() -> None:
         scheme = scheme.with_(granularity="channel", group_size=None)
     elif form:
         raise SystemExit(f"--scheme {args.scheme}: only NAME:channel is understood")
-    plan = humming.plan(scheme, m=args.m, n=args.n, k=args.k, profile=args.profile)
+    overrides, options = assignments(args.knob), humming.GemmOptions(**assignments(args.option))
     caps = resolve_profile(args.profile)
+    with knobs.override(overrides):  # (the generators read some knobs too)
+        plan = humming.plan(scheme, m=args.m, n=args.n, k=args.k, profile=args.profile, options=options)
+        text = source(plan, caps)
+    route = get_backend(caps).compile_route(caps)
     if args.variant:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from ablate import patched
+        from ablate import apply
 
-        api.kernel_source = patched(args.variant)
-    route = get_backend(caps).compile_route(caps)
-    text = source(plan, caps)
+        try:
+            text = apply(args.variant, text)
+        except KeyError as exc:
+            raise SystemExit(f"--variant {args.variant}: not applicable to {plan.kernel_name}: {exc}") from None
     mod = compile_cuda(text, [plan.kernel_name], route.arch, options=[*route.options, "--ptxas-options=-v"],
                        cache=False)
     prefix = args.save or os.path.join(tempfile.mkdtemp(), "kernel")

@@ -1,17 +1,20 @@
 """Sustained speed (GPU): each library ALONE for a few seconds, the way a server runs one of them, instead of the
 benchmark's interleaved rounds. The H200 reaches its 700 W cap within about a second of load and then sets its clock
-by the power it draws; when two kernels alternate every few milliseconds (bench/bench_wna16.py, scripts/ab_env.py)
+by the power it draws; when two kernels alternate every few milliseconds (bench/bench_wna16.py, scripts/ab_knobs.py)
 they share one clock, set by both, so a kernel that draws less power at a given clock lends its headroom to the other.
 Here every visit replays one library's graph (the benchmark's graphs: weight copies past the L2, cycled to ~1 ms) back
 to back for ``--seconds``, timed with CUDA events per replay, the median of the visit's second half (the steady state
 under the cap) with the SM clock and power nvidia-smi reports meanwhile; ``--rest`` seconds idle between visits; the
 visits go cuBLAS, humming, humming, cuBLAS (drift cancels). Every humming row is checked against the reference.
+Writes OUT/sustained_<scheme>.json (with the GPU's name); `bash scripts/gpu_suite.sh sustained` runs it.
 
-    python scripts/sustained.py [--ms 1024,4096] [--shapes 8192x8192,28672x8192,4096x14336] [--seconds 3] [--rest 2]
+    python scripts/sustained.py [--scheme w4a16] [--ms 1024,4096] [--shapes 8192x8192,28672x8192,4096x14336]
+        [--seconds 3] [--rest 2] [--out DIR]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -24,10 +27,6 @@ import torch  # noqa: E402
 
 import humming  # noqa: E402
 from humming.tuner import _cycled_graph, copies_for, replay_once_us  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(__file__))
-from gemm_timing import reference, weight_copies  # noqa: E402
-from results import save_rows  # noqa: E402
 
 
 def visit(graph, calls: int, seconds: float) -> dict:
@@ -47,7 +46,7 @@ def visit(graph, calls: int, seconds: float) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scheme", default="w4a16")
     ap.add_argument("--ms", default="1024,4096")
     ap.add_argument("--shapes", default="8192x8192,28672x8192,4096x14336")
@@ -60,10 +59,11 @@ def main() -> None:
     for shape in args.shapes.split(","):
         n, k = map(int, shape.split("x"))
         w16 = [torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.05 for _ in range(copies_for(n * k * 2))]
-        qws = weight_copies(args.scheme, n, k)
+        qws = [humming.quantize(torch.randn(n, k, device="cuda") * 0.05, args.scheme)
+               for _ in range(copies_for(n * k // 2))]
         for m in map(int, args.ms.split(",")):
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
-            ref = reference(x, qws[0])
+            ref = humming.reference_gemm(x, qws[0], out_dtype=torch.float32).double()
             err = float((humming.gemm(x, qws[0]).double() - ref).norm() / ref.norm())
             graphs = {"cublas": _cycled_graph([lambda w=w, x=x: torch.matmul(x, w.t()) for w in w16]),
                       "humming": _cycled_graph([lambda qw=qw, x=x: humming.gemm(x, qw) for qw in qws])}
@@ -85,7 +85,11 @@ def main() -> None:
             del graphs
         del w16, qws
         torch.cuda.empty_cache()
-    print("wrote", save_rows(args.out, f"sustained_{args.scheme}.json", rows))
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"sustained_{args.scheme}.json")
+    with open(path, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    print("wrote", path)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The ablation tool's variants (scripts/ablate.py) still fit the kernels they were written for: each substitution
 matches the generated source of today's H200 plans exactly where it should, and the patched source compiles with NVRTC
-for sm_90a (so a device run spends its time timing, not failing on a pattern the generator outgrew)."""
+for sm_90a (so a device run spends its time timing, not failing on a pattern the generator outgrew); and the tool
+installs its variant where the runtime gets its kernels' sources."""
 import os
 import re
 import sys
@@ -12,6 +13,7 @@ from humming import api
 from humming.api import resolve_profile
 from humming.core.compile.compiler import compile_cuda
 from humming.core.compile.nvrtc import select_toolchain
+from humming.core.runtime import compiled
 from humming.devices import get_backend
 from humming.errors import UnsupportedOnDevice
 
@@ -35,9 +37,7 @@ CASES = {
                                "unheld_rs8", "undesc0_rs8", "nofence_rs8", "fenceall_rs8", "membar_rs8",
                                "latearrive_rs8", "pingpong0", "pingpong3", "nox_rs8", "noepi_rs8", "earlywait_rs8",
                                "laterelease_rs8", "pairwait_rs8", "pairrelease_rs8", "pairwait_rs8+pairrelease_rs8",
-                               "half_rs8", "quarter_rs8", "nol2next_rs8", "l2nextx_rs8", "tmpf_rs8",
-                               # the wgmmas accumulating across stages, group scales by rescaling (ablate_direct.py)
-                               "direct64", "direct128", "direct256", "directw128", "directw256"],
+                               "half_rs8", "quarter_rs8", "nol2next_rs8", "l2nextx_rs8", "tmpf_rs8"],
 }
 
 
@@ -56,3 +56,20 @@ def test_variant_applies_and_compiles(scheme, m, n, variant):
         assert count >= 1, f"{variant}: {pattern!r} no longer matches {plan.kernel_name}"
     mod = compile_cuda(src, [plan.kernel_name], route.arch, options=route.options, cache=False)
     assert mod.cubin
+
+
+def test_patched_source_is_what_the_runtime_generates(monkeypatch):
+    """ablate.py installs its variant where the runtime gets its kernels' sources (humming.api.source too)."""
+    plan = humming.plan("w4a16", 1, 28672, 8192, profile="nvidia-h200")
+    caps = resolve_profile("nvidia-h200")
+    base = api.source(plan, caps)
+    monkeypatch.setattr(compiled, "kernel_source", ablate.patched("l2only"))
+    patched = api.source(plan, caps)
+    assert patched != base and patched == ablate.apply("l2only", base)
+    with pytest.raises(KeyError):
+        ablate.apply("l2only_rs", base)  # a pattern of another kernel: named, not silently skipped
+
+
+def test_unknown_variant_is_refused():
+    with pytest.raises(KeyError, match="unknown variant"):
+        ablate._substitutions("l2only+nosuchthing")
