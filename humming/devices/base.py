@@ -2,8 +2,11 @@
 
 The core generator writes kernel bodies in terms of *named device helpers* (``mma_m16n8k16``,
 ``ldmatrix_x4``, ``copy_16_async``, ``dequant_pair`` ...). A backend supplies the definitions of
-those helpers, spelled in the instructions its profile declares. The generator never writes an
-``asm`` statement itself; every hardware instruction comes from here.
+those helpers, spelled in the instructions its profile declares: ``prelude(request)`` for the mma.sync
+kernels, ``helpers(name, request, **params)`` for every other named group (a kernel family's prelude, or a
+group added to one), ``data(name, **params)`` for spelling data a generator reads (lookup words, instruction
+descriptors). The generator never writes an ``asm`` statement itself and imports no vendor module; every
+hardware instruction comes from here.
 
 Backends are looked up by the profile's ``backend`` field (see ``humming.devices.get_backend``).
 """
@@ -61,13 +64,29 @@ class Backend(ABC):
         """CUDA C++ source defining every device helper the generated kernel calls."""
 
     def helpers(self, name: str, request: HelperRequest | None = None, **params) -> str:
-        """A named group of helpers beyond ``prelude`` that a generator asks for (wgmma steps, tensor copies,
-        clusters, activation-quantization encoders, ...), spelled for this backend's devices: CUDA C++ (or, for a
-        name ending in ``_encoder``, the one-line description of how it is spelled). A backend that has no such
-        group raises UnsupportedOnDevice naming it."""
+        """A named group of helpers beyond ``prelude`` that a generator asks for, spelled for this backend's devices:
+        CUDA C++ (or, for a name ending in ``_encoder``, the one-line description of how it is spelled). A backend that
+        has no such group raises UnsupportedOnDevice naming it.
+
+        Two kinds of group. A kernel's prelude, in place of ``prelude(request)``: ``request`` is the kernel's
+        HelperRequest and ``params`` the kernel's options (``n``: the wgmma N; ``scale_vec``; ``acc``; the register-A
+        forms' ``tensor_copy``, ``producer``, ``cluster``, ``streamk`` ...): "stream_bulk", "blockscaled",
+        "wgmma_k32", "wgmma_wna16", "wgmma_w4a8", "wgmma_ws", "wgmma_rs", "wgmma_rs8", "tcgen05", "tcgen05_wna16",
+        "tcgen05_blockscaled". A group added to a prelude, spelled from the profile (``caps=``) alone: "tensor_copy"
+        (``mbarriers``), "cluster_dsmem", "cluster_multicast", "grid_dependency", "stmatrix", "e4m3_of_labels", and the
+        activation-quantization kernel's "actquant" (``act``, ``scale_format``, ``caps``) and "actquant_encoder"."""
         from humming.errors import UnsupportedOnDevice
 
         raise UnsupportedOnDevice(f"backend {self.name} spells no helper group {name!r}")
+
+    def data(self, name: str, **params) -> Any:
+        """Spelling data a generator reads to write code (not code itself): "rs8_widen_tables" (the register-A W4A8
+        widening's lookup words and their labels), "tcgen05_idesc" / "tcgen05_idesc_block_scaled" (a tcgen05.mma
+        instruction descriptor for ``params``). A backend that has no such datum raises UnsupportedOnDevice naming
+        it."""
+        from humming.errors import UnsupportedOnDevice
+
+        raise UnsupportedOnDevice(f"backend {self.name} has no spelling data {name!r}")
 
     def describe(self) -> str:
         return self.name

@@ -22,8 +22,9 @@ ue4m3 to nearest even and never 0, ue8m0 up to a power of two, f32 exact), a sca
 codes ``encode(x / (s [* gs]))`` with round to nearest even and satfinite.
 
 The kernel body only calls named helpers (loads, stores, conversions, the element encoders ``aq_encode2`` and
-``aq_encode2_finite``); their spelling comes from the device backend (``humming.devices.nvidia.actquant_spelling``),
-which picks a hardware conversion where the profile declares one and a bit-exact software one elsewhere. Dynamic
+``aq_encode2_finite``); their spelling comes from the device backend (its helper group "actquant",
+``backend.helpers("actquant", act=..., scale_format=..., caps=...)``), which picks a hardware conversion where the
+profile declares one and a bit-exact software one elsewhere. Dynamic
 scales divide through one reciprocal per row or group (``AQ_DIVISOR``), rounded exactly as the reference's division.
 """
 from __future__ import annotations

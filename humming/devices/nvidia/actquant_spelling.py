@@ -47,7 +47,8 @@ import struct
 
 from humming.core.quant import formats
 
-__all__ = ["actquant_prelude", "software_source", "hardware_cvt", "encode_spelling", "HW_CVT"]
+__all__ = ["actquant_prelude", "software_source", "hardware_cvt", "encode_spelling", "HW_CVT", "actquant_helpers",
+           "encoder_description"]
 
 # activation format -> the packed PTX conversion type that encodes two f32 into it
 HW_CVT = {"e4m3": "e4m3x2", "e5m2": "e5m2x2", "e2m1": "e2m1x2", "e2m3": "e2m3x2", "e3m2": "e3m2x2"}
@@ -303,3 +304,13 @@ def actquant_prelude(act_format: str, scale_format: str, caps) -> str:
                   f"\n__device__ __forceinline__ void aq_launch_dependents() {{ {trigger} }}")
     return "\n".join([f"// activation encoder: {reason}", _COMMON, _SOFT_FLOAT, _SCALES, _soft_encoder(f), encode2,
                       dependents])
+
+
+def actquant_helpers(act: str, scale_format: str, caps) -> str:
+    """The helper group "actquant" (NvidiaBackend.helpers): ``actquant_prelude``."""
+    return actquant_prelude(act, scale_format, caps)
+
+
+def encoder_description(act: str, caps) -> str:
+    """The helper group "actquant_encoder": the one-line description of how the element encoder is spelled."""
+    return encode_spelling(act, caps)[1]

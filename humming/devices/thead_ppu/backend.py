@@ -35,6 +35,11 @@ ENV_EXTENSIONS = GUARD                        # "0" keeps the vendor-extension b
 VENDOR_TIMEOUT_S = 600
 
 _PORTABLE = NvidiaBackend()
+# the helper groups the mma.sync kernels ask for beyond the prelude, spelled as on NVIDIA (each checks that the profile
+# declares what it uses); the wgmma, tcgen05 and block-scaled groups are not offered (their generators are never asked
+# for a PPU profile), and neither is any spelling data
+PORTABLE_HELPERS = frozenset({"stream_bulk", "cluster_dsmem", "grid_dependency", "e4m3_of_labels", "actquant",
+                              "actquant_encoder"})
 
 
 def vendor_nvcc() -> tuple[str | None, str]:
@@ -122,9 +127,9 @@ class PPUBackend(Backend):
         return head + _PORTABLE.prelude(request) + tail
 
     def helpers(self, name: str, request: HelperRequest | None = None, **params) -> str:
-        if name in ("actquant", "actquant_encoder"):  # CUDA-compatible: the portable NVIDIA spelling
-            return _PORTABLE.helpers(name, request, **params)
-        return super().helpers(name, request, **params)
+        if name in PORTABLE_HELPERS:  # CUDA-compatible: the NVIDIA spelling, around this backend's own prelude
+            return NvidiaBackend.spell(self, name, request, **params)
+        return super().helpers(name, request, **params)  # wgmma, tcgen05, block-scaled: UnsupportedOnDevice
 
     def compile_source(self, source: str, caps, route: CompileRoute | None = None) -> bytes:
         """The cubin of ``source`` by the vendor route (see ``compile_with_vendor_nvcc``), for callers that hold

@@ -25,9 +25,7 @@ def w8a8_kernel_source(plan, backend, caps=None) -> str:
         prelude += _INT4_HELPERS
         widen = _WIDEN[(plan.layout.weight_format, plan.layout.a_type)]
         if (plan.layout.weight_format, plan.layout.a_type) == ("int4", "e4m3") and plan.layout.widen == "linear":
-            from humming.devices.nvidia.backend import E4M3_OF_LABELS_T
-
-            prelude += E4M3_OF_LABELS_T
+            prelude += backend.helpers("e4m3_of_labels")
             widen = "e4m3x4_of_labels"  # the layout's labels, an add and a lop3 per 4 codes
     block = getattr(plan.layout, "weight_scale", "") == "block"  # 128x128 weight blocks, activations per 128 of K
     step_body = _int4_step(group, widen) if int4 else _INT8_STEP

@@ -68,12 +68,10 @@ def _step(ks: int, recipe: str) -> str:
 
 
 def blockscaled_kernel_source(plan, backend, caps=None) -> str:
-    from humming.devices.nvidia.backend import blockscaled_prelude
-
     t = plan.tiles
     lay = plan.layout
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=plan.async_copy, caps=caps)
-    prelude = blockscaled_prelude(backend, request, lay.scale_vec)
+    prelude = backend.helpers("blockscaled", request, scale_vec=lay.scale_vec)
     sa_copy = ("copy_16_async(base + A_BYTES + B_BYTES + r * SA_ROW, src, ok);" if lay.vec == 16 else
                "copy_8_async(base + A_BYTES + B_BYTES + r * SA_ROW, src, ok);")
     return f"""// ===== humming generated kernel: {plan.kernel_name}

@@ -34,10 +34,9 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     ppw = 16 // cb
     if getattr(t, "bulk", 0):
         from humming.devices.base import HelperRequest
-        from humming.devices.nvidia.backend import stream_bulk_prelude
 
-        prelude = stream_bulk_prelude(backend, HelperRequest(mma=plan.instruction, act=plan.act, weight=dec,
-                                                             async_copy=plan.async_copy, caps=caps))
+        prelude = backend.helpers("stream_bulk", HelperRequest(mma=plan.instruction, act=plan.act, weight=dec,
+                                                               async_copy=plan.async_copy, caps=caps))
     else:
         prelude = helper_prelude(plan, backend, caps, dec)
     token_tiles = t.bm // 8
@@ -215,18 +214,15 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     split_code = _SPLITS_BY_WORKSPACE
     if plan.cluster_splits:
         from humming.core.plan import cluster_splits_bytes
-        from humming.devices.nvidia.backend import cluster_dsmem_helpers
 
         if bulk or t.balance:
             raise ValueError("split-K clusters are written for the register-ring stream kernel without balance")
-        prelude += cluster_dsmem_helpers(caps)
+        prelude += backend.helpers("cluster_dsmem", caps=caps)
         split_code = (f"  constexpr int CS_OFFSET = {plan.smem_bytes - cluster_splits_bytes(plan)};  "
                       f"// the other splits' partials (first block)\n" + _SPLITS_BY_CLUSTER)
     pdl_trigger = ""
     if plan.pdl:
-        from humming.devices.nvidia.backend import grid_dependency_helpers
-
-        prelude += grid_dependency_helpers(caps)
+        prelude += backend.helpers("grid_dependency", caps=caps)
         pdl_trigger = "\n  pdl_launch_dependents();  // the next kernel may start its weight prefetch as SMs free up"
     if t.balance:
         if bulk:

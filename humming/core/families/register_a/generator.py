@@ -78,8 +78,6 @@ _PREVIOUS_GROUP_WAIT = re.compile(r"wgmma_wait<1>\(\);( +)// the group of kt - 1
 
 
 def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
-    from humming.devices.nvidia.backend import wgmma_rs_prelude
-
     t = plan.tiles
     lay = plan.layout
     small = t.bn == SMALL_BC  # the small-M form: one warpgroup (64 channels), BT = 16..128 tokens, split-K
@@ -113,12 +111,10 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     why = cluster_refusal(caps, plan.n, t.stages, t.bulk == 1, cluster)  # the planner's own check
     if why:
         raise ValueError(why)
-    prelude = wgmma_rs_prelude(backend, request, t.bm, tensor_copy=tma, consumer_threads=256 if t.bulk == 2 else 0,
-                               stagger=stagger, cluster=bool(cluster), streamk=bool(t.streamk))
+    prelude = backend.helpers("wgmma_rs", request, n=t.bm, tensor_copy=tma, consumer_threads=256 if t.bulk == 2 else 0,
+                              stagger=stagger, cluster=bool(cluster), streamk=bool(t.streamk))
     if pair:
-        from humming.devices.nvidia.backend import cluster_multicast_helpers
-
-        prelude += "\n" + cluster_multicast_helpers(caps)
+        prelude += "\n" + backend.helpers("cluster_multicast", caps=caps)
     s_group, z_group = lay.scale_group, lay.zero_group
     _, math, zero_decl = pair_decode(lay, bool(s_group), bool(z_group))
     # f16: odd pairs decoded in place as magic + 16 code (no shift; x 1/16 in the zero-point fma), X16_DECODE
@@ -245,11 +241,9 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         wsrc_line = f"const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + {wsrc_lane};"
         splitk_code = _small_splitk(own=t.bm <= 64)  # (a copy of more raised the registers per block)
         if plan.cluster_splits:
-            from humming.devices.nvidia.backend import cluster_dsmem_helpers
-
             if cluster:
                 raise ValueError("split-K clusters exclude the multicast cluster option (one cluster shape per launch)")
-            prelude += cluster_dsmem_helpers(caps)
+            prelude += backend.helpers("cluster_dsmem", caps=caps)
             splitk_code = _SMALL_SPLITK_CLUSTER
         copy_out = STAGED_COPY_OUT.replace("c >> 4, ch = c & 15", "c >> 3, ch = c & 7").replace(
             "token row c / 16, channels 8 (c % 16)", "token row c / 8, channels 8 (c % 8)").replace(
@@ -326,9 +320,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         mma_block, refill = mma_block.replace(wgmma_commit, wgmma_commit + refill, 1), ""
     pdl_trigger = pdl_tail = ""
     if plan.pdl:  # weights are constant: their first stages load before the wait for the previous kernel
-        from humming.devices.nvidia.backend import grid_dependency_helpers
-
-        prelude += grid_dependency_helpers(caps)
+        prelude += backend.helpers("grid_dependency", caps=caps)
         pdl_trigger = "\n  pdl_launch_dependents();  // the next kernel may start its weight prefetch as SMs free up"
         pdl_tail = ("  pdl_wait();  // the previous kernel's outputs (our activations) are visible; nothing was read or "
                     "written yet\n" + prologue)
@@ -398,9 +390,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     early = bool(t.streamk and t.early)
     early_code = streamk.early_fetch(fetch("s", "s", "          "), slab_line, wsrc_line, tab_line) if early else ""
     if t.stsm:
-        from humming.devices.nvidia.backend import stmatrix_helpers
-
-        prelude += stmatrix_helpers(caps)
+        prelude += backend.helpers("stmatrix", caps=caps)
         staging_stores = _STSM_SCALES + stmatrix_staging(
             staging, "      const float cs = cs_h[h], bs = bs_h[h];" + row_pair)
     else:

@@ -74,10 +74,9 @@ def _group_and_chain(plan, caps) -> tuple[bool, HelperRequest, int]:
     return lay.group != 128, request, chain
 
 
-def _luts() -> str:
-    """The narrow form's lookup tables (the nvidia backend's RS8_WIDEN_TABLES), computed once from ktiles."""
-    from humming.devices.nvidia.backend import RS8_WIDEN_TABLES as t
-
+def _luts(backend) -> str:
+    """The narrow form's lookup tables (the backend's data "rs8_widen_tables"), computed once from ktiles."""
+    t = backend.data("rs8_widen_tables")
     return ("  // the widening's lookup tables (int4n8_to_e4m3x8_x), in registers: ktiles >> 30 is 0 for any K here, but\n"
             "  // not known to the compiler, so the tables are computed once instead of rematerialized per use\n"
             "  const uint32_t keep = (uint32_t)(ktiles >> 30);\n"
@@ -85,13 +84,13 @@ def _luts() -> str:
             f"  const uint32_t lb0 = 0x{t[2][0]:08X}u + keep, lb1 = 0x{t[3][0]:08X}u + keep;   // {t[2][1]} | {t[3][1]}\n")
 
 
-def _widening(lay, word: str, ind: str) -> tuple[str, str]:
+def _widening(lay, word: str, ind: str, backend) -> tuple[str, str]:
     """The body of the ``for (int j = 0; j < 8; ++j)`` loop that widens word j (``word``) into the two fragment
     registers a[j / 2][2 (j % 2)] and a[j / 2][2 (j % 2) + 1], and the declarations it needs (the lookup tables of
     the "prmt" widening in registers)."""
     out = "a[j >> 1][2 * (j & 1)]", "a[j >> 1][2 * (j & 1) + 1]"
     if lay.a_type == "e4m3":
-        return f"\n{ind}  {e4m3_widen_call(lay.widen, word, *out)}", _luts() if uses_tables(lay) else ""
+        return f"\n{ind}  {e4m3_widen_call(lay.widen, word, *out)}", _luts(backend) if uses_tables(lay) else ""
     return f" {{\n{ind}  {out[0]} = s8x16_lo({word});\n{ind}  {out[1]} = s8x16_hi({word});\n{ind}}}", ""
 
 
@@ -104,8 +103,6 @@ def _channel_scales(at: str) -> tuple[str, str]:
 
 
 def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
-    from humming.devices.nvidia.backend import wgmma_rs8_prelude
-
     t = plan.tiles
     lay = plan.layout
     producer = t.bulk == 2  # a producer warpgroup brings the activations in by TMA; consumers release slots
@@ -122,8 +119,8 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
     if wide:
         return _wide_kernel_source(plan, backend, caps)
     per_channel, request, chain = _group_and_chain(plan, caps)
-    prelude = wgmma_rs8_prelude(backend, request, chain, producer=producer) + _stsm_prelude(plan, caps)
-    widen, luts = _widening(lay, "wq[s][j >> 2][j & 3]", "      ")
+    prelude = backend.helpers("wgmma_rs8", request, n=chain, producer=producer) + _stsm_prelude(plan, caps, backend)
+    widen, luts = _widening(lay, "wq[s][j >> 2][j & 3]", "      ", backend)
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
         scale_decl, scale_pick = _channel_scales("S + tab")
@@ -378,8 +375,6 @@ def _wide_kernel_source(plan, backend, caps) -> str:
     """The wide form: 256 tokens per block, each warpgroup's A fragment widened once per stage for two m64n128k32
     token halves; a producer warpgroup brings each stage's activations (one TMA tensor copy of 256 rows), the block's
     int4 codes (two 4 KB bulk copies, one per 64-channel slab) and group scales (512 B) into one slot."""
-    from humming.devices.nvidia.backend import wgmma_rs8_prelude
-
     t = plan.tiles
     lay = plan.layout
     per_channel, request, chain = _group_and_chain(plan, caps)
@@ -396,16 +391,14 @@ def _wide_kernel_source(plan, backend, caps) -> str:
         raise ValueError(f"the wide W4A8 form's direct accumulation is written for per-channel scales and the plain "
                          f"grid in {BT}-token chains ({QUARTER_WT} in tiles fitted to M; no stream-K, clusters, converter "
                          f"warps or PDL), not {t} (group {lay.group}, chain {chain})")
-    prelude = wgmma_rs8_prelude(backend, request, chain, producer=True, weights_by_bulk=True, stagger=bool(t.stagger),
-                                cluster=bool(cluster), widened=bool(slots),
-                                l2_prefetch=bool(t.l2next)) + _stsm_prelude(plan, caps)
+    prelude = backend.helpers("wgmma_rs8", request, n=chain, producer=True, weights_by_bulk=True,
+                              stagger=bool(t.stagger), cluster=bool(cluster), widened=bool(slots),
+                              l2_prefetch=bool(t.l2next)) + _stsm_prelude(plan, caps, backend)
     if plan.pdl:
         if cluster or t.streamk:
             raise ValueError("programmatic dependent launch is written for the wide form without clusters or stream-K")
-        from humming.devices.nvidia.backend import grid_dependency_helpers
-
-        prelude += grid_dependency_helpers(caps)
-    widen, _ = _widening(lay, "wq[j >> 2][j & 3]", "    ")
+        prelude += backend.helpers("grid_dependency", caps=caps)
+    widen, _ = _widening(lay, "wq[j >> 2][j & 3]", "    ", backend)
     luts = HELD_LUTS if uses_tables(lay) else HELD_ZERO  # the tables ("prmt") and a zero, loaded: kept in registers
     to_f32 = "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
     if per_channel:
@@ -513,7 +506,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
       mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
     }}
     mbar_init(xbar0 + 8 * (2 * STAGES), 32);
-{slot_init}{held_init()}    mbar_init_fence();
+{slot_init}{held_init(backend)}    mbar_init_fence();
   }}
   __syncthreads();
   if (warp >= THREADS / 32) {{  // ---- the producer warpgroup: its first thread issues each stage's copies
@@ -820,10 +813,8 @@ def _epilogue(wide: bool, stsm: bool = False, direct: bool = False) -> str:
     return text
 
 
-def _stsm_prelude(plan, caps) -> str:
+def _stsm_prelude(plan, caps, backend) -> str:
     """The stmatrix helper where the plan stages by stmatrix (TileConfig.stsm)."""
     if not plan.tiles.stsm:
         return ""
-    from humming.devices.nvidia.backend import stmatrix_helpers
-
-    return stmatrix_helpers(caps)
+    return backend.helpers("stmatrix", caps=caps)

@@ -12,10 +12,9 @@ HELD_DECL = ("  // values the consumers read back into registers: ptxas keeps a 
              "  __shared__ uint32_t held[5];  // the widening's tables, a zero\n")
 
 
-def held_init() -> str:
-    """Thread 0's stores of the held values: the widening's four tables (the nvidia backend's RS8_WIDEN_TABLES), a 0."""
-    from humming.devices.nvidia.backend import RS8_WIDEN_TABLES as t
-
+def held_init(backend) -> str:
+    """Thread 0's stores of the held values: the widening's four tables (the backend's data "rs8_widen_tables"), a 0."""
+    t = backend.data("rs8_widen_tables")
     return (f"    held[0] = 0x{t[0][0]:08X}u; held[1] = 0x{t[1][0]:08X}u;   // {t[0][1]} | {t[1][1]}\n"
             f"    held[2] = 0x{t[2][0]:08X}u; held[3] = 0x{t[3][0]:08X}u;   // {t[2][1]} | {t[3][1]}\n"
             "    held[4] = 0u;\n")

@@ -154,14 +154,12 @@ def _indent(code: str, by: str = "  ") -> str:
 
 def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
     """The stream-K kernel of the wide form; ``parts``: the wide form's pieces (generator_wgmma_rs8._wide_parts)."""
-    from humming.devices.nvidia.backend import wgmma_rs8_prelude
-
     t = plan.tiles
     if not (t.bm in (WIDE_BT, WIDE_FITTED_BT) or t.wide) or t.bulk != 2:
         raise ValueError("stream-K is written for the wide register-A W4A8 form (256 tokens or 192 / 128 fitted to M, "
                          "producer warpgroup)")
-    prelude = wgmma_rs8_prelude(backend, parts["request"], parts["chain"], producer=True, weights_by_bulk=True,
-                                stagger=bool(t.stagger), streamk=True)
+    prelude = backend.helpers("wgmma_rs8", parts["request"], n=parts["chain"], producer=True, weights_by_bulk=True,
+                              stagger=bool(t.stagger), streamk=True)
     luts = parts["luts"]  # the tables (e4m3) and a zero, loaded from shared memory: kept in registers
     scale_copy = ("\n          bulk_copy_g2s(s0 + s * S_BYTES, S + (size_t)(kt0 + kt) * N + n0, S_BYTES, full);  "
                   "// group kt0 + kt's scales" if not parts["per_channel"] else "")
@@ -218,7 +216,7 @@ static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
       mbar_init(tbar0 + 8 * b, 32);
       mbar_init(tbar0 + 8 * (2 + b), THREADS / 32);
     }}
-{held_init()}    mbar_init_fence();
+{held_init(backend)}    mbar_init_fence();
   }}
   __syncthreads();
   // a consumer warp is done with segment seg's token scales (also a segment that leaves its split tile to others)

@@ -119,7 +119,6 @@ def tmem_epilogue(after_row: str, pair_scales: str, mul0: str, mul1: str) -> str
 
 def tcgen05_w8a8_kernel_source(plan, backend, caps=None) -> str:
     from humming.core.families.tcgen05.planner import KINDS
-    from humming.devices.nvidia.backend import tcgen05_idesc, tcgen05_prelude
 
     t = plan.tiles
     ins = plan.instruction
@@ -129,9 +128,9 @@ def tcgen05_w8a8_kernel_source(plan, backend, caps=None) -> str:
     kind, acc = KINDS[a_type]
     if ins.kind != kind:
         raise ValueError(f"tcgen05 {a_type} is kind::{kind}, the plan says kind::{ins.kind}")
-    idesc = tcgen05_idesc(kind, a_type, a_type, acc, 128, t.bn)
+    idesc = backend.data("tcgen05_idesc", kind=kind, a_type=a_type, b_type=a_type, acc=acc, m=128, n=t.bn)
     request = HelperRequest(mma=ins, act=plan.act, weight=None, async_copy=True, caps=caps)
-    prelude = tcgen05_prelude(backend, request, acc)
+    prelude = backend.helpers("tcgen05", request, acc=acc)
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -228,7 +227,6 @@ def tcgen05_wna16_kernel_source(plan, backend, caps=None) -> str:
     from humming.core.families.tcgen05.planner import WNA16_BK, WNA16_BQ, WNA16_PATH
     from humming.core.families.wgmma_dequant.generator import wna16_params, wna16_stage_lambdas
     from humming.core.families.wgmma_dequant.planner import scale_rows, stage_bytes
-    from humming.devices.nvidia.backend import tcgen05_idesc, tcgen05_wna16_prelude
 
     t = plan.tiles
     lay = plan.layout
@@ -242,8 +240,8 @@ def tcgen05_wna16_kernel_source(plan, backend, caps=None) -> str:
     if ins.kind != "f16" or ins.a_type != plan.act:
         raise ValueError(f"the tcgen05 WnA16 kernel runs kind::f16 {plan.act}, the plan says {ins.describe()}")
     request = HelperRequest(mma=ins, act=plan.act, weight=dec, async_copy=True, caps=caps)
-    prelude = tcgen05_wna16_prelude(backend, request)
-    idesc = tcgen05_idesc("f16", plan.act, plan.act, "f32", 128, t.bn)
+    prelude = backend.helpers("tcgen05_wna16", request)
+    idesc = backend.data("tcgen05_idesc", kind="f16", a_type=plan.act, b_type=plan.act, acc="f32", m=128, n=t.bn)
     group = lay.scale_group
     s_rows = scale_rows(group)
     return f"""// ===== humming generated kernel: {plan.kernel_name}
@@ -364,7 +362,6 @@ def tcgen05_blockscaled_kernel_source(plan, backend, caps=None) -> str:
     k_per_split are unused."""
     from humming.core.families.mma_blockscaled.layout import Tcgen05BlockScaledLayout
     from humming.core.families.tcgen05.planner import bs_spec, tcgen05_bs_form, tcgen05_bs_tmem_cols
-    from humming.devices.nvidia.backend import tcgen05_blockscaled_prelude, tcgen05_idesc_block_scaled
 
     t = plan.tiles
     lay = plan.layout
@@ -385,11 +382,12 @@ def tcgen05_blockscaled_kernel_source(plan, backend, caps=None) -> str:
     steps = []
     for ks in range(lay.stage_k // mma_k):
         sid = (ks * spm) % 4  # byte offset of this MMA's scales inside the 32-bit TMEM word
-        steps.append(tcgen05_idesc_block_scaled(kind, a_type, b_type, fmt, 128, t.bn, sfa_id=sid, sfb_id=sid))
+        steps.append(backend.data("tcgen05_idesc_block_scaled", kind=kind, a_type=a_type, b_type=b_type, scale_format=fmt,
+                                  m=128, n=t.bn, sfa_id=sid, sfb_id=sid))
     idescs = ", ".join(f"{d:#010x}u" for d in steps)
     tmem_cols = tcgen05_bs_tmem_cols(t.bn, t.stages, lay)
     request = HelperRequest(mma=ins, act=plan.act, weight=None, async_copy=True, caps=caps)
-    prelude = tcgen05_blockscaled_prelude(backend, request, scale_vec)
+    prelude = backend.helpers("tcgen05_blockscaled", request, scale_vec=scale_vec)
     v = {}  # the variant's pieces
     if not w4a8:
         v["bk"] = f"// BK in bytes of packed codes = {lay.stage_k} e2m1"

@@ -55,7 +55,7 @@ def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
     if (t.bm, t.bk, t.threads) != (128, 128, 256) or t.stages < 3:
         raise ValueError(f"the wgmma kernel is written for 128x{t.bn}x128 tiles, 256 threads, >= 3 stages; got {t}")
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
-    prelude = backend.wgmma_prelude(request, t.bn)
+    prelude = backend.helpers("wgmma_k32", request, n=t.bn)
     block = getattr(plan.layout, "weight_scale", "") == "block"  # 128x128 weight blocks, activations per 128 of K
     promote = plan.instruction.a_type in ("e4m3", "e5m2") and not getattr(plan.layout, "fast_accum", False)
     row_scale = _ROW_SCALE
@@ -209,8 +209,6 @@ def wgmma_w4a8_kernel_source(plan, backend, caps=None) -> str:
     -> fp32 sums += partial x group scale (groups of 32 / 64 split the stage's four k32 steps into wgmma groups)
     -> next iteration. The barrier sits under the wgmma, not between the promotion and the next wgmma: with three
     widened tiles, the one being overwritten was last read two stages ago."""
-    from humming.devices.nvidia.backend import wgmma_w4a8_prelude
-
     t = plan.tiles
     lay = plan.layout
     if t.threads == 384:  # producer + two consumer warpgroups
@@ -220,7 +218,7 @@ def wgmma_w4a8_kernel_source(plan, backend, caps=None) -> str:
     if (t.bm, t.bn, t.bk, t.threads) != (128, 128, 128, 256) or t.stages < 4:
         raise ValueError(f"the wgmma W4A8 kernel is written for 128x128x128 tiles, 256 threads, >= 4 slots; got {t}")
     group, gsteps, request = w4a8_group_steps(plan, caps)
-    prelude = wgmma_w4a8_prelude(backend, request, t.bn)
+    prelude = backend.helpers("wgmma_w4a8", request, n=t.bn)
     return f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}

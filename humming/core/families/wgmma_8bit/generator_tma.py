@@ -31,8 +31,6 @@ THREADS = 384
 
 
 def wgmma_w8a8_tma_kernel_source(plan, backend, caps=None) -> str:
-    from humming.devices.nvidia.backend import tensor_copy_helpers, wgmma_ws_prelude
-
     t = plan.tiles
     if (t.bm, t.bn, t.bk, t.threads, t.bulk) != (128, 128, 128, THREADS, 1) or t.stages < 2:
         raise ValueError(f"the TMA wgmma W8A8 kernel is written for 128x128x128 tiles, {THREADS} threads, TMA copies, "
@@ -40,7 +38,7 @@ def wgmma_w8a8_tma_kernel_source(plan, backend, caps=None) -> str:
     if plan.instruction.a_type not in ("e4m3", "e5m2"):
         raise ValueError(f"the TMA wgmma W8A8 kernel promotes fp8 partials; {plan.instruction.a_type} is not fp8")
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
-    prelude = wgmma_ws_prelude(backend, request, t.bn) + tensor_copy_helpers(caps, mbarriers=False)
+    prelude = backend.helpers("wgmma_ws", request, n=t.bn) + backend.helpers("tensor_copy", caps=caps, mbarriers=False)
     block = getattr(plan.layout, "weight_scale", "") == "block"
     if block:
         ts_doc = "activation scales per 128 of K [M, K/128] (row-major)"

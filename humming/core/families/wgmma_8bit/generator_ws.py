@@ -38,20 +38,16 @@ _RELEASE_SLOT = "      if (gi == BK / 32 / GSTEPS - 1) mbar_arrive(empty0 + 8 * 
 
 
 def wgmma_w4a8_ws_kernel_source(plan, backend, caps=None) -> str:
-    from humming.devices.nvidia.backend import wgmma_ws_prelude
-
     t = plan.tiles
     lay = plan.layout
     if (t.bm, t.bn, t.bk, t.threads) != (128, 128, 128, 384) or t.stages < 3:
         raise ValueError(f"the warp-specialised wgmma W4A8 kernel is written for 128x128x128 tiles, 384 threads, "
                          f">= 3 slots; got {t}")
     group, gsteps, request = w4a8_group_steps(plan, caps)
-    prelude = wgmma_ws_prelude(backend, request, t.bn)
+    prelude = backend.helpers("wgmma_ws", request, n=t.bn)
     tma = bool(t.bulk)
     if tma:  # thread 0 brings A and the packed weights in by TMA; the producer warpgroup only widens
-        from humming.devices.nvidia.backend import tensor_copy_helpers
-
-        prelude += tensor_copy_helpers(caps, mbarriers=False)
+        prelude += backend.helpers("tensor_copy", caps=caps, mbarriers=False)
         producer = _TMA_PRODUCER.replace("@WIDEN_LOOP", _WIDEN_LOOP).replace("@WIDEN", w4a8_widen(lay, "        "))
         params = eight_bit_params(plan.kernel_name, **W4A8_PARAM_DOCS, tensor_maps=(
             "AMAP", "activation codes [M, K]: boxes of 128 rows x 128 bytes, 128-byte swizzle",

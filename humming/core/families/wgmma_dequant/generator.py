@@ -143,7 +143,7 @@ def wgmma_wna16_kernel_source(plan, backend, caps=None) -> str:
     if (dec.kind, dec.bits, dec.container, dec.int_path) != ("int", 4, 4, "magic") or lay.zero_group:
         raise ValueError(f"the wgmma WnA16 kernel decodes int4 codes with the magic number, not {dec}")
     request = HelperRequest(mma=plan.instruction, act=plan.act, weight=dec, async_copy=True, caps=caps)
-    prelude = backend.wgmma_wna16_prelude(request, t.bn)
+    prelude = backend.helpers("wgmma_wna16", request, n=t.bn)
     group = lay.scale_group
     s_rows = scale_rows(group)
     src = f"""// ===== humming generated kernel: {plan.kernel_name}
