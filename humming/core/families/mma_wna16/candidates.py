@@ -16,6 +16,7 @@ from humming.core.families.mma_wna16.tuned import (
     runs_register_a_prefill,
 )
 from humming.core.families.register_a import layout as rs_layout
+from humming.core.families.register_a import prefill as rs_prefill
 from humming.core.plan import Plan, TileConfig
 from humming.errors import HummingError
 
@@ -82,7 +83,7 @@ def candidates(caps, layout, m: int, act: str, scheme: str = "", *, include_tile
     from humming.core.families.register_a import planner as rs
 
     if runs_register_a_prefill(caps, layout, m):
-        default = rs.prefill_default(caps, layout, m, act, scheme)
+        default = rs_prefill.prefill_default(caps, layout, m, act, scheme)
     else:
         default = plan_wna16(caps, layout, m, act, scheme=scheme)
     plans, seen = [default], {(default.path, default.tiles, default.splits)}

@@ -10,6 +10,7 @@ import math
 
 from humming.core.families.mma_wna16.planner import STREAM_MAX_M, plan_wna16
 from humming.core.families.register_a import layout as rs_layout
+from humming.core.families.register_a import prefill as rs_prefill
 from humming.core.plan import Plan, TileConfig
 from humming.core.tuning import knobs
 from humming.core.tuning.entries import layout_key, lookup, m_bucket
@@ -62,7 +63,7 @@ def two_warpgroup_token_tile(m: int, bt: int, caps=None) -> int:
     if rs.fit_on(caps):  # the planner fits the entry's tile to M (rs.fitted_token_tile): few padding rows either way
         return bt
     rows = bt * math.ceil(m / bt)
-    if bt == 256 and 128 * math.ceil(m / 128) < rows and m / rows < rs.STREAMK_NARROW_BELOW:
+    if bt == 256 and 128 * math.ceil(m / 128) < rows and m / rows < rs_prefill.STREAMK_NARROW_BELOW:
         return 128
     return bt
 
@@ -72,21 +73,20 @@ def _streamk_where_rounds_fill_badly(caps, layout, m: int, act: str, scheme: str
     """Rule (1) of the knob register_a.rounds_rules: a two-warpgroup entry without stream-K or tail whose whole tiles fill
     the last round of SMs badly at this M, where its tiles (``entry_bt`` tokens) did not at the M it was measured at
     (``measured_m``), runs stream-K over 256-token tiles (fitted to M) instead."""
-    from humming.core.families.register_a import planner as rs
 
     t, sms = plan.tiles, caps.limits.sms or 0
     channel_tiles = layout.n // rs_layout.BC
-    if t.tail or t.streamk or not rs.rounds_rules_on(caps) or not rs.rounds_badly_filled(plan.grid[0] * plan.grid[1], sms):
+    if t.tail or t.streamk or not rs_prefill.rounds_rules_on(caps) or not rs_prefill.rounds_badly_filled(plan.grid[0] * plan.grid[1], sms):
         return plan
-    if not measured_m or rs.rounds_badly_filled(math.ceil(measured_m / entry_bt) * channel_tiles, sms):
+    if not measured_m or rs_prefill.rounds_badly_filled(math.ceil(measured_m / entry_bt) * channel_tiles, sms):
         return plan  # chosen where its tiles filled the rounds as badly: the measurement stands
     try:
-        sk = _rs_prefill_plan(caps, layout, m, act, scheme, rs.STREAMK_BT, streamk=sms, lowest=1)
+        sk = _rs_prefill_plan(caps, layout, m, act, scheme, rs_prefill.STREAMK_BT, streamk=sms, lowest=1)
     except (ShapeError, UnsupportedOnDevice):
         return plan
     why = (f"stream-K over {sms} blocks with {sk.tiles.bm}-token tiles instead of the entry's {entry_bt}-token tiles: "
            f"{plan.grid[0] * plan.grid[1]} tiles of {t.bm} tokens would fill the last round of {sms} SMs badly at "
-           f"M={m}, unlike at M={measured_m} where it was measured ({rs.ROUNDS_KNOB} false: the entry as stored)")
+           f"M={m}, unlike at M={measured_m} where it was measured ({rs_prefill.ROUNDS_KNOB} false: the entry as stored)")
     return dataclasses.replace(sk, reasons=sk.reasons + (why,))
 
 
@@ -161,13 +161,12 @@ def register_a_prefill_plan(caps, layout, m: int, act: str, scheme: str = "") ->
     entry of M's bucket that is that form (``bn`` = 128, e.g. with stream-K) on a hit, else the planner's rules.
     Entries of other kernels in the bucket (e.g. a tile kernel stored below the form's threshold) are not taken. The
     launch options (programmatic dependent launch) applied, as the handle launches it."""
-    from humming.core.families.register_a import planner as rs
     from humming.core.plan import launch_options
 
     tuned = tuned_plan(caps, layout, m, act, scheme)
     if tuned is not None and tuned.path == RS_PATH and tuned.tiles.bn == rs_layout.BC:
         return launch_options(caps, tuned)
-    return launch_options(caps, rs.prefill_default(caps, layout, m, act, scheme))
+    return launch_options(caps, rs_prefill.prefill_default(caps, layout, m, act, scheme))
 
 
 def runs_register_a_prefill(caps, layout, m: int) -> bool:
