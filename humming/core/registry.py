@@ -3,6 +3,7 @@
     selection = registry.select(Problem(scheme, m, n, k, act), caps)
     selection.family      the family (or route) that takes the problem
     selection.plan        its plan (which kernel, which tiles, and why)
+    refusal("wgmma_8bit", problem, caps)   why one family does not take it (None: it does)
     kernel_source(plan, backend, caps)     the CUDA C++ of a plan, written by the family that owns it
 
 ``humming.gemm`` (per M of a prepared weight), ``humming.plan``, ``humming.device.info()``'s path table, ``humming
@@ -128,6 +129,16 @@ DEFAULT = Registry()
 def select(problem: Problem, caps, *, row_scale: bool = False) -> Selection:
     """The default registry's choice (see Registry.select)."""
     return DEFAULT.select(problem, caps, row_scale=row_scale)
+
+
+def refusal(name: str, problem: Problem, caps) -> str | None:
+    """Why the family (or route) ``name`` does not take the problem, asked as ``select`` asks it (None: it takes it;
+    families asked before it may still take the problem first)."""
+    family = BY_NAME[name]
+    why = family.refusal(problem, caps, _Asker(problem, caps, lambda f: True))
+    if why is None and _unverified_off(family):
+        why = family.unverified(caps)
+    return why
 
 
 def family_of(plan) -> Family:

@@ -1,5 +1,3 @@
-import contextvars
-
 import pytest
 import torch
 
@@ -15,24 +13,26 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _poisoned_outputs(monkeypatch):
-    """Every launch writes into a NaN-filled output (humming.api), every activation quantization into 0xFF-filled
-    codes and scales (humming.actquant): a kernel that leaves part of its output unwritten shows."""
-    from humming import actquant, api
+    """Every launch writes into a NaN-filled output (humming.core.runtime.layer), every activation quantization into
+    0xFF-filled codes and scales (humming.core.actquant.runtime): a kernel that leaves part of its output unwritten
+    shows."""
+    from humming.core.actquant import runtime as actquant_runtime
+    from humming.core.runtime import layer
 
-    monkeypatch.setattr(api, "_POISON", True)
-    monkeypatch.setattr(actquant, "_POISON", True)
+    monkeypatch.setattr(layer, "POISON_OUTPUTS", True)
+    monkeypatch.setattr(actquant_runtime, "_POISON", True)
 
 
 @pytest.fixture
 def native_8bit(monkeypatch):
-    """Tests of the 8-bit kernels: keep W8A8 / W4A8 off the widened weight-only path (humming.core.common.act_widen):
-    for the rest of the test, humming.gemm and humming.plan given no options run with GemmOptions(act_widen=False),
-    which the fixture's value is (pass ``dataclasses.replace(native_8bit, fast_accum=True)`` for other numerics)."""
-    from humming import api, options
+    """Tests of the 8-bit kernels: keep W8A8 / W4A8 off the widened weight-only path
+    (humming.core.routes.widened_ranges): for the rest of the test, humming.gemm and humming.plan given no options
+    run with GemmOptions(act_widen=False), which the fixture's value is (pass
+    ``dataclasses.replace(native_8bit, fast_accum=True)`` for other numerics)."""
+    from humming import options
 
     native = options.GemmOptions(act_widen=False)
     monkeypatch.setattr(options, "DEFAULT", native)  # what humming.plan / gemm resolve options=None to
-    monkeypatch.setattr(api, "_options", contextvars.ContextVar("humming_gemm_options", default=native))
     return native
 
 
@@ -57,13 +57,26 @@ def fresh_gemm(qw, m: int, k: int, dtype):
     return x, out
 
 
-def launch_spec(qw, kind: str, dtype, m: int):
-    """The launch spec of M on ``qw``'s prepared handle of ``kind`` (e.g. "w8a8-wgmma", "w4a8-wgmma-rs8") for
-    activations of ``dtype``."""
-    from humming import api
+def layers_of(qw, dtype=None) -> list:
+    """The prepared layers (humming.core.runtime.layer.Layer) of ``qw``, those for activations of ``dtype`` where
+    given: one per (dtype, device, profile, options) it ran with."""
+    from humming.core.runtime.layer import LAYERS
 
-    handle = next(v for key, v in qw.__dict__["_humming_prepared"].items() if key[0] == kind and key[1] == dtype)
-    return api._registry[handle].launches[m]
+    return [LAYERS[h] for key, h in qw.__dict__.get("_humming_prepared", {}).items()
+            if dtype is None or key[0] == dtype]
+
+
+def launch_spec(qw, dtype, m: int):
+    """The launch spec (plan, packed weights, how the activations arrive: spec.inputs) that ran M on ``qw`` with
+    activations of ``dtype``."""
+    specs = [lay.launches[m] for lay in layers_of(qw, dtype) if m in lay.launches]
+    assert specs, f"M={m} never ran on this weight with {dtype}"
+    return specs[-1]
+
+
+def ran_plan(qw, m: int, dtype=None):
+    """The plan that ran M on ``qw`` (the last prepared layer that ran it)."""
+    return launch_spec(qw, dtype, m).plan
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -92,7 +105,7 @@ def forced_repeats_and_replay(qw, handle: int, plan, x: torch.Tensor, tol: float
     import humming
     from humming import api
 
-    prep, m = api._registry[handle], x.shape[0]
+    prep, m = api._registry[handle], x.shape[0]  # a humming.core.runtime.layer.Layer
     prep.plans[m], _ = plan, prep.launches.pop(m, None)
     ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
     try:
@@ -137,9 +150,10 @@ def stream_plan(prep, base, m: int, wk: int, stages: int, fold: int, x_ring: int
                 balance: int = 0, pdl: bool = False):
     """A stream-path plan of ``wk`` warps per slab for the prepared handle ``prep`` (token tile of its own plan
     ``base``), with the given options and programmatic dependent launch where ``pdl``."""
-    from humming.core.plan import TileConfig, plan_wna16, with_pdl
+    from humming.core.families.mma_wna16.planner import plan_wna16
+    from humming.core.plan import TileConfig, with_pdl
 
-    p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream", splits=splits,
+    p = plan_wna16(prep.caps, base.layout, m, base.act, scheme=base.scheme, path="stream", splits=splits,
                    tiles=TileConfig(base.tiles.bm, 64, 64 * wk, stages, 1, 1, wk, x_ring, fold, x_smem=x_smem,
                                     balance=balance))
     return with_pdl(prep.caps, p) if pdl else p
