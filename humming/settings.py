@@ -66,6 +66,15 @@ def system(name: str) -> str:
     return os.environ.get(name, "")
 
 
+def child_environment(path_first: str | None = None) -> dict[str, str]:
+    """The environment for a tool humming runs (a vendor compiler): this process's, with ``path_first`` put at the
+    front of PATH where given."""
+    env = dict(os.environ)
+    if path_first:
+        env["PATH"] = path_first + os.pathsep + env.get("PATH", "")
+    return env
+
+
 def text(name: str) -> str:
     """A setting's value, or "" when unset (the caller knows its default's meaning)."""
     return raw(name)

@@ -177,8 +177,7 @@ def compile_with_vendor_nvcc(source: str, caps, *, route: CompileRoute | None = 
     options = list(route.options)
     if "-cubin" not in options:
         options.insert(0, "-cubin")
-    env = dict(os.environ)
-    env["PATH"] = str(Path(nvcc).parent) + os.pathsep + env.get("PATH", "")
+    env = settings.child_environment(path_first=str(Path(nvcc).parent))
     with tempfile.TemporaryDirectory(prefix="humming-ppu-") as tmp:
         src, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
         src.write_text(source)
