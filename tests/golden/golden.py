@@ -421,8 +421,8 @@ def run_case(kind: str, fields: tuple, sources: dict):
     profile, scheme, m, n, k, act = fields
     from humming import schemes as _schemes_mod
     from humming.capabilities import get_profile
-    from humming.core.families.mma_wna16.layout import layout_for
     from humming.core.families.mma_wna16.candidates import candidates
+    from humming.core.families.mma_wna16.layout import layout_for
 
     caps = get_profile(profile)
     try:

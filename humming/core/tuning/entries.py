@@ -19,7 +19,7 @@ Format (one JSON object)::
     {"format": 1, "entries": {"<profile>|<scheme>|<layout>|<N>x<K>|<bucket>": {
         "profile": ..., "scheme": ..., "layout": ..., "n": ..., "k": ..., "m_bucket": "9-16",
         "path": "stream" | "dequant-to-activation", "tiles": {bm, bn, bk, stages, warps_m, warps_n, warps_k},
-        "splits": 1, "measured_us": 27.2, "default_us": 38.9, "m": 16, "date": "2026-11-29",
+        "splits": 1, "measured_us": 27.2, "default_us": 38.9, "m": 16, "date": "<when measured>",
         "device": "NVIDIA H200"}}}
 
 The layout key (``layout_key``) names what the kernel depends on: decode kind and bits, activation type, scale

@@ -73,7 +73,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaMap* map, int
 
 
 # a producer thread's wait for a released slot: as mbar_wait, sleeping ~64 ns between polls. The producer warp shares
-# an SM sub-partition with consumer warps, and its tight polling took their issue slots (H200, 2026-12-01, the
+# an SM sub-partition with consumer warps, and its tight polling took their issue slots (H200, the
 # two-warpgroup W4A16 form at 128 tokens: 28672x8192 M=128 102.1 -> 98.5 us with stream-K, 102.4 -> 98.8 without;
 # no change at 256 tokens)
 MBAR_WAIT_POLITE = r"""

@@ -46,7 +46,7 @@ _LARGE_M_TILES = ((64, 2, 2, 1, 64, 4), (64, 2, 2, 2, 128, 3), (128, 2, 2, 1, 64
 
 
 def candidate_configs(m: int) -> list[tuple[str, TileConfig, int]]:
-    """(path, tiles, splits) to time for M (the search space of bench/sweep_wna16.py)."""
+    """(path, tiles, splits) to time for M (the search space humming tune times)."""
     out: list[tuple[str, TileConfig, int]] = []
     if m <= STREAM_MAX_M:
         bm = 8 if m <= 8 else 16

@@ -23,7 +23,7 @@ from humming.errors import ShapeError, UnsupportedOnDevice
 
 def _tile_candidates(m: int, n: int, k: int, layout: WeightLayout, sms: int) -> list[tuple[TileConfig, str]]:
     """Tile shapes for an M bucket, best first; the caller keeps the first that fits shared memory.
-    The orders come from measured sweeps (bench/sweep_wna16.py, docs/performance.md)."""
+    The orders come from measured sweeps (docs/performance.md)."""
     groups = [g for g in (layout.scale_group, layout.zero_group) if g > 0]
 
     def fits(t: TileConfig) -> bool:
@@ -96,7 +96,7 @@ def _bulk_ring_slots(layout: WeightLayout, warps_k: int, bm: int, limit: int) ->
 
 def _stream_config(n: int, k: int, m: int, container: int, sms: int) -> tuple[int, int, int, str]:
     """(warps per slab, atoms in flight per warp, split-K, why) for the stream path. Measured on an H200
-    (bench/sweep_wna16.py): 8-16 warps per SM with two atoms in flight per warp stream best."""
+    (humming tune): 8-16 warps per SM with two atoms in flight per warp stream best."""
     slabs = n // 64
     warps_k = 8 if slabs <= sms else 4
     while warps_k > 1 and (k % (64 * warps_k) or k // (64 * warps_k) < 2):

@@ -310,7 +310,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
 """
     if small and tma and not cluster and (t.occupancy or t.bm >= 64):
         # the block barrier and the refill after the stage's wgmmas are issued, which run during the barrier (the
-        # slot of kt - 2 is free all the same: every warp is past its wait of stage kt - 1). H200, 2026-11-30
+        # slot of kt - 2 is free all the same: every warp is past its wait of stage kt - 1). H200
         # (scripts/ablate.py late_refill): 28672x8192 M16 / M32 (occupancy 7) 47.4 -> 45.0 / 55.2 -> 53.0 us, M64
         # 70.9 -> 70.3, 8192x8192 M128 33.4 -> 33.0, 4096x14336 M64 / M128 22.1 -> 21.6 / 32.2 -> 31.3; slower at
         # 16 tokens with 4 blocks per SM (8192x8192 M16 17.3 -> 18.1), hence not there

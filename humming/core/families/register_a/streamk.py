@@ -60,7 +60,7 @@ TILE_RASTERIZED = """
 def helpers(raster: int, blocks: int, k: int, bk: int, pair: bool = False) -> str:
     """The schedule's struct for a launch of ``blocks`` persistent blocks over K = ``k`` (the kernel is specialised to
     both: with them read at run time (gridDim.y, K / BK) ptxas kept the main loop's counters on the vector datapath,
-    2-7% slower on the H200, 2026-12-01). With ``pair`` (pair_rewrite) the schedule's units are the blocks / 2 pairs
+    2-7% slower on the H200). With ``pair`` (pair_rewrite) the schedule's units are the blocks / 2 pairs
     and its tiles pairs of adjacent channel tiles."""
     if blocks <= 0 or k % bk or (pair and blocks % 2):
         raise ValueError(f"stream-K needs a positive block count (even in pairs) and K a multiple of {bk}; got "

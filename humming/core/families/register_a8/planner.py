@@ -43,7 +43,7 @@ STAGGER_CHAINS_KNOB = "register_a8.stagger_chains"
 
 # the wide form (256 tokens, no stream-K, clusters or PDL) with its weights widened by three converter warps of the
 # producer warpgroup into this many shared-memory slots of A fragments (TileConfig.widened; 0: the consumers widen).
-# Why it was tried: a synthetic loop of the wide form's shape (scripts/wgmma_ceiling.py, H200) holds 73%
+# Why it was tried: a synthetic loop of the wide form's shape (H200) holds 73%
 # of the FP8 tensor peak with the widening in the consumer warps, 92% with the fragments loaded from shared memory,
 # 81% with a third warpgroup widening besides. Off: the kernel is slower (scripts/ab_knobs.py, 6 balanced
 # rounds, W4A8-FP8, us, unset / 2 slots / 1 slot): 8192x8192 M1024 130.8 / 153.1 / 181.3, M4096 523.6 / 619.8 /
