@@ -126,8 +126,8 @@ def parse_arch(arch: str) -> tuple[int, str]:
     m = _ARCH_RE.match(arch.strip()) if isinstance(arch, str) else None
     if not m:
         raise UnsupportedOnDevice(
-            f"{arch!r} is not an NVRTC CUBIN target; expected 'sm_<number>' optionally followed by 'a' "
-            "(arch-specific, e.g. sm_90a) or 'f' (family, e.g. sm_100f)"
+            f"{arch!r} is not an NVRTC CUBIN target; expected 'sm_' and the compute capability's digits, optionally "
+            "followed by 'a' (arch-specific features) or 'f' (a family's common features)"
         )
     return int(m.group(1)), m.group(2)
 
