@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from humming.core.common.emit import Template
 from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
@@ -223,8 +224,9 @@ def tile_of_block(raster: int) -> str:
 
 
 # The end of both register-A kernels: the staged output tile (token rows x 128 channels, 16-bit) copied to C
-# with 16-byte stores, rows past M skipped; then the kernel closes.
-STAGED_COPY_OUT = """  __syncthreads();
+# with 16-byte stores, rows past M skipped; then the kernel closes. ``sync``: the barrier before the copy-out (the
+# consumers' own where a producer warpgroup has left).
+STAGED_COPY_OUT = Template("""  ${sync}();
   // copy-out: 16-byte chunk c = tid + 256 i is token row c / 16, channels 8 (c % 16) .. +7
   #pragma unroll
   for (int i = 0; i < BT * (BC / 8) / THREADS; ++i) {
@@ -236,7 +238,7 @@ STAGED_COPY_OUT = """  __syncthreads();
     }
   }
 }
-"""
+""", sync="__syncthreads")
 
 
 def wgmma_k16_form(caps, act: str):

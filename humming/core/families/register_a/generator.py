@@ -245,7 +245,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
                 raise ValueError("split-K clusters exclude the multicast cluster option (one cluster shape per launch)")
             prelude += backend.helpers("cluster_dsmem", caps=caps)
             splitk_code = _SMALL_SPLITK_CLUSTER
-        copy_out = STAGED_COPY_OUT.replace("c >> 4, ch = c & 15", "c >> 3, ch = c & 7").replace(
+        copy_out = STAGED_COPY_OUT.fill().replace("c >> 4, ch = c & 15", "c >> 3, ch = c & 7").replace(
             "token row c / 16, channels 8 (c % 16)", "token row c / 8, channels 8 (c % 8)").replace(
             "chunk c = tid + 256 i", "chunk c = tid + 128 i")
     elif t.streamk:  # the planner's streamk_refusal: the producer warpgroup, no stagger, no tail
@@ -255,7 +255,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         load_code = ""
         wsrc_line = f"const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + {wsrc_lane};"
         splitk_code = streamk.HANDOVER
-        copy_out = STAGED_COPY_OUT
+        copy_out = STAGED_COPY_OUT.fill()
     elif t.tail:  # the planner's tail_refusal: the producer warpgroup, whole K quarters
         if t.bulk != 2 or t.raster:
             raise ValueError("tail is written for the producer-warpgroup form in launch order")
@@ -263,13 +263,13 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         load_code = ""
         wsrc_line = f"const uint32_t* wsrc = B + ((size_t)slab * katoms + kt0) * ATOM_WORDS + {wsrc_lane};"
         splitk_code = _tail_splitk(own=t.bm <= 128)
-        copy_out = STAGED_COPY_OUT
+        copy_out = STAGED_COPY_OUT.fill()
     else:
         ktiles_line = "const int ktiles = K / BK;"
         load_code = _tma_load_stage("kt * BK") if tma else _LOAD_STAGE
         wsrc_line = f"const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + {wsrc_lane};"
         splitk_code = ""
-        copy_out = STAGED_COPY_OUT
+        copy_out = STAGED_COPY_OUT.fill()
     gs_doc, scale_line, _ = gs_epilogue_parts(plan, "")
     if not plan.row_scale:
         gs_doc = "// a device scalar multiplying the output (activation global scale) or null"

@@ -246,7 +246,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 {final}
   {sync}();                 // all wgmmas and copies done: the activation slots become the staging tile
 
-{_epilogue(False, bool(t.stsm), bool(t.direct))}{STAGED_COPY_OUT.replace("__syncthreads()", sync + "()")}"""
+{_epilogue(False, bool(t.stsm), bool(t.direct))}{STAGED_COPY_OUT.fill(sync=sync)}"""
 
 
 # the narrow form's stage: one m64n128k32 chain into the partial, wait, promote
@@ -536,7 +536,7 @@ static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per th
 {partials}
 {stagger_take}{main_loop}  consumer_sync();                 // all wgmmas done: the activation slots become the staging tile
 
-{epilogue}{STAGED_COPY_OUT.replace("__syncthreads()", "consumer_sync()")}"""
+{epilogue}{STAGED_COPY_OUT.fill(sync="consumer_sync")}"""
     return _cluster_source(source, t.raster) if cluster else source
 
 
