@@ -251,9 +251,10 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
     torch = require_gpu()
     import humming
     from humming import api
+    from humming.core.families.mma_wna16.candidates import candidates
     from humming.core.families.mma_wna16.layout import layout_for
+    from humming.core.families.mma_wna16.tuned import choose_plan, runtime_plan
     from humming.core.problem import scheme_of
-    from humming.core.tuning import entries as tuning
 
     say = progress or (lambda text: None)
     torch.manual_seed(seed)
@@ -269,7 +270,7 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
     h0 = api.prepared(first, torch_dtype, device)
     prep = api._registry[h0]
     layout = layout_for(sch, n, k, dtype, caps=prep.caps)
-    packed = prep.packed_for(tuning.choose_plan(prep.caps, layout, 1, dtype, scheme_str), "x")  # the WnA16 weights
+    packed = prep.packed_for(choose_plan(prep.caps, layout, 1, dtype, scheme_str), "x")  # the WnA16 weights
     nbytes = sum(t.numel() * t.element_size() for t in packed.tensors() if t is not None)
     qws = [first] + [humming.quantize(torch.randn(n, k, device=device) * 0.05, sch) for _ in range(copies_for(nbytes) - 1)]
     handles = [api.prepared(qw, torch_dtype, device) for qw in qws]
@@ -281,9 +282,9 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
     try:
         for m in ms:
             m = int(m)
-            plans = tuning.candidates(caps, layout, m, dtype, scheme_str, include_tile_for_stream=include_tile_for_stream)
+            plans = candidates(caps, layout, m, dtype, scheme_str, include_tile_for_stream=include_tile_for_stream)
             if only:
-                now = tuning.runtime_plan(caps, layout, m, dtype, scheme_str)
+                now = runtime_plan(caps, layout, m, dtype, scheme_str)
                 plans = [plans[0], now] + [p for p in plans[1:] if getattr(p.tiles, only, 0)]
             plans = [planner.launch_options(caps, p) for p in plans]  # timed as the runtime launches them (PDL, split clusters)
             default = plans[0]  # the planner's rules (what gemm runs without a tuned entry), never a tuned entry

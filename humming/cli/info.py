@@ -1,4 +1,5 @@
-"""`python -m humming info [--profile NAME] [--json]`: the device, its profile and why."""
+"""`python -m humming info [--profile NAME] [--json] [--knobs]`: the device, its profile and why; or the tuning knobs'
+values for it."""
 from __future__ import annotations
 
 import argparse
@@ -10,11 +11,32 @@ HELP = "describe the detected device (or a named profile): profile choice, targe
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", metavar="NAME", help="describe this profile instead of the detected device")
     parser.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    parser.add_argument("--knobs", action="store_true",
+                        help="list the tuning knobs with their values for the profile (defaults, the profile's tuning "
+                             "file, the user tune file) and what each one chooses")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.knobs:
+        return _knobs(args)
     from humming.device import info
 
     result = info(args.profile)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result)
+    return 0
+
+
+def _knobs(args: argparse.Namespace) -> int:
+    from humming.core.tuning import knobs
+    from humming.devices.current import resolve_profile
+
+    caps = resolve_profile(args.profile)
+    values = knobs.table(caps)
+    if args.json:
+        print(json.dumps({"profile": caps.name, "knobs": values}, indent=2))
+        return 0
+    print(f"tuning knobs for {caps.name}:")
+    width = max(map(len, values))
+    for name, value in values.items():
+        print(f"  {name:<{width}}  {value!s:<6}  {knobs.KNOBS[name].doc.splitlines()[0]}")
     return 0

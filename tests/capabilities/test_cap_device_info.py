@@ -1,6 +1,7 @@
 """humming.device.info() / current_profile() and the CLI, on synthetic devices and without any."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -24,11 +25,20 @@ def no_env(monkeypatch):
 
 
 def _devices(monkeypatch, *devs: DetectedDevice):
-    monkeypatch.setattr(device, "detect_devices", lambda refresh=False: tuple(devs))
+    """The detectors find ``devs`` (humming.devices.current asks them; humming.device re-exports it)."""
+    from humming.devices import current
+
+    def detect(refresh=False):
+        return tuple(devs)
+
+    monkeypatch.setattr(current, "detect_devices", detect)
+    monkeypatch.setattr(device, "detect_devices", detect)
+    current.live_arch.cache_clear()
+    monkeypatch.setattr(current, "live_arch", functools.lru_cache(maxsize=1)(current.live_arch.__wrapped__))
 
 
 def _no_planner(monkeypatch):
-    monkeypatch.setitem(sys.modules, "humming.api", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "humming.core.path_table", None)  # import raises ImportError
 
 
 def test_no_device(monkeypatch, no_env):
@@ -108,10 +118,10 @@ def test_ppu_device(monkeypatch, no_env):
 def test_paths_from_the_planner(monkeypatch, no_env):
     import types
 
-    fake = types.ModuleType("humming.api")
+    fake = types.ModuleType("humming.core.path_table")
     fake.path_table = lambda caps: [{"scheme": "w4a16", "family": "mma_sync", "instruction": "mma.sync m16n8k16",
                                      "reason": f"declared by {caps.name}"}]
-    monkeypatch.setitem(sys.modules, "humming.api", fake)
+    monkeypatch.setitem(sys.modules, "humming.core.path_table", fake)
     _devices(monkeypatch)
     info = device.info("nvidia-h200")
     assert info.paths[0]["reason"] == "declared by nvidia-h200"
@@ -173,3 +183,16 @@ def test_cli_profile_validate_and_show():
     assert shown.returncode == 0 and shown.stdout.startswith("name: nvidia-h200")
     unknown = _cli("profile", "show", "nvidia-h2000")
     assert unknown.returncode == 2 and "did you mean 'nvidia-h200'" in unknown.stderr
+
+
+def test_cli_info_knobs_lists_every_knob_with_the_profiles_value(tmp_path):
+    from humming.capabilities import get_profile
+    from humming.core.tuning import knobs
+
+    out = _cli("info", "--knobs", "--profile", "nvidia-h200", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["profile"] == "nvidia-h200" and set(data["knobs"]) == set(knobs.KNOBS)
+    assert data["knobs"] == json.loads(json.dumps(knobs.table(get_profile("nvidia-h200"))))
+    text = _cli("info", "--knobs", "--profile", "nvidia-t4").stdout
+    assert "register_a.raster" in text and "tuning knobs for nvidia-t4" in text

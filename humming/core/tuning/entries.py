@@ -172,9 +172,10 @@ def read_entries(path: Path) -> dict:
             return hit[1]
     try:
         data = json.loads(path.read_text())
-        if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION or not isinstance(data.get("entries"), dict):
+        if not isinstance(data, dict) or data.get("format", FORMAT_VERSION) != FORMAT_VERSION or \
+                not isinstance(data.get("entries", {}), dict):
             raise ValueError(f"not a format-{FORMAT_VERSION} tuning file")
-        entries = {k: v for k, v in data["entries"].items() if isinstance(v, dict)}
+        entries = {k: v for k, v in data.get("entries", {}).items() if isinstance(v, dict)}  # (a file of knobs only)
     except (OSError, ValueError) as exc:
         log.warning("humming tuning: ignoring %s (%s)", path, exc)
         entries = {}
@@ -271,7 +272,14 @@ def record(plan: Plan, measured_us: float, *, scheme: str | None = None, device:
 
 
 def write_entries(path: Path, entries: dict, note: str | None = None) -> None:
+    """Write ``entries`` into a tuning file, keeping what else it holds (its ``"knobs"``, its note unless given)."""
     data = {"format": FORMAT_VERSION}
+    try:
+        old = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        old = None
+    if isinstance(old, dict):
+        data.update({k: v for k, v in old.items() if k not in ("format", "entries")})
     if note:
         data["note"] = note
     data["entries"] = dict(sorted(entries.items()))
