@@ -104,12 +104,11 @@ CASES = [("w4a16", 128), ("w4a16", None), ("w4a16-zp", 128), ("w4a16-zp", None),
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name,group", CASES, ids=[_case_id(n, g) for n, g in CASES])
-def test_wgmma_rs_w4a16(name, group, dtype, n, k, set_knobs, monkeypatch):
+def test_wgmma_rs_w4a16(name, group, dtype, n, k, set_knobs):
     """From M 128 (register_a.min_m 128, every group it runs): the two-warpgroup form on its own handle, sharing the
     prepared weights of the mma.sync/stream handle."""
     _require_wgmma(dtype)
     set_knobs({MIN_M_KNOB: 128, ANY_GROUP: True})
-    monkeypatch.setattr(api, "_POISON", True)
     torch.manual_seed(n + k + (group or 1) + len(name))
     bias = torch.randn(n, device="cuda", dtype=dtype)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
@@ -143,12 +142,11 @@ def test_wgmma_rs_default_from_m_1024():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name,group", [("w4a16", 128), ("w4a16-zp", None)], ids=["g128", "zp-channel"])
-def test_wgmma_rs_two_warpgroup_rasterized(name, group, dtype, set_knobs, monkeypatch):
+def test_wgmma_rs_two_warpgroup_rasterized(name, group, dtype, set_knobs):
     """register_a.raster 3: the two-warpgroup form takes its tiles in groups of 3 token tiles (M 1100 with 256- or
     128-token tiles: groups that do and do not divide the grid's token tiles), every output written and right."""
     _require_wgmma(dtype)
     set_knobs({RASTER_KNOB: 3})
-    monkeypatch.setattr(api, "_POISON", True)
     n, k = 1024, 2048
     torch.manual_seed(11 + (group or 1) + len(name) + (dtype == torch.bfloat16))
     bias = torch.randn(n, device="cuda", dtype=dtype)
