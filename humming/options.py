@@ -17,7 +17,8 @@ class GemmOptions:
     ``w4a8_widen``: how the W4A8 kernels widen int4 codes to e4m3: "linear" (an add and a lop3 a byte, the codes at
     a scale of 2^-9 the weight scales carry back) or "prmt" (byte-permute lookup tables); the sums are the same.
     ``act_widen``: W8A8 / W4A8 activations quantized, then their 8-bit codes widened exactly to 16 bits and run on
-    the weight-only kernels: True at every M, False never, None in the M ranges measured faster (tuning data)."""
+    the weight-only kernels: True at every M, False never, None in the M ranges measured faster
+    (humming.core.routes.widened_ranges.DEFAULT_M_RANGES)."""
 
     fast_accum: bool = False
     w4a8_widen: str = "linear"

@@ -31,7 +31,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HUMMING_SKIP_DETECT", "0", "1: do not ask the CUDA driver which GPU this is"),
     Setting("HUMMING_TUNE_FILE", "<cache dir>/tuning.json", "the tuning file `humming tune` writes and every plan reads"),
     Setting("HUMMING_TUNE", "1", "0: ignore measured tuning entries (the planners' rules and the tuning data's knobs only)"),
-    Setting("HUMMING_PRECOMPILE", "decode", "kernels compiled in the background on a layer's first call: decode, all or 0"),
+    Setting("HUMMING_PRECOMPILE", "decode", "kernels compiled in the background on a layer's first call: decode, all or off (0)"),
     Setting("HUMMING_LINEINFO", "0", "1: compile kernels with line info (for profilers)"),
     Setting("HUMMING_UNVERIFIED_KERNELS", "0", "1: run kernels compiled for GPUs they were never run on (Blackwell)"),
     Setting("HUMMING_PPU_NVCC_FLAGS", "", "extra nvcc options for the T-Head PPU SDK compiler (shell-quoted)"),

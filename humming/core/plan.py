@@ -364,7 +364,7 @@ def with_cluster_splits(caps, plan: Plan) -> Plan:
         # the other splits' accumulators (BT / 2 fp32 per thread, 128 threads) must fit the STAGES activation slots
         if (plan.splits - 1) * t.bm * 256 > t.stages * t.bm * 128:
             return plan
-        workspace = "split-K partials added by the last block in a fixed order"  # (planner_wgmma_rs's reason)
+        workspace = "split-K partials added by the last block in a fixed order"  # (the register_a planner's reason)
         reasons = tuple(r.replace(workspace, "split-K partials added in split order in a cluster (below)")
                         for r in plan.reasons)
         return replace(plan, cluster_splits=True, reasons=reasons + (

@@ -1,4 +1,4 @@
-"""What the wgmma planners and generators share (planner_wgmma: W8A8/W4A8, planner_wgmma_wna16: WnA16): the checks
+"""What the wgmma planners and generators share (wgmma_8bit: W8A8/W4A8, wgmma_dequant and register_a: WnA16): the checks
 every wgmma plan starts with, the choice between 128- and 256-wide tiles by how well they fill the SMs, and CUDA
 pieces (the producer warpgroup's barriers, the split-K fix-up through a workspace)."""
 from __future__ import annotations

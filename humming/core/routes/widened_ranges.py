@@ -96,7 +96,7 @@ RS8_MIN_FILL_INT32_SUMS = 0.45
 
 def _int32_sums(caps, scheme, k: int) -> bool:
     """The register-A W4A8 kernel accumulates exact int32 sums across stages for this scheme
-    (planner_wgmma_rs8.int32_sums_wanted)."""
+    (register_a8.planner.int32_sums_wanted)."""
     from humming.core.families.register_a8.layout import rs8_group
     from humming.core.families.register_a8.planner import int32_sums_wanted
 
@@ -181,7 +181,7 @@ def describe_ranges(ranges) -> str:
 
 # (profile, scheme, N, K, act_widen, knob overrides) -> the M ranges ((): never). The knobs the ranges read (the
 # register-A W4A8 kernel's, through _padded_rs8_ranges) are read once per layer and override, like every plan's
-# (humming.api caches a layer's plans): reading them on each call would cost host time.
+# (a prepared layer keeps its launches per M): reading them on each call would cost host time.
 _decided: dict[tuple, tuple] = {}
 
 

@@ -133,7 +133,7 @@ class PPUBackend(Backend):
 
     def compile_source(self, source: str, caps, route: CompileRoute | None = None) -> bytes:
         """The cubin of ``source`` by the vendor route (see ``compile_with_vendor_nvcc``), for callers that hold
-        only the backend (``humming.api.compile_plan`` when ``route.compiler == "vendor_nvcc"``)."""
+        only the backend (``humming.core.runtime.compiled.compile_plan`` when ``route.compiler == "vendor_nvcc"``)."""
         return compile_with_vendor_nvcc(source, caps, route=route)
 
     def describe(self) -> str:

@@ -55,7 +55,7 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
 def two_warpgroup_token_tile(m: int, bt: int, caps=None) -> int:
     """The token tile a two-warpgroup entry runs M with: its own (the planner then fits it to M), or, with the fitting
     off (the knob wgmma.fit_token_tile false), 128 instead of 256 where 128-token tiles hold fewer rows and 256-token ones would
-    be under planner_wgmma_rs.STREAMK_NARROW_BELOW tokens (the rule of its default plans from M 513 then). Measured on the H200 (W4A16 g128, scripts/ab_knobs.py, us, the 257-512
+    be under register_a.prefill.STREAMK_NARROW_BELOW tokens (the rule of its default plans from M 513 then). Measured on the H200 (W4A16 g128, scripts/ab_knobs.py, us, the 257-512
     entries with 256 / 128): 8192x8192 M=270 135.5 / 106.0, M=300 127.6 / 102.1, M=380 90.5 / 101.6, M=400 91.7 /
     111.0; 28672x8192 M=270 498.5 / 329.4, M=300 455.8 / 317.8, M=380 343.1 / 340.1, M=400 346.7 / 454.1."""
     from humming.core.families.register_a import planner as rs
@@ -157,7 +157,7 @@ def _rs_small_plan(caps, layout, m: int, act: str, scheme: str, splits: int | No
 
 
 def register_a_prefill_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
-    """The plan of the handle that runs the two-warpgroup register-A form from its default M (humming.api): a tuned
+    """The plan of the handle that runs the two-warpgroup register-A form from its default M (the register_a family): a tuned
     entry of M's bucket that is that form (``bn`` = 128, e.g. with stream-K) on a hit, else the planner's rules.
     Entries of other kernels in the bucket (e.g. a tile kernel stored below the form's threshold) are not taken. The
     launch options (programmatic dependent launch) applied, as the handle launches it."""

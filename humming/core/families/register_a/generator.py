@@ -224,7 +224,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         kt_slot, next_slot = "(u % STAGES)", "((u + LOOKAHEAD) % STAGES)"
     elif not small and not t.streamk and not t.tail and unroll_n % t.stages == 0:
         # the two-warpgroup plain form whose trip is whole rounds of the slots (the default ring of 5 at 6 stages,
-        # planner_wgmma_rs.RING_2WG): slot and phase from the unrolled stage and the trip (1022 -> 954 SASS
+        # register_a.planner.RING_2WG): slot and phase from the unrolled stage and the trip (1022 -> 954 SASS
         # instructions per 10 stages at M 1024)
         kt_slot, next_slot = "(u % STAGES)", "((u + LOOKAHEAD) % STAGES)"
         kt_phase = ("((u / STAGES) & 1)" if unroll_n % (2 * t.stages) == 0 else
@@ -646,7 +646,7 @@ def _cluster_producer(k_coord: str, pdl: bool) -> str:
 """
 
 
-# split-K of the small-M form: every block stores its fp32 partial (wgmma_common.store_partial; the channel-major
+# split-K of the small-M form: every block stores its fp32 partial (common.wgmma.store_partial; the channel-major
 # layout before, one 4-byte store per register N apart, cost up to a third of the kernel: 8192x8192 M=64 26.3 us, 20.9
 # without any fix-up), WS[tile][split][chunk][thread]; the last block of the tile (self-resetting counter) adds the
 # splits 0, 1, ... in that order.

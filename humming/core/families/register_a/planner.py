@@ -1,8 +1,8 @@
-"""Planning the register-A wgmma WnA16 kernel (``humming.core.families.register_a.generator``): int4 weights of the mma.sync
-layout (``humming.core.common.layout.prepare``, the stream kernel's prepared weights) dequantized in registers as the A
-operand of wgmma m64nNk16, activations the B operand in shared memory. The default for M >= 1024 where a profile
-declares the wgmma k16 form of the activation type and cp.async; the tuning knob register_a.min_m moves the threshold
-(null: never).
+"""Planning the register-A wgmma WnA16 kernel (``humming.core.families.register_a.generator``): int4 weights of the
+mma.sync layout (``humming.core.families.mma_wna16.layout.prepare``, the stream kernel's prepared weights) dequantized
+in registers as the A operand of wgmma m64nNk16, activations the B operand in shared memory. The default from M 513
+where a profile declares the wgmma k16 form of the activation type and cp.async; the tuning knob register_a.min_m
+moves the threshold (null: never).
 
 Tile naming: ``TileConfig.bm`` is the token tile (the wgmma N, 128 or 256), ``bn`` the 128 output channels of the
 two warpgroups, ``bk`` the 64 k of one stage; so ``Plan.grid`` = (token tiles, channel tiles, 1), or with the tail

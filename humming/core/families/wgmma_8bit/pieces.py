@@ -53,7 +53,7 @@ _W4A8_WIDEN = {
 }
 
 
-# ---- CUDA text shared by the two W4A8 kernels (lock-step here, warp-specialised in generator_wgmma_ws)
+# ---- CUDA text shared by the two W4A8 kernels (lock-step in generator.py, warp-specialised in generator_ws.py)
 W4A8_PARAM_DOCS = dict(b_doc="packed 4-bit weights [N, K/2] bytes, row-major (K-major)",
                        s_doc="fp32 group scales [K/GROUP, N], columns in accumulator order",
                        bias_doc="[N] or null (4-byte aligned)")
