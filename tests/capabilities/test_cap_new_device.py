@@ -92,7 +92,13 @@ def test_without_the_directory_it_is_gone():
 
 
 def test_new_device_appears_in_info(profile_dir, monkeypatch):
-    monkeypatch.setattr(device, "detect_devices", lambda refresh=False: (DetectedDevice("nvidia", "NVIDIA A30", (8, 0), 56),))
+    from humming.devices import current
+
+    def detect(refresh=False):
+        return (DetectedDevice("nvidia", "NVIDIA A30", (8, 0), 56),)
+
+    monkeypatch.setattr(current, "detect_devices", detect)  # (humming.device re-exports it)
+    monkeypatch.setattr(device, "detect_devices", detect)
     monkeypatch.delenv("HUMMING_DEVICE_PROFILE", raising=False)
     info = device.info()
     assert info.profile.name == "acme-a30" and info.how == "name"
