@@ -4,12 +4,13 @@ every spelling (hardware and software encoders), and the refusals."""
 import pytest
 import torch
 
-from humming.actquant import _spelling, quantize_activation_cuda
+from humming.actquant import quantize_activation_cuda
 from humming.api import resolve_profile
 from humming.core.actquant.generator import WIDE_CODE_VALUES, actquant_source, plan_actquant
-from humming.core.common.act_widen import CODE_DTYPES
+from humming.core.actquant.runtime import _spelling
 from humming.core.compile.compiler import compile_cuda
 from humming.core.quant import schemes
+from humming.core.routes.widened_ranges import CODE_DTYPES
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 

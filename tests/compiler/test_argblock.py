@@ -19,13 +19,16 @@ def test_param_array_points_at_the_current_values():
 
 
 def test_launch_rewrites_weight_pointers_only_when_other_tensors_come(monkeypatch):
-    """api._launch keeps the weight-side pointers of the last call and compares tensor objects by identity; the
-    parameter block the driver reads must still hold the pointers of *this* call's tensors every time."""
+    """A LaunchSpec (humming.core.runtime.launch) keeps the weight-side pointers of the last call and compares tensor
+    objects by identity; the parameter block the driver reads must still hold the pointers of *this* call's tensors
+    every time, through the hot path of a prepared weight (Layer.run) and LaunchSpec.launch itself."""
+    import types
+
     import torch
 
     import humming
-    from humming import api
-    from humming.core.runtime.kernel import ArgBlock
+    from humming.core.runtime import launch as rt
+    from humming.core.runtime.layer import Layer
 
     p = humming.plan("w4a16", 4, 128, 256, profile="nvidia-a100")
     seen = []
@@ -37,27 +40,34 @@ def test_launch_rewrites_weight_pointers_only_when_other_tensors_come(monkeypatc
             RecordingKernel.built += 1  # once per launch spec: the hot path reuses it
             return lambda stream: seen.append(list(block.values()))
 
-    values = [0] * 7 + [0x7000, 0x7100, 4, 128, 256, 256, 1.0, 0]
-    spec = api._LaunchSpec(p, RecordingKernel(), ArgBlock(api._PARAM_KINDS, values))
-    prep = api._Prepared(packed=None, caps=None, plans={4: p}, launches={4: spec})
-    with api._lock:
-        api._registry.append(prep)
-        handle = len(api._registry) - 1
-    monkeypatch.setattr(api, "_current_stream", lambda device: 0)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    w = [torch.zeros(8) for _ in range(5)]
+    monkeypatch.setattr(rt, "current_stream", lambda device: 0)
+    monkeypatch.setattr(rt, "workspaces", {})
+    monkeypatch.setattr(rt, "retired_workspaces", [])
+    w = [torch.zeros(8) for _ in range(5)]  # B S Z CS BIAS
+    packed = types.SimpleNamespace(perm=None, qweight=w[0], scales=w[1], zeros=w[2], channel_scale=w[3], bias=w[4])
+    spec = rt.LaunchSpec(p, "x", packed, RecordingKernel(), torch.device("cpu", 0), 1.0)
+    ws, cnt = spec.keep
+    assert spec.args.values()[7:14] == [ws.data_ptr(), cnt.data_ptr(), 4, 128, 256, 256 // p.grid[2], 1.0]
+    layer = Layer.__new__(Layer)  # a prepared weight whose launch for M=4 is that spec
+    layer.n, layer.k, layer.launches = 128, 256, {4: spec}
+    ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
 
-    def launch(x, ws, gscale=None):
-        out = api._launch(handle, x, *ws, gscale)
-        ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-        expect = [ptr(x), *map(ptr, ws), ptr(out)]
+    def check(x, out, weights, gscale=None):
         got = seen[-1]
-        assert got[:7] == expect and got[14] == ptr(gscale) and got[7:9] == [0x7000, 0x7100]
+        assert got[:7] == [ptr(x), *map(ptr, weights), ptr(out)]
+        assert got[14] == ptr(gscale) and got[7:9] == [ws.data_ptr(), cnt.data_ptr()]
 
-    launch(torch.zeros(4, 256), w)
-    launch(torch.zeros(4, 256), w)  # same weights: cached pointers still right, new x and out
+    def run(x, bias=None, gscale=None):
+        out = layer.run(x, bias, gscale)
+        assert out.shape == (4, 128) and out.dtype == x.dtype
+        check(x, out, [*w[:4], w[4] if bias is None else bias], gscale)
+
+    run(torch.zeros(4, 256))
+    run(torch.zeros(4, 256))  # same weights: cached pointers still right, new x and out
     other_bias = torch.zeros(8)
-    launch(torch.zeros(4, 256), [*w[:4], other_bias])  # a per-call bias replaces slot 5
-    launch(torch.zeros(4, 256), [w[0], None, None, w[3], None], gscale=torch.ones(1))  # None -> null pointers
-    launch(torch.zeros(4, 256), w)
+    run(torch.zeros(4, 256), bias=other_bias)  # a per-call bias replaces slot 5
+    x, out, gscale = torch.zeros(4, 256), torch.zeros(4, 128), torch.ones(1)
+    spec.launch(x, out, (w[0], None, None, w[3], None), gscale)  # None -> null pointers
+    check(x, out, [w[0], None, None, w[3], None], gscale)
+    run(torch.zeros(4, 256), gscale=torch.ones(1))  # the weight's own tensors again
     assert len(seen) == 5 and RecordingKernel.built == 1

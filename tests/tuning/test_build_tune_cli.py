@@ -6,11 +6,14 @@ import json
 
 import pytest
 
-from humming import aot, api, schemes
+from humming import aot, schemes
 from humming.capabilities import get_profile
 from humming.cli import main as cli
-from humming.core.common.layout import layout_for
 from humming.core.compile import cache
+from humming.core.families.mma_wna16 import candidates as cands
+from humming.core.families.mma_wna16 import tuned
+from humming.core.families.mma_wna16.layout import layout_for
+from humming.core.runtime import compiled
 from humming.core.tuning import entries as tuning
 from humming.errors import UnsupportedOnDevice
 
@@ -32,12 +35,12 @@ def _expected_kernels(caps, ms):
     names = set()
     for n, k in SHAPES:
         layout = layout_for(schemes.get("w4a16"), n, k, "f16", caps=caps)
-        names |= {tuning.choose_plan(caps, layout, m, "f16", "w4a16").kernel_name for m in ms}
+        names |= {tuned.choose_plan(caps, layout, m, "f16", "w4a16").kernel_name for m in ms}
     return names
 
 
 def _forget_in_process():
-    api._compiled.clear()
+    compiled._compiled.clear()
     cache.clear_memory_caches()
 
 
@@ -81,9 +84,10 @@ def test_build_plans_every_bucket_by_default():
     assert ms[:16] == list(range(1, 17)) and max(ms) > 1024 and 1024 in ms
     plans = aot.kernel_plans(caps, [(8192, 8192)], schemes.get("w4a16"), ms)
     layout = layout_for(schemes.get("w4a16"), 8192, 8192, "f16", caps=caps)
-    # what humming.gemm runs: the mma.sync handle's choice below M 513, the register-A prefill handle's from there
-    assert set(plans) == {(tuning.choose_plan(caps, layout, m, "f16", "w4a16") if m < 513 else
-                           tuning.register_a_prefill_plan(caps, layout, m, "f16", "w4a16")).kernel_name for m in ms}
+    # what humming.gemm runs (registry.select): the mma_wna16 family's choice below M 513 (on this shape register-A
+    # small-form plans from M 128, which it keeps), the register_a family's prefill plan from there
+    assert set(plans) == {(tuned.choose_plan(caps, layout, m, "f16", "w4a16") if m < 513 else
+                           tuned.register_a_prefill_plan(caps, layout, m, "f16", "w4a16")).kernel_name for m in ms}
     assert any(any(r.startswith("tuned for M bucket") for r in p.reasons) for p in plans.values())  # the shipped entries
     assert any(p.tiles.streamk for p in plans.values())  # the prefill form's stream-K rule (M 768, 2048 ...)
     assert aot.ms_for([1, 20], exact=True) == [1, 20]
@@ -177,7 +181,7 @@ def test_tune_cli_records_the_winner(monkeypatch, capsys, tmp_path):
         layout = layout_for(scheme, n, k, kw["dtype"], caps=caps)
         out = []
         for m in ms:
-            plans = tuning.candidates(caps, layout, m, kw["dtype"], str(scheme))
+            plans = cands.candidates(caps, layout, m, kw["dtype"], str(scheme))
             timings = [tuner.Timing(p, 100.0 - i * (0.5 if m == 1 else 0.001)) for i, p in enumerate(plans[:6])]
             res = tuner.TuneResult(str(scheme), n, k, m, timings[0], device="Fake GPU")
             res.timings = sorted(timings, key=lambda t: t.us)
@@ -196,7 +200,7 @@ def test_tune_cli_records_the_winner(monkeypatch, capsys, tmp_path):
     assert m1["measured_us"] == 97.5 and m1["default_us"] == 100.0 and m1["device"] == "Fake GPU"
     # M=128: the best is within --min-gain (1%) of the default, so the default's config is kept
     m128 = tuning.lookup(caps, layout, 1024, 2048, 100)
-    default128 = tuning.candidates(caps, layout, 128, "f16")[0]
+    default128 = cands.candidates(caps, layout, 128, "f16")[0]
     assert m128["measured_us"] == 100.0 and m128["tiles"] == default128.tiles.__dict__
     assert len(json.loads(json_out.read_text())) == 2
     assert cli(["tune", "--shapes", "1024x2048", "--m", "16", "--no-record"]) == 0
