@@ -11,9 +11,8 @@ import pytest
 
 import humming
 from humming import GemmOptions, api
-from humming.core.common.wgmma import STAGGER_KNOB
+from humming.core.common.wgmma import STAGGER_KNOB, TILE_RASTERIZED  # (the block -> tile statements the kernel writes)
 from humming.core.families.register_a8 import planner as rs8
-from humming.core.families.register_a8.generator import TILE_RASTERIZED  # the block -> tile statements it writes
 from humming.core.families.register_a8.layout import WgmmaRs8Layout
 from humming.core.families.register_a8.planner import (
     CHAIN_KNOB,

@@ -11,10 +11,12 @@ _S_DOC = "unused (group scales of W4A8)"
 
 def eight_bit_params(kernel_name: str, b_doc: str = "weight codes [N, K] bytes, row-major (K-major)",
                      ts_doc: str = _TS_DOC, s_doc: str = _S_DOC, bias_doc: str = "[N] or null",
-                     tensor_maps: tuple = (), block_threads: str = "cfg::THREADS") -> str:
+                     tensor_maps: tuple = (), block_threads: str = "cfg::THREADS",
+                     ws_doc: str = "unused (no split-K)") -> str:
     """The kernel's signature line and the 8-bit mma.sync kernel's parameter list, through the opening brace (one
     launcher runs every kernel that takes it; the comments name what each kernel reads); ``tensor_maps`` (name, doc,
-    name, doc, ...) appends TMA tensor maps as __grid_constant__ parameters."""
+    name, doc, ...) appends TMA tensor maps as __grid_constant__ parameters; ``ws_doc``: what the workspace and tile
+    counters hold."""
     gs_end = ") {      // a device scalar multiplying the output (per-tensor activation scale) or null"
     if tensor_maps:
         pairs = list(zip(tensor_maps[::2], tensor_maps[1::2]))
@@ -29,7 +31,7 @@ def eight_bit_params(kernel_name: str, b_doc: str = "weight codes [N, K] bytes, 
     const float* __restrict__ CS,         // per-channel weight scale [N] or null
     const uint16_t* __restrict__ BIAS,    // {bias_doc}
     uint16_t* __restrict__ C,             // output [M, N]
-    float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
+    float* __restrict__ WS, int* __restrict__ CNT,   // {ws_doc}
     int M, int N, int K, int k_per_split, float out_scale,
     const float* __restrict__ GS{gs_end}
 """

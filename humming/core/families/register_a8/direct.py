@@ -124,12 +124,7 @@ def narrow_direct(release: str, a_type: str) -> tuple[str, str, str]:
     return "\n".join(decl) + ("\n" if decl else ""), stage, "\n".join(convert + [_SCALES]) + "\n"
 
 
-_CS_LINE = "    cs[h] = CS ? load_f32(CS + n0 + ch) : 1.0f;"
-
-
-def epilogue_scales(epilogue: str) -> str:
-    """The wide form's epilogue with the direct loop's channel scales (fs0 / fs1) in its per-channel factor."""
-    if epilogue.count(_CS_LINE) != 1:
-        raise ValueError("internal: the wide form's epilogue no longer has its one channel-scale line")
-    return epilogue.replace(_CS_LINE, "    cs[h] = (CS ? load_f32(CS + n0 + ch) : 1.0f) * (h ? fs1 : fs0);   // the "
-                            "direct loop's channel scales")
+# the epilogue's channel factor (humming.core.families.register_a8.epilogue) with the direct loop's channel scales,
+# which the loop leaves out of its sums
+EPILOGUE_SCALES = {"weight_scale": "(CS ? load_f32(CS + n0 + ch) : 1.0f) * (h ? fs1 : fs0)",
+                   "weight_scale_note": "   // the direct loop's channel scales"}

@@ -1,8 +1,12 @@
 """CUDA pieces the register-A W4A8 kernels share (the narrow, wide, direct and stream-K forms): the values held in
-shared memory for the consumers, the slot-0 descriptor, and the call that widens a word of int4 labels to e4m3."""
+shared memory for the consumers, the slot-0 descriptor, the widening of a word of int4 labels, the checks both forms
+start with, the per-channel scales, and the frame of the kernel (the end of its constants, the start of its body)."""
 from __future__ import annotations
 
-from humming.core.common.wgmma import SLOT0_DESCRIPTOR
+from humming.core.common.emit import Template
+from humming.core.common.wgmma import SLOT0_DESCRIPTOR, tile_of_block
+from humming.core.families.register_a8.planner import BT, QUARTER_WT
+from humming.devices.base import HelperRequest
 
 # The wide and stream-K forms' values held in registers: ptxas, short of registers in the consumers' loop, recomputes a
 # value at every use when it can (the tables from ktiles, the lane's slot addresses from the thread index: 16
@@ -41,3 +45,60 @@ def e4m3_widen_call(widen: str, word: str, lo: str, hi: str) -> str:
 def uses_tables(lay) -> bool:
     """True when the layout's widening reads the four lookup tables (e4m3 with the "prmt" widening)."""
     return lay.a_type == "e4m3" and lay.widen == "prmt"
+
+
+def group_and_chain(plan, caps) -> tuple[bool, HelperRequest, int]:
+    """Both forms' checks: groups of 128 or per channel, chains of 128 or 64 tokens (the wide form: two halves or
+    four quarters; the narrow form: one partial or two halves). Returns (per channel, the helper request, chain)."""
+    lay = plan.layout
+    if lay.group not in (128, lay.k):
+        raise ValueError(f"the register-A wgmma W4A8 kernel takes groups of 128 or per channel, not {lay.group}")
+    chain = plan.instruction.shape[1]  # tokens per wgmma chain
+    if chain not in (BT, QUARTER_WT):
+        raise ValueError(f"the register-A W4A8 kernel runs chains of {BT} or {QUARTER_WT} tokens, not {chain}")
+    request = HelperRequest(mma=plan.instruction, act=plan.act, weight=None, async_copy=True, caps=caps)
+    return lay.group != 128, request, chain
+
+
+def to_f32(lay) -> str:
+    """The helper converting a partial's accumulator to fp32 (int32 sums of s8 fragments are small: an add)."""
+    return "small_s32_to_f32" if lay.a_type == "s8" else "wg_acc_to_f32"
+
+
+def widening(lay, word: str, ind: str) -> str:
+    """The body of the ``for (int j = 0; j < 8; ++j)`` loop that widens word j (``word``) into the two fragment
+    registers a[j / 2][2 (j % 2)] and a[j / 2][2 (j % 2) + 1] (the loop's lines at ``ind``)."""
+    out = "a[j >> 1][2 * (j & 1)]", "a[j >> 1][2 * (j & 1) + 1]"
+    if lay.a_type == "e4m3":
+        return f"\n{ind}  {e4m3_widen_call(lay.widen, word, *out)}"
+    return f" {{\n{ind}  {out[0]} = s8x16_lo({word});\n{ind}  {out[1]} = s8x16_hi({word});\n{ind}}}"
+
+
+def channel_scales(at: str) -> tuple[str, str]:
+    """Per-channel scales: the declaration loading this lane's two channels' (at ``at`` and 8 channels on) once, and
+    the per-stage pick of them."""
+    return (f"  // per-channel scales: this lane's two channels, once\n"
+            f"  const float s_lo = load_f32({at}), s_hi = load_f32({at} + 8);\n",
+            "const float sc0 = s_lo, sc1 = s_hi;")
+
+
+# the end of both forms' cfg namespace
+CFG_END = """static_assert(BT * OUT_LD * 2 <= STAGES * X_BYTES, "the staging tile fits in the activation slots");
+static_assert((BT * (BC / 8)) % THREADS == 0, "whole copy-out passes");
+}
+"""
+
+# the start of both forms' kernel body: thread coordinates, the block's tile (``tile``: launch order, or rasterized in
+# groups of RASTER token tiles), its stages
+_BLOCK_HEAD = Template("""  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
+  const int g = lane >> 2, q = lane & 3;
+${tile}
+  const int ktiles = K / BK;
+""")
+
+
+def block_head(raster: int) -> str:
+    """The kernel body's start, the block's tile in launch order or rasterized in groups of ``raster`` token tiles."""
+    return _BLOCK_HEAD.fill(tile=tile_of_block(raster))

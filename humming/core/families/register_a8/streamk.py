@@ -10,13 +10,16 @@ segment's token scales in one of two shared buffers (read from global memory in 
 latency per pass)."""
 from __future__ import annotations
 
+from humming.core.common.emit import Template
 from humming.core.common.kernel_params import eight_bit_params
 from humming.core.families.register_a import streamk as streamk
 from humming.core.families.register_a8.pieces import DESC0, HELD_DECL, held_init
 from humming.core.families.register_a8.planner import OUT_PAD, STREAMK_STAGING_TOKENS, WIDE_BT, WIDE_FITTED_BT
+from humming.core.families.register_a8.wide_parts import wide_parts
 
-# the producer thread: every segment's stages into the slots in turn (slot it % STAGES, it = stages copied so far)
-_PRODUCER = """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread copies every segment's stages in turn
+# the producer thread: every segment's stages into the slots in turn (slot it % STAGES, it = stages copied so far);
+# ``scale_copy``: the copy of the stage's group scales (a line of its own), or nothing
+_PRODUCER = Template("""  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread copies every segment's stages in turn
     setmaxnreg_dec<40>();
     if (tid == THREADS) {
       int wave = 0, ga = StreamK(M, N).run_start(blockIdx.y), tile, kt0, ktiles;
@@ -34,7 +37,7 @@ _PRODUCER = """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: it
           mbar_expect_tx(full, STAGE_TX);
           tma_load_2d(x0 + s * X_BYTES, &XMAP, (kt0 + kt) * BK, m0, full);
           bulk_copy_g2s(w0 + s * W_BYTES, codes + (size_t)kt * SLAB_BYTES, SLAB_BYTES, full);
-          bulk_copy_g2s(w0 + s * W_BYTES + SLAB_BYTES, codes + ((size_t)katoms + kt) * SLAB_BYTES, SLAB_BYTES, full);{scale_copy}
+          bulk_copy_g2s(w0 + s * W_BYTES + SLAB_BYTES, codes + ((size_t)katoms + kt) * SLAB_BYTES, SLAB_BYTES, full);${scale_copy}
         }
       }
     } else if (warp == THREADS / 32 + 1) {  // the next warp: each segment's token scales (times the device scalar and
@@ -57,7 +60,7 @@ _PRODUCER = """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: it
     return;
   }
   setmaxnreg_inc<232>();  // the consumers take the producer's registers
-"""
+""")
 
 # the consumers' view of the schedule: segment seg of block b computed from scratch (a block's stream-K run spans at
 # most two tiles), so that only the segment number lives across the stage loop (the registers hold the accumulators);
@@ -138,33 +141,97 @@ _LEAVE = """{
     }"""
 
 
-def _per_segment(loop: str) -> str:
-    """The wide form's stage loop for a segment: stage kt of the segment is the block's stage it0 + kt."""
-    out = loop.replace("    const int s = kt % STAGES;\n", "    const int s = (it0 + kt) % STAGES;   // the block's stage it0 + kt\n")
-    out = out.replace("mbar_wait(xbar0 + 8 * s, (kt / STAGES) & 1);", "mbar_wait(xbar0 + 8 * s, ((it0 + kt) / STAGES) & 1);")
-    out = out.replace("wg == 0 && kt == 0", "wg == 0 && it0 + kt == 0")  # the staggered start: the block's first stage
-    if out.count("(it0 + kt)") != 2:
-        raise ValueError("internal: the wide form's stage loop no longer has the slot and phase lines stream-K rewrites")
-    return out
+_KERNEL = Template("""// ===== humming generated kernel: ${kernel_name}
+// ${summary}
+${prelude}
+
+namespace cfg {
+${cfg_head}
+constexpr int QT = ${qt};                // tokens per pass of the epilogue's staging tiles
+constexpr int WG_LD = BC / 2 + ${out_pad};          // a warpgroup's staging pitch (16-bit values): 64 channels and padding
+static_assert(W_BYTES == 2 * SLAB_BYTES, "two slabs per block");
+static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
+static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per thread");
+static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
+}
+${schedule}${segment}
+${params}  using namespace cfg;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
+  const int g = lane >> 2, q = lane & 3;
+  constexpr int katoms = StreamK::katoms;   // K over BK for the plan's K
+  const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;   // STAGES activation slots
+  const uint32_t w0 = x0 + STAGES * X_BYTES, s0 = w0 + STAGES * W_BYTES;   // code slots, scale slots
+  const uint32_t stg0 = s0 + STAGES * S_BYTES;                     // the warpgroups' staging tiles (QT token rows each)
+  const uint32_t t0 = stg0 + 2 * QT * WG_LD * 2;                   // two buffers of BT token scales (fp32)
+
+  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
+  __shared__ __align__(8) uint64_t tbar[4];           // token-scale buffers: FULL[2], then EMPTY[2]
+${held_decl}  const uint32_t xbar0 = smem_u32(xbar), tbar0 = smem_u32(tbar);
+  if (tid == 0) {
+    #pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(xbar0 + 8 * s, 1);
+      mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
+    }
+    #pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(tbar0 + 8 * b, 32);
+      mbar_init(tbar0 + 8 * (2 + b), THREADS / 32);
+    }
+${held_init}    mbar_init_fence();
+  }
+  __syncthreads();
+  // a consumer warp is done with segment seg's token scales (also a segment that leaves its split tile to others)
+  auto release_token_scales = [&](int seg) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(tbar0 + 8 * (2 + (seg & 1)));
+  };
+${producer}
+  const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the tile: tab and tab + 8
+${luts}  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16 + zero;   // its words 4 hf + jj: + hf * 512 in a slot
+  const uint32_t slane = s0 + tab * 4 + zero;                 // its group scales in a slot: tab, then tab + 8 at + 32
+${desc0}  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
+${partials}${stagger_take}
+  #pragma unroll 1
+  for (int seg = 0; ; ++seg) {  // this block's segments
+    int it0, ktiles;  // the block's stages before this segment, the segment's atoms
+${channel_decl}    {
+      int tile, kt0;
+      if (!streamk_segment(StreamK(M, N), block_y(), seg, tile, kt0, ktiles, it0)) break;
+${channel_scales}    }
+    #pragma unroll
+    for (int i = 0; i < BT / 2; ++i) facc[i] = 0.0f;
+  ${main_loop}
+    int tile, kt0, m0, n0;  // the segment again (not kept live through the stage loop)
+    streamk_segment(StreamK(M, N), block_y(), seg, tile, kt0, ktiles, it0);
+    StreamK(M, N).origin(tile, m0, n0);
+    const int ga = tile < StreamK(M, N).dp_tiles ? 0  // (split tiles: the atom after the segment)
+        : (tile - StreamK(M, N).dp_tiles) * katoms + kt0 + ktiles;
+  ${splitk}
+${epilogue}
+  }
+}
+""", qt=str(STREAMK_STAGING_TOKENS), out_pad=str(OUT_PAD), segment=_SEGMENT, held_decl=HELD_DECL, desc0=DESC0,
+                   epilogue=_EPILOGUE.rstrip())
 
 
-def _indent(code: str, by: str = "  ") -> str:
-    return "\n".join(by + ln if ln else ln for ln in code.split("\n"))
-
-
-def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
-    """The stream-K kernel of the wide form; ``parts``: the wide form's pieces (generator_wgmma_rs8._wide_parts)."""
+def wgmma_rs8_streamk_source(plan, backend, caps) -> str:
+    """The stream-K kernel of the wide form (its stage loop from humming.core.families.register_a8.wide_parts, each
+    segment's stage kt the block's stage it0 + kt)."""
     t = plan.tiles
     if not (t.bm in (WIDE_BT, WIDE_FITTED_BT) or t.wide) or t.bulk != 2:
         raise ValueError("stream-K is written for the wide register-A W4A8 form (256 tokens or 192 / 128 fitted to M, "
                          "producer warpgroup)")
-    prelude = backend.helpers("wgmma_rs8", parts["request"], n=parts["chain"], producer=True, weights_by_bulk=True,
+    if plan.pdl:
+        raise ValueError("programmatic dependent launch is written for the wide form without clusters or stream-K")
+    parts = wide_parts(plan, caps)
+    prelude = backend.helpers("wgmma_rs8", parts.request, n=parts.chain, producer=True, weights_by_bulk=True,
                               stagger=bool(t.stagger), streamk=True)
-    luts = parts["luts"]  # the tables (e4m3) and a zero, loaded from shared memory: kept in registers
     scale_copy = ("\n          bulk_copy_g2s(s0 + s * S_BYTES, S + (size_t)(kt0 + kt) * N + n0, S_BYTES, full);  "
-                  "// group kt0 + kt's scales" if not parts["per_channel"] else "")
+                  "// group kt0 + kt's scales" if not parts.per_channel else "")
     channel_decl, channel_scales = ("", "")
-    if parts["per_channel"]:
+    if parts.per_channel:
         channel_decl = "    float s_lo, s_hi;  // per-channel scales of this lane's two channels of the tile\n"
         channel_scales = ("      int m0, n0;\n      StreamK(M, N).origin(tile, m0, n0);\n"
                           "      s_lo = load_f32(S + n0 + tab), s_hi = load_f32(S + n0 + tab + 8);\n")
@@ -177,76 +244,10 @@ def wgmma_rs8_streamk_source(plan, backend, caps, parts: dict) -> str:
         plan.kernel_name, b_doc="int4 codes in the register-A layout (humming.core.families.register_a8.layout)",
         s_doc="fp32 scales [K/group, N], natural column order", bias_doc="[N] or null",
         tensor_maps=("XMAP", f"activation codes [M, K]: boxes of {t.bm} rows x 128 bytes, 128-byte swizzle"),
-        block_threads="cfg::BLOCK_THREADS").replace("// unused (no split-K)", "// stream-K partials and tile counters")
-    return f"""// ===== humming generated kernel: {plan.kernel_name}
-// {plan.summary()}
-{prelude}
-
-namespace cfg {{
-{parts["cfg_head"]}
-constexpr int QT = {STREAMK_STAGING_TOKENS};                // tokens per pass of the epilogue's staging tiles
-constexpr int WG_LD = BC / 2 + {OUT_PAD};          // a warpgroup's staging pitch (16-bit values): 64 channels and padding
-static_assert(W_BYTES == 2 * SLAB_BYTES, "two slabs per block");
-static_assert(X_BYTES % 1024 == 0, "1024-byte aligned activation tiles");
-static_assert(WG_ACC_REGS == WT / 2, "m64nWT accumulators: WT/2 registers per thread");
-static_assert(QT * 8 % 128 == 0 && BT % QT == 0, "whole copy-out passes");
-}}
-{streamk.helpers(t.raster, t.streamk, plan.k, t.bk)}{_SEGMENT}
-{params}  using namespace cfg;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w = warp & 3;
-  const int g = lane >> 2, q = lane & 3;
-  constexpr int katoms = StreamK::katoms;   // K over BK for the plan's K
-  const uint32_t x0 = (smem_u32(smem) + 1023u) & ~1023u;   // STAGES activation slots
-  const uint32_t w0 = x0 + STAGES * X_BYTES, s0 = w0 + STAGES * W_BYTES;   // code slots, scale slots
-  const uint32_t stg0 = s0 + STAGES * S_BYTES;                     // the warpgroups' staging tiles (QT token rows each)
-  const uint32_t t0 = stg0 + 2 * QT * WG_LD * 2;                   // two buffers of BT token scales (fp32)
-
-  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
-  __shared__ __align__(8) uint64_t tbar[4];           // token-scale buffers: FULL[2], then EMPTY[2]
-{HELD_DECL}  const uint32_t xbar0 = smem_u32(xbar), tbar0 = smem_u32(tbar);
-  if (tid == 0) {{
-    #pragma unroll
-    for (int s = 0; s < STAGES; ++s) {{
-      mbar_init(xbar0 + 8 * s, 1);
-      mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
-    }}
-    #pragma unroll
-    for (int b = 0; b < 2; ++b) {{
-      mbar_init(tbar0 + 8 * b, 32);
-      mbar_init(tbar0 + 8 * (2 + b), THREADS / 32);
-    }}
-{held_init(backend)}    mbar_init_fence();
-  }}
-  __syncthreads();
-  // a consumer warp is done with segment seg's token scales (also a segment that leaves its split tile to others)
-  auto release_token_scales = [&](int seg) {{
-    __syncwarp();
-    if (lane == 0) mbar_arrive(tbar0 + 8 * (2 + (seg & 1)));
-  }};
-{_PRODUCER.replace("{scale_copy}", scale_copy)}
-  const int tab = 64 * wg + 16 * w + g;                       // this lane's channels in the tile: tab and tab + 8
-{luts}  const uint32_t wlane = w0 + wg * SLAB_BYTES + w * 1024 + lane * 16 + zero;   // its words 4 hf + jj: + hf * 512 in a slot
-  const uint32_t slane = s0 + tab * 4 + zero;                 // its group scales in a slot: tab, then tab + 8 at + 32
-{DESC0}  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j + 2h + e] = channel tab + 8h, token 8j + 2q + e
-{parts["partials"]}{stagger_take}
-  #pragma unroll 1
-  for (int seg = 0; ; ++seg) {{  // this block's segments
-    int it0, ktiles;  // the block's stages before this segment, the segment's atoms
-{channel_decl}    {{
-      int tile, kt0;
-      if (!streamk_segment(StreamK(M, N), block_y(), seg, tile, kt0, ktiles, it0)) break;
-{channel_scales}    }}
-    #pragma unroll
-    for (int i = 0; i < BT / 2; ++i) facc[i] = 0.0f;
-{_indent(_per_segment(parts["main_loop"]).rstrip())}
-    int tile, kt0, m0, n0;  // the segment again (not kept live through the stage loop)
-    streamk_segment(StreamK(M, N), block_y(), seg, tile, kt0, ktiles, it0);
-    StreamK(M, N).origin(tile, m0, n0);
-    const int ga = tile < StreamK(M, N).dp_tiles ? 0  // (split tiles: the atom after the segment)
-        : (tile - StreamK(M, N).dp_tiles) * katoms + kt0 + ktiles;
-{_indent(streamk.splitk("facc", "(BT / 2)", _LEAVE).rstrip())}
-{_EPILOGUE.rstrip()}
-  }}
-}}
-"""
+        block_threads="cfg::BLOCK_THREADS", ws_doc="stream-K partials and tile counters")
+    return _KERNEL.fill(
+        kernel_name=plan.kernel_name, summary=plan.summary(), prelude=prelude, cfg_head=parts.cfg_head,
+        schedule=streamk.helpers(t.raster, t.streamk, plan.k, t.bk), params=params, held_init=held_init(backend),
+        producer=_PRODUCER.fill(scale_copy=scale_copy), luts=parts.luts, partials=parts.partials,
+        stagger_take=stagger_take, channel_decl=channel_decl, channel_scales=channel_scales,
+        main_loop=parts.main_loop.rstrip(), splitk=streamk.splitk("facc", "(BT / 2)", _LEAVE).rstrip())
