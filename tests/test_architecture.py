@@ -107,6 +107,16 @@ def test_core_imports_no_upper_layer():
     assert not bad, bad
 
 
+def test_devices_and_capabilities_import_nothing_above_them():
+    """The backends and the capability model sit below the core: they import neither it nor the public modules (what
+    a backend needs from the core, e.g. a number format's data, the core passes in)."""
+    graph = import_graph()
+    low = ("humming.devices", "humming.capabilities")
+    allowed = ("humming.devices", "humming.capabilities", "humming.errors", "humming.settings")
+    bad = [(m, t) for m, ts in graph.items() if m.startswith(low) for t in ts if not t.startswith(allowed)]
+    assert not bad, bad
+
+
 def test_no_file_over_700_lines_and_a_small_api():
     long = {str(f.relative_to(ROOT)): n for f in PKG.rglob("*.py") if (n := len(f.read_text().splitlines())) > 700}
     assert not long, f"files with more than one job? {long}"

@@ -74,7 +74,8 @@ class Backend(ABC):
         "wgmma_k32", "wgmma_wna16", "wgmma_w4a8", "wgmma_ws", "wgmma_rs", "wgmma_rs8", "tcgen05", "tcgen05_wna16",
         "tcgen05_blockscaled". A group added to a prelude, spelled from the profile (``caps=``) alone: "tensor_copy"
         (``mbarriers``), "cluster_dsmem", "cluster_multicast", "grid_dependency", "stmatrix", "e4m3_of_labels", and the
-        activation-quantization kernel's "actquant" (``act``, ``scale_format``, ``caps``) and "actquant_encoder"."""
+        activation-quantization kernel's "actquant" (``fmt``: the activation format's data, a
+        humming.formats Format; ``caps``) and "actquant_encoder" (the same)."""
         from humming.errors import UnsupportedOnDevice
 
         raise UnsupportedOnDevice(f"backend {self.name} spells no helper group {name!r}")

@@ -14,6 +14,7 @@ from humming.capabilities import get_profile, list_profiles
 from humming.core.actquant.generator import actquant_source, plan_actquant
 from humming.core.compile.compiler import compile_cuda
 from humming.core.compile.nvrtc import select_toolchain
+from humming.core.quant import formats
 from humming.core.quant.quantize import quantize_activation
 from humming.core.quant.schemes import get as get_scheme
 from humming.devices import get_backend
@@ -55,7 +56,7 @@ def _compile_module(profile, scheme, dtype, k):
         pytest.skip(f"{profile.name}: installed NVRTC cannot target {route.arch}: {str(exc).splitlines()[0]}")
     sch = get_scheme(scheme)
     plan = plan_actquant(sch, dtype, k)
-    src = actquant_source(plan, actquant_prelude(sch.act, sch.act_scale.format, profile))
+    src = actquant_source(plan, actquant_prelude(formats.get(sch.act), profile))
     mod = compile_cuda(src, list(plan.kernel_names), route.arch, min_nvrtc=route.min_nvrtc)
     return sch, plan, src, mod
 
@@ -72,14 +73,14 @@ def test_every_mode_compiles_with_the_declared_conversions(profile):
         if sch.act == "int8":
             assert "cvt.rni.sat.s8.f32" in ptx, scheme
         for fmt, instr in HW.items():
-            declared = hardware_cvt(fmt, profile)
+            declared = hardware_cvt(formats.get(fmt), profile)
             if sch.act == fmt:
                 assert (instr in ptx) == declared, (profile.name, scheme, declared)
                 if not declared:  # the software path: the rounding is integer arithmetic and cvt.rni to int
                     assert "satfinite" not in ptx and "cvt.rni.s32.f32" in ptx, (profile.name, scheme)
             else:
                 assert instr not in ptx
-        assert "e2m1x2" not in ptx or hardware_cvt("e2m1", profile)
+        assert "e2m1x2" not in ptx or hardware_cvt(formats.get("e2m1"), profile)
         # the kernel body calls named helpers only; every instruction is spelled in the prelude
         body = src[src.index("namespace aq"):]
         assert "asm" not in body
@@ -89,14 +90,14 @@ def test_every_mode_compiles_with_the_declared_conversions(profile):
 def test_conversion_availability_follows_the_profiles():
     h200, l40s, a100 = get_profile("nvidia-h200"), get_profile("nvidia-l40s"), get_profile("nvidia-a100")
     b300, r5090, t4 = get_profile("nvidia-b300"), get_profile("nvidia-rtx-5090"), get_profile("nvidia-t4")
-    assert hardware_cvt("e4m3", h200) and hardware_cvt("e4m3", l40s) and hardware_cvt("e4m3", b300)
-    assert not hardware_cvt("e4m3", a100) and not hardware_cvt("e4m3", t4)
-    assert hardware_cvt("e2m1", b300) and hardware_cvt("e2m1", r5090)
-    assert not hardware_cvt("e2m1", h200) and not hardware_cvt("e2m1", l40s)
-    assert not hardware_cvt("e3m4", b300)  # hidden format: no PTX type
-    kind, why = encode_spelling("e2m1", h200)
+    assert hardware_cvt(formats.get("e4m3"), h200) and hardware_cvt(formats.get("e4m3"), l40s) and hardware_cvt(formats.get("e4m3"), b300)
+    assert not hardware_cvt(formats.get("e4m3"), a100) and not hardware_cvt(formats.get("e4m3"), t4)
+    assert hardware_cvt(formats.get("e2m1"), b300) and hardware_cvt(formats.get("e2m1"), r5090)
+    assert not hardware_cvt(formats.get("e2m1"), h200) and not hardware_cvt(formats.get("e2m1"), l40s)
+    assert not hardware_cvt(formats.get("e3m4"), b300)  # hidden format: no PTX type
+    kind, why = encode_spelling(formats.get("e2m1"), h200)
     assert kind == "software" and "declares no e2m1" in why
-    assert encode_spelling("e4m3", h200)[0] == "hardware"
+    assert encode_spelling(formats.get("e4m3"), h200)[0] == "hardware"
 
 
 def test_no_e2m1_cvt_on_hopper_and_software_fp8_on_ampere():
@@ -111,7 +112,7 @@ def test_compile_time_is_small():
     sch = get_scheme("w8a8-int8")
     caps = get_profile("nvidia-h200")
     plan = plan_actquant(sch, "f16", 8192)
-    src = actquant_source(plan, actquant_prelude(sch.act, sch.act_scale.format, caps))
+    src = actquant_source(plan, actquant_prelude(formats.get(sch.act), caps))
     # the compiling thread's CPU time (NVRTC compiles in the caller's thread: ~0.1 s, the same as the wall time on an
     # idle machine), so that a loaded machine's waits for a core do not count (2.2 s of wall time under 16 xdist
     # workers and a CI run side by side, 2026-12-02)

@@ -87,7 +87,7 @@ ELEMENT_FORMATS = ["int8", "int4", "ternary", "e4m3", "e5m2", "e2m1", "e2m3", "e
 
 @pytest.mark.parametrize("fmt", ELEMENT_FORMATS)
 def test_software_element_encoder_is_bit_exact(tmp_path_factory, fmt):
-    lib = _build(tmp_path_factory, f"enc_{fmt}", HOST + software_source(fmt) + EXPORTS)
+    lib = _build(tmp_path_factory, f"enc_{fmt}", HOST + software_source(formats.get(fmt)) + EXPORTS)
     x = _probe_values()
     got = _encode(lib, x)
     want = formats.get(fmt).encode(x, saturate=True)
@@ -108,7 +108,7 @@ extern "C" void h_scales(const float* x, long n, uint32_t* ue8m0, uint32_t* ue4m
 
 
 def test_scale_conversions_are_bit_exact(tmp_path_factory):
-    lib = _build(tmp_path_factory, "scales", HOST + software_source("e4m3") + SCALE_EXPORTS)
+    lib = _build(tmp_path_factory, "scales", HOST + software_source(formats.get("e4m3")) + SCALE_EXPORTS)
     x = _probe_values()
     x = x[(x > 0) & torch.isfinite(x)]
     x = torch.cat([x, torch.tensor([float("inf"), 2.0**-127, 2.0**-127 * 1.5, 2.0**-126, 2.0**127, 2.0**127 * 1.25])])
@@ -152,7 +152,7 @@ extern "C" float h_scale(float amax, float gs, uint32_t* stored) { return aq_sca
         body = actquant._tensor_value(plan, elem_max)
         tensor = ("extern \"C\" float h_tensor(float tensor_value, int tensor_src, const float* tensor_ptr) {\n"
                   + body + "\n  return tval;\n}\n")
-    lib = _build(tmp_path_factory, f"pipe_{tag}", HOST + software_source(sch.act) + EXPORTS + scale + tensor)
+    lib = _build(tmp_path_factory, f"pipe_{tag}", HOST + software_source(formats.get(sch.act)) + EXPORTS + scale + tensor)
     lib.h_scale.restype = ctypes.c_float
     lib.h_scale.argtypes = [ctypes.c_float, ctypes.c_float, ctypes.POINTER(ctypes.c_uint32)]
     if plan.needs_amax:

@@ -55,11 +55,17 @@ def _as_scheme(scheme) -> Scheme:
 
 
 def _spelling(caps):
-    """The backend's activation-quantization helpers for this profile: (act, scale_format, caps) -> CUDA C++."""
+    """The backend's activation-quantization helpers for this profile: (act, scale_format, caps) -> CUDA C++ (the
+    backend gets the activation format's data; every scale format's helper is defined)."""
     from humming.devices import get_backend
 
     backend = get_backend(caps)
-    return lambda act, scale_format, caps_: backend.helpers("actquant", act=act, scale_format=scale_format, caps=caps_)
+
+    def spell(act: str, scale_format: str, caps_) -> str:
+        formats.get(scale_format)  # (a clear error for an unknown name)
+        return backend.helpers("actquant", fmt=formats.get(act), caps=caps_)
+
+    return spell
 
 
 def _resolve(profile, device_index: int):
@@ -91,7 +97,7 @@ def _with_encoder_reason(plan: ActQuantPlan, sch: Scheme, caps) -> ActQuantPlan:
 
     from humming.devices import get_backend
 
-    how = get_backend(caps).helpers("actquant_encoder", act=sch.act, caps=caps)
+    how = get_backend(caps).helpers("actquant_encoder", fmt=formats.get(sch.act), caps=caps)
     why = f"encoder on {caps.name}: {how}" if how else None
     return replace(plan, reasons=plan.reasons + ((why,) if why else ()))
 

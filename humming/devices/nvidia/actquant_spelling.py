@@ -45,8 +45,6 @@ from __future__ import annotations
 
 import struct
 
-from humming.core.quant import formats
-
 __all__ = ["actquant_prelude", "software_source", "hardware_cvt", "encode_spelling", "HW_CVT", "actquant_helpers",
            "encoder_description"]
 
@@ -54,22 +52,22 @@ __all__ = ["actquant_prelude", "software_source", "hardware_cvt", "encode_spelli
 HW_CVT = {"e4m3": "e4m3x2", "e5m2": "e5m2x2", "e2m1": "e2m1x2", "e2m3": "e2m3x2", "e3m2": "e3m2x2"}
 
 
-def hardware_cvt(act_format: str, caps) -> bool:
+def hardware_cvt(fmt, caps) -> bool:
     """True when the profile implies ``cvt.rn.satfinite.<fmt>x2.f32``: it declares an MMA taking ``fmt``."""
-    name = formats.get(act_format).name
+    name = fmt.name
     if caps is None or name not in HW_CVT:
         return False
     return any(name in (ins.a_type, ins.b_type) for ins in caps.mma)
 
 
-def encode_spelling(act_format: str, caps) -> tuple[str, str]:
-    """("hardware" | "software", reason) of the element encoder for ``act_format`` on this profile."""
-    f = formats.get(act_format)
+def encode_spelling(fmt, caps) -> tuple[str, str]:
+    """("hardware" | "software", reason) of the element encoder for the format ``fmt`` on this profile."""
+    f = fmt
     if f.kind == "int":
         if f.name == "int8":
             return "hardware", "int8: cvt.rni.sat.s8.f32 (every target)"
         return "software", f"{f.name}: round half even (cvt.rni.s32.f32) and clamp to [{f.min}, {f.max}]"
-    if hardware_cvt(f.name, caps):
+    if hardware_cvt(f, caps):
         return "hardware", (f"{f.name}: cvt.rn.satfinite.{HW_CVT[f.name]}.f32 (the profile declares {f.name} "
                             f"MMA operands)")
     why = "no PTX type" if f.name not in HW_CVT else f"the profile declares no {f.name} MMA operands"
@@ -283,20 +281,20 @@ __device__ __forceinline__ uint32_t aq_encode2(float lo, float hi) {{
 """
 
 
-def software_source(act_format: str) -> str:
+def software_source(fmt) -> str:
     """The portable part of the prelude (plain C++, no asm): the software element encoder ``aq_encode2`` and
     the scale conversions. It expects f32_bits, bits_f32, f32_to_int_rn and uint32_t from its host (the asm
     helpers of ``actquant_prelude``); tests compile it for the CPU against the reference."""
-    f = formats.get(act_format)
+    f = fmt
     return "\n".join([_SOFT_FLOAT, _SCALES, _soft_encoder(f), _soft_encode2(f)])
 
 
-def actquant_prelude(act_format: str, scale_format: str, caps) -> str:
-    """CUDA C++ defining the activation-quantization helpers (see the module docstring) for one activation
-    format and scale format, spelled with what ``caps`` declares (None: the portable software spelling)."""
-    f = formats.get(act_format)
-    formats.get(scale_format)  # validates the name; every scale helper is defined (they are small)
-    kind, reason = encode_spelling(f.name, caps)
+def actquant_prelude(fmt, caps) -> str:
+    """CUDA C++ defining the activation-quantization helpers (see the module docstring) for one activation format,
+    spelled with what ``caps`` declares (None: the portable software spelling); every scale format's helper is defined
+    (they are small)."""
+    f = fmt
+    kind, reason = encode_spelling(f, caps)
     encode2 = _hardware_encode2(f) if kind == "hardware" else _soft_encode2(f)
     trigger = ("asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");"
                if caps is not None and caps.memory.griddepcontrol else "")
@@ -306,11 +304,11 @@ def actquant_prelude(act_format: str, scale_format: str, caps) -> str:
                       dependents])
 
 
-def actquant_helpers(act: str, scale_format: str, caps) -> str:
+def actquant_helpers(fmt, caps) -> str:
     """The helper group "actquant" (NvidiaBackend.helpers): ``actquant_prelude``."""
-    return actquant_prelude(act, scale_format, caps)
+    return actquant_prelude(fmt, caps)
 
 
-def encoder_description(act: str, caps) -> str:
+def encoder_description(fmt, caps) -> str:
     """The helper group "actquant_encoder": the one-line description of how the element encoder is spelled."""
-    return encode_spelling(act, caps)[1]
+    return encode_spelling(fmt, caps)[1]

@@ -40,8 +40,8 @@ class NvidiaBackend(Backend):
         "grid_dependency": cluster.grid_dependency_helpers,    # caps
         "stmatrix": wgmma.stmatrix_helpers,                    # caps
         "e4m3_of_labels": convert.e4m3_of_labels_helpers,
-        "actquant": actquant_spelling.actquant_helpers,        # act, scale_format, caps
-        "actquant_encoder": actquant_spelling.encoder_description,  # act, caps
+        "actquant": actquant_spelling.actquant_helpers,        # fmt (a humming.formats Format), caps
+        "actquant_encoder": actquant_spelling.encoder_description,  # fmt, caps
     }
     # spelling data a generator reads to write code, f(**params)
     DATA = {
