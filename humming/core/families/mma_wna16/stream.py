@@ -13,6 +13,7 @@ partials are added by the last block of the slab, in a fixed order.
 """
 from __future__ import annotations
 
+from humming.core.common.emit import Template
 from humming.core.common.layout import pair_index_c
 from humming.core.common.mma_pieces import _c, gs_epilogue_parts, helper_prelude, pair_decode
 from humming.core.families.mma_wna16.sizing import (
@@ -66,7 +67,7 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
                 per_atom.append(f"uint32_t {var}8[4]; lds_u4({var}8, {var}_s + {row} * 64 + (lane >> 2) * 8);")
             elif ring:
                 ring_decl.append(f"uint32_t {var}r[R][4];  // {var} table of each atom in the ring")
-                ring_tables.append((var, table_addr(ptr, group, "ATOM * 64")))
+                ring_tables.append((var, ptr, group))
                 per_atom.append(f"const uint32_t (&{var}8)[4] = {var}r[s];")
             else:
                 per_atom.append(f"uint32_t {var}8[4]; load_g128_cached({var}8, {table_addr(ptr, group, 'atom * 64')});")
@@ -91,7 +92,7 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     if staged:
         if per_step:
             raise ValueError("x_smem stages tables of groups >= 64 (one row per atom); this layout has smaller groups")
-        per_atom.insert(0, _X_SMEM_ACTIVATIONS.replace("(atom - atom0)", f"(atom - {_staged_origin(t)})"))
+        per_atom.insert(0, _X_SMEM_ACTIVATIONS.fill(origin=_staged_origin(t)))
     per_step_code = "\n          ".join(per_step)
     per_atom_code = "\n      ".join(per_atom)
     ring_decl_code = "".join("\n  " + line for line in ring_decl)
@@ -117,8 +118,8 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
                 f"    xr[{slot}][ks][jt][1] = tok < M ? load_g32(xp + 8) : 0u;",
                 "  }",
             ]
-        for var, addr in ring_tables if "t" in parts else ():
-            lines.append(f"load_g128_cached({var}r[{slot}], {addr.replace('ATOM', '(' + atom + ')')});")
+        for var, ptr, group in ring_tables if "t" in parts else ():
+            lines.append(f"load_g128_cached({var}r[{slot}], {table_addr(ptr, group, f'({atom}) * 64')});")
         return "\n".join(indent + line for line in lines)
 
     pick, decode, zero_const = pair_decode(lay, bool(s_group), bool(z_group))
@@ -129,20 +130,9 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
     atom_head, ks_head, atom_tail = (_fold_parts(lay, bool(s_group), bool(z_group)) if fold else ("", "", ""))
 
     k_line = "const int k = atom * 64 + ks * 16;" if ring and per_step else ""
-    decode_pairs = f"""uint32_t a[4];
-            #pragma unroll
-            for (int h = 0; h < 2; ++h)
-              #pragma unroll
-              for (int r = 0; r < 2; ++r) {{
-                const int nt = 2 * tt + h;
-                const int p = {pair_index_c("ks", "nt", "r", lay.tile_major)};  // the lane's pair index in the atom
-                uint32_t v = dq_raw(WORDS[p / {ppw} / 4][p / {ppw} % 4], p % {ppw});
-                {pick}
-                {decode}
-                a[r * 2 + h] = v;
-              }}"""
     # the atom's words are in registers already (ring slot s, or wv of the bulk variant), indexed by constants
-    decode_pairs = decode_pairs.replace("WORDS", "wv" if bulk else "buf[s]")
+    decode_pairs = _DECODE_PAIRS.fill(pair_index=pair_index_c("ks", "nt", "r", lay.tile_major),
+                                      words="wv" if bulk else "buf[s]", ppw=ppw, pick=pick, decode=decode)
     if t.fold == 2:
         atom_body = _fold_tt_outer_body(per_atom_code, lay, bool(s_group), bool(z_group), decode_pairs,
                                         "xa" if bulk or staged else "xr[s]")
@@ -553,16 +543,33 @@ __device__ __forceinline__ void lds_u4(uint32_t (&r)[4], const uint16_t* p) {
 }
 """
 
-_X_SMEM_ACTIVATIONS = """uint32_t xa[4][TOKEN_TILES][2];  // this atom's activations as the B operand, from the staged copy
+# ``origin``: the first atom the block staged (_staged_origin)
+_X_SMEM_ACTIVATIONS = Template("""uint32_t xa[4][TOKEN_TILES][2];  // this atom's activations as the B operand, from the staged copy
       #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
         #pragma unroll
         for (int jt = 0; jt < TOKEN_TILES; ++jt) {
           const int tok = jt * 8 + g;
-          const uint32_t* xp = reinterpret_cast<const uint32_t*>(x_s + (tok < M ? tok : 0) * XS_K + (atom - atom0) * 64 + ks * 16 + 2 * q);
+          const uint32_t* xp = reinterpret_cast<const uint32_t*>(x_s + (tok < M ? tok : 0) * XS_K + (atom - ${origin}) * 64 + ks * 16 + 2 * q);
           xa[ks][jt][0] = tok < M ? xp[0] : 0u;
           xa[ks][jt][1] = tok < M ? xp[4] : 0u;
-        }"""
+        }""")
+
+
+# the MMA's A registers of m16 tile tt at k16 step ks: the lane's pairs (nt = 2 tt + h, r), decoded from the atom's
+# words ``words`` (``ppw`` pairs a word); ``pick`` / ``decode``: the layout's statements (pair_decode)
+_DECODE_PAIRS = Template("""uint32_t a[4];
+            #pragma unroll
+            for (int h = 0; h < 2; ++h)
+              #pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                const int nt = 2 * tt + h;
+                const int p = ${pair_index};  // the lane's pair index in the atom
+                uint32_t v = dq_raw(${words}[p / ${ppw} / 4][p / ${ppw} % 4], p % ${ppw});
+                ${pick}
+                ${decode}
+                a[r * 2 + h] = v;
+              }""")
 
 
 def _staged_origin(tiles) -> str:

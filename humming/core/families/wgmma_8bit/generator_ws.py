@@ -22,6 +22,7 @@ producer waits for before reusing the slot for stage j has parity (j / STAGES + 
 """
 from __future__ import annotations
 
+from humming.core.common.emit import Template
 from humming.core.common.kernel_params import eight_bit_params
 from humming.core.common.wgmma import WS_BLOCK_HEAD
 from humming.core.families.wgmma_8bit.pieces import (
@@ -46,16 +47,17 @@ def wgmma_w4a8_ws_kernel_source(plan, backend, caps=None) -> str:
     group, gsteps, request = w4a8_group_steps(plan, caps)
     prelude = backend.helpers("wgmma_ws", request, n=t.bn)
     tma = bool(t.bulk)
+    widen_loop = _WIDEN_LOOP.fill(widen=w4a8_widen(lay, ""))
     if tma:  # thread 0 brings A and the packed weights in by TMA; the producer warpgroup only widens
         prelude += backend.helpers("tensor_copy", caps=caps, mbarriers=False)
-        producer = _TMA_PRODUCER.replace("@WIDEN_LOOP", _WIDEN_LOOP).replace("@WIDEN", w4a8_widen(lay, "        "))
+        producer = _TMA_PRODUCER.fill(widen_loop=widen_loop)
         params = eight_bit_params(plan.kernel_name, **W4A8_PARAM_DOCS, tensor_maps=(
             "AMAP", "activation codes [M, K]: boxes of 128 rows x 128 bytes, 128-byte swizzle",
             "BMAP", "packed weights [N, K/2]: boxes of BN rows x 64 bytes, not swizzled"))
         load_bars = "\n      mbar_init(load0 + 8 * s, 1);    // the tensor copies of the stage (expect-tx arrival)"
         bar_doc = "FULL[STAGES], EMPTY[STAGES], then LOAD[STAGES] (8 bytes each)"
     else:
-        producer = _CP_ASYNC_PRODUCER.replace("@WIDEN_LOOP", _WIDEN_LOOP).replace("@WIDEN", w4a8_widen(lay, "        "))
+        producer = _CP_ASYNC_PRODUCER.fill(widen_loop=widen_loop)
         params = eight_bit_params(plan.kernel_name, **W4A8_PARAM_DOCS)
         load_bars = ""
         bar_doc = "FULL[STAGES], then EMPTY[STAGES] (8 bytes each)"
@@ -108,18 +110,18 @@ static_assert(BK / 32 % GSTEPS == 0, "wgmma groups split the stage's k32 steps e
 
 # both producers: widen the 16 raw bytes per row this thread owns (32 codes, at raw + i * 2048) into chunks 2c, 2c + 1
 # of the same rows of the slot's swizzled B tile
-_WIDEN_LOOP = """      #pragma unroll
-      for (int i = 0; i < BN / 32; ++i) {
-        uint32_t q[4], o[8];
-        lds_128(q, raw + i * 128 * 16);
-@WIDEN
-        st_shared_128(wb + i * 32 * 128 + wswz0, o[0], o[1], o[2], o[3]);
-        st_shared_128(wb + i * 32 * 128 + wswz1, o[4], o[5], o[6], o[7]);
-      }"""
+_WIDEN_LOOP = Template("""#pragma unroll
+for (int i = 0; i < BN / 32; ++i) {
+  uint32_t q[4], o[8];
+  lds_128(q, raw + i * 128 * 16);
+  ${widen}
+  st_shared_128(wb + i * 32 * 128 + wswz0, o[0], o[1], o[2], o[3]);
+  st_shared_128(wb + i * 32 * 128 + wswz1, o[4], o[5], o[6], o[7]);
+}""")
 
 # the producer with cp.async: every producer thread copies its chunks of A and of the packed weights, waits for its
 # own copies, widens exactly the raw bytes it copied into the swizzled B tile of the slot, then arrives on FULL
-_CP_ASYNC_PRODUCER = """  if (wg == 0) {  // ---------------- producer: copies, widening, FULL arrivals
+_CP_ASYNC_PRODUCER = Template("""  if (wg == 0) {  // ---------------- producer: copies, widening, FULL arrivals
     setmaxnreg_dec<40>();
     const int p = tid;
     // A: chunk p % 8 of rows p / 8 + 16 i (swizzled; (row mod 8) is the same for every i)
@@ -160,18 +162,18 @@ _CP_ASYNC_PRODUCER = """  if (wg == 0) {  // ---------------- producer: copies, 
       // widen the 16 raw bytes this thread copied per row (32 codes) into chunks 2c, 2c + 1 of the same row
       const uint32_t slot = smem0 + (kt % STAGES) * SLOT_BYTES;
       const uint32_t raw = slot + A_BYTES + WB_BYTES + p * 16, wb = slot + A_BYTES;
-@WIDEN_LOOP
+      ${widen_loop}
       fence_proxy_async();          // the widened bytes and the copied A become visible to wgmma (async proxy)
       mbar_arrive(full0 + 8 * (kt % STAGES));
     }
     return;
-  }"""
+  }""")
 
 # the producer with TMA: thread 0 issues both tensor copies of a stage (A swizzled, the packed weights [N, K/2] as
 # dense 64-byte rows, i.e. the cp.async producer's raw layout) LOOKAHEAD stages ahead, each after the consumers
 # released the slot (EMPTY); every producer thread waits for the stage's copies (LOAD), widens its 16 raw bytes per
 # row into the swizzled B tile, fences them for the async proxy and arrives on FULL
-_TMA_PRODUCER = """  if (wg == 0) {  // ---------------- producer: tensor copies (thread 0), widening, FULL arrivals
+_TMA_PRODUCER = Template("""  if (wg == 0) {  // ---------------- producer: tensor copies (thread 0), widening, FULL arrivals
     setmaxnreg_dec<40>();
     const int p = tid;
     // raw B chunk p % 4 (32 codes) of weight rows p / 4 + 32 i lies at raw + p * 16 + i * 2048 (64-byte rows)
@@ -196,9 +198,9 @@ _TMA_PRODUCER = """  if (wg == 0) {  // ---------------- producer: tensor copies
       // widen the 16 raw bytes per row this thread owns (32 codes) into chunks 2c, 2c + 1 of the same row
       const uint32_t slot = smem0 + (kt % STAGES) * SLOT_BYTES;
       const uint32_t raw = slot + A_BYTES + WB_BYTES + p * 16, wb = slot + A_BYTES;
-@WIDEN_LOOP
+      ${widen_loop}
       fence_proxy_async();          // the widened bytes become visible to wgmma (async proxy)
       mbar_arrive(full0 + 8 * (kt % STAGES));
     }
     return;
-  }"""
+  }""")
