@@ -27,8 +27,10 @@ from humming.core.families.register_a8.planner import (
     WIDE_KNOB,
     WIDENED_KNOB,
 )
+from humming.core.registry import family_of
+from humming.devices.current import runs_here
 
-from .conftest import biased_weight, graph_replay_error, launch_spec, rel_error
+from .conftest import biased_weight, graph_replay_error, launch_spec, layers_of, rel_error
 
 pytestmark = pytest.mark.gpu
 
@@ -42,16 +44,11 @@ FAST = GemmOptions(act_widen=False, fast_accum=True)
 F16, BF16 = torch.float16, torch.bfloat16
 
 
-@pytest.fixture(autouse=True)
-def _poisoned_outputs(monkeypatch):
-    monkeypatch.setattr(api, "_POISON", True)
-
-
 def _require_wgmma(a_type):
     caps = api.resolve_profile(None)
     if not caps.find_mma(family="wgmma", a_type=a_type):
         pytest.skip(f"{caps.name} declares no wgmma {a_type} (the register-A W4A8 kernel needs an sm_90a device)")
-    if not api._wgmma_runs_here(caps):
+    if not runs_here(caps):
         pytest.skip(f"the live GPU is not {caps.name}'s own target")
     return caps
 
@@ -86,7 +83,7 @@ def test_wgmma_rs8_w4a8(name, group, dtype, n, k, set_knobs):
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
     for m in MS:
         x, out = _gemm(qw, m, k, dtype)
-        p = launch_spec(qw, "w4a8-wgmma-rs8", dtype, m).plan
+        p = launch_spec(qw, dtype, m).plan
         assert p.path == PATH, p.explain()
         act = "f16" if dtype == F16 else "bf16"
         assert humming.plan(_scheme(name, group), m, n, k, act=act, options=NATIVE).path == PATH
@@ -97,15 +94,19 @@ def test_wgmma_rs8_w4a8(name, group, dtype, n, k, set_knobs):
 
 
 def test_wgmma_rs8_default_from_m_128():
-    """With the knobs' defaults: M 100 keeps the shared-memory wgmma kernel, M 128 takes this one."""
+    """With the knobs' defaults: M 100 keeps the shared-memory wgmma kernel (the wgmma_8bit family), M 128 takes this
+    one (the register_a8 family), both on the one layer prepared with these options."""
     _require_wgmma("e4m3")
     qw = humming.quantize(torch.randn(1024, 2048, device="cuda") * 0.05, "w4a8-fp8")
     humming.gemm(torch.randn(100, 2048, device="cuda", dtype=F16), qw, options=NATIVE)
-    assert not any(key[0] == "w4a8-wgmma-rs8" for key in qw.__dict__["_humming_prepared"])
+    below = launch_spec(qw, F16, 100).plan
+    assert family_of(below).name == "wgmma_8bit" and below.path != PATH, below.explain()
     x = torch.randn(128, 2048, device="cuda", dtype=F16)
     out = humming.gemm(x, qw, options=NATIVE)
     torch.cuda.synchronize()
-    assert any(key[0] == "w4a8-wgmma-rs8" for key in qw.__dict__["_humming_prepared"])
+    p = launch_spec(qw, F16, 128).plan
+    assert family_of(p).name == "register_a8" and p.path == PATH, p.explain()
+    assert len(layers_of(qw, F16)) == 1
     assert not torch.isnan(out).any()
     assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL
 
@@ -115,7 +116,7 @@ def _run_checked(qw, bias, dtype, k: int, ms, expected) -> None:
     ``expected(plan)``, the output is fully written and matches the reference; then CUDA-graph replay of the last M."""
     for m in ms:
         x, out = _gemm(qw, m, k, dtype)
-        spec = launch_spec(qw, "w4a8-wgmma-rs8", dtype, m)
+        spec = launch_spec(qw, dtype, m)
         assert spec.plan.path == PATH and expected(spec.plan), spec.plan.explain()
         assert spec.xmap is not None and not torch.isnan(out).any()
         err = rel_error(out, humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32))
@@ -207,7 +208,7 @@ def test_wgmma_rs8_wide_pdl_chain(name, set_knobs):
         y1 = humming.gemm(x, qw1, options=NATIVE)
         outs.append((x, y1, humming.gemm(y1, qw2, options=NATIVE)))
     for qw, m in ((qw1, 777), (qw2, 777)):
-        spec = launch_spec(qw, "w4a8-wgmma-rs8", F16, m)
+        spec = launch_spec(qw, F16, m)
         assert spec.plan.path == PATH and spec.plan.tiles.bm == 256 and spec.pdl, spec.plan.explain()
     torch.cuda.synchronize()
     for x, y1, y2 in outs:
@@ -245,7 +246,7 @@ def test_wgmma_rs8_wide_fitted_192(name, group, dtype, streamk, set_knobs):
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
     for m in (300, 384, 513):
         x, out = _gemm(qw, m, k, dtype)
-        p = launch_spec(qw, "w4a8-wgmma-rs8", dtype, m).plan
+        p = launch_spec(qw, dtype, m).plan
         assert p.path == PATH and p.tiles.bm == 192 and p.instruction.shape[1] == 64, p.explain()
         assert p.tiles.streamk == (min(int(streamk), -(-m // 256) * 64 * 33) if streamk else 0), p.explain()
         assert not torch.isnan(out).any(), (m, "output not fully written")
@@ -279,7 +280,7 @@ def test_streamk_matches_reference(cfg, dtype, set_knobs):
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
     for m in STREAMK_MS:
         x, out = _gemm(qw, m, k, dtype)
-        spec = launch_spec(qw, "w4a8-wgmma-rs8", dtype, m)
+        spec = launch_spec(qw, dtype, m)
         p = spec.plan
         planned = min(blocks, -(-m // 256) * (n // 128) * (k // 128))  # no more blocks than k atoms
         assert p.path == PATH and p.tiles.streamk == planned and p.grid == (1, planned, 1), p.explain()
@@ -307,7 +308,7 @@ def test_streamk_default_rule_through_gemm(scheme):
                                 (4096, 1024, 768, False, 256), (1024, 2048, 512, False, 128)):
         qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, scheme)
         x, out = _gemm(qw, m, k, F16)
-        p = launch_spec(qw, "w4a8-wgmma-rs8", F16, m).plan
+        p = launch_spec(qw, F16, m).plan
         assert bool(p.tiles.streamk) == expect and (not expect or p.tiles.streamk == caps.limits.sms), p.explain()
         assert p.tiles.bm == bt, p.explain()
         assert not torch.isnan(out).any()
@@ -315,10 +316,19 @@ def test_streamk_default_rule_through_gemm(scheme):
 
 
 # ----------------------------------------------------------------------------- direct accumulation
+def _layer(qw, dtype, fast: bool):
+    """The layer prepared for ``dtype`` with the fast-accumulation options (FAST) or the native ones (NATIVE): keys of
+    ``_humming_prepared`` are (dtype, device, profile, options)."""
+    options = FAST if fast else NATIVE
+    found = [api._registry[h] for key, h in qw.__dict__["_humming_prepared"].items()
+             if key[0] == dtype and key[3] == options]
+    assert len(found) == 1, (dtype, options, list(qw.__dict__["_humming_prepared"]))
+    return found[0]
+
+
 def _spec(qw, dtype, m: int, fast: bool):
-    """The launch spec of M on the prepared register-A W4A8 handle (the fast-accumulation one or the other)."""
-    return next(humming.api._registry[h].launches[m] for key, h in qw.__dict__["_humming_prepared"].items()
-                if key[0] == "w4a8-wgmma-rs8" and key[1] == dtype and ("fast_accum" in key) == fast)
+    """The launch spec of M on the layer prepared with the fast-accumulation options or the native ones."""
+    return _layer(qw, dtype, fast).launches[m]
 
 
 def _direct_and_promoted(qw, m: int, k: int, dtype, set_knobs, fast: bool = True,
@@ -334,11 +344,11 @@ def _direct_and_promoted(qw, m: int, k: int, dtype, set_knobs, fast: bool = True
     assert p.path == PATH and p.tiles.direct == 1 and p.tiles.bm == tokens, p.explain()
     assert not torch.isnan(out).any()
     ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
-    if not fast:  # the same prepared handle: its plans were made with the knob on
+    if not fast:  # the same prepared layer: its launches were planned with the knob on
         set_knobs({DIRECT_S8_KNOB: False})
-        for h in qw.__dict__["_humming_prepared"].values():
-            humming.api._registry[h].plans.clear()
-            humming.api._registry[h].launches.clear()
+        for lay in layers_of(qw):
+            lay.plans.clear()
+            lay.launches.clear()
     promoted = humming.gemm(x, qw, options=NATIVE)
     torch.cuda.synchronize()
     assert _spec(qw, dtype, m, False).plan.tiles.direct == 0
@@ -454,7 +464,7 @@ def test_variant_matches_reference(variant, name, group, dtype, k, knob_values, 
     qw = biased_weight(_scheme(name, group), 2048, k, dtype, seed)
     for m, want in expect.items():
         x, out = _gemm(qw, m, k, dtype)
-        p = launch_spec(qw, "w4a8-wgmma-rs8", dtype, m).plan
+        p = launch_spec(qw, dtype, m).plan
         assert p.path == PATH and {a: getattr(p.tiles, a) for a in want} == want, (variant, m, p.explain())
         assert not torch.isnan(out).any()
         err = rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32))

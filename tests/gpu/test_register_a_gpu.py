@@ -17,11 +17,12 @@ from humming.core.families.register_a.planner import (
     fitted_token_tile,
     plan_wna16_wgmma_rs,
 )
+from humming.core.registry import family_of, select
 from humming.core.tuning import entries as tuning
 from humming.devices.current import runs_here
 from humming.errors import ShapeError
 
-from .conftest import graph_replay_error, rel_error, run_forced_plans
+from .conftest import graph_replay_error, layers_of, rel_error, run_forced_plans
 
 pytestmark = pytest.mark.gpu
 
@@ -75,23 +76,32 @@ def _biased_layer(name, group, dtype, n: int = 1024, k: int = 4096):
     return humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias), bias
 
 
-def _handles(qw, dtype):
-    """(the register-A prefill handle, the mma.sync/stream handle) of the prepared weights."""
-    cache = qw.__dict__["_humming_prepared"]
-    rs = next(v for key, v in cache.items() if key[0] == "wna16-wgmma-rs" and key[1] == dtype)
-    base = next(v for key, v in cache.items() if not isinstance(key[0], str) and key[0] == dtype)
-    return rs, base
-
-
 def _small_handle(qw, dtype):
-    """The handle humming.gemm used below the two-warpgroup form: the mma.sync/stream one, whose plan for M is the
-    small register-A form."""
+    """The handle of the weights prepared for ``dtype`` on this GPU (default options): the one layer
+    (humming.core.runtime.layer.Layer) humming.gemm runs every M of them on, each M with the family the registry
+    chose (the small register-A form, the two-warpgroup form, the stream kernel ...)."""
     return api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
 
 
+def _layer(qw, dtype):
+    """The prepared layer of ``qw`` for ``dtype`` (default options) that humming.gemm runs on."""
+    return api._registry[_small_handle(qw, dtype)]
+
+
+def _layout(prep, m: int):
+    """The weight layout the layer's plan for M reads (every WnA16 plan of one layer reads the same one, and the
+    layer packs the weights once per layout: ``prep.packed``)."""
+    return prep.plan_for(m).layout
+
+
+def _two_warpgroup(p) -> bool:
+    """The register-A family's two-warpgroup (prefill) form: 128 channels a block (the small form: 64-channel
+    slabs)."""
+    return family_of(p).name == "register_a" and p.path == PATH and p.tiles.bn == 128
+
+
 def _plans_that_ran(qw, m):
-    return [api._registry[h].plans[m] for h in qw.__dict__["_humming_prepared"].values()
-            if isinstance(h, int) and h >= 0 and m in api._registry[h].plans]
+    return [lay.launches[m].plan for lay in layers_of(qw) if m in lay.launches]
 
 
 # ----------------------------------------------------------------------------- the two-warpgroup form
@@ -105,21 +115,28 @@ CASES = [("w4a16", 128), ("w4a16", None), ("w4a16-zp", 128), ("w4a16-zp", None),
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name,group", CASES, ids=[_case_id(n, g) for n, g in CASES])
 def test_wgmma_rs_w4a16(name, group, dtype, n, k, set_knobs):
-    """From M 128 (register_a.min_m 128, every group it runs): the two-warpgroup form on its own handle, sharing the
-    prepared weights of the mma.sync/stream handle."""
+    """From M 128 (register_a.min_m 128, every group it runs): the register-A family's two-warpgroup form, on the
+    same packed weights as the layer's mma.sync-kernel plan (M 4, run first: the stream kernel)."""
     _require_wgmma(dtype)
     set_knobs({MIN_M_KNOB: 128, ANY_GROUP: True})
     torch.manual_seed(n + k + (group or 1) + len(name))
     bias = torch.randn(n, device="cuda", dtype=dtype)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
+    x4 = torch.randn(4, k, device="cuda", dtype=dtype)
+    out4 = humming.gemm(x4, qw)
+    prep = _layer(qw, dtype)
+    assert family_of(prep.launches[4].plan).name == "mma_wna16", prep.launches[4].plan.explain()
+    assert rel_error(out4, humming.reference_gemm(x4, qw, bias=bias, out_dtype=torch.float32)) <= TOL[dtype]
     for m in MS:
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
-        rs, base = _handles(qw, dtype)
-        assert rs >= 0 and rs != base, "the register-A wgmma kernel was judged not eligible"
-        assert api._registry[rs].packed is api._registry[base].packed  # one copy of the prepared weights
-        p = api._registry[rs].launches[m].plan
+        assert layers_of(qw, dtype) == [prep]  # one prepared layer runs every M
+        p = prep.launches[m].plan
+        assert _two_warpgroup(p), ("the register-A wgmma kernel was judged not eligible", p.explain())
+        assert select(prep.problem(m), prep.caps).family.name == "register_a", p.explain()
+        # one copy of the prepared weights: the stream plan's and the register-A plan's
+        assert prep.launches[m].packed is prep.launches[4].packed and len(prep.packed) == 1
         assert p.path == PATH and p.kernel_name.startswith("hm_wna16_wgmmars_"), p.explain()
         assert humming.plan(_scheme(name, group), m, n, k, act=_act(dtype)).path == PATH
         assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
@@ -129,13 +146,15 @@ def test_wgmma_rs_w4a16(name, group, dtype, n, k, set_knobs):
 
 
 def test_wgmma_rs_default_from_m_1024():
+    """With the knobs' defaults: M 256 (below register_a.min_m) does not run the two-warpgroup form, M 1024 does."""
     _require_wgmma(torch.float16)
     qw = humming.quantize(torch.randn(1024, 2048, device="cuda") * 0.05, "w4a16")
     humming.gemm(torch.randn(256, 2048, device="cuda", dtype=torch.float16), qw)
-    assert not any(key[0] == "wna16-wgmma-rs" for key in qw.__dict__["_humming_prepared"])  # M < 1024
+    prep = _layer(qw, torch.float16)
+    assert not _two_warpgroup(prep.launches[256].plan), prep.launches[256].plan.explain()  # M < register_a.min_m
     x = torch.randn(1024, 2048, device="cuda", dtype=torch.float16)
     out = humming.gemm(x, qw)
-    assert any(key[0] == "wna16-wgmma-rs" for key in qw.__dict__["_humming_prepared"])
+    assert _two_warpgroup(prep.launches[1024].plan), prep.launches[1024].plan.explain()
     ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
     assert rel_error(out, ref) <= TOL[torch.float16]
 
@@ -155,8 +174,7 @@ def test_wgmma_rs_two_warpgroup_rasterized(name, group, dtype, set_knobs):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
-        rs, _ = _handles(qw, dtype)
-        p = api._registry[rs].launches[m].plan
+        p = _layer(qw, dtype).launches[m].plan
         assert p.path == PATH and p.tiles.bn == 128 and p.tiles.raster == 3, p.explain()
         assert not torch.isnan(out).any()
         err = rel_error(out, humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32))
@@ -176,7 +194,7 @@ SMALL_CASES = [("w4a16", 128), ("w4a16", None), ("w4a16-zp", 128), ("w4a16-zp", 
 def test_wgmma_rs_small(name, group, dtype, n, k):
     """The small form, the default for M 17-1023 (and 9-16 on narrow layers): one warpgroup per 64-channel slab, a
     token tile of up to 128 in one wgmma m64nBTk16, split-K with the fixed-order fix-up, on the stream kernel's
-    prepared weights."""
+    prepared weights (the layer's one packed copy)."""
     _require_wgmma(dtype)
     torch.manual_seed(n + k + (group or 1) + len(name))
     bias = torch.randn(n, device="cuda", dtype=dtype)
@@ -188,6 +206,7 @@ def test_wgmma_rs_small(name, group, dtype, n, k):
         handle = _small_handle(qw, dtype)
         p = api._registry[handle].launches[m].plan
         assert p.path == PATH and p.tiles.bm < 128 and p.kernel_name.startswith("hm_wna16_wgmmars_"), p.explain()
+        assert len(api._registry[handle].packed) == 1  # the stream kernel's packed weights
         assert out.shape == (m, n) and not torch.isnan(out).any(), ("output not fully written", p.explain())
         ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
         err = rel_error(out, ref)
@@ -206,7 +225,7 @@ def test_wgmma_rs_small_forced_splits_and_graph(splits):
     humming.gemm(x, qw)
     handle = _small_handle(qw, dtype)
     prep = api._registry[handle]
-    prep.plans[m] = plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, "f16", scheme="w4a16", splits=splits)
+    prep.plans[m] = plan_wna16_wgmma_rs(prep.caps, _layout(prep, m), m, "f16", scheme="w4a16", splits=splits)
     prep.launches.pop(m, None)
     out = humming.gemm(x, qw)
     torch.cuda.synchronize()
@@ -240,13 +259,14 @@ def test_wgmma_rs_small_fold(name, group, dtype):
         humming.gemm(x, qw)
         handle = _small_handle(qw, dtype)
         prep = api._registry[handle]
+        layout = _layout(prep, m)
         ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
         for fold, stages, splits in ((1, 8, 4), (2, 8, 4), (1, 4, 2), (2, 6, 8), (2, 4, 1)):
             if fold == 2 and group is None:  # refused: one sum over a whole split loses precision
                 with pytest.raises(ShapeError, match="fold=2 needs"):
-                    plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, act, scheme=name, fold=fold)
+                    plan_wna16_wgmma_rs(prep.caps, layout, m, act, scheme=name, fold=fold)
                 continue
-            prep.plans[m] = plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, act, scheme=name, splits=splits,
+            prep.plans[m] = plan_wna16_wgmma_rs(prep.caps, layout, m, act, scheme=name, splits=splits,
                                                 stages=stages, fold=fold)
             prep.launches.pop(m, None)
             out = humming.gemm(x, qw)
@@ -280,7 +300,7 @@ def test_wgmma_rs_small_wide_tiles(name, group, dtype, set_knobs):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
         for bt, stages, splits in ((128, 4, 4), (64, 6, 2), (96, 4, 1), (128, 6, 1)):
-            prep.plans[m] = plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, act, scheme=name, bt=bt,
+            prep.plans[m] = plan_wna16_wgmma_rs(prep.caps, _layout(prep, m), m, act, scheme=name, bt=bt,
                                                 splits=splits, stages=stages, small=True)
             prep.launches.pop(m, None)
             out = api.gemm_prepared(x, handle)
@@ -326,7 +346,7 @@ def test_wgmma_rs_two_warpgroup_entry_below_128(monkeypatch, tmp_path):
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
     handle = _small_handle(qw, dtype)
     prep = api._registry[handle]
-    entry = plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, 128, "f16", scheme="w4a16", bt=128, small=False)
+    entry = plan_wna16_wgmma_rs(prep.caps, _layout(prep, 128), 128, "f16", scheme="w4a16", bt=128, small=False)
     monkeypatch.setenv("HUMMING_TUNE_FILE", str(tmp_path / "tune.json"))
     tuning.clear_memory()
     tuning.record(entry, 1.0, scheme="w4a16", device="test")
@@ -359,21 +379,21 @@ def test_wgmma_rs_two_warpgroup_entry_below_128(monkeypatch, tmp_path):
 
 def test_wgmma_rs_small_default_and_switches():
     """M 17-512 take the small form by default (M 128-512 instead of the dequant-smem wgmma kernel), M 9-16 on a
-    narrow layer too; from M 513 the two-warpgroup form (its own handle); register_a.min_m null or
-    wgmma_wna16.enabled false keep the mma.sync kernels."""
+    narrow layer too (the mma.sync family's rules); from M 513 the two-warpgroup form (the register_a family); one
+    prepared layer runs them all; register_a.min_m null or wgmma_wna16.enabled false keep the mma.sync kernels."""
     from humming.core.tuning import knobs
 
     _require_wgmma(torch.float16)
     qw = humming.quantize(torch.randn(1024, 2048, device="cuda") * 0.05, "w4a16")
-    handle = _small_handle(qw, torch.float16)
+    prep = _layer(qw, torch.float16)
     for m in (12, 40, 128, 512, 700):
         x = torch.randn(m, 2048, device="cuda", dtype=torch.float16)
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
-        assert (m in api._registry[handle].launches) == (m <= 512)
-        ran = [api._registry[h].launches[m].plan for h in qw.__dict__["_humming_prepared"].values()
-               if isinstance(h, int) and h >= 0 and m in api._registry[h].launches]
+        assert select(prep.problem(m), prep.caps).family.name == ("mma_wna16" if m <= 512 else "register_a")
+        ran = _plans_that_ran(qw, m)
         assert len(ran) == 1 and ran[0].path == PATH and ran[0].tiles.bn == (64 if m <= 512 else 128)
+        assert ran[0] is prep.launches[m].plan
         assert humming.plan("w4a16", m, 1024, 2048).kernel_name == ran[0].kernel_name
         assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[torch.float16]
     for off in ({MIN_M_KNOB: None}, {WNA16_KNOB: False}):
@@ -397,18 +417,23 @@ def test_tile_major_weights_through_every_kernel(scheme, dtype):
     torch.manual_seed(hash((scheme, str(dtype), "order")) % 2**31)
     qw = humming.quantize(torch.randn(1024, 2048, device="cuda") * 0.05, scheme)
     handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
-    assert api._registry[handle].packed.layout.tile_major
+    prep = api._registry[handle]
+    assert _layout(prep, 1).tile_major
     paths = set()
     for m in (1, 5, 16, 40, 128, 1024):  # stream, small register-A form, two-warpgroup form
         x = torch.randn(m, 2048, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
         paths.add(humming.plan(scheme, m, 1024, 2048, act=_act(dtype)).path)
+        assert prep.launches[m].plan.path == humming.plan(scheme, m, 1024, 2048, act=_act(dtype)).path, m
         assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[dtype], m
     assert {"stream", "wgmma-rs"} <= paths
+    # every kernel read the one tile-major packed copy
+    assert len({id(s.packed) for s in prep.launches.values()}) == 1 and len(prep.packed) == 1
+    assert prep.launches[1].packed.layout.tile_major
 
     def tile_plans(prep, base, m):  # the mma.sync tile kernel on the same (tile-major) prepared weights
-        p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="tile")
+        p = plan_wna16(prep.caps, base.layout, m, base.act, scheme=base.scheme, path="tile")
         assert p.layout.tile_major and "lds_32(base + A_BYTES" in api.source(p, prep.caps)
         yield p
     assert run_forced_plans(qw, dtype, (3, 16, 33, 128), tile_plans, TOL[dtype]) == 4
@@ -422,14 +447,17 @@ def test_step_major_weights_through_the_register_a_kernels(set_knobs):
     torch.manual_seed(21)
     qw = humming.quantize(torch.randn(1024, 4096, device="cuda") * 0.05, "w4a16[group_size=512]")
     handle = api.prepared(qw, torch.float16, torch.device("cuda", torch.cuda.current_device()))
-    assert not api._registry[handle].packed.layout.tile_major
+    prep = api._registry[handle]
+    assert not _layout(prep, 16).tile_major
     for m in (16, 128, 1024):
         p = humming.plan("w4a16[group_size=512]", m, 1024, 4096)
         assert p.path == "wgmma-rs" and "load_g32(p + ks * 128)" in api.source(p), (m, p.kernel_name)
         x = torch.randn(m, 4096, device="cuda", dtype=torch.float16)
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
-        assert api._registry[api._wna16_handle_for(x, qw, None, handle)].launches[m].plan.path == "wgmma-rs"
+        spec = prep.launches[m]
+        assert spec.plan.path == "wgmma-rs" and spec.plan.kernel_name == p.kernel_name, spec.plan.explain()
+        assert not spec.packed.layout.tile_major and len(prep.packed) == 1
         assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[torch.float16], m
 
 
@@ -438,17 +466,12 @@ TMA_CASES = [("w4a16", 128), ("w4a16", None), ("w4a16-zp", 128), ("w4a16", 256)]
 
 
 def _force_tma(qw, x, **options):
-    """Make humming.gemm run the register-A plan with TMA copies and these options at x's M on the handle it uses
-    there: below M 1024 the mma.sync handle (whose plan is the small form), from 1024 the register-A handle (both
-    read the same prepared weights)."""
+    """Make humming.gemm run the register-A plan with TMA copies and these options at x's M on the prepared layer
+    it uses (one for every M: the small form's and the two-warpgroup form's plans read the same packed weights)."""
     handle = api.prepared(qw, x.dtype, x.device)
-    if x.shape[0] >= 1024:
-        humming.gemm(x, qw)
-        handle = next(h for key, h in qw.__dict__["_humming_prepared"].items()
-                      if key[0] == "wna16-wgmma-rs" and key[1] == x.dtype)
     prep = api._registry[handle]
     m = x.shape[0]
-    prep.plans[m] = plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, _act(x.dtype), scheme="w4a16", tma=True,
+    prep.plans[m] = plan_wna16_wgmma_rs(prep.caps, _layout(prep, m), m, _act(x.dtype), scheme="w4a16", tma=True,
                                         **options)
     prep.launches.pop(m, None)
     return handle
@@ -633,18 +656,22 @@ def test_default_plans_fit_through_gemm(m, rounds, want, monkeypatch, set_knobs)
     ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
     out = humming.gemm(x, qw)
     torch.cuda.synchronize()
-    rs, _ = _handles(qw, dtype)
-    p = api._registry[rs].launches[m].plan
-    assert p.tiles.bn == 128 and (p.tiles.bm, p.tiles.streamk) == want, p.explain()
+    p = _layer(qw, dtype).launches[m].plan
+    assert _two_warpgroup(p) and (p.tiles.bm, p.tiles.streamk) == want, p.explain()
     assert rel_error(out, ref) <= TOL[dtype]
 
 
 def test_shipped_entry_yields_to_streamk_through_gemm(monkeypatch):
     """The shipped 4096x14336 entry of bucket 257-512 (128-token tiles, measured at M=512) at M=300: its 3 tiles per
     channel tile would fill one round of the SMs badly, so stream-K over two 160-token tiles runs (rule (1) of
-    register_a.planner's rounds rules); right against the reference, and in CUDA-graph replay."""
+    register_a.planner's rounds rules); right against the reference, and in CUDA-graph replay. The entry is in
+    nvidia-h200.json, so the GEMMs run with that profile (on an H200, or a GPU of its target and SM count: H100 SXM)."""
     dtype = torch.float16
-    _require_wgmma(dtype)
+    caps = _require_wgmma(dtype)
+    profile = "nvidia-h200"
+    h200 = api.resolve_profile(profile)
+    if (caps.target.arch, caps.limits.sms) != (h200.target.arch, h200.limits.sms):
+        pytest.skip(f"{caps.name} has not {profile}'s target and SM count (the shipped entry is {profile}'s)")
     monkeypatch.delenv("HUMMING_TUNE", raising=False)
     monkeypatch.delenv("HUMMING_TUNE_FILE", raising=False)
     torch.manual_seed(300)
@@ -652,13 +679,13 @@ def test_shipped_entry_yields_to_streamk_through_gemm(monkeypatch):
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
     x = torch.randn(m, k, device="cuda", dtype=dtype)
     ref_of = lambda a: humming.reference_gemm(a, qw, out_dtype=torch.float32)  # noqa: E731
-    out = humming.gemm(x, qw)
+    out = humming.gemm(x, qw, profile=profile)
     torch.cuda.synchronize()
     ran = _plans_that_ran(qw, m)
     assert ran and (ran[-1].tiles.bn, ran[-1].tiles.bm, ran[-1].tiles.streamk) == (128, 160, 132), ran[-1].explain()
     assert "instead of the entry's 128-token tiles" in ran[-1].explain()
     assert not torch.isnan(out).any() and rel_error(out, ref_of(x)) <= TOL[dtype]
-    assert graph_replay_error(lambda a: humming.gemm(a, qw), x, ref_of) <= TOL[dtype]
+    assert graph_replay_error(lambda a: humming.gemm(a, qw, profile=profile), x, ref_of) <= TOL[dtype]
 
 
 # shapes where the default rule (register_a.planner.streamk_default) takes stream-K or not, through humming.gemm:
@@ -671,8 +698,8 @@ STREAMK_DEFAULTS = [(4096, 2048, 768, True), (8192, 1024, 2048, True), (4096, 20
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", STREAMK_DEFAULTS, ids=["x".join(str(v) for v in c[:3]) for c in STREAMK_DEFAULTS])
 def test_default_streamk_plans_through_gemm(case, dtype, monkeypatch, set_knobs):
-    """humming.gemm without tuning entries (HUMMING_TUNE=0): from M 513 the register-A prefill handle runs the
-    two-warpgroup form, stream-K where the rule says so (the stream-K rule alone: register_a.rounds_rules false; the
+    """humming.gemm without tuning entries (HUMMING_TUNE=0): from M 513 the register-A family runs the two-warpgroup
+    form, stream-K where the rule says so (the stream-K rule alone: register_a.rounds_rules false; the
     finer tiles: test_default_plans_fit_through_gemm); checked against the reference, repeated launches and graph
     replay."""
     monkeypatch.setenv("HUMMING_TUNE", "0")
@@ -711,10 +738,13 @@ def test_default_streamk_with_per_token_scales(monkeypatch):
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     out = humming.gemm(x, qw)
     torch.cuda.synchronize()
-    assert "_humming_weight_only" in qw.__dict__ and not torch.isnan(out).any()
+    assert not torch.isnan(out).any()
     assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= 1e-3
-    ran = [p for prep in api._registry for mm, p in prep.plans.items()
-           if (mm, p.n, p.k) == (m, n, k) and p.row_scale and p.path == "wgmma-rs"]
+    # the widened route: codes as 16-bit values into the W4A16 kernel, on the weights as a weight-only scheme
+    specs = [lay.launches[m] for lay in layers_of(qw) if m in lay.launches]
+    assert specs and all(s.inputs == "codes16" for s in specs), [s.plan.kernel_name for s in specs]
+    assert all(lay._weight_only is not None for lay in layers_of(qw) if m in lay.launches)
+    ran = [s.plan for s in specs if (s.plan.n, s.plan.k) == (n, k) and s.plan.row_scale and s.plan.path == "wgmma-rs"]
     assert ran and all(p.tiles.streamk for p in ran), [p.kernel_name for p in ran]
 
 
@@ -746,7 +776,6 @@ def test_default_pairs_through_gemm(case, monkeypatch):
         torch.cuda.synchronize()
         assert out.shape == (m, n) and not torch.isnan(out).any()
         assert rel_error(out, ref_of(x)) <= tol
-    ran = [p for prep in api._registry for mm, p in prep.plans.items()
-           if (mm, p.n, p.k) == (m, n, k) and p.path == "wgmma-rs"]
+    ran = [p for p in _plans_that_ran(qw, m) if p.path == "wgmma-rs"]
     assert ran and all(p.tiles.cluster == 2 and p.cluster_dims == (1, 2, 1) for p in ran), [p.kernel_name for p in ran]
     assert graph_replay_error(lambda a: humming.gemm(a, qw), x, ref_of) <= tol

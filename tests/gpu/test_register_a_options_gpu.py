@@ -27,6 +27,7 @@ from .test_register_a_gpu import (
     TOL,
     _act,
     _biased_layer,
+    _layout,
     _require_wgmma,
     _scheme,
 )
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.gpu
 
 
 def _prefill_plan(prep, m, act, bt, **options):
-    return plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, act, scheme="", bt=bt, small=False, **options)
+    return plan_wna16_wgmma_rs(prep.caps, _layout(prep, m), m, act, scheme="", bt=bt, small=False, **options)
 
 
 # ----------------------------------------------------------------------------- stream-K, tail, pairs: forced plans
@@ -121,7 +122,7 @@ def test_streamk_pairs_match_reference(case):
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
     handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
     prep = api._registry[handle]
-    p = plan_wna16_wgmma_rs(caps, prep.packed.layout, m, _act(dtype), scheme="", bt=bt, small=False, streamk=blocks,
+    p = plan_wna16_wgmma_rs(caps, _layout(prep, m), m, _act(dtype), scheme="", bt=bt, small=False, streamk=blocks,
                             cluster=2)
     assert p.tiles.cluster == 2 and p.tiles.streamk == blocks and p.cluster_dims == (1, 2, 1)
     forced_repeats_and_replay(qw, handle, p, torch.randn(m, k, device="cuda", dtype=dtype), TOL[dtype])
@@ -149,7 +150,7 @@ def test_early_ring_equals_default(case):
     plans = {}
     for early in (True, False):
         with knobs.override({EARLY_KNOB: early}):
-            plans[early] = plan_wna16_wgmma_rs(caps, prep.packed.layout, m, "f16", scheme="", bt=bt, small=False,
+            plans[early] = plan_wna16_wgmma_rs(caps, _layout(prep, m), m, "f16", scheme="", bt=bt, small=False,
                                                streamk=blocks)
     assert plans[True].tiles.early == 1 and plans[False].tiles.early == 0
     assert "ring_ready" in api.source(plans[True]) and "ring_ready" not in api.source(plans[False])
@@ -210,7 +211,7 @@ OCCUPANCY = [("w4a16", 128, 16, 1, 7, 0, 8, 2), ("w4a16", 128, 16, 0, 8, 0, 4, 2
 
 
 def _occupancy_plan(prep, m, bt, fold, occupancy, prefetch, stages, splits, act):
-    p = plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, act, scheme="", bt=bt, splits=splits, stages=stages,
+    p = plan_wna16_wgmma_rs(prep.caps, _layout(prep, m), m, act, scheme="", bt=bt, splits=splits, stages=stages,
                             fold=fold, small=True, occupancy=occupancy, prefetch=prefetch)
     return launch_options(prep.caps, p)  # PDL and split clusters, as the runtime launches it
 
@@ -251,7 +252,7 @@ def _wide_layer_streamk(m: int, bt: int):
     torch.manual_seed(m)
     qw = humming.quantize(torch.randn(28672, 2048, device="cuda") * 0.05, "w4a16")
     handle = api.prepared(qw, torch.float16, torch.device("cuda", torch.cuda.current_device()))
-    p = plan_wna16_wgmma_rs(caps, api._registry[handle].packed.layout, m, "f16", scheme="", bt=bt, small=False,
+    p = plan_wna16_wgmma_rs(caps, _layout(api._registry[handle], m), m, "f16", scheme="", bt=bt, small=False,
                             streamk=caps.limits.sms)
     return qw, handle, p, caps
 
@@ -331,7 +332,7 @@ CLUSTER_CASES = [(9, 16, 1, 8, 0, 2), (16, 16, 4, 8, 1, 4), (24, 32, 2, 8, 0, 4)
 def _force_cluster(qw, m: int, dtype, pdl: bool = False, **options):
     handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
     prep = api._registry[handle]
-    p = plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, _act(dtype), scheme="w4a16", tma=True, small=True,
+    p = plan_wna16_wgmma_rs(prep.caps, _layout(prep, m), m, _act(dtype), scheme="w4a16", tma=True, small=True,
                             **options)
     prep.plans[m] = with_pdl(prep.caps, p) if pdl else p
     prep.launches.pop(m, None)
