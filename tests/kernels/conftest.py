@@ -8,17 +8,14 @@ import pytest
 def native_8bit_defaults(monkeypatch):
     """native_8bit_defaults(*knobs) -> GemmOptions: the planners' defaults for the 8-bit kernel tests: none of the
     named tuning knobs overridden (each must be one of humming.core.tuning.knobs.KNOBS), and W8A8 / W4A8 kept on the
-    native 8-bit kernels (not the widened weight-only path, humming.core.common.act_widen): for the rest of the test
+    native 8-bit kernels (not the widened weight-only path, humming.core.routes.widened_ranges): for the rest of the test
     the call options that humming.plan and humming.gemm take when given none are GemmOptions(act_widen=False), which
     it returns (pass ``dataclasses.replace(it, fast_accum=True)`` and the like for other numerics)."""
-    import contextvars
-
-    from humming import api, options
+    from humming import options
     from humming.core.tuning import knobs
 
     native = options.GemmOptions(act_widen=False)
     monkeypatch.setattr(options, "DEFAULT", native)  # what humming.plan / gemm resolve options=None to
-    monkeypatch.setattr(api, "_options", contextvars.ContextVar("humming_gemm_options", default=native))
 
     def unset(*names: str) -> options.GemmOptions:
         forced = dict(knobs.overridden())

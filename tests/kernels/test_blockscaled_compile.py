@@ -11,18 +11,16 @@ import torch
 import humming
 from humming import api
 from humming.capabilities import get_profile, list_profiles
-from humming.core.common.paths import runnable_path
+from humming.core import registry
+from humming.core.common.paths import UNVERIFIED_ENV
 from humming.core.compile.compiler import compile_cuda
 from humming.core.compile.nvrtc import select_toolchain
 from humming.core.families.mma_blockscaled.layout import BlockScaledLayout, pack_e2m1, prepare_blockscaled
-from humming.core.families.mma_blockscaled.planner import (
-    UNVERIFIED_ENV,
-    BlockScaledPlan,
-    blockscaled_form,
-    plan_blockscaled,
-)
-from humming.core.families.mma_wna16.generator import kernel_source
+from humming.core.families.mma_blockscaled.planner import BlockScaledPlan, blockscaled_form, plan_blockscaled
+from humming.core.families.runnable import runnable_path
+from humming.core.problem import Problem
 from humming.core.quant.quantize import quantize_activation
+from humming.core.registry import kernel_source
 from humming.devices import get_backend
 from humming.errors import CompileError, UnsupportedOnDevice
 
@@ -102,23 +100,32 @@ def test_no_other_profile_gets_the_block_scaled_plan():
 
 @pytest.mark.parametrize("caps", PROFILES, ids=[c.name for c in PROFILES])
 def test_planned_but_gated(caps, monkeypatch):
+    """Without HUMMING_UNVERIFIED_KERNELS=1 the block-scaled kernel is planned (its planner takes the problem) but
+    humming.plan shows what gemm runs: the upconvert route, with the block-scaled kernel's note and the switch in
+    its reasons; with it, humming.plan is the block-scaled kernel itself."""
     monkeypatch.delenv(UNVERIFIED_ENV, raising=False)
     note = f"block-scaled kernel generated and compiled for {caps.target.arch}, not yet validated on hardware"
     for recipe, scheme in RECIPES.items():
+        planned = plan_blockscaled(caps, BlockScaledLayout(recipe, 4096, 4096), 16, "f16", scheme=scheme)
+        assert isinstance(planned, BlockScaledPlan) and planned.path == "native" and planned.family == "mma_sync"
+        assert f"kind::{blockscaled_form(caps, recipe).kind}" in planned.summary()
         p = humming.plan(scheme, 16, 4096, 4096, profile=caps)
-        assert isinstance(p, BlockScaledPlan) and p.path == "native" and p.family == "mma_sync"
-        assert f"kind::{blockscaled_form(caps, recipe).kind}" in p.summary()
+        assert not isinstance(p, BlockScaledPlan) and "block_scale" not in p.summary()
+        assert registry.select(Problem(humming.schemes.get(scheme), 16, 4096, 4096), caps).family.name == "upconvert"
         assert any(note in r for r in p.reasons) and UNVERIFIED_ENV + "=1" in p.explain()
         run = runnable_path(caps, humming.schemes.get(scheme))
         assert run.path == "upconvert" and any(note in r for r in run.reasons)
         row = next(r for r in api.path_table(caps) if r["scheme"] == scheme)
-        assert row["path"] == "native" and note in row["reason"] and "not generated yet" not in row["reason"]
+        assert row["route"] == "upconvert" and note in row["reason"] and "not generated yet" not in row["reason"]
     monkeypatch.setenv(UNVERIFIED_ENV, "1")
     for scheme in RECIPES.values():
         run = runnable_path(caps, humming.schemes.get(scheme))
         assert run.path == "native" and run.instruction.kind in ("mxf4", "mxf4nvf4")
         p = humming.plan(scheme, 16, 4096, 4096, profile=caps)
-        assert not any(note in r for r in p.reasons)
+        assert isinstance(p, BlockScaledPlan) and p.path == "native" and p.family == "mma_sync"
+        assert "block_scale" in p.summary() and not any(note in r for r in p.reasons)
+        row = next(r for r in api.path_table(caps) if r["scheme"] == scheme)
+        assert row["path"] == "native" and row["route"] is None and note not in row["reason"]
 
 
 # ---------------------------------------------------------------- torch emulation of the layouts

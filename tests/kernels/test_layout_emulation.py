@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import humming
-from humming.core.common.layout import prepare
+from humming import api
+from humming.core.families.mma_wna16.layout import prepare
 
 ACT = {torch.float16: "f16", torch.bfloat16: "bf16"}
 TOL = {torch.float16: 1e-3, torch.bfloat16: 5e-3}
@@ -66,7 +67,7 @@ def test_emulated_kernel_matches_reference(scheme, dtype, profile):
     torch.manual_seed(sum(map(ord, scheme)))
     n, k = 128, 256
     qw = humming.quantize(torch.randn(n, k) * 0.05, scheme)
-    pk = prepare(qw, dtype, None if profile is None else humming.api.resolve_profile(profile))
+    pk = prepare(qw, dtype, None if profile is None else api.resolve_profile(profile))
     lay, dec = pk.layout, pk.layout.decode
     # the H200 gets the tile-major pair order where its register-A wgmma kernels take the weights by default (int4
     # with groups of 64-256 or per channel: not mxint4's groups of 32); everything else step-major
@@ -121,11 +122,10 @@ def test_tile_kernel_reads_the_tile_major_order():
     import dataclasses
     import re
 
-    from humming import api
-    from humming.core.common.layout import layout_for
     from humming.core.compile.compiler import compile_cuda
     from humming.core.compile.nvrtc import select_toolchain
-    from humming.core.plan import plan_wna16
+    from humming.core.families.mma_wna16.layout import layout_for
+    from humming.core.families.mma_wna16.planner import plan_wna16
     from humming.errors import UnsupportedOnDevice
 
     caps = api.resolve_profile("nvidia-h200")

@@ -100,7 +100,7 @@ def test_info_shows_the_b300_int8_fallback():
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_runnable_path_uses_generated_families_and_says_so(profile):
-    from humming.core.common.paths import GENERATED_FAMILIES, runnable_path
+    from humming.core.families.runnable import GENERATED_FAMILIES, runnable_path
     from humming.core.families.tcgen05.planner import tcgen05_generated
 
     caps = PROFILES[profile]

@@ -92,8 +92,9 @@ def test_quantization_kernels_trigger_their_dependents():
 
 
 def test_backend_refuses_without_the_capability():
-    from humming.devices.nvidia.backend import grid_dependency_helpers
+    from humming.devices import get_backend
 
+    a100, h200 = api.resolve_profile("nvidia-a100"), api.resolve_profile("nvidia-h200")
     with pytest.raises(ValueError, match="griddepcontrol"):
-        grid_dependency_helpers(api.resolve_profile("nvidia-a100"))
-    assert "griddepcontrol.wait" in grid_dependency_helpers(api.resolve_profile("nvidia-h200"))
+        get_backend(a100).helpers("grid_dependency", caps=a100)
+    assert "griddepcontrol.wait" in get_backend(h200).helpers("grid_dependency", caps=h200)

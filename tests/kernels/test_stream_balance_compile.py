@@ -7,9 +7,10 @@ import pytest
 
 import humming
 from humming import api
-from humming.core.common.layout import layout_for
-from humming.core.plan import TileConfig, plan_wna16
-from humming.core.tuning import entries as tuning
+from humming.core.families.mma_wna16.candidates import candidates
+from humming.core.families.mma_wna16.layout import layout_for
+from humming.core.families.mma_wna16.planner import plan_wna16
+from humming.core.plan import TileConfig
 from humming.errors import ShapeError
 
 
@@ -55,12 +56,12 @@ def test_refusals():
 
 def test_tuner_times_the_two_rounds_above_the_slab_count():
     caps = api.resolve_profile("nvidia-h200")  # 132 SMs
-    wide = tuning.candidates(caps, _layout(caps, 28672, 8192), 1, "f16", "w4a16")
+    wide = candidates(caps, _layout(caps, 28672, 8192), 1, "f16", "w4a16")
     assert {p.tiles.balance for p in wide} == {0, 132 * 4 - 448, 132 * 5 - 448}
     assert all(p.path == "stream" and p.splits == 1 and not p.tiles.bulk for p in wide if p.tiles.balance)
     # 64 slabs: 132 blocks would be more than twice the slabs, no candidate
-    assert not any(p.tiles.balance for p in tuning.candidates(caps, _layout(caps, 4096, 14336), 1, "f16", "w4a16"))
-    assert not any(p.tiles.balance for p in tuning.candidates(caps, _layout(caps, 28672, 8192), 64, "f16", "w4a16"))
+    assert not any(p.tiles.balance for p in candidates(caps, _layout(caps, 4096, 14336), 1, "f16", "w4a16"))
+    assert not any(p.tiles.balance for p in candidates(caps, _layout(caps, 28672, 8192), 64, "f16", "w4a16"))
 
 
 @pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-a100"])

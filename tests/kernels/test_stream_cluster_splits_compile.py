@@ -8,14 +8,9 @@ import pytest
 
 import humming
 from humming import api
-from humming.core.common.layout import layout_for
-from humming.core.plan import (
-    CLUSTER_SPLITS_KNOB,
-    TileConfig,
-    cluster_splits_bytes,
-    launch_options,
-    plan_wna16,
-)
+from humming.core.families.mma_wna16.layout import layout_for
+from humming.core.families.mma_wna16.planner import plan_wna16
+from humming.core.plan import CLUSTER_SPLITS_KNOB, TileConfig, cluster_splits_bytes, launch_options
 from humming.core.tuning import knobs
 from humming.errors import ProfileError
 

@@ -19,7 +19,7 @@ from test_tcgen05_compile import _c_expr, _decode_smem_desc, assert_ptxas_fits
 import humming
 from humming import api
 from humming.capabilities import get_profile, list_profiles
-from humming.core.common.paths import runnable_path
+from humming.core import registry
 from humming.core.compile.compiler import compile_cuda
 from humming.core.compile.nvrtc import select_toolchain
 from humming.core.families.mma_blockscaled.layout import (
@@ -28,7 +28,7 @@ from humming.core.families.mma_blockscaled.layout import (
     pack_weight_scales_tcgen05,
     prepare_blockscaled_tcgen05,
 )
-from humming.core.families.mma_wna16.generator import kernel_source
+from humming.core.families.runnable import runnable_path
 from humming.core.families.tcgen05.planner import (
     STATIC_SMEM,
     UNVERIFIED_ENV,
@@ -38,9 +38,11 @@ from humming.core.families.tcgen05.planner import (
     tcgen05_bs_tmem_cols,
     tcgen05_kernel,
 )
+from humming.core.problem import Problem
 from humming.core.quant.quantize import quantize_activation
+from humming.core.registry import kernel_source
 from humming.devices import get_backend
-from humming.devices.nvidia import backend as nv
+from humming.devices.nvidia.tcgen05 import TCGEN05_BLOCK_SCALED, tcgen05_idesc, tcgen05_idesc_block_scaled
 from humming.errors import CompileError, ShapeError, UnsupportedOnDevice
 
 NVRTC13 = (13, 0)
@@ -213,15 +215,23 @@ def test_planner_refuses_what_it_cannot_run():
 
 
 def test_selection_is_opt_in_and_gated(monkeypatch):
+    """Without HUMMING_UNVERIFIED_KERNELS=1 the tcgen05 families plan the problem (with the note) but select passes
+    them by: humming.plan shows what gemm runs (the upconvert route / the mma.sync kernel) with the tcgen05 kernel's
+    note in its reasons; with it, humming.plan is the tcgen05 kernel."""
     monkeypatch.delenv(UNVERIFIED_ENV, raising=False)
     for caps in PROFILES:
         note = f"tcgen05 kernel generated and compiled for {caps.target.arch}, not yet validated on hardware: " \
                f"set {UNVERIFIED_ENV}=1 to use it"
         for recipe, scheme in RECIPES.items():
             sch = humming.schemes.get(scheme)
+            problem = Problem(sch, 512, 4096, 4096)
+            planned = registry.BY_NAME["tcgen05_blockscaled"].plan(problem, caps)
+            assert isinstance(planned, Tcgen05BlockScaledPlan) and planned.path == "native" and note in planned.reasons
+            assert f"kind::{KIND[recipe]}.block_scale" in planned.summary()
             p = humming.plan(scheme, 512, 4096, 4096, profile=caps)
-            assert isinstance(p, Tcgen05BlockScaledPlan) and p.path == "native" and note in p.reasons
-            assert f"kind::{KIND[recipe]}.block_scale" in p.summary()
+            assert not isinstance(p, Tcgen05BlockScaledPlan) and p.family == "mma_sync"
+            assert any(note in r for r in p.reasons)
+            assert registry.select(problem, caps).family.name == "upconvert"
             run = runnable_path(caps, sch)
             assert run.family == "mma_sync" and run.path == "upconvert" and note in run.reasons[-1]
             assert tcgen05_kernel(humming.core.common.paths.choose_path(caps, sch), sch) == "blockscaled"
@@ -230,30 +240,42 @@ def test_selection_is_opt_in_and_gated(monkeypatch):
             # shapes the tile does not take keep the upconvert plan
             assert not isinstance(humming.plan(scheme, 32, 4096, 4352 - 128, profile=caps), Tcgen05BlockScaledPlan)
         sch = humming.schemes.get(W4A8)  # MXFP4 x FP8: the e2m1 -> e4m3 path, run as kind::mxf8f6f4 e4m3 x e2m1
+        planned = registry.BY_NAME["tcgen05_w4a8"].plan(Problem(sch, 512, 4096, 4096), caps)
+        assert isinstance(planned, Tcgen05BlockScaledPlan) and planned.instruction.kind == "mxf8f6f4"
+        assert note in planned.reasons
         p = humming.plan(W4A8, 512, 4096, 4096, profile=caps)
-        assert isinstance(p, Tcgen05BlockScaledPlan) and p.instruction.kind == "mxf8f6f4" and note in p.reasons
+        assert not isinstance(p, Tcgen05BlockScaledPlan) and p.family == "mma_sync"
+        assert any(note in r for r in p.reasons)
         assert tcgen05_kernel(humming.core.common.paths.choose_path(caps, sch), sch, caps) == "w4a8"
         run = runnable_path(caps, sch)
         assert run.family == "mma_sync" and note in run.reasons[-1]
-        row = next(r for r in api.path_table(caps) if r["scheme"] == W4A8)
-        assert note in row["reason"] and "not generated yet" not in row["reason"]
+        # the table's row at M=512 (at M=16 W4A8 runs widened on the weight-only kernel, whose plan has no note)
+        row = next(r for r in api.path_table(caps, m=512) if r["scheme"] == W4A8)
+        assert row["kernel"] == "mma_8bit" and note in row["reason"] and "not generated yet" not in row["reason"]
         assert not isinstance(humming.plan(W4A8, 32, 4160, 4096, profile=caps), Tcgen05BlockScaledPlan)
-        # int4 x e4m3 (w4a8-fp8) has no tcgen05 kernel: still "not generated yet"
-        row = next(r for r in api.path_table(caps) if r["scheme"] == "w4a8-fp8")
-        assert "not generated yet" in row["reason"]
+        # int4 x e4m3 (w4a8-fp8) has no tcgen05 kernel: still "not generated yet", no note
+        assert "not generated yet" in humming.plan("w4a8-fp8", 512, 4096, 4096, profile=caps).explain()
+        row = next(r for r in api.path_table(caps, m=512) if r["scheme"] == "w4a8-fp8")
+        assert row["kernel"] == "mma_8bit" and note not in row["reason"]
     monkeypatch.setenv(UNVERIFIED_ENV, "1")
     for caps in PROFILES:
         run = runnable_path(caps, humming.schemes.get(W4A8))
         assert run.family == "tcgen05" and run.path == "dequant-to-activation"
-        row = next(r for r in api.path_table(caps) if r["scheme"] == W4A8)
-        assert row["family"] == "tcgen05" and "kind::mxf8f6f4 e4m3 x e2m1" in row["reason"] and "(unverified)" in row["reason"]
-        for scheme in RECIPES.values():
+        # (the row names the kernel that runs; it no longer marks the unverified tcgen05 kernels "(unverified)")
+        row = next(r for r in api.path_table(caps, m=512) if r["scheme"] == W4A8)
+        assert row["family"] == "tcgen05" and row["instruction"].endswith("e4m3xe2m1") and row["route"] is None
+        assert "M=512: tcgen05_w4a8" in row["reason"] and "not yet validated" not in row["reason"]
+        p = humming.plan(W4A8, 512, 4096, 4096, profile=caps)
+        assert isinstance(p, Tcgen05BlockScaledPlan) and p.instruction.kind == "mxf8f6f4"
+        for recipe, scheme in RECIPES.items():
             run = runnable_path(caps, humming.schemes.get(scheme))
             assert run.family == "tcgen05" and run.path == "native" and run.instruction.scale_format
             p = humming.plan(scheme, 512, 4096, 4096, profile=caps)
             assert isinstance(p, Tcgen05BlockScaledPlan) and not any("not yet validated" in r for r in p.reasons)
+            assert p.path == "native" and f"kind::{KIND[recipe]}.block_scale" in p.summary()
             row = next(r for r in api.path_table(caps) if r["scheme"] == scheme)
-            assert row["family"] == "tcgen05" and "(unverified)" in row["reason"]
+            assert row["family"] == "tcgen05" and row["kernel"] == "tcgen05_blockscaled"
+            assert "not yet validated" not in row["reason"]
 
 
 # ----------------------------------------------------------------------------- ISA tables, emulated
@@ -287,16 +309,16 @@ def test_instruction_descriptors_decode_to_the_tile_and_scale_ids(recipe, bn):
                      "bits24_26", "k_dim"):
             assert f[zero] == 0, zero
     with pytest.raises(ValueError):
-        nv.tcgen05_idesc_block_scaled("mxf4", "e2m1", "e2m1", "ue8m0", 128, 128, sfa_id=1)
+        tcgen05_idesc_block_scaled("mxf4", "e2m1", "e2m1", "ue8m0", 128, 128, sfa_id=1)
     with pytest.raises(ValueError):
-        nv.tcgen05_idesc_block_scaled("mxf4", "e2m1", "e2m1", "ue4m3", 128, 128)
+        tcgen05_idesc_block_scaled("mxf4", "e2m1", "e2m1", "ue4m3", 128, 128)
     # M=128 sits where the dense kinds put it too (M >> 4 at bit 24 == M >> 7 at bit 27)
-    assert nv.tcgen05_idesc_block_scaled("mxf4", "e2m1", "e2m1", "ue8m0", 128, bn) >> 24 == \
-        nv.tcgen05_idesc("f8f6f4", "e4m3", "e4m3", "f32", 128, bn) >> 24
+    assert tcgen05_idesc_block_scaled("mxf4", "e2m1", "e2m1", "ue8m0", 128, bn) >> 24 == \
+        tcgen05_idesc("f8f6f4", "e4m3", "e4m3", "f32", 128, bn) >> 24
 
 
 def tc_sf_desc(addr: int) -> int:
-    return eval(_c_expr(nv.TCGEN05_BLOCK_SCALED, "tc_sf_desc"), {"addr": addr})  # noqa: S307 (our own helper text)
+    return eval(_c_expr(TCGEN05_BLOCK_SCALED, "tc_sf_desc"), {"addr": addr})  # noqa: S307 (our own helper text)
 
 
 def test_scale_block_descriptor_fields():
@@ -604,12 +626,14 @@ def test_w4a8_emulated_kernel_matches_the_reference(bn):
 # ----------------------------------------------------------------------------- the runtime dispatch, on CPU
 @pytest.mark.parametrize("scheme", ["w4a4-nvfp4", "w4a4-mxfp4", W4A8])
 def test_runtime_dispatch_hands_the_kernel_its_operands(scheme, monkeypatch, set_knobs):
-    """humming's quantized-activation dispatch with HUMMING_UNVERIFIED_KERNELS=1 on a B200 profile, the launch replaced
-    by the torch emulation of the kernel: the prepared weight, the activation codes and scales and the epilogue
-    arguments reach the parameter slots the kernel reads them from (CPU tensors, reference activation quantization)."""
+    """humming's runtime with HUMMING_UNVERIFIED_KERNELS=1 on a B200 profile (a weight prepared for CPU tensors:
+    the registry's choice, the family's packed weights, the activations' input step), the compile and launch
+    replaced by the torch emulation of the kernel: the prepared weight, the activation codes and scales and the
+    epilogue arguments reach the parameter slots the kernel reads them from (reference activation quantization)."""
+    from humming.core.runtime import layer as runtime_layer
+
     monkeypatch.setenv(UNVERIFIED_ENV, "1")
     set_knobs({"act_quant.kernel": False})  # the reference activation quantization
-    monkeypatch.setattr(api, "_choices", {})
     caps = get_profile("nvidia-b200")
     torch.manual_seed(3)
     m, n, k = 130, 256, 512
@@ -618,25 +642,37 @@ def test_runtime_dispatch_hands_the_kernel_its_operands(scheme, monkeypatch, set
     x = torch.randn(m, k, dtype=torch.float16)
     seen = {}
 
-    def fake_launch(handle, a, qweight, s2, s3, chan, b, gscale=None, out_dtype=None):
-        prep = api._registry[handle]
-        p = dataclasses.replace(api.plan_for(handle, a.shape[0]), tiles=dataclasses.replace(
-            api.plan_for(handle, a.shape[0]).tiles, stages=2))
-        assert isinstance(p, Tcgen05BlockScaledPlan) and qweight is prep.packed.qweight and chan is None
-        assert s3 is prep.packed.scales  # SB: the weight's tcgen05.cp blocks
-        if p.layout.a_type == "e2m1":  # (A codes [M, K/2], SA [M, K/vec] bytes, ..., GS)
-            assert a.shape == (m, k // 2) and s2.dtype == torch.uint8 and s2.shape == (m, k // p.layout.vec)
-            gs = 1.0 if gscale is None else float(gscale)
-            out = _emulate(p, prep.packed, a, s2, gs)
-        else:  # (A e4m3 codes [M, K], TS [M], ...)
-            assert a.shape == (m, k) and s2.shape == (m,) and gscale is None
-            out = _emulate_w4a8(p, prep.packed, a, s2.double())
-        seen["kernel"] = p.kernel_name
-        return (out + b.double()).to(out_dtype)
+    class EmulatedLaunch:
+        """In place of launch.LaunchSpec: the kernel's slots (A; B S Z CS BIAS; GS) run through the emulation."""
 
-    monkeypatch.setattr(api, "_launch", fake_launch)
-    out = api._gemm_quantized_act(x, qw, None, caps)
+        def __init__(self, plan, inputs, packed, kernel, device, out_scale):
+            self.plan, self.inputs, self.packed = plan, inputs, packed
+
+        def launch(self, a, out, weights, gscale):
+            qweight, s2, s3, chan, b = weights
+            packed = self.packed
+            p = dataclasses.replace(self.plan, tiles=dataclasses.replace(self.plan.tiles, stages=2))
+            assert isinstance(p, Tcgen05BlockScaledPlan) and qweight is packed.qweight and chan is None
+            assert s3 is packed.scales  # SB: the weight's tcgen05.cp blocks
+            if p.layout.a_type == "e2m1":  # (A codes [M, K/2], SA [M, K/vec] bytes, ..., GS)
+                assert self.inputs == "e2m1"
+                assert a.shape == (m, k // 2) and s2.dtype == torch.uint8 and s2.shape == (m, k // p.layout.vec)
+                gs = 1.0 if gscale is None else float(gscale)
+                res = _emulate(p, packed, a, s2, gs)
+            else:  # (A e4m3 codes [M, K], TS [M], ...)
+                assert self.inputs == "codes8"
+                assert a.shape == (m, k) and s2.shape == (m,) and gscale is None
+                res = _emulate_w4a8(p, packed, a, s2.double())
+            seen["kernel"] = self.plan.kernel_name
+            out.copy_((res + b.double()).to(out.dtype))
+
+    monkeypatch.setattr(runtime_layer, "compile_plan", lambda plan, caps, run_arch=None: (None, None))
+    monkeypatch.setattr(runtime_layer, "LaunchSpec", EmulatedLaunch)
+    handle = api.prepared(qw, torch.float16, torch.device("cpu"), profile=caps)
+    out = api.gemm_prepared(x, handle)
     assert seen["kernel"].startswith("hm_w4a8_" if scheme == W4A8 else "hm_w4a4_")
+    spec = api._registry[handle].launches[m]
+    assert isinstance(spec, EmulatedLaunch) and spec.plan.kernel_name == seen["kernel"]
     ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
     err = float((out.double() - ref.double()).norm() / ref.double().norm())
     assert out.dtype == torch.float16 and err < 2e-3, err

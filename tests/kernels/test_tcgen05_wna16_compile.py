@@ -16,9 +16,9 @@ from test_wgmma_wna16_compile import DT, _dequant_stage, _scheme, _Smem  # the d
 import humming
 from humming import api
 from humming.capabilities import get_profile, list_profiles
+from humming.core import registry
 from humming.core.compile.compiler import compile_cuda
 from humming.core.compile.nvrtc import select_toolchain
-from humming.core.families.mma_wna16.generator import kernel_source
 from humming.core.families.tcgen05.planner import (
     STATIC_SMEM,
     UNVERIFIED_ENV,
@@ -29,8 +29,10 @@ from humming.core.families.tcgen05.planner import (
 )
 from humming.core.families.wgmma_dequant.layout import prepare_wgmma_wna16, wgmma_wna16_layout
 from humming.core.families.wgmma_dequant.planner import stage_bytes
+from humming.core.problem import Problem
+from humming.core.registry import kernel_source
 from humming.devices import get_backend
-from humming.devices.nvidia import backend as nv
+from humming.devices.nvidia.tcgen05 import tcgen05_idesc
 from humming.errors import CompileError, ShapeError, UnsupportedOnDevice
 
 NVRTC13 = (13, 0)
@@ -74,7 +76,7 @@ def test_compiles_with_exactly_kind_f16(caps, act, bn, group):
     assert len(re.findall(r"\btcgen05\.mma\.", ptx)) >= 4
     for bad in ("wgmma", "mma.sync", "ldmatrix", "block_scale", "kind::f8f6f4", "kind::i8", "tcgen05.cp"):
         assert bad not in ptx, bad
-    idesc = nv.tcgen05_idesc("f16", act, act, "f32", 128, bn)
+    idesc = tcgen05_idesc("f16", act, act, "f32", 128, bn)
     assert f"{idesc:#010x}u" in src and re.search(rf"\b{idesc}\b", ptx)
 
 
@@ -109,8 +111,11 @@ def test_selection_is_opt_in_and_gated(monkeypatch):
         assert p.family == "mma_sync" and p.reasons[-1] == note  # today's kernel, and why not the tcgen05 one
         assert note not in humming.plan("w4a16", 16, 4096, 4096, profile=caps).reasons  # decode: not a candidate
         assert note not in humming.plan("w4a16-zp", 512, 4096, 4096, profile=caps).reasons  # zero points: no
-        row = next(r for r in api.path_table(caps) if r["scheme"] == "w4a16")
-        assert note in row["reason"]
+        assert registry.BY_NAME["tcgen05_wna16"].plan(Problem(humming.schemes.get("w4a16"), 512, 4096, 4096),
+                                                      caps).family == "tcgen05"  # planned, not taken
+        # the table's row at M=512 (its default decode M=16 runs the stream kernel, whose plan has no note)
+        row = next(r for r in api.path_table(caps, m=512) if r["scheme"] == "w4a16")
+        assert row["kernel"] == "mma_wna16" and note in row["reason"]
     for name in ("nvidia-h200", "nvidia-rtx-5090"):
         assert not any("tcgen05" in r for r in humming.plan("w4a16", 512, 4096, 4096, profile=name).reasons)
     monkeypatch.setenv(UNVERIFIED_ENV, "1")
@@ -118,24 +123,29 @@ def test_selection_is_opt_in_and_gated(monkeypatch):
         p = humming.plan("w4a16", 512, 4096, 4096, profile=caps, act="bf16")
         assert isinstance(p, Tcgen05WnA16Plan) and not any("not yet validated" in r for r in p.reasons)
         assert humming.plan("w4a16", 16, 4096, 4096, profile=caps).family == "mma_sync"
+        # (the row names the family that runs prefill; it no longer says "unverified")
         row = next(r for r in api.path_table(caps) if r["scheme"] == "w4a16")
-        assert "the tcgen05 kernel (int4 dequantized into shared memory, unverified)" in row["reason"]
+        assert "M=1024: tcgen05_wna16" in row["reason"] and "not yet validated" not in row["reason"]
 
 
-def test_runtime_handle_is_the_tcgen05_kernel_only_when_opted_in(monkeypatch):
-    """The prefill hook of humming.gemm: without the variable the mma.sync handle stays; with it, a tcgen05 WnA16
-    handle over the wgmma kernel's prepared weights (CPU tensors: preparation and planning only, no launch)."""
+def test_runtime_plan_is_the_tcgen05_kernel_only_when_opted_in(monkeypatch):
+    """The prefill choice of humming.gemm's prepared layer (the registry's, per M): without the variable the
+    mma.sync kernel; with it, the tcgen05 WnA16 kernel over the wgmma kernel's weight layout (CPU tensors:
+    preparation and planning only, no launch)."""
     caps = get_profile("nvidia-b200")
     qw = humming.quantize(torch.randn(256, 512) * 0.05, _scheme(128))
-    x = torch.randn(256, 512, dtype=torch.float16)
+    lay = api._registry[api.prepared(qw, torch.float16, torch.device("cpu"), profile=caps)]
     monkeypatch.delenv(UNVERIFIED_ENV, raising=False)
-    assert api._wna16_wgmma_handle(x, qw, caps, -7) == -7
+    inputs, p = lay.choose(256)
+    assert p.family == "mma_sync" and not isinstance(p, Tcgen05WnA16Plan) and inputs == "x"
     monkeypatch.setenv(UNVERIFIED_ENV, "1")
-    h = api._wna16_wgmma_handle(x, qw, caps, -7)
-    assert h >= 0 and isinstance(api.plan_for(h, 256), Tcgen05WnA16Plan)
-    assert api._registry[h].packed.layout == wgmma_wna16_layout(_scheme(128), 256, 512, "f16")
+    inputs, p = lay.choose(256)
+    assert isinstance(p, Tcgen05WnA16Plan) and inputs == "x"
+    assert registry.select(lay.problem(256), caps).family.name == "tcgen05_wna16"
+    assert p.layout == wgmma_wna16_layout(_scheme(128), 256, 512, "f16")
     zp = humming.quantize(torch.randn(256, 512) * 0.05, "w4a16-zp")
-    assert api._wna16_wgmma_handle(x, zp, caps, -7) == -7  # zero points: the mma.sync kernel
+    zp_layer = api._registry[api.prepared(zp, torch.float16, torch.device("cpu"), profile=caps)]
+    assert zp_layer.plan_for(256).family == "mma_sync"  # zero points: the mma.sync kernel
 
 
 # ----------------------------------------------------------------------------- end-to-end emulation

@@ -14,13 +14,16 @@ from test_wgmma_compile import _ptx_d_fragment, _read_map, _store_map  # the W8A
 import humming
 from humming import api
 from humming.capabilities import list_profiles
-from humming.core.common.layout import W8A8Layout, block_scales_reason, prepare_w8a8
-from humming.core.common.paths import choose_path, runnable_path
+from humming.core.common.layout import block_scales_reason
+from humming.core.common.paths import choose_path
+from humming.core.common.quantized import runs_on_w8a8
 from humming.core.compile.compiler import compile_cuda
 from humming.core.compile.nvrtc import select_toolchain
+from humming.core.families.mma_8bit.layout import W8A8Layout, prepare_w8a8
+from humming.core.families.mma_8bit.planner import plan_w8a8
+from humming.core.families.runnable import runnable_path
 from humming.core.families.wgmma_8bit.layout import WgmmaW8A8Layout, prepare_w8a8_wgmma
 from humming.core.families.wgmma_8bit.planner import plan_w8a8_wgmma
-from humming.core.plan import plan_w8a8
 from humming.devices import get_backend
 from humming.errors import ShapeError, UnsupportedOnDevice
 
@@ -141,7 +144,7 @@ def test_refusals_name_the_constraint():
     with pytest.raises(UnsupportedOnDevice, match="per 128 of K"):
         prepare_w8a8(other, torch.float16, "e4m3")
     caps = _caps("nvidia-l40s")
-    assert not api._runs_on_w8a8(choose_path(caps, other.scheme), other.scheme)
+    assert not runs_on_w8a8(choose_path(caps, other.scheme), other.scheme)
     with pytest.raises(UnsupportedOnDevice, match="not generated yet"):
         humming.plan(other.scheme, 16, 256, 256, profile=caps)
 
@@ -151,11 +154,16 @@ def test_path_table_rows():
     Blackwell (until a tcgen05 block kernel exists) and sm_120 on the 8-bit mma.sync kernel; no fp8, no path."""
     for profile in HOPPER:
         row = next(r for r in api.path_table(_caps(profile)) if r["scheme"] == SCHEME)
-        assert "M >= 64 on the wgmma kernel (wgmma" in row["reason"], row
+        assert row["kernel"] == "mma_8bit" and row["prefill"] == "wgmma_8bit", row
+        assert "M=16: mma_8bit; M=1024: wgmma_8bit" in row["reason"], row
         assert "not generated" not in row["reason"].split("[")[-1], row
+        # the wgmma kernel from M = 64 (wgmma_8bit.MIN_M), the mma.sync one below
+        assert next(r for r in api.path_table(_caps(profile), m=64) if r["scheme"] == SCHEME)["kernel"] == "wgmma_8bit"
+        assert next(r for r in api.path_table(_caps(profile), m=63) if r["scheme"] == SCHEME)["kernel"] == "mma_8bit"
     for profile in ("nvidia-l40s", "nvidia-b200", "nvidia-b300", "nvidia-rtx-5090"):
         row = next(r for r in api.path_table(_caps(profile)) if r["scheme"] == SCHEME)
-        assert row["family"] == "mma_sync" and "[executes on the 8-bit mma_sync kernel]" in row["reason"], row
+        assert row["family"] == "mma_sync" and row["kernel"] == row["prefill"] == "mma_8bit", row
+        assert "[M=16: mma_8bit]" in row["reason"], row
     row = next(r for r in api.path_table(_caps("nvidia-a100")) if r["scheme"] == SCHEME)
     assert row["family"] is None and "e4m3" in row["reason"]
 
@@ -199,7 +207,7 @@ def _mma_cases():
             choice = runnable_path(caps, humming.schemes.get(SCHEME))
         except UnsupportedOnDevice:
             continue
-        if api._runs_on_w8a8(choice, humming.schemes.get(SCHEME)):
+        if runs_on_w8a8(choice, humming.schemes.get(SCHEME)):
             yield pytest.param(caps, choice, id=caps.name)
 
 

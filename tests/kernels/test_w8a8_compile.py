@@ -11,10 +11,12 @@ from test_widen_bit_tricks import linear_word  # the linear widening emulated bi
 import humming
 from humming import api
 from humming.capabilities import list_profiles
-from humming.core.common.layout import W4A8Layout, W8A8Layout, pack_codes_k32, pack_codes_k32_int4, prepare_w4a8
+from humming.core.common.layout import pack_codes_k32, pack_codes_k32_int4
 from humming.core.common.paths import choose_path
+from humming.core.common.quantized import runs_on_w8a8
 from humming.core.compile.nvrtc import select_toolchain
-from humming.core.plan import plan_w8a8
+from humming.core.families.mma_8bit.layout import W4A8Layout, W8A8Layout, prepare_w4a8
+from humming.core.families.mma_8bit.planner import plan_w8a8
 from humming.devices import get_backend
 from humming.errors import UnsupportedOnDevice
 
@@ -26,7 +28,7 @@ for caps in list_profiles(include_abstract=False):
             choice = choose_path(caps, humming.schemes.get(name))
         except UnsupportedOnDevice:
             continue
-        if api._runs_on_w8a8(choice, humming.schemes.get(name)):
+        if runs_on_w8a8(choice, humming.schemes.get(name)):
             CASES.append((caps, name, choice))
 
 
@@ -85,9 +87,9 @@ def test_k32_atom_layout_matches_the_kernel_indexing():
 def test_w8a8_refuses_what_it_does_not_run():
     caps = api.resolve_profile("nvidia-l40s")
     blk = humming.schemes.get("w8a8-fp8-block")
-    assert api._runs_on_w8a8(choose_path(caps, blk), blk)  # 128x128 blocks: test_w8a8_block_compile.py
+    assert runs_on_w8a8(choose_path(caps, blk), blk)  # 128x128 blocks: test_w8a8_block_compile.py
     per_token = humming.schemes.get("w8a8-fp8").with_(block="128x128")  # block weights, per-token activations
-    assert not api._runs_on_w8a8(choose_path(caps, per_token), per_token)
+    assert not runs_on_w8a8(choose_path(caps, per_token), per_token)
     with pytest.raises(humming.ShapeError, match="multiple of 128"):
         plan_w8a8(caps, W8A8Layout("s8", 1024, 1088, "channel"), 1, "f16",
                   choose_path(caps, humming.schemes.get("w8a8-int8")))

@@ -11,13 +11,14 @@ import torch
 import humming
 from humming import api
 from humming.capabilities import list_profiles
-from humming.core.common.paths import runnable_path
+from humming.core import registry
 from humming.core.compile.compiler import compile_cuda
 from humming.core.compile.nvrtc import select_toolchain
 from humming.core.families.wgmma_8bit.layout import WgmmaW8A8Layout, prepare_w8a8_wgmma
 from humming.core.families.wgmma_8bit.planner import WS_KNOB, plan_w8a8_wgmma
+from humming.core.problem import Problem
 from humming.core.tuning import knobs
-from humming.devices.nvidia import backend as nv
+from humming.devices.nvidia import convert, wgmma
 from humming.errors import UnsupportedOnDevice
 
 
@@ -36,6 +37,11 @@ WGMMA_KNOB = "wgmma_8bit.enabled"  # W8A8 / W4A8 from M 64 on the wgmma kernels 
 
 def _caps(name=H200):
     return api.resolve_profile(name)
+
+
+def _wgmma_takes(sch, m: int, n: int, k: int, profile=H200) -> bool:
+    """Whether the wgmma 8-bit family takes the problem, asked as humming.plan asks it (registry.refusal)."""
+    return registry.refusal("wgmma_8bit", Problem(sch, m, n, k, options=NATIVE), _caps(profile)) is None
 
 
 def _need_sm90a():
@@ -126,22 +132,21 @@ def test_profiles_without_wgmma_get_no_wgmma_plan(profile, set_knobs):
 def test_selection_is_opt_in_and_gated(set_knobs):
     caps = _caps()
     sch = humming.schemes.get("w8a8-fp8")
-    choice = runnable_path(caps, sch)
     with knobs.override({WGMMA_KNOB: False}):
-        assert not api._wgmma_eligible(caps, choice, sch, 1024, 1024, 2048)
+        assert not _wgmma_takes(sch, 1024, 1024, 2048)
         assert humming.plan("w8a8-fp8", 1024, 1024, 2048, profile=H200).family == "mma_sync"
     assert knobs.value(WGMMA_KNOB, caps) is True  # on by default
     set_knobs({WGMMA_KNOB: True})
-    assert api._wgmma_eligible(caps, choice, sch, 1024, 1024, 2048)
-    assert not api._wgmma_eligible(caps, choice, sch, 63, 1024, 2048)  # decode-sized M stays on mma.sync
-    assert not api._wgmma_eligible(caps, choice, sch, 1024, 1088, 2048)  # N % 128
-    assert not api._wgmma_eligible(caps, choice, sch, 1024, 1024, 2112)  # K % 128
+    assert _wgmma_takes(sch, 1024, 1024, 2048)
+    assert not _wgmma_takes(sch, 63, 1024, 2048)  # decode-sized M stays on mma.sync
+    assert not _wgmma_takes(sch, 1024, 1088, 2048)  # N % 128
+    assert not _wgmma_takes(sch, 1024, 1024, 2112)  # K % 128
     for scheme in ("w8a8-fp8", "w8a8-int8", "w8a8-fp8-tensor"):
         p = humming.plan(scheme, 1024, 1024, 2048, profile=H200)
         assert p.family == "wgmma", p.explain()
     assert humming.plan("w8a8-fp8", 16, 1024, 2048, profile=H200).family == "mma_sync"
     w4 = humming.schemes.get("w4a8-int8")  # W4A8 runs on the wgmma kernel too (packed int4 widened in smem)
-    assert api._wgmma_eligible(caps, runnable_path(caps, w4), w4, 1024, 1024, 2048)
+    assert _wgmma_takes(w4, 1024, 1024, 2048)
 
 
 def test_plan_refuses_bad_shapes():
@@ -162,11 +167,11 @@ def _c_expr(helper: str, fn: str) -> str:
 
 
 def swz128(r: int, ch: int) -> int:
-    return eval(_c_expr(nv.WGMMA_COMMON, "swz128"), {"r": r, "ch": ch})  # noqa: S307 (our own helper text)
+    return eval(_c_expr(wgmma.WGMMA_COMMON, "swz128"), {"r": r, "ch": ch})  # noqa: S307 (our own helper text)
 
 
 def make_smem_desc(addr: int) -> int:
-    return eval(_c_expr(nv.WGMMA_COMMON, "make_smem_desc"), {"addr": addr})  # noqa: S307
+    return eval(_c_expr(wgmma.WGMMA_COMMON, "make_smem_desc"), {"addr": addr})  # noqa: S307
 
 
 def wgmma_address(desc: int, row: int, kb: int) -> int:
@@ -437,7 +442,7 @@ def test_w4a8_selection_is_opt_in_and_gated(set_knobs):
         assert any("group" in r for r in p.reasons)
         assert humming.plan(scheme, 32, 1024, 2048, profile=H200, options=NATIVE).family == "mma_sync"  # decode M
         sch = humming.schemes.get(scheme)
-        assert not api._wgmma_eligible(_caps(), runnable_path(_caps(), sch), sch, 1024, 1088, 2048)  # N % 128
+        assert not _wgmma_takes(sch, 1024, 1088, 2048)  # N % 128
     p = humming.plan("w4a8-int8", 1024, 1024, 2048, profile=H200, group_size=32, options=NATIVE)
     assert p.family == "wgmma" and p.layout.group == 32
     for profile in ("nvidia-a100", "nvidia-l40s"):
@@ -459,7 +464,7 @@ def test_w4a8_refuses_groups_it_cannot_promote():
 
 # --- the widening helpers, in torch, mirroring the C text of the backend (tables and constants parsed from it)
 def _helper_body(fn: str) -> str:
-    return re.search(fn + r"\(uint32_t w\) \{(.*?)\n\}", nv.WGMMA_W4A8, re.S).group(1)
+    return re.search(fn + r"\(uint32_t w\) \{(.*?)\n\}", convert.WGMMA_W4A8, re.S).group(1)
 
 
 def _prmt_t(a, b, sel: torch.Tensor) -> torch.Tensor:
@@ -493,13 +498,13 @@ def _widen4(w: torch.Tensor, helper: str) -> torch.Tensor:
 
 def _widen_word(w: torch.Tensor, fmt: str, a_type: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(lo, hi) words of the generated widening of word(s) w (the kernel's _W4A8_WIDEN and the backend helpers)."""
-    from humming.core.families.wgmma_8bit.generator import _W4A8_WIDEN
+    from humming.core.families.wgmma_8bit.pieces import _W4A8_WIDEN
 
     lo, hi = _W4A8_WIDEN[(fmt, a_type)]
     if a_type == "s8":
         assert (lo, hi) == ("s8x16_lo(WORD)", "s8x16_hi(WORD)")
-        assert _c_expr(nv.WGMMA_W4A8, "s8x16_lo") == "(w << 4) & 0xF0F0F0F0"
-        assert _c_expr(nv.WGMMA_W4A8, "s8x16_hi") == "w & 0xF0F0F0F0"
+        assert _c_expr(convert.WGMMA_W4A8, "s8x16_lo") == "(w << 4) & 0xF0F0F0F0"
+        assert _c_expr(convert.WGMMA_W4A8, "s8x16_hi") == "w & 0xF0F0F0F0"
         return (w << 4) & 0xF0F0F0F0, w & 0xF0F0F0F0
     helper = lo.split("(")[0]
     assert lo == f"{helper}(WORD)" and hi == f"{helper}(WORD >> 16)"
@@ -695,7 +700,7 @@ def test_w4a8_s8_partials_convert_exactly():
     bounds them; the kernel uses it for s8 only (e4m3 partials are fp32 already)."""
     import struct
 
-    body = re.search(r"small_s32_to_f32\(int v\) \{ return (.*?); \}", nv.WGMMA_W4A8).group(1)
+    body = re.search(r"small_s32_to_f32\(int v\) \{ return (.*?); \}", convert.WGMMA_W4A8).group(1)
     assert body == "u32_as_f32(0x4B400000u + (uint32_t)v) - 12582912.0f"
     bound = 128 * 128 * 128  # |a| <= 128, |16 * code| <= 128, 128 k per promotion at most
     assert bound < 2**22

@@ -16,6 +16,7 @@ from test_wgmma_compile import _read_map, _store_map, make_smem_desc, swz128, wg
 import humming
 from humming import api
 from humming.capabilities import list_profiles
+from humming.core import registry
 from humming.core.compile.compiler import compile_cuda
 from humming.core.compile.nvrtc import select_toolchain
 from humming.core.families.wgmma_dequant.layout import (
@@ -25,8 +26,10 @@ from humming.core.families.wgmma_dequant.layout import (
     wgmma_wna16_layout,
 )
 from humming.core.families.wgmma_dequant.planner import PATH, plan_wna16_wgmma, scale_rows, stage_bytes
+from humming.core.problem import Problem
 from humming.core.tuning import knobs
-from humming.devices.nvidia import backend as nv
+from humming.devices.nvidia.common import COMMON
+from humming.devices.nvidia.mma_sync import _decode_helper
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 
@@ -45,6 +48,11 @@ DT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 def _caps(name=H200):
     return api.resolve_profile(name)
+
+
+def _wgmma_takes(sch, m: int, n: int, k: int, act: str, profile=H200) -> bool:
+    """Whether the wgmma WnA16 family takes the problem, asked as humming.plan asks it (registry.refusal)."""
+    return registry.refusal("wgmma_dequant", Problem(sch, m, n, k, act), _caps(profile)) is None
 
 
 def _need_sm90a():
@@ -134,15 +142,15 @@ def test_selection_is_opt_in_and_gated(set_knobs):
     caps = _caps()
     sch = humming.schemes.get("w4a16")
     with knobs.override({WNA16_KNOB: False}):
-        assert not api._wgmma_wna16_eligible(caps, sch, 1024, 1024, 2048, "f16")
+        assert not _wgmma_takes(sch, 1024, 1024, 2048, "f16")
         assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).family == "mma_sync"
     assert knobs.value(WNA16_KNOB, caps) is True  # on by default
     set_knobs({WNA16_KNOB: True})
-    assert api._wgmma_wna16_eligible(caps, sch, 1024, 1024, 2048, "f16")
-    assert api._wgmma_wna16_eligible(caps, sch, 128, 1024, 2048, "bf16")
-    assert not api._wgmma_wna16_eligible(caps, sch, 127, 1024, 2048, "f16")  # below one 128-row tile
-    assert not api._wgmma_wna16_eligible(caps, sch, 1024, 1088, 2048, "f16")  # N % 128
-    assert not api._wgmma_wna16_eligible(caps, sch, 1024, 1024, 2080, "f16")  # K % 64
+    assert _wgmma_takes(sch, 1024, 1024, 2048, "f16")
+    assert _wgmma_takes(sch, 128, 1024, 2048, "bf16")
+    assert not _wgmma_takes(sch, 127, 1024, 2048, "f16")  # below one 128-row tile
+    assert not _wgmma_takes(sch, 1024, 1088, 2048, "f16")  # N % 128
+    assert not _wgmma_takes(sch, 1024, 1024, 2080, "f16")  # K % 64
     for act in ("f16", "bf16"):
         for group in (128, 32, 64, 256, None):
             p = humming.plan(_scheme(group), 1024, 1024, 2048, profile=H200, act=act)
@@ -222,10 +230,10 @@ def _swz(r: int, ch: int) -> int:
 def _dq_raw_model(decode):
     """dq_raw as the backend spells it: lop3 (a & mask) | magic on the word shifted by J * 4 (parsed from the
     helper text, so a change of the spelling changes the model)."""
-    helper = nv._decode_helper(decode)
+    helper = _decode_helper(decode)
     m = re.search(r"lop3_and_or\(w >> \(J \* (\d+)\), 0x([0-9A-F]+)u, 0x([0-9A-F]+)u\)", helper)
     assert m, helper
-    assert "lop3.b32 %0, %1, %2, %3, 0xEA" in nv.COMMON  # 0xEA: (a & b) | c
+    assert "lop3.b32 %0, %1, %2, %3, 0xEA" in COMMON  # 0xEA: (a & b) | c
     step, mask, magic = int(m.group(1)), int(m.group(2), 16), int(m.group(3), 16)
 
     def dq(words: torch.Tensor, j: int) -> torch.Tensor:  # int64 words -> int64 32-bit results

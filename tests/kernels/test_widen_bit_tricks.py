@@ -7,10 +7,12 @@ import re
 
 import torch
 
+from humming.capabilities import get_profile
 from humming.core.common.layout import LINEAR_LABELS, LINEAR_SCALE, e4m3_linear_label
-from humming.core.families.register_a8 import generator as generator_wgmma_rs8
 from humming.core.families.register_a8.layout import e4m3_label
-from humming.devices.nvidia.backend import RS8_WIDEN_LINEAR_T, RS8_WIDEN_T, RS8_WIDEN_TABLES
+from humming.core.families.register_a8.narrow import luts
+from humming.devices import get_backend
+from humming.devices.nvidia.convert import RS8_WIDEN_LINEAR_T, RS8_WIDEN_T, RS8_WIDEN_TABLES
 
 
 def prmt(a: int, b: int, sel: int) -> int:
@@ -41,7 +43,7 @@ def _tables() -> tuple[int, int, int, int]:
     """The four lookup words the kernels keep in registers (la0 la1 | lb0 lb1): the backend's RS8_WIDEN_TABLES, and the
     same words in the narrow form's source (computed from ktiles)."""
     words = tuple(w for w, _ in RS8_WIDEN_TABLES)
-    text = generator_wgmma_rs8._luts()
+    text = luts(get_backend(get_profile("nvidia-h200")))  # the narrow form's tables, from the NVIDIA backend's data
     la = re.search(r"la0 = 0x([0-9A-F]+)u \+ keep, la1 = 0x([0-9A-F]+)u", text)
     lb = re.search(r"lb0 = 0x([0-9A-F]+)u \+ keep, lb1 = 0x([0-9A-F]+)u", text)
     assert tuple(int(h, 16) for h in (*la.groups(), *lb.groups())) == words

@@ -1,4 +1,4 @@
-"""Widened 8-bit activations on the weight-only kernels (humming.core.common.act_widen): which schemes and M take the path,
+"""Widened 8-bit activations on the weight-only kernels (humming.core.routes.widened_ranges): which schemes and M take the path,
 what the plans say, and that every row-scaled WnA16 kernel (stream, tile, register-A small and prefill forms)
 compiles with NVRTC and reads one scale per token row."""
 from dataclasses import replace
@@ -8,9 +8,9 @@ import torch
 
 import humming
 from humming import api
-from humming.core.common import act_widen as widen
-from humming.core.common.layout import layout_for
-from humming.core.families.mma_wna16.generator import row_scale_refusal
+from humming.core.families.mma_wna16.layout import layout_for
+from humming.core.plan import row_scale_refusal
+from humming.core.routes import widened_ranges as widen
 from humming.core.tuning import knobs
 
 N, K = 8192, 8192

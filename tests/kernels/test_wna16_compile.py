@@ -110,8 +110,9 @@ def test_stream_variants_compile(scheme, m, x_ring, fold):
     """The tuner's stream options compile without spills: x_ring=1 (activations and per-atom tables loaded one
     atom ahead, with the weights) and fold=1 (raw codes into the MMA, zero point and scale applied per atom in
     fp32; integer codes with per-atom groups only, refused with the reason otherwise)."""
-    from humming.core.plan import TileConfig, plan_wna16
-    from humming.core.tuning.entries import candidates
+    from humming.core.families.mma_wna16.candidates import candidates
+    from humming.core.families.mma_wna16.planner import plan_wna16
+    from humming.core.plan import TileConfig
     from humming.errors import ShapeError
 
     caps = api.resolve_profile("nvidia-h200")
@@ -156,7 +157,8 @@ def test_fold_refused_for_one_bit_codes_in_f16():
     """1-bit codes in f16 carry the magic offset 1024 over 2 levels: fold's fp32 sums lost too much on the H200
     (1.2e-3 relative error, scripts/fold_precision.py), so the default keeps the plain decode there and a forced
     fold is refused with the reason; 2-bit codes in f16 and 1-bit codes in bf16 (magic 128) keep fold."""
-    from humming.core.plan import TileConfig, plan_wna16
+    from humming.core.families.mma_wna16.planner import plan_wna16
+    from humming.core.plan import TileConfig
     from humming.errors import ShapeError
 
     caps = api.resolve_profile("nvidia-a100")
@@ -172,7 +174,8 @@ def test_fold_refused_for_one_bit_codes_in_f16():
 
 
 def test_fold_tt_outer_needs_the_activation_ring():
-    from humming.core.plan import TileConfig, plan_wna16
+    from humming.core.families.mma_wna16.planner import plan_wna16
+    from humming.core.plan import TileConfig
     from humming.errors import ShapeError
 
     caps = api.resolve_profile("nvidia-h200")
@@ -190,7 +193,8 @@ def test_stream_x_smem_compiles(scheme, m, fold):
     its shared memory and says so, the main loop reads no activations or tables from global memory, and the kernel
     compiles for the H200 (with PDL: tables before the wait, activations after it) and an Ampere profile, without
     spills for int4 codes."""
-    from humming.core.plan import TileConfig, plan_wna16, with_pdl
+    from humming.core.families.mma_wna16.planner import plan_wna16
+    from humming.core.plan import TileConfig, with_pdl
 
     for name in ("nvidia-h200", "nvidia-a100"):
         caps = api.resolve_profile(name)
@@ -221,8 +225,9 @@ def test_stream_x_smem_compiles(scheme, m, fold):
 def test_stream_x_smem_refusals():
     """x_smem refuses what it cannot stage, with the reason: groups under 64 (a table row per k16 step), more than
     X_SMEM_MAX_COPIES copies per thread, and x_ring or bulk at the same time; fold=2 accepts it as its activations."""
-    from humming.core.families.mma_wna16.stream import X_SMEM_MAX_COPIES
-    from humming.core.plan import TileConfig, plan_wna16
+    from humming.core.families.mma_wna16.planner import plan_wna16
+    from humming.core.families.mma_wna16.sizing import X_SMEM_MAX_COPIES
+    from humming.core.plan import TileConfig
     from humming.errors import ShapeError
 
     caps = api.resolve_profile("nvidia-h200")
@@ -246,7 +251,8 @@ def test_stream_x_smem_kernels_differ_by_staged_extent():
     """The x_smem kernel compiles its reserved token rows (1 for M=1, else the token tile) and a split's K range into
     its staging: plans that differ there must not share a kernel name (the runtime caches compiled kernels by name),
     while every M of one bucket (2-8) shares one kernel, as the plain stream kernel does."""
-    from humming.core.plan import TileConfig, plan_wna16
+    from humming.core.families.mma_wna16.planner import plan_wna16
+    from humming.core.plan import TileConfig
 
     caps = api.resolve_profile("nvidia-h200")
     base = api.plan("w4a16", 1, 1024, 4096, profile=caps)
