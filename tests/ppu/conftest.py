@@ -76,7 +76,7 @@ class BoundBackend:
 
 def ppu_source(plan, caps) -> str:
     """The generated kernel of ``plan`` with the profile passed to the PPU backend."""
-    from humming.core.families.mma_wna16.generator import kernel_source
+    from humming.core.registry import kernel_source
     from humming.devices import get_backend
 
     return kernel_source(plan, BoundBackend(get_backend(caps), caps))

@@ -5,7 +5,7 @@ import pytest
 
 import humming.device as device
 from humming.capabilities import DetectedDevice, match_device
-from humming.devices import get_backend
+from humming.devices import current, get_backend
 from humming.devices.thead_ppu import detect as ppu
 from humming.devices.thead_ppu.backend import PPUBackend
 from humming.errors import UnsupportedOnDevice
@@ -63,8 +63,18 @@ def test_m890_is_recognised_but_cannot_be_compiled_for():
 
 
 def test_current_profile_on_a_synthetic_ppu_host(monkeypatch):
-    monkeypatch.setattr(device, "detect_devices",
-                        lambda refresh=False: (DetectedDevice("thead", "PPU-ZW810E", (8, 0), 20, 0, "test"),))
-    caps = device.current_profile()
-    assert caps.name == "thead-zhenwu-810e" and caps.limits.sms == 20  # the driver's SM count is used
-    assert "thead-zhenwu-810e" in str(device.info())
+    """The detection lives in humming.devices.current (humming.device re-exports it): both see the synthetic host;
+    the live target it implies (current.live_arch, cached) is not kept for later tests."""
+    def synthetic(refresh=False):
+        return (DetectedDevice("thead", "PPU-ZW810E", (8, 0), 20, 0, "test"),)
+
+    monkeypatch.setattr(current, "detect_devices", synthetic)
+    monkeypatch.setattr(device, "detect_devices", synthetic)
+    current.live_arch.cache_clear()
+    try:
+        caps = device.current_profile()
+        assert caps.name == "thead-zhenwu-810e" and caps.limits.sms == 20  # the driver's SM count is used
+        info = device.info()
+        assert "thead-zhenwu-810e" in str(info) and info.device.name == "PPU-ZW810E" and info.paths
+    finally:
+        current.live_arch.cache_clear()

@@ -7,7 +7,7 @@ import pytest
 from humming import api, schemes
 from humming.capabilities import get_profile
 from humming.capabilities.vocabulary import TYPE_CLASSES
-from humming.core.plan import choose_mma
+from humming.core.common.paths import choose_mma
 from humming.errors import UnsupportedOnDevice
 
 PPU = "thead-zhenwu-810e"
@@ -82,10 +82,10 @@ def test_path_table_refuses_quantized_activation_schemes_with_reasons(caps):
     for name, act in REFUSED_PRESETS:
         row = rows[name]
         if name in UPCONVERTED:  # not an fp8/fp4 tensor-core path: exact upconversion to bf16 mma.sync
-            assert row["path"] == "upconvert" and "bf16" in row["instruction"], row
+            assert row["route"] == "upconvert" and "bf16" in row["instruction"], row
             continue
         if name in WIDENED:
-            assert row["path"] == "widened" and act in row["reason"], row
+            assert row["route"] == "widened" and act in row["reason"], row
             continue
         assert row["family"] is None and row["instruction"] is None, row
         assert act in row["reason"], row  # the reason names the activation format

@@ -11,10 +11,10 @@ from humming import api
 from humming.capabilities import get_profile
 from humming.core.compile.compiler import compile_cuda
 from humming.core.compile.nvrtc import select_toolchain
-from humming.core.families.mma_wna16.generator import kernel_source
+from humming.core.registry import kernel_source
 from humming.devices import get_backend
 from humming.devices.base import HelperRequest
-from humming.devices.nvidia.backend import COMMON
+from humming.devices.nvidia.common import COMMON
 from humming.devices.thead_ppu.extensions import (
     GUARD,
     bridge_binding,
