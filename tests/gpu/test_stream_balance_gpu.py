@@ -8,7 +8,8 @@ import torch
 
 import humming
 from humming import api
-from humming.core.plan import TileConfig, plan_wna16
+from humming.core.families.mma_wna16.planner import plan_wna16
+from humming.core.plan import TileConfig
 from humming.errors import ShapeError
 
 from .conftest import forced_repeats_and_replay, run_forced_plans, stream_plan
@@ -52,7 +53,7 @@ def test_stream_balance_refusals():
     with pytest.raises(ShapeError, match="between 1 and the 4 slabs"):
         _plan(prep, base, 1, 4, 3, 1, 0, 1, 5, False)
     with pytest.raises(ShapeError, match="split-K"):
-        plan_wna16(prep.caps, prep.packed.layout, 1, base.act, scheme=base.scheme, path="stream", splits=2,
+        plan_wna16(prep.caps, base.layout, 1, base.act, scheme=base.scheme, path="stream", splits=2,
                    tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=1, balance=2))
 
 

@@ -7,7 +7,9 @@ import torch
 
 import humming
 from humming import api
-from humming.core.plan import TileConfig, plan_wna16
+from humming.core.families.mma_wna16.planner import plan_wna16
+from humming.core.plan import TileConfig
+from humming.devices.current import runs_here
 from humming.errors import ShapeError
 
 from .conftest import graph_replay_error, rel_error, run_forced_plans
@@ -23,7 +25,7 @@ def _require_bulk():
     caps = api.resolve_profile(None)
     if not (caps.memory.tma and caps.memory.mbarrier):
         pytest.skip(f"{caps.name} declares no tma/mbarrier (the bulk-copy stream kernel needs sm_90 or later)")
-    if not api._wgmma_runs_here(caps):
+    if not runs_here(caps):
         pytest.skip(f"the live GPU is not {caps.name}'s own target")
     return caps
 
@@ -32,7 +34,7 @@ def _run(qw, dtype, ms, configs):
     def plans(prep, base, m):
         for wk, slots, fold, splits in configs:
             try:
-                p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream",
+                p = plan_wna16(prep.caps, base.layout, m, base.act, scheme=base.scheme, path="stream",
                                splits=splits, tiles=TileConfig(base.tiles.bm, 64, 64 * wk, slots, 1, 1, wk, 0, fold, 1))
             except ShapeError:  # fold with groups of 32 or float codes, or a split that does not divide the atoms
                 continue
@@ -60,12 +62,13 @@ def test_stream_bulk_wide_layer_and_graph():
     handle = api.prepared(qw, torch.float16, torch.device("cuda", torch.cuda.current_device()))
     prep = api._registry[handle]
     base = api.plan_for(handle, 5)
-    prep.plans[5] = plan_wna16(prep.caps, prep.packed.layout, 5, base.act, scheme=base.scheme, path="stream", splits=2,
+    prep.plans[5] = plan_wna16(prep.caps, base.layout, 5, base.act, scheme=base.scheme, path="stream", splits=2,
                                tiles=TileConfig(base.tiles.bm, 64, 256, 4, 1, 1, 4, 0, 1, 1))
     prep.launches.pop(5, None)
     x = torch.randn(5, 2048, device="cuda", dtype=torch.float16)
     eager = api.gemm_prepared(x, handle).clone()
     torch.cuda.synchronize()
+    assert prep.launches[5].plan is prep.plans[5]  # the forced bulk kernel is what ran
     err = graph_replay_error(lambda xs: api.gemm_prepared(xs, handle), x,
                              lambda fresh: humming.reference_gemm(fresh, qw, out_dtype=torch.float32))
     assert err <= TOL[torch.float16]

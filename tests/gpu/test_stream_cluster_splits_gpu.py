@@ -10,6 +10,7 @@ import torch
 import humming
 from humming import api
 from humming.core.plan import CLUSTER_SPLITS_KNOB, launch_options, with_pdl
+from humming.devices.current import runs_here
 from humming.errors import ShapeError
 
 from .conftest import forced_repeats_and_replay, rel_error, run_forced_plans, stream_plan
@@ -105,19 +106,26 @@ def test_small_register_a_cluster_splits(name, group, dtype):
     """Against the reference, and the same bits as the workspace path (both add the splits in order)."""
     from humming.core.families.register_a.planner import plan_wna16_wgmma_rs
 
-    from .test_wgmma_rs_gpu import _biased_layer, _require_wgmma
-
-    _require_wgmma(dtype)
+    act = "f16" if dtype == torch.float16 else "bf16"
+    caps = api.resolve_profile(None)
+    if not caps.find_mma(family="wgmma", a_type=act):
+        pytest.skip(f"{caps.name} declares no wgmma {act} (the register-A wgmma kernel needs an sm_90a device)")
+    if not runs_here(caps):
+        pytest.skip(f"the live GPU is not {caps.name}'s own target")
     _require_clusters()
-    k = 4096
-    qw, bias = _biased_layer(name, group, dtype, k=k)
+    n, k = 1024, 4096
+    sch = humming.schemes.get(name)
+    sch = sch.with_(granularity="channel", group_size=None) if group is None else sch.with_(group_size=group)
+    torch.manual_seed(n + (group or 1) + len(name))
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, sch, bias=bias)
     handle = api.prepared(qw, dtype, torch.device("cuda", torch.cuda.current_device()))
     prep = api._registry[handle]
-    act = "f16" if dtype == torch.float16 else "bf16"
+    layout = prep.plan_for(1).layout  # the layer's one WnA16 layout: the stream and register-A kernels read it
     for m, bt, splits, stages, fold, tma in RS_CASES:
         if fold and (group is None or name.endswith("zp")):
             fold = 0
-        base = with_pdl(prep.caps, plan_wna16_wgmma_rs(prep.caps, prep.packed.layout, m, act, scheme="w4a16", tma=tma,
+        base = with_pdl(prep.caps, plan_wna16_wgmma_rs(prep.caps, layout, m, act, scheme="w4a16", tma=tma,
                                                        small=True, bt=bt, splits=splits, stages=stages, fold=fold))
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
@@ -127,7 +135,7 @@ def test_small_register_a_cluster_splits(name, group, dtype):
             prep.plans[m], _ = p, prep.launches.pop(m, None)
             out = humming.gemm(x, qw)
             torch.cuda.synchronize()
-            assert prep.launches[m].cluster == cluster
+            assert prep.launches[m].plan is p and prep.launches[m].cluster == cluster
             assert not torch.isnan(out).any(), ("output not fully written", p.kernel_name)
             assert rel_error(out, ref) <= TOL[dtype], (m, p.explain())
             outs.append(out)

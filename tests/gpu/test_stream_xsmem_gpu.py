@@ -7,7 +7,8 @@ import torch
 
 import humming
 from humming import api
-from humming.core.plan import TileConfig, plan_wna16, with_pdl
+from humming.core.families.mma_wna16.planner import plan_wna16
+from humming.core.plan import TileConfig, with_pdl
 from humming.errors import ShapeError
 
 from .conftest import graph_replay_error, run_forced_plans
@@ -21,7 +22,7 @@ CONFIGS = [(4, 3, 1, 1, False), (4, 3, 2, 2, True), (8, 4, 0, 1, True), (2, 2, 1
 
 
 def _plan(prep, base, m, wk, stages, fold, splits, pdl):
-    p = plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream", splits=splits,
+    p = plan_wna16(prep.caps, base.layout, m, base.act, scheme=base.scheme, path="stream", splits=splits,
                    tiles=TileConfig(base.tiles.bm, 64, 64 * wk, stages, 1, 1, wk, 0, fold, x_smem=1))
     return with_pdl(prep.caps, p) if pdl else p
 
@@ -67,6 +68,7 @@ def test_stream_x_smem_wide_layer_and_graph():
     x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
     api.gemm_prepared(x, handle)  # compiled and launched once before the capture
     torch.cuda.synchronize()
+    assert prep.launches[1].plan is prep.plans[1]  # the forced x_smem kernel is what ran
     err = graph_replay_error(lambda xs: api.gemm_prepared(xs, handle), x,
                              lambda fresh: humming.reference_gemm(fresh, qw, out_dtype=torch.float32))
     assert err <= TOL[torch.float16]

@@ -1,16 +1,16 @@
 """GEMMs on two CUDA streams at once (GPU): the split kernels' partials and tile counters are per stream
-(api._workspaces), so kernels of two streams that overlap neither mix their partials nor miscount their tiles. The
-stream-K form's finishing block waits on its tile's counter: with a shared workspace a count summed by two launches
-could hang it; this test would then not finish."""
+(humming.core.runtime.launch.workspaces), so kernels of two streams that overlap neither mix their partials nor
+miscount their tiles. The stream-K form's finishing block waits on its tile's counter: with a shared workspace a count
+summed by two launches could hang it; this test would then not finish."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import humming
-from humming import api
+from humming.core.runtime import launch
 
-from .conftest import rel_error
+from .conftest import ran_plan, rel_error
 
 pytestmark = pytest.mark.gpu
 
@@ -28,6 +28,7 @@ def test_two_streams_at_once(m):
             for j, q in enumerate((qa, qb))}
     humming.gemm(xs[0], qa), humming.gemm(xs[0], qb)  # compiled and planned before the streams race
     torch.cuda.synchronize()
+    assert ran_plan(qa, m).kernel_name == plan.kernel_name  # the split kernel is what runs
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     outs = []
     for r in range(12):  # both streams queue launches without waiting for each other; the same weight on both too
@@ -38,4 +39,4 @@ def test_two_streams_at_once(m):
     torch.cuda.synchronize()
     for key, out in outs:
         assert rel_error(out, refs[key]) <= 1e-3, (key, plan.kernel_name)
-    assert {k[1] for k in api._workspaces} >= {s.cuda_stream for s in streams}  # one workspace per stream
+    assert {k[1] for k in launch.workspaces} >= {s.cuda_stream for s in streams}  # one workspace per stream

@@ -9,17 +9,19 @@ import torch
 
 import humming
 from humming import api
-from humming.core.families.tcgen05.planner import UNVERIFIED_ENV, tcgen05_form
+from humming.core import registry
+from humming.core.families.tcgen05.planner import UNVERIFIED_ENV, Tcgen05WnA16Plan, tcgen05_form
+from humming.core.problem import Problem
 
-from .conftest import biased_weight, rel_error
+from .conftest import biased_weight, ran_plan, rel_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
 SHAPES = [(512, 2048), (1024, 4096)]
 MS = (1, 100, 256, 1000)
-# scheme -> the prepared-weight key of the tcgen05 kernel that runs it
-KERNELS = {"w8a8-fp8": "w8a8-tcgen05", "w8a8-fp8-tensor": "w8a8-tcgen05", "w8a8-int8": "w8a8-tcgen05",
-           "w4a8-mxfp4": "w8a8-tcgen05", "w4a4-nvfp4": "blockscaled-tcgen05", "w4a4-mxfp4": "blockscaled-tcgen05"}
+# scheme -> the tcgen05 family (humming.core.registry) that runs it
+KERNELS = {"w8a8-fp8": "tcgen05_w8a8", "w8a8-fp8-tensor": "tcgen05_w8a8", "w8a8-int8": "tcgen05_w8a8",
+           "w4a8-mxfp4": "tcgen05_w4a8", "w4a4-nvfp4": "tcgen05_blockscaled", "w4a4-mxfp4": "tcgen05_blockscaled"}
 
 
 def _require_tcgen05():
@@ -31,26 +33,28 @@ def _require_tcgen05():
 
 @pytest.fixture
 def unverified(monkeypatch):
-    monkeypatch.setenv(UNVERIFIED_ENV, "1")
-    monkeypatch.setattr(api, "_choices", {})  # paths planned before the variable was set
+    monkeypatch.setenv(UNVERIFIED_ENV, "1")  # (read on every selection: nothing planned before is kept)
 
 
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("scheme", sorted(KERNELS))
-def test_tcgen05_kernel(scheme, dtype, n, k, unverified):
+def test_tcgen05_kernel(scheme, dtype, n, k, unverified, native_8bit):
     caps = _require_tcgen05()
     if scheme == "w8a8-int8" and tcgen05_form(caps, "s8") is None:
         pytest.skip(f"{caps.name}: no tcgen05 kind::i8 (INT8 runs the legacy mma.sync path)")
     qw = biased_weight(scheme, n, k, dtype, n + k + len(scheme))
+    act = "bf16" if dtype == torch.bfloat16 else "f16"
     for m in MS:
-        p = humming.plan(scheme, m, n, k, profile=caps, act="bf16" if dtype == torch.bfloat16 else "f16")
+        p = humming.plan(scheme, m, n, k, profile=caps, act=act)
         assert p.family == "tcgen05", p.explain()
+        sel = registry.select(Problem(humming.schemes.get(scheme), m, n, k, act, native_8bit), caps)
+        assert sel.family.name == KERNELS[scheme], sel.explain()
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
-        keys = [key[0] for key in qw.__dict__.get("_humming_prepared", {})]
-        assert KERNELS[scheme] in keys, f"the tcgen05 kernel did not run ({keys})"
+        ran = ran_plan(qw, m, dtype)
+        assert ran.family == "tcgen05" and ran.kernel_name == p.kernel_name, f"the tcgen05 kernel did not run: {ran}"
         assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
         ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
         err = rel_error(out, ref)
@@ -70,8 +74,8 @@ def test_tcgen05_wna16(group, dtype, unverified):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
-        handles = [v for key, v in qw.__dict__["_humming_prepared"].items() if key[0] == "wna16-tcgen05"]
-        assert handles and handles[0] >= 0, "the tcgen05 WnA16 kernel did not run"
+        ran = ran_plan(qw, m, dtype)
+        assert isinstance(ran, Tcgen05WnA16Plan), f"the tcgen05 WnA16 kernel did not run: {ran.kernel_name}"
         assert not torch.isnan(out).any()
         ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
         err = rel_error(out, ref)

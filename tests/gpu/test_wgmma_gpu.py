@@ -7,9 +7,10 @@ import torch
 
 import humming
 from humming import api
+from humming.core.registry import family_of
 from humming.core.tuning import knobs
 
-from .conftest import biased_weight, fresh_gemm, rel_error
+from .conftest import biased_weight, fresh_gemm, layers_of, ran_plan, rel_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 WGMMA_KNOB = "wgmma_8bit.enabled"  # W8A8 / W4A8 from M 64 on the wgmma kernels (false: mma.sync)
@@ -26,22 +27,28 @@ def _require_wgmma():
     return caps
 
 
-def _wgmma_plan(qw, dtype, caps, m):
-    handle = qw.__dict__["_humming_prepared"][("w8a8-wgmma", dtype, torch.device("cuda", torch.cuda.current_device()),
-                                               caps.name)]
-    return api._registry[handle].launches[m].plan
+def _wgmma_plan(qw, dtype, m):
+    """The plan that ran M on ``qw`` (``dtype`` activations), checked to be the wgmma 8-bit family's."""
+    p = ran_plan(qw, m, dtype)
+    assert family_of(p).name == "wgmma_8bit", p.explain()
+    return p
+
+
+def _ran_family(qw, m: int, dtype=None) -> str:
+    """The kernel family whose plan ran M on ``qw``."""
+    return family_of(ran_plan(qw, m, dtype)).name
 
 
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_wgmma_w8a8(scheme, dtype, n, k, set_knobs):
-    caps = _require_wgmma()
+    _require_wgmma()
     set_knobs({WGMMA_KNOB: True})
     qw = biased_weight(scheme, n, k, dtype, n + k + len(scheme))
     for m in MS:
         x, out = fresh_gemm(qw, m, k, dtype)
-        p = _wgmma_plan(qw, dtype, caps, m)
+        p = _wgmma_plan(qw, dtype, m)
         assert p.family == "wgmma" and p.kernel_name.startswith("hm_w8a8_wgmma_"), p.explain()
         assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
         ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
@@ -56,12 +63,14 @@ def test_wgmma_matches_mma_sync_kernel(scheme, set_knobs):
     _require_wgmma()
     n, k, m = 1024, 2048, 256
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(scheme))
+    qw_legacy = qw.with_scheme(qw.scheme)  # the same tensors as a second weight: a layer keeps what ran each M
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     with knobs.override({WGMMA_KNOB: False}):
-        legacy = humming.gemm(x, qw)
+        legacy = humming.gemm(x, qw_legacy)
     set_knobs({WGMMA_KNOB: True})
     new = humming.gemm(x, qw)
     torch.cuda.synchronize()
+    assert _ran_family(qw_legacy, m) == "mma_8bit" and _ran_family(qw, m) == "wgmma_8bit"
     assert not torch.isnan(new).any()
     assert rel_error(new, legacy) <= 2e-3
 
@@ -75,21 +84,21 @@ def test_small_m_stays_on_mma_sync(set_knobs):
     out = humming.gemm(x, qw)
     torch.cuda.synchronize()
     assert not torch.isnan(out).any()
-    assert not any(key[0] == "w8a8-wgmma" for key in qw.__dict__["_humming_prepared"])
+    assert _ran_family(qw, 16) == "mma_8bit"
 
 
 def test_wgmma_fp8_fast_accumulation(set_knobs):
     """GemmOptions(fast_accum=True): e4m3 partial sums stay in the tensor core's accumulator (BN may be 256);
     the error is the hardware's, so this only checks it stays small at K=2048."""
-    caps = _require_wgmma()
+    _require_wgmma()
     set_knobs({WGMMA_KNOB: True})
     n, k, m = 1024, 2048, 1024
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get("w8a8-fp8"))
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     out = humming.gemm(x, qw, options=humming.GemmOptions(fast_accum=True, act_widen=False))
     torch.cuda.synchronize()
-    key = ("w8a8-wgmma", x.dtype, x.device, caps.name, "fast_accum")
-    p = api._registry[qw.__dict__["_humming_prepared"][key]].launches[m].plan
+    assert all(lay.options.fast_accum for lay in layers_of(qw, x.dtype))  # prepared for these options
+    p = _wgmma_plan(qw, x.dtype, m)
     assert p.family == "wgmma" and p.layout.fast_accum
     assert not torch.isnan(out).any()
     err = rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32))
@@ -123,12 +132,12 @@ def _shared_memory_w4a8_kernels(set_knobs):
 def test_wgmma_w4a8(scheme, dtype, n, k, set_knobs):
     """Packed int4 / e2m1 weights widened in shared memory (int4 -> 16 x s8, int4 -> e4m3, e2m1 -> e4m3), group
     scales on fp32 partials, per-token activation scales and bias in the epilogue."""
-    caps = _require_wgmma()
+    _require_wgmma()
     set_knobs({WGMMA_KNOB: True})
     qw = biased_weight(_w4a8_scheme(scheme), n, k, dtype, n + k + len(scheme))
     for m in W4A8_MS:
         x, out = fresh_gemm(qw, m, k, dtype)
-        p = _wgmma_plan(qw, dtype, caps, m)
+        p = _wgmma_plan(qw, dtype, m)
         assert p.family == "wgmma" and p.kernel_name.startswith("hm_w4a8_wgmma_"), p.explain()
         assert p.layout.group == qw.scheme.weight_scale.group_size
         assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
@@ -144,13 +153,14 @@ def test_wgmma_w4a8_matches_mma_sync_kernel(scheme, set_knobs):
     _require_wgmma()
     n, k, m = 1024, 2048, 256
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _w4a8_scheme(scheme))
+    qw_legacy = qw.with_scheme(qw.scheme)  # the same tensors as a second weight: a layer keeps what ran each M
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     with knobs.override({WGMMA_KNOB: False}):
-        legacy = humming.gemm(x, qw)
+        legacy = humming.gemm(x, qw_legacy)
     set_knobs({WGMMA_KNOB: True})
     new = humming.gemm(x, qw)
     torch.cuda.synchronize()
-    assert any(key[0] == "w8a8-wgmma" for key in qw.__dict__["_humming_prepared"])
+    assert _ran_family(qw_legacy, m) == "mma_8bit" and _ran_family(qw, m) == "wgmma_8bit"
     assert not torch.isnan(new).any()
     assert rel_error(new, legacy) <= (1e-3 if "int8" in scheme else 2e-3)
 
@@ -162,7 +172,7 @@ def test_w4a8_small_m_stays_on_mma_sync(set_knobs):
     out = humming.gemm(torch.randn(16, 2048, device="cuda", dtype=torch.float16), qw)
     torch.cuda.synchronize()
     assert not torch.isnan(out).any()
-    assert not any(key[0] == "w8a8-wgmma" for key in qw.__dict__["_humming_prepared"])
+    assert _ran_family(qw, 16) == "mma_8bit"
 
 
 @pytest.mark.parametrize("scheme", ["w8a8-fp8", "w4a8-fp8"])
@@ -200,10 +210,11 @@ def _block_acts(m, k, dtype, g):
     return (torch.randn(m, k, device="cuda", generator=g) * mag).to(dtype)
 
 
-def _block_plan(qw, dtype, caps, m, wgmma: bool):
-    dev = torch.device("cuda", torch.cuda.current_device())
-    key = ("w8a8-wgmma" if wgmma else "w8a8", dtype, dev, caps.name)
-    return api._registry[qw.__dict__["_humming_prepared"][key]].launches[m].plan
+def _block_plan(qw, dtype, m, wgmma: bool):
+    """The plan that ran M on ``qw``, checked to be the wgmma 8-bit family's (``wgmma``) or the mma.sync one's."""
+    p = ran_plan(qw, m, dtype)
+    assert family_of(p).name == ("wgmma_8bit" if wgmma else "mma_8bit"), p.explain()
+    return p
 
 
 @pytest.mark.parametrize("n,k", BLOCK_SHAPES, ids=[f"{n}x{k}" for n, k in BLOCK_SHAPES])
@@ -212,7 +223,7 @@ def test_w8a8_fp8_block(dtype, n, k, set_knobs):
     """e4m3 weights with fp32 scales per 128x128 block, e4m3 activations per token per 128 of K: the wgmma kernel
     at M >= 64 (block scales at each 128-deep fp32 promotion), the 8-bit mma.sync kernel below (and for N % 128 ==
     64, all M); bias in the epilogue."""
-    caps = _require_wgmma()
+    _require_wgmma()
     set_knobs({WGMMA_KNOB: True})
     g = torch.Generator(device="cuda").manual_seed(n + k)
     bias = torch.randn(n, device="cuda", dtype=dtype, generator=g)
@@ -222,7 +233,7 @@ def test_w8a8_fp8_block(dtype, n, k, set_knobs):
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
         wg = m >= 64 and n % 128 == 0
-        p = _block_plan(qw, dtype, caps, m, wg)
+        p = _block_plan(qw, dtype, m, wg)
         assert p.kernel_name.startswith("hm_w8a8blk_wgmma_e4m3_" if wg else "hm_w8a8blk_e4m3_"), p.explain()
         assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
         ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
@@ -237,13 +248,15 @@ def test_w8a8_fp8_block_wgmma_matches_mma_sync_kernel(set_knobs):
     n, k, m = 1024, 2048, 256
     g = torch.Generator(device="cuda").manual_seed(11)
     qw = humming.quantize(_block_weights(n, k, g), humming.schemes.get(BLOCK))
+    qw_legacy = qw.with_scheme(qw.scheme)  # the same tensors as a second weight: a layer keeps what ran each M
     x = _block_acts(m, k, torch.bfloat16, g)
     with knobs.override({WGMMA_KNOB: False}):
-        legacy = humming.gemm(x, qw)
+        legacy = humming.gemm(x, qw_legacy)
     set_knobs({WGMMA_KNOB: True})
     new = humming.gemm(x, qw)
     torch.cuda.synchronize()
-    assert any(key[0] == "w8a8-wgmma" for key in qw.__dict__["_humming_prepared"])
+    _block_plan(qw_legacy, torch.bfloat16, m, False)
+    _block_plan(qw, torch.bfloat16, m, True)
     assert not torch.isnan(new).any() and not torch.isnan(legacy).any()
     assert rel_error(new, legacy) <= 2e-3
 
@@ -253,7 +266,7 @@ def test_w8a8_fp8_block_compressed_tensors_checkpoint(set_knobs):
     run with dynamic per-128 e4m3 activations (w8a8-fp8-block) on both kernels."""
     from humming.checkpoints import compressed_tensors
 
-    caps = _require_wgmma()
+    _require_wgmma()
     set_knobs({WGMMA_KNOB: True})
     n, k = 768, 1024
     g = torch.Generator(device="cuda").manual_seed(3)
@@ -265,7 +278,7 @@ def test_w8a8_fp8_block_compressed_tensors_checkpoint(set_knobs):
         x = _block_acts(m, k, torch.float16, g)
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
-        p = _block_plan(qw, torch.float16, caps, m, m >= 64)
+        p = _block_plan(qw, torch.float16, m, m >= 64)
         assert p.layout.weight_scale == "block" and not torch.isnan(out).any()
         err = rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32))
         assert err <= 5e-3, f"checkpoint M={m}: relative error {err:.2e}"

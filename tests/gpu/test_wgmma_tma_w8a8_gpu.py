@@ -9,8 +9,9 @@ import torch
 import humming
 from humming import api
 from humming.core.families.wgmma_8bit.planner import TMA_KNOB, TMA_THREADS, W4A8_TMA_KNOB
+from humming.core.registry import family_of
 
-from .conftest import biased_weight, fresh_gemm, graph_replay_error, rel_error
+from .conftest import biased_weight, fresh_gemm, graph_replay_error, launch_spec, rel_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_8bit")]  # the 8-bit kernels, not widened
 
@@ -27,21 +28,22 @@ def _require(set_knobs, on: bool = True):
     return caps
 
 
-def _spec(qw, dtype, caps, m):
-    handle = qw.__dict__["_humming_prepared"][("w8a8-wgmma", dtype, torch.device("cuda", torch.cuda.current_device()),
-                                               caps.name)]
-    return api._registry[handle].launches[m]
+def _spec(qw, dtype, m):
+    """The launch that ran M on ``qw`` (``dtype`` activations), checked to be the wgmma 8-bit family's."""
+    spec = launch_spec(qw, dtype, m)
+    assert family_of(spec.plan).name == "wgmma_8bit", spec.plan.explain()
+    return spec
 
 
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_tma_w8a8(scheme, dtype, n, k, set_knobs):
-    caps = _require(set_knobs)
+    _require(set_knobs)
     qw = biased_weight(scheme, n, k, dtype, n + k + len(scheme))
     for m in MS:
         x, out = fresh_gemm(qw, m, k, dtype)
-        spec = _spec(qw, dtype, caps, m)
+        spec = _spec(qw, dtype, m)
         p = spec.plan
         assert p.tiles.bulk == 1 and p.threads == TMA_THREADS and spec.xmap is not None and spec.wmap is not None, \
             p.explain()
@@ -54,23 +56,23 @@ def test_tma_w8a8(scheme, dtype, n, k, set_knobs):
 def test_tma_matches_lock_step_kernel(scheme, set_knobs):
     """Same weights and activations through the TMA kernel and the lock-step kernel: the same per-stage partials
     promoted in the same order, so the results agree to rounding."""
-    caps = _require(set_knobs, False)
+    _require(set_knobs, False)
     n, k, m = 1024, 4096, 300
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(scheme))
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     lock_step = humming.gemm(x, qw)
-    assert _spec(qw, torch.float16, caps, m).plan.tiles.bulk == 0
-    qw.__dict__["_humming_prepared"].clear()  # plan again, now with the TMA kernel
+    assert _spec(qw, torch.float16, m).plan.tiles.bulk == 0
+    qw.__dict__["_humming_prepared"].clear()  # a new prepared layer: it plans again, now with the TMA kernel
     set_knobs({TMA_KNOB: True})
     tma = humming.gemm(x, qw)
     torch.cuda.synchronize()
-    assert _spec(qw, torch.float16, caps, m).plan.tiles.bulk == 1
+    assert _spec(qw, torch.float16, m).plan.tiles.bulk == 1
     assert not torch.isnan(tma).any()
     assert rel_error(tma, lock_step) <= 1e-3
 
 
 def test_tma_maps_follow_the_tensors_and_graph_replay(set_knobs):
-    caps = _require(set_knobs)
+    _require(set_knobs)
     n, k, m = 512, 2048, 256
     torch.manual_seed(3)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get("w8a8-fp8"))
@@ -79,7 +81,7 @@ def test_tma_maps_follow_the_tensors_and_graph_replay(set_knobs):
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
         assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= 5e-3
-    assert _spec(qw, torch.float16, caps, m).plan.tiles.bulk == 1
+    assert _spec(qw, torch.float16, m).plan.tiles.bulk == 1
     err = graph_replay_error(lambda s: humming.gemm(s, qw), xs[0],
                              lambda x: humming.reference_gemm(x, qw, out_dtype=torch.float32))
     assert err <= 5e-3
@@ -94,7 +96,7 @@ def test_tma_w4a8_warp_specialised(name, dtype, set_knobs):
     """The warp-specialised W4A8 kernel with TMA copies (knob wgmma_8bit.w4a8_tma true; the register-A W4A8 kernel
     off: knob register_a8.min_m null): A and the packed weights by tensor copy, widened by the producer warpgroup,
     group scales on fp32 partials."""
-    caps = _require(set_knobs)
+    _require(set_knobs)
     set_knobs({"register_a8.min_m": None, W4A8_TMA_KNOB: True})
     base, _, variant = name.partition("[")
     sch = humming.schemes.get(base)
@@ -104,7 +106,7 @@ def test_tma_w4a8_warp_specialised(name, dtype, set_knobs):
     qw = biased_weight(sch, n, k, dtype, len(name) + (dtype == torch.bfloat16))
     for m in (64, 200, 1100):
         x, out = fresh_gemm(qw, m, k, dtype)
-        spec = _spec(qw, dtype, caps, m)
+        spec = _spec(qw, dtype, m)
         p = spec.plan
         assert p.tiles.bulk == 1 and p.threads == TMA_THREADS and spec.wmap is not None, p.explain()
         assert not torch.isnan(out).any(), p.explain()

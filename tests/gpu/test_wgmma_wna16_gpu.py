@@ -2,16 +2,16 @@
 wgmma_wna16.enabled false turns it off) against the reference, on a GPU whose profile declares wgmma f16/bf16
 (H100/H200/H20). Outputs are NaN-poisoned before each launch (conftest), and every case checks that the wgmma kernel
 really ran."""
-import copy
-
 import pytest
 import torch
 
 import humming
 from humming import api
+from humming.core.registry import family_of
 from humming.core.tuning import knobs
+from humming.devices.current import runs_here
 
-from .conftest import rel_error
+from .conftest import layers_of, ran_plan, rel_error
 
 WNA16_KNOB = "wgmma_wna16.enabled"  # WnA16 from M 128 on the wgmma kernels (false: the mma.sync kernels)
 
@@ -19,7 +19,7 @@ WNA16_KNOB = "wgmma_wna16.enabled"  # WnA16 from M 128 on the wgmma kernels (fal
 @pytest.fixture(autouse=True)
 def _dequant_smem_kernel(set_knobs):
     """These tests are about the dequant-smem wgmma kernel; from M = 513 the register-A kernel is the default
-    (tests/gpu/test_wgmma_rs_gpu.py and the register-A compile tests), so it is switched off here (the knob
+    (tests/gpu/test_register_a_gpu.py and the register-A compile tests), so it is switched off here (the knob
     register_a.min_m null)."""
     set_knobs({"register_a.min_m": None})
 
@@ -37,7 +37,7 @@ def _require_wgmma(dtype=torch.float16):
     act = "f16" if dtype == torch.float16 else "bf16"
     if not caps.find_mma(family="wgmma", a_type=act):
         pytest.skip(f"{caps.name} declares no wgmma {act} (the wgmma WnA16 kernel needs an sm_90a device)")
-    if not api._wgmma_runs_here(caps):
+    if not runs_here(caps):
         pytest.skip(f"the live GPU is not {caps.name}'s own target")
     return caps
 
@@ -47,14 +47,11 @@ def _scheme(group):
     return sch.with_(granularity="channel", group_size=None) if group is None else sch.with_(group_size=group)
 
 
-def _wgmma_handle(qw, dtype):
-    dev = torch.device("cuda", torch.cuda.current_device())
-    cache = qw.__dict__["_humming_prepared"]
-    handle = cache.get(("wna16-wgmma", dtype, dev, None))
-    if handle is None:  # gemm keys the cache by the tensor's own device object
-        handle = next(v for key, v in cache.items() if key[0] == "wna16-wgmma" and key[1] == dtype)
-    assert handle >= 0, "the wgmma WnA16 kernel was judged not eligible"
-    return handle
+def _wgmma_plan(qw, dtype, m):
+    """The plan that ran M on ``qw`` (``dtype`` activations), checked to be the wgmma WnA16 family's."""
+    p = ran_plan(qw, m, dtype)
+    assert family_of(p).name == "wgmma_dequant", f"not the wgmma WnA16 kernel: {p.explain()}"
+    return p
 
 
 @pytest.mark.parametrize("n,k", SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
@@ -70,7 +67,7 @@ def test_wgmma_w4a16(group, dtype, n, k, set_knobs):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
-        p = api._registry[_wgmma_handle(qw, dtype)].launches[m].plan
+        p = _wgmma_plan(qw, dtype, m)
         assert p.family == "wgmma" and p.kernel_name.startswith("hm_wna16_wgmma_"), p.explain()
         assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
         ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
@@ -90,14 +87,13 @@ def test_both_tile_widths(bn, dtype, set_knobs):
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
     x = torch.randn(m, k, device="cuda", dtype=dtype)
     humming.gemm(x, qw)
-    prep = api._registry[_wgmma_handle(qw, dtype)]
+    prep = layers_of(qw, dtype)[0]  # the one layer of these weights for dtype
     act = "f16" if dtype == torch.float16 else "bf16"
-    prep.plan_fn = lambda mm, lay=prep.packed.layout: plan_wna16_wgmma(caps, lay, mm, act, scheme="w4a16", bn=bn)
-    prep.plans.clear()
-    prep.launches.clear()
+    forced = plan_wna16_wgmma(caps, _wgmma_plan(qw, dtype, m).layout, m, act, scheme="w4a16", bn=bn)
+    prep.plans[m], _ = forced, prep.launches.pop(m, None)  # forced for M; the layer plans it again
     out = humming.gemm(x, qw)
     torch.cuda.synchronize()
-    assert prep.launches[m].plan.tiles.bn == bn
+    assert prep.launches[m].plan is forced and _wgmma_plan(qw, dtype, m).tiles.bn == bn
     assert not torch.isnan(out).any()
     assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[dtype]
 
@@ -109,18 +105,18 @@ def test_wgmma_matches_mma_sync_tile_kernel(dtype, set_knobs):
     _require_wgmma(dtype)
     n, k, m = 1024, 4096, 512
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
-    # the same weights as a second object (same tensors, prepared apart): a prepared weight reads the knob on its
-    # first call with M >= 128
-    qw_legacy = copy.copy(qw)
+    # the same weights as a second object (same tensors, prepared apart): a prepared layer keeps the kernel it
+    # chose for each M on its first call
+    qw_legacy = qw.with_scheme(qw.scheme)
     x = torch.randn(m, k, device="cuda", dtype=dtype)
     with knobs.override({WNA16_KNOB: False}):
         legacy = humming.gemm(x, qw_legacy)
-    assert not any(key[0] == "wna16-wgmma" and key[3] is None and v >= 0
-                   for key, v in qw_legacy.__dict__["_humming_prepared"].items())  # the mma.sync tile kernel ran
+    p = ran_plan(qw_legacy, m, dtype)
+    assert family_of(p).name == "mma_wna16" and p.family == "mma_sync", p.explain()  # the mma.sync tile kernel ran
     set_knobs({WNA16_KNOB: True})
     new = humming.gemm(x, qw)
     torch.cuda.synchronize()
-    assert api._registry[_wgmma_handle(qw, dtype)].launches[m].plan.family == "wgmma"
+    assert _wgmma_plan(qw, dtype, m).family == "wgmma"
     assert not torch.isnan(new).any() and not torch.isnan(legacy).any()
     assert rel_error(new, legacy) <= (1e-3 if dtype == torch.float16 else 4e-3)
 
@@ -135,7 +131,7 @@ def test_act_order_and_leading_dims(set_knobs):
     out = humming.gemm(x, qw)
     torch.cuda.synchronize()
     assert out.shape == (2, 100, n) and not torch.isnan(out).any()
-    assert api._registry[_wgmma_handle(qw, torch.float16)].launches[200].plan.family == "wgmma"
+    assert _wgmma_plan(qw, torch.float16, 200).family == "wgmma"
     assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= 1e-3
 
 
@@ -147,12 +143,12 @@ def test_small_m_and_other_schemes_stay_on_mma_sync(set_knobs):
     out = humming.gemm(torch.randn(64, k, device="cuda", dtype=torch.float16), qw)
     torch.cuda.synchronize()
     assert not torch.isnan(out).any()
-    assert not any(key[0] == "wna16-wgmma" for key in qw.__dict__["_humming_prepared"])
+    assert family_of(ran_plan(qw, 64)).name == "mma_wna16"
     zp = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16-zp")
     x = torch.randn(256, k, device="cuda", dtype=torch.float16)
     out = humming.gemm(x, zp)
     torch.cuda.synchronize()
-    assert all(v == -1 for key, v in zp.__dict__["_humming_prepared"].items() if key[0] == "wna16-wgmma")
+    assert family_of(ran_plan(zp, 256)).name == "mma_wna16"  # zero points: not the wgmma WnA16 kernel
     assert rel_error(out, humming.reference_gemm(x, zp, out_dtype=torch.float32)) <= 1e-3
 
 
@@ -162,6 +158,7 @@ def test_cuda_graph_replay(set_knobs):
     qw = humming.quantize(torch.randn(1024, 4096, device="cuda") * 0.05, "w4a16")
     x = torch.randn(256, 4096, device="cuda", dtype=torch.float16)
     eager = humming.gemm(x, qw)
+    _wgmma_plan(qw, torch.float16, 256)
     static_x = x.clone()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

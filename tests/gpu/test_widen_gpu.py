@@ -1,20 +1,29 @@
-"""W8A8 / W4A8 with widened activations (humming.core.common.act_widen): 8-bit codes widened exactly to f16/bf16, the
-weight-only kernels (stream, tile, register-A small and prefill forms) with per-token scales in the epilogue,
+"""W8A8 / W4A8 with widened activations (humming.core.routes.widened_ranges): 8-bit codes widened exactly to f16/bf16,
+the weight-only kernels (stream, tile, register-A small and prefill forms) with per-token scales in the epilogue,
 against the reference (activation quantization included), with the output poisoned beforehand (conftest)."""
 import pytest
 import torch
 
 import humming
 from humming import api
-from humming.core.common import act_widen as widen
+from humming.core.registry import family_of
+from humming.core.routes import widened_ranges as widen
+from humming.devices.current import runs_here
 
-from .conftest import graph_replay_error, rel_error
+from .conftest import graph_replay_error, launch_spec, rel_error
 
 pytestmark = pytest.mark.gpu
 
 SCHEMES = ["w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w4a8-int8", "w4a8-fp8", "w4a8-mxfp4",
            "w4a8-int8[act_order=true]", "w4a8-fp8[group_size=-1]"]
 MS = (1, 7, 16, 33, 128, 1024)
+
+
+def _widened_ran(qw, m: int, dtype=None) -> bool:
+    """Whether M ran on ``qw`` through the widened route: its activations quantized and their codes widened to 16
+    bits (the launch's input step "codes16"), on a weight-only kernel."""
+    spec = launch_spec(qw, dtype, m)
+    return spec.inputs == "codes16" and family_of(spec.plan).name in ("mma_wna16", "register_a")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
@@ -34,7 +43,7 @@ def test_widened(scheme, profile, dtype):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         out = humming.gemm(x, qw, profile=profile, options=every_m)
         torch.cuda.synchronize()
-        assert "_humming_weight_only" in qw.__dict__, "the widened path did not run"
+        assert _widened_ran(qw, m, dtype), "the widened path did not run"
         assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any()
         ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
         err = rel_error(out, ref)
@@ -67,12 +76,12 @@ def test_default_rule_keeps_native_kernels_outside_the_ranges():
     ranges = widen.m_ranges(caps, humming.schemes.get("w4a8-fp8"), n, k)  # the ranges of this N (and K)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a8-fp8")
     humming.gemm(torch.randn(1, k, device="cuda", dtype=torch.float16), qw)
-    assert "_humming_weight_only" in qw.__dict__
+    assert _widened_ran(qw, 1)
     m = next(m for m in range(2, 8192) if not any(lo <= m <= hi for lo, hi in ranges))
     qw2 = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a8-fp8")
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     out = humming.gemm(x, qw2)
-    assert "_humming_weight_only" not in qw2.__dict__, f"the native kernel should run at M={m}"
+    assert not _widened_ran(qw2, m), f"the native kernel should run at M={m}"
     assert rel_error(out, humming.reference_gemm(x, qw2, out_dtype=torch.float32)) <= 5e-3
 
 
@@ -82,7 +91,7 @@ def test_padded_native_tiles_go_widened(m, widened):
     under 65% tokens (150: two 128-token tiles) run the widened path (fitted W4A16 tiles), the others the native
     kernel (300: two tiles of 192, fitted); both right against the reference."""
     caps = api.resolve_profile(None)
-    if not api._wgmma_runs_here(caps) or not caps.find_mma(family="wgmma", a_type="e4m3"):
+    if not runs_here(caps) or not caps.find_mma(family="wgmma", a_type="e4m3"):
         pytest.skip(f"{caps.name}: the register-A W4A8 kernel needs an sm_90a device")
     n, k = 8192, 1024
     assert widen.applies(caps, humming.schemes.get("w4a8-fp8"), m, n, k) == widened
@@ -90,7 +99,7 @@ def test_padded_native_tiles_go_widened(m, widened):
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a8-fp8")
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     out = humming.gemm(x, qw)
-    assert ("_humming_weight_only" in qw.__dict__) == widened
+    assert _widened_ran(qw, m) == widened
     assert not torch.isnan(out).any()
     assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= 5e-3
 

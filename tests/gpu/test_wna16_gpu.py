@@ -168,16 +168,18 @@ def test_empty_batch():
 def test_stream_variants(scheme, dtype):
     """The stream path's tuner options (x_ring: activations in the register ring; fold: raw codes into the MMA,
     zero point and scale per atom in fp32), forced one by one, against the reference."""
-    from humming.core.plan import TileConfig, plan_wna16
+    from humming.core.families.mma_wna16.planner import plan_wna16
+    from humming.core.plan import TileConfig
     from humming.errors import ShapeError
 
     qw = _weight(humming.schemes.get(scheme), 512, 4096, dtype)
 
     def plans(prep, base, m):
+        # the stream kernel's own plan for M (the layer may run M=16 on the register-A small form: other tiles)
+        t = plan_wna16(prep.caps, base.layout, m, base.act, scheme=base.scheme, path="stream").tiles
         for x_ring, fold, splits in ((1, 0, 1), (0, 1, 1), (1, 1, 2), (0, 1, 4), (1, 2, 1), (1, 2, 2)):
-            t = base.tiles
             try:
-                yield plan_wna16(prep.caps, prep.packed.layout, m, base.act, scheme=base.scheme, path="stream",
+                yield plan_wna16(prep.caps, base.layout, m, base.act, scheme=base.scheme, path="stream",
                                  splits=splits, tiles=TileConfig(t.bm, 64, t.bk, 2, 1, 1, t.warps_k, x_ring, fold))
             except ShapeError:  # e.g. fold with groups of 32, or a split that does not divide the atoms
                 continue
