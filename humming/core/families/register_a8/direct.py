@@ -1,8 +1,8 @@
 """The register-A W4A8 kernel's main loop for per-channel scales with direct accumulation (``TileConfig.direct``,
-planned by ``planner_wgmma_rs8``): the wgmmas accumulate across every stage straight into the block's accumulators
-(the wide form: two m64n128k32 chains a stage, or 64-token chains in tiles fitted to M; the narrow form: its one
-m64n128k32 chain) instead of into partials promoted (FFMA) into fp32 registers every stage. The channel scale joins
-the epilogue's. Two cases:
+planned by humming.core.families.register_a8.planner): the wgmmas accumulate across every stage straight into the
+block's accumulators (the wide form: two m64n128k32 chains a stage, or 64-token chains in tiles fitted to M; the
+narrow form: its one m64n128k32 chain) instead of into partials promoted (FFMA) into fp32 registers every stage. The
+channel scale joins the epilogue's (EPILOGUE_SCALES). Two cases:
 
   * int8 activations (the default there; the knob register_a8.direct_int8 off promotes): the int32 sums are exact
     (|sum| <= 16 x 8 x 128 x K < 2^31 for K <= 131072; the planner stops at 65536) and are converted to fp32 once

@@ -18,7 +18,7 @@ from humming.core.families.register_a8.planner import OUT_PAD, STREAMK_STAGING_T
 from humming.core.families.register_a8.wide_parts import wide_parts
 
 # the producer thread: every segment's stages into the slots in turn (slot it % STAGES, it = stages copied so far);
-# ``scale_copy``: the copy of the stage's group scales (a line of its own), or nothing
+# ``scale_copy``: a line break and the copy of the stage's group scales, or nothing (per-channel scales)
 _PRODUCER = Template("""  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread copies every segment's stages in turn
     setmaxnreg_dec<40>();
     if (tid == THREADS) {
