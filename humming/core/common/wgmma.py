@@ -60,37 +60,44 @@ def declared_option(declared: bool, option: bool | None, knob: str, caps, missin
 # kt * BK) into the slot the consumers released (EMPTY: one arrival per consumer warp once its wgmmas of the stage are
 # done), completing on the slot's FULL mbarrier; the consumers then meet only at the FULL mbarriers (no block barrier
 # per stage) and take the producer's registers. Needs x0, ktiles, m0, tid and warp defined before it.
-# PRODUCER_BARRIERS: the FULL / EMPTY mbarriers, initialised before the block splits into producer and consumers.
-PRODUCER_BARRIERS = """  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
+# PRODUCER_BARRIER_INIT: the FULL / EMPTY mbarriers, initialised before the block splits into producer and consumers
+# (slots: the EMPTY barriers' initialisation with their arrival count, the barrier after it; a pair of blocks in a
+# cluster fills both, humming.core.families.register_a.pair_cluster).
+PRODUCER_BARRIER_INIT = Template("""  __shared__ __align__(8) uint64_t xbar[2 * STAGES];  // FULL[STAGES], then EMPTY[STAGES]
   const uint32_t xbar0 = smem_u32(xbar);
   if (tid == 0) {
     #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(xbar0 + 8 * s, 1);
-      mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
+      ${empty_init}
     }
     mbar_init_fence();
   }
-  __syncthreads();
-"""
-# PRODUCER_WARPGROUP_WAITING: its first thread issues the copies, waiting for released slots with WAIT (mbar_wait, or
-# the backend's mbar_wait_polite, which sleeps between polls)
-PRODUCER_WARPGROUP_WAITING = PRODUCER_BARRIERS + """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread issues the copies
+  ${init_barrier}
+""", empty_init="mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);", init_barrier="__syncthreads();")
+PRODUCER_BARRIERS = PRODUCER_BARRIER_INIT.fill()
+# PRODUCER_COPIES: the barriers, then the producer warpgroup, whose first thread issues the copies (slots: ``wait``,
+# how it waits for a released slot: mbar_wait, or the backend's mbar_wait_polite, which sleeps between polls;
+# ``copy``, the stage's tensor copy; ``copier_start``, lines the copying thread runs first; and the barriers')
+PRODUCER_COPIES = Template(PRODUCER_BARRIER_INIT.text + """  if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread issues the copies
     setmaxnreg_dec<40>();
     if (tid == THREADS) {
-      #pragma unroll 1
+${copier_start}      #pragma unroll 1
       for (int kt = 0; kt < ktiles; ++kt) {
         const int s = kt % STAGES;
-        if (kt >= STAGES) WAIT(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
+        if (kt >= STAGES) ${wait}(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
         mbar_expect_tx(xbar0 + 8 * s, X_BYTES);
-        tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, xbar0 + 8 * s);
+        ${copy}
       }
     }
     return;
   }
   setmaxnreg_inc<232>();  // the consumers take the producer's registers
-"""
-PRODUCER_WARPGROUP = PRODUCER_WARPGROUP_WAITING.replace("WAIT(", "mbar_wait(")
+""", **PRODUCER_BARRIER_INIT.defaults, copier_start="", wait="mbar_wait",
+    copy="tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, xbar0 + 8 * s);")
+# (the producer's text with its waits written WAIT, and with mbar_wait)
+PRODUCER_WARPGROUP_WAITING = PRODUCER_COPIES.fill(wait="WAIT")
+PRODUCER_WARPGROUP = PRODUCER_COPIES.fill()
 
 
 # The start of the warp-specialised wgmma kernels' body (TMA W8A8, shared-memory W4A8): block coordinates, the
@@ -225,20 +232,23 @@ def tile_of_block(raster: int) -> str:
 
 # The end of both register-A kernels: the staged output tile (token rows x 128 channels, 16-bit) copied to C
 # with 16-byte stores, rows past M skipped; then the kernel closes. ``sync``: the barrier before the copy-out (the
-# consumers' own where a producer warpgroup has left).
+# consumers' own where a producer warpgroup has left). The register-A W4A16 kernels fill more: ``staging`` (the
+# staging tile's address), the tile's shape (its 16-byte chunks per token row, row_chunks = 2^row_shift, and the
+# ``threads`` a pass, for the comment; the small form's tile is 64 channels of 128 threads) and ``close``, the
+# kernel's closing brace (none where a stream-K segment loop goes on around the copy-out).
 STAGED_COPY_OUT = Template("""  ${sync}();
-  // copy-out: 16-byte chunk c = tid + 256 i is token row c / 16, channels 8 (c % 16) .. +7
+  // copy-out: 16-byte chunk c = tid + ${threads} i is token row c / ${row_chunks}, channels 8 (c % ${row_chunks}) .. +7
   #pragma unroll
   for (int i = 0; i < BT * (BC / 8) / THREADS; ++i) {
-    const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;
+    const int c = tid + THREADS * i, row = c >> ${row_shift}, ch = c & ${chunk_mask};
     if (m0 + row < M) {
       uint32_t r[4];
-      lds_128(r, x0 + (row * OUT_LD + ch * 8) * 2);
+      lds_128(r, ${staging} + (row * OUT_LD + ch * 8) * 2);
       store_g128(C + (size_t)(m0 + row) * N + n0 + ch * 8, r);
     }
   }
-}
-""", sync="__syncthreads")
+${close}""", sync="__syncthreads", threads="256", row_chunks="16", row_shift="4", chunk_mask="15", staging="x0",
+    close="}\n")
 
 
 def wgmma_k16_form(caps, act: str):

@@ -4,12 +4,15 @@ activation tile is read from L2 once, by block kt % 2, and multicast into both b
 mbarrier expects the whole stage, whoever copies it). A slot is refilled once every consumer warp of both blocks
 released it (EMPTY counts 2 x 8 arrivals, each warp arrives in both blocks); the last STAGES stages are not released,
 so no block arrives on a peer that may have exited (each block's producer waits for every release of a slot it
-arms again, so it outlives the peer's arrivals on it). The form's own text is rewritten (``rewrite``): the tile of
-the block, the barrier counts and the cluster barrier here; the copy and the release by the caller, which knows
-its lines.
+arms again, so it outlives the peer's arrivals on it).
+
+The W4A16 forms fill their templates' slots with the pieces here (the tile of the block, the producer's barriers,
+the multicast copy, the release in both blocks). ``rewrite`` turns the W4A8 wide kernel's finished text into the
+pair's by exact lines.
 """
 from __future__ import annotations
 
+from humming.core.common.emit import Template
 from humming.core.common.wgmma import tile_of_block
 
 # the block's tile: pairs of channel tiles in the form's rasterized launch order, this block the pair's tile of its rank
@@ -23,35 +26,65 @@ TILE_LAUNCH_ORDER = """  const int crank = blockIdx.y & 1;   // this block's ran
   const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;"""
 
 
-def swaps(raster: int) -> list[tuple[str, str]]:
-    """The rewrites every form's pair takes: its tile, the EMPTY barriers' arrival count (both blocks' consumer
-    warps) and a cluster barrier after the barriers' initialisation (before a peer copies into or arrives on them)."""
-    return [
-        (tile_of_block(raster), TILE if raster else TILE_LAUNCH_ORDER),
-        ("mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);",
-         "mbar_init(xbar0 + 8 * (STAGES + s), 2 * THREADS / 32);  // every consumer warp of both blocks"),
-        ("    mbar_init_fence();\n  }\n  __syncthreads();\n",
-         "    mbar_init_fence();\n  }\n  cluster_sync();  // both blocks' mbarriers exist before either copies into "
-         "or arrives on the other\n"),
-    ]
+def tile(raster: int) -> str:
+    """The kernel lines giving the pair's block its m0 / n0 (and crank), in launch order or rasterized."""
+    return TILE if raster else TILE_LAUNCH_ORDER
 
 
-def multicast_copy(copy_line: str, indent: str = "        ", turn: str = "kt % 2 == crank") -> str:
-    """A producer's tensor copy ``copy_line`` (``tma_load_2d(dst, &XMAP, c0, c1, bar);``, at ``indent``) as the
-    pair's: in this block's ``turn`` (block kt % 2's), one multicast copy into both blocks' slots."""
+# the slots of the producer's barriers (humming.core.common.wgmma.PRODUCER_BARRIER_INIT) as the pair's: the EMPTY
+# barriers count both blocks' consumer warps, and a cluster barrier follows the initialisation (before a peer copies
+# into or arrives on them)
+BARRIERS = {
+    "empty_init": "mbar_init(xbar0 + 8 * (STAGES + s), 2 * THREADS / 32);  // every consumer warp of both blocks",
+    "init_barrier": "cluster_sync();  // both blocks' mbarriers exist before either copies into or arrives on the other",
+}
+
+_MULTICAST = Template("""if (${turn})  // this block's turn: the stage's activations into both blocks' slots
+  tma_load_2d_multicast(${operands}, (uint16_t)3);""")
+
+# a consumer warp's release of the slot of the stage before (the address in ``empty``) in both blocks, for the stages
+# that are refilled only
+_RELEASE_BOTH = Template("""if (lane == 0 && ${refilled}) {${note}
+  mbar_arrive_peer(empty, 0);
+  mbar_arrive_peer(empty, 1);
+}""", note="")
+
+
+def multicast_copy(copy_line: str, turn: str = "kt % 2 == crank") -> str:
+    """A producer's tensor copy ``copy_line`` (``tma_load_2d(dst, &XMAP, c0, c1, bar);``) as the pair's: in this
+    block's ``turn`` (block kt % 2's), one multicast copy into both blocks' slots (two lines, the second indented
+    by two spaces: for a slot alone on its line)."""
     head = "tma_load_2d("
     if not (copy_line.startswith(head) and copy_line.endswith(");")):
         raise ValueError(f"internal: not a tensor copy line: {copy_line!r}")
-    return (f"{indent}if ({turn})  // this block's turn: the stage's activations into both blocks' slots\n"
-            f"{indent}  tma_load_2d_multicast({copy_line[len(head):-2]}, (uint16_t)3);")
+    return _MULTICAST.fill(turn=turn, operands=copy_line[len(head):-2])
+
+
+def release_both(refilled: str, note: str = "") -> str:
+    """Lane 0's arrival on the EMPTY barrier ``empty`` in both blocks when ``refilled`` (the stage before is one
+    that is refilled); ``note``: a comment after the opening brace."""
+    return _RELEASE_BOTH.fill(refilled=refilled, note=note)
+
+
+def swaps(raster: int) -> list[tuple[str, str]]:
+    """The rewrites of the W4A8 wide kernel's text: its tile, the EMPTY barriers' arrival count and the barrier
+    after their initialisation (the same lines as BARRIERS gives the templates' slots)."""
+    return [
+        (tile_of_block(raster), tile(raster)),
+        ("mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);", BARRIERS["empty_init"]),
+        ("    mbar_init_fence();\n  }\n  __syncthreads();\n",
+         "    mbar_init_fence();\n  }\n  " + BARRIERS["init_barrier"] + "\n"),
+    ]
 
 
 def rewrite(source: str, raster: int, copy_line: str, what: str, extra: tuple[tuple[str, str], ...] = ()) -> str:
-    """``source`` with swaps(raster), its producer's tensor copy ``copy_line`` (at 8 spaces) made the pair's
-    multicast, and the caller's ``extra`` rewrites, each applied once (ValueError naming the line a rewrite no
-    longer finds in ``what``)."""
+    """The W4A8 wide kernel's ``source`` as the pair's: swaps(raster), its producer's tensor copy ``copy_line`` (at
+    8 spaces) made the pair's multicast, and the caller's ``extra`` rewrites, each applied once (ValueError naming
+    the line a rewrite no longer finds in ``what``). (Exact-line patches of finished text: that kernel's templates
+    have no slots for the pair.)"""
     out = source
-    for old, new in [*swaps(raster), ("        " + copy_line, multicast_copy(copy_line)), *extra]:
+    copy = Template("        ${copy}").fill(copy=multicast_copy(copy_line))
+    for old, new in [*swaps(raster), ("        " + copy_line, copy), *extra]:
         if old not in out:
             raise ValueError(f"internal: the {what}'s text lost {old.strip()[:60]!r}, which the cluster rewrites")
         out = out.replace(old, new, 1)
