@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from humming.core.plan import Tiles
+
 # How the activations reach a family's kernel (humming.core.runtime.inputs):
 INPUTS = (
     "x",          # the 16-bit activations as they are (WnA16)
@@ -26,7 +28,7 @@ class Family:
     ``inputs``: how x reaches the kernel (INPUTS). ``row_scale``: its kernels take per-token output scales.
     ``unverified(caps)``: set for a family compiled for GPUs it never ran on: the note saying so (it runs only with
     HUMMING_UNVERIFIED_KERNELS=1); ``announce``: where it would have taken a problem but for that, the chosen plan
-    carries the note."""
+    carries the note. ``tiles``: the class of its plans' tiles (Tiles, or its own subclass with its options)."""
 
     name: str
     doc: str
@@ -39,6 +41,7 @@ class Family:
     row_scale: bool = False
     unverified: Callable | None = None
     announce: bool = False
+    tiles: type = Tiles
 
     def __post_init__(self):
         if self.inputs not in INPUTS:

@@ -9,16 +9,34 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import asdict, dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 
 from humming.core.common.layout import WeightLayout
 from humming.core.tuning import knobs
 
 _DEFAULT_SMS = 80  # used only when a profile does not know its SM count (said in the reasons)
-TAIL_SPLITS = 4  # TileConfig.tail: blocks per tail tile of the two-warpgroup register-A form (one per quarter of K)
+TAIL_SPLITS = 4  # RegisterATiles.tail: blocks per tail tile of the two-warpgroup register-A form (one per quarter of K)
+
+
+# The fields every family's tiles had when all families shared one config: kernel keys (and so kernel names and cache
+# keys) spell a family's tiles with this field list, the fields a family does not have as 0, so that they stay stable.
+KEY_FIELDS = ("bm", "bn", "bk", "stages", "warps_m", "warps_n", "warps_k", "x_ring", "fold", "bulk", "stagger",
+              "x_smem", "raster", "cluster", "prefetch", "balance", "occupancy", "tail", "streamk")
+
+
+class _KeyText(str):
+    """A string whose repr is itself (the tiles' part of a kernel key)."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 @dataclass(frozen=True)
-class TileConfig:
+class Tiles:
+    """What every kernel family's tiles have: the block's output tile ``bm`` x ``bn`` (tokens x channels, or the
+    family's own orientation), the K step ``bk``, pipeline ``stages`` and the warps along M, N and K. A family with
+    options of its own subclasses it (``humming/core/families/<family>/tiles.py``); the others use it as it is."""
+
     bm: int
     bn: int
     bk: int
@@ -26,56 +44,24 @@ class TileConfig:
     warps_m: int
     warps_n: int
     warps_k: int
-    x_ring: int = 0  # stream path: 1 = activations also travel in the register ring (one atom ahead)
-    fold: int = 0  # stream path: 1 = MMA on raw codes, zero point and scale applied per atom in fp32; 2 = the same
-    #                with the 16-channel tiles outermost (fewer live registers; needs x_ring or bulk)
-    bulk: int = 0  # stream path: 1 = weights, tables and activations reach a per-warp shared-memory ring of `stages`
-    #                slots by bulk copy (TMA engine, mbarriers) instead of registers; register-A wgmma path: 1 = the
-    #                activation stages arrive by TMA tensor copy instead of cp.async
-    stagger: int = 0  # warp-specialised register-A wgmma kernels: 1 = the second consumer warpgroup issues its first
-    #                   wgmmas after the first one's, so each promotes / decodes while the other's wgmmas run
-    x_smem: int = 0  # stream path: 1 = the block's activations (tokens < M over its K range) and per-atom tables are
-    #                  copied once into shared memory after the launch and read with shared loads per atom
-    raster: int = 0  # register-A W4A8 kernel and two-warpgroup W4A16 form: token tiles per rasterization group (the
-    #                  blocks of a group take its token tiles for one channel tile after another, sharing the
-    #                  activations in L2); 0 = launch order
-    cluster: int = 0  # small-M register-A wgmma form with TMA copies: blocks per thread-block cluster along the
-    #                   channel slabs (2 or 4); each activation stage is read from L2 once per cluster and multicast
-    #                   into every block's slot; 0 = no cluster
-    prefetch: int = 0  # two-warpgroup register-A form: weight atoms in flight per lane (0 = the form's default PF)
-    balance: int = 0  # stream path without split-K: the last `balance` slabs run as two blocks each, one per half of
-    #                   K (the second to finish adds both); N/64 + balance blocks that fill whole rounds of blocks per
-    #                   SM give every SM about the same bytes to stream
-    occupancy: int = 0  # small-M register-A form: blocks per SM its registers are budgeted for (0: the form's own
-    #                     rule); set, each stage waits for its own wgmmas so one set of decoded weights is live, and
-    #                     the weight ring holds `prefetch` atoms (default OCCUPANCY_PF): more, shallower warpgroups
-    tail: int = 0  # two-warpgroup register-A form: the last `tail` tiles in launch order run as TAIL_SPLITS blocks
-    #                each (one per quarter of K, fp32 partials added by the last), so the round after the last
-    #                whole one takes a quarter-tile granularity instead of whole tiles
-    streamk: int = 0  # two-warpgroup register-A form and the wide register-A W4A8 form: this many persistent blocks
-    #                   (one per SM) take the tiles in whole waves, then split the left-over tiles' k atoms evenly
-    #                   (stream-K); 0 = one block per tile
-    # stream-K of the two-warpgroup W4A16 form: 1 = the next segment's first weight atoms are loaded right after a
-    # segment's last wgmmas (during its epilogue); not in the repr (the kernel key names it), so that the other plans'
-    # kernel names stay as they were
-    early: int = field(default=0, repr=False)
-    # register-A W4A16 forms: 1 = the epilogue stages the output tile with stmatrix (.trans, four 8x8 matrices a
-    # thread-quad instruction) instead of two 16-bit shared stores per value pair; not in the repr (see early)
-    stsm: int = field(default=0, repr=False)
-    # register-A W4A8 kernel: 1 = the wide form (weights by bulk copy into the stage's slot, each fragment widened once
-    # for every chain) at a 128-token tile, which alone would read as the narrow form; not in the repr (see early)
-    wide: int = field(default=0, repr=False)
-    # wide register-A W4A8 form: N > 0 = converter warps of the producer warpgroup widen each stage's codes into a ring
-    # of N shared-memory slots of e4m3 (or s8) A fragments that the consumers load, instead of widening them in the
-    # consumer warps (whose ALU work slows their register-A wgmmas); not in the repr (see early)
-    widened: int = field(default=0, repr=False)
-    # wide register-A W4A8 form: 1 = its producer thread, once it has issued the tile's last stage, asks the L2 for the
-    # first `stages` stages' codes and scales of the block launched one wave later; not in the repr (see early)
-    l2next: int = field(default=0, repr=False)
-    # register-A W4A8 kernel, per-channel scales: 1 = the wgmmas accumulate across every stage straight into the block's
-    # accumulators (no partials, no promotion; int8: exact int32 sums by default, e4m3: GemmOptions.fast_accum;
-    # humming.core.families.register_a8.direct); not in the repr (see early)
-    direct: int = field(default=0, repr=False)
+
+    def option(self, name: str) -> int:
+        """An option field of the family's tiles, 0 where the family has no such option."""
+        return getattr(self, name, 0)
+
+    def key_text(self) -> _KeyText:
+        """The tiles as kernel keys spell them (KEY_FIELDS)."""
+        return _KeyText("TileConfig(" + ", ".join(f"{f}={self.option(f)!r}" for f in KEY_FIELDS) + ")")
+
+    @classmethod
+    def from_fields(cls, fields: dict, where: str = "tiles"):
+        """The tiles of this class from a mapping that may name other families' fields (a tuned entry, a recorded
+        plan): those must be 0."""
+        names = {f.name for f in dataclass_fields(cls)}
+        extra = {k: v for k, v in fields.items() if k not in names and v}
+        if extra:
+            raise ValueError(f"{where}: {cls.__name__} has no field {', '.join(sorted(extra))}")
+        return cls(**{k: int(v) for k, v in fields.items() if k in names})
 
     @property
     def threads(self) -> int:
@@ -111,7 +97,7 @@ class Plan:
     instruction: object  # MmaInstruction
     path: str
     layout: WeightLayout
-    tiles: TileConfig
+    tiles: Tiles  # the family's tiles (Tiles or its subclass)
     splits: int
     async_copy: bool
     smem_bytes: int
@@ -134,29 +120,29 @@ class Plan:
     @property
     def grid(self) -> tuple[int, int, int]:
         t = self.tiles
-        if getattr(t, "streamk", 0):  # persistent blocks along y
-            return (1, t.streamk, 1)
-        if getattr(t, "tail", 0):  # every tile in launch order along y, then the tail tiles' K quarters
-            return (1, math.ceil(self.m / t.bm) * (self.n // t.bn) + t.tail * (TAIL_SPLITS - 1), 1)
-        return (math.ceil(self.m / t.bm), self.n // t.bn + getattr(t, "balance", 0), self.splits)
+        if t.option("streamk"):  # persistent blocks along y
+            return (1, t.option("streamk"), 1)
+        if t.option("tail"):  # every tile in launch order along y, then the tail tiles' K quarters
+            return (1, math.ceil(self.m / t.bm) * (self.n // t.bn) + t.option("tail") * (TAIL_SPLITS - 1), 1)
+        return (math.ceil(self.m / t.bm), self.n // t.bn + t.option("balance"), self.splits)
 
     @property
     def partials(self) -> int:
         """Split-K partials per output tile the workspace must hold (1: none)."""
         if self.cluster_splits:
             return 1
-        if getattr(self.tiles, "tail", 0):
+        if self.tiles.option("tail"):
             return TAIL_SPLITS
-        return 2 if getattr(self.tiles, "balance", 0) else self.splits
+        return 2 if self.tiles.option("balance") else self.splits
 
     @property
     def workspace_floats(self) -> int:
         """fp32 split-K partials the launch's workspace must hold (0: none)."""
         t = self.tiles
-        if getattr(t, "streamk", 0):  # per block: W4A8 two slots (its first and its last segment), W4A16 one (its
-            return t.streamk * (2 if self.is_8bit else 1) * t.bm * t.bn  # first: the hand-over form)
-        if getattr(t, "tail", 0):
-            return t.tail * TAIL_SPLITS * t.bm * t.bn
+        if t.option("streamk"):  # per block: W4A8 two slots (its first and its last segment), W4A16 one (its
+            return t.option("streamk") * (2 if self.is_8bit else 1) * t.bm * t.bn  # first: the hand-over form)
+        if t.option("tail"):
+            return t.option("tail") * TAIL_SPLITS * t.bm * t.bn
         parts = self.partials
         return parts * self.grid[0] * t.bm * self.n if parts > 1 else 0
 
@@ -165,7 +151,7 @@ class Plan:
         """The launch's thread-block cluster shape (blocks along x, y, z), or None for a launch without clusters."""
         if self.cluster_splits:
             return (1, 1, self.splits)
-        c = getattr(self.tiles, "cluster", 0)
+        c = self.tiles.option("cluster")
         return (1, c, 1) if c > 1 else None
 
     @property
@@ -182,32 +168,32 @@ class Plan:
         x_smem stream kernel compiles M and the K range of a split in, the stream-K kernels K)."""
         t = self.tiles
         # the stream-K schedule's k atoms per tile are a constant of the kernel (its block count is in t)
-        streamk_k = ("streamk_k", self.k, *(("early",) if getattr(t, "early", 0) else ())) if getattr(t, "streamk", 0) else ()
+        streamk_k = ("streamk_k", self.k, *(("early",) if t.option("early") else ())) if t.option("streamk") else ()
         if self.is_8bit:
-            parts8 = (self.family, self.path, tuple(self.instruction.shape), self.instruction.a_type, self.act, t,
+            parts8 = (self.family, self.path, tuple(self.instruction.shape), self.instruction.a_type, self.act, t.key_text(),
                       self.async_copy, getattr(self.layout, "weight_bits", 8), getattr(self.layout, "group", 0),
                       *(("fast_accum",) if getattr(self.layout, "fast_accum", False) else ()),
                       *(("prmt",) if getattr(self.layout, "widen", "linear") == "prmt" else ()),
                       *(("block",) if getattr(self.layout, "weight_scale", "") == "block" else ()),
                       *(("e2m1",) if getattr(self.layout, "weight_format", "") == "e2m1" else ()),
-                      *(("pdl",) if self.pdl else ()), *(("stsm",) if getattr(t, "stsm", 0) else ()),
-                      *(("wide",) if getattr(t, "wide", 0) else ()),
-                      *(("widened", t.widened) if getattr(t, "widened", 0) else ()),
-                      *(("l2next",) if getattr(t, "l2next", 0) else ()),
-                      *(("direct",) if getattr(t, "direct", 0) else ()), *streamk_k)
+                      *(("pdl",) if self.pdl else ()), *(("stsm",) if t.option("stsm") else ()),
+                      *(("wide",) if t.option("wide") else ()),
+                      *(("widened", t.option("widened")) if t.option("widened") else ()),
+                      *(("l2next",) if t.option("l2next") else ()),
+                      *(("direct",) if t.option("direct") else ()), *streamk_k)
             return hashlib.sha1(repr(parts8).encode()).hexdigest()[:10]
         d = self.layout.decode
         parts = (
             self.family, self.path, tuple(self.instruction.shape), self.act, d, self.layout.scale_group,
-            self.layout.zero_group, self.layout.zero_const, t, self.async_copy,
+            self.layout.zero_group, self.layout.zero_const, t.key_text(), self.async_copy,
             *((True,) if getattr(self.layout, "zero_float", False) else ()),
             *(("tile_major",) if getattr(self.layout, "tile_major", False) else ()),
             *(("row_scale",) if self.row_scale else ()),
             *(("pdl",) if self.pdl else ()),
             *(("cluster_splits",) if self.cluster_splits else ()),
-            *(("stsm",) if getattr(t, "stsm", 0) else ()),
+            *(("stsm",) if t.option("stsm") else ()),
             # x_smem reserves 1 token row (M=1) or the token tile's, over the K range of one split: compiled in
-            *(("x_smem", 1 if self.m == 1 else t.bm, self.k // self.splits) if getattr(t, "x_smem", 0) else ()),
+            *(("x_smem", 1 if self.m == 1 else t.bm, self.k // self.splits) if t.option("x_smem") else ()),
             *streamk_k,
         )
         return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
@@ -215,6 +201,14 @@ class Plan:
     @property
     def kernel_name(self) -> str:
         t = self.tiles
+        o = t.option
+
+        def tag(letter: str, name: str) -> str:  # the letter and the option's value where it is set
+            return f"{letter}{o(name)}" if o(name) else ""
+
+        def flag(letter: str, name: str) -> str:
+            return letter if o(name) else ""
+
         if self.is_8bit:
             w = "w4a8" if getattr(self.layout, "weight_bits", 8) == 4 else "w8a8"
             if getattr(self.layout, "weight_scale", "") == "block":
@@ -222,21 +216,18 @@ class Plan:
             if self.family != "mma_sync":
                 w += "_" + self.family  # e.g. hm_w8a8_wgmma_...
             return (f"hm_{w}_{self.instruction.a_type}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}"
-                    f"w{t.warps_m}{t.warps_n}{t.warps_k}{'v' if getattr(t, 'wide', 0) else ''}"
-                    f"{f'k{t.streamk}' if getattr(t, 'streamk', 0) else ''}{f'u{t.widened}' if getattr(t, 'widened', 0) else ''}"
-                    f"{'m' if getattr(t, 'stsm', 0) else ''}{'d' if getattr(t, 'direct', 0) else ''}"
-                    f"{'_pdl' if self.pdl else ''}_{self.kernel_key}")
+                    f"w{t.warps_m}{t.warps_n}{t.warps_k}{flag('v', 'wide')}{tag('k', 'streamk')}{tag('u', 'widened')}"
+                    f"{flag('m', 'stsm')}{flag('d', 'direct')}{'_pdl' if self.pdl else ''}_{self.kernel_key}")
         d = self.layout.decode
         w = f"{d.kind}{d.bits}"
         kind = "wgmma" if self.family == "wgmma" else "stream" if self.path == "stream" else "tile"
         if self.path == "wgmma-rs":
             kind = "wgmmars"  # register-A wgmma (bm = tokens, bn = channels)
+        fold = "f" if o("fold") == 1 else tag("f", "fold")
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
-                f"{'x' if t.x_ring else ''}{'s' if t.x_smem else ''}{('f' if t.fold == 1 else f'f{t.fold}') if t.fold else ''}{'b' if t.bulk else ''}"
-                f"{f'c{t.cluster}' if t.cluster else ''}{f'p{t.prefetch}' if t.prefetch else ''}"
-                f"{f'v{t.balance}' if getattr(t, 'balance', 0) else ''}{f'o{t.occupancy}' if t.occupancy else ''}"
-                f"{f'q{t.tail}' if getattr(t, 'tail', 0) else ''}{f'k{t.streamk}' if getattr(t, 'streamk', 0) else ''}"
-                f"{'e' if getattr(t, 'early', 0) else ''}{'m' if getattr(t, 'stsm', 0) else ''}"
+                f"{flag('x', 'x_ring')}{flag('s', 'x_smem')}{fold}{flag('b', 'bulk')}{tag('c', 'cluster')}"
+                f"{tag('p', 'prefetch')}{tag('v', 'balance')}{tag('o', 'occupancy')}{tag('q', 'tail')}"
+                f"{tag('k', 'streamk')}{flag('e', 'early')}{flag('m', 'stsm')}"
                 f"{'_ts' if self.row_scale else ''}{'_pdl' if self.pdl else ''}{'_cs' if self.cluster_splits else ''}"
                 f"_{self.kernel_key}")
 
@@ -284,7 +275,7 @@ def row_scale_refusal(plan) -> str:
     return f"the {plan.family} {plan.path} kernel has no per-token output scale"
 
 
-def _occupancy(tiles: TileConfig, smem: int, caps) -> int:
+def _occupancy(tiles: Tiles, smem: int, caps) -> int:
     limit = caps.limits.smem_per_block_kb * 1024
     per_sm_smem = max(limit, 1)
     by_smem = max(1, per_sm_smem // max(smem, 1))
@@ -326,8 +317,8 @@ def with_pdl(caps, plan: Plan) -> Plan:
     knob launch.pdl off: never). Their weight prefetch then overlaps the previous kernel's tail."""
     wanted = pdl_wanted(caps)
     prefill = plan.path == "wgmma-rs" and plan.tiles.bn == 128 and bool(knobs.value(PDL_PREFILL_KNOB, caps))
-    kernel = ((plan.path == "stream" and not plan.tiles.bulk)
-              or (plan.path == "wgmma-rs" and plan.tiles.bn == 64 and plan.tiles.bulk != 2) or prefill)
+    kernel = ((plan.path == "stream" and not plan.tiles.option("bulk"))
+              or (plan.path == "wgmma-rs" and plan.tiles.bn == 64 and plan.tiles.option("bulk") != 2) or prefill)
     if not wanted or plan.pdl or not kernel or not caps.memory.griddepcontrol:
         return plan
     return replace(plan, pdl=True, reasons=plan.reasons + (
@@ -360,7 +351,7 @@ def with_cluster_splits(caps, plan: Plan) -> Plan:
         return plan
     why = (f"split-K in clusters ({CLUSTER_SPLITS_KNOB}; cluster_dsmem declared): the {plan.splits} splits of a slab "
            f"run as one thread-block cluster and add their partials in the first block's shared memory")
-    if plan.path == "wgmma-rs" and t.bn == 64 and not t.cluster and not t.stagger:
+    if plan.path == "wgmma-rs" and t.bn == 64 and not t.option("cluster") and not t.option("stagger"):
         # the other splits' accumulators (BT / 2 fp32 per thread, 128 threads) must fit the STAGES activation slots
         if (plan.splits - 1) * t.bm * 256 > t.stages * t.bm * 128:
             return plan
@@ -369,7 +360,7 @@ def with_cluster_splits(caps, plan: Plan) -> Plan:
                         for r in plan.reasons)
         return replace(plan, cluster_splits=True, reasons=reasons + (
             why + " (its activation slots, free after the main loop) instead of a global workspace and a counter",))
-    if plan.path != "stream" or t.bulk or getattr(t, "balance", 0):
+    if plan.path != "stream" or t.option("bulk") or t.option("balance"):
         return plan
     extra = cluster_splits_bytes(plan)
     limit = (caps.limits.smem_per_block_kb or 0) * 1024

@@ -334,6 +334,8 @@ def load_value(value, table: dict):
         if "__tuple__" in value:
             return tuple(load_value(v, table) for v in value["__tuple__"])
         if "__class__" in value:
+            if value["__class__"] == "TileConfig" and "TileConfig" not in table:  # recorded when every family shared
+                return _SharedTiles({k: v for k, v in value.items() if k != "__class__"})  # one tiles class
             cls = table[value["__class__"]]
             import dataclasses
 
@@ -350,6 +352,21 @@ def load_value(value, table: dict):
     return value
 
 
+class _SharedTiles(dict):
+    """The fields of a captured plan's tiles of the one class all families once shared; the plan's family gives them
+    their class (Family.tiles) once the plan is built."""
+
+
+def _family_tiles(p):
+    import dataclasses
+
+    from humming.core.registry import family_of
+
+    if isinstance(p.tiles, _SharedTiles):
+        return dataclasses.replace(p, tiles=family_of(p).tiles.from_fields(p.tiles))
+    return p
+
+
 def replay_captured(captured: list, tables: dict) -> dict:
     """The record of each captured plan's kernel as the code under test generates it."""
     table = classes()
@@ -357,7 +374,7 @@ def replay_captured(captured: list, tables: dict) -> dict:
     for i, item in enumerate(captured):
         key = f"captured|{item['profile']}|{item['kernel']}|{i}"
         try:
-            p = load_value(item["plan"], table)
+            p = _family_tiles(load_value(item["plan"], table))
             out[key] = _record_plan(p, item["profile"], tables)
         except Exception as exc:  # noqa: BLE001
             out[key] = _error(exc, tables)

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import math
 
-from humming.core.plan import _DEFAULT_SMS, Plan, TileConfig, _choose_splits
+from humming.core.plan import _DEFAULT_SMS, Plan, Tiles, _choose_splits
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 
 def plan_w8a8(caps, layout, m: int, act: str, choice, scheme: str = "",
-              tiles: TileConfig | None = None, splits: int | None = None) -> Plan:
+              tiles: Tiles | None = None, splits: int | None = None) -> Plan:
     """Plan the 8-bit tile kernel (mma.sync 16x8x32 on int8 or e4m3 operands as stored) for a path choice
     from humming.core.common.paths (native or legacy mma_sync)."""
     if m < 1:
@@ -29,16 +29,16 @@ def plan_w8a8(caps, layout, m: int, act: str, choice, scheme: str = "",
     if tiles is None:
         tm = math.ceil(m / 16)
         if int4 or block:  # partials and fp32 sums both live in registers: at most 2 m16 tiles per warp
-            cands = ([TileConfig(16 * tm, 64, 128, st, 1, 1, 2) for st in (4, 3, 2)] if m <= 32 else
-                     [TileConfig(64, 128, 128, st, 2, 2, 1) for st in (4, 3, 2)])
+            cands = ([Tiles(16 * tm, 64, 128, st, 1, 1, 2) for st in (4, 3, 2)] if m <= 32 else
+                     [Tiles(64, 128, 128, st, 2, 2, 1) for st in (4, 3, 2)])
             if block and m > 32:  # N % 128 == 64 (block tables have a part-filled last block): 64-wide tiles
-                cands += [TileConfig(64, 64, 128, st, 2, 1, 2) for st in (4, 3, 2)]
+                cands += [Tiles(64, 64, 128, st, 2, 1, 2) for st in (4, 3, 2)]
         else:
-            cands = ([TileConfig(16 * tm, 64, 128, st, 1, 1, 2) for st in (4, 3, 2)] if m <= 64 else
-                     [TileConfig(128, 128, 128, st, 2, 2, 1) for st in (3, 2)] + [TileConfig(64, 128, 128, 2, 1, 2, 1)])
+            cands = ([Tiles(16 * tm, 64, 128, st, 1, 1, 2) for st in (4, 3, 2)] if m <= 64 else
+                     [Tiles(128, 128, 128, st, 2, 2, 1) for st in (3, 2)] + [Tiles(64, 128, 128, 2, 1, 2, 1)])
         cands = [t for t in cands if n % t.bn == 0]
 
-        def smem(t: TileConfig) -> int:
+        def smem(t: Tiles) -> int:
             b = t.bk * t.bn // (2 if int4 else 1)
             return max(t.stages * (t.bm * t.bk + b), (t.warps_k - 1) * t.bm * t.bn * 4)
 

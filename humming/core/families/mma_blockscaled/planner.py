@@ -13,7 +13,7 @@ import math
 from humming.core.common.paths import unverified_enabled
 from humming.core.common.paths import unverified_note as paths_unverified_note
 from humming.core.families.mma_blockscaled.layout import ATOM_K, RECIPES, STAGE_K, BlockScaledLayout
-from humming.core.plan import _DEFAULT_SMS, Plan, TileConfig, _choose_splits
+from humming.core.plan import _DEFAULT_SMS, Plan, Tiles, _choose_splits
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 # recipe -> (mma kind, element type, scale format, scale_vec)
@@ -57,7 +57,7 @@ class BlockScaledPlan(BlockScaleDict, Plan):
         t = self.tiles
         ins = self.instruction
         parts = (self.family, self.path, tuple(ins.shape), ins.kind, ins.scale_format, self.layout.scale_vec,
-                 self.layout.recipe, self.act, t, self.async_copy)
+                 self.layout.recipe, self.act, t.key_text(), self.async_copy)
         return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
 
     @property
@@ -76,17 +76,17 @@ class BlockScaledPlan(BlockScaleDict, Plan):
                 f"split-K {self.splits}, smem {self.smem_bytes // 1024} KiB")
 
 
-def stage_bytes(t: TileConfig, layout: BlockScaledLayout) -> int:
+def stage_bytes(t: Tiles, layout: BlockScaledLayout) -> int:
     katoms, natoms = t.bk // ATOM_K, t.bn // 64
     return t.bm * t.bk // 2 + katoms * natoms * 4096 + t.bm * t.bk // layout.vec + katoms * natoms * layout.atom_scale_bytes
 
 
-def smem_bytes(t: TileConfig, layout: BlockScaledLayout) -> int:
+def smem_bytes(t: Tiles, layout: BlockScaledLayout) -> int:
     return max(t.stages * stage_bytes(t, layout), (t.warps_k - 1) * t.bm * t.bn * 4)
 
 
 def plan_blockscaled(caps, layout: BlockScaledLayout, m: int, act: str, choice=None, scheme: str = "",
-                     tiles: TileConfig | None = None, splits: int | None = None) -> BlockScaledPlan:
+                     tiles: Tiles | None = None, splits: int | None = None) -> BlockScaledPlan:
     """Plan C[M, N] = A[M, K] @ W[N, K]^T with e2m1 operands and block scales multiplied by the declared
     block-scaled mma.sync (native path). ``choice`` (a paths.PathChoice) contributes its reasons."""
     if m < 1:
@@ -112,9 +112,9 @@ def plan_blockscaled(caps, layout: BlockScaledLayout, m: int, act: str, choice=N
     sms = caps.limits.sms or _DEFAULT_SMS
     if tiles is None:
         tm = math.ceil(m / 16)
-        cands = ([TileConfig(16 * tm, 64, STAGE_K, st, 1, 1, 2) for st in (4, 3, 2)] if m <= 64 else
-                 [TileConfig(128, 128, STAGE_K, st, 2, 2, 1) for st in (3, 2)] + [TileConfig(64, 128, STAGE_K, 2, 1, 2, 1)])
-        cands = [t for t in cands if n % t.bn == 0] or [TileConfig(16 * min(tm, 4), 64, STAGE_K, 2, 1, 1, 2)]
+        cands = ([Tiles(16 * tm, 64, STAGE_K, st, 1, 1, 2) for st in (4, 3, 2)] if m <= 64 else
+                 [Tiles(128, 128, STAGE_K, st, 2, 2, 1) for st in (3, 2)] + [Tiles(64, 128, STAGE_K, 2, 1, 2, 1)])
+        cands = [t for t in cands if n % t.bn == 0] or [Tiles(16 * min(tm, 4), 64, STAGE_K, 2, 1, 1, 2)]
         fitting = [t for t in cands if smem_bytes(t, layout) <= limit]
         if not fitting:
             raise UnsupportedOnDevice(f"no block-scaled tile fits {caps.name}'s {limit} B of shared memory")

@@ -7,6 +7,7 @@ import itertools
 import math
 
 from humming.core.families.mma_wna16.planner import STREAM_MAX_M, plan_wna16
+from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
 from humming.core.families.mma_wna16.tuned import (
     _RS_OCCUPANCY,
     _RS_SPLITS,
@@ -17,7 +18,7 @@ from humming.core.families.mma_wna16.tuned import (
 )
 from humming.core.families.register_a import layout as rs_layout
 from humming.core.families.register_a import prefill as rs_prefill
-from humming.core.plan import Plan, TileConfig
+from humming.core.plan import Plan
 from humming.errors import HummingError
 
 # ------------------------------------------------------------------------------------------------ candidates
@@ -45,9 +46,9 @@ _LARGE_M_TILES = ((64, 2, 2, 1, 64, 4), (64, 2, 2, 2, 128, 3), (128, 2, 2, 1, 64
                   (64, 1, 2, 2, 128, 3))
 
 
-def candidate_configs(m: int) -> list[tuple[str, TileConfig, int]]:
+def candidate_configs(m: int) -> list[tuple[str, MmaWnA16Tiles, int]]:
     """(path, tiles, splits) to time for M (the search space humming tune times)."""
-    out: list[tuple[str, TileConfig, int]] = []
+    out: list[tuple[str, MmaWnA16Tiles, int]] = []
     if m <= STREAM_MAX_M:
         bm = 8 if m <= 8 else 16
         for wk in _STREAM_WARPS_K:
@@ -56,16 +57,16 @@ def candidate_configs(m: int) -> list[tuple[str, TileConfig, int]]:
                     # activations: loaded per atom (0, 0), in the register ring (1, 0), staged in shared memory (0, 1)
                     for x_ring, x_smem in ((0, 0), (1, 0), (0, 1)):
                         for fold in ((0, 1, 2) if x_ring or x_smem else (0, 1)):  # the planner refuses what a layout cannot take
-                            out.append(("stream", TileConfig(bm, 64, 64 * wk, in_flight + 1, 1, 1, wk, x_ring, fold,
+                            out.append(("stream", MmaWnA16Tiles(bm, 64, 64 * wk, in_flight + 1, 1, 1, wk, x_ring, fold,
                                                              x_smem=x_smem), splits))
                 for slots in _STREAM_BULK_SLOTS:
                     for fold in (0, 1, 2):
-                        out.append(("stream", TileConfig(bm, 64, 64 * wk, slots, 1, 1, wk, 0, fold, 1), splits))
+                        out.append(("stream", MmaWnA16Tiles(bm, 64, 64 * wk, slots, 1, 1, wk, 0, fold, 1), splits))
     if m <= 64:
         tm = (m + 15) // 16
-        tiles = [TileConfig(16 * tm, 64, 64 * wk, stages, 1, 1, wk) for wk, stages in _SMALL_M_TILES]
+        tiles = [MmaWnA16Tiles(16 * tm, 64, 64 * wk, stages, 1, 1, wk) for wk, stages in _SMALL_M_TILES]
     else:
-        tiles = [TileConfig(bm, 64 * wn, bk, stages, wm, wn, wk) for bm, wm, wn, wk, bk, stages in _LARGE_M_TILES]
+        tiles = [MmaWnA16Tiles(bm, 64 * wn, bk, stages, wm, wn, wk) for bm, wm, wn, wk, bk, stages in _LARGE_M_TILES]
     out += [("tile", t, s) for t in tiles for s in _TILE_SPLITS]
     return out
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from humming.core.families.mma_wna16.generator import tile_kernel_source
 from humming.core.families.mma_wna16.layout import layout_for, prepare
 from humming.core.families.mma_wna16.stream import stream_kernel_source
+from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
 from humming.core.families.mma_wna16.tuned import choose_plan
 from humming.core.family import Family
 from humming.core.tuning import knobs
@@ -59,4 +60,4 @@ def pack(qw, dtype, layout, caps):
 
 
 FAMILY = Family("mma_wna16", "mma.sync WnA16: stream (decode) and tile kernels", refusal, plan, "x", owns, source, pack,
-                row_scale=True)
+                row_scale=True, tiles=MmaWnA16Tiles)

@@ -16,39 +16,40 @@ from humming.core.families.mma_wna16.sizing import (
     x_smem_layout,
     x_smem_tokens,
 )
-from humming.core.plan import _DEFAULT_SMS, Plan, TileConfig, _choose_splits, _occupancy
+from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
+from humming.core.plan import _DEFAULT_SMS, Plan, _choose_splits, _occupancy
 from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 
-def _tile_candidates(m: int, n: int, k: int, layout: WeightLayout, sms: int) -> list[tuple[TileConfig, str]]:
+def _tile_candidates(m: int, n: int, k: int, layout: WeightLayout, sms: int) -> list[tuple[MmaWnA16Tiles, str]]:
     """Tile shapes for an M bucket, best first; the caller keeps the first that fits shared memory.
     The orders come from measured sweeps (docs/performance.md)."""
     groups = [g for g in (layout.scale_group, layout.zero_group) if g > 0]
 
-    def fits(t: TileConfig) -> bool:
+    def fits(t: MmaWnA16Tiles) -> bool:
         return k % t.bk == 0 and n % t.bn == 0 and all(g % t.bk == 0 or t.bk % g == 0 for g in groups)
 
-    out: list[tuple[TileConfig, str]] = []
+    out: list[tuple[MmaWnA16Tiles, str]] = []
     if m <= 64:
         tm = math.ceil(m / 16)
         for warps_k in (4, 2, 1):
             for stages in (3, 4, 2):
                 out.append((
-                    TileConfig(16 * tm, 64, 64 * warps_k, stages, 1, 1, warps_k),
+                    MmaWnA16Tiles(16 * tm, 64, 64 * warps_k, stages, 1, 1, warps_k),
                     f"M={m} <= 64: memory-bound; {tm} m16 tile(s), 64-wide column slabs, "
                     f"{warps_k} warp(s) split each stage's K",
                 ))
     else:
-        big = TileConfig(128, 256, 64, 4, 2, 4, 1)
+        big = MmaWnA16Tiles(128, 256, 64, 4, 2, 4, 1)
         tiles_big = math.ceil(m / 128) * (n // 256) if n % 256 == 0 else 0
         if m <= 128 and tiles_big < sms:
-            out.append((TileConfig(64, 128, 128, 4, 1, 2, 2), f"M={m} <= 128 on {n // 128} column tiles: 64x128 tile, 4 warps (2 split K)"))
+            out.append((MmaWnA16Tiles(64, 128, 128, 4, 1, 2, 2), f"M={m} <= 128 on {n // 128} column tiles: 64x128 tile, 4 warps (2 split K)"))
         if tiles_big >= sms or m > 128:
             out.append((big, f"M={m}: 128x256 block tile, 8 warps of 64x64 ({tiles_big} tiles for {sms} SMs)"))
         for stages in (3, 2):
-            out.append((TileConfig(128, 128, 64, stages, 2, 2, 1), f"M={m}: 128x128 block tile, 4 warps of 64x64"))
-            out.append((TileConfig(64, 64, 64, stages, 2, 1, 1), f"M={m}: 64x64 block tile, 2 warps"))
+            out.append((MmaWnA16Tiles(128, 128, 64, stages, 2, 2, 1), f"M={m}: 128x128 block tile, 4 warps of 64x64"))
+            out.append((MmaWnA16Tiles(64, 64, 64, stages, 2, 1, 1), f"M={m}: 64x64 block tile, 2 warps"))
     out = [c for c in out if fits(c[0])]
     if not out:
         raise ShapeError(
@@ -58,7 +59,7 @@ def _tile_candidates(m: int, n: int, k: int, layout: WeightLayout, sms: int) -> 
     return out
 
 
-def _check_forced(t: TileConfig, m: int, n: int, k: int, layout: WeightLayout) -> None:
+def _check_forced(t: MmaWnA16Tiles, m: int, n: int, k: int, layout: WeightLayout) -> None:
     groups = [g for g in (layout.scale_group, layout.zero_group) if g > 0]
     problems = []
     if t.bm % (16 * t.warps_m) or t.bn % (64 * t.warps_n) or t.bk % (64 * t.warps_k):
@@ -133,7 +134,7 @@ def _x_smem_default(layout: WeightLayout, m: int, k: int, warps_k: int, auto_spl
             continue
         if x_smem_tokens(m, 8) * (k // splits) * 2 // 16 > X_SMEM_MAX_COPIES // 2 * 32 * warps_k:
             continue
-        fold_area = stream_smem_bytes(TileConfig(8, 64, 64 * warps_k, 3, 1, 1, warps_k), layout)
+        fold_area = stream_smem_bytes(MmaWnA16Tiles(8, 64, 64 * warps_k, 3, 1, 1, warps_k), layout)
         staged = x_smem_layout(layout, x_smem_tokens(m, 8), k // splits, fold_area, 32 * warps_k)
         if isinstance(staged, str) or staged["total"] > smem_limit:
             return None
@@ -142,7 +143,7 @@ def _x_smem_default(layout: WeightLayout, m: int, k: int, warps_k: int, auto_spl
 
 
 def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", scheme: str = "",
-               tiles: TileConfig | None = None, splits: int | None = None, path: str | None = None) -> Plan:
+               tiles: MmaWnA16Tiles | None = None, splits: int | None = None, path: str | None = None) -> Plan:
     """Plan a WnA16 GEMM C[M, N] = A[M, K] @ W[N, K]^T for a prepared weight layout on a profile.
 
     ``tiles``/``splits`` force a configuration (measured tuning); it is still checked against the limits."""
@@ -220,14 +221,14 @@ def plan_wna16(caps, layout: WeightLayout, m: int, act: str, out: str = "", sche
         if k % (64 * warps_k):
             raise ShapeError(f"K={k} must be a multiple of {64 * warps_k} for {warps_k} warps per slab")
         if bulk:
-            st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight, 1, 1, warps_k, 0, fold, 1)
+            st = MmaWnA16Tiles(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight, 1, 1, warps_k, 0, fold, 1)
             if stream_smem_bytes(st, layout) > limit:
                 raise UnsupportedOnDevice(f"{warps_k} warps x {in_flight} slots need {stream_smem_bytes(st, layout)} B "
                                           f"of shared memory; {caps.name} allows {limit}")
             reasons.append(f"M={m} <= {STREAM_MAX_M}: stream path: weights are the MMA's A operand, bulk-copied into "
                            f"shared memory and read once per atom into registers")
         else:
-            st = TileConfig(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight + 1, 1, 1, warps_k, x_ring, fold,
+            st = MmaWnA16Tiles(8 if m <= 8 else 16, 64, 64 * warps_k, in_flight + 1, 1, 1, warps_k, x_ring, fold,
                             x_smem=x_smem, balance=balance)
             reasons.append(f"M={m} <= {STREAM_MAX_M}: stream path: weights are the MMA's A operand, loaded straight "
                            f"into registers with 16-byte loads" + ("" if x_smem else "; no shared-memory staging"))

@@ -9,9 +9,11 @@ import logging
 import math
 
 from humming.core.families.mma_wna16.planner import STREAM_MAX_M, plan_wna16
+from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
 from humming.core.families.register_a import layout as rs_layout
 from humming.core.families.register_a import prefill as rs_prefill
-from humming.core.plan import Plan, TileConfig
+from humming.core.families.register_a.tiles import RegisterATiles
+from humming.core.plan import Plan, Tiles
 from humming.core.tuning import knobs
 from humming.core.tuning.entries import layout_key, lookup, m_bucket
 from humming.devices.current import runs_here
@@ -212,8 +214,9 @@ def choose_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     return launch_options(caps, plan_wna16(caps, layout, m, act, scheme=scheme))
 
 
-def _forced(entry: dict) -> tuple[TileConfig, int, str]:
-    tiles = TileConfig(**{f.name: int(entry["tiles"].get(f.name, f.default)) for f in dataclasses.fields(TileConfig)})
-    splits = int(entry["splits"])
+def _forced(entry: dict) -> tuple[Tiles, int, str]:
+    """(tiles, splits, path) of a tuned entry; its tiles as the family of its path has them."""
     path = entry["path"] if entry["path"] in ("stream", RS_PATH) else "tile"
-    return tiles, splits, path
+    cls = RegisterATiles if path == RS_PATH else MmaWnA16Tiles
+    tiles = cls.from_fields(entry["tiles"], where=f"tuned entry {entry.get('key', '')}".rstrip())
+    return tiles, int(entry["splits"]), path

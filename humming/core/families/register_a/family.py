@@ -8,6 +8,7 @@ from humming.core.families.mma_wna16.layout import prepare
 from humming.core.families.mma_wna16.tuned import register_a_prefill_plan, runs_register_a_prefill
 from humming.core.families.register_a.generator import wgmma_rs_kernel_source
 from humming.core.families.register_a.planner import PATH, min_m
+from humming.core.families.register_a.tiles import RegisterATiles
 from humming.core.family import Family
 from humming.errors import HummingError
 
@@ -41,4 +42,4 @@ def pack(qw, dtype, layout, caps):
 
 
 FAMILY = Family("register_a", "wgmma W4A16, int4 weights as register A (two-warpgroup prefill form)", refusal, plan, "x",
-                owns, wgmma_rs_kernel_source, pack, row_scale=True)
+                owns, wgmma_rs_kernel_source, pack, row_scale=True, tiles=RegisterATiles)

@@ -4,7 +4,7 @@ in registers as the A operand of wgmma m64nNk16, activations the B operand in sh
 where a profile declares the wgmma k16 form of the activation type and cp.async; the tuning knob register_a.min_m
 moves the threshold (null: never).
 
-Tile naming: ``TileConfig.bm`` is the token tile (the wgmma N, 128 or 256), ``bn`` the 128 output channels of the
+Tile naming: ``RegisterATiles.bm`` is the token tile (the wgmma N, 128 or 256), ``bn`` the 128 output channels of the
 two warpgroups, ``bk`` the 64 k of one stage; so ``Plan.grid`` = (token tiles, channel tiles, 1), or with the tail
 option (1, tiles + 3 x tail, 1): every tile in launch order, the last ``tail`` of them as four K quarters each; with
 stream-K (1, streamk, 1): persistent blocks."""
@@ -15,7 +15,8 @@ from dataclasses import replace
 
 from humming.core.common.wgmma import STAGGER_KNOB, declared_option, require_wgmma, stagger_wanted, wgmma_k16_form
 from humming.core.families.register_a.layout import BC, BK, SMALL_BC, layout_refusal
-from humming.core.plan import _DEFAULT_SMS, TAIL_SPLITS, Plan, TileConfig
+from humming.core.families.register_a.tiles import RegisterATiles
+from humming.core.plan import _DEFAULT_SMS, TAIL_SPLITS, Plan
 from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
@@ -114,12 +115,12 @@ PAIR_CLUSTER_BT = 256
 
 
 EARLY_KNOB = "register_a.early_ring"  # stream-K plans load the next segment's first weight atoms before the
-# epilogue (TileConfig.early). Off: no consistent gain on the H200 (us, off -> on: 28672x8192 M128 106.2 ->
+# epilogue (RegisterATiles.early). Off: no consistent gain on the H200 (us, off -> on: 28672x8192 M128 106.2 ->
 # 107.8, M1024 761.1 -> 748.3, M4096 2984.7 -> 2949.6; with pairs 2872.8 -> 2810.0, then 2864.6 -> 2884.4)
 
 
 def early_ring_wanted(streamk: int, caps=None) -> tuple[int, str]:
-    """(TileConfig.early, why) of a two-warpgroup plan with ``streamk`` blocks."""
+    """(RegisterATiles.early, why) of a two-warpgroup plan with ``streamk`` blocks."""
     if not streamk or not knobs.value(EARLY_KNOB, caps):
         return 0, ""
     return 1, (f"early ring ({EARLY_KNOB}): right after a segment's last wgmmas the consumers load the next segment's "
@@ -192,7 +193,7 @@ DEEP_RING_PF = 10  # weight atoms in flight per lane where shared memory holds o
 WIDE_TILE_PF = 6
 
 
-# the occupancy option of the small-M form (TileConfig.occupancy): 7 blocks per SM (72 registers a thread) with 3 atoms
+# the occupancy option of the small-M form (RegisterATiles.occupancy): 7 blocks per SM (72 registers a thread) with 3 atoms
 # in flight and each stage waiting for its own wgmmas; 28672x8192 M=16 with 2 splits in a cluster (896 blocks, all
 # resident on 132 SMs): 44.9 us against 50.3 for the 4-block form (H200, scripts/ablate.py
 # w0+pf3+lb7 (docs/performance.md)). One warpgroup's m64nBTk16 wgmmas run one after another at a
@@ -305,7 +306,7 @@ STSM_KNOB = "register_a.stmatrix"
 
 
 def with_stsm(caps, plan: Plan) -> Plan:
-    """The plan with the stmatrix staging (TileConfig.stsm) where the profile declares stmatrix, unless the tuning
+    """The plan with the stmatrix staging (RegisterATiles.stsm) where the profile declares stmatrix, unless the tuning
     knob register_a.stmatrix is off."""
     if not knobs.value(STSM_KNOB, caps) or plan.tiles.stsm or not caps.memory.stmatrix:
         return plan
@@ -443,9 +444,9 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
         reasons.append(f"blocks rasterized in groups of {raster} token tiles ({RASTER_KNOB} 0: launch order): a group's "
                        "blocks take its token tiles for one channel tile after another, so the blocks running together "
                        f"share {raster} activation tiles in L2 instead of all of them")
-    tiles = TileConfig(bt, BC, BK, stages, 1, 12 if producer_warp else 8, 1, bulk=2 if producer_warp else int(use_tma),
-                       stagger=stagger, raster=raster, prefetch=prefetch, tail=tail, streamk=streamk, cluster=cluster,
-                       early=early)
+    tiles = RegisterATiles(bt, BC, BK, stages, 1, 12 if producer_warp else 8, 1,
+                           bulk=2 if producer_warp else int(use_tma), stagger=stagger, raster=raster, prefetch=prefetch,
+                           tail=tail, streamk=streamk, cluster=cluster, early=early)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,
@@ -648,8 +649,8 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
             f"thread) with {pf} weight atoms in flight; each stage waits for its own wgmmas (one set of decoded "
             f"weights live): a warpgroup's small wgmmas run one after another, so more warpgroups per SM "
             f"({sms * occupancy} slots for {math.ceil(m / bt) * (n // SMALL_BC) * splits} blocks) hide their latency")
-    tiles = TileConfig(bt, SMALL_BC, BK, stages, 1, 5 if cluster else 4, 1, 0, fold, int(tma), cluster=cluster,
-                       prefetch=prefetch, occupancy=occupancy)
+    tiles = RegisterATiles(bt, SMALL_BC, BK, stages, 1, 5 if cluster else 4, 1, fold=fold, bulk=int(tma), cluster=cluster,
+                           prefetch=prefetch, occupancy=occupancy)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=splits,

@@ -8,6 +8,7 @@ from humming.core.common.quantized import runs_on_w8a8, w4a8_widening
 from humming.core.families.register_a8.generator import wgmma_rs8_kernel_source
 from humming.core.families.register_a8.layout import WgmmaRs8Layout, prepare_w4a8_rs, rs8_group, rs8_refusal
 from humming.core.families.register_a8.planner import BT, PATH, min_m, plan_w4a8_wgmma_rs
+from humming.core.families.register_a8.tiles import RegisterA8Tiles
 from humming.core.families.runnable import fallback, ideal
 from humming.core.families.wgmma_8bit.family import wgmma_8bit_refusal
 from humming.core.families.wgmma_8bit.planner import wgmma_form
@@ -60,4 +61,4 @@ def pack(qw, dtype, layout, caps):
 
 
 FAMILY = Family("register_a8", "wgmma W4A8, int4 weights widened in registers as A", refusal, plan, "codes8", owns,
-                wgmma_rs8_kernel_source, pack)
+                wgmma_rs8_kernel_source, pack, tiles=RegisterA8Tiles)

@@ -1,7 +1,7 @@
 """Planning the register-A wgmma W4A8 kernel (``humming.core.families.register_a8.generator``; the default for M >= 128,
 the tuning knob register_a8.min_m): signed int4 weights of ``humming.core.families.register_a8.layout`` widened in registers to s8 or
 e4m3 as the A operand of wgmma m64nNk32, the 8-bit activation codes the B operand in shared memory; groups of 128
-or per-channel scales. ``TileConfig.bm`` is the token tile (128, or 256 in the wide form), ``bn`` the 128 channels,
+or per-channel scales. ``RegisterA8Tiles.bm`` is the token tile (128, or 256 in the wide form), ``bn`` the 128 channels,
 ``bk`` the 128 k of one stage (one group).
 
 The wide form (256 tokens, producer warpgroup only) widens each weight fragment once for two m64n128k32 token halves:
@@ -16,15 +16,16 @@ from dataclasses import replace
 from humming.core.common.wgmma import STAGGER_KNOB, declared_option, require_wgmma, stagger_wanted
 from humming.core.families.register_a.planner import with_stsm
 from humming.core.families.register_a8.layout import RS8_BK
+from humming.core.families.register_a8.tiles import RegisterA8Tiles
 from humming.core.families.wgmma_8bit.planner import wgmma_form
-from humming.core.plan import Plan, TileConfig, pdl_wanted
+from humming.core.plan import Plan, pdl_wanted
 from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-rs8"
 FAST_ACCUM_WORDS = "GemmOptions.fast_accum"  # the call option behind WgmmaRs8Layout.fast_accum (the direct loop)
 # int8 activations with per-channel scales: the wide form's wgmmas accumulate the int32 sums across every stage (exact;
-# TileConfig.direct, humming.core.families.register_a8.direct) instead of promoting each stage's partial; false: promoted
+# RegisterA8Tiles.direct, humming.core.families.register_a8.direct) instead of promoting each stage's partial; false: promoted
 DIRECT_S8_KNOB = "register_a8.direct_int8"
 DIRECT_S8_MAX_K = 65536  # |int32 sum| <= 16 x 8 x 128 x K: below 2^31 with a factor 2 to spare
 MIN_M_KNOB = "register_a8.min_m"  # W4A8 (groups of 128 / per channel): from M >= 128 by default; null: never
@@ -33,7 +34,7 @@ MIN_M_KNOB = "register_a8.min_m"  # W4A8 (groups of 128 / per channel): from M >
 # and no faster at M=1024; in balanced rounds neutral: 8192x8192 M1024 140.7 -> 138.5, M4096 561.5 -> 558.4; 28672x8192 M1024 477.8 -> 478.8, M4096 2017 -> 2046
 PDL_RS8_KNOB = "register_a8.pdl"
 # the wide form's staggered start: warpgroup 1 issues its first chain this many 64-token chains after warpgroup 0
-# (TileConfig.stagger; 1 .. chains - 1 of the tile, the rest clamp to it); wgmma.stagger false still turns it off
+# (RegisterA8Tiles.stagger; 1 .. chains - 1 of the tile, the rest clamp to it); wgmma.stagger false still turns it off
 # Measured on the H200 (scripts/ab_knobs.py, 8 rotated rounds, W4A8-FP8, median us, 1 / 2 / 3 chains):
 # 8192x8192 M1024 136.6 / 136.6 / 139.5, M4096 556.2 / 546.3 / 557.8; 28672x8192 M1024 466.7 / 461.4 / 469.9, M4096
 # 2030.7 / 2005.0 / 1943.2; 4096x14336 M1024 124.0 / 124.0 / 124.8, M4096 488.3 / 490.0 / 500.2: within the rounds'
@@ -42,7 +43,7 @@ PDL_RS8_KNOB = "register_a8.pdl"
 STAGGER_CHAINS_KNOB = "register_a8.stagger_chains"
 
 # the wide form (256 tokens, no stream-K, clusters or PDL) with its weights widened by three converter warps of the
-# producer warpgroup into this many shared-memory slots of A fragments (TileConfig.widened; 0: the consumers widen).
+# producer warpgroup into this many shared-memory slots of A fragments (RegisterA8Tiles.widened; 0: the consumers widen).
 # Why it was tried: a synthetic loop of the wide form's shape (H200) holds 73%
 # of the FP8 tensor peak with the widening in the consumer warps, 92% with the fragments loaded from shared memory,
 # 81% with a third warpgroup widening besides. Off: the kernel is slower (scripts/ab_knobs.py, 6 balanced
@@ -59,7 +60,7 @@ def widened_slots(caps=None) -> int:
 
 
 # the wide form's producer thread, after its tile's last stage, prefetches into L2 the first STAGES stages' codes and
-# scales of the block launched one wave later (TileConfig.l2next; false: off): each tile's pipeline fill then reads the
+# scales of the block launched one wave later (RegisterA8Tiles.l2next; false: off): each tile's pipeline fill then reads the
 # weights from L2. Measured on the H200 (scripts/ablate.py l2next_rs8, 16 balanced rounds, W4A8-FP8, us,
 # off -> on): M4096 8192x8192 534.7 -> 529.8, 28672x8192 1813.5 -> 1791.5, 4096x14336 482.9 -> 479.2; M2048
 # 8192x8192 267.0 -> 264.6, 28672x8192 903.8 -> 894.8; call17: 542.1 -> 534.5, 1814.7
@@ -79,7 +80,7 @@ MIN_STAGES, MAX_STAGES = 4, 6
 # 49.9 / 45.7 / 44.2, 4096x14336 M128 76.4 / 67.8 / 65.1, M512 84.8 / 77.3 / 74.6 (the wide form's rows: unchanged);
 # 168 registers, no spills (PF 7 spills)
 PF = 6
-# the tuning knob register_a8.narrow_prefetch: the narrow form's weight stages in flight per lane (TileConfig.prefetch;
+# the tuning knob register_a8.narrow_prefetch: the narrow form's weight stages in flight per lane (RegisterA8Tiles.prefetch;
 # null: PF)
 NARROW_PF_KNOB = "register_a8.narrow_prefetch"
 
@@ -105,7 +106,7 @@ WIDE_MIN_M = 128
 # the tuning knob register_a8.wide_from M0: the wide form from M0 tokens (1..256) wherever the producer warpgroup runs,
 # also where its blocks fill fewer SMs (with register_a8.streamk 132 measured there: 4096x14336 M192 66.3 (narrow)
 # -> 40.8, 8192x8192 M128 41.0 -> 34.5 (the widened path: 33.1), both); its tile fitted to M (128 tokens up
-# to M 128: TileConfig.wide)
+# to M 128: RegisterA8Tiles.wide)
 WIDE_FROM_KNOB = "register_a8.wide_from"
 
 
@@ -206,7 +207,7 @@ def smem_bytes(stages: int, tokens: int = BT, streamk: bool = False, wide: bool 
         return (stages * (tokens * BK + W_BYTES + S_BYTES) + 2 * STREAMK_STAGING_TOKENS * (BC // 2 + OUT_PAD) * 2
                 + 2 * tokens * 4 + 1024)  # and two buffers of token scales
     if wide:  # the wide form (256 tokens, or fitted to M: 192 / 128): and the block's token scales (and the slots
-        # of widened fragments, TileConfig.widened)
+        # of widened fragments, RegisterA8Tiles.widened)
         return stages * (tokens * BK + W_BYTES + S_BYTES) + tokens * 4 + widened * A_SLOT_BYTES + 1024
     return stages * tokens * BK + 1024
 
@@ -217,7 +218,7 @@ def wide_tiles(m: int, n: int) -> int:
 
 
 def stagger_chains(tile: int, chain: int, caps=None) -> int:
-    """How many chains warpgroup 1 of the wide form starts behind warpgroup 0 (TileConfig.stagger): the tuning knob
+    """How many chains warpgroup 1 of the wide form starts behind warpgroup 0 (RegisterA8Tiles.stagger): the tuning knob
     register_a8.stagger_chains, at most the tile's chains less one."""
     want = knobs.value(STAGGER_CHAINS_KNOB, caps)
     return max(1, min(want, tile // chain - 1))
@@ -472,12 +473,12 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
     plan = Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, chain, 32)), path=PATH, layout=layout,
-        tiles=TileConfig(tile, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
-                         stagger=stagger_chains(tile, chain, caps) if bt == WIDE_BT and stagger_wanted(caps) else 0,
-                         raster=raster, streamk=blocks,
-                         prefetch=0 if bt == WIDE_BT else narrow_prefetch(caps),
-                         cluster=cluster, wide=int(wide and tile == BT), widened=widened, l2next=l2next,
-                         direct=direct),
+        tiles=RegisterA8Tiles(tile, BC, BK, stages, 1, 12 if use_producer else 8, 1, bulk=2 if use_producer else 0,
+                              stagger=stagger_chains(tile, chain, caps) if bt == WIDE_BT and stagger_wanted(caps) else 0,
+                              raster=raster, streamk=blocks,
+                              prefetch=0 if bt == WIDE_BT else narrow_prefetch(caps),
+                              cluster=cluster, wide=int(wide and tile == BT), widened=widened, l2next=l2next,
+                              direct=direct),
         splits=1, async_copy=True, smem_bytes=smem_bytes(stages, tile, bool(blocks), wide, widened), reasons=reasons,
         pdl=pdl,
     )
@@ -487,14 +488,14 @@ def plan_w4a8_wgmma_rs(caps, layout, m: int, act: str, scheme: str = "", produce
 
 
 def int32_sums_wanted(a_type: str, group: int, k: int, caps=None) -> bool:
-    """The kernel accumulates exact int32 sums across stages (TileConfig.direct): int8 activations with per-channel
+    """The kernel accumulates exact int32 sums across stages (RegisterA8Tiles.direct): int8 activations with per-channel
     scales, K within the int32 bound, the knob register_a8.direct_int8 on (the plan's other conditions aside:
     _direct_refusal)."""
     return (a_type == "s8" and group != 128 and k <= DIRECT_S8_MAX_K and bool(knobs.value(DIRECT_S8_KNOB, caps)))
 
 
 def _direct_refusal(wide: bool, tile: int, blocks: int, cluster: int, widened: int, pdl: bool) -> str:
-    """Why the direct-accumulation loops (TileConfig.direct) do not apply to this plan ("" where they do)."""
+    """Why the direct-accumulation loops (RegisterA8Tiles.direct) do not apply to this plan ("" where they do)."""
     for on, what in ((blocks, "stream-K"), (cluster, "clusters"), (widened, "converter warps"), (pdl, "PDL")):
         if on:
             return f"it is written for the plain grid, without {what}"

@@ -16,7 +16,7 @@ from humming.core.common.paths import UNVERIFIED_ENV, unverified_enabled
 from humming.core.common.paths import unverified_note as paths_unverified_note
 from humming.core.families.mma_blockscaled.layout import TC_STAGE_K, Tcgen05BlockScaledLayout
 from humming.core.families.mma_blockscaled.planner import FORMS, BlockScaleDict
-from humming.core.plan import _DEFAULT_SMS, Plan, TileConfig
+from humming.core.plan import _DEFAULT_SMS, Plan, Tiles
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 BM, BK = 128, 128  # one tcgen05.mma M=128 (cta_group::1); 128-byte K-major rows (one swizzle row per tile row)
@@ -163,7 +163,7 @@ def plan_w8a8_tcgen05(caps, layout, m: int, act: str, scheme: str = "") -> Plan:
     reasons.append("no split-K: one K loop per output tile; epilogue tcgen05.ld 32x32b (warp w reads rows 32w..32w+31)")
     if not unverified_enabled():
         reasons.append(unverified_note(caps))
-    tiles = TileConfig(BM, bn, BK, stages, 4, 1, 1)
+    tiles = Tiles(BM, bn, BK, stages, 4, 1, 1)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="tcgen05",
         instruction=replace(form, shape=(128, bn, 32)), path="native", layout=layout, tiles=tiles, splits=1,
@@ -239,7 +239,7 @@ class Tcgen05BlockScaledPlan(BlockScaleDict, Plan):
     def kernel_key(self) -> str:
         ins = self.instruction
         parts = (self.family, self.path, tuple(ins.shape), ins.kind, ins.a_type, ins.b_type, ins.scale_format,
-                 self.scale_vec, self.layout.recipe, self.act, self.tiles, self.async_copy)
+                 self.scale_vec, self.layout.recipe, self.act, self.tiles.key_text(), self.async_copy)
         return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
 
     @property
@@ -310,7 +310,7 @@ def plan_blockscaled_tcgen05(caps, layout: Tcgen05BlockScaledLayout, m: int, act
     reasons.append("no split-K: one K loop per output tile; epilogue tcgen05.ld 32x32b (warp w reads rows 32w..32w+31)")
     if not unverified_enabled():
         reasons.append(unverified_note(caps))
-    tiles = TileConfig(BM, bn, bk, stages, 4, 1, 1)
+    tiles = Tiles(BM, bn, bk, stages, 4, 1, 1)
     return Tcgen05BlockScaledPlan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="tcgen05",
         instruction=replace(form, shape=(128, bn, mma_k)), path="native", layout=layout, tiles=tiles, splits=1,
@@ -399,7 +399,7 @@ def plan_wna16_tcgen05(caps, layout, m: int, act: str, scheme: str = "") -> Tcge
     reasons.append("no split-K: one K loop per output tile; epilogue tcgen05.ld 32x32b (warp w reads rows 32w..32w+31)")
     if not unverified_enabled():
         reasons.append(wna16_unverified_note(caps))
-    tiles = TileConfig(BM, bn, WNA16_BK, stages, 4, 1, 1)
+    tiles = Tiles(BM, bn, WNA16_BK, stages, 4, 1, 1)
     return Tcgen05WnA16Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="tcgen05",
         instruction=replace(form, shape=(128, bn, 16)), path=WNA16_PATH, layout=layout, tiles=tiles, splits=1,

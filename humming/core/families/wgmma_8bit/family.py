@@ -15,6 +15,7 @@ from humming.core.families.wgmma_8bit.layout import (
     wgmma_w4a8_group,
 )
 from humming.core.families.wgmma_8bit.planner import plan_w4a8_wgmma, plan_w8a8_wgmma, wgmma_form
+from humming.core.families.wgmma_8bit.tiles import Wgmma8Tiles
 from humming.core.family import Family
 from humming.core.tuning import knobs
 from humming.devices.current import runs_here
@@ -82,4 +83,4 @@ def pack(qw, dtype, layout, caps):
 
 
 FAMILY = Family("wgmma_8bit", "wgmma W8A8 / W4A8 (4-bit weights widened in shared memory)", refusal, plan, "codes8",
-                owns, wgmma_w8a8_kernel_source, pack)
+                owns, wgmma_w8a8_kernel_source, pack, tiles=Wgmma8Tiles)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from humming.core.common.wgmma import choose_tile_width, declared_option, require_wgmma
-from humming.core.plan import _DEFAULT_SMS, Plan, TileConfig
+from humming.core.families.wgmma_8bit.tiles import Wgmma8Tiles
+from humming.core.plan import _DEFAULT_SMS, Plan
 from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
@@ -94,7 +95,7 @@ def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", tma: bool 
                 f"tensor copy of each operand tile per stage into {stages} slots, FULL/EMPTY mbarriers), two "
                 f"consumer warpgroups x m64n{bn}k32 that meet only at the mbarriers, so one promotes while "
                 f"the other's wgmmas run; {smem // 1024} KiB of {limit // 1024} KiB shared memory")
-        tiles = TileConfig(BM, bn, BK, stages, TMA_THREADS // 32, 1, 1, bulk=1)
+        tiles = Wgmma8Tiles(BM, bn, BK, stages, TMA_THREADS // 32, 1, 1, bulk=1)
     else:
         stages, smem = _most_stages(3, lambda s: wgmma_smem_bytes(bn, s), limit,
                                     f"no wgmma tile 128x{bn}x128 with 3 stages fits {caps.name}'s {limit} B of "
@@ -102,7 +103,7 @@ def plan_w8a8_wgmma(caps, layout, m: int, act: str, scheme: str = "", tma: bool 
         tile = (f"tile {BM}x{bn}x{BK}: 2 warpgroups x m64n{bn}k32, 4 k32 steps per stage; {stages} stages "
                 f"(cp.async, {stages - 2} in flight + 1 stage under wgmma), "
                 f"{smem // 1024} KiB of {limit // 1024} KiB shared memory")
-        tiles = TileConfig(BM, bn, BK, stages, 8, 1, 1)
+        tiles = Wgmma8Tiles(BM, bn, BK, stages, 8, 1, 1)
     reasons[0] = reasons[0].replace("{N}", str(bn))
     reasons += [tile, "no split-K: one K loop per output tile"]
     return Plan(
@@ -230,6 +231,6 @@ def _plan_w4a8(caps, layout, m: int, act: str, scheme: str, form, stages: int, s
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bn, 32)), path="dequant-to-activation", layout=layout,
-        tiles=TileConfig(BM, bn, BK, stages, warps, 1, 1, bulk=bulk), splits=1, async_copy=True, smem_bytes=smem,
+        tiles=Wgmma8Tiles(BM, bn, BK, stages, warps, 1, 1, bulk=bulk), splits=1, async_copy=True, smem_bytes=smem,
         reasons=tuple(reasons),
     )

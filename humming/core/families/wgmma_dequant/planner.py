@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from humming.core.common.wgmma import choose_tile_width, require_wgmma, wgmma_k16_form
-from humming.core.plan import _DEFAULT_SMS, Plan, TileConfig
+from humming.core.plan import _DEFAULT_SMS, Plan, Tiles
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "wgmma-dequant-smem"
@@ -67,7 +67,7 @@ def plan_wna16_wgmma(caps, layout, m: int, act: str, scheme: str = "", bn: int |
         f"(activations, raw codes, scales; {stages - 2} in flight), {BQ} dequantized weight tiles (dequant of "
         f"stage s+1 overlaps the wgmma of stage s); {smem // 1024} KiB of {limit // 1024} KiB shared memory")
     reasons.append("no split-K: one K loop per output tile")
-    tiles = TileConfig(BM, bn, BK, stages, 8, 1, 1)
+    tiles = Tiles(BM, bn, BK, stages, 8, 1, 1)
     return Plan(
         scheme=scheme, profile=caps.name, m=m, n=n, k=k, act=act, out=act, family="wgmma",
         instruction=replace(form, shape=(64, bn, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,
