@@ -243,7 +243,7 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
     check each one's result against ``reference_gemm`` (a wrong candidate is reported as failed, never timed
     as a winner). ``progress(text)`` is called with one line per step. Nothing is recorded here.
 
-    ``only``: a TileConfig option (e.g. "x_smem"): time only the candidates that set it, next to the planner's
+    ``only``: an option of the tiles (e.g. "x_smem"): time only the candidates that set it, next to the planner's
     default and the plan the runtime chooses now (a tuned entry, if any), so a winner beats both.
 
     ``retime_top``: the fastest this many and the default are timed again in rotated rounds (_retime) before the

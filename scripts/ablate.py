@@ -393,7 +393,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 }
 
 
-# the wide W4A8 form's prefetch of the next wave's weights into L2 (TileConfig.l2next, on by default):
+# the wide W4A8 form's prefetch of the next wave's weights into L2 (RegisterA8Tiles.l2next, on by default):
 # without it (nol2next_rs8), and with the activations' tiles prefetched too (l2nextx_rs8, by tensor prefetch)
 VARIANTS["nol2next_rs8"] = [(r"\n      \{  // the block launched one wave later(?:.|\n)*?\n      \}(\n    \} else if)", r"\1")]
 VARIANTS["l2nextx_rs8"] = [(r"(\n(\s*)l2_prefetch\(S \+ \(size_t\)kt \* N \+ nn0, S_BYTES\);)",

@@ -4,7 +4,7 @@ scripts/ncu_source.sh; Nsight Systems, compute-sanitizer). Prints the kernel tha
     python scripts/one_gemm.py --scheme w4a8-fp8 --m 4096 --n 8192 --k 8192 [--reps 3]
         [--knob register_a8.chain=128 ...] [--option fast_accum=true ...] (tuning knobs / GemmOptions fields; JSON)
         [--tiles '{"bm": 16, "bk": 512, "stages": 2, "warps_k": 8, "fold": 2, "bulk": 1, "splits": 2}'] (a forced
-        WnA16 plan of the mma.sync family: TileConfig fields plus "splits" and "path")
+        WnA16 plan of the mma.sync family: MmaWnA16Tiles fields plus "splits" and "path")
     python scripts/one_gemm.py --scheme cublas-fp16 ...   (torch.matmul on random fp16 weights instead: the
                                                             baseline's kernels, e.g. for ncu -k regex:. )
     compute-sanitizer python scripts/one_gemm.py --scheme w4a16 --m 16
@@ -42,21 +42,22 @@ def assignments(pairs: list[str]) -> dict:
 def force(qw, x, spec: dict, options=None) -> None:
     """Make the prepared weight run the given WnA16 stream / tile configuration at x's M (a plan of the mma.sync
     family, humming.core.families.mma_wna16.planner.plan_wna16). Tile fields not given come from the runtime plan
-    where that is a stream / tile plan; otherwise give every TileConfig field or none (the planner's tiles)."""
+    where that is a stream / tile plan; otherwise give every MmaWnA16Tiles field or none (the planner's tiles)."""
     from humming.core.families.mma_wna16.layout import layout_for
     from humming.core.families.mma_wna16.planner import plan_wna16
-    from humming.core.plan import TileConfig, launch_options
+    from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
+    from humming.core.plan import launch_options
 
     lay = api._registry[api.prepared(qw, x.dtype, x.device, options=options)]
     m = x.shape[0]
     base = lay.plan_for(m)
     own = base.path in ("stream", "tile")
-    names = list(TileConfig.__dataclass_fields__)
+    names = list(MmaWnA16Tiles.__dataclass_fields__)
     given = {f: spec[f] for f in names if f in spec}
     if own:
-        tiles = TileConfig(**{**{f: getattr(base.tiles, f) for f in names}, **given})
+        tiles = MmaWnA16Tiles(**{**{f: getattr(base.tiles, f) for f in names}, **given})
     else:
-        tiles = TileConfig(**given) if given else None
+        tiles = MmaWnA16Tiles(**given) if given else None
     path = spec.get("path", base.path if own else None)
     layout = layout_for(lay.scheme, lay.n, lay.k, lay.act, caps=lay.caps)
     p = plan_wna16(lay.caps, layout, m, lay.act, scheme=base.scheme, path=path,
@@ -77,7 +78,7 @@ def main() -> None:
     ap.add_argument("--knob", nargs="+", action="extend", default=[], help="NAME=VALUE tuning knobs in force (JSON values)")
     ap.add_argument("--option", nargs="+", action="extend", default=[], help="NAME=VALUE humming.GemmOptions fields (JSON values)")
     ap.add_argument("--tiles", default=None,
-                    help='force a WnA16 plan: JSON of TileConfig fields plus "splits" and "path", e.g. '
+                    help='force a WnA16 plan: JSON of MmaWnA16Tiles fields plus "splits" and "path", e.g. '
                          '\'{"bm": 16, "bk": 512, "stages": 2, "warps_k": 8, "fold": 2, "bulk": 1, "splits": 2}\'')
     args = ap.parse_args()
     torch.manual_seed(0)

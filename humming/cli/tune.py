@@ -42,11 +42,13 @@ def _row(rank, t, default_us) -> str:
     ratio = f"x{default_us / t.us:.2f}" if default_us else "-"
     kind = {"stream": "stream", "wgmma-rs": "rs"}.get(p.path, "tile")
     tile = f"{tl.bm}x{tl.bn}x{tl.bk}"
+    o = tl.option
     options = ",".join(name for name, on in (
-        ("x_ring", tl.x_ring), ("x_smem", tl.x_smem), (f"fold{tl.fold}", tl.fold), ("bulk", tl.bulk),
-        (f"cluster{tl.cluster}", tl.cluster), (f"balance{tl.balance}", tl.balance), (f"raster{tl.raster}", tl.raster),
-        (f"occupancy{tl.occupancy}", tl.occupancy), (f"prefetch{tl.prefetch}", tl.prefetch),
-        (f"tail{tl.tail}", tl.tail), (f"streamk{tl.streamk}", tl.streamk), ("split-cluster", p.cluster_splits)) if on)
+        ("x_ring", o("x_ring")), ("x_smem", o("x_smem")), (f"fold{o('fold')}", o("fold")), ("bulk", o("bulk")),
+        (f"cluster{o('cluster')}", o("cluster")), (f"balance{o('balance')}", o("balance")),
+        (f"raster{o('raster')}", o("raster")), (f"occupancy{o('occupancy')}", o("occupancy")),
+        (f"prefetch{o('prefetch')}", o("prefetch")), (f"tail{o('tail')}", o("tail")),
+        (f"streamk{o('streamk')}", o("streamk")), ("split-cluster", p.cluster_splits)) if on)
     return (f"  {rank:>4} {t.us:9.1f} {ratio:>7}  {kind:6} {tile:<12} {tl.stages:>6} "
             f"{tl.warps_m}x{tl.warps_n}x{tl.warps_k:<3} {p.splits:>5}  {options or '-'}")
 

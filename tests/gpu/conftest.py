@@ -151,9 +151,10 @@ def stream_plan(prep, base, m: int, wk: int, stages: int, fold: int, x_ring: int
     """A stream-path plan of ``wk`` warps per slab for the prepared handle ``prep`` (token tile of its own plan
     ``base``), with the given options and programmatic dependent launch where ``pdl``."""
     from humming.core.families.mma_wna16.planner import plan_wna16
-    from humming.core.plan import TileConfig, with_pdl
+    from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
+    from humming.core.plan import with_pdl
 
     p = plan_wna16(prep.caps, base.layout, m, base.act, scheme=base.scheme, path="stream", splits=splits,
-                   tiles=TileConfig(base.tiles.bm, 64, 64 * wk, stages, 1, 1, wk, x_ring, fold, x_smem=x_smem,
-                                    balance=balance))
+                   tiles=MmaWnA16Tiles(base.tiles.bm, 64, 64 * wk, stages, 1, 1, wk, x_ring, fold, x_smem=x_smem,
+                                       balance=balance))
     return with_pdl(prep.caps, p) if pdl else p

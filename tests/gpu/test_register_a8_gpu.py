@@ -133,7 +133,7 @@ def test_wgmma_rs8_producer_warpgroup(name, group, dtype, chain, set_knobs):
     128-token chain per stage or two 64-token halves into two partials (register_a8.chain 64)."""
     _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
     set_knobs({MIN_M_KNOB: 128, PRODUCER_KNOB: True, WIDE_KNOB: 128, CHAIN_KNOB: chain})
-    # int8 per channel: one 128-token chain is its default int32 sums (TileConfig.direct); two halves: promoted
+    # int8 per channel: one 128-token chain is its default int32 sums (RegisterA8Tiles.direct); two halves: promoted
     direct = int(name == "w4a8-int8" and group is None and chain == 128)
     if name == "w4a8-int8" and group is None and chain == 64:
         set_knobs({DIRECT_S8_KNOB: False})
@@ -164,9 +164,9 @@ def test_wgmma_rs8_wide_form(name, group, dtype, chain, raster, set_knobs):
     halves, or four quarters with two partials (register_a8.chain 64), codes and group scales by bulk copy into the
     slot) on partial and whole token tiles, K of 33 stages (the slot ring wraps unevenly), a bias, and graph replay;
     blocks in launch order or rasterized in groups of 3 token tiles (M 777: groups of 3 and 1). Int8 with per-channel
-    scales in halves: the default int32 sums across stages (TileConfig.direct; an odd stage count)."""
+    scales in halves: the default int32 sums across stages (RegisterA8Tiles.direct; an odd stage count)."""
     _require_wgmma("e4m3" if name.endswith("fp8") else "s8")
-    # int8 per channel: the halves are its default exact int32 sums (TileConfig.direct), the quarters the promoted form
+    # int8 per channel: the halves are its default exact int32 sums (RegisterA8Tiles.direct), the quarters the promoted form
     direct = int(name == "w4a8-int8" and group is None and chain == 128)
     qw, bias, k = _wide_case(set_knobs, name, group, dtype, chain, raster, 3 * 768,
                              **({} if direct or chain == 128 else {DIRECT_S8_KNOB: False}))

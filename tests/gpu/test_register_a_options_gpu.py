@@ -112,7 +112,7 @@ STREAMK_PAIRS = [("w4a16", 128, torch.float16, 28672, 2048, 128, 128, 132),
 
 @pytest.mark.parametrize("case", STREAMK_PAIRS, ids=["-".join(str(v) for v in c[3:]) + f"-{c[0]}" for c in STREAMK_PAIRS])
 def test_streamk_pairs_match_reference(case):
-    """Stream-K in pairs (TileConfig.cluster = 2 with streamk; register_a.streamk's pair rewrite): both blocks of a
+    """Stream-K in pairs (RegisterATiles.cluster = 2 with streamk; register_a.streamk's pair rewrite): both blocks of a
     pair run the same segments, each its channel tile; the split tiles' halves handed over with their own counters.
     Against the reference, then 20 launches in a row (counters and both blocks' phases) and graph replay."""
     name, group, dtype, n, k, m, bt, blocks = case
@@ -137,7 +137,7 @@ EARLY_CASES = [(28672, 2048, 128, 128, 132), (1024, 4096, 261, 128, 7), (1024, 2
 
 @pytest.mark.parametrize("case", EARLY_CASES, ids=["x".join(str(v) for v in c) for c in EARLY_CASES])
 def test_early_ring_equals_default(case):
-    """The early ring (TileConfig.early, register_a.early_ring: the next segment's first weight atoms loaded before a
+    """The early ring (RegisterATiles.early, register_a.early_ring: the next segment's first weight atoms loaded before a
     segment's epilogue) only moves loads: its output equals the default stream-K kernel's bit for bit, matches the
     reference, and survives 20 launches in a row and graph replay."""
     n, k, m, bt, blocks = case

@@ -227,7 +227,7 @@ def test_variant_compiles_without_spills(variant, scheme, m, n, k, options, attr
 @pytest.mark.parametrize("scheme", ["w4a8-fp8", "w4a8-int8"])
 @pytest.mark.parametrize("ring", [None, 2, 4], ids=["default", "ring2", "ring4"])
 def test_narrow_rings_compile_without_spills(scheme, ring, compiled_without_spills, set_knobs):
-    """register_a8.narrow_prefetch: the narrow form's weight stages in flight per lane (TileConfig.prefetch; unset:
+    """register_a8.narrow_prefetch: the narrow form's weight stages in flight per lane (RegisterA8Tiles.prefetch; unset:
     PF, 6). The generated ring follows it, the wide form (codes through shared memory) ignores it, and every depth
     compiles without spills."""
     if ring is None:
@@ -344,7 +344,7 @@ def test_wide_192_token_kernels_compile(a_type, streamk, compiled_without_spills
 @pytest.mark.parametrize("scheme", ["w4a8-fp8", "w4a8-int8"])
 @pytest.mark.parametrize("streamk", [0, 132])
 def test_wide_form_at_128_tokens_compiles(scheme, streamk, compiled_without_spills, set_knobs):
-    """register_a8.wide_from 128 (TileConfig.wide; the kernel name's 'v'): the wide form at a 128-token tile on
+    """register_a8.wide_from 128 (RegisterA8Tiles.wide; the kernel name's 'v'): the wide form at a 128-token tile on
     8192x8192 (64 blocks, the narrow form by default), plain and stream-K: codes by bulk copy, two chains."""
     set_knobs({WIDE_FROM_KNOB: 128, STREAMK_KNOB: streamk})
     p = _plan(scheme, 128)

@@ -212,7 +212,7 @@ def test_prefill_form_producer_warpgroup(set_knobs):
 @pytest.mark.parametrize("stagger", [None, False], ids=["default", "off"])
 def test_two_warpgroup_form_staggered_start(stagger, set_knobs):
     """The two-warpgroup form with its producer warpgroup starts warpgroup 1 one wgmma group behind warpgroup 0
-    (TileConfig.stagger, named barrier 2: bar.arrive by warpgroup 0 after its first commit, bar.sync by warpgroup 1
+    (RegisterATiles.stagger, named barrier 2: bar.arrive by warpgroup 0 after its first commit, bar.sync by warpgroup 1
     before its loop); wgmma.stagger false turns it off. It compiles without spills or serialized wgmmas; the small
     form never staggers."""
     if stagger is not None:

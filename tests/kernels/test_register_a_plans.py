@@ -465,7 +465,7 @@ def test_streamk_plan(m, bt, stages, set_knobs):
 
 
 def test_early_ring_option(set_knobs):
-    """The knob register_a.early_ring (TileConfig.early, off by default): the weight ring declared before the segment
+    """The knob register_a.early_ring (RegisterATiles.early, off by default): the weight ring declared before the segment
     loop, the next segment's first atoms loaded after a segment's last wgmmas and the consumers' barrier (not after a
     split tile's later part), the prologue skipped when they are in; its own kernel name; the generator refuses it
     without stream-K (its kernels compile: test_register_a_compile.py)."""
@@ -543,7 +543,7 @@ def test_tuner_times_tail_and_the_entry_comes_back(tune_file):
     caps = _caps()
     lay = _layout(n=28672)
     plans = candidates(caps, lay, 128, "f16", scheme="w4a16")
-    tails = [p for p in plans if p.tiles.tail]
+    tails = [p for p in plans if p.tiles.option("tail")]
     # the 256-token candidate fits to one tile of 128 at M=128: the same plan, timed once
     assert {p.tiles.tail for p in tails} == {92} and {p.tiles.bm for p in tails} == {128} and len(tails) == 1
     p = next(p for p in tails if p.tiles.bm == 128)

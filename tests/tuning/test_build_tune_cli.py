@@ -89,7 +89,7 @@ def test_build_plans_every_bucket_by_default():
     assert set(plans) == {(tuned.choose_plan(caps, layout, m, "f16", "w4a16") if m < 513 else
                            tuned.register_a_prefill_plan(caps, layout, m, "f16", "w4a16")).kernel_name for m in ms}
     assert any(any(r.startswith("tuned for M bucket") for r in p.reasons) for p in plans.values())  # the shipped entries
-    assert any(p.tiles.streamk for p in plans.values())  # the prefill form's stream-K rule (M 768, 2048 ...)
+    assert any(p.tiles.option("streamk") for p in plans.values())  # the prefill form's stream-K rule (M 768, 2048 ...)
     assert aot.ms_for([1, 20], exact=True) == [1, 20]
     assert aot.ms_for([20]) == list(range(17, 33))
 

@@ -13,9 +13,9 @@ from humming.core.families.mma_wna16 import candidates as cands
 from humming.core.families.mma_wna16 import tuned
 from humming.core.families.mma_wna16.layout import layout_for
 from humming.core.families.mma_wna16.planner import plan_wna16
+from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
 from humming.core.families.register_a import prefill as rsp
 from humming.core.families.register_a.planner import tma_wanted
-from humming.core.plan import TileConfig
 from humming.core.tuning import entries as tuning
 from humming.errors import ShapeError
 
@@ -70,7 +70,7 @@ def test_layout_key_names_decode_act_and_groups():
 
 # ---------------------------------------------------------------------------------------------- round trip
 def _forced_tile(m=40):
-    return plan_wna16(A100, _layout(), m, "f16", scheme="w4a16", tiles=TileConfig(48, 64, 64, 4, 1, 1, 1),
+    return plan_wna16(A100, _layout(), m, "f16", scheme="w4a16", tiles=MmaWnA16Tiles(48, 64, 64, 4, 1, 1, 1),
                       splits=2, path="tile")
 
 
@@ -104,7 +104,7 @@ def test_record_lookup_round_trip(tmp_path):
 
 def test_record_keeps_other_entries_and_replaces_same_key():
     tuning.record(_forced_tile(40), 10.0)
-    stream = plan_wna16(A100, _layout(), 1, "f16", scheme="w4a16", tiles=TileConfig(8, 64, 128, 2, 1, 1, 2),
+    stream = plan_wna16(A100, _layout(), 1, "f16", scheme="w4a16", tiles=MmaWnA16Tiles(8, 64, 128, 2, 1, 1, 2),
                         splits=4, path="stream")
     tuning.record(stream, 5.0)
     tuning.record(_forced_tile(50), 9.0)  # same bucket: replaces
@@ -117,7 +117,7 @@ def test_record_keeps_other_entries_and_replaces_same_key():
 
 def test_scheme_is_preferred_but_layout_decides(monkeypatch):
     tuning.record(_forced_tile(40), 10.0, scheme="w4a16")
-    other = plan_wna16(A100, _layout(), 40, "f16", tiles=TileConfig(48, 64, 128, 3, 1, 1, 2), splits=1, path="tile")
+    other = plan_wna16(A100, _layout(), 40, "f16", tiles=MmaWnA16Tiles(48, 64, 128, 3, 1, 1, 2), splits=1, path="tile")
     tuning.record(other, 11.0, scheme="w4a16[name=mine]")
     assert tuning.lookup(A100, _layout(), 1024, 2048, 40, scheme="w4a16")["measured_us"] == 10.0
     assert tuning.lookup(A100, _layout(), 1024, 2048, 40, scheme="w4a16[name=mine]")["measured_us"] == 11.0
@@ -258,7 +258,8 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
                 if p.path == "wgmma-rs" else t["bm"]
             # ... and the register-A forms stage their epilogue by stmatrix (not the W4A8 stream-K form)
             stsm = int(p.path == "wgmma-rs" or (p.path == "wgmma-rs8" and not t.get("streamk")))
-            assert dataclasses.asdict(p.tiles) == {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, "balance": 0,
+            # every option any family's tiles have: this family's as expected, the others' absent (read as 0)
+            expected = {"x_ring": 0, "fold": 0, "x_smem": 0, "cluster": 0, "balance": 0,
                                                    "occupancy": 0, "tail": 0, "streamk": 0, "early": 0, "stsm": stsm, "wide": 0,
                                                    "widened": 0, "l2next": 0, "direct": 0,
                                                    **t,
@@ -266,6 +267,7 @@ def test_shipped_defaults_give_valid_plans_on_h200(key, entry):
                                                    "stages": stages,
                                                    "bulk": bulk,
                                                    "stagger": stagger, "raster": raster, "prefetch": prefetch}
+            assert {f: p.tiles.option(f) for f in expected} == expected
             assert p.smem_bytes <= caps.limits.smem_per_block_kb * 1024
         assert "shipped nvidia-h200.json" in p.reasons[-1]
 
@@ -275,7 +277,7 @@ def test_user_entry_overrides_shipped():
     caps = get_profile("nvidia-h200")
     layout = layout_for(schemes.get(shipped["scheme"]), shipped["n"], shipped["k"], "f16")
     other = plan_wna16(caps, layout, shipped["m"], "f16", scheme=shipped["scheme"],
-                       tiles=TileConfig(128, 128, 64, 2, 2, 2, 1), splits=1, path="tile")
+                       tiles=MmaWnA16Tiles(128, 128, 64, 2, 2, 2, 1), splits=1, path="tile")
     assert dataclasses.asdict(other.tiles) != shipped["tiles"]
     assert tuning.record(other, 1.0) == key
     p = tuned.tuned_plan(caps, layout, shipped["m"], "f16")
@@ -321,7 +323,7 @@ def test_candidates_hold_the_runtime_plan_from_m_1024(m, monkeypatch):
     assert runtime.tiles.bn == 128 and not runtime.tiles.streamk
     plans = cands.candidates(H200, layout, m, "f16", "w4a16")
     assert any(p.path == "wgmma-rs" and p.tiles == runtime.tiles for p in plans)
-    assert any(p.tiles.streamk == H200.limits.sms and p.tiles.bm == runtime.tiles.bm for p in plans)
+    assert any(p.tiles.option("streamk") == H200.limits.sms and p.tiles.bm == runtime.tiles.bm for p in plans)
     chosen = select(Problem(W4, m, 12288, 4096), H200)  # what humming.gemm runs for this M
     assert chosen.family.name == "register_a"
     assert any((p.path, p.tiles, p.splits) == (chosen.plan.path, chosen.plan.tiles, chosen.plan.splits) for p in plans)
@@ -358,7 +360,7 @@ def test_register_a_prefill_family_takes_two_warpgroup_entries(monkeypatch, tmp_
     assert chosen.family.name == "register_a" and chosen.plan.tiles == got.tiles and _tuned_why(chosen.plan)
     assert tuned.register_a_prefill_plan(H200, layout, 3000, "f16", "w4a16").tiles.streamk == 132  # another bucket
     square = _layout(8192, 8192)
-    tile = plan_wna16(H200, square, 1024, "f16", scheme="w4a16", tiles=TileConfig(128, 128, 64, 3, 2, 2, 1), splits=1,
+    tile = plan_wna16(H200, square, 1024, "f16", scheme="w4a16", tiles=MmaWnA16Tiles(128, 128, 64, 3, 2, 2, 1), splits=1,
                       path="tile")
     tuning.record(tile, 500.0, scheme="w4a16", device="test")
     tuning.clear_memory()
@@ -379,7 +381,7 @@ def test_runtime_prefers_the_entries_of_its_own_scheme():
     from humming import api
 
     tuning.record(_forced_tile(40), 10.0, scheme="w4a16")
-    other = plan_wna16(A100, _layout(), 40, "f16", tiles=TileConfig(48, 64, 128, 3, 1, 1, 2), splits=1, path="tile")
+    other = plan_wna16(A100, _layout(), 40, "f16", tiles=MmaWnA16Tiles(48, 64, 128, 3, 1, 1, 2), splits=1, path="tile")
     tuning.record(other, 11.0, scheme="aaa-other")  # sorts first: picked when the scheme is not given
     torch.manual_seed(0)
     qw = __import__("humming").quantize(torch.randn(1024, 2048) * 0.05, "w4a16")

@@ -118,11 +118,11 @@ WS_BLOCK_HEAD = """  using namespace cfg;
 SLOT0_DESCRIPTOR = ("  const uint64_t desc0 = make_smem_desc(x0);   // slot 0's activation descriptor: slot s's is "
                     "+ s * X_BYTES / 16\n")
 
-STAGGER_KNOB = "wgmma.stagger"  # false: the two consumer warpgroups start together (TileConfig.stagger = 0)
+STAGGER_KNOB = "wgmma.stagger"  # false: the two consumer warpgroups start together (tiles.stagger = 0)
 
 
 def stagger_wanted(caps) -> bool:
-    """The warp-specialised register-A kernels' staggered start (TileConfig.stagger): the tuning knob wgmma.stagger."""
+    """The warp-specialised register-A kernels' staggered start (tiles.stagger): the tuning knob wgmma.stagger."""
     return bool(knobs.value(STAGGER_KNOB, caps))
 
 
@@ -193,7 +193,7 @@ def add_partial(slot: str, step: str, indent: str = "      ", acc: str = "acc", 
 
 
 def stmatrix_staging(staging: str, value: str) -> str:
-    """The epilogue's staging stores by stmatrix .trans (TileConfig.stsm; the backend's stmatrix_helpers): per two
+    """The epilogue's staging stores by stmatrix .trans (the tiles' stsm; the backend's stmatrix_helpers): per two
     8-token blocks jp, jp + 1 one instruction of four 8x8 matrices, matrix i = token block j = jp + i / 2, channels
     8 (i % 2) + g of the warp's 16 (h = i % 2), into the staging tile ``staging`` [token][channel] of pitch OUT_LD;
     ``value``: statements (6 spaces indented) that set ``const uint32_t v``, the value pair of tokens 8j + 2q, +1 of
@@ -214,7 +214,7 @@ def stmatrix_staging(staging: str, value: str) -> str:
   }}"""
 
 
-# the block's tile (m0 tokens, n0 channels): in launch order, or (TileConfig.raster) in groups of RASTER token tiles
+# the block's tile (m0 tokens, n0 channels): in launch order, or (the tiles' raster) in groups of RASTER token tiles
 # (the grid's x) whose blocks take the group's token tiles for one channel tile after another, so the blocks running
 # at once share RASTER activation tiles in L2 instead of all of them (also the register-A W4A8 kernel's)
 TILE_IN_LAUNCH_ORDER = "  const int m0 = blockIdx.x * BT, n0 = blockIdx.y * BC;"

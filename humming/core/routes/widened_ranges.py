@@ -88,7 +88,7 @@ def m_ranges(caps, scheme, n: int = 0, k: int = 0, act_widen: bool | None = None
 
 RS8_MIN_FILL = 0.75  # the register-A W4A8 kernel's 128 x 128 blocks per SM below which the widened path takes over
 # ... where that kernel accumulates exact int32 sums across stages (int8 activations, per-channel scales: no promotion,
-# TileConfig.direct), its blocks are ~1.6x cheaper and win from a lower fill. Measured on the H200 (scripts/ab_knobs.py act_widen None / False, W4A8-INT8 per channel, us, widened / native): 4096x14336 M128 (32
+# RegisterA8Tiles.direct), its blocks are ~1.6x cheaper and win from a lower fill. Measured on the H200 (scripts/ab_knobs.py act_widen None / False, W4A8-INT8 per channel, us, widened / native): 4096x14336 M128 (32
 # blocks, 24%) 30.7 / 47.3, M200 (64, 48%) 52.2 / 48.6, M300 (96) 101.1 / 51.6, M384 (96) 94.2 / 52.0; 8192x8192
 # M128 (64 blocks) 30.7 / 31.1, M200-384 native either way
 RS8_MIN_FILL_INT32_SUMS = 0.45

@@ -50,7 +50,7 @@ def tma_load_stage(k_coord: str) -> str:
 """
 
 
-# the cluster variant of the small-M form (TileConfig.cluster): CLUSTER blocks of adjacent slabs (the same token tile
+# the cluster variant of the small-M form (RegisterATiles.cluster): CLUSTER blocks of adjacent slabs (the same token tile
 # and split) share each activation stage. Stage kt is copied by the block of rank kt % CLUSTER, by one multicast
 # tensor copy into the same slot of every block of the cluster (one read from L2 instead of CLUSTER), completing on
 # each block's own slot mbarrier ("full"). A slot's copying block is fixed (STAGES % CLUSTER == 0); before it refills

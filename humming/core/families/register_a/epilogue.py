@@ -38,7 +38,7 @@ _STS_STAGING = Template("""  #pragma unroll
       sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
     }
   }""")
-# (TileConfig.stsm) one stmatrix .trans per two 8-token blocks x both channel halves (matrix i = token block j + i / 2,
+# (RegisterATiles.stsm) one stmatrix .trans per two 8-token blocks x both channel halves (matrix i = token block j + i / 2,
 # channels 8 (i % 2) + g), the channels' scales and biases loaded first
 _STSM_SCALES = """  float cs_h[2], bs_h[2];  // channels 8h + g's scale and bias
   #pragma unroll

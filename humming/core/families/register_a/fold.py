@@ -1,4 +1,4 @@
-"""The small-M form's fold options (TileConfig.fold): the scale, and with fold=2 the zero point, applied once per
+"""The small-M form's fold options (RegisterATiles.fold): the scale, and with fold=2 the zero point, applied once per
 group in fp32 instead of per weight element.
 
 fold=1: the wgmma takes code - zero (exact small integers), tmp = their products summed over one scale group, and at

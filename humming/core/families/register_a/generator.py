@@ -24,7 +24,7 @@ parameter list is that of the mma.sync tile kernel (WS and CNT hold split-K part
 K; k_per_split is the small form's), so the same launcher and the same prepared weights
 (humming.core.common.layout.prepare) serve both (kernel).
 
-Options (TileConfig; checks says which form takes which): the small form's clusters, split-K clusters, occupancy and
+Options (RegisterATiles; checks says which form takes which): the small form's clusters, split-K clusters, occupancy and
 fold (fold); the two-warpgroup form's producer warpgroup, stagger, raster, pairs of blocks (pair_cluster), ``tail``
 (the last tiles as four blocks each, one per quarter of K: splitk) and ``streamk`` (persistent blocks that take whole
 tiles in waves, then the left-over tiles' k atoms in even runs: the tile body becomes a loop over the block's

@@ -1,4 +1,4 @@
-"""Thread-block clusters of two blocks in the warp-specialised register-A forms (TileConfig.cluster = 2: the wide
+"""Thread-block clusters of two blocks in the warp-specialised register-A forms (RegisterATiles.cluster = 2: the wide
 W4A8 form, the two-warpgroup W4A16 form). The pair takes one token tile and two adjacent channel tiles; stage kt's
 activation tile is read from L2 once, by block kt % 2, and multicast into both blocks' slots (each block's FULL
 mbarrier expects the whole stage, whoever copies it). A slot is refilled once every consumer warp of both blocks

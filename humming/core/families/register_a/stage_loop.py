@@ -60,7 +60,7 @@ PLAIN_STAGE = Template("""      wgmma_fence_operand(acc);
 ${after_commit}      ${group_wait}
       wgmma_fence_operand(acc);""", after_commit="")
 
-# the staggered start (TileConfig.stagger): warpgroup 1 starts one wgmma group behind warpgroup 0
+# the staggered start (RegisterATiles.stagger): warpgroup 1 starts one wgmma group behind warpgroup 0
 STAGGER_TAKE = ("\n  if (wg == 1) consumer_turn_take();  // start one wgmma group behind warpgroup 0, so that each decodes "
                 "while the other's wgmmas run")
 STAGGER_GIVE = "      if (wg == 0 && kt == 0) consumer_turn_give();  // warpgroup 1 may start\n"

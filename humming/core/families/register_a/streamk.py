@@ -1,4 +1,4 @@
-"""CUDA pieces of the two-warpgroup register-A form's stream-K option (TileConfig.streamk; humming.core.families.register_a.generator
+"""CUDA pieces of the two-warpgroup register-A form's stream-K option (RegisterATiles.streamk; humming.core.families.register_a.generator
 assembles them): ``streamk`` persistent blocks (one per SM) take the tiles in waves (tile wave x P + b, whole K), then
 split the atoms of the tiles left over evenly, each block a contiguous run of them (tile-major, so a block's run spans
 at most two tiles: the last part of one and the first part of the next). The producer warpgroup streams the
@@ -21,7 +21,7 @@ from humming.core.families.register_a import pair_cluster
 # Slots: the block count and atoms per tile, the tile's channel width (``channels``), the tile map (``tile_origin``);
 # in pairs (``pair_note``, ``pair_stages``) a note and the stages a unit runs.
 HELPERS = Template("""
-// stream-K (TileConfig.streamk): P persistent blocks take the tiles in whole waves (tile wave * P + b), then split the
+// stream-K (RegisterATiles.streamk): P persistent blocks take the tiles in whole waves (tile wave * P + b), then split the
 // atoms of the tiles left over evenly, block b the run [run_start(b), run_start(b + 1)) in tile-major order
 ${pair_note}struct StreamK {
   // the plan's block count (the grid's y extent) and k atoms per tile (K over BK) as constants: every division
@@ -76,7 +76,7 @@ def helpers(raster: int, blocks: int, k: int, bk: int, pair: bool = False) -> st
                         **pair_slots)
 
 
-PAIR_NOTE = ("// in pairs (TileConfig.cluster = 2): the units b are pairs of blocks (clusters of two), the tiles pairs of "
+PAIR_NOTE = ("// in pairs (RegisterATiles.cluster = 2): the units b are pairs of blocks (clusters of two), the tiles pairs of "
              "channel tiles\n")
 PAIR_STAGES = """  // the stages unit b runs in all (both blocks of a pair run the same segments, in step)
   __device__ __forceinline__ int stages(int b) const { return waves * katoms + run_start(b + 1) - run_start(b); }
@@ -89,7 +89,7 @@ SCHEDULE = """  // stream-K: this block's segments come from StreamK(M, N), made
   constexpr int katoms = StreamK::katoms;   // K over BK for the plan's K"""
 
 
-# Stream-K in pairs (TileConfig.cluster = 2 with streamk; humming.core.families.register_a.pair_cluster): the
+# Stream-K in pairs (RegisterATiles.cluster = 2 with streamk; humming.core.families.register_a.pair_cluster): the
 # schedule's unit is a pair of blocks (a cluster: blockIdx.y / 2) and its tiles pairs of adjacent channel tiles; both
 # blocks run the same segments in step, each its channel tile of the pair (rank blockIdx.y & 1). Stage it's
 # activations are copied by the block of rank it % 2 into both blocks' slots; every consumer warp releases a slot in
@@ -258,7 +258,7 @@ def handover(pair: bool) -> str:
         part="const float* part = ws_lane + (size_t)(2 * bj + (blockIdx.y & 1)) * SPLIT_FLOATS;  // its block of this half")
 
 
-# The early ring (TileConfig.early, an option): the weight ring lives across segments, and right after a segment's last
+# The early ring (RegisterATiles.early, an option): the weight ring lives across segments, and right after a segment's last
 # wgmmas the consumers load the next segment's first PF atoms into it (the ring is free then), so that they arrive
 # during this segment's epilogue and fix-up instead of after them; the next segment then skips its prologue (the
 # ring's declarations go before the segment loop: segment_open's ``ring``).

@@ -1,4 +1,4 @@
-"""The wide register-A W4A8 form's cluster option (TileConfig.cluster = 2): two blocks, adjacent channel tiles of one
+"""The wide register-A W4A8 form's cluster option (RegisterA8Tiles.cluster = 2): two blocks, adjacent channel tiles of one
 token tile, take turns multicasting each stage's activations into both blocks' slots (the pair's mechanism, shared
 with the W4A16 form, in humming.core.families.register_a.pair_cluster)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The wide register-A W4A8 form's converter warps (TileConfig.widened; 256-token tiles without stream-K, clusters
+"""The wide register-A W4A8 form's converter warps (RegisterA8Tiles.widened; 256-token tiles without stream-K, clusters
 or PDL): the producer warpgroup's warps 1-3 widen every stage's int4 codes into A_SLOTS slots of wgmma A fragments in
 shared memory, so the consumers load their fragments instead of widening them. Each stage's codes complete on the
 slot's own codes mbarrier (the converters wait there); its activations and scales on the FULL mbarrier, which the

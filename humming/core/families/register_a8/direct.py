@@ -1,4 +1,4 @@
-"""The register-A W4A8 kernel's main loop for per-channel scales with direct accumulation (``TileConfig.direct``,
+"""The register-A W4A8 kernel's main loop for per-channel scales with direct accumulation (``RegisterA8Tiles.direct``,
 planned by humming.core.families.register_a8.planner): the wgmmas accumulate across every stage straight into the
 block's accumulators (the wide form: two m64n128k32 chains a stage, or 64-token chains in tiles fitted to M; the
 narrow form: its one m64n128k32 chain) instead of into partials promoted (FFMA) into fp32 registers every stage. The

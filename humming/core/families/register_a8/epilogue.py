@@ -1,7 +1,7 @@
 """The register-A W4A8 kernels' epilogue (both forms, not stream-K's): facc[4j + 2h + e] (channel 64 wg + 16 w + 8 h
 + g, token 8 j + 2 q + e; the wide form's chains one after another) times the token's activation scale, the channel's
 weight scale and plus its bias, written transposed into a staging tile [token][channel] in the activation slots
-(16-bit stores, or stmatrix: TileConfig.stsm), then copied out in 16-byte chunks of token rows."""
+(16-bit stores, or stmatrix: RegisterA8Tiles.stsm), then copied out in 16-byte chunks of token rows."""
 from __future__ import annotations
 
 from humming.core.common.emit import Template
@@ -47,7 +47,7 @@ _STORES = """  #pragma unroll
   }
 """
 
-# the same pair of values as _STORES', for the stmatrix staging (TileConfig.stsm)
+# the same pair of values as _STORES', for the stmatrix staging (RegisterA8Tiles.stsm)
 _STSM_VALUE = """      const uint32_t v = f32x2_to_act2(facc[4 * j + 2 * h] * ts[2 * j] * cs[h] + bs[h],
                                        facc[4 * j + 2 * h + 1] * ts[2 * j + 1] * cs[h] + bs[h]);"""
 
@@ -66,7 +66,7 @@ def copy_out(sync: str) -> str:
 
 
 def stsm_prelude(plan, caps, backend) -> str:
-    """The stmatrix helper where the plan stages by stmatrix (TileConfig.stsm)."""
+    """The stmatrix helper where the plan stages by stmatrix (RegisterA8Tiles.stsm)."""
     if not plan.tiles.stsm:
         return ""
     return backend.helpers("stmatrix", caps=caps)

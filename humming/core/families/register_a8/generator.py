@@ -1,7 +1,7 @@
 """Generates the register-A wgmma W4A8 kernel (sm_90a; from M 128 by default, the tuning knob register_a8.min_m):
 C^T = W x^T for 128 output channels per block, int4 weights widened in registers as wgmma's A operand, 8-bit
 activations (s8 or e4m3) as its B operand from 128-byte-swizzled shared memory. The parameter list is that of the
-8-bit kernels. Blocks take their tiles in launch order or rasterized in groups of TileConfig.raster token tiles.
+8-bit kernels. Blocks take their tiles in launch order or rasterized in groups of RegisterA8Tiles.raster token tiles.
 
 The kernel's forms, each in its module:
   * narrow: 128 tokens per block, the lane's codes PF stages ahead in a register ring, activations by cp.async or
@@ -23,7 +23,7 @@ def wgmma_rs8_kernel_source(plan, backend, caps=None) -> str:
     """The CUDA source of the register-A W4A8 kernel the plan describes (ValueError for tiles it is not written for)."""
     t = plan.tiles
     producer = t.bulk == 2  # a producer warpgroup brings the activations in by TMA; consumers release slots
-    # 256 tokens (or 192 / 128 fitted to M, TileConfig.wide at 128): weights and scales by bulk copy, each fragment
+    # 256 tokens (or 192 / 128 fitted to M, RegisterA8Tiles.wide at 128): weights and scales by bulk copy, each fragment
     # widened once for every chain
     wide = t.bm > BT or bool(t.wide)
     if (plan.path != PATH or t.bm not in (BT, WIDE_FITTED_BT, WIDE_BT)

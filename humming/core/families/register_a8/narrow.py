@@ -9,7 +9,7 @@ int4 weights widened in registers as wgmma's A operand (the design of the WnA16 
     g + 8): s8 as 16 x code with two masks, e4m3 with int4n8_to_e4m3x8_x (two byte-permute lookups and an xor per
     16-bit half on the layout's relabelled codes, the lookup tables in registers).
   * B = activation codes: 128 token rows x 128 k bytes per stage, cp.async into 128-byte-swizzled K-major slots
-    (rows past M zero-filled), or by TMA from a producer warpgroup (TileConfig.bulk = 2), read through a matrix
+    (rows past M zero-filled), or by TMA from a producer warpgroup (RegisterA8Tiles.bulk = 2), read through a matrix
     descriptor (+32 bytes per k32 step).
   * Per stage: two 64-token chains (four m64n64k32 each, scale-d 0 on the first) into two partials pa / pb; the
     second is issued before the first is waited for (wait_group 1), then facc += partial x the group scale of the

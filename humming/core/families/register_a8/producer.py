@@ -1,7 +1,7 @@
 """The wide register-A W4A8 form's producer thread (the first of the producer warpgroup): per stage, after the
 consumers released the slot, one TMA tensor copy of the activation tile and bulk copies of the block's two 4 KB slabs
 of int4 codes and the group scales, all completing on the slot's FULL mbarrier; with programmatic dependent launch the
-first stages' weights before the wait for the previous kernel; optionally (TileConfig.l2next) the next wave's first
+first stages' weights before the wait for the previous kernel; optionally (RegisterA8Tiles.l2next) the next wave's first
 stages of weights into L2 after the last stage."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The wide register-A W4A8 form with stream-K (TileConfig.streamk; humming.core.families.register_a8.generator hands it over):
+"""The wide register-A W4A8 form with stream-K (RegisterA8Tiles.streamk; humming.core.families.register_a8.generator hands it over):
 ``streamk`` persistent blocks (one per SM) take the 256-token tiles in whole waves, then split the atoms of the tiles
 left over evenly (the schedule of humming.core.families.register_a.streamk, shared with the W4A16 form). The producer
 thread copies every segment's stages (activations by TMA, the two slabs' codes and the group scales by bulk copy)

@@ -1,4 +1,4 @@
-"""The wide form of the register-A W4A8 kernel (TileConfig.bm 256, or 192 / 128 fitted to M; TileConfig.wide at 128):
+"""The wide form of the register-A W4A8 kernel (RegisterA8Tiles.bm 256, or 192 / 128 fitted to M; RegisterA8Tiles.wide at 128):
 each warpgroup's A fragment widened once per stage for every token chain (two m64n128k32 halves, or 64-token quarters);
 a producer warpgroup brings each stage's activations (one TMA tensor copy), the block's int4 codes (two 4 KB bulk
 copies, one per 64-channel slab) and group scales (512 B) into one slot (humming.core.families.register_a8.producer),
@@ -73,7 +73,7 @@ ${stagger_take}${main_loop}  consumer_sync();                 // all wgmmas done
 
 ${epilogue}${copy_out}""", out_pad=str(OUT_PAD), cfg_end=CFG_END, held_decl=HELD_DECL, desc0=DESC0)
 
-# the converter warps' slots of fragments and the codes' own mbarriers (TileConfig.widened)
+# the converter warps' slots of fragments and the codes' own mbarriers (RegisterA8Tiles.widened)
 _SLOT_DECL = """  const uint32_t aw0 = t0 + BT * 4;                               // A_SLOTS slots of widened fragments
   __shared__ __align__(8) uint64_t cbar[STAGES];  // each slot's codes have landed (the converters wait here)
   const uint32_t cbar0 = smem_u32(cbar);

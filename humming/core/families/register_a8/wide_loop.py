@@ -24,7 +24,7 @@ _STAGE_HEAD = Template("""  #pragma unroll 1
     const uint64_t desc_x = desc0 + (uint64_t)(s * (X_BYTES >> 4));   // slot s's activation tile
 """, stage="kt", stage_note="")
 
-# the stage's head with the weights widened by the converter warps (TileConfig.widened): one wait (the stage's FULL
+# the stage's head with the weights widened by the converter warps (RegisterA8Tiles.widened): one wait (the stage's FULL
 # mbarrier completes with the producer's copies and the converter warps' arrivals), the lane's 64 bytes of fragments
 # from slot kt % A_SLOTS (free again once the consumers release the stage: the converters wait for that)
 _WIDENED_STAGE_HEAD = Template("""  #pragma unroll 1
@@ -81,7 +81,7 @@ def widened_stage_head(scale_pick: str) -> str:
 
 
 def _give_turn(segment: bool, first_half: bool = False) -> str:
-    """Warpgroup 0 gives warpgroup 1 its turn after its first chain of the block's first stage (TileConfig.stagger)."""
+    """Warpgroup 0 gives warpgroup 1 its turn after its first chain of the block's first stage (RegisterA8Tiles.stagger)."""
     first = "it0 + kt == 0" if segment else "kt == 0"
     return f"if (wg == 0 && {first}{' && hv == 0' if first_half else ''}) consumer_turn_give();  // warpgroup 1 may start"
 

@@ -40,7 +40,7 @@ constexpr int W_BYTES = ${w_bytes}, S_BYTES = ${s_bytes};   // a slot's codes (t
 constexpr int STAGE_TX = ${tx};   // bytes each stage's copies bring""", bc=str(BC), bk=str(BK), w_bytes=str(W_BYTES),
                 s_bytes=str(S_BYTES))
 
-# the converter warps' constants (TileConfig.widened)
+# the converter warps' constants (RegisterA8Tiles.widened)
 _CONVERTER_CFG = Template("""
 constexpr int A_SLOTS = ${slots};   // slots of widened fragments (the converter warps')
 constexpr int A_BYTES = THREADS * 64;   // a slot: 64 bytes per consumer lane, k32 step ks at + ks * THREADS * 16
