@@ -9,7 +9,7 @@ import torch
 import humming
 from humming import api
 from humming.core.families.mma_wna16.planner import plan_wna16
-from humming.core.plan import TileConfig
+from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
 from humming.errors import ShapeError
 
 from .conftest import forced_repeats_and_replay, run_forced_plans, stream_plan
@@ -54,7 +54,7 @@ def test_stream_balance_refusals():
         _plan(prep, base, 1, 4, 3, 1, 0, 1, 5, False)
     with pytest.raises(ShapeError, match="split-K"):
         plan_wna16(prep.caps, base.layout, 1, base.act, scheme=base.scheme, path="stream", splits=2,
-                   tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=1, balance=2))
+                   tiles=MmaWnA16Tiles(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=1, balance=2))
 
 
 def test_stream_balance_wide_layer_repeats_and_graph():

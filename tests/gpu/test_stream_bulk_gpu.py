@@ -8,7 +8,7 @@ import torch
 import humming
 from humming import api
 from humming.core.families.mma_wna16.planner import plan_wna16
-from humming.core.plan import TileConfig
+from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
 from humming.devices.current import runs_here
 from humming.errors import ShapeError
 
@@ -35,7 +35,7 @@ def _run(qw, dtype, ms, configs):
         for wk, slots, fold, splits in configs:
             try:
                 p = plan_wna16(prep.caps, base.layout, m, base.act, scheme=base.scheme, path="stream",
-                               splits=splits, tiles=TileConfig(base.tiles.bm, 64, 64 * wk, slots, 1, 1, wk, 0, fold, 1))
+                               splits=splits, tiles=MmaWnA16Tiles(base.tiles.bm, 64, 64 * wk, slots, 1, 1, wk, 0, fold, 1))
             except ShapeError:  # fold with groups of 32 or float codes, or a split that does not divide the atoms
                 continue
             assert p.tiles.bulk and p.kernel_name.split("_")[-2].endswith("b"), p.kernel_name
@@ -63,7 +63,7 @@ def test_stream_bulk_wide_layer_and_graph():
     prep = api._registry[handle]
     base = api.plan_for(handle, 5)
     prep.plans[5] = plan_wna16(prep.caps, base.layout, 5, base.act, scheme=base.scheme, path="stream", splits=2,
-                               tiles=TileConfig(base.tiles.bm, 64, 256, 4, 1, 1, 4, 0, 1, 1))
+                               tiles=MmaWnA16Tiles(base.tiles.bm, 64, 256, 4, 1, 1, 4, 0, 1, 1))
     prep.launches.pop(5, None)
     x = torch.randn(5, 2048, device="cuda", dtype=torch.float16)
     eager = api.gemm_prepared(x, handle).clone()

@@ -8,7 +8,8 @@ import torch
 import humming
 from humming import api
 from humming.core.families.mma_wna16.planner import plan_wna16
-from humming.core.plan import TileConfig, with_pdl
+from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
+from humming.core.plan import with_pdl
 from humming.errors import ShapeError
 
 from .conftest import graph_replay_error, run_forced_plans
@@ -23,7 +24,7 @@ CONFIGS = [(4, 3, 1, 1, False), (4, 3, 2, 2, True), (8, 4, 0, 1, True), (2, 2, 1
 
 def _plan(prep, base, m, wk, stages, fold, splits, pdl):
     p = plan_wna16(prep.caps, base.layout, m, base.act, scheme=base.scheme, path="stream", splits=splits,
-                   tiles=TileConfig(base.tiles.bm, 64, 64 * wk, stages, 1, 1, wk, 0, fold, x_smem=1))
+                   tiles=MmaWnA16Tiles(base.tiles.bm, 64, 64 * wk, stages, 1, 1, wk, 0, fold, x_smem=1))
     return with_pdl(prep.caps, p) if pdl else p
 
 

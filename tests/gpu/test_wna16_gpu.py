@@ -169,7 +169,7 @@ def test_stream_variants(scheme, dtype):
     """The stream path's tuner options (x_ring: activations in the register ring; fold: raw codes into the MMA,
     zero point and scale per atom in fp32), forced one by one, against the reference."""
     from humming.core.families.mma_wna16.planner import plan_wna16
-    from humming.core.plan import TileConfig
+    from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
     from humming.errors import ShapeError
 
     qw = _weight(humming.schemes.get(scheme), 512, 4096, dtype)
@@ -180,7 +180,7 @@ def test_stream_variants(scheme, dtype):
         for x_ring, fold, splits in ((1, 0, 1), (0, 1, 1), (1, 1, 2), (0, 1, 4), (1, 2, 1), (1, 2, 2)):
             try:
                 yield plan_wna16(prep.caps, base.layout, m, base.act, scheme=base.scheme, path="stream",
-                                 splits=splits, tiles=TileConfig(t.bm, 64, t.bk, 2, 1, 1, t.warps_k, x_ring, fold))
+                                 splits=splits, tiles=MmaWnA16Tiles(t.bm, 64, t.bk, 2, 1, 1, t.warps_k, x_ring, fold))
             except ShapeError:  # e.g. fold with groups of 32, or a split that does not divide the atoms
                 continue
     assert run_forced_plans(qw, dtype, (1, 7, 16), plans, TOL[dtype])

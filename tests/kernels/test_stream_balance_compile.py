@@ -10,7 +10,7 @@ from humming import api
 from humming.core.families.mma_wna16.candidates import candidates
 from humming.core.families.mma_wna16.layout import layout_for
 from humming.core.families.mma_wna16.planner import plan_wna16
-from humming.core.plan import TileConfig
+from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
 from humming.errors import ShapeError
 
 
@@ -22,7 +22,7 @@ def _balanced(caps, n, k, m, balance, **tiles):
     base = dict(bm=8, bn=64, bk=256, stages=3, warps_m=1, warps_n=1, warps_k=4, fold=2, x_smem=1)
     base.update(tiles)
     return plan_wna16(caps, _layout(caps, n, k), m, "f16", scheme="w4a16", path="stream", splits=1,
-                      tiles=TileConfig(**base, balance=balance))
+                      tiles=MmaWnA16Tiles(**base, balance=balance))
 
 
 def test_plan_launch_shape_and_name():
@@ -47,7 +47,7 @@ def test_refusals():
         _balanced(caps, 1024, 2048, 1, 17)
     with pytest.raises(ShapeError, match="split-K 2 excludes it"):
         plan_wna16(caps, _layout(caps, 1024, 2048), 1, "f16", scheme="w4a16", path="stream", splits=2,
-                   tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 2, x_smem=1, balance=4))
+                   tiles=MmaWnA16Tiles(8, 64, 256, 3, 1, 1, 4, 0, 2, x_smem=1, balance=4))
     with pytest.raises(ShapeError, match="must be even"):  # 3 atoms per warp cannot be halved
         _balanced(caps, 1024, 768, 1, 4)
     with pytest.raises(ShapeError, match="not bulk"):

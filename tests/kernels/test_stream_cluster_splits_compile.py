@@ -10,7 +10,8 @@ import humming
 from humming import api
 from humming.core.families.mma_wna16.layout import layout_for
 from humming.core.families.mma_wna16.planner import plan_wna16
-from humming.core.plan import CLUSTER_SPLITS_KNOB, TileConfig, cluster_splits_bytes, launch_options
+from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
+from humming.core.plan import CLUSTER_SPLITS_KNOB, cluster_splits_bytes, launch_options
 from humming.core.tuning import knobs
 from humming.errors import ProfileError
 
@@ -19,7 +20,7 @@ def _stream(caps, n, k, m, splits, **tiles):
     base = dict(bm=8 if m <= 8 else 16, bn=64, bk=512, stages=3, warps_m=1, warps_n=1, warps_k=8, fold=2, x_smem=1)
     base.update(tiles)
     lay = layout_for(humming.schemes.get("w4a16"), n, k, "f16", caps=caps)
-    return plan_wna16(caps, lay, m, "f16", scheme="w4a16", path="stream", splits=splits, tiles=TileConfig(**base))
+    return plan_wna16(caps, lay, m, "f16", scheme="w4a16", path="stream", splits=splits, tiles=MmaWnA16Tiles(**base))
 
 
 def test_plan_shape_and_reasons(set_knobs):

@@ -200,10 +200,6 @@ def test_selection_is_opt_in_and_gated(monkeypatch):
 
 
 
-@pytest.mark.xfail(strict=True, raises=(AssertionError, UnsupportedOnDevice),
-                   reason="humming bug: registry.family_of names tcgen05_blockscaled for every tcgen05 plan (the four "
-                          "tcgen05 families all own plan.family == 'tcgen05'), so Layer.packed_for packs a tcgen05 "
-                          "W8A8 or WnA16 plan's weights with the block-scaled packer (UnsupportedOnDevice)")
 @pytest.mark.parametrize("scheme,family", [("w8a8-fp8", "tcgen05_w8a8"), ("w4a16", "tcgen05_wna16")])
 def test_a_prepared_layer_packs_a_tcgen05_plan_for_its_family(scheme, family, monkeypatch):
     """With HUMMING_UNVERIFIED_KERNELS=1 on a B200 profile, the weight prepared for CPU tensors: the family select

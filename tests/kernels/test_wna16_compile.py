@@ -112,20 +112,20 @@ def test_stream_variants_compile(scheme, m, x_ring, fold):
     fp32; integer codes with per-atom groups only, refused with the reason otherwise)."""
     from humming.core.families.mma_wna16.candidates import candidates
     from humming.core.families.mma_wna16.planner import plan_wna16
-    from humming.core.plan import TileConfig
+    from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
     from humming.errors import ShapeError
 
     caps = api.resolve_profile("nvidia-h200")
     base = api.plan(scheme, m, 1024, 4096, profile=caps)
     t = base.tiles
-    forced = TileConfig(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, x_ring, fold)  # one atom in flight
+    forced = MmaWnA16Tiles(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, x_ring, fold)  # one atom in flight
     if fold and ("group_size=32" in scheme or "nvfp4" in scheme):
         with pytest.raises(ShapeError, match="fold needs"):
             plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=1, tiles=forced)
         return
     p = plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=1, tiles=forced)
     plain = plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=1,
-                       tiles=TileConfig(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, 0, 0))
+                       tiles=MmaWnA16Tiles(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, 0, 0))
     assert (p.tiles.x_ring, p.tiles.fold) == (x_ring, fold) and p.kernel_name != plain.kernel_name
     src = api.source(p)
     assert ("xr[R][4][TOKEN_TILES][2]" in src) == bool(x_ring) and "xr[R]" not in api.source(plain)
@@ -158,7 +158,7 @@ def test_fold_refused_for_one_bit_codes_in_f16():
     (1.2e-3 relative error, scripts/fold_precision.py), so the default keeps the plain decode there and a forced
     fold is refused with the reason; 2-bit codes in f16 and 1-bit codes in bf16 (magic 128) keep fold."""
     from humming.core.families.mma_wna16.planner import plan_wna16
-    from humming.core.plan import TileConfig
+    from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
     from humming.errors import ShapeError
 
     caps = api.resolve_profile("nvidia-a100")
@@ -168,14 +168,14 @@ def test_fold_refused_for_one_bit_codes_in_f16():
     t = p.tiles
     with pytest.raises(ShapeError, match="fold loses precision with 1-bit codes in f16"):
         plan_wna16(caps, p.layout, 1, "f16", scheme="w2a16-zp", path="stream", splits=1,
-                   tiles=TileConfig(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, 1, 1))
+                   tiles=MmaWnA16Tiles(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, 1, 1))
     assert api.plan(uint1, 1, 512, 2048, profile=caps, act="bf16").tiles.fold >= 1
     assert api.plan("w2a16-zp", 1, 512, 2048, profile=caps).tiles.fold >= 1
 
 
 def test_fold_tt_outer_needs_the_activation_ring():
     from humming.core.families.mma_wna16.planner import plan_wna16
-    from humming.core.plan import TileConfig
+    from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
     from humming.errors import ShapeError
 
     caps = api.resolve_profile("nvidia-h200")
@@ -183,7 +183,7 @@ def test_fold_tt_outer_needs_the_activation_ring():
     t = base.tiles
     with pytest.raises(ShapeError, match="needs x_ring"):
         plan_wna16(caps, base.layout, 16, "f16", scheme="w4a16", path="stream", splits=1,
-                   tiles=TileConfig(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, 0, 2))
+                   tiles=MmaWnA16Tiles(t.bm, t.bn, t.bk, 2, 1, 1, t.warps_k, 0, 2))
 
 
 @pytest.mark.parametrize("scheme", ["w4a16", "w4a16-zp", "w8a16", "w4a16[group_size=-1]"])
@@ -194,15 +194,16 @@ def test_stream_x_smem_compiles(scheme, m, fold):
     compiles for the H200 (with PDL: tables before the wait, activations after it) and an Ampere profile, without
     spills for int4 codes."""
     from humming.core.families.mma_wna16.planner import plan_wna16
-    from humming.core.plan import TileConfig, with_pdl
+    from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
+    from humming.core.plan import with_pdl
 
     for name in ("nvidia-h200", "nvidia-a100"):
         caps = api.resolve_profile(name)
         base = api.plan(scheme, m, 1024, 4096, profile=caps)
         plain = plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=2,
-                           tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, int(fold == 2), fold))  # fold 2 needs a ring
+                           tiles=MmaWnA16Tiles(8, 64, 256, 3, 1, 1, 4, int(fold == 2), fold))  # fold 2 needs a ring
         p = with_pdl(caps, plan_wna16(caps, base.layout, m, "f16", scheme=scheme, path="stream", splits=2,
-                                      tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, fold, x_smem=1)))
+                                      tiles=MmaWnA16Tiles(8, 64, 256, 3, 1, 1, 4, 0, fold, x_smem=1)))
         assert p.tiles.x_smem and p.kernel_name != plain.kernel_name
         rows = 1 if m == 1 else 8  # one kernel per tuning bucket: M=1, or up to the token tile
         assert p.smem_bytes >= plain.smem_bytes + rows * 2048 * 2 and any(r.startswith("x_smem: ") for r in p.reasons)
@@ -227,23 +228,23 @@ def test_stream_x_smem_refusals():
     X_SMEM_MAX_COPIES copies per thread, and x_ring or bulk at the same time; fold=2 accepts it as its activations."""
     from humming.core.families.mma_wna16.planner import plan_wna16
     from humming.core.families.mma_wna16.sizing import X_SMEM_MAX_COPIES
-    from humming.core.plan import TileConfig
+    from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
     from humming.errors import ShapeError
 
     caps = api.resolve_profile("nvidia-h200")
     g32 = api.plan("w4a16[group_size=32]", 1, 1024, 4096, profile=caps)
     with pytest.raises(ShapeError, match="groups of at least 64"):
         plan_wna16(caps, g32.layout, 1, "f16", scheme="w4a16", path="stream", splits=1,
-                   tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 0, x_smem=1))
+                   tiles=MmaWnA16Tiles(8, 64, 256, 3, 1, 1, 4, 0, 0, x_smem=1))
     base = api.plan("w4a16", 8, 1024, 16384, profile=caps)
     with pytest.raises(ShapeError, match=f"at most {X_SMEM_MAX_COPIES}"):  # 8 tokens x 16384 x 2 B over 128 threads
         plan_wna16(caps, base.layout, 8, "f16", scheme="w4a16", path="stream", splits=1,
-                   tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=1))
+                   tiles=MmaWnA16Tiles(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=1))
     with pytest.raises(ShapeError, match="excludes x_ring"):
         plan_wna16(caps, base.layout, 1, "f16", scheme="w4a16", path="stream", splits=1,
-                   tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 1, 1, x_smem=1))
+                   tiles=MmaWnA16Tiles(8, 64, 256, 3, 1, 1, 4, 1, 1, x_smem=1))
     p = plan_wna16(caps, base.layout, 1, "f16", scheme="w4a16", path="stream", splits=1,
-                   tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 2, x_smem=1))
+                   tiles=MmaWnA16Tiles(8, 64, 256, 3, 1, 1, 4, 0, 2, x_smem=1))
     assert p.tiles.fold == 2 and "float tmp[TOKEN_TILES][4];" in api.source(p)
 
 
@@ -252,7 +253,7 @@ def test_stream_x_smem_kernels_differ_by_staged_extent():
     its staging: plans that differ there must not share a kernel name (the runtime caches compiled kernels by name),
     while every M of one bucket (2-8) shares one kernel, as the plain stream kernel does."""
     from humming.core.families.mma_wna16.planner import plan_wna16
-    from humming.core.plan import TileConfig
+    from humming.core.families.mma_wna16.tiles import MmaWnA16Tiles
 
     caps = api.resolve_profile("nvidia-h200")
     base = api.plan("w4a16", 1, 1024, 4096, profile=caps)
@@ -260,9 +261,9 @@ def test_stream_x_smem_kernels_differ_by_staged_extent():
     for x_smem in (0, 1):
         for m, splits in ((1, 1), (1, 2), (2, 2)):
             p = plan_wna16(caps, base.layout, m, "f16", scheme="w4a16", path="stream", splits=splits,
-                           tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=x_smem))
+                           tiles=MmaWnA16Tiles(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=x_smem))
             names.setdefault(x_smem, set()).add(p.kernel_name)
     assert len(names[0]) == 1 and len(names[1]) == 3
     bucket = {plan_wna16(caps, base.layout, m, "f16", scheme="w4a16", path="stream", splits=2,
-                         tiles=TileConfig(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=1)).kernel_name for m in range(2, 9)}
+                         tiles=MmaWnA16Tiles(8, 64, 256, 3, 1, 1, 4, 0, 1, x_smem=1)).kernel_name for m in range(2, 9)}
     assert len(bucket) == 1

@@ -13,6 +13,7 @@ from humming.core.families.mma_blockscaled.layout import (
 from humming.core.families.runnable import ideal, runnable
 from humming.core.families.tcgen05.generator import tcgen05_kernel_source
 from humming.core.families.tcgen05.planner import (
+    WNA16_PATH,
     plan_blockscaled_tcgen05,
     plan_w8a8_tcgen05,
     plan_wna16_tcgen05,
@@ -45,8 +46,20 @@ def _quantized_refusal(problem, caps, kernel: str, k_multiple: int) -> str | Non
     return None
 
 
-def _owns(plan) -> bool:
-    return plan.family == "tcgen05"
+def _owns_w8a8(plan) -> bool:
+    return plan.family == "tcgen05" and isinstance(plan.layout, WgmmaW8A8Layout)
+
+
+def _owns_blockscaled(plan) -> bool:  # W4A4: e2m1 activations
+    return plan.family == "tcgen05" and isinstance(plan.layout, Tcgen05BlockScaledLayout) and plan.layout.a_type == "e2m1"
+
+
+def _owns_w4a8(plan) -> bool:  # MXFP4 x FP8: the same layout with e4m3 activations
+    return plan.family == "tcgen05" and isinstance(plan.layout, Tcgen05BlockScaledLayout) and plan.layout.a_type != "e2m1"
+
+
+def _owns_wna16(plan) -> bool:
+    return plan.family == "tcgen05" and plan.path == WNA16_PATH
 
 
 def _w8a8_plan(problem, caps):
@@ -88,17 +101,17 @@ def _wna16_plan(problem, caps):
 
 
 W8A8 = Family("tcgen05_w8a8", "tcgen05 W8A8 (kind::f8f6f4 / i8)",
-              lambda p, c, ask: _quantized_refusal(p, c, "w8a8", 128), _w8a8_plan, "codes8", _owns,
+              lambda p, c, ask: _quantized_refusal(p, c, "w8a8", 128), _w8a8_plan, "codes8", _owns_w8a8,
               tcgen05_kernel_source, lambda qw, dtype, layout, caps: prepare_w8a8_wgmma(qw, dtype, layout.a_type),
               unverified=unverified_note)
 BLOCKSCALED = Family("tcgen05_blockscaled", "tcgen05 W4A4 NVFP4 / MXFP4, block scales in the MMA",
                      lambda p, c, ask: _quantized_refusal(p, c, "blockscaled", 256), _blockscaled_plan, "e2m1",
-                     _owns, tcgen05_kernel_source, lambda qw, dtype, layout, caps: prepare_blockscaled_tcgen05(qw, dtype),
+                     _owns_blockscaled, tcgen05_kernel_source, lambda qw, dtype, layout, caps: prepare_blockscaled_tcgen05(qw, dtype),
                      unverified=unverified_note)
 W4A8 = Family("tcgen05_w4a8", "tcgen05 W4A8 MXFP4 x FP8 (kind::mxf8f6f4)",
-              lambda p, c, ask: _quantized_refusal(p, c, "w4a8", 128), _w4a8_plan, "codes8", _owns,
+              lambda p, c, ask: _quantized_refusal(p, c, "w4a8", 128), _w4a8_plan, "codes8", _owns_w4a8,
               tcgen05_kernel_source, lambda qw, dtype, layout, caps: prepare_blockscaled_tcgen05(qw, dtype),
               unverified=unverified_note)
 WNA16 = Family("tcgen05_wna16", "tcgen05 WnA16, int4 dequantized into shared memory", _wna16_refusal, _wna16_plan, "x",
-               _owns, tcgen05_kernel_source, lambda qw, dtype, layout, caps: prepare_wgmma_wna16(qw, dtype),
+               _owns_wna16, tcgen05_kernel_source, lambda qw, dtype, layout, caps: prepare_wgmma_wna16(qw, dtype),
                unverified=wna16_unverified_note, announce=True)
