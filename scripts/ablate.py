@@ -31,7 +31,7 @@ import humming  # noqa: E402
 from humming.core.families.register_a import streamk as streamk  # noqa: E402
 from humming.core.runtime import compiled, launch  # noqa: E402  (where the runtime gets its sources and workspaces)
 from humming.core.tuning import knobs  # noqa: E402
-from humming.devices.nvidia.backend import BULK_G2S, MBAR_WAIT_POLITE  # noqa: E402  (the backend's helpers)
+from humming.devices.nvidia.tma import BULK_G2S, MBAR_WAIT_POLITE  # noqa: E402  (the backend's helpers)
 from humming.tuner import copies_for, graph_timer, rotated_samples  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))

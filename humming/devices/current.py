@@ -90,14 +90,18 @@ def resolve_profile(profile=None) -> Capabilities:
     return profile
 
 
-@functools.lru_cache(maxsize=1)
+_live: list = [None, None]  # [the detected devices it was worked out for, the target]
+
+
 def live_arch() -> str | None:
-    """The compile target of the GPU this process runs on (None without one)."""
-    dev = current_device()
-    if dev is None:
-        return None
-    found = match_device(dev).profile
-    return None if found is None else found.target.arch
+    """The compile target of the GPU this process runs on (None without one); worked out again when the detected
+    devices change (a refresh, or a test's stand-in detector)."""
+    devices = detect_devices()
+    if _live[0] is not devices:
+        dev = current_device()
+        found = None if dev is None else match_device(dev).profile
+        _live[:] = [devices, None if found is None else found.target.arch]
+    return _live[1]
 
 
 def runs_here(caps) -> bool:

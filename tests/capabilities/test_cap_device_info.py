@@ -1,7 +1,6 @@
 """humming.device.info() / current_profile() and the CLI, on synthetic devices and without any."""
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -33,8 +32,6 @@ def _devices(monkeypatch, *devs: DetectedDevice):
 
     monkeypatch.setattr(current, "detect_devices", detect)
     monkeypatch.setattr(device, "detect_devices", detect)
-    current.live_arch.cache_clear()
-    monkeypatch.setattr(current, "live_arch", functools.lru_cache(maxsize=1)(current.live_arch.__wrapped__))
 
 
 def _no_planner(monkeypatch):

@@ -18,7 +18,7 @@ from humming import api
 from humming.core.families.mma_wna16.layout import prepare
 from humming.core.families.register_a.generator import X16_DECODE
 from humming.core.families.register_a.planner import OUT_PAD, RING_2WG
-from humming.devices.nvidia import backend as nv
+from humming.devices.nvidia import wgmma_rs as nv
 
 H200 = "nvidia-h200"
 DT = {"f16": torch.float16, "bf16": torch.bfloat16}

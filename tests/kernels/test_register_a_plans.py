@@ -695,7 +695,7 @@ def test_stmatrix_knob_off_keeps_the_16_bit_stores(set_knobs):
 
 
 def test_stmatrix_helpers_need_the_declaration():
-    from humming.devices.nvidia.backend import stmatrix_helpers
+    from humming.devices.nvidia.wgmma import stmatrix_helpers
 
     with pytest.raises(ValueError, match="stmatrix"):
         stmatrix_helpers(api.resolve_profile("nvidia-l40s"))

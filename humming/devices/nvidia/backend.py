@@ -8,8 +8,6 @@ function of its module that spells it.
 """
 from __future__ import annotations
 
-import importlib
-
 from humming.devices.base import Backend, CompileRoute, HelperRequest
 from humming.devices.nvidia import actquant_spelling, cluster, convert, mma_sync, tcgen05, tma, wgmma, wgmma_rs
 
@@ -81,16 +79,3 @@ class NvidiaBackend(Backend):
         if name in cls.GROUPS:
             return cls.GROUPS[name](**params)
         return Backend.helpers(backend, name, request, **params)
-
-
-_FAMILIES = ("common", "mma_sync", "wgmma", "wgmma_rs", "tma", "cluster", "tcgen05", "convert")
-
-
-def __getattr__(name: str):
-    """Spellings that used to be defined here (``from humming.devices.nvidia.backend import COMMON`` in tests and
-    scripts), found in their instruction family's module."""
-    for family in _FAMILIES:
-        module = importlib.import_module(f"humming.devices.nvidia.{family}")
-        if hasattr(module, name):
-            return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
