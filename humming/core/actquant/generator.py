@@ -369,7 +369,13 @@ def _tensor_value(p: ActQuantPlan, elem_max: float) -> str:
   float tval = tensor_src == 0 ? {conv} : t;{fix}"""
 
 
-_SIGNATURE = """const void* __restrict__ x, unsigned char* __restrict__ codes, void* __restrict__ scales,
+def _code_type(p: ActQuantPlan) -> str:
+    """The element type of the codes the kernel writes: bytes, or the exact 16-bit values of wide codes."""
+    return "uint16_t" if p.wide else "unsigned char"
+
+
+def _signature(p: ActQuantPlan) -> str:
+    return f"""const void* __restrict__ x, {_code_type(p)}* __restrict__ codes, void* __restrict__ scales,
     float* __restrict__ gs_out, const float* __restrict__ tensor_ptr, float tensor_value, int tensor_src,
     long long count"""
 
@@ -405,7 +411,7 @@ def _warp_kernel(p: ActQuantPlan, elem_max: float) -> str:
 // {p.summary()}
 // count = number of {what}s; {what} g covers elements [g * GROUP, (g + 1) * GROUP) of the flat tensor
 extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
-    {_SIGNATURE}) {{
+    {_signature(p)}) {{
   aq_launch_dependents();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane / aq::LPG, li = lane % aq::LPG;   // which {what} of the warp, which lane of the {what}
@@ -433,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
   const aq_divisor denom = aq_make_divisor({denom}, aq_finite(amax));
   if (!active) return;
   if (li == 0) {_store_scale(p, "scales", "g")}
-  unsigned char* dst = codes + g * (long long)aq::GROUP;
+  {_code_type(p)}* dst = codes + g * (long long)aq::GROUP;
   #pragma unroll
   for (int j = 0; j < aq::VPL; ++j) {{
     encode_store(dst + (j * aq::LPG + li) * aq::VEC, w[j], denom);
@@ -449,7 +455,7 @@ def _block_kernel(p: ActQuantPlan, elem_max: float) -> str:
 // {p.summary()}
 // count = number of rows; block b quantizes row b; thread t holds loads t, t + THREADS, ...
 extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
-    {_SIGNATURE}) {{
+    {_signature(p)}) {{
   aq_launch_dependents();
   __shared__ uint32_t warp_max[aq::THREADS / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -477,7 +483,7 @@ extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
   uint32_t stored;
   const float s = aq_scale(amax, 1.0f, stored);
   if (tid == 0) {_store_scale(p, "scales", "row")}
-  unsigned char* dst = codes + row * (long long)aq::K;
+  {_code_type(p)}* dst = codes + row * (long long)aq::K;
   const aq_divisor denom = aq_make_divisor(s, aq_finite(amax));
   #pragma unroll
   for (int j = 0; j < aq::VPL; ++j) {{
@@ -496,7 +502,7 @@ def _elementwise_kernel(p: ActQuantPlan, elem_max: float) -> str:
 // {p.summary()}
 // count = number of {p.vec}-element loads; grid-stride, UNROLL loads in flight per thread
 extern "C" __global__ void __launch_bounds__(aq::THREADS) {p.kernel_name}(
-    {_SIGNATURE}) {{
+    {_signature(p)}) {{
   aq_launch_dependents();
 {_tensor_value(p, elem_max)}
   uint32_t stored;
@@ -616,9 +622,6 @@ def actquant_source(p: ActQuantPlan, prelude: str) -> str:
     else:
         kernel = _block_kernel(p, elem_max)
         parts += [_scale_function(p, elem_max)]
-    if p.wide:  # 16-bit code values: element-indexed pointers of uint16_t
-        kernel = kernel.replace("unsigned char* __restrict__ codes", "uint16_t* __restrict__ codes").replace(
-            "unsigned char* dst = codes", "uint16_t* dst = codes")
     parts.append(kernel)
     if p.needs_amax:
         parts.append(_amax_kernel(p))

@@ -105,7 +105,9 @@ def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
     accumulator array [TM][TA*8][4]; ``row_scale`` a per-row fp32 scale pointer (per-token), if any."""
     row_mul = (f"\n          if ({row_scale}) {{{{ const float rs = load_f32({row_scale} + row); v0 *= rs; v1 *= rs; }}}}"
                if row_scale else "")
-    text = f"""  // fold the k-split across warps into the wk == 0 warps (smem is free now)
+    scale = ("const float scale = out_scale;  // GS holds one scale per token row (row_scale)" if row_scale == "GS"
+             else "const float scale = GS ? out_scale * load_f32(GS) : out_scale;")
+    return f"""  // fold the k-split across warps into the wk == 0 warps (smem is free now)
   if (WARPS_K > 1) {{
     float* red = reinterpret_cast<float*>(smem);
     const int slot = wm * WARPS_N + wn;
@@ -185,7 +187,7 @@ def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
   }}
 
   if (wk != 0) return;
-  @SCALE@
+  {scale}
   #pragma unroll
   for (int i = 0; i < TM; ++i)
     #pragma unroll
@@ -196,12 +198,9 @@ def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
         const int col = n0 + (wn * TA + j / 8) * 64 + (j % 8) * 8 + (lane & 3) * 2;
         if (row < M) {{
           float v0 = {acc}[i][j][2 * h] * scale, v1 = {acc}[i][j][2 * h + 1] * scale;
-          if (CS) {{ v0 *= load_f32(CS + col); v1 *= load_f32(CS + col + 1); }}@ROWSCALE@
+          if (CS) {{ v0 *= load_f32(CS + col); v1 *= load_f32(CS + col + 1); }}{row_mul}
           if (BIAS) {{ v0 += act_to_f32(load_u16(BIAS + col)); v1 += act_to_f32(load_u16(BIAS + col + 1)); }}
           store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
         }}
       }}
 """
-    scale = ("const float scale = out_scale;  // GS holds one scale per token row (row_scale)" if row_scale == "GS"
-             else "const float scale = GS ? out_scale * load_f32(GS) : out_scale;")
-    return text.replace("@ROWSCALE@", row_mul).replace("@SCALE@", scale)

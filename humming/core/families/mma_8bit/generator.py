@@ -12,6 +12,7 @@ weight scale (n block, k block) instead, and the epilogue applies no per-token o
 """
 from __future__ import annotations
 
+from humming.core.common.emit import Template
 from humming.core.common.mma_pieces import PIPELINE_HEAD, TILE_PREAMBLE, helper_prelude, splitk_epilogue
 
 
@@ -217,7 +218,11 @@ _WIDEN = {("int4", "s8"): "sext4x4", ("int4", "e4m3"): "int4x4_to_e4m3x4", ("e2m
 def _int4_step(group: int, widen: str) -> str:
     """int4 weights: chunk c of step ks holds n8 tiles 4c..4c+3, one word each (b0 low nibbles, b1 high)."""
     per_step = _group_rescale("step", group) if group < 64 else ""
-    return """\
+    return _INT4_STEP.fill(widen=widen) + per_step
+
+
+# widen: the function that widens four int4 codes to bytes
+_INT4_STEP = Template("""\
         #pragma unroll
         for (int ta = 0; ta < TA; ++ta) {
           const int na = wn * TA + ta;
@@ -228,13 +233,13 @@ def _int4_step(group: int, widen: str) -> str:
             lds_128(q, atom + (ks * 2 + c) * 512);
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const uint32_t b0 = WIDEN(q[e] & 0x0F0F0F0Fu), b1 = WIDEN((q[e] >> 4) & 0x0F0F0F0Fu);
+              const uint32_t b0 = ${widen}(q[e] & 0x0F0F0F0Fu), b1 = ${widen}((q[e] >> 4) & 0x0F0F0F0Fu);
               #pragma unroll
               for (int tm = 0; tm < TM; ++tm) mma_k32(acc[tm][ta * 8 + 4 * c + e], a[tm], b0, b1);
             }
           }
         }
-""".replace("WIDEN", widen) + per_step
+""")
 
 
 def _group_rescale(where: str, group: int) -> str:

@@ -6,14 +6,12 @@ released it (EMPTY counts 2 x 8 arrivals, each warp arrives in both blocks); the
 so no block arrives on a peer that may have exited (each block's producer waits for every release of a slot it
 arms again, so it outlives the peer's arrivals on it).
 
-The W4A16 forms fill their templates' slots with the pieces here (the tile of the block, the producer's barriers,
-the multicast copy, the release in both blocks). ``rewrite`` turns the W4A8 wide kernel's finished text into the
-pair's by exact lines.
+The W4A16 forms and the wide W4A8 form fill their templates' slots with the pieces here (the tile of the block, the
+producer's barriers, the multicast copy, the release in both blocks).
 """
 from __future__ import annotations
 
 from humming.core.common.emit import Template
-from humming.core.common.wgmma import tile_of_block
 
 # the block's tile: pairs of channel tiles in the form's rasterized launch order, this block the pair's tile of its rank
 TILE = """  // the cluster's pair of channel tiles: pair (blockIdx.x, blockIdx.y / 2) in the launch order below, this block the
@@ -64,28 +62,3 @@ def release_both(refilled: str, note: str = "") -> str:
     """Lane 0's arrival on the EMPTY barrier ``empty`` in both blocks when ``refilled`` (the stage before is one
     that is refilled); ``note``: a comment after the opening brace."""
     return _RELEASE_BOTH.fill(refilled=refilled, note=note)
-
-
-def swaps(raster: int) -> list[tuple[str, str]]:
-    """The rewrites of the W4A8 wide kernel's text: its tile, the EMPTY barriers' arrival count and the barrier
-    after their initialisation (the same lines as BARRIERS gives the templates' slots)."""
-    return [
-        (tile_of_block(raster), tile(raster)),
-        ("mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);", BARRIERS["empty_init"]),
-        ("    mbar_init_fence();\n  }\n  __syncthreads();\n",
-         "    mbar_init_fence();\n  }\n  " + BARRIERS["init_barrier"] + "\n"),
-    ]
-
-
-def rewrite(source: str, raster: int, copy_line: str, what: str, extra: tuple[tuple[str, str], ...] = ()) -> str:
-    """The W4A8 wide kernel's ``source`` as the pair's: swaps(raster), its producer's tensor copy ``copy_line`` (at
-    8 spaces) made the pair's multicast, and the caller's ``extra`` rewrites, each applied once (ValueError naming
-    the line a rewrite no longer finds in ``what``). (Exact-line patches of finished text: that kernel's templates
-    have no slots for the pair.)"""
-    out = source
-    copy = Template("        ${copy}").fill(copy=multicast_copy(copy_line))
-    for old, new in [*swaps(raster), ("        " + copy_line, copy), *extra]:
-        if old not in out:
-            raise ValueError(f"internal: the {what}'s text lost {old.strip()[:60]!r}, which the cluster rewrites")
-        out = out.replace(old, new, 1)
-    return out

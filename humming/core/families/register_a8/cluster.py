@@ -1,6 +1,6 @@
 """The wide register-A W4A8 form's cluster option (RegisterA8Tiles.cluster = 2): two blocks, adjacent channel tiles of one
 token tile, take turns multicasting each stage's activations into both blocks' slots (the pair's mechanism, shared
-with the W4A16 form, in humming.core.families.register_a.pair_cluster)."""
+with the W4A16 form, in humming.core.families.register_a.pair_cluster): the pieces the wide kernel's slots take."""
 from __future__ import annotations
 
 from humming.core.families.register_a import pair_cluster
@@ -14,11 +14,9 @@ RELEASE = {"release_guard": " && kt + STAGES < ktiles",
                               "      mbar_arrive_peer(xbar0 + 8 * (STAGES + s), 1);\n"
                               "    ")}
 
-# the producer's tensor copy of a stage's activations, which the pair multicasts
-_ACTIVATION_COPY = "tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);"
+# the producer's tensor copy of a stage's activations (producer._LOOP's default), the pair's multicast
+ACTIVATION_COPY = pair_cluster.multicast_copy("tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);")
 
-
-def cluster_source(source: str, raster: int) -> str:
-    """The wide kernel's text as the pair's: its tile of block, barrier counts, cluster barrier and multicast copy
-    (pair_cluster.rewrite, which names any line it no longer finds)."""
-    return pair_cluster.rewrite(source, raster, _ACTIVATION_COPY, "wide kernel")
+# the pair's EMPTY barriers (both blocks' consumer warps) and the cluster barrier after their initialisation: the wide
+# kernel's empty_init and init_barrier slots
+BARRIERS = pair_cluster.BARRIERS

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from humming.core.common.emit import Template
 from humming.core.common.wgmma import SLOT0_DESCRIPTOR, tile_of_block
+from humming.core.families.register_a import pair_cluster
 from humming.core.families.register_a8.planner import BT, QUARTER_WT
 from humming.devices.base import HelperRequest
 
@@ -99,6 +100,7 @@ ${tile}
 """)
 
 
-def block_head(raster: int) -> str:
-    """The kernel body's start, the block's tile in launch order or rasterized in groups of ``raster`` token tiles."""
-    return _BLOCK_HEAD.fill(tile=tile_of_block(raster))
+def block_head(raster: int, pair: bool = False) -> str:
+    """The kernel body's start, the block's tile in launch order or rasterized in groups of ``raster`` token tiles
+    (``pair``: a cluster pair's block, humming.core.families.register_a.pair_cluster.tile)."""
+    return _BLOCK_HEAD.fill(tile=pair_cluster.tile(raster) if pair else tile_of_block(raster))

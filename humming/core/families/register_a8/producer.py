@@ -20,9 +20,9 @@ _LOOP = Template("""      #pragma unroll 1
         const uint32_t full = xbar0 + 8 * s;
         if (kt >= STAGES) mbar_wait(xbar0 + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);  // stage kt - STAGES released
         mbar_expect_tx(full, STAGE_TX);
-        tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);
+        ${activations}
         ${weights}
-      }""")
+      }""", activations="tma_load_2d(x0 + s * X_BYTES, &XMAP, kt * BK, m0, full);")
 
 # with programmatic dependent launch: each FULL mbarrier still expects the whole stage
 _PDL_LOOP = Template("""      // programmatic dependent launch: the first stages' weights while the previous kernel finishes
@@ -51,13 +51,16 @@ def code_copies(bar: str) -> str:
     return _CODE_COPIES.fill(bar=bar)
 
 
-def producer_loop(scale_copy: str, pdl: bool) -> tuple[str, str]:
+def producer_loop(scale_copy: str, pdl: bool, activations: str | None = None) -> tuple[str, str]:
     """The producer thread's loop (``scale_copy``: the copy of stage kt's group scales, or empty) and the token-scale
     warp's wait. With programmatic dependent launch the first STAGES stages' codes and scales are copied before
-    griddepcontrol.wait (they do not come from the previous kernel), their activations after it."""
+    griddepcontrol.wait (they do not come from the previous kernel), their activations after it. ``activations``:
+    another copy of stage kt's activations (the cluster pair's multicast)."""
     weights = "\n".join(p for p in (code_copies("full"), scale_copy) if p)
     if not pdl:
-        return _LOOP.fill(weights=weights), ""
+        return _LOOP.fill(weights=weights, **({"activations": activations} if activations else {})), ""
+    if activations:
+        raise ValueError("the producer loop with programmatic dependent launch copies the activations itself")
     return (_PDL_LOOP.fill(weights=weights),
             "      pdl_wait();  // the token scales come from the previous kernel (the activation quantizer)\n")
 

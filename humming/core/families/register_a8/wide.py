@@ -3,13 +3,12 @@ each warpgroup's A fragment widened once per stage for every token chain (two m6
 a producer warpgroup brings each stage's activations (one TMA tensor copy), the block's int4 codes (two 4 KB bulk
 copies, one per 64-channel slab) and group scales (512 B) into one slot (humming.core.families.register_a8.producer),
 its next warp stages the block's token scales for the epilogue. Options: converter warps (.converters), pairs of
-blocks multicasting the activations (.cluster), programmatic dependent launch, the next wave's weights into L2."""
+blocks multicasting the activations (cluster.py), programmatic dependent launch, the next wave's weights into L2."""
 from __future__ import annotations
 
 from humming.core.common.emit import Template
 from humming.core.common.kernel_params import eight_bit_params
-from humming.core.families.register_a8 import converters
-from humming.core.families.register_a8.cluster import cluster_source
+from humming.core.families.register_a8 import cluster, converters
 from humming.core.families.register_a8.direct import EPILOGUE_SCALES
 from humming.core.families.register_a8.epilogue import copy_out, epilogue, stsm_prelude
 from humming.core.families.register_a8.pieces import CFG_END, DESC0, HELD_DECL, HELD_ZERO, block_head, held_init
@@ -38,12 +37,12 @@ ${held_decl}  const uint32_t xbar0 = smem_u32(xbar);
     #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(xbar0 + 8 * s, ${full_count});
-      mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);
+      ${empty_init}
     }
     mbar_init(xbar0 + 8 * (2 * STAGES), 32);
 ${slot_init}${held_init}    mbar_init_fence();
   }
-  __syncthreads();
+  ${init_barrier}
   if (warp >= THREADS / 32) {  // ---- the producer warpgroup: its first thread issues each stage's copies
     setmaxnreg_dec<40>();
     if (tid == THREADS) {
@@ -71,7 +70,8 @@ ${desc0}${scale_decl}  float facc[BT / 2];     // [chain][WT / 8][2][2]: facc[4j
 ${partials}
 ${stagger_take}${main_loop}  consumer_sync();                 // all wgmmas done: the activation slots become the staging tile
 
-${epilogue}${copy_out}""", out_pad=str(OUT_PAD), cfg_end=CFG_END, held_decl=HELD_DECL, desc0=DESC0)
+${epilogue}${copy_out}""", out_pad=str(OUT_PAD), cfg_end=CFG_END, held_decl=HELD_DECL, desc0=DESC0,
+                   empty_init="mbar_init(xbar0 + 8 * (STAGES + s), THREADS / 32);", init_barrier="__syncthreads();")
 
 # the converter warps' slots of fragments and the codes' own mbarriers (RegisterA8Tiles.widened)
 _SLOT_DECL = """  const uint32_t aw0 = t0 + BT * 4;                               // A_SLOTS slots of widened fragments
@@ -88,12 +88,12 @@ def wide_kernel_source(plan, backend, caps) -> str:
     t = plan.tiles
     lay = plan.layout
     parts = wide_parts(plan, caps)
-    cluster, slots = parts.cluster, parts.slots
+    pair, slots = parts.cluster, parts.slots  # (the cluster option: a pair of blocks, humming...register_a8.cluster)
     prelude = backend.helpers("wgmma_rs8", parts.request, n=parts.chain, producer=True, weights_by_bulk=True,
-                              stagger=bool(t.stagger), cluster=bool(cluster), widened=bool(slots),
+                              stagger=bool(t.stagger), cluster=bool(pair), widened=bool(slots),
                               l2_prefetch=bool(t.l2next)) + stsm_prelude(plan, caps, backend)
     if plan.pdl:
-        if cluster:
+        if pair:
             raise ValueError("programmatic dependent launch is written for the wide form without clusters or stream-K")
         prelude += backend.helpers("grid_dependency", caps=caps)
     params = eight_bit_params(
@@ -106,9 +106,9 @@ def wide_kernel_source(plan, backend, caps) -> str:
         behind = "one wgmma chain" if t.stagger == 1 else f"{t.stagger} wgmma chains"
         stagger_take = (f"  if (wg == 1) consumer_turn_take();  // start {behind} behind warpgroup 0, so that "
                         "each promotes while the other's wgmmas run\n")
-    loop, token_wait = producer_loop(parts.scale_copy, bool(plan.pdl))
+    loop, token_wait = producer_loop(parts.scale_copy, bool(plan.pdl), cluster.ACTIVATION_COPY if pair else None)
     if t.l2next:  # after the tile's last stage: the next wave's block's first stages into L2
-        if plan.pdl or cluster or slots:
+        if plan.pdl or pair or slots:
             raise ValueError("the next wave's L2 prefetch is written for the plain producer loop of the wide form")
         loop += next_wave_prefetch(t.raster, bool(parts.scale_copy))
     if slots:  # the converter warps widen; the consumers load their fragments
@@ -123,11 +123,11 @@ def wide_kernel_source(plan, backend, caps) -> str:
     consumer_wait = "  pdl_wait();  // the previous kernel has finished before this block writes its output\n" if plan.pdl else ""
     source = _KERNEL.fill(
         kernel_name=plan.kernel_name, summary=plan.summary(), prelude=prelude, cfg_head=parts.cfg_head, params=params,
-        block_head=block_head(t.raster), slot_decl=_SLOT_DECL if slots else "",
+        block_head=block_head(t.raster, pair=bool(pair)), slot_decl=_SLOT_DECL if slots else "",
         full_count="1 + CONVERTERS / 32" if slots else "1",  # (the producer's copies, and the converter warps')
         slot_init=_SLOT_INIT if slots else "", held_init=held_init(backend), producer_loop=loop, token_wait=token_wait,
         converters=converters.converter_loop(lay) if slots else "", consumer_wait=consumer_wait,
         consumer_lane=consumer_lane, scale_decl=parts.scale_decl, partials=parts.partials, stagger_take=stagger_take,
         main_loop=parts.main_loop, epilogue=epilogue(True, bool(t.stsm), EPILOGUE_SCALES if parts.direct else None),
-        copy_out=copy_out("consumer_sync"))
-    return cluster_source(source, t.raster) if cluster else source
+        copy_out=copy_out("consumer_sync"), **(cluster.BARRIERS if pair else {}))
+    return source
