@@ -39,7 +39,7 @@ def test_pdl_chain(m, dtype):
     p = humming.plan("w4a16", m, n, k, act="bf16" if dtype == torch.bfloat16 else "f16")
     assert p.pdl and p.path in ("stream", "wgmma-rs"), p.explain()
     if m >= 1024:  # the prefill form: its producer warpgroup waits before the first activation copy
-        assert p.tiles.bn == 128 and p.tiles.bulk == 2 and bool(p.tiles.streamk) == (m == 4096), p.explain()
+        assert p.tiles.bn == 128 and p.tiles.option("bulk") == 2 and bool(p.tiles.option("streamk")) == (m == 4096), p.explain()
     bound = 5e-3 if dtype == torch.bfloat16 else 2e-3  # two GEMMs, the intermediate rounded to 16 bits
     for _ in range(20):  # eager, back to back: the second kernel prefetches while the first finishes
         x.normal_()

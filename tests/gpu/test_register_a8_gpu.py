@@ -141,8 +141,8 @@ def test_wgmma_rs8_producer_warpgroup(name, group, dtype, chain, set_knobs):
     torch.manual_seed(n + (group or 1) + len(name) + (dtype == BF16))
     bias = torch.randn(n, device="cuda", dtype=dtype)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, _scheme(name, group), bias=bias)
-    _run_checked(qw, bias, dtype, k, (128, 300, 1100), lambda p: p.tiles.bulk == 2 and p.threads == 384
-                 and p.tiles.bm == 128 and p.instruction.shape[1] == chain and p.tiles.direct == direct)
+    _run_checked(qw, bias, dtype, k, (128, 300, 1100), lambda p: p.tiles.option("bulk") == 2 and p.threads == 384
+                 and p.tiles.bm == 128 and p.instruction.shape[1] == chain and p.tiles.option("direct") == direct)
 
 
 # ----------------------------------------------------------------------------- the wide form
@@ -172,7 +172,7 @@ def test_wgmma_rs8_wide_form(name, group, dtype, chain, raster, set_knobs):
                              **({} if direct or chain == 128 else {DIRECT_S8_KNOB: False}))
     _run_checked(qw, bias, dtype, k, (128, 300, 512, 777),
                  lambda p: p.tiles.bm == 256 and p.threads == 384 and p.instruction.shape[1] == chain
-                 and p.tiles.raster == raster and p.tiles.direct == direct)
+                 and p.tiles.option("raster") == raster and p.tiles.option("direct") == direct)
 
 
 @pytest.mark.parametrize("chain,raster", [(64, 4), (128, 0), (64, 3)], ids=["quarters", "halves-launch", "quarters-raster3"])
@@ -188,8 +188,8 @@ def test_wgmma_rs8_wide_cluster(name, group, dtype, chain, raster, set_knobs):
     qw, bias, k = _wide_case(set_knobs, name, group, dtype, chain, raster, 5 * 768 + chain,
                              **{CLUSTER_KNOB: 2, STREAMK_KNOB: 0})
     _run_checked(qw, bias, dtype, k, (128, 300, 777, 1024),
-                 lambda p: p.tiles.bm == 256 and p.tiles.cluster == 2 and p.cluster_dims == (1, 2, 1)
-                 and p.instruction.shape[1] == chain and p.tiles.raster == raster and not p.tiles.streamk)
+                 lambda p: p.tiles.bm == 256 and p.tiles.option("cluster") == 2 and p.cluster_dims == (1, 2, 1)
+                 and p.instruction.shape[1] == chain and p.tiles.option("raster") == raster and not p.tiles.option("streamk"))
 
 
 @pytest.mark.parametrize("name", ["w4a8-fp8", "w4a8-int8"])
@@ -248,7 +248,7 @@ def test_wgmma_rs8_wide_fitted_192(name, group, dtype, streamk, set_knobs):
         x, out = _gemm(qw, m, k, dtype)
         p = launch_spec(qw, dtype, m).plan
         assert p.path == PATH and p.tiles.bm == 192 and p.instruction.shape[1] == 64, p.explain()
-        assert p.tiles.streamk == (min(int(streamk), -(-m // 256) * 64 * 33) if streamk else 0), p.explain()
+        assert p.tiles.option("streamk") == (min(int(streamk), -(-m // 256) * 64 * 33) if streamk else 0), p.explain()
         assert not torch.isnan(out).any(), (m, "output not fully written")
         err = rel_error(out, humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32))
         assert err <= TOL, (m, err, p.explain())
@@ -283,8 +283,8 @@ def test_streamk_matches_reference(cfg, dtype, set_knobs):
         spec = launch_spec(qw, dtype, m)
         p = spec.plan
         planned = min(blocks, -(-m // 256) * (n // 128) * (k // 128))  # no more blocks than k atoms
-        assert p.path == PATH and p.tiles.streamk == planned and p.grid == (1, planned, 1), p.explain()
-        assert p.tiles.bm == 256 and p.instruction.shape[1] == chain and p.tiles.raster == raster
+        assert p.path == PATH and p.tiles.option("streamk") == planned and p.grid == (1, planned, 1), p.explain()
+        assert p.tiles.bm == 256 and p.instruction.shape[1] == chain and p.tiles.option("raster") == raster
         assert "streamk_segment" in api.source(p) and f"k{planned}" in p.kernel_name
         assert not torch.isnan(out).any(), (m, "output not fully written")
         err = rel_error(out, humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32))
@@ -309,7 +309,7 @@ def test_streamk_default_rule_through_gemm(scheme):
         qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, scheme)
         x, out = _gemm(qw, m, k, F16)
         p = launch_spec(qw, F16, m).plan
-        assert bool(p.tiles.streamk) == expect and (not expect or p.tiles.streamk == caps.limits.sms), p.explain()
+        assert bool(p.tiles.option("streamk")) == expect and (not expect or p.tiles.option("streamk") == caps.limits.sms), p.explain()
         assert p.tiles.bm == bt, p.explain()
         assert not torch.isnan(out).any()
         assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL, p.explain()
@@ -341,7 +341,7 @@ def _direct_and_promoted(qw, m: int, k: int, dtype, set_knobs, fast: bool = True
         set_knobs({DIRECT_S8_KNOB: True})
     x, out = _gemm(qw, m, k, dtype, FAST if fast else NATIVE)
     p = _spec(qw, dtype, m, fast).plan
-    assert p.path == PATH and p.tiles.direct == 1 and p.tiles.bm == tokens, p.explain()
+    assert p.path == PATH and p.tiles.option("direct") == 1 and p.tiles.bm == tokens, p.explain()
     assert not torch.isnan(out).any()
     ref = humming.reference_gemm(x, qw, out_dtype=torch.float32)
     if not fast:  # the same prepared layer: its launches were planned with the knob on
@@ -351,7 +351,7 @@ def _direct_and_promoted(qw, m: int, k: int, dtype, set_knobs, fast: bool = True
             lay.launches.clear()
     promoted = humming.gemm(x, qw, options=NATIVE)
     torch.cuda.synchronize()
-    assert _spec(qw, dtype, m, False).plan.tiles.direct == 0
+    assert _spec(qw, dtype, m, False).plan.tiles.option("direct") == 0
     return rel_error(out, ref), rel_error(promoted, ref), out, promoted
 
 

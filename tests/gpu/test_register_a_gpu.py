@@ -175,7 +175,7 @@ def test_wgmma_rs_two_warpgroup_rasterized(name, group, dtype, set_knobs):
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
         p = _layer(qw, dtype).launches[m].plan
-        assert p.path == PATH and p.tiles.bn == 128 and p.tiles.raster == 3, p.explain()
+        assert p.path == PATH and p.tiles.bn == 128 and p.tiles.option("raster") == 3, p.explain()
         assert not torch.isnan(out).any()
         err = rel_error(out, humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32))
         assert err <= TOL[dtype], (m, err, p.explain())
@@ -272,7 +272,7 @@ def test_wgmma_rs_small_fold(name, group, dtype):
             out = humming.gemm(x, qw)
             torch.cuda.synchronize()
             p = api._registry[handle].launches[m].plan
-            assert p.tiles.fold == fold and p.splits == splits, p.explain()
+            assert p.tiles.option("fold") == fold and p.splits == splits, p.explain()
             assert not torch.isnan(out).any(), ("output not fully written", p.explain())
             err = rel_error(out, ref)
             assert err <= TOL[dtype], (m, fold, stages, splits, err, p.explain())
@@ -481,7 +481,7 @@ def _check_tma(qw, x, bias, handle, dtype):
     out = humming.gemm(x, qw)
     torch.cuda.synchronize()
     spec = api._registry[handle].launches[x.shape[0]]
-    assert spec.plan.tiles.bulk in (1, 2) and spec.xmap is not None, spec.plan.explain()
+    assert spec.plan.tiles.option("bulk") in (1, 2) and spec.xmap is not None, spec.plan.explain()
     assert "TMA tensor-copy" in spec.plan.explain()
     assert not torch.isnan(out).any(), ("output not fully written", spec.plan.explain())
     err = rel_error(out, humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32))
@@ -528,7 +528,7 @@ def test_prefill_form_tma(bt, dtype, producer, set_knobs):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         handle = _force_tma(qw, x, bt=bt, small=False)
         if producer:
-            assert api._registry[handle].plans[m].tiles.bulk == 2 and api._registry[handle].plans[m].threads == 384
+            assert api._registry[handle].plans[m].tiles.option("bulk") == 2 and api._registry[handle].plans[m].threads == 384
         _check_tma(qw, x, bias, handle, dtype)
 
 
@@ -562,7 +562,7 @@ def test_tma_by_knob(set_knobs):
         torch.cuda.synchronize()
         assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[dtype]
     plans = [s.plan for h in qw.__dict__["_humming_prepared"].values() for s in api._registry[h].launches.values()]
-    assert {p.m for p in plans if p.path == "wgmma-rs" and p.tiles.bulk} == {32, 128, 1024}, [p.kernel_name for p in plans]
+    assert {p.m for p in plans if p.path == "wgmma-rs" and p.tiles.option("bulk")} == {32, 128, 1024}, [p.kernel_name for p in plans]
 
 
 # ----------------------------------------------------------------------------- the stmatrix staging
@@ -580,7 +580,7 @@ def test_stmatrix_staging_matches_reference(name, m, n, k, dtype, stsm, set_knob
     torch.manual_seed(m + n)
     sch = _scheme(name, 128)
     p = humming.plan(sch, m, n, k, act=_act(dtype))
-    assert p.path == "wgmma-rs" and p.tiles.stsm == int(stsm), p.explain()
+    assert p.path == "wgmma-rs" and p.tiles.option("stsm") == int(stsm), p.explain()
     bias = torch.randn(n, device="cuda", dtype=dtype)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, sch, bias=bias)
     for _ in range(2):  # fresh activations each time
@@ -600,7 +600,7 @@ def test_stmatrix_staging_of_the_w4a8_forms(scheme, m, set_knobs):
     torch.manual_seed(m)
     n, k = 2048, 2048
     p = humming.plan(scheme, m, n, k)  # the native register-A W4A8 kernel, or (M 128 here) the widened W4A16 one
-    assert p.path in ("wgmma-rs8", "wgmma-rs") and p.tiles.stsm, p.explain()  # with its per-token scales
+    assert p.path in ("wgmma-rs8", "wgmma-rs") and p.tiles.option("stsm"), p.explain()  # with its per-token scales
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, scheme)
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     out = humming.gemm(x, qw)
@@ -624,8 +624,8 @@ def test_ring_matches_reference(name, group, m, n, k, dtype, ring, set_knobs):
     torch.manual_seed(m + n + k + group)
     sch = _scheme(name, group)
     p = humming.plan(sch, m, n, k, act=_act(dtype))
-    assert p.path == "wgmma-rs" and p.tiles.bn == 128 and p.tiles.prefetch == ring, p.explain()
-    if ring == 5 and not p.tiles.streamk and p.tiles.stages == 6:  # the constant slots
+    assert p.path == "wgmma-rs" and p.tiles.bn == 128 and p.tiles.option("prefetch") == ring, p.explain()
+    if ring == 5 and not p.tiles.option("streamk") and p.tiles.stages == 6:  # the constant slots
         assert "(u % STAGES)" in humming.api.source(p)
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, sch)
     for _ in range(2):  # fresh activations each time
@@ -657,7 +657,7 @@ def test_default_plans_fit_through_gemm(m, rounds, want, monkeypatch, set_knobs)
     out = humming.gemm(x, qw)
     torch.cuda.synchronize()
     p = _layer(qw, dtype).launches[m].plan
-    assert _two_warpgroup(p) and (p.tiles.bm, p.tiles.streamk) == want, p.explain()
+    assert _two_warpgroup(p) and (p.tiles.bm, p.tiles.option("streamk")) == want, p.explain()
     assert rel_error(out, ref) <= TOL[dtype]
 
 
@@ -682,7 +682,7 @@ def test_shipped_entry_yields_to_streamk_through_gemm(monkeypatch):
     out = humming.gemm(x, qw, profile=profile)
     torch.cuda.synchronize()
     ran = _plans_that_ran(qw, m)
-    assert ran and (ran[-1].tiles.bn, ran[-1].tiles.bm, ran[-1].tiles.streamk) == (128, 160, 132), ran[-1].explain()
+    assert ran and (ran[-1].tiles.bn, ran[-1].tiles.bm, ran[-1].tiles.option("streamk")) == (128, 160, 132), ran[-1].explain()
     assert "instead of the entry's 128-token tiles" in ran[-1].explain()
     assert not torch.isnan(out).any() and rel_error(out, ref_of(x)) <= TOL[dtype]
     assert graph_replay_error(lambda a: humming.gemm(a, qw, profile=profile), x, ref_of) <= TOL[dtype]
@@ -718,7 +718,7 @@ def test_default_streamk_plans_through_gemm(case, dtype, monkeypatch, set_knobs)
         assert rel_error(out, ref_of(x)) <= TOL[dtype]
     ran = _plans_that_ran(qw, m)
     assert ran and ran[-1].path == "wgmma-rs" and ran[-1].tiles.bn == 128, [p.kernel_name for p in ran]
-    assert bool(ran[-1].tiles.streamk) == streamk, ran[-1].explain()
+    assert bool(ran[-1].tiles.option("streamk")) == streamk, ran[-1].explain()
     assert graph_replay_error(lambda a: humming.gemm(a, qw), x, ref_of) <= TOL[dtype]
 
 
@@ -734,7 +734,7 @@ def test_default_streamk_with_per_token_scales(monkeypatch):
     sch = humming.schemes.get("w4a8-fp8[group_size=64]")
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, sch)
     p = humming.plan(sch, m, n, k)
-    assert p.reasons[0].startswith("widened") and p.row_scale and p.tiles.streamk, p.explain()
+    assert p.reasons[0].startswith("widened") and p.row_scale and p.tiles.option("streamk"), p.explain()
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     out = humming.gemm(x, qw)
     torch.cuda.synchronize()
@@ -745,7 +745,7 @@ def test_default_streamk_with_per_token_scales(monkeypatch):
     assert specs and all(s.inputs == "codes16" for s in specs), [s.plan.kernel_name for s in specs]
     assert all(lay._weight_only is not None for lay in layers_of(qw) if m in lay.launches)
     ran = [s.plan for s in specs if (s.plan.n, s.plan.k) == (n, k) and s.plan.row_scale and s.plan.path == "wgmma-rs"]
-    assert ran and all(p.tiles.streamk for p in ran), [p.kernel_name for p in ran]
+    assert ran and all(p.tiles.option("streamk") for p in ran), [p.kernel_name for p in ran]
 
 
 # (scheme, N, K, M): the default rule's pairs through humming.gemm (HUMMING_TUNE=0): W4A16 8192 x 1024 at M=1024 (256
@@ -777,5 +777,5 @@ def test_default_pairs_through_gemm(case, monkeypatch):
         assert out.shape == (m, n) and not torch.isnan(out).any()
         assert rel_error(out, ref_of(x)) <= tol
     ran = [p for p in _plans_that_ran(qw, m) if p.path == "wgmma-rs"]
-    assert ran and all(p.tiles.cluster == 2 and p.cluster_dims == (1, 2, 1) for p in ran), [p.kernel_name for p in ran]
+    assert ran and all(p.tiles.option("cluster") == 2 and p.cluster_dims == (1, 2, 1) for p in ran), [p.kernel_name for p in ran]
     assert graph_replay_error(lambda a: humming.gemm(a, qw), x, ref_of) <= tol

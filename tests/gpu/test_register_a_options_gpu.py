@@ -41,18 +41,18 @@ def _prefill_plan(prep, m, act, bt, **options):
 
 # ----------------------------------------------------------------------------- stream-K, tail, pairs: forced plans
 def _check_streamk(p, m, bt, blocks, n):
-    assert p.tiles.streamk == blocks and f"k{blocks}" in p.kernel_name and p.grid == (1, blocks, 1)
+    assert p.tiles.option("streamk") == blocks and f"k{blocks}" in p.kernel_name and p.grid == (1, blocks, 1)
     assert "struct StreamK" in api.source(p)
 
 
 def _check_tail(p, m, bt, tail, n):
-    assert p.tiles.tail == tail and f"q{tail}" in p.kernel_name and p.partials == TAIL_SPLITS
+    assert p.tiles.option("tail") == tail and f"q{tail}" in p.kernel_name and p.partials == TAIL_SPLITS
     tiles = -(-m // bt) * (n // 128)
     assert p.grid == (1, tiles + tail * (TAIL_SPLITS - 1), 1) and "TAIL_SPLITS" in api.source(p)
 
 
 def _check_pair(p, m, bt, cluster, n):
-    assert p.tiles.cluster == 2 and p.cluster_dims == (1, 2, 1) and "c2" in p.kernel_name
+    assert p.tiles.option("cluster") == 2 and p.cluster_dims == (1, 2, 1) and "c2" in p.kernel_name
 
 
 OPTIONS = {"streamk": ("streamk", _check_streamk), "tail": ("tail", _check_tail), "pair": ("cluster", _check_pair)}
@@ -124,7 +124,7 @@ def test_streamk_pairs_match_reference(case):
     prep = api._registry[handle]
     p = plan_wna16_wgmma_rs(caps, _layout(prep, m), m, _act(dtype), scheme="", bt=bt, small=False, streamk=blocks,
                             cluster=2)
-    assert p.tiles.cluster == 2 and p.tiles.streamk == blocks and p.cluster_dims == (1, 2, 1)
+    assert p.tiles.option("cluster") == 2 and p.tiles.option("streamk") == blocks and p.cluster_dims == (1, 2, 1)
     forced_repeats_and_replay(qw, handle, p, torch.randn(m, k, device="cuda", dtype=dtype), TOL[dtype])
 
 
@@ -152,7 +152,7 @@ def test_early_ring_equals_default(case):
         with knobs.override({EARLY_KNOB: early}):
             plans[early] = plan_wna16_wgmma_rs(caps, _layout(prep, m), m, "f16", scheme="", bt=bt, small=False,
                                                streamk=blocks)
-    assert plans[True].tiles.early == 1 and plans[False].tiles.early == 0
+    assert plans[True].tiles.option("early") == 1 and plans[False].tiles.option("early") == 0
     assert "ring_ready" in api.source(plans[True]) and "ring_ready" not in api.source(plans[False])
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     outs = {}
@@ -235,7 +235,7 @@ def test_occupancy_plans_match_reference(cfg, dtype):
             p = _occupancy_plan(prep, m, bt, fold, occupancy, prefetch, stages, splits, act)
         except ShapeError as exc:  # e.g. fold at 48 tokens: the planner says why
             pytest.fail(f"{cfg}: {exc}")
-        assert p.tiles.occupancy == occupancy and f"o{occupancy}" in p.kernel_name
+        assert p.tiles.option("occupancy") == occupancy and f"o{occupancy}" in p.kernel_name
         assert f"__launch_bounds__(cfg::THREADS, {occupancy})" in api.source(p)
         kernels.append(p.kernel_name)
         yield p
@@ -260,7 +260,7 @@ def _wide_layer_streamk(m: int, bt: int):
 def _streamk_wide(m):
     """224 channel tiles on 132 blocks: one wave, 92 tiles split; at M=1100 five token tiles, raster groups."""
     qw, handle, p, caps = _wide_layer_streamk(m, 128 if m == 128 else 256)
-    assert p.tiles.raster == knobs.value(RASTER_KNOB, caps) and p.grid == (1, caps.limits.sms, 1)
+    assert p.tiles.option("raster") == knobs.value(RASTER_KNOB, caps) and p.grid == (1, caps.limits.sms, 1)
     return qw, handle, p, torch.randn(m, 2048, device="cuda", dtype=torch.float16)
 
 
@@ -293,7 +293,7 @@ def _pair_wide(m):
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, "w4a16")
     handle = api.prepared(qw, torch.float16, torch.device("cuda", torch.cuda.current_device()))
     p = _prefill_plan(api._registry[handle], m, "f16", 128, cluster=2)
-    assert p.tiles.cluster == 2
+    assert p.tiles.option("cluster") == 2
     return qw, handle, p, torch.randn(m, k, device="cuda", dtype=torch.float16)
 
 

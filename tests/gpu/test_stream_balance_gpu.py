@@ -1,4 +1,4 @@
-"""The stream kernel's balance option (tiles.balance: the last slabs run as two blocks each, one per half of K, the
+"""The stream kernel's balance option (tiles.option("balance"): the last slabs run as two blocks each, one per half of K, the
 second to finish adding both) against the reference: x_smem and register-ring forms, fold 0/1/2, every slab or a few
 split, PDL on and off, repeated launches (the per-slab counters reset themselves), CUDA-graph replay. Outputs are
 NaN-poisoned before each launch (conftest), data is fresh random per case, and every case checks that the balanced

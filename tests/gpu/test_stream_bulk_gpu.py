@@ -1,4 +1,4 @@
-"""The stream kernel's bulk-copy variant (tiles.bulk: weights, tables and activations reach a per-warp shared-memory
+"""The stream kernel's bulk-copy variant (tiles.option("bulk"): weights, tables and activations reach a per-warp shared-memory
 ring by cp.async.bulk, completion on mbarriers) against the reference, on a GPU whose profile declares tma and
 mbarrier. Outputs are NaN-poisoned before each launch (conftest), data is fresh random per case, and every case
 checks that the bulk kernel is the one that ran."""
@@ -38,7 +38,7 @@ def _run(qw, dtype, ms, configs):
                                splits=splits, tiles=MmaWnA16Tiles(base.tiles.bm, 64, 64 * wk, slots, 1, 1, wk, 0, fold, 1))
             except ShapeError:  # fold with groups of 32 or float codes, or a split that does not divide the atoms
                 continue
-            assert p.tiles.bulk and p.kernel_name.split("_")[-2].endswith("b"), p.kernel_name
+            assert p.tiles.option("bulk") and p.kernel_name.split("_")[-2].endswith("b"), p.kernel_name
             yield p
     return run_forced_plans(qw, dtype, ms, plans, TOL[dtype])
 

@@ -1,4 +1,4 @@
-"""The stream kernel's x_smem variant (tiles.x_smem: the block's activations and table rows copied once into shared
+"""The stream kernel's x_smem variant (tiles.option("x_smem"): the block's activations and table rows copied once into shared
 memory, read with shared loads per atom) against the reference: every fold form, split-K with the fix-up, PDL on and
 off, token counts up to the staging limit, CUDA-graph replay. Outputs are NaN-poisoned before each launch
 (conftest), data is fresh random per case, and every case checks that the x_smem kernel is the one that ran."""
@@ -35,7 +35,7 @@ def _run(qw, dtype, ms, configs):
                 p = _plan(prep, base, m, wk, stages, fold, splits, pdl)
             except ShapeError:  # fold with float codes, groups under 64, too many tokens to stage, a split that does not divide
                 continue
-            assert p.tiles.x_smem and "stage_rows<XS_TOKENS" in api.source(p), p.kernel_name
+            assert p.tiles.option("x_smem") and "stage_rows<XS_TOKENS" in api.source(p), p.kernel_name
             yield p
     return run_forced_plans(qw, dtype, ms, plans, TOL[dtype])
 

@@ -45,7 +45,7 @@ def test_tma_w8a8(scheme, dtype, n, k, set_knobs):
         x, out = fresh_gemm(qw, m, k, dtype)
         spec = _spec(qw, dtype, m)
         p = spec.plan
-        assert p.tiles.bulk == 1 and p.threads == TMA_THREADS and spec.xmap is not None and spec.wmap is not None, \
+        assert p.tiles.option("bulk") == 1 and p.threads == TMA_THREADS and spec.xmap is not None and spec.wmap is not None, \
             p.explain()
         assert out.shape == (m, n) and out.dtype == dtype and not torch.isnan(out).any(), p.explain()
         err = rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32))
@@ -61,12 +61,12 @@ def test_tma_matches_lock_step_kernel(scheme, set_knobs):
     qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, humming.schemes.get(scheme))
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     lock_step = humming.gemm(x, qw)
-    assert _spec(qw, torch.float16, m).plan.tiles.bulk == 0
+    assert _spec(qw, torch.float16, m).plan.tiles.option("bulk") == 0
     qw.__dict__["_humming_prepared"].clear()  # a new prepared layer: it plans again, now with the TMA kernel
     set_knobs({TMA_KNOB: True})
     tma = humming.gemm(x, qw)
     torch.cuda.synchronize()
-    assert _spec(qw, torch.float16, m).plan.tiles.bulk == 1
+    assert _spec(qw, torch.float16, m).plan.tiles.option("bulk") == 1
     assert not torch.isnan(tma).any()
     assert rel_error(tma, lock_step) <= 1e-3
 
@@ -81,7 +81,7 @@ def test_tma_maps_follow_the_tensors_and_graph_replay(set_knobs):
         out = humming.gemm(x, qw)
         torch.cuda.synchronize()
         assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= 5e-3
-    assert _spec(qw, torch.float16, m).plan.tiles.bulk == 1
+    assert _spec(qw, torch.float16, m).plan.tiles.option("bulk") == 1
     err = graph_replay_error(lambda s: humming.gemm(s, qw), xs[0],
                              lambda x: humming.reference_gemm(x, qw, out_dtype=torch.float32))
     assert err <= 5e-3
@@ -108,7 +108,7 @@ def test_tma_w4a8_warp_specialised(name, dtype, set_knobs):
         x, out = fresh_gemm(qw, m, k, dtype)
         spec = _spec(qw, dtype, m)
         p = spec.plan
-        assert p.tiles.bulk == 1 and p.threads == TMA_THREADS and spec.wmap is not None, p.explain()
+        assert p.tiles.option("bulk") == 1 and p.threads == TMA_THREADS and spec.wmap is not None, p.explain()
         assert not torch.isnan(out).any(), p.explain()
         err = rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32))
         assert err <= 5e-3, f"{name} {dtype} M={m}: relative error {err:.2e}"

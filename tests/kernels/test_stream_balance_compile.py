@@ -57,11 +57,11 @@ def test_refusals():
 def test_tuner_times_the_two_rounds_above_the_slab_count():
     caps = api.resolve_profile("nvidia-h200")  # 132 SMs
     wide = candidates(caps, _layout(caps, 28672, 8192), 1, "f16", "w4a16")
-    assert {p.tiles.balance for p in wide} == {0, 132 * 4 - 448, 132 * 5 - 448}
-    assert all(p.path == "stream" and p.splits == 1 and not p.tiles.bulk for p in wide if p.tiles.balance)
+    assert {p.tiles.option("balance") for p in wide} == {0, 132 * 4 - 448, 132 * 5 - 448}
+    assert all(p.path == "stream" and p.splits == 1 and not p.tiles.option("bulk") for p in wide if p.tiles.option("balance"))
     # 64 slabs: 132 blocks would be more than twice the slabs, no candidate
-    assert not any(p.tiles.balance for p in candidates(caps, _layout(caps, 4096, 14336), 1, "f16", "w4a16"))
-    assert not any(p.tiles.balance for p in candidates(caps, _layout(caps, 28672, 8192), 64, "f16", "w4a16"))
+    assert not any(p.tiles.option("balance") for p in candidates(caps, _layout(caps, 4096, 14336), 1, "f16", "w4a16"))
+    assert not any(p.tiles.option("balance") for p in candidates(caps, _layout(caps, 28672, 8192), 64, "f16", "w4a16"))
 
 
 @pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-a100"])
