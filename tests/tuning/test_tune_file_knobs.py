@@ -3,8 +3,11 @@ file of knobs alone is a valid tuning file."""
 import json
 import logging
 
+import pytest
+
 import humming
 from humming.core.tuning import entries, knobs
+from humming.errors import ProfileError
 
 
 def _plan():
@@ -31,3 +34,24 @@ def test_a_file_of_knobs_alone_is_read_without_a_warning(tmp_path, monkeypatch, 
         assert entries.read_entries(path) == {}
     assert not [r for r in caplog.records if "ignoring" in r.getMessage()]
     assert knobs.value("register_a.raster") == 3
+
+
+def test_a_profile_directory_carries_its_tuning_data(tmp_path, monkeypatch):
+    """A HUMMING_PROFILE_PATH directory's tuning/<profile>.yaml sets that profile's knobs (before the shipped data);
+    other profiles keep theirs; a bad value names the file."""
+    from humming.capabilities import get_profile
+
+    (tmp_path / "tuning").mkdir()
+    (tmp_path / "tuning" / "nvidia-h200.yaml").write_text("register_a:\n  raster: 2\n")
+    monkeypatch.setenv("HUMMING_PROFILE_PATH", str(tmp_path))
+    h200, h100 = get_profile("nvidia-h200"), get_profile("nvidia-h100")
+    assert knobs.value("register_a.raster", h200) == 2
+    assert knobs.value("register_a.raster", h100) == knobs.defaults()["register_a.raster"]
+    monkeypatch.delenv("HUMMING_PROFILE_PATH")
+    assert knobs.value("register_a.raster", h200) == knobs.defaults()["register_a.raster"]
+    bad = tmp_path / "bad"
+    (bad / "tuning").mkdir(parents=True)
+    (bad / "tuning" / "nvidia-h200.yaml").write_text("register_a:\n  raster: x\n")
+    monkeypatch.setenv("HUMMING_PROFILE_PATH", str(bad))
+    with pytest.raises(ProfileError, match="nvidia-h200.yaml"):
+        knobs.value("register_a.raster", h200)

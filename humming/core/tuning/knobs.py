@@ -5,7 +5,8 @@ from, first to last:
 
 1. ``override(...)``: a context manager for experiments (A/B runs, ablations, tests), per thread;
 2. the user tuning file's ``"knobs"`` object (``python -m humming tune`` writes that file; ``HUMMING_TUNE_FILE``);
-3. the profile's own tuning data, ``device_profiles/tuning/<profile>.yaml``, then that of the profiles it extends;
+3. the profile's own tuning data, ``tuning/<profile>.yaml`` in a HUMMING_PROFILE_PATH directory or in
+   ``device_profiles/``, then that of the profiles it extends;
 4. ``device_profiles/tuning/defaults.yaml``, which names every knob (the values measured on the H200).
 
     from humming.core.tuning import knobs
@@ -195,16 +196,27 @@ def _profile_chain(caps) -> list[str]:
     return names
 
 
-_chains: dict[tuple, tuple[dict, ...]] = {}
+_chains: dict[tuple, tuple[dict, ...]] = {}  # (profile chain, HUMMING_PROFILE_PATH) -> values
+
+
+def tuning_dirs() -> tuple[Path, ...]:
+    """Where a profile's tuning data is looked up, first wins: the ``tuning/`` folder of each HUMMING_PROFILE_PATH
+    directory (a ported device's profile and its tuning data side by side), then the shipped data."""
+    from humming.capabilities.registry import env_profile_dirs
+    from humming.capabilities.yamlio import TUNING_DIR
+
+    return (*(d / TUNING_DIR for d in env_profile_dirs()), data_dir())
 
 
 def profile_knobs(caps) -> tuple[dict, ...]:
-    """The knob values of the profile's own data files, most specific first (looked up once per profile)."""
+    """The knob values of the profile's own data files, most specific first (looked up once per profile and
+    HUMMING_PROFILE_PATH)."""
     chain = tuple(_profile_chain(caps))
-    hit = _chains.get(chain)
+    key = (chain, settings.raw("HUMMING_PROFILE_PATH"))
+    hit = _chains.get(key)
     if hit is None:
-        hit = _chains[chain] = tuple(read_knobs(data_dir() / f"{name}.yaml") for name in chain
-                                     if (data_dir() / f"{name}.yaml").is_file())
+        files = [d / f"{name}.yaml" for name in chain for d in tuning_dirs()]
+        hit = _chains[key] = tuple(read_knobs(f) for f in files if f.is_file())
     return hit
 
 
