@@ -5,6 +5,7 @@ Public API (imported lazily so that `import humming` stays cheap and works witho
   humming.quantize / QuantizedWeight    reference quantization (see humming.schemes, humming.formats)
   humming.reference_gemm                the oracle every kernel is checked against
   humming.plan / humming.gemm           plan, compile and run a kernel for the current device
+  humming.moe_gemm / grouped_gemm / masked_gemm    mixture-of-experts GEMMs on expert-stacked weights
   humming.GemmOptions                   numerics a caller chooses (fast FP8 accumulation, W4A8 widening, ...)
   humming.tuning.override({...})        tuning knobs (kernel variants, thresholds) for an experiment
   humming.nn.QuantLinear                a drop-in torch module
@@ -41,6 +42,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "reference_gemm": ("humming.core.quant.reference", "reference_gemm"),
     "plan": ("humming.api", "plan"),
     "gemm": ("humming.api", "gemm"),
+    "moe": ("humming.moe", None),
+    "moe_gemm": ("humming.moe", "moe_gemm"),
+    "grouped_gemm": ("humming.moe", "grouped_gemm"),
+    "masked_gemm": ("humming.moe", "masked_gemm"),
     "GemmOptions": ("humming.options", "GemmOptions"),
     "tuning": ("humming.core.tuning.knobs", None),
 }

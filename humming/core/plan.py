@@ -223,6 +223,8 @@ class Plan:
         kind = "wgmma" if self.family == "wgmma" else "stream" if self.path == "stream" else "tile"
         if self.path == "wgmma-rs":
             kind = "wgmmars"  # register-A wgmma (bm = tokens, bn = channels)
+        elif self.path == "moe_indexed":
+            kind = "moe"  # the tile kernel's rows routed to experts (humming.core.families.moe_wna16)
         fold = "f" if o("fold") == 1 else tag("f", "fold")
         return (f"hm_wna16_{kind}_{w}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}w{t.warps_m}{t.warps_n}{t.warps_k}"
                 f"{flag('x', 'x_ring')}{flag('s', 'x_smem')}{fold}{flag('b', 'bulk')}{tag('c', 'cluster')}"

@@ -12,7 +12,9 @@ from humming.options import DEFAULT, GemmOptions
 class Problem:
     """``scheme``: the quantization scheme (with ``act`` set when activations are quantized); ``act``: the 16-bit
     type of x and of the output ("f16" / "bf16"); ``options``: the caller's numerics; ``act_order``: the weights carry
-    a K permutation (GPTQ desc_act)."""
+    a K permutation (GPTQ desc_act). Mixture-of-experts GEMMs (``form`` not "dense"): ``experts`` stacked weights,
+    each of the ``m`` tokens sent to ``top_k`` of them; ``form`` "indexed" (rows gathered by routing), "grouped"
+    (rows contiguous per expert) or "masked" (a fixed capacity of rows per expert)."""
 
     scheme: object
     m: int
@@ -21,7 +23,14 @@ class Problem:
     act: str = "f16"
     options: GemmOptions = DEFAULT
     act_order: bool = False
+    form: str = "dense"
+    experts: int = 0
+    top_k: int = 1
     _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.form != "dense"
 
     @property
     def quantized_activations(self) -> bool:

@@ -19,6 +19,7 @@ from humming import settings
 from humming.core.families.mma_8bit.family import FAMILY as MMA_8BIT
 from humming.core.families.mma_blockscaled.family import FAMILY as MMA_BLOCKSCALED
 from humming.core.families.mma_wna16.family import FAMILY as MMA_WNA16
+from humming.core.families.moe_wna16.family import FAMILY as MOE_WNA16
 from humming.core.families.register_a.family import FAMILY as REGISTER_A
 from humming.core.families.register_a8.family import FAMILY as REGISTER_A8
 from humming.core.families.tcgen05.family import BLOCKSCALED as TCGEN05_BLOCKSCALED
@@ -44,8 +45,10 @@ FAMILIES: tuple[Family, ...] = (
     REGISTER_A8, WGMMA_8BIT, MMA_8BIT,
     REGISTER_A, MMA_WNA16, WGMMA_DEQUANT, TCGEN05_WNA16,
 )
-BY_NAME = {f.name: f for f in FAMILIES}
-KERNEL_FAMILIES = tuple(f for f in FAMILIES if not f.is_route)
+# Mixture-of-experts GEMMs (Problem.form indexed / grouped / masked) choose among these.
+MOE_FAMILIES: tuple[Family, ...] = (MOE_WNA16,)
+BY_NAME = {f.name: f for f in FAMILIES + MOE_FAMILIES}
+KERNEL_FAMILIES = tuple(f for f in FAMILIES + MOE_FAMILIES if not f.is_route)
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class Registry:
             if notes:
                 p = replace(p, reasons=p.reasons + tuple(notes))
             return Selection(family, p, family_of(p), tuple(refusals))
-        if problem.quantized_activations:
+        if problem.quantized_activations and not problem.is_moe:
             from humming.core.families.runnable import no_kernel
 
             raise no_kernel(problem, caps)
@@ -124,11 +127,12 @@ class Registry:
 
 
 DEFAULT = Registry()
+MOE = Registry(MOE_FAMILIES)
 
 
 def select(problem: Problem, caps, *, row_scale: bool = False) -> Selection:
-    """The default registry's choice (see Registry.select)."""
-    return DEFAULT.select(problem, caps, row_scale=row_scale)
+    """The default registry's choice (see Registry.select); mixture-of-experts problems choose among MOE_FAMILIES."""
+    return (MOE if problem.is_moe else DEFAULT).select(problem, caps, row_scale=row_scale)
 
 
 def refusal(name: str, problem: Problem, caps) -> str | None:

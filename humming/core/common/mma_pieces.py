@@ -41,8 +41,9 @@ def pair_decode(layout, scales: bool, zeros: bool) -> tuple[str, str, str]:
     return " ".join(pick), " ".join(math), zero_decl
 
 
-# Shared by the tile kernels: where this block and warp sit in the GEMM, and the head of the stage loader.
-TILE_PREAMBLE = """\
+# Shared by the tile kernels: where this block and warp sit in the GEMM (TILE_PLACE), then the head of the stage
+# loader (STAGE_LOADER_HEAD); a kernel may put code of its own between the two.
+TILE_PLACE = """\
   using namespace cfg;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int last_block;
@@ -53,11 +54,13 @@ TILE_PREAMBLE = """\
   const int ktiles = k_per_split / BK;
   const int katoms_total = K / 64;
   const uint32_t smem0 = smem_u32(smem);
-
+"""
+STAGE_LOADER_HEAD = """
   auto load_stage = [&](int stage, int kt) {
     const uint32_t base = smem0 + stage * STAGE_BYTES;
     const int k0 = k_begin + kt * BK;
 """
+TILE_PREAMBLE = TILE_PLACE + STAGE_LOADER_HEAD
 
 
 def helper_prelude(plan, backend, caps, weight) -> str:
@@ -99,10 +102,19 @@ def gs_epilogue_parts(plan, row: str) -> tuple[str, str, str]:
             f"\n          v *= load_f32(GS + {row});")
 
 
-def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
+def splitk_epilogue(acc: str, row_scale: str | None = None, indexed: bool = False) -> str:
     """The shared tail of the tile kernels: fold the warps' K split (shared memory), add split-K partials
     (workspace, last block of a tile, fixed order), then scale, bias and store. ``acc`` names an fp32
-    accumulator array [TM][TA*8][4]; ``row_scale`` a per-row fp32 scale pointer (per-token), if any."""
+    accumulator array [TM][TA*8][4]; ``row_scale`` a per-row fp32 scale pointer (per-token), if any. ``indexed``:
+    the MoE form, whose block row r holds slot ``slot_of_row[r]`` (the sentinel ``num_slots``: a padding row): the
+    row goes to C row slot (``n_out`` columns), times the slot's router weight where TOPK_W is given."""
+    if indexed:
+        row = "const int row = (wm * TM + i) * 16 + (lane >> 2) + h * 8, slot = slot_of_row[row];"
+        guard, dest = "slot < num_slots && col < n_out", "C + (size_t)slot * n_out + col"
+        router = "\n          if (TOPK_W) { const float w = load_f32(TOPK_W + slot); v0 *= w; v1 *= w; }"
+    else:
+        row = "const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;"
+        guard, dest, router = "row < M", "C + (size_t)row * N + col", ""
     row_mul = (f"\n          if ({row_scale}) {{{{ const float rs = load_f32({row_scale} + row); v0 *= rs; v1 *= rs; }}}}"
                if row_scale else "")
     scale = ("const float scale = out_scale;  // GS holds one scale per token row (row_scale)" if row_scale == "GS"
@@ -194,13 +206,13 @@ def splitk_epilogue(acc: str, row_scale: str | None = None) -> str:
     for (int j = 0; j < TA * 8; ++j)
       #pragma unroll
       for (int h = 0; h < 2; ++h) {{
-        const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;
+        {row}
         const int col = n0 + (wn * TA + j / 8) * 64 + (j % 8) * 8 + (lane & 3) * 2;
-        if (row < M) {{
+        if ({guard}) {{
           float v0 = {acc}[i][j][2 * h] * scale, v1 = {acc}[i][j][2 * h + 1] * scale;
           if (CS) {{ v0 *= load_f32(CS + col); v1 *= load_f32(CS + col + 1); }}{row_mul}
-          if (BIAS) {{ v0 += act_to_f32(load_u16(BIAS + col)); v1 += act_to_f32(load_u16(BIAS + col + 1)); }}
-          store_u32(C + (size_t)row * N + col, f32x2_to_act2(v0, v1));
+          if (BIAS) {{ v0 += act_to_f32(load_u16(BIAS + col)); v1 += act_to_f32(load_u16(BIAS + col + 1)); }}{router}
+          store_u32({dest}, f32x2_to_act2(v0, v1));
         }}
       }}
 """

@@ -11,19 +11,41 @@ counter) adds them in a fixed order, so results are deterministic.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from humming.core.common.layout import pair_index_c
 from humming.core.common.mma_pieces import (
     PIPELINE_HEAD,
-    TILE_PREAMBLE,
+    STAGE_LOADER_HEAD,
+    TILE_PLACE,
     gs_epilogue_parts,
     helper_prelude,
     pair_decode,
     splitk_epilogue,
 )
 
+# The rows of A a dense tile reads: rows m0 .. m0 + BM of x [M, K] (those past M read as zeros).
+DENSE_ROWS = """\
+      const bool ok = m0 + r < M;
+      const uint16_t* src = A + (size_t)(ok ? m0 + r : 0) * K + k0 + ch * 8;
+"""
 
-def tile_kernel_source(plan, backend, caps=None) -> str:
-    """The tile kernel of a WnA16 plan (path dequant-to-activation)."""
+
+@dataclass(frozen=True)
+class RowSource:
+    """Where a tile kernel's rows come from and go to, other than rows m0 .. m0 + BM of A and C (the MoE forms,
+    humming.core.families.moe_wna16): kernel parameters after the dense ones, code after the block's placement,
+    the A-row load (``r``: the block row, ``ch``: the 16-byte chunk, ``k0``: the stage's K; sets ``ok`` and
+    ``src``) and whether the epilogue stores through ``slot_of_row`` (mma_pieces.splitk_epilogue)."""
+
+    params: str
+    setup: str
+    rows: str
+    indexed: bool = True
+
+
+def tile_kernel_source(plan, backend, caps=None, rows: RowSource | None = None) -> str:
+    """The tile kernel of a WnA16 plan (path dequant-to-activation); ``rows``: another source of its rows (MoE)."""
     t = plan.tiles
     lay = plan.layout
     dec = lay.decode
@@ -84,15 +106,13 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     float* __restrict__ WS,              // split-K partials [splits, gridDim.x*BM, N]
     int* __restrict__ CNT,               // one counter per output tile, zero between launches
     int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{        {gs_epilogue_parts(plan, "row")[0]}
+    const float* __restrict__ GS{rows.params if rows else ""}) {{        {gs_epilogue_parts(plan, "row")[0]}
 
-{TILE_PREAMBLE}    // activations: BM rows x BK/8 chunks of 16 bytes, chunk index XOR-swizzled by row (conflict-free ldmatrix)
+{TILE_PLACE}{rows.setup if rows else ""}{STAGE_LOADER_HEAD}    // activations: BM rows x BK/8 chunks of 16 bytes, chunk index XOR-swizzled by row (conflict-free ldmatrix)
     #pragma unroll
     for (int c = tid; c < BM * (BK / 8); c += THREADS) {{
       const int r = c / (BK / 8), ch = c % (BK / 8);
-      const bool ok = m0 + r < M;
-      const uint16_t* src = A + (size_t)(ok ? m0 + r : 0) * K + k0 + ch * 8;
-      copy_16_async(base + r * BK * 2 + ((ch ^ (r & 7)) * 16), src, ok);
+{rows.rows if rows else DENSE_ROWS}      copy_16_async(base + r * BK * 2 + ((ch ^ (r & 7)) * 16), src, ok);
     }}
     // weights: NATOMS x KATOMS atoms, each contiguous in global memory
     #pragma unroll
@@ -154,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
   copy_wait<0>();
   __syncthreads();
 
-{splitk_epilogue('acc', row_scale='GS' if plan.row_scale else None)}}}
+{splitk_epilogue('acc', row_scale='GS' if plan.row_scale else None, indexed=bool(rows and rows.indexed))}}}
 """
     return src
 

@@ -1,0 +1,185 @@
+"""MoE GEMM benchmark: humming's indexed MoE GEMM (W4A16) against torch's bf16 grouped GEMM (torch._grouped_mm,
+cuBLAS / CUTLASS grouped) with the same routing, on the gate+up and down GEMMs of four models at T tokens.
+
+Shapes (E, top_k, hidden H, intermediate I): DeepSeek-V3 (256, 8, 7168, 2048), Qwen3-30B-A3B (128, 8, 2048, 768),
+Mixtral-8x7B (8, 2, 4096, 14336), gpt-oss-120b (128, 4, 2880, 2880; MXFP4 weights). Gate+up: N = 2I, K = H; down:
+N = H, K = I. Routing: every token to top_k distinct experts drawn uniformly.
+
+Method: each GEMM captured ``--calls`` times in a CUDA graph (the stacked weights are hundreds of MB to GB, far past
+the L2, so no rotation is needed); humming's and torch's graphs replayed alternately for ``--rounds`` rounds, CUDA
+events, the median per library. humming is timed with its routing made outside the graph (the layer reuses one
+routing for both GEMMs; the routing's own time is a column); torch is given x already permuted by expert (its
+gather is not timed). The bytes bound: the active experts' weight bytes (4-bit codes and scales), once, at the copy
+bandwidth measured in the same run (a device-to-device copy of 1 GiB). Writes OUT/bench_moe.json and, with
+matplotlib, OUT/bench_moe.png, naming the GPU.
+
+    python bench/bench_moe.py --out OUTDIR [--tokens 1,8,32,128,512,2048,8192] [--models deepseek-v3,...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import humming  # noqa: E402
+from humming.core.moe.routing import route  # noqa: E402
+
+MODELS = {  # name: (experts, top_k, hidden, intermediate, scheme)
+    "deepseek-v3": (256, 8, 7168, 2048, "w4a16"),
+    "qwen3-30b-a3b": (128, 8, 2048, 768, "w4a16"),
+    "mixtral-8x7b": (8, 2, 4096, 14336, "w4a16"),
+    "gpt-oss-120b": (128, 4, 2880, 2880, "w4a16-mxfp4"),
+}
+TOKENS = [1, 8, 32, 128, 512, 2048, 8192]
+
+
+def graph_of(fn, calls: int) -> torch.cuda.CUDAGraph:
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def time_graphs(graphs: dict, calls: int, rounds: int) -> dict:
+    """Median microseconds per call of each graph, the graphs replayed alternately."""
+    samples = {name: [] for name in graphs}
+    for r in range(rounds):
+        order = list(graphs) if r % 2 == 0 else list(reversed(graphs))
+        for name in order:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graphs[name].replay()
+            end.record()
+            end.synchronize()
+            samples[name].append(start.elapsed_time(end) * 1000 / calls)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def copy_bandwidth() -> float:
+    """GB/s of a 1 GiB device-to-device copy (read + write)."""
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    g = graph_of(lambda: b.copy_(a), 5)
+    us = time_graphs({"copy": g}, 5, 5)["copy"]
+    return 2 * a.numel() / us / 1e3
+
+
+def grouped_reference(x, w_t, ids, experts):
+    """(a function running torch._grouped_mm on x permuted by expert, or None where it does not run, why)."""
+    if not hasattr(torch, "_grouped_mm"):
+        return None, "torch has no _grouped_mm"
+    flat = ids.reshape(-1).long()
+    order = flat.argsort(stable=True)
+    xs = x[order // ids.shape[1]].contiguous()
+    counts = torch.bincount(flat, minlength=experts)
+    offs = counts.cumsum(0).to(torch.int32)
+    try:
+        torch._grouped_mm(xs, w_t, offs=offs)
+    except Exception as exc:  # noqa: BLE001  (a build or GPU without it: reported in the JSON)
+        return None, f"torch._grouped_mm: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return (lambda: torch._grouped_mm(xs, w_t, offs=offs)), ""
+
+
+def moe_call(x, qw, ids, routing, y):
+    return lambda: humming.moe_gemm(x, qw, ids, routing=routing, out=y)
+
+
+def route_call(ids, experts, bm):
+    return lambda: route(ids, experts, bm)
+
+
+def bench_gemm(name, experts, top_k, n, k, scheme, tokens_list, calls, rounds, bw, rows):
+    torch.manual_seed(0)
+    qw = humming.quantize(torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16) * 0.05, scheme,
+                          group_size=32 if scheme == "w4a16" and k % 128 else None)
+    w_t = qw.dequantize(torch.bfloat16).transpose(1, 2)  # [E, K, N] (column-major per expert, as _grouped_mm reads)
+    bytes_per_expert = qw.nbytes / experts
+    for tokens in tokens_list:
+        ids = torch.rand(tokens, experts, device="cuda").argsort(dim=1)[:, :top_k].to(torch.int32)
+        x = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16)
+        bm = humming.moe.block_m(qw, tokens, top_k, torch.bfloat16)
+        routing = route(ids, experts, bm)
+        y = torch.empty(tokens, top_k, n, device="cuda", dtype=torch.bfloat16)
+        graphs = {"humming": graph_of(moe_call(x, qw, ids, routing, y), calls),
+                  "route": graph_of(route_call(ids, experts, bm), calls)}
+        ref, why = grouped_reference(x, w_t, ids, experts)
+        if ref is not None:
+            graphs["torch_grouped_bf16"] = graph_of(ref, calls)
+        us = time_graphs(graphs, calls, rounds)
+        active = int(torch.unique(ids).numel())
+        bound_us = active * bytes_per_expert / bw / 1e3
+        row = {"model": name, "gemm": "gate_up" if n != MODELS[name][2] else "down", "experts": experts,
+               "top_k": top_k, "n": n, "k": k, "scheme": scheme, "tokens": tokens, "block_m": bm,
+               "humming_us": us["humming"], "route_us": us["route"],
+               "torch_grouped_bf16_us": us.get("torch_grouped_bf16"), "torch_note": why,
+               "active_experts": active, "bytes_bound_us": bound_us,
+               "bandwidth_fraction": bound_us / us["humming"]}
+        if row["torch_grouped_bf16_us"]:
+            row["speedup_vs_torch"] = row["torch_grouped_bf16_us"] / us["humming"]
+        rows.append(row)
+        print(f"{name:14} {row['gemm']:7} T={tokens:5} bm={bm:2}  humming {us['humming']:9.1f} us  route "
+              f"{us['route']:6.1f} us  torch {row['torch_grouped_bf16_us'] or float('nan'):9.1f} us  "
+              f"x{row.get('speedup_vs_torch', float('nan')):5.2f}  bound {bound_us:8.1f} us "
+              f"({100 * row['bandwidth_fraction']:.0f}%)", flush=True)
+    qw = w_t = None
+    torch.cuda.empty_cache()
+
+
+def plot(rows, path, gpu):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    keys = sorted({(r["model"], r["gemm"]) for r in rows})
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.2), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        sel = [r for r in rows if (r["model"], r["gemm"]) == key and r.get("speedup_vs_torch")]
+        ax.semilogx([r["tokens"] for r in sel], [r["speedup_vs_torch"] for r in sel], "o-")
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set_title(f"{key[0]} {key[1]}", fontsize=8)
+        ax.set_xlabel("tokens")
+    axes[0][0].set_ylabel("speedup vs torch bf16 grouped")
+    fig.suptitle(f"humming MoE W4A16 vs torch._grouped_mm bf16, {gpu}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=6)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    gpu = torch.cuda.get_device_name()
+    bw = copy_bandwidth()
+    print(f"{gpu}: copy bandwidth {bw:.0f} GB/s", flush=True)
+    rows: list[dict] = []
+    tokens = [int(t) for t in args.tokens.split(",")]
+    for name in args.models.split(","):
+        experts, top_k, hidden, inter, scheme = MODELS[name]
+        bench_gemm(name, experts, top_k, 2 * inter, hidden, scheme, tokens, args.calls, args.rounds, bw, rows)
+        bench_gemm(name, experts, top_k, hidden, inter, scheme, tokens, args.calls, args.rounds, bw, rows)
+    result = {"gpu": gpu, "torch": torch.__version__, "copy_bandwidth_gbs": bw, "rows": rows}
+    with open(os.path.join(args.out, "bench_moe.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    plot(rows, os.path.join(args.out, "bench_moe.png"), gpu)
+
+
+if __name__ == "__main__":
+    main()

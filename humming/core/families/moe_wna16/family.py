@@ -1,0 +1,40 @@
+"""The MoE WnA16 family: one mma.sync tile kernel for the indexed, grouped and masked expert GEMMs (each a routing
+of rows to experts, humming.core.moe.routing), on every profile with mma.sync for the activation type."""
+from __future__ import annotations
+
+from humming.core.families.moe_wna16.generator import moe_kernel_source
+from humming.core.families.moe_wna16.layout import prepare_experts
+from humming.core.families.moe_wna16.planner import FAMILY as PLAN_FAMILY
+from humming.core.families.moe_wna16.planner import plan_moe
+from humming.core.family import Family
+
+
+def refusal(problem, caps, ask) -> str | None:
+    if not problem.is_moe:
+        return "dense GEMMs run on the dense families"
+    if problem.quantized_activations:
+        return "the scheme quantizes activations; the MoE kernels take 16-bit activations"
+    if problem.act_order:
+        return "act-order (g_idx) expert weights are not supported by the MoE kernels"
+    return None
+
+
+def plan(problem, caps):
+    return plan_moe(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
+                    problem.top_k)
+
+
+def owns(plan) -> bool:
+    return plan.family == PLAN_FAMILY
+
+
+def source(plan, backend, caps) -> str:
+    return moe_kernel_source(plan, backend, caps)
+
+
+def pack(qw, dtype, layout, caps):
+    return prepare_experts(qw, dtype)
+
+
+FAMILY = Family("moe_wna16", "mma.sync MoE WnA16: indexed / grouped / masked expert GEMMs on the tile kernel", refusal,
+                plan, "x", owns, source, pack)

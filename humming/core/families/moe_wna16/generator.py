@@ -1,0 +1,48 @@
+"""The CUDA C++ of the MoE WnA16 kernel: the mma.sync WnA16 tile kernel (humming.core.families.mma_wna16.generator)
+with its rows taken from a routing (humming.core.moe.routing).
+
+Block (x, y) takes entries [x*BM, +BM) of the routing's sorted slots, all of one expert (EXPERT_IDS[x]; -1 or past
+the used length NPAD: the block has nothing to do), and channels [y*BN, +BN). Row r of the block is slot
+s = SORTED[x*BM + r] (the sentinel num_slots pads an expert's run): it reads row s / a_div of A (a_div = top_k when
+A is the tokens [T, K], 1 when it holds one row per slot) and writes row s of C [slots, n_out], times the slot's
+router weight TOPK_W[s] where given. The expert's weights, tables, bias and global factor sit at fixed strides."""
+from __future__ import annotations
+
+from humming.core.families.mma_wna16.generator import RowSource, tile_kernel_source
+
+MOE_PARAMS = """,
+    const int* __restrict__ SORTED,      // routing: slot of each entry, by expert, padded with num_slots
+    const int* __restrict__ EXPERT_IDS,  // routing: expert of each block of BM entries (-1: none)
+    const int* __restrict__ NPAD,        // routing: entries in use
+    const float* __restrict__ TOPK_W,    // router weight of each slot, or null
+    const float* __restrict__ ES,        // each expert's global factor [E]
+    int num_slots, int a_div, int KA, int n_out, int b_stride, int s_stride, int z_stride"""
+
+MOE_SETUP = """
+  // this block's expert and the slot of each of its rows
+  __shared__ int slot_of_row[BM];
+  if (m0 >= NPAD[0]) return;
+  const int expert = EXPERT_IDS[blockIdx.x];
+  if (expert < 0) return;
+  for (int r = tid; r < BM; r += THREADS) slot_of_row[r] = SORTED[m0 + r];
+  B += (size_t)expert * b_stride;
+  if (S) S += (size_t)expert * s_stride;
+  if (Z) Z += (size_t)expert * z_stride;
+  if (CS) CS += (size_t)expert * N;
+  if (BIAS) BIAS += (size_t)expert * N;
+  out_scale *= ES[expert];
+  __syncthreads();
+"""
+
+# A row per slot (a_div 1) or per token (a_div top_k); columns past the real K (KA) read as zeros
+MOE_ROWS = """\
+      const int slot = slot_of_row[r];
+      const bool ok = slot < num_slots && k0 + ch * 8 < KA;
+      const uint16_t* src = A + (ok ? (size_t)(slot / a_div) * KA + k0 + ch * 8 : 0);
+"""
+
+INDEXED = RowSource(params=MOE_PARAMS, setup=MOE_SETUP, rows=MOE_ROWS)
+
+
+def moe_kernel_source(plan, backend, caps=None) -> str:
+    return tile_kernel_source(plan, backend, caps, rows=INDEXED)

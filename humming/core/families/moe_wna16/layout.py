@@ -1,0 +1,113 @@
+"""The MoE WnA16 weights: every expert in the mma.sync tile layout (humming.core.families.mma_wna16.layout), padded
+to whole 64 x 64 atoms once, when the weight is prepared, and stacked expert after expert, so that one kernel reaches
+expert e at a fixed stride.
+
+Padding: output features N and input features K that are multiples of 16 (any real model's) are padded to
+multiples of 64 with code 0 (a finite value in every format) and the last scale / zero row or column repeated. The
+kernel reads activations only up to the real K (zeros past it), so padded input columns add nothing; padded output
+columns are computed and never stored."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from humming.core.common.layout import ATOM_K, ATOM_N, WeightLayout
+from humming.core.families.mma_wna16.layout import layout_for, prepare
+from humming.errors import ShapeError, UnsupportedOnDevice
+
+ALIGN = 16  # N and K of a MoE weight must be multiples of this (16-byte activation rows, two-column stores)
+
+
+def padded_shape(n: int, k: int) -> tuple[int, int]:
+    """(N, K) padded to whole weight atoms."""
+    if n % ALIGN or k % ALIGN:
+        raise ShapeError(f"MoE weights need N and K that are multiples of {ALIGN}, got N={n} K={k}")
+    return -(-n // ATOM_N) * ATOM_N, -(-k // ATOM_K) * ATOM_K
+
+
+def moe_layout(scheme, n: int, k: int, act: str) -> WeightLayout:
+    """The layout of one padded expert (step-major pair order: the tile kernel's cheaper reads)."""
+    n_pad, k_pad = padded_shape(n, k)
+    return layout_for(scheme, n_pad, k_pad, act)
+
+
+def _grow(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """A 2-D table grown to [rows, cols] by repeating its last row and column."""
+    if t.shape[0] < rows:
+        t = torch.cat([t, t[-1:].expand(rows - t.shape[0], t.shape[1])], 0)
+    if t.shape[1] < cols:
+        t = torch.cat([t, t[:, -1:].expand(t.shape[0], cols - t.shape[1])], 1)
+    return t.contiguous()
+
+
+def padded_expert(qw, n_to: int, k_to: int):
+    """One expert's dense QuantizedWeight padded to [n_to, k_to] (the module docstring)."""
+    from humming.core.quant.quantize import QuantizedWeight
+
+    scale_shape = QuantizedWeight.scale_shape
+
+    n, k = qw.shape
+    if (n, k) == (n_to, k_to):
+        return qw
+    codes = torch.nn.functional.pad(qw.codes(), (0, k_to - k, 0, n_to - n))
+    rows, cols = scale_shape(qw.scheme, n_to, k_to)
+    scales = _grow(qw.scales, rows, cols)
+    zeros = None if qw.zeros is None else _grow(qw.zeros, *scale_shape(qw.scheme, n_to, k_to))
+    bias = None if qw.bias is None else torch.nn.functional.pad(qw.bias, (0, n_to - n))
+    return QuantizedWeight.from_codes(codes, qw.scheme, scales, zeros=zeros, global_scale=qw.global_scale, bias=bias)
+
+
+@dataclass
+class ExpertWeights:
+    """Stacked, padded experts as the MoE tile kernel reads them: ``qweight`` int32 [E, words of one expert];
+    ``scales`` / ``zeros`` [E, rows, N_pad] (or None); ``channel_scale`` fp32 [E, N_pad] (or None); ``bias`` [E, N_pad]
+    (or None); ``expert_scale`` fp32 [E]: each expert's global factor on its accumulators."""
+
+    layout: WeightLayout
+    n: int
+    k: int
+    qweight: torch.Tensor
+    scales: torch.Tensor | None
+    zeros: torch.Tensor | None
+    channel_scale: torch.Tensor | None
+    bias: torch.Tensor | None
+    expert_scale: torch.Tensor
+
+    @property
+    def num_experts(self) -> int:
+        return self.qweight.shape[0]
+
+    def stride(self, t: torch.Tensor | None) -> int:
+        """Elements between two experts of a stacked table (0 for None)."""
+        return 0 if t is None else t[0].numel()
+
+    def tensors(self) -> list[torch.Tensor | None]:
+        return [self.qweight, self.scales, self.zeros, self.channel_scale, self.bias, self.expert_scale]
+
+
+def _stack(parts: list) -> torch.Tensor | None:
+    return None if parts[0] is None else torch.stack(parts).contiguous()
+
+
+def prepare_experts(qw, act_dtype: torch.dtype) -> ExpertWeights:
+    """Repack a stacked QuantizedWeight (``num_experts`` set) for the MoE tile kernel."""
+    experts = getattr(qw, "num_experts", None)
+    if not experts:
+        raise ShapeError("a MoE GEMM needs expert-stacked weights: humming.quantize(w [E, N, K], scheme) or "
+                         "QuantizedWeight.stack([...])")
+    if qw.g_idx is not None:
+        raise UnsupportedOnDevice("act-order (g_idx) expert weights are not supported by the MoE kernels yet")
+    n, k = qw.shape
+    n_pad, k_pad = padded_shape(n, k)
+    packed = [prepare(padded_expert(qw.expert(e), n_pad, k_pad), act_dtype) for e in range(experts)]
+    if any(p.perm is not None for p in packed):  # (an identity g_idx is dropped above; this cannot happen)
+        raise UnsupportedOnDevice("act-order expert weights are not supported by the MoE kernels yet")
+    first = packed[0]
+    return ExpertWeights(
+        layout=first.layout, n=n, k=k,
+        qweight=torch.stack([p.qweight.reshape(-1) for p in packed]).contiguous(),
+        scales=_stack([p.scales for p in packed]), zeros=_stack([p.zeros for p in packed]),
+        channel_scale=_stack([p.channel_scale for p in packed]), bias=_stack([p.bias for p in packed]),
+        expert_scale=torch.tensor([float(p.out_scale) for p in packed], dtype=torch.float32,
+                                  device=first.qweight.device))

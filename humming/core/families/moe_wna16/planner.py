@@ -1,0 +1,67 @@
+"""Plans of the MoE WnA16 tile kernel: a token tile sized to the tokens each expert gets on average, channel and K
+tiles that divide the padded weights, and the pipeline depth the profile's shared memory allows. The plan's M is the
+number of tokens; its grid depends on the routing (humming.core.families.moe_wna16.launch)."""
+from __future__ import annotations
+
+from humming.core.common.paths import choose_mma
+from humming.core.families.moe_wna16.layout import moe_layout
+from humming.core.plan import Plan, Tiles
+from humming.errors import ShapeError, UnsupportedOnDevice
+
+PATH = "moe_indexed"
+FAMILY = "mma_sync_moe"
+
+
+def token_tile(tokens: int, top_k: int, experts: int) -> int:
+    """Rows per block (the routing's padding): the smallest of 16, 32, 64 that holds the tokens an expert gets on
+    average (tokens x top_k / experts), 64 beyond."""
+    per_expert = tokens * top_k / max(experts, 1)
+    for bm in (16, 32):
+        if per_expert <= bm:
+            return bm
+    return 64
+
+
+def _tile_shapes(bm: int, n_pad: int, k_pad: int) -> list[tuple[Tiles, str]]:
+    """Candidate tiles for a token tile, best first. Small token tiles split K across warps (decode streams
+    weights: more bytes in flight per block); 64-row tiles spread 4 warps over M and N."""
+    atoms_k = k_pad // 64
+    out: list[tuple[Tiles, str]] = []
+    if bm <= 32:
+        for wk in (4, 2, 1):
+            if atoms_k % wk == 0:
+                out.append((Tiles(bm, 64, 64 * wk, 4, 1, 1, wk),
+                            f"{bm}-row token tile x 64 channels, {wk} warp(s) splitting each {64 * wk}-deep K stage"))
+    else:
+        if n_pad % 128 == 0:
+            out.append((Tiles(64, 128, 64, 4, 2, 2, 1), "64-row token tile x 128 channels, 2 x 2 warps"))
+        out.append((Tiles(64, 64, 64, 4, 4, 1, 1), "64-row token tile x 64 channels, 4 warps along M"))
+    return out
+
+
+def plan_moe(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> Plan:
+    """The plan of an indexed MoE WnA16 GEMM: ``tokens`` rows of x, each sent to ``top_k`` of ``experts`` weights
+    [N, K]."""
+    if tokens < 0 or experts < 1 or top_k < 1:
+        raise ShapeError(f"MoE GEMM: tokens={tokens}, experts={experts}, top_k={top_k}")
+    layout = moe_layout(scheme, n, k, act)
+    instruction, why = choose_mma(caps, act)
+    if not caps.memory.ldmatrix:
+        raise UnsupportedOnDevice(f"{caps.name} does not declare ldmatrix, which the mma.sync kernels use for A")
+    reasons = [why, f"indexed MoE: rows of x gathered through the routing's sorted slots, the block's expert from the "
+                    f"routing, weights padded to {layout.n}x{layout.k} once when prepared"]
+    bm = token_tile(tokens, top_k, experts)
+    reasons.append(f"token tile {bm}: {tokens} token(s) x top-{top_k} over {experts} experts "
+                   f"= {tokens * top_k / experts:.1f} rows per expert on average")
+    limit = caps.limits.smem_per_block_kb * 1024
+    for tiles, why in _tile_shapes(bm, layout.n, layout.k):
+        for stages in range(tiles.stages, 1, -1):
+            t = Tiles(tiles.bm, tiles.bn, tiles.bk, stages, tiles.warps_m, tiles.warps_n, tiles.warps_k)
+            smem = t.smem_bytes(layout)
+            if smem <= limit:
+                reasons += [why, f"{stages} stages: {smem // 1024} KiB of {caps.limits.smem_per_block_kb} KiB shared "
+                                 f"memory per block", "no split-K: the experts' blocks fill the GPU"]
+                return Plan(scheme=scheme.name, profile=caps.name, m=tokens, n=n, k=k, act=act, out=act,
+                            family=FAMILY, instruction=instruction, path=PATH, layout=layout, tiles=t, splits=1,
+                            async_copy=bool(caps.memory.cp_async), smem_bytes=smem, reasons=tuple(reasons))
+    raise UnsupportedOnDevice(f"no MoE tile fits {caps.name}'s {limit} B of shared memory per block")

@@ -1,0 +1,113 @@
+"""Expert-stacked weights prepared to run: what ``humming.moe_gemm`` / ``grouped_gemm`` / ``masked_gemm`` call for one
+(weight, activation dtype, device, profile). Per (tokens, top_k) it asks the MoE registry for a plan once; it packs
+the experts once per layout, compiles the kernel and launches it on torch's current stream with a routing's tensors
+(humming.core.moe.routing), with no host synchronisation.
+
+Kernel parameters: the tile kernel's (A B S Z CS BIAS C WS CNT M N K k_per_split out_scale GS), then SORTED
+EXPERT_IDS NPAD TOPK_W ES num_slots a_div KA n_out b_stride s_stride z_stride
+(humming.core.families.moe_wna16.generator)."""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from humming.core.common.layout import act_name
+from humming.core.problem import Problem
+from humming.core.registry import family_of, select
+from humming.core.runtime import layer as dense_layer
+from humming.core.runtime.compiled import compile_plan
+from humming.core.runtime.kernel import ArgBlock
+from humming.core.runtime.launch import current_stream
+from humming.devices.current import emulation_arch
+from humming.errors import ShapeError
+from humming.options import DEFAULT
+
+KINDS = "ppppppppp" + "iiii" + "f" + "p" + "ppppp" + "iiiiiii"
+_A, _C, _SORTED, _EXPERTS, _NPAD, _TOPK_W, _NUM_SLOTS, _A_DIV = 0, 6, 15, 16, 17, 18, 20, 21
+
+_lock = threading.Lock()
+
+
+class MoeLayer:
+    """One stacked weight prepared for (dtype, device, profile, options)."""
+
+    def __init__(self, qw, dtype: torch.dtype, device: torch.device, caps, options=DEFAULT):
+        self.qw = qw.to(device)
+        self.scheme = qw.scheme
+        self.n, self.k = qw.shape
+        self.experts = qw.num_experts
+        self.dtype, self.device, self.caps, self.options = dtype, device, caps, options
+        self.act = act_name(dtype)
+        self.run_arch = emulation_arch(caps)
+        self.plans: dict[tuple[int, int], object] = {}
+        self.packed: dict[tuple, object] = {}
+        self.launches: dict[tuple, tuple] = {}
+
+    def problem(self, tokens: int, top_k: int, form: str = "indexed") -> Problem:
+        return Problem(self.scheme, tokens, self.n, self.k, self.act, self.options, form=form, experts=self.experts,
+                       top_k=top_k)
+
+    def plan_for(self, tokens: int, top_k: int):
+        """The plan (M = tokens) a GEMM of ``tokens`` tokens, each to ``top_k`` experts, runs."""
+        key = (tokens, top_k)
+        p = self.plans.get(key)
+        if p is None:
+            p = self.plans[key] = select(self.problem(tokens, top_k), self.caps).plan
+        return p
+
+    def packed_for(self, plan):
+        key = (plan.layout, plan.act)
+        packed = self.packed.get(key)
+        if packed is None:
+            with _lock:
+                packed = self.packed.get(key)
+                if packed is None:
+                    packed = self.packed[key] = family_of(plan).pack(self.qw, self.dtype, plan.layout, self.caps)
+        return packed
+
+    def _spec(self, plan, capacity: int):
+        """(launcher, argument block, grid) for a routing of ``capacity`` entries, built once."""
+        key = (plan.kernel_name, capacity)
+        spec = self.launches.get(key)
+        if spec is None:
+            w = self.packed_for(plan)
+            kernel, _ = compile_plan(plan, self.caps, self.run_arch)
+            lay, t = w.layout, plan.tiles
+            values = [0, w.qweight.data_ptr(), *(0 if x is None else x.data_ptr()
+                                                 for x in (w.scales, w.zeros, w.channel_scale, w.bias)),
+                      0, 0, 0, capacity, lay.n, lay.k, lay.k, 1.0, 0,
+                      0, 0, 0, 0, w.expert_scale.data_ptr(),
+                      0, 1, self.k, self.n, w.stride(w.qweight), w.stride(w.scales), w.stride(w.zeros)]
+            args = ArgBlock(KINDS, values)
+            grid = (capacity // t.bm, lay.n // t.bn, 1)
+            device = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            fire = kernel.launcher(device, grid, plan.threads, args) if grid[0] else None
+            spec = self.launches[key] = (fire, args, w)
+        return spec
+
+    def run(self, a: torch.Tensor, routing, out: torch.Tensor, plan, a_div: int,
+            topk_weights: torch.Tensor | None = None) -> torch.Tensor:
+        """One launch: rows of ``a`` (row = slot // a_div) through ``routing`` into rows of ``out`` [slots, N]."""
+        if routing.block_m != plan.tiles.bm:
+            raise ShapeError(f"the routing's block_m is {routing.block_m}; this plan's token tile is {plan.tiles.bm} "
+                             f"(route with humming.moe.route(..., block_m=humming.moe.block_m(...)))")
+        if routing.num_experts != self.experts:
+            raise ShapeError(f"the routing is over {routing.num_experts} experts; the weight has {self.experts}")
+        fire, args, _ = self._spec(plan, routing.capacity)
+        if dense_layer.POISON_OUTPUTS:
+            out.fill_(float("nan"))
+        if fire is None:
+            return out
+        slots = args.slots
+        with args.lock:
+            slots[_A].value = a.data_ptr()
+            slots[_C].value = out.data_ptr()
+            slots[_SORTED].value = routing.sorted_ids.data_ptr()
+            slots[_EXPERTS].value = routing.expert_ids.data_ptr()
+            slots[_NPAD].value = routing.num_padded.data_ptr()
+            slots[_TOPK_W].value = None if topk_weights is None else topk_weights.data_ptr()
+            slots[_NUM_SLOTS].value = routing.num_slots
+            slots[_A_DIV].value = a_div
+            fire(current_stream(a.get_device()))
+        return out

@@ -1,0 +1,162 @@
+"""Mixture-of-experts GEMMs on expert-stacked quantized weights (``humming.quantize(w [E, N, K], scheme)``).
+
+    y = humming.moe_gemm(x, qw, topk_ids, topk_weights)    indexed: x [T, K] -> [T, top_k, N]
+    y = humming.grouped_gemm(x, qw, expert_offsets)        rows contiguous per expert: [rows, K] -> [rows, N]
+    y = humming.masked_gemm(x, qw, counts)                 x [E, cap, K], counts [E] -> [E, cap, N]
+    r = humming.moe.route(topk_ids, E, humming.moe.block_m(qw, T, top_k, x.dtype))   routing, reusable
+
+Each form is a routing of rows to experts (humming.core.moe.routing, built on the GPU without host
+synchronisation) and one launch of the MoE kernel the registry chooses (humming.core.families.moe_wna16), so a
+whole MoE layer captures in a CUDA graph. CPU tensors run the reference (humming.core.moe.reference)."""
+from __future__ import annotations
+
+import torch
+
+from humming.core.common.layout import act_name
+from humming.core.moe import reference
+from humming.core.moe.routing import Routing, route, routing_from_counts, routing_from_offsets
+from humming.core.runtime.moe_layer import MoeLayer
+from humming.devices.current import resolve_profile
+from humming.errors import ShapeError
+from humming.options import resolve as resolve_options
+
+__all__ = ["Routing", "route", "block_m", "moe_gemm", "grouped_gemm", "masked_gemm", "prepared"]
+
+
+def prepared(qw, dtype: torch.dtype, device, profile=None, options=None) -> MoeLayer:
+    """The stacked weight ``qw`` prepared for (activation dtype, device, profile, options): made once, kept on the
+    weight."""
+    if not getattr(qw, "num_experts", None):
+        raise ShapeError("MoE GEMMs take expert-stacked weights: humming.quantize(w [E, N, K], scheme) or "
+                         "QuantizedWeight.stack([...]); a dense weight goes to humming.gemm")
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    cache = qw.__dict__.setdefault("_humming_moe_prepared", {})
+    key = (dtype, device, profile, options)
+    layer = cache.get(key)
+    if layer is None:
+        act_name(dtype)  # (a clear error for an unsupported dtype)
+        layer = cache[key] = MoeLayer(qw, dtype, device, resolve_profile(profile), resolve_options(options))
+    return layer
+
+
+def block_m(qw, tokens: int, top_k: int, dtype: torch.dtype = torch.bfloat16, device="cuda", profile=None) -> int:
+    """The token tile (routing block) the MoE kernel runs ``tokens`` tokens x ``top_k`` with."""
+    return prepared(qw, dtype, device, profile).plan_for(tokens, top_k).tiles.bm
+
+
+def _check_x(x, k: int, what: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise ShapeError(f"{what} must be a torch.Tensor, not {type(x).__name__}")
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        raise ShapeError(f"{what} must be float16 or bfloat16, got {x.dtype}")
+    if x.shape[-1] != k:
+        raise ShapeError(f"{what} has {x.shape[-1]} input features but the weight expects K={k}")
+
+
+def _output(out, shape: tuple, x: torch.Tensor, zero: bool) -> torch.Tensor:
+    if out is None:
+        return (torch.zeros if zero else torch.empty)(shape, dtype=x.dtype, device=x.device)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(shape) or out.dtype != x.dtype:
+        raise ShapeError(f"out must be a {x.dtype} tensor of shape {tuple(shape)}, got "
+                         f"{getattr(out, 'dtype', type(out).__name__)} {tuple(getattr(out, 'shape', ()))}")
+    if out.device != x.device or not out.is_contiguous():
+        raise ShapeError("out must be contiguous and on x's device")
+    if zero:
+        out.zero_()
+    return out
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    if not x.is_contiguous() or x.data_ptr() % 16:
+        x = x.clone(memory_format=torch.contiguous_format)
+    return x
+
+
+def moe_gemm(x: torch.Tensor, qw, topk_ids: torch.Tensor, topk_weights: torch.Tensor | None = None, *,
+             routing: Routing | None = None, out: torch.Tensor | None = None, gather: bool = True,
+             expert_map: torch.Tensor | None = None, profile=None, options=None) -> torch.Tensor:
+    """The indexed MoE GEMM: ``out[t, j] = topk_weights[t, j] * (row(t, j) @ W_{topk_ids[t, j]}^T)``, [T, top_k, N].
+
+    ``x``: [T, K] (``gather``: slot (t, j) reads x[t]: the gate/up projection) or [T * top_k, K] (``gather=False``:
+    one row per slot, the down projection). ``topk_ids``: int [T, top_k]; an expert may repeat within a token.
+    ``topk_weights``: float [T, top_k] multiplied in the epilogue, or None. ``routing``: a routing made by
+    ``route`` for these ids (with ``block_m(...)``), reused across the GEMMs of a layer; made here otherwise.
+    ``expert_map``: global -> local expert id (-1: not on this GPU); the weight holds the local experts and the rows
+    of slots elsewhere are zero. ``out``: [T, top_k, N] of x's dtype."""
+    n, k = qw.shape
+    _check_x(x, k, "x")
+    if not isinstance(topk_ids, torch.Tensor) or topk_ids.dim() != 2:
+        raise ShapeError(f"topk_ids must be an integer tensor [T, top_k], got {getattr(topk_ids, 'shape', topk_ids)}")
+    tokens, top_k = topk_ids.shape
+    rows = tokens if gather else tokens * top_k
+    if x.dim() != 2 or x.shape[0] != rows:
+        raise ShapeError(f"x must be [{rows}, {k}] ({'one row per token' if gather else 'one row per slot'}, "
+                         f"{tokens} tokens x top_k {top_k}), got {tuple(x.shape)}")
+    if topk_weights is not None and tuple(topk_weights.shape) != (tokens, top_k):
+        raise ShapeError(f"topk_weights must be [{tokens}, {top_k}] like topk_ids, got {tuple(topk_weights.shape)}")
+    if not x.is_cuda:
+        ids = topk_ids if expert_map is None else expert_map.to(topk_ids.device)[topk_ids.long()]
+        y = reference.reference_moe_gemm(x, qw, ids, topk_weights, gather=gather)
+        return y if out is None else out.copy_(y)
+    layer = prepared(qw, x.dtype, x.device, profile, options)
+    plan = layer.plan_for(tokens, top_k)
+    y = _output(out, (tokens, top_k, n), x, zero=expert_map is not None)
+    if tokens == 0:
+        return y
+    if routing is None:
+        routing = route(topk_ids, layer.experts, plan.tiles.bm, expert_map=expert_map)
+    elif routing.num_tokens != tokens or routing.top_k != top_k:
+        raise ShapeError(f"the routing is for {routing.num_tokens} tokens x top_k {routing.top_k}; topk_ids is "
+                         f"[{tokens}, {top_k}]")
+    w = None if topk_weights is None else topk_weights.to(torch.float32).contiguous()
+    layer.run(_rows(x), routing, y, plan, top_k if gather else 1, w)
+    return y
+
+
+def grouped_gemm(x: torch.Tensor, qw, expert_offsets: torch.Tensor, *, out: torch.Tensor | None = None,
+                 profile=None, options=None) -> torch.Tensor:
+    """Rows contiguous per expert: expert e multiplies rows [expert_offsets[e], expert_offsets[e + 1]) of x [rows, K]
+    (``expert_offsets``: int [E + 1], from 0 to rows). Returns [rows, N]; rows outside every range are zero."""
+    n, k = qw.shape
+    _check_x(x, k, "x")
+    if x.dim() != 2:
+        raise ShapeError(f"x must be [rows, K], got {tuple(x.shape)}")
+    experts = qw.num_experts
+    if not isinstance(expert_offsets, torch.Tensor) or tuple(expert_offsets.shape) != (experts + 1,):
+        raise ShapeError(f"expert_offsets must be an integer tensor [{experts + 1}] (E + 1 row offsets), got "
+                         f"{getattr(expert_offsets, 'shape', expert_offsets)}")
+    if not x.is_cuda:
+        y = reference.reference_grouped_gemm(x, qw, expert_offsets)
+        return y if out is None else out.copy_(y)
+    rows = x.shape[0]
+    layer = prepared(qw, x.dtype, x.device, profile, options)
+    plan = layer.plan_for(rows, 1)
+    y = _output(out, (rows, n), x, zero=True)
+    if rows:
+        layer.run(_rows(x), routing_from_offsets(expert_offsets, rows, plan.tiles.bm), y, plan, 1)
+    return y
+
+
+def masked_gemm(x: torch.Tensor, qw, counts: torch.Tensor, *, out: torch.Tensor | None = None, profile=None,
+                options=None) -> torch.Tensor:
+    """A fixed capacity of rows per expert: x [E, cap, K], expert e multiplies its first counts[e] rows
+    (``counts``: int [E], on the GPU; larger counts are clamped to cap). Returns [E, cap, N]; other rows are zero."""
+    n, k = qw.shape
+    _check_x(x, k, "x")
+    experts = qw.num_experts
+    if x.dim() != 3 or x.shape[0] != experts:
+        raise ShapeError(f"x must be [{experts}, capacity, {k}] (one slab per expert), got {tuple(x.shape)}")
+    if not isinstance(counts, torch.Tensor) or tuple(counts.shape) != (experts,):
+        raise ShapeError(f"counts must be an integer tensor [{experts}], got {getattr(counts, 'shape', counts)}")
+    if not x.is_cuda:
+        y = reference.reference_masked_gemm(x, qw, counts)
+        return y if out is None else out.copy_(y)
+    cap = x.shape[1]
+    layer = prepared(qw, x.dtype, x.device, profile, options)
+    plan = layer.plan_for(experts * cap, 1)
+    y = _output(out, (experts, cap, n), x, zero=True)
+    if cap:
+        layer.run(_rows(x), routing_from_counts(counts, cap, plan.tiles.bm), y, plan, 1)
+    return y

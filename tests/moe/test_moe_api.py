@@ -1,0 +1,52 @@
+"""CPU: the public MoE GEMMs' checks (named errors for bad input) and their CPU path (the reference), including the
+expert map of expert parallelism."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import humming
+from humming.errors import ShapeError
+
+
+@pytest.fixture(scope="module")
+def qw():
+    torch.manual_seed(0)
+    return humming.quantize(torch.randn(4, 64, 128) * 0.05, "w4a16", group_size=32)
+
+
+def test_bad_inputs(qw):
+    x = torch.randn(3, 128, dtype=torch.bfloat16)
+    ids = torch.randint(0, 4, (3, 2))
+    with pytest.raises(ShapeError, match="expert-stacked"):
+        humming.moe.prepared(humming.quantize(torch.randn(64, 128), "w4a16"), torch.float16, "cpu")
+    with pytest.raises(ShapeError, match="K=128"):
+        humming.moe_gemm(torch.randn(3, 64, dtype=torch.bfloat16), qw, ids)
+    with pytest.raises(ShapeError, match="float16 or bfloat16"):
+        humming.moe_gemm(x.float(), qw, ids)
+    with pytest.raises(ShapeError, match="topk_ids"):
+        humming.moe_gemm(x, qw, ids.reshape(-1))
+    with pytest.raises(ShapeError, match=r"\[6, 128\]"):
+        humming.moe_gemm(x, qw, ids, gather=False)
+    with pytest.raises(ShapeError, match="topk_weights"):
+        humming.moe_gemm(x, qw, ids, torch.rand(3, 3))
+    with pytest.raises(ShapeError, match="expert_offsets"):
+        humming.grouped_gemm(x, qw, torch.tensor([0, 3]))
+    with pytest.raises(ShapeError, match="one slab per expert"):
+        humming.masked_gemm(torch.randn(3, 5, 128, dtype=torch.bfloat16), qw, torch.tensor([1, 2, 3]))
+    with pytest.raises(ShapeError, match="counts"):
+        humming.masked_gemm(torch.randn(4, 5, 128, dtype=torch.bfloat16), qw, torch.tensor([1, 2, 3]))
+
+
+def test_cpu_path_and_expert_map(qw):
+    """On the CPU the reference runs; an expert map turns global ids into the local experts, others give zero rows."""
+    x = torch.randn(6, 128, dtype=torch.bfloat16)
+    ids = torch.tensor([[0, 5], [7, 2], [1, 1], [6, 4], [3, 0], [2, 6]])
+    expert_map = torch.tensor([-1, 0, -1, 1, -1, 2, -1, 3])  # global experts 1, 3, 5, 7 live here
+    y = humming.moe_gemm(x, qw, ids, expert_map=expert_map)
+    w = qw.dequantize()
+    for t in range(6):
+        for j in range(2):
+            local = int(expert_map[ids[t, j]])
+            want = torch.zeros(64) if local < 0 else x[t].float() @ w[local].T
+            torch.testing.assert_close(y[t, j].float(), want, atol=2e-2, rtol=2e-2)
