@@ -69,3 +69,6 @@ class QuantLinear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, scheme={self.qweight.scheme}"
+
+
+from humming.nn_moe import QuantMoE  # noqa: E402,F401  (humming.nn.QuantMoE)

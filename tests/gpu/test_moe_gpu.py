@@ -135,3 +135,62 @@ def test_cuda_graph_capture():
         graph.replay()
         torch.cuda.synchronize()
         close(y, reference_moe_gemm(x, qw, ids, tw), f"graph replay {skew}")
+
+
+@pytest.mark.parametrize("case", ["qwen3-tp8-silu", "gpt-oss-swiglu-bias", "expert-parallel"])
+def test_quant_moe_layer(case):
+    """The whole layer (routing, gate+up, activation, down with router weights, sum) against the reference layer."""
+    from humming.core.moe.reference import reference_moe_layer
+
+    torch.manual_seed(17)
+    kw, expert_map = {}, None
+    if case == "qwen3-tp8-silu":
+        e, top_k, hidden, inter, scheme = 128, 8, 2048, 96, "w4a16"
+    elif case == "gpt-oss-swiglu-bias":
+        e, top_k, hidden, inter, scheme = 8, 4, 2880, 2880, "w4a16-mxfp4"
+        kw = dict(activation="swiglu_clamped", interleaved=True,
+                  w13_bias=torch.randn(e, 2 * inter, device="cuda", dtype=torch.bfloat16) * 0.1,
+                  w2_bias=torch.randn(e, hidden, device="cuda", dtype=torch.bfloat16) * 0.1)
+    else:
+        e, top_k, hidden, inter, scheme = 8, 4, 512, 256, "w8a16"
+        expert_map = torch.full((16,), -1, device="cuda", dtype=torch.int32)
+        expert_map[::2] = torch.arange(8, device="cuda", dtype=torch.int32)
+    layer = humming.nn.QuantMoE.from_experts(
+        torch.randn(e, inter, hidden, device="cuda") * 0.05, torch.randn(e, hidden, inter, device="cuda") * 0.05,
+        torch.randn(e, inter, hidden, device="cuda") * 0.05, scheme, group_size=32 if scheme == "w4a16" else None,
+        expert_map=expert_map, **kw)
+    experts_seen = 16 if expert_map is not None else e
+    for tokens in (1, 64, 700):
+        x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+        ids = random_ids(tokens, top_k, experts_seen)
+        tw = torch.softmax(torch.randn(tokens, top_k, device="cuda"), dim=1)
+        y = layer(x, ids, tw)
+        local = ids if expert_map is None else expert_map[ids.long()]
+        ref = reference_moe_layer(x, layer.w13, layer.w2, local, tw, activation=layer.activation,
+                                  interleaved=layer.interleaved)
+        close(y, ref, f"{case} T={tokens}", rel=3e-2)
+
+
+def test_quant_moe_layer_graph():
+    """The whole layer captured in a CUDA graph and replayed with new routing."""
+    e, top_k, hidden, inter, tokens = 16, 4, 256, 128, 40
+    torch.manual_seed(19)
+    layer = humming.nn.QuantMoE.from_experts(torch.randn(e, inter, hidden, device="cuda") * 0.05,
+                                             torch.randn(e, hidden, inter, device="cuda") * 0.05,
+                                             torch.randn(e, inter, hidden, device="cuda") * 0.05, "w4a16",
+                                             group_size=64)
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.float16)
+    ids, tw = random_ids(tokens, top_k, e), torch.rand(tokens, top_k, device="cuda")
+    layer(x, ids, tw)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = layer(x, ids, tw)
+    from humming.core.moe.reference import reference_moe_layer
+
+    for skew in ("uniform", "one", "repeat"):
+        ids.copy_(random_ids(tokens, top_k, e, skew))
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        close(y, reference_moe_layer(x, layer.w13, layer.w2, ids, tw), f"layer graph {skew}", rel=3e-2)
