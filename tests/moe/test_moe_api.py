@@ -50,3 +50,27 @@ def test_cpu_path_and_expert_map(qw):
             local = int(expert_map[ids[t, j]])
             want = torch.zeros(64) if local < 0 else x[t].float() @ w[local].T
             torch.testing.assert_close(y[t, j].float(), want, atol=2e-2, rtol=2e-2)
+
+
+def test_quant_moe_cpu_and_errors():
+    torch.manual_seed(1)
+    e, hidden, inter = 4, 128, 64
+    w1, w3 = torch.randn(e, inter, hidden) * 0.05, torch.randn(e, inter, hidden) * 0.05
+    w2 = torch.randn(e, hidden, inter) * 0.05
+    layer = humming.nn.QuantMoE.from_experts(w1, w2, w3, "w8a16")
+    x = torch.randn(5, hidden, dtype=torch.bfloat16)
+    ids, tw = torch.randint(0, e, (5, 2)), torch.rand(5, 2)
+    y = layer(x, ids, tw)
+    # the float computation with the dequantized experts
+    g = torch.einsum("th,tjih->tji", x.float(), layer.w13.dequantize()[ids][:, :, :inter])
+    u = torch.einsum("th,tjih->tji", x.float(), layer.w13.dequantize()[ids][:, :, inter:])
+    o = torch.einsum("tji,tjhi->tjh", torch.nn.functional.silu(g) * u, layer.w2.dequantize()[ids])
+    torch.testing.assert_close(y.float(), (o * tw[..., None]).sum(1), atol=3e-2, rtol=3e-2)
+    with pytest.raises(ShapeError, match="w2"):
+        humming.nn.QuantMoE(layer.w13, layer.w13)
+    with pytest.raises(ShapeError, match="expert-stacked"):
+        humming.nn.QuantMoE(humming.quantize(w2[0], "w8a16"), layer.w2)
+    with pytest.raises(ShapeError, match="w13_bias"):
+        humming.nn.QuantMoE(layer.w13, layer.w2, w13_bias=torch.zeros(e, 3))
+    with pytest.raises(humming.SchemeError, match="activation"):
+        humming.nn.QuantMoE(layer.w13, layer.w2, activation="gelu")
