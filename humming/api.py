@@ -19,6 +19,7 @@ from humming.core.common.layout import act_name
 from humming.core.path_table import path_table  # noqa: F401  (humming.device.info's table)
 from humming.core.plan import Plan
 from humming.core.problem import Problem, scheme_of
+from humming.core.quant.experts import dense_only
 from humming.core.registry import select
 from humming.core.runtime import compiled
 from humming.core.runtime.launch import tma_boxes  # noqa: F401  (tools read the plans' tensor maps)
@@ -152,6 +153,7 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None,
     cache = qw.__dict__.get("_humming_prepared")
     handle = cache.get((x.dtype, x.device, profile, options)) if cache else None
     if handle is None:
+        dense_only(qw, "humming.gemm")
         n, k = qw.shape
         if x.shape[-1] != k:
             raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={k}")

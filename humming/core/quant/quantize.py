@@ -19,6 +19,9 @@ W is ``[N, K]`` (``nn.Linear``: N = out_features, K = in_features).
 ``input_scale``  None or float32 0-dim: a calibrated activation scale from a checkpoint (the static per-tensor
             scale for ``static_tensor`` schemes, the global activation scale for two-level schemes).
 
+An expert-stacked weight (mixture-of-experts, ``num_experts = E``) puts a leading E on every tensor above (the
+0-dim ones become ``[E]``) while ``shape`` stays the per-expert ``(N, K)``: :mod:`humming.core.quant.experts`.
+
 Dequantization, in float32 and in this order::
 
     W[n, k] = ((value(code[n, k]) - zero[n, g]) * scale[n, g]) * global_scale,   g = g_idx[k]
@@ -57,9 +60,12 @@ from dataclasses import dataclass
 import torch
 
 from humming.core.quant import formats
+from humming.core.quant.experts import ExpertStack, dense_only, per_expert
 from humming.core.quant.packing import pack_bits, unpack_bits
+from humming.core.quant.scales import decode_scales, encode_scales, scale_storage_dtype
 from humming.core.quant.schemes import Scheme, valid_group_sizes
 from humming.core.quant.schemes import get as get_scheme
+from humming.core.quant.weight_checks import scale_shape, validate_weight
 from humming.errors import SchemeError, ShapeError
 
 __all__ = [
@@ -71,54 +77,6 @@ __all__ = [
     "encode_scales",
     "decode_scales",
 ]
-
-_SCALE_DTYPES = {
-    "f16": torch.float16,
-    "bf16": torch.bfloat16,
-    "f32": torch.float32,
-    "ue4m3": torch.float8_e4m3fn,
-    "ue8m0": torch.uint8,
-}
-
-
-def scale_storage_dtype(fmt: str) -> torch.dtype:
-    """The torch dtype scales of this format are stored in (ue8m0: uint8 exponent codes)."""
-    try:
-        return _SCALE_DTYPES[formats.get(fmt).name]
-    except KeyError:
-        raise SchemeError(f"{fmt} is not a scale format; use one of {formats.SCALE_FORMATS}") from None
-
-
-def encode_scales(s: torch.Tensor, fmt: str, *, pow2_rounding: str = "ceil") -> tuple[torch.Tensor, torch.Tensor]:
-    """Round float32 scales ``s`` (> 0) to scale format ``fmt``; returns (storage tensor, float32 values).
-
-    Zeros, negatives and NaN become 1 (a zero group). f16/bf16 round *up* to the next representable value
-    (so that amax / scale never exceeds the element maximum and no element clips; this also keeps tiny scales
-    off zero); ue4m3 rounds to nearest even (the NVFP4 recipe; a result of 0 becomes the smallest subnormal);
-    ue8m0 rounds ``pow2_rounding`` ("ceil": no element clips, "floor", or "nearest"); f32 is exact.
-    """
-    f = formats.get(fmt)
-    s = s.to(torch.float32)
-    s = torch.where(s > 0, s, torch.ones_like(s))  # zero, negative and NaN scales -> 1
-    name = f.name
-    if name == "f32":
-        return s.clone(), s.clone()
-    if name in ("f16", "bf16"):
-        dt = _SCALE_DTYPES[name]
-        stored = s.clamp(max=f.max).to(dt)
-        # round up: the next representable value where the cast rounded down (so no element clips)
-        bits = stored.view(torch.int16)
-        up = (stored.to(torch.float32) < s.clamp(max=f.max)) & (bits < 0x7C00 if name == "f16" else bits < 0x7F80)
-        stored = torch.where(up, (bits + 1).view(dt), stored)
-        return stored, stored.to(torch.float32)
-    if name == "ue4m3":
-        codes = f.encode(s, saturate=True)
-        codes = torch.where(codes == 0, torch.ones_like(codes), codes)  # smallest subnormal instead of 0
-        return codes.view(torch.float8_e4m3fn), f.decode(codes)
-    if name == "ue8m0":
-        codes = f.encode(s, saturate=True, rounding=pow2_rounding)
-        return codes, f.decode(codes)
-    raise SchemeError(f"{fmt} is not a scale format; use one of {formats.SCALE_FORMATS}")
 
 
 def _check_scale_range(s_raw: torch.Tensor, scheme: Scheme) -> None:
@@ -134,20 +92,6 @@ def _check_scale_range(s_raw: torch.Tensor, scheme: Scheme) -> None:
                               f"are too large for {fmt} scales); {fix}, or rescale the weight")
 
 
-def decode_scales(stored: torch.Tensor, fmt: str) -> torch.Tensor:
-    """float32 values of stored scales of format ``fmt``."""
-    name = formats.get(fmt).name
-    if name == "ue8m0":
-        if stored.dtype not in (torch.uint8, torch.float8_e8m0fnu):
-            raise ShapeError(f"ue8m0 scales must be uint8 exponent codes, got {stored.dtype}")
-        return formats.get("ue8m0").decode(stored.view(torch.uint8))
-    if name == "ue4m3":
-        if stored.dtype not in (torch.float8_e4m3fn, torch.uint8):
-            raise ShapeError(f"ue4m3 scales must be float8_e4m3fn, got {stored.dtype}")
-        return formats.get("ue4m3").decode(stored.view(torch.uint8))
-    return stored.to(torch.float32)
-
-
 def _div(a: torch.Tensor, b: float) -> torch.Tensor:
     """a / b, correctly rounded on every device. (A Python-number divisor lets some backends multiply by the
     rounded reciprocal instead, which differs in the last bit; a same-device tensor divisor does not.)"""
@@ -158,13 +102,15 @@ def _as_scheme(scheme: str | Scheme) -> Scheme:
     return scheme if isinstance(scheme, Scheme) else get_scheme(scheme)
 
 
-def _scalar(v, what: str) -> torch.Tensor | None:
+def _scalar(v, what: str, experts: int | None = None) -> torch.Tensor | None:
+    """None, or float32: 0-dim, or ``[experts]`` (one value per expert) when ``experts`` is given."""
     if v is None:
         return None
     t = torch.as_tensor(v, dtype=torch.float32) if not isinstance(v, torch.Tensor) else v.to(torch.float32)
-    if t.numel() != 1:
-        raise ShapeError(f"{what} must hold one value, got shape {tuple(t.shape)}")
-    return t.reshape(())
+    if t.numel() != (1 if experts is None else experts):
+        per = "" if experts is None else f" per expert ({experts})"
+        raise ShapeError(f"{what} must hold one value{per}, got shape {tuple(t.shape)}")
+    return t.reshape(() if experts is None else (experts,))
 
 
 def _fmt_bytes(n: int) -> str:
@@ -176,35 +122,42 @@ def _fmt_bytes(n: int) -> str:
 
 
 # ------------------------------------------------------------------------------------ QuantizedWeight
-class QuantizedWeight:
-    """A quantized ``[N, K]`` weight in the canonical layout (see the module docstring)."""
+class QuantizedWeight(ExpertStack):
+    """A quantized ``[N, K]`` weight in the canonical layout (see the module docstring), or E experts' weights
+    stacked (``num_experts``: E, inferred from a 3-D ``packed`` when not given; None for a dense weight; the layout
+    in :mod:`humming.core.quant.experts`)."""
 
     def __init__(self, scheme: str | Scheme, shape: tuple[int, int], packed: torch.Tensor, scales: torch.Tensor, *,
                  zeros: torch.Tensor | None = None, global_scale=None, g_idx: torch.Tensor | None = None,
-                 bias: torch.Tensor | None = None, input_scale=None, validate: bool = True):
+                 bias: torch.Tensor | None = None, input_scale=None, validate: bool = True,
+                 num_experts: int | None = None):
         self.scheme = _as_scheme(scheme)
         self.shape = (int(shape[0]), int(shape[1]))
+        if num_experts is None and packed.dim() == 3:
+            num_experts = packed.shape[0]
+        self.num_experts = None if num_experts is None else int(num_experts)
         self.packed = packed
         self.scales = scales
         self.zeros = zeros
-        self.global_scale = _scalar(global_scale, "global_scale")
+        self.global_scale = _scalar(global_scale, "global_scale", self.num_experts)
         if self.global_scale is not None:
             self.global_scale = self.global_scale.to(packed.device)
         self.g_idx = g_idx
         self.bias = bias
-        self.input_scale = _scalar(input_scale, "input_scale")
+        self.input_scale = _scalar(input_scale, "input_scale", self.num_experts)
         if self.input_scale is not None:
             self.input_scale = self.input_scale.to(packed.device)
         if validate:
-            self._validate()
+            validate_weight(self)
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
     def from_codes(cls, codes: torch.Tensor, scheme: str | Scheme, scales: torch.Tensor, **kw) -> QuantizedWeight:
-        """Build from unpacked codes ``[N, K]`` (values in [0, 2**bits)); keyword arguments as the constructor."""
+        """Build from unpacked codes ``[N, K]`` (or ``[E, N, K]``: expert-stacked) with values in [0, 2**bits);
+        keyword arguments as the constructor."""
         sch = _as_scheme(scheme)
-        if codes.dim() != 2:
-            raise ShapeError(f"codes must be [N, K], got shape {tuple(codes.shape)}")
+        if codes.dim() not in (2, 3):
+            raise ShapeError(f"codes must be [N, K] or [E, N, K], got shape {tuple(codes.shape)}")
         if codes.is_floating_point():
             raise ShapeError(f"codes must be an integer tensor, got {codes.dtype}")
         bits = sch.bits
@@ -212,68 +165,12 @@ class QuantizedWeight:
             raise ShapeError(f"codes of a {bits}-bit format must lie in [0, {2**bits}); "
                              f"got [{int(codes.min())}, {int(codes.max())}]")
         packed = pack_bits(codes, bits)
-        return cls(sch, tuple(codes.shape), packed, scales, **kw)
-
-    def _validate(self) -> None:
-        s, (n, k) = self.scheme, self.shape
-        bits = s.bits
-        if n <= 0 or k <= 0:
-            raise ShapeError(f"weight shape must be positive, got {self.shape}")
-        want = (n, -(-k * bits // 32))
-        if self.packed.dtype != torch.int32 or tuple(self.packed.shape) != want:
-            raise ShapeError(f"packed must be int32 {list(want)} ({bits}-bit codes of a {n}x{k} weight), "
-                             f"got {self.packed.dtype} {list(self.packed.shape)}")
-        ws = s.weight_scale
-        want_scales = self.scale_shape(s, n, k)
-        if ws.granularity == "group" and k % ws.group_size:
-            raise ShapeError(f"K={k} is not a multiple of group_size={ws.group_size}")
-        if tuple(self.scales.shape) != want_scales:
-            raise ShapeError(f"scales must be {list(want_scales)} for {ws.describe()} of a {n}x{k} weight, "
-                             f"got {list(self.scales.shape)}")
-        dt = scale_storage_dtype(ws.format)
-        if self.scales.dtype != dt:
-            raise ShapeError(f"{ws.format} scales must be stored as {dt}, got {self.scales.dtype}")
-        if ws.format == "ue4m3" and bool((self.scales.view(torch.uint8) & 0x80).any()):
-            raise ShapeError("ue4m3 scales must be non-negative (the sign bit of a float8_e4m3fn scale is set)")
-        g = want_scales[1]
-        if s.zero_point is None:
-            if self.zeros is not None:
-                raise ShapeError(f"scheme {s.name} has no zero points but zeros were given")
-        else:
-            if self.zeros is None:
-                raise ShapeError(f"scheme {s.name} has {s.zero_point} zero points; zeros are missing")
-            if tuple(self.zeros.shape) != (n, g):
-                raise ShapeError(f"zeros must be [{n}, {g}] like the scales, got {list(self.zeros.shape)}")
-            want_dt = torch.uint8 if s.zero_point == "int" else torch.float32
-            if self.zeros.dtype != want_dt:
-                raise ShapeError(f"{s.zero_point} zero points must be {want_dt}, got {self.zeros.dtype}")
-            if s.zero_point == "int" and self.zeros.numel() and int(self.zeros.max()) > 2**bits:
-                raise ShapeError(f"integer zero points of a {bits}-bit format must be at most {2**bits}")
-        if s.weight_global_scale != (self.global_scale is not None):
-            raise ShapeError(f"scheme {s.name} {'needs' if s.weight_global_scale else 'has no'} global scale")
-        if self.g_idx is not None:
-            if ws.granularity != "group":
-                raise ShapeError("g_idx (act-order) needs group scales")
-            if tuple(self.g_idx.shape) != (k,) or self.g_idx.dtype != torch.int32:
-                raise ShapeError(f"g_idx must be int32 [{k}], got {self.g_idx.dtype} {list(self.g_idx.shape)}")
-            if k and (int(self.g_idx.min()) < 0 or int(self.g_idx.max()) >= g):
-                raise ShapeError(f"g_idx values must lie in [0, {g})")
-        if s.act_order != (self.g_idx is not None):
-            raise ShapeError(f"scheme act_order={s.act_order} but g_idx is {'missing' if s.act_order else 'given'}")
-        if self.bias is not None and tuple(self.bias.shape) != (n,):
-            raise ShapeError(f"bias must be [{n}], got {list(self.bias.shape)}")
+        return cls(sch, tuple(codes.shape[-2:]), packed, scales, **kw)
 
     @staticmethod
     def scale_shape(scheme: Scheme, n: int, k: int) -> tuple[int, int]:
-        ws = scheme.weight_scale
-        if ws.granularity == "group":
-            return (n, k // ws.group_size)
-        if ws.granularity == "channel":
-            return (n, 1)
-        if ws.granularity == "tensor":
-            return (1, 1)
-        bn, bk = ws.block
-        return (-(-n // bn), -(-k // bk))
+        """The shape of one ``[N, K]`` weight's scales under ``scheme``."""
+        return scale_shape(scheme, n, k)
 
     # ---- views ----------------------------------------------------------------------------------------
     @property
@@ -293,11 +190,11 @@ class QuantizedWeight:
         return self.scheme.weight_scale.group_size
 
     def codes(self) -> torch.Tensor:
-        """uint8 ``[N, K]`` unsigned codes."""
+        """uint8 ``[N, K]`` (stacked: ``[E, N, K]``) unsigned codes."""
         return unpack_bits(self.packed, self.bits, self.shape[1])
 
     def values(self) -> torch.Tensor:
-        """float32 ``[N, K]`` decoded codes, before zeros and scales."""
+        """float32 ``[N, K]`` (stacked: ``[E, N, K]``) decoded codes, before zeros and scales."""
         return self.format.decode(self.codes())
 
     def scale_values(self) -> torch.Tensor:
@@ -305,7 +202,8 @@ class QuantizedWeight:
         return decode_scales(self.scales, self.scheme.weight_scale.format)
 
     def group_index(self) -> torch.Tensor:
-        """int64 ``[K]``: the scale column of every input column."""
+        """int64 ``[K]``: the scale column of every input column (per expert: ``qw.expert(e).group_index()``)."""
+        dense_only(self, "group_index")
         k = self.shape[1]
         ws = self.scheme.weight_scale
         if self.g_idx is not None:
@@ -318,7 +216,9 @@ class QuantizedWeight:
         return torch.zeros_like(ar)
 
     def expand(self, t: torch.Tensor) -> torch.Tensor:
-        """A per-group ``[rows, G]`` tensor (scales, zeros) broadcast to ``[N, K]``."""
+        """A per-group ``[rows, G]`` tensor (scales, zeros) broadcast to ``[N, K]`` (per expert:
+        ``qw.expert(e).expand``)."""
+        dense_only(self, "expand")
         n, k = self.shape
         ws = self.scheme.weight_scale
         if ws.granularity == "block":
@@ -333,7 +233,10 @@ class QuantizedWeight:
         return t[:, cols]
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """``[N, K]`` weight: ((value(code) - zero) * scale) * global_scale in float32, cast to ``dtype``."""
+        """``[N, K]`` weight (stacked: ``[E, N, K]``, each expert's dequantized alone): ((value(code) - zero) * scale)
+        * global_scale in float32, cast to ``dtype``."""
+        if self.num_experts is not None:
+            return torch.stack([w.dequantize(dtype) for w in self.experts()])
         w = self.values()
         if self.zeros is not None:
             w = w - self.expand(self.zeros.to(torch.float32))
@@ -352,7 +255,7 @@ class QuantizedWeight:
         t = {k: (None if v is None else v.to(device)) for k, v in self._tensors().items()}
         return QuantizedWeight(self.scheme, self.shape, t["packed"], t["scales"], zeros=t["zeros"],
                                global_scale=t["global_scale"], g_idx=t["g_idx"], bias=t["bias"],
-                               input_scale=t["input_scale"], validate=False)
+                               input_scale=t["input_scale"], validate=False, num_experts=self.num_experts)
 
     def with_scheme(self, scheme: str | Scheme) -> QuantizedWeight:
         """The same tensors under another scheme whose weight side is identical (e.g. to choose how
@@ -367,7 +270,7 @@ class QuantizedWeight:
                               f"requantize instead")
         return QuantizedWeight(new, self.shape, self.packed, self.scales, zeros=self.zeros,
                                global_scale=self.global_scale, g_idx=self.g_idx, bias=self.bias,
-                               input_scale=self.input_scale, validate=False)
+                               input_scale=self.input_scale, validate=False, num_experts=self.num_experts)
 
     def with_activations(self, preset: str | Scheme) -> QuantizedWeight:
         """Take the activation side (act, act_scale) of ``preset`` (e.g. "w4a4-mxfp4")."""
@@ -382,19 +285,22 @@ class QuantizedWeight:
         n, k = self.shape
         s = self.scheme
         ws = s.weight_scale
-        parts = [f"{s}", f"{n}x{k}", f"{s.weight} codes int32{list(self.packed.shape)}",
+        e = self.num_experts
+        parts = [f"{s}", f"{n}x{k}" if e is None else f"{e} experts x {n}x{k}",
+                 f"{s.weight} codes int32{list(self.packed.shape)}",
                  f"scales {str(self.scales.dtype).replace('torch.', '')}{list(self.scales.shape)} ({ws.describe()})"]
         if self.zeros is not None:
             parts.append(f"{s.zero_point} zeros")
         if self.global_scale is not None:
-            parts.append(f"global_scale={float(self.global_scale):.6g}")
+            parts.append(f"global_scale={float(self.global_scale):.6g}" if e is None else "global_scale[E]")
         if self.g_idx is not None:
             parts.append("act-order g_idx")
         if self.bias is not None:
             parts.append("bias")
         act = "a16" if s.act is None else f"act {s.act} {s.act_scale.describe()}"
         parts.append(act)
-        bpw = 8 * (self.nbytes - (0 if self.bias is None else self.bias.numel() * self.bias.element_size())) / (n * k)
+        bias_bytes = 0 if self.bias is None else self.bias.numel() * self.bias.element_size()
+        bpw = 8 * (self.nbytes - bias_bytes) / (n * k * (e or 1))
         parts.append(f"{bpw:.2f} bits/weight")
         parts.append(f"{_fmt_bytes(self.nbytes)} on {self.device}")
         return "QuantizedWeight(" + ", ".join(parts) + ")"
@@ -468,17 +374,28 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
              act_order: bool | torch.Tensor | None = None, bias: torch.Tensor | None = None) -> QuantizedWeight:
     """Quantize ``weight [N, K]`` (nn.Linear layout) with ``scheme`` (a Scheme or a preset/string name).
 
+    ``weight [E, N, K]`` (mixture-of-experts) quantizes each expert exactly as a dense weight and returns them
+    stacked (``num_experts == E``; :mod:`humming.core.quant.experts`); ``act_order`` may then be a permutation
+    ``[K]`` shared by the experts or ``[E, K]``, and ``bias`` ``[E, N]`` (or ``[N]``, shared).
+
     group_size: override the scheme's group size (None keeps it).
     act_order: True orders columns by descending norm before grouping (pass a permutation tensor ``[K]`` for a
         real GPTQ order, e.g. ``argsort(H.diag(), descending=True)``); False disables it; None follows the
         scheme. The result then carries ``g_idx`` with ``g_idx[perm[j]] = j // group_size``.
     bias: stored as-is on the result.
     """
+    if isinstance(weight, torch.Tensor) and weight.dim() == 3:
+        count = weight.shape[0]
+        if count == 0:
+            raise ShapeError(f"weight [E, N, K] has no experts (shape {tuple(weight.shape)})")
+        orders, biases = per_expert(act_order, count, 1, "act_order"), per_expert(bias, count, 1, "bias")
+        return QuantizedWeight.stack([quantize(w, scheme, group_size=group_size, act_order=o, bias=b)
+                                      for w, o, b in zip(weight.unbind(0), orders, biases)])
     sch = _as_scheme(scheme)
     if group_size is not None and group_size != sch.weight_scale.group_size:
         sch = sch.with_(group_size=group_size)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-        raise ShapeError(f"weight must be a 2-D tensor [N, K] (out_features, in_features), "
+        raise ShapeError(f"weight must be a 2-D tensor [N, K] (out_features, in_features) or [E, N, K] (experts), "
                          f"got {getattr(weight, 'shape', type(weight))}")
     if not weight.is_floating_point():
         raise ShapeError(f"weight must be a float tensor, got {weight.dtype}")

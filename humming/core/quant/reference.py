@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from humming.core.quant.experts import dense_only
 from humming.core.quant.quantize import QuantizedWeight, quantize_activation
 from humming.errors import ShapeError
 
@@ -40,8 +41,10 @@ def reference_gemm(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | No
                    out_dtype: torch.dtype | None = None, *, input_scale=None) -> torch.Tensor:
     """``x [..., K]`` times the quantized weight ``[N, K]`` transposed: ``[..., N]`` (see the module docstring).
 
-    bias: ``[N]``; defaults to ``qw.bias``. input_scale: overrides ``qw.input_scale``.
+    bias: ``[N]``; defaults to ``qw.bias``. input_scale: overrides ``qw.input_scale``. An expert-stacked ``qw`` is a
+    ShapeError (expert GEMMs: humming.moe_gemm / grouped_gemm / masked_gemm).
     """
+    dense_only(qw, "reference_gemm")
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise ShapeError(f"x must be a float tensor [..., K], got {getattr(x, 'dtype', type(x))}")
     n, k = qw.shape
