@@ -111,7 +111,7 @@ def moe_gemm(x: torch.Tensor, qw, topk_ids: torch.Tensor, topk_weights: torch.Te
         raise ShapeError(f"the routing is for {routing.num_tokens} tokens x top_k {routing.top_k}; topk_ids is "
                          f"[{tokens}, {top_k}]")
     w = None if topk_weights is None else topk_weights.to(torch.float32).contiguous()
-    layer.run(_rows(x), routing, y, plan, top_k if gather else 1, w)
+    layer.run(_rows(x), routing, y, plan, top_k if gather else 1, w, every_row=expert_map is None)
     return y
 
 
@@ -135,7 +135,7 @@ def grouped_gemm(x: torch.Tensor, qw, expert_offsets: torch.Tensor, *, out: torc
     plan = layer.plan_for(rows, 1)
     y = _output(out, (rows, n), x, zero=True)
     if rows:
-        layer.run(_rows(x), routing_from_offsets(expert_offsets, rows, plan.tiles.bm), y, plan, 1)
+        layer.run(_rows(x), routing_from_offsets(expert_offsets, rows, plan.tiles.bm), y, plan, 1, every_row=False)
     return y
 
 
@@ -158,5 +158,5 @@ def masked_gemm(x: torch.Tensor, qw, counts: torch.Tensor, *, out: torch.Tensor 
     plan = layer.plan_for(experts * cap, 1)
     y = _output(out, (experts, cap, n), x, zero=True)
     if cap:
-        layer.run(_rows(x), routing_from_counts(counts, cap, plan.tiles.bm), y, plan, 1)
+        layer.run(_rows(x), routing_from_counts(counts, cap, plan.tiles.bm), y, plan, 1, every_row=False)
     return y

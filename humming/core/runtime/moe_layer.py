@@ -87,15 +87,17 @@ class MoeLayer:
         return spec
 
     def run(self, a: torch.Tensor, routing, out: torch.Tensor, plan, a_div: int,
-            topk_weights: torch.Tensor | None = None) -> torch.Tensor:
-        """One launch: rows of ``a`` (row = slot // a_div) through ``routing`` into rows of ``out`` [slots, N]."""
+            topk_weights: torch.Tensor | None = None, every_row: bool = True) -> torch.Tensor:
+        """One launch: rows of ``a`` (row = slot // a_div) through ``routing`` into rows of ``out`` [slots, N].
+        ``every_row``: the routing reaches every row of ``out`` (else the caller zeroed it: tests poison only
+        outputs the kernel must write in full)."""
         if routing.block_m != plan.tiles.bm:
             raise ShapeError(f"the routing's block_m is {routing.block_m}; this plan's token tile is {plan.tiles.bm} "
                              f"(route with humming.moe.route(..., block_m=humming.moe.block_m(...)))")
         if routing.num_experts != self.experts:
             raise ShapeError(f"the routing is over {routing.num_experts} experts; the weight has {self.experts}")
         fire, args, _ = self._spec(plan, routing.capacity)
-        if dense_layer.POISON_OUTPUTS:
+        if dense_layer.POISON_OUTPUTS and every_row:
             out.fill_(float("nan"))
         if fire is None:
             return out
