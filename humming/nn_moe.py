@@ -69,6 +69,28 @@ class QuantMoE(torch.nn.Module):
         w13 = quantize(torch.cat([w1, w3], dim=1), scheme, group_size=group_size)
         return cls(w13, quantize(w2, scheme, group_size=group_size), **kwargs)
 
+    def _with_weights(self, w13, w2, expert_map: torch.Tensor | None) -> QuantMoE:
+        return type(self)(w13, w2, activation=self.activation, interleaved=self.interleaved,
+                          swiglu_alpha=self.swiglu_alpha, swiglu_limit=self.swiglu_limit, expert_map=expert_map)
+
+    def shard_tensor_parallel(self, rank: int, world: int) -> QuantMoE:
+        """A new layer holding rank ``rank``'s part of a ``world``-way tensor-parallel split of the intermediate size
+        (humming.core.moe.sharding.tensor_parallel; this layer is unchanged): summing the ranks' outputs (an
+        all-reduce) gives this layer's output. ShapeError when I / world is not whole or splits a scale group."""
+        from humming.core.moe.sharding import tensor_parallel
+
+        w13, w2 = tensor_parallel(self.w13, self.w2, rank, world, interleaved=self.interleaved)
+        return self._with_weights(w13, w2, self.expert_map)
+
+    def shard_expert_parallel(self, rank: int, world: int) -> QuantMoE:
+        """A new layer holding rank ``rank``'s experts of a ``world``-way expert-parallel split, with the expert map
+        from global ids to them (humming.core.moe.sharding.expert_parallel; this layer is unchanged): summing the
+        ranks' outputs gives this layer's output. ShapeError when E / world is not whole."""
+        from humming.core.moe.sharding import expert_parallel
+
+        w13, w2, expert_map = expert_parallel(self.w13, self.w2, rank, world, self.expert_map)
+        return self._with_weights(w13, w2, expert_map)
+
     def _apply(self, fn, recurse=True):  # .cuda() / .to() move the quantized tensors too
         super()._apply(fn, recurse)
         probe = fn(torch.empty(0, device=self.w13.packed.device))

@@ -1,4 +1,5 @@
-"""`python -m humming plan`: show the execution plan (and optionally the generated CUDA) for a GEMM."""
+"""`python -m humming plan`: show the execution plan (and optionally the generated CUDA) for a GEMM, or with
+`--moe` for the mixture-of-experts GEMM of stacked experts."""
 from __future__ import annotations
 
 import json
@@ -17,12 +18,35 @@ def add_arguments(p) -> None:
     p.add_argument("--source", action="store_true", help="print the generated CUDA C++")
     p.add_argument("--compile", action="store_true", help="also compile it with NVRTC and report time and registers")
     p.add_argument("--json", action="store_true")
+    moe = p.add_argument_group("mixture of experts", "plan the MoE GEMM of stacked experts instead (humming.moe_gemm)")
+    moe.add_argument("--moe", action="store_true", help="plan a mixture-of-experts GEMM")
+    moe.add_argument("--experts", type=int, default=None, help="number of experts E (with --moe)")
+    moe.add_argument("--top-k", type=int, default=None, help="experts per token (with --moe)")
+    moe.add_argument("--tokens", type=int, default=None, help="tokens T (with --moe; default: --m)")
+    moe.add_argument("--form", default=None, choices=["indexed", "grouped", "masked"],
+                     help="how rows reach the experts (with --moe; default indexed): routed by index, contiguous per "
+                          "expert, or a fixed capacity per expert")
+
+
+def _no_moe_options(args) -> None:
+    given = [f"--{name.replace('_', '-')}" for name in ("experts", "top_k", "tokens", "form") if getattr(args, name) is not None]
+    if given:
+        from humming.errors import ShapeError
+
+        raise ShapeError(f"{', '.join(given)}: only with --moe (they describe a mixture-of-experts GEMM)")
 
 
 def main(args) -> int:
     from humming import api
 
-    plan = api.plan(args.scheme, args.m, args.n, args.k, profile=args.profile, act=args.act, group_size=args.group_size)
+    if args.moe:
+        from humming.cli.moe_plan import moe_plan
+
+        plan = moe_plan(args)
+    else:
+        _no_moe_options(args)
+        plan = api.plan(args.scheme, args.m, args.n, args.k, profile=args.profile, act=args.act,
+                        group_size=args.group_size)
     if args.json:
         print(json.dumps(plan.to_dict(), indent=1))
     else:

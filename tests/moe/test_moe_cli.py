@@ -1,0 +1,47 @@
+"""CPU: `python -m humming plan --moe` explains the MoE GEMM the registry chooses (its family and token tile);
+named errors for missing or impossible counts and for MoE options without --moe."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from humming.cli import main
+from humming.core.problem import Problem, scheme_of
+from humming.core.registry import select
+from humming.devices.current import resolve_profile
+
+ARGS = ["plan", "--scheme", "w4a16", "--moe", "--experts", "128", "--top-k", "8", "--tokens", "64", "--n", "1536",
+        "--k", "2048", "--profile", "nvidia-h200"]
+
+
+def _expected(form: str = "indexed"):
+    problem = Problem(scheme_of("w4a16"), 64, 1536, 2048, "f16", form=form, experts=128, top_k=8)
+    return select(problem, resolve_profile("nvidia-h200")).plan
+
+
+@pytest.mark.parametrize("form", ["indexed", "grouped", "masked"])
+def test_plan_moe_explains_the_registry_choice(form, capsys):
+    assert main(ARGS + ["--form", form]) == 0
+    out = capsys.readouterr().out
+    plan = _expected(form)
+    assert out.strip() == plan.explain().strip()
+    assert plan.family in out.splitlines()[0]
+    assert f"token tile {plan.tiles.bm}" in out
+
+
+def test_plan_moe_as_a_command():
+    done = subprocess.run([sys.executable, "-m", "humming", *ARGS], capture_output=True, text=True, check=True)
+    assert "token tile" in done.stdout and _expected().family in done.stdout
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--moe"], "--moe needs --experts"),
+    (["--moe", "--experts", "4", "--top-k", "5"], "top-k"),
+    (["--experts", "4"], "only with --moe"),
+    (["--form", "masked"], "only with --moe"),
+])
+def test_plan_moe_errors(extra, message, capsys):
+    assert main(["plan", "--profile", "nvidia-h200", *extra]) == 2
+    assert message in capsys.readouterr().err
