@@ -29,7 +29,8 @@ def add_arguments(p) -> None:
 
 
 def _no_moe_options(args) -> None:
-    given = [f"--{name.replace('_', '-')}" for name in ("experts", "top_k", "tokens", "form") if getattr(args, name) is not None]
+    names = ("experts", "top_k", "tokens", "form")
+    given = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
     if given:
         from humming.errors import ShapeError
 
