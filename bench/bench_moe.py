@@ -14,6 +14,7 @@ bandwidth measured in the same run (a device-to-device copy of 1 GiB). Writes OU
 matplotlib, OUT/bench_moe.png, naming the GPU.
 
     python bench/bench_moe.py --out OUTDIR [--tokens 1,8,32,128,512,2048,8192] [--models deepseek-v3,...]
+        [--knob moe.raster=0 ...]
 """
 from __future__ import annotations
 
@@ -164,7 +165,18 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                    help="a tuning knob for the run (humming.tuning.override), e.g. moe.raster=0")
     args = ap.parse_args()
+    overrides = {}
+    for item in args.knob:
+        name, _, value = item.partition("=")
+        overrides[name] = json.loads(value)
+    with humming.tuning.override(overrides):
+        run(args, overrides)
+
+
+def run(args, overrides: dict) -> None:
     os.makedirs(args.out, exist_ok=True)
     gpu = torch.cuda.get_device_name()
     bw = copy_bandwidth()
@@ -175,7 +187,7 @@ def main() -> None:
         experts, top_k, hidden, inter, scheme = MODELS[name]
         bench_gemm(name, experts, top_k, 2 * inter, hidden, scheme, tokens, args.calls, args.rounds, bw, rows)
         bench_gemm(name, experts, top_k, hidden, inter, scheme, tokens, args.calls, args.rounds, bw, rows)
-    result = {"gpu": gpu, "torch": torch.__version__, "copy_bandwidth_gbs": bw, "rows": rows}
+    result = {"gpu": gpu, "torch": torch.__version__, "copy_bandwidth_gbs": bw, "knobs": overrides, "rows": rows}
     with open(os.path.join(args.out, "bench_moe.json"), "w") as f:
         json.dump(result, f, indent=1)
     plot(rows, os.path.join(args.out, "bench_moe.png"), gpu)

@@ -14,6 +14,7 @@ import torch
 
 from humming.core.common.layout import act_name
 from humming.core.moe import reference
+from humming.core.moe.reference import local_ids
 from humming.core.moe.routing import Routing, route, routing_from_counts, routing_from_offsets
 from humming.core.runtime.moe_layer import MoeLayer
 from humming.devices.current import resolve_profile
@@ -97,7 +98,7 @@ def moe_gemm(x: torch.Tensor, qw, topk_ids: torch.Tensor, topk_weights: torch.Te
     if topk_weights is not None and tuple(topk_weights.shape) != (tokens, top_k):
         raise ShapeError(f"topk_weights must be [{tokens}, {top_k}] like topk_ids, got {tuple(topk_weights.shape)}")
     if not x.is_cuda:
-        ids = topk_ids if expert_map is None else expert_map.to(topk_ids.device)[topk_ids.long()]
+        ids = topk_ids if expert_map is None else local_ids(topk_ids, expert_map)
         y = reference.reference_moe_gemm(x, qw, ids, topk_weights, gather=gather)
         return y if out is None else out.copy_(y)
     layer = prepared(qw, x.dtype, x.device, profile, options)
@@ -111,8 +112,19 @@ def moe_gemm(x: torch.Tensor, qw, topk_ids: torch.Tensor, topk_weights: torch.Te
         raise ShapeError(f"the routing is for {routing.num_tokens} tokens x top_k {routing.top_k}; topk_ids is "
                          f"[{tokens}, {top_k}]")
     w = None if topk_weights is None else topk_weights.to(torch.float32).contiguous()
-    layer.run(_rows(x), routing, y, plan, top_k if gather else 1, w, every_row=expert_map is None)
+    _launch(layer, x, routing, y, plan, top_k if gather else 1, w, every_row=expert_map is None)
     return y
+
+
+def _launch(layer: MoeLayer, x: torch.Tensor, routing: Routing, y: torch.Tensor, plan, a_div: int,
+            topk_weights: torch.Tensor | None = None, every_row: bool = True) -> None:
+    """The activations' step (quantized once, where the scheme says) and the launch, into ``y`` (through a buffer
+    of the kernel's type where that is not y's)."""
+    a, gscale = layer.activations(_rows(x.reshape(-1, x.shape[-1])))
+    dest = y if y.dtype == layer.kernel_dtype else torch.zeros(y.shape, dtype=layer.kernel_dtype, device=y.device)
+    layer.run(a, routing, dest, plan, a_div, topk_weights, every_row=every_row, gscale=gscale)
+    if dest is not y:
+        y.copy_(dest)
 
 
 def grouped_gemm(x: torch.Tensor, qw, expert_offsets: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -135,7 +147,7 @@ def grouped_gemm(x: torch.Tensor, qw, expert_offsets: torch.Tensor, *, out: torc
     plan = layer.plan_for(rows, 1)
     y = _output(out, (rows, n), x, zero=True)
     if rows:
-        layer.run(_rows(x), routing_from_offsets(expert_offsets, rows, plan.tiles.bm), y, plan, 1, every_row=False)
+        _launch(layer, x, routing_from_offsets(expert_offsets, rows, plan.tiles.bm), y, plan, 1, every_row=False)
     return y
 
 
@@ -158,5 +170,5 @@ def masked_gemm(x: torch.Tensor, qw, counts: torch.Tensor, *, out: torch.Tensor 
     plan = layer.plan_for(experts * cap, 1)
     y = _output(out, (experts, cap, n), x, zero=True)
     if cap:
-        layer.run(_rows(x), routing_from_counts(counts, cap, plan.tiles.bm), y, plan, 1, every_row=False)
+        _launch(layer, x, routing_from_counts(counts, cap, plan.tiles.bm), y, plan, 1, every_row=False)
     return y

@@ -6,7 +6,7 @@ import copy
 
 import torch
 
-from humming.core.moe.reference import ACTIVATIONS, reference_activation, reference_moe_layer
+from humming.core.moe.reference import ACTIVATIONS, local_ids, reference_activation, reference_moe_layer
 from humming.errors import SchemeError, ShapeError
 
 
@@ -103,7 +103,7 @@ class QuantMoE(torch.nn.Module):
     def forward(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
         """x [T, H], topk_ids int [T, top_k], topk_weights float [T, top_k] -> [T, H]."""
         if not x.is_cuda:
-            ids = topk_ids if self.expert_map is None else self.expert_map.to(topk_ids.device)[topk_ids.long()]
+            ids = topk_ids if self.expert_map is None else local_ids(topk_ids, self.expert_map)
             return reference_moe_layer(x, self.w13, self.w2, ids, topk_weights, activation=self.activation,
                                        interleaved=self.interleaved, swiglu_alpha=self.swiglu_alpha,
                                        swiglu_limit=self.swiglu_limit)

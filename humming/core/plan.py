@@ -269,10 +269,10 @@ class Plan:
 
 def row_scale_refusal(plan) -> str:
     """Why the plan's kernel cannot take per-token scales in GS (``Plan.row_scale``); "" when it can: the WnA16
-    stream, tile and register-A wgmma kernels can."""
+    stream, tile, MoE tile and register-A wgmma kernels can."""
     if plan.is_8bit or getattr(plan.instruction, "scale_format", None):
         return "the 8-bit and block-scaled kernels take their activation scales as such"
-    if plan.family == "mma_sync" or plan.path == "wgmma-rs":
+    if plan.family in ("mma_sync", "mma_sync_moe") or plan.path == "wgmma-rs":
         return ""
     return f"the {plan.family} {plan.path} kernel has no per-token output scale"
 

@@ -62,6 +62,22 @@ def test_moe_gemm_every_scheme(scheme, dtype):
         close(y, reference_moe_gemm(x, qw, ids, tw), f"{scheme} {dtype} T={tokens}")
 
 
+QUANTIZED_ACTIVATIONS = ["w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w4a8-int8", "w4a8-fp8", "w4a8-mxfp4", "mxfp8",
+                         "mxfp6", "w4a4-nvfp4", "w4a4-mxfp4"]
+
+
+@pytest.mark.parametrize("scheme", QUANTIZED_ACTIVATIONS)
+def test_moe_gemm_quantized_activations(scheme):
+    """W8A8 / W4A8 / W4A4 experts: activations quantized once per token before the gather, as the reference does."""
+    e, n, k = 8, 256, 512
+    qw = stacked(scheme, e, n, k, seed=hash(scheme) % 1000)
+    for tokens, gather in ((1, True), (33, True), (300, True), (40, False)):
+        ids = random_ids(tokens, 2, e)
+        x = torch.randn(tokens if gather else tokens * 2, k, device="cuda", dtype=torch.bfloat16)
+        y = humming.moe_gemm(x, qw, ids, gather=gather)
+        close(y, reference_moe_gemm(x, qw, ids, gather=gather), f"{scheme} T={tokens} gather={gather}")
+
+
 @pytest.mark.parametrize("skew", ["uniform", "one", "repeat"])
 @pytest.mark.parametrize("gather", [True, False])
 def test_moe_gemm_routings(skew, gather):

@@ -18,6 +18,8 @@ from humming.errors import ShapeError, UnsupportedOnDevice
 PROFILES = [p for p in list_profiles(include_abstract=False) if p.find_mma(family="mma_sync")]
 # (scheme, act, tokens, experts, top_k, N, K): each token tile, a padded shape, zero points, floats
 CASES = [("w4a16", "f16", 1, 256, 8, 512, 7168), ("w4a16-zp", "f16", 300, 8, 2, 4096, 1024),
+         ("w4a16", "bf16", 8192, 8, 2, 4096, 1024), ("w4a8-fp8", "bf16", 8192, 8, 2, 4096, 1024),
+         ("w8a8-int8", "f16", 8, 8, 2, 4096, 1024),
          ("w8a16-fp8", "bf16", 4096, 128, 8, 192, 2048), ("w4a16-mxfp4", "bf16", 40, 32, 4, 2880, 2880)]
 
 
@@ -47,7 +49,8 @@ def test_moe_kernel_compiles(profile, compiled_without_spills):
 
 def test_token_tile_and_padding():
     assert token_tile(1, 8, 256) == 16 and token_tile(512, 8, 256) == 16 and token_tile(1024, 8, 256) == 32
-    assert token_tile(8192, 8, 256) == 64 and token_tile(4, 2, 8) == 16
+    assert token_tile(8192, 8, 256) == 128 and token_tile(8192, 8, 256, largest=64) == 64
+    assert token_tile(4, 2, 8) == 16 and token_tile(2048, 8, 256) == 64
     assert padded_shape(192, 96) == (192, 128) and padded_shape(2880, 2880) == (2880, 2880)
     with pytest.raises(ShapeError, match="multiples of 16"):
         padded_shape(200, 96)
@@ -64,8 +67,10 @@ def test_moe_refusals():
     dense = Problem(scheme_of("w4a16"), 16, 1024, 1024, "f16")
     assert refusal("moe_wna16", dense, caps).startswith("dense")
     w8a8 = Problem(scheme_of("w8a8-fp8"), 16, 1024, 1024, "f16", form="indexed", experts=8, top_k=2)
-    with pytest.raises(UnsupportedOnDevice, match="quantizes activations"):
-        select(w8a8, caps)
+    assert select(w8a8, caps).plan.row_scale  # codes widened, per-token scales per output row
+    block = Problem(scheme_of("w8a8-fp8-block"), 16, 1024, 1024, "f16", form="indexed", experts=8, top_k=2)
+    with pytest.raises(UnsupportedOnDevice, match="16-bit activations or ones changed exactly"):
+        select(block, caps)
     with pytest.raises(UnsupportedOnDevice, match="act-order"):
         select(Problem(scheme_of("w4a16"), 16, 1024, 1024, "f16", act_order=True, form="indexed", experts=8,
                        top_k=2), caps)

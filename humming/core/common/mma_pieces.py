@@ -41,20 +41,26 @@ def pair_decode(layout, scales: bool, zeros: bool) -> tuple[str, str, str]:
     return " ".join(pick), " ".join(math), zero_decl
 
 
-# Shared by the tile kernels: where this block and warp sit in the GEMM (TILE_PLACE), then the head of the stage
+# Shared by the tile kernels: where this block and warp sit in the GEMM (tile_place), then the head of the stage
 # loader (STAGE_LOADER_HEAD); a kernel may put code of its own between the two.
-TILE_PLACE = """\
+def tile_place(block_m: str = "blockIdx.x", block_n: str = "blockIdx.y") -> str:
+    """The tile kernels' placement: the block's tile (``block_m``, ``block_n``: C expressions of its token and
+    channel tile), its warp's place, its K range."""
+    return f"""\
   using namespace cfg;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int last_block;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wk = warp % WARPS_K, wn = (warp / WARPS_K) % WARPS_N, wm = warp / (WARPS_K * WARPS_N);
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int m0 = {block_m} * BM, n0 = {block_n} * BN;
   const int k_begin = blockIdx.z * k_per_split;
   const int ktiles = k_per_split / BK;
   const int katoms_total = K / 64;
   const uint32_t smem0 = smem_u32(smem);
 """
+
+
+TILE_PLACE = tile_place()
 STAGE_LOADER_HEAD = """
   auto load_stage = [&](int stage, int kt) {
     const uint32_t base = smem0 + stage * STAGE_BYTES;
@@ -112,10 +118,11 @@ def splitk_epilogue(acc: str, row_scale: str | None = None, indexed: bool = Fals
         row = "const int row = (wm * TM + i) * 16 + (lane >> 2) + h * 8, slot = slot_of_row[row];"
         guard, dest = "slot < num_slots && col < n_out", "C + (size_t)slot * n_out + col"
         router = "\n          if (TOPK_W) { const float w = load_f32(TOPK_W + slot); v0 *= w; v1 *= w; }"
+        scale_row = "slot / a_div"  # the row of A the slot read: its per-token scale
     else:
         row = "const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;"
-        guard, dest, router = "row < M", "C + (size_t)row * N + col", ""
-    row_mul = (f"\n          if ({row_scale}) {{{{ const float rs = load_f32({row_scale} + row); v0 *= rs; v1 *= rs; }}}}"
+        guard, dest, router, scale_row = "row < M", "C + (size_t)row * N + col", "", "row"
+    row_mul = (f"\n          if ({row_scale}) {{{{ const float rs = load_f32({row_scale} + {scale_row}); v0 *= rs; v1 *= rs; }}}}"
                if row_scale else "")
     scale = ("const float scale = out_scale;  // GS holds one scale per token row (row_scale)" if row_scale == "GS"
              else "const float scale = GS ? out_scale * load_f32(GS) : out_scale;")

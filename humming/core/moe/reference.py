@@ -317,3 +317,11 @@ def reference_moe_layer(x: torch.Tensor, w13: object, w2: object, topk_ids: torc
         o = o + b2.to(device=x.device, dtype=torch.float32)[safe]
     scale = torch.where(ids >= 0, weights.to(device=x.device, dtype=torch.float32), 0.0)
     return (o * scale[..., None]).sum(1).to(x.dtype)
+
+
+def local_ids(topk_ids: torch.Tensor, expert_map: torch.Tensor) -> torch.Tensor:
+    """Global expert ids mapped to local ones through ``expert_map`` (-1, and ids outside the map: -1)."""
+    ids = topk_ids.long()
+    table = expert_map.to(device=ids.device, dtype=torch.long)
+    inside = (ids >= 0) & (ids < table.numel())
+    return torch.where(inside, table[ids.clamp(0, max(table.numel() - 1, 0))], torch.full_like(ids, -1))

@@ -4,8 +4,8 @@ the experts once per layout, compiles the kernel and launches it on torch's curr
 (humming.core.moe.routing), with no host synchronisation.
 
 Kernel parameters: the tile kernel's (A B S Z CS BIAS C WS CNT M N K k_per_split out_scale GS), then SORTED
-EXPERT_IDS NPAD TOPK_W ES num_slots a_div KA n_out b_stride s_stride z_stride
-(humming.core.families.moe_wna16.generator)."""
+EXPERT_IDS NPAD TOPK_W ES num_slots a_div KA n_out b_stride s_stride z_stride raster
+(humming.core.families.moe_wna16.generator); a 1-D grid of token tiles x channel tiles."""
 from __future__ import annotations
 
 import threading
@@ -13,18 +13,21 @@ import threading
 import torch
 
 from humming.core.common.layout import act_name
+from humming.core.families.moe_wna16.activations import activation_step, quantized_input
 from humming.core.problem import Problem
 from humming.core.registry import family_of, select
+from humming.core.routes import widened_ranges as act_widen
 from humming.core.runtime import layer as dense_layer
 from humming.core.runtime.compiled import compile_plan
 from humming.core.runtime.kernel import ArgBlock
 from humming.core.runtime.launch import current_stream
+from humming.core.tuning import knobs
 from humming.devices.current import emulation_arch
-from humming.errors import ShapeError
+from humming.errors import ShapeError, UnsupportedOnDevice
 from humming.options import DEFAULT
 
-KINDS = "ppppppppp" + "iiii" + "f" + "p" + "ppppp" + "iiiiiii"
-_A, _C, _SORTED, _EXPERTS, _NPAD, _TOPK_W, _NUM_SLOTS, _A_DIV = 0, 6, 15, 16, 17, 18, 20, 21
+KINDS = "ppppppppp" + "iiii" + "f" + "p" + "ppppp" + "iiiiiiii"
+_A, _C, _GS, _SORTED, _EXPERTS, _NPAD, _TOPK_W, _NUM_SLOTS, _A_DIV = 0, 6, 14, 15, 16, 17, 18, 20, 21
 
 _lock = threading.Lock()
 
@@ -38,7 +41,16 @@ class MoeLayer:
         self.n, self.k = qw.shape
         self.experts = qw.num_experts
         self.dtype, self.device, self.caps, self.options = dtype, device, caps, options
-        self.act = act_name(dtype)
+        self.step, _ = activation_step(self.scheme, self.n, self.k)
+        self.kernel_dtype = dtype if self.step == "x" else act_widen.act_dtype(caps, dtype)
+        self.act = act_name(self.kernel_dtype)
+        self.input_scale = None
+        if self.step != "x" and qw.input_scale is not None:  # static per-tensor scales: one for all experts
+            scales = qw.input_scale.reshape(-1)
+            if not bool((scales == scales[0]).all()):
+                raise UnsupportedOnDevice(f"{self.scheme.name}: the experts carry different static activation "
+                                          f"scales; the MoE kernels quantize the activations once for all experts")
+            self.input_scale = scales[0]
         self.run_arch = emulation_arch(caps)
         self.plans: dict[tuple[int, int], object] = {}
         self.packed: dict[tuple, object] = {}
@@ -63,7 +75,8 @@ class MoeLayer:
             with _lock:
                 packed = self.packed.get(key)
                 if packed is None:
-                    packed = self.packed[key] = family_of(plan).pack(self.qw, self.dtype, plan.layout, self.caps)
+                    packed = self.packed[key] = family_of(plan).pack(self.qw, self.kernel_dtype, plan.layout,
+                                                                     self.caps)
         return packed
 
     def _spec(self, plan, capacity: int):
@@ -78,19 +91,28 @@ class MoeLayer:
                                                  for x in (w.scales, w.zeros, w.channel_scale, w.bias)),
                       0, 0, 0, capacity, lay.n, lay.k, lay.k, 1.0, 0,
                       0, 0, 0, 0, w.expert_scale.data_ptr(),
-                      0, 1, self.k, self.n, w.stride(w.qweight), w.stride(w.scales), w.stride(w.zeros)]
+                      0, 1, self.k, self.n, w.stride(w.qweight), w.stride(w.scales), w.stride(w.zeros),
+                      int(knobs.value("moe.raster", self.caps))]
             args = ArgBlock(KINDS, values)
-            grid = (capacity // t.bm, lay.n // t.bn, 1)
+            grid = (capacity // t.bm * (lay.n // t.bn), 1, 1)
             device = self.device.index if self.device.index is not None else torch.cuda.current_device()
             fire = kernel.launcher(device, grid, plan.threads, args) if grid[0] else None
             spec = self.launches[key] = (fire, args, w)
         return spec
 
+    def activations(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(the kernel's A operand, its GS operand) for activations x [rows, K]: x itself, or x quantized once as
+        the scheme says and changed exactly to 16 bits (humming.core.families.moe_wna16.activations)."""
+        if self.step == "x":
+            return x, None
+        return quantized_input(x, self.scheme, self.caps, self.step, self.input_scale)
+
     def run(self, a: torch.Tensor, routing, out: torch.Tensor, plan, a_div: int,
-            topk_weights: torch.Tensor | None = None, every_row: bool = True) -> torch.Tensor:
-        """One launch: rows of ``a`` (row = slot // a_div) through ``routing`` into rows of ``out`` [slots, N].
-        ``every_row``: the routing reaches every row of ``out`` (else the caller zeroed it: tests poison only
-        outputs the kernel must write in full)."""
+            topk_weights: torch.Tensor | None = None, every_row: bool = True,
+            gscale: torch.Tensor | None = None) -> torch.Tensor:
+        """One launch: rows of ``a`` (row = slot // a_div) through ``routing`` into rows of ``out`` [slots, N] (of
+        the kernel's 16-bit type); ``gscale``: the GS operand (``activations``). ``every_row``: the routing reaches
+        every row of ``out`` (else the caller zeroed it: tests poison only outputs the kernel must write in full)."""
         if routing.block_m != plan.tiles.bm:
             raise ShapeError(f"the routing's block_m is {routing.block_m}; this plan's token tile is {plan.tiles.bm} "
                              f"(route with humming.moe.route(..., block_m=humming.moe.block_m(...)))")
@@ -109,6 +131,7 @@ class MoeLayer:
             slots[_EXPERTS].value = routing.expert_ids.data_ptr()
             slots[_NPAD].value = routing.num_padded.data_ptr()
             slots[_TOPK_W].value = None if topk_weights is None else topk_weights.data_ptr()
+            slots[_GS].value = None if gscale is None else gscale.data_ptr()
             slots[_NUM_SLOTS].value = routing.num_slots
             slots[_A_DIV].value = a_div
             fire(current_stream(a.get_device()))

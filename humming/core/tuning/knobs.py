@@ -84,6 +84,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _k("launch.cluster_splits", "int", "split-K partials added inside a thread-block cluster for up to this many "
        "splits (0: through the global workspace)", lo=0, hi=8),
     _k("mma_wna16.stream_bulk", "bool", "the decode (stream) plans use the bulk-copy weight ring where declared"),
+    _k("moe.raster", "int", "MoE tile kernel: token tiles per rasterization group, each group taking every channel "
+       "tile in turn (0: all token tiles form one group)", lo=0, hi=1024),
+    _k("moe.max_token_tile", "int", "MoE tile kernel: the largest token tile (rows per block) the planner picks",
+       choices=(16, 32, 64, 128)),
     _k("wgmma.stagger", "bool", "the warp-specialised register-A kernels start their second consumer warpgroup late"),
     _k("wgmma.fit_token_tile", "bool", "register-A token tiles fitted to M (M / tiles rounded up to 16 rows)"),
     _k("wgmma_8bit.enabled", "bool", "W8A8 / W4A8 from M 64 on the wgmma kernels (false: mma.sync)"),

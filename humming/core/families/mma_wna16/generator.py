@@ -22,6 +22,7 @@ from humming.core.common.mma_pieces import (
     helper_prelude,
     pair_decode,
     splitk_epilogue,
+    tile_place,
 )
 
 # The rows of A a dense tile reads: rows m0 .. m0 + BM of x [M, K] (those past M read as zeros).
@@ -34,14 +35,17 @@ DENSE_ROWS = """\
 @dataclass(frozen=True)
 class RowSource:
     """Where a tile kernel's rows come from and go to, other than rows m0 .. m0 + BM of A and C (the MoE forms,
-    humming.core.families.moe_wna16): kernel parameters after the dense ones, code after the block's placement,
-    the A-row load (``r``: the block row, ``ch``: the 16-byte chunk, ``k0``: the stage's K; sets ``ok`` and
+    humming.core.families.moe_wna16): kernel parameters after the dense ones, the block's tile (``head`` code and
+    the ``block_m`` / ``block_n`` expressions), code after the block's placement (``setup``), the A-row load (``r``: the block row, ``ch``: the 16-byte chunk, ``k0``: the stage's K; sets ``ok`` and
     ``src``) and whether the epilogue stores through ``slot_of_row`` (mma_pieces.splitk_epilogue)."""
 
     params: str
     setup: str
     rows: str
     indexed: bool = True
+    head: str = ""  # code before the placement, which may compute the tile's place
+    block_m: str = "blockIdx.x"  # the block's token tile (C expression)
+    block_n: str = "blockIdx.y"  # the block's channel tile
 
 
 def tile_kernel_source(plan, backend, caps=None, rows: RowSource | None = None) -> str:
@@ -108,7 +112,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     int M, int N, int K, int k_per_split, float out_scale,
     const float* __restrict__ GS{rows.params if rows else ""}) {{        {gs_epilogue_parts(plan, "row")[0]}
 
-{TILE_PLACE}{rows.setup if rows else ""}{STAGE_LOADER_HEAD}    // activations: BM rows x BK/8 chunks of 16 bytes, chunk index XOR-swizzled by row (conflict-free ldmatrix)
+{rows.head + tile_place(rows.block_m, rows.block_n) + rows.setup if rows else TILE_PLACE}{STAGE_LOADER_HEAD}    // activations: BM rows x BK/8 chunks of 16 bytes, chunk index XOR-swizzled by row (conflict-free ldmatrix)
     #pragma unroll
     for (int c = tid; c < BM * (BK / 8); c += THREADS) {{
       const int r = c / (BK / 8), ch = c % (BK / 8);

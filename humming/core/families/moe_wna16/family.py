@@ -2,18 +2,23 @@
 of rows to experts, humming.core.moe.routing), on every profile with mma.sync for the activation type."""
 from __future__ import annotations
 
+from humming.core.families.moe_wna16.activations import activation_step
 from humming.core.families.moe_wna16.generator import moe_kernel_source
 from humming.core.families.moe_wna16.layout import prepare_experts
 from humming.core.families.moe_wna16.planner import FAMILY as PLAN_FAMILY
 from humming.core.families.moe_wna16.planner import plan_moe
 from humming.core.family import Family
+from humming.errors import HummingError
 
 
 def refusal(problem, caps, ask) -> str | None:
     if not problem.is_moe:
         return "dense GEMMs run on the dense families"
     if problem.quantized_activations:
-        return "the scheme quantizes activations; the MoE kernels take 16-bit activations"
+        try:
+            activation_step(problem.scheme, problem.n, problem.k)
+        except HummingError as exc:
+            return str(exc)
     if problem.act_order:
         return "act-order (g_idx) expert weights are not supported by the MoE kernels"
     return None
@@ -33,7 +38,7 @@ def source(plan, backend, caps) -> str:
 
 
 def pack(qw, dtype, layout, caps):
-    return prepare_experts(qw, dtype)
+    return prepare_experts(qw.with_scheme(qw.scheme.with_(act=None)) if qw.scheme.act else qw, dtype)
 
 
 FAMILY = Family("moe_wna16", "mma.sync MoE WnA16: indexed / grouped / masked expert GEMMs on the tile kernel", refusal,

@@ -1,8 +1,9 @@
 """The CUDA C++ of the MoE WnA16 kernel: the mma.sync WnA16 tile kernel (humming.core.families.mma_wna16.generator)
 with its rows taken from a routing (humming.core.moe.routing).
 
-Block (x, y) takes entries [x*BM, +BM) of the routing's sorted slots, all of one expert (EXPERT_IDS[x]; -1 or past
-the used length NPAD: the block has nothing to do), and channels [y*BN, +BN). Row r of the block is slot
+A block takes token tile mb, entries [mb*BM, +BM) of the routing's sorted slots, all of one expert (EXPERT_IDS[mb];
+-1 or past the used length NPAD: the block has nothing to do), and channel tile nb, channels [nb*BN, +BN) (MOE_PLACE
+orders the tiles). Row r of the block is slot
 s = SORTED[x*BM + r] (the sentinel num_slots pads an expert's run): it reads row s / a_div of A (a_div = top_k when
 A is the tokens [T, K], 1 when it holds one row per slot) and writes row s of C [slots, n_out], times the slot's
 router weight TOPK_W[s] where given. The expert's weights, tables, bias and global factor sit at fixed strides."""
@@ -16,13 +17,24 @@ MOE_PARAMS = """,
     const int* __restrict__ NPAD,        // routing: entries in use
     const float* __restrict__ TOPK_W,    // router weight of each slot, or null
     const float* __restrict__ ES,        // each expert's global factor [E]
-    int num_slots, int a_div, int KA, int n_out, int b_stride, int s_stride, int z_stride"""
+    int num_slots, int a_div, int KA, int n_out, int b_stride, int s_stride, int z_stride, int raster"""
+
+# A 1-D grid of token tiles x channel tiles: groups of `raster` token tiles take every channel tile in turn, token
+# tiles fastest, so that a group's activations stay in the L2 while its experts' weights stream (0: one group)
+MOE_PLACE = """
+  const int n_tiles = N / cfg::BN, m_tiles = gridDim.x / n_tiles;
+  const int group = raster > 0 && raster < m_tiles ? raster : m_tiles;
+  const int first_m = blockIdx.x / (group * n_tiles) * group;
+  const int group_rows = min(group, m_tiles - first_m);
+  const int in_group = blockIdx.x - first_m * n_tiles;
+  const int mb = first_m + in_group % group_rows, nb = in_group / group_rows;
+"""
 
 MOE_SETUP = """
   // this block's expert and the slot of each of its rows
   __shared__ int slot_of_row[BM];
   if (m0 >= NPAD[0]) return;
-  const int expert = EXPERT_IDS[blockIdx.x];
+  const int expert = EXPERT_IDS[mb];
   if (expert < 0) return;
   for (int r = tid; r < BM; r += THREADS) slot_of_row[r] = SORTED[m0 + r];
   B += (size_t)expert * b_stride;
@@ -41,7 +53,7 @@ MOE_ROWS = """\
       const uint16_t* src = A + (ok ? (size_t)(slot / a_div) * KA + k0 + ch * 8 : 0);
 """
 
-INDEXED = RowSource(params=MOE_PARAMS, setup=MOE_SETUP, rows=MOE_ROWS)
+INDEXED = RowSource(params=MOE_PARAMS, setup=MOE_SETUP, rows=MOE_ROWS, head=MOE_PLACE, block_m="mb", block_n="nb")
 
 
 def moe_kernel_source(plan, backend, caps=None) -> str:

@@ -4,22 +4,27 @@ number of tokens; its grid depends on the routing (humming.core.families.moe_wna
 from __future__ import annotations
 
 from humming.core.common.paths import choose_mma
+from humming.core.families.moe_wna16.activations import activation_step
 from humming.core.families.moe_wna16.layout import moe_layout
 from humming.core.plan import Plan, Tiles
+from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "moe_indexed"
 FAMILY = "mma_sync_moe"
 
 
-def token_tile(tokens: int, top_k: int, experts: int) -> int:
-    """Rows per block (the routing's padding): the smallest of 16, 32, 64 that holds the tokens an expert gets on
-    average (tokens x top_k / experts), 64 beyond."""
+TOKEN_TILES = (16, 32, 64, 128)
+
+
+def token_tile(tokens: int, top_k: int, experts: int, largest: int = 128) -> int:
+    """Rows per block (the routing's padding): the smallest of TOKEN_TILES up to ``largest`` that holds the tokens
+    an expert gets on average (tokens x top_k / experts), ``largest`` beyond."""
     per_expert = tokens * top_k / max(experts, 1)
-    for bm in (16, 32):
-        if per_expert <= bm:
+    for bm in TOKEN_TILES:
+        if per_expert <= bm or bm >= largest:
             return bm
-    return 64
+    return largest
 
 
 def _tile_shapes(bm: int, n_pad: int, k_pad: int) -> list[tuple[Tiles, str]]:
@@ -32,25 +37,33 @@ def _tile_shapes(bm: int, n_pad: int, k_pad: int) -> list[tuple[Tiles, str]]:
             if atoms_k % wk == 0:
                 out.append((Tiles(bm, 64, 64 * wk, 4, 1, 1, wk),
                             f"{bm}-row token tile x 64 channels, {wk} warp(s) splitting each {64 * wk}-deep K stage"))
-    else:
+    elif bm == 64:
         if n_pad % 128 == 0:
             out.append((Tiles(64, 128, 64, 4, 2, 2, 1), "64-row token tile x 128 channels, 2 x 2 warps"))
         out.append((Tiles(64, 64, 64, 4, 4, 1, 1), "64-row token tile x 64 channels, 4 warps along M"))
+    else:
+        if n_pad % 128 == 0:
+            out.append((Tiles(128, 128, 64, 4, 4, 2, 1), "128-row token tile x 128 channels, 4 x 2 warps"))
+        out.append((Tiles(128, 64, 64, 4, 4, 1, 1), "128-row token tile x 64 channels, 4 warps along M"))
     return out
 
 
 def plan_moe(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> Plan:
-    """The plan of an indexed MoE WnA16 GEMM: ``tokens`` rows of x, each sent to ``top_k`` of ``experts`` weights
-    [N, K]."""
+    """The plan of an indexed MoE GEMM: ``tokens`` rows of x, each sent to ``top_k`` of ``experts`` weights [N, K];
+    ``act``: the 16-bit type the kernel multiplies (quantized activations: the type they are changed to,
+    humming.core.families.moe_wna16.activations)."""
     if tokens < 0 or experts < 1 or top_k < 1:
         raise ShapeError(f"MoE GEMM: tokens={tokens}, experts={experts}, top_k={top_k}")
-    layout = moe_layout(scheme, n, k, act)
+    step, step_why = activation_step(scheme, n, k)
+    layout = moe_layout(scheme.with_(act=None) if step != "x" else scheme, n, k, act)
     instruction, why = choose_mma(caps, act)
     if not caps.memory.ldmatrix:
         raise UnsupportedOnDevice(f"{caps.name} does not declare ldmatrix, which the mma.sync kernels use for A")
     reasons = [why, f"indexed MoE: rows of x gathered through the routing's sorted slots, the block's expert from the "
                     f"routing, weights padded to {layout.n}x{layout.k} once when prepared"]
-    bm = token_tile(tokens, top_k, experts)
+    if step != "x":
+        reasons.append(step_why)
+    bm = token_tile(tokens, top_k, experts, int(knobs.value("moe.max_token_tile", caps)))
     reasons.append(f"token tile {bm}: {tokens} token(s) x top-{top_k} over {experts} experts "
                    f"= {tokens * top_k / experts:.1f} rows per expert on average")
     limit = caps.limits.smem_per_block_kb * 1024
@@ -63,5 +76,6 @@ def plan_moe(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, 
                                  f"memory per block", "no split-K: the experts' blocks fill the GPU"]
                 return Plan(scheme=scheme.name, profile=caps.name, m=tokens, n=n, k=k, act=act, out=act,
                             family=FAMILY, instruction=instruction, path=PATH, layout=layout, tiles=t, splits=1,
-                            async_copy=bool(caps.memory.cp_async), smem_bytes=smem, reasons=tuple(reasons))
+                            async_copy=bool(caps.memory.cp_async), smem_bytes=smem, reasons=tuple(reasons),
+                            row_scale=step == "codes16" and scheme.act_scale.mode == "dynamic_token")
     raise UnsupportedOnDevice(f"no MoE tile fits {caps.name}'s {limit} B of shared memory per block")
