@@ -171,8 +171,25 @@ def test_route_with_an_empty_expert_map_drops_everything():
 def test_capacity():
     assert capacity(0, 8, 64) == 0
     assert capacity(1, 1, 16) == 16
-    assert capacity(10, 3, 8) == 32  # round_up(10 + 21, 8)
+    assert capacity(10, 3, 8) == 32  # round_up(10 + 3 * 7, 8)
     assert capacity(4096 * 8, 256, 128) == 4096 * 8 + 256 * 127  # already a multiple of 128
+    # at most min(experts, slots) experts are non-empty: a few slots over many experts pad only their own runs
+    assert capacity(1, 64, 16) == 16
+    assert capacity(3, 256, 64) == 192  # 3 + 3 * 63
+    assert capacity(8, 256, 16) == 128  # decode: one token, top-8 of 256 experts
+    assert capacity(9, 8, 16) == 144  # round_up(9 + 8 * 15, 16)
+
+
+def test_capacity_is_reached():
+    # slots that all go to different experts use every entry; one more slot to any expert stays within it
+    for slots, e, bm in [(1, 64, 16), (3, 256, 64), (8, 8, 16), (5, 5, 8)]:
+        ids = torch.randperm(e)[:slots].reshape(slots, 1)
+        r = route(ids, e, bm)
+        assert int(r.num_padded[0]) == r.capacity == capacity(slots, e, bm) == slots * bm
+    # more slots than experts: every expert one past a whole number of blocks
+    ids = torch.arange(4).repeat(17).reshape(-1, 1)  # 68 slots, 17 per expert of 4
+    r = route(ids, 4, 16)
+    assert int(r.num_padded[0]) == r.capacity == capacity(68, 4, 16) == 4 * 32
     with pytest.raises(ShapeError, match="power of two"):
         capacity(4, 2, 24)
     with pytest.raises(ShapeError, match="non-negative"):

@@ -1,5 +1,5 @@
-"""Mixture-of-experts pieces shared by the MoE kernels: device-side routing (:mod:`.routing`) and the oracle the
-kernels are checked against (:mod:`.reference`)."""
+"""Mixture-of-experts pieces shared by the MoE kernels: device-side routing (:mod:`.routing`; on CUDA one launch of
+the kernels of :mod:`.route_kernel`) and the oracle the kernels are checked against (:mod:`.reference`)."""
 from __future__ import annotations
 
 from humming.core.moe.reference import (
@@ -9,6 +9,7 @@ from humming.core.moe.reference import (
     reference_moe_gemm,
     reference_moe_layer,
 )
+from humming.core.moe.route_kernel import route_cuda, routing_from_counts_cuda, routing_from_offsets_cuda
 from humming.core.moe.routing import (
     Routing,
     capacity,
@@ -25,6 +26,9 @@ __all__ = [
     "route",
     "routing_from_offsets",
     "routing_from_counts",
+    "route_cuda",
+    "routing_from_offsets_cuda",
+    "routing_from_counts_cuda",
     "check_ids",
     "check_expert_map",
     "reference_moe_gemm",

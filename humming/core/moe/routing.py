@@ -14,11 +14,14 @@ Two more forms produce the same :class:`Routing` where rows are already grouped 
 ``[offsets[e], offsets[e + 1])``) and :func:`routing_from_counts` (masked: ``x`` is ``[E, cap, K]`` flattened to
 ``[E * cap, K]``, row ``e * cap + i`` is valid iff ``i < counts[e]``).
 
-Every function here runs on the tensors' own device with no host synchronisation: no ``.item()``, ``.tolist()``,
-boolean-mask indexing, ``nonzero``, ``bincount`` or ``unique``, no loop over experts or tokens; only
-``scatter_add_``, ``cumsum``, ``cummax``, stable ``sort``, ``searchsorted``, ``gather`` and arithmetic. Every output
-size follows from the input shapes (see :func:`capacity`), so routing captures in a CUDA graph and runs on the
-``meta`` device. Ids cannot be range-checked without a synchronisation; routing drops out-of-range ids (like -1)
+Every function here runs on the tensors' own device with no host synchronisation. On a CUDA device each form is one
+launch of a generated kernel (:mod:`humming.core.moe.route_kernel`) where its sizes fit that one-block kernel
+(``fits_route`` / ``fits_layout`` there: up to 1024 experts and 131072 slots, or 2**24 entries for the grouped forms),
+with the same result. Elsewhere (CPU, ``meta``, larger sizes, a device without the kernel) the torch ops below build
+it: no ``.item()``, ``.tolist()``, boolean-mask indexing, ``nonzero``, ``bincount`` or ``unique``, no loop over
+experts or tokens; only ``scatter_add_``, ``cumsum``, ``cummax``, stable ``sort``, ``searchsorted``, ``gather`` and
+arithmetic. Every output size follows from the input shapes (see :func:`capacity`), so routing captures in a CUDA
+graph and runs on the ``meta`` device. Ids cannot be range-checked without a synchronisation; routing drops out-of-range ids (like -1)
 instead of failing, and :func:`check_ids` / :func:`check_expert_map` check them for debugging and tests.
 
 ``block_m`` must be a positive power of two (the kernels' token tiles are).
@@ -77,14 +80,16 @@ class Routing:
 
 
 def capacity(num_slots: int, num_experts: int, block_m: int) -> int:
-    """The static length of ``sorted_ids``: ``round_up(num_slots + num_experts * (block_m - 1), block_m)``, or 0 for
-    no slots. It bounds the used length for any routing, since each expert pads its run by less than ``block_m``."""
+    """The static length of ``sorted_ids``: ``round_up(num_slots + min(num_experts, num_slots) * (block_m - 1),
+    block_m)`` (0 for no slots). It bounds the used length of any routing: only a non-empty expert pads its run, by
+    less than ``block_m``, and at most ``min(num_experts, num_slots)`` experts are non-empty. Slots that all go to
+    different experts fill it exactly."""
     _check_block_m(block_m)
     if num_slots < 0 or num_experts < 0:
         raise ShapeError(f"num_slots and num_experts must be non-negative, got {num_slots} and {num_experts}")
     if num_slots == 0:
         return 0
-    bound = num_slots + num_experts * (block_m - 1)
+    bound = num_slots + min(num_experts, num_slots) * (block_m - 1)
     return -(-bound // block_m) * block_m
 
 
@@ -114,6 +119,16 @@ def _check_size(num_slots: int, cap: int) -> None:
     if cap > _INT32_MAX:
         raise ShapeError(f"routing of {num_slots} slots needs {cap} int32 entries, more than int32 indexes; "
                          f"split the batch")
+
+
+def _kernels_for(t: torch.Tensor):
+    """:mod:`humming.core.moe.route_kernel` when ``t`` is a CUDA tensor on a device with the routing kernels, else
+    None (the torch ops)."""
+    if not t.is_cuda:
+        return None
+    from humming.core.moe import route_kernel
+
+    return route_kernel if route_kernel.available(t.device) else None
 
 
 # ------------------------------------------------------------------------------------------------- the layout
@@ -158,7 +173,8 @@ def route(topk_ids: torch.Tensor, num_experts: int, block_m: int, *,
         device. Slots whose global id is outside the map or maps to -1 (or out of range) are left out of
         ``sorted_ids``; the kernel writes no output row for them.
     A token may name the same expert more than once; each such slot appears. Runs on ``topk_ids``' device with no
-    host synchronisation (see the module docstring).
+    host synchronisation: one kernel launch on CUDA where the sizes fit it, torch ops elsewhere (see the module
+    docstring).
     """
     _check_int_tensor(topk_ids, "topk_ids", 2, "[num_tokens, top_k]")
     _check_count(num_experts, "num_experts", 1)
@@ -172,6 +188,9 @@ def route(topk_ids: torch.Tensor, num_experts: int, block_m: int, *,
     num_slots = num_tokens * top_k
     cap = capacity(num_slots, num_experts, block_m)
     _check_size(num_slots, cap)
+    kernels = _kernels_for(topk_ids)
+    if kernels is not None and kernels.fits_route(num_slots, num_experts):
+        return kernels.route_cuda(topk_ids, num_experts, block_m, expert_map)
     device = topk_ids.device
 
     ids = topk_ids.reshape(-1).to(torch.int64)
@@ -214,6 +233,9 @@ def routing_from_offsets(expert_offsets: torch.Tensor, num_rows: int, block_m: i
                          f"got shape {tuple(expert_offsets.shape)}")
     cap = capacity(num_rows, num_experts, block_m)
     _check_size(num_rows, cap)
+    kernels = _kernels_for(expert_offsets)
+    if kernels is not None and kernels.fits_layout(cap, num_experts):
+        return kernels.routing_from_offsets_cuda(expert_offsets, num_rows, block_m)
     offsets = torch.cummax(expert_offsets.to(torch.int64).clamp(0, num_rows), 0).values
     counts = offsets[1:] - offsets[:-1]
     sorted_ids, expert_ids, num_padded = _layout(counts, offsets[:-1], None, num_rows, block_m, cap)
@@ -236,6 +258,9 @@ def routing_from_counts(counts: torch.Tensor, capacity_per_expert: int, block_m:
     num_rows = num_experts * capacity_per_expert
     cap = capacity(num_rows, num_experts, block_m)
     _check_size(num_rows, cap)
+    kernels = _kernels_for(counts)
+    if kernels is not None and kernels.fits_layout(cap, num_experts):
+        return kernels.routing_from_counts_cuda(counts, capacity_per_expert, block_m)
     c = counts.to(torch.int64).clamp(0, capacity_per_expert)
     start = torch.arange(num_experts, device=counts.device, dtype=torch.int64) * capacity_per_expert
     sorted_ids, expert_ids, num_padded = _layout(c, start, None, num_rows, block_m, cap)

@@ -1,0 +1,279 @@
+"""MoE routing on the GPU in one kernel launch: the kernels of :mod:`humming.core.moe.route_source`, compiled once per
+target (NVRTC, disk-cached) and launched on torch's current stream with no host synchronisation, so a routing
+captures in a CUDA graph.
+
+    r = route_cuda(topk_ids, num_experts, block_m, expert_map=None)    # == route(...) of the torch ops, exactly
+    r = routing_from_offsets_cuda(expert_offsets, num_rows, block_m)
+    r = routing_from_counts_cuda(counts, capacity_per_expert, block_m)
+
+:func:`~humming.core.moe.routing.route`, :func:`~humming.core.moe.routing.routing_from_offsets` and
+:func:`~humming.core.moe.routing.routing_from_counts` call these for CUDA tensors whose sizes the one-block kernels
+take (:func:`fits_route`, :func:`fits_layout`) on a device with a kernel (:func:`available`), and the torch ops
+otherwise. Called directly, sizes beyond the kernels raise :class:`RoutingKernelLimit`.
+
+The kernels are compiled for the live GPU's target (the device profile's compile route, as for every kernel), once
+per (profile, live target); int32 and int64 inputs each have their own kernel, so nothing is converted first. A
+device's first routing call loads every kernel of the module, so a CUDA graph captured after any one warm-up call may
+use every form.
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from humming import settings
+from humming.core.moe.route_source import (
+    KERNEL_NAMES,
+    MAX_EXPERTS,
+    THREADS,
+    layout_kernel_name,
+    route_kernel_name,
+    route_source,
+)
+from humming.core.moe.routing import (
+    Routing,
+    _check_block_m,
+    _check_count,
+    _check_int_tensor,
+    _check_size,
+    capacity,
+)
+from humming.errors import CompileError, ShapeError, UnsupportedOnDevice
+
+__all__ = [
+    "RoutingKernelLimit",
+    "MAX_ROUTE_SLOTS",
+    "MAX_LAYOUT_CAPACITY",
+    "fits_route",
+    "fits_layout",
+    "available",
+    "route_cuda",
+    "routing_from_offsets_cuda",
+    "routing_from_counts_cuda",
+]
+
+MAX_ROUTE_SLOTS = 1 << 17  # one block walks the slots THREADS at a time: 16384 tokens x top-8 is 128 chunks
+MAX_LAYOUT_CAPACITY = 1 << 24  # the grouped forms write each position once (a binary search each)
+
+_POISON = False  # tests set it: outputs are filled with garbage before each launch
+_BITS = {torch.int32: 32, torch.int64: 64}
+_ROUTE_ARGS = "ppii" + "iiii" + "ppp"  # ids map has_map num_global | slots experts block_m capacity | outputs
+_LAYOUT_ARGS = "p" + "iiii" + "ppp"  # input | experts rows-or-per-expert block_m capacity | outputs
+
+
+class RoutingKernelLimit(ShapeError):
+    """The sizes are beyond what the one-block routing kernels take (the torch ops route them instead)."""
+
+
+def fits_route(num_slots: int, num_experts: int) -> bool:
+    """Whether :func:`route_cuda` takes ``num_slots`` slots over ``num_experts`` local experts."""
+    return num_slots <= MAX_ROUTE_SLOTS and num_experts <= MAX_EXPERTS
+
+
+def fits_layout(cap: int, num_experts: int) -> bool:
+    """Whether the grouped forms take a routing of ``cap`` entries (:func:`~humming.core.moe.routing.capacity`) over
+    ``num_experts`` experts."""
+    return cap <= MAX_LAYOUT_CAPACITY and num_experts <= MAX_EXPERTS
+
+
+# ------------------------------------------------------------------------------------------------- kernels
+class _Kernels:
+    """The routing kernels of one device: a launcher per kernel, each with its own argument block (the driver copies
+    the arguments at launch, so the block is rewritten under its lock for every call)."""
+
+    def __init__(self, cubin: bytes, device: int):
+        from humming.core.runtime.kernel import ArgBlock, LoadedKernel
+
+        self.device = device
+        self.launches: dict[str, tuple[object, Callable[[int], None]]] = {}
+        for name in KERNEL_NAMES:
+            kinds = _ROUTE_ARGS if name.startswith("humming_moe_route_") else _LAYOUT_ARGS
+            args = ArgBlock(kinds, [0] * len(kinds))
+            self.launches[name] = (args, LoadedKernel(cubin, name, 0).launcher(device, (1, 1, 1), THREADS, args))
+
+    def launch(self, name: str, values: list) -> None:
+        """Launch kernel ``name`` with ``values`` (pointers as integers or None, ints) on the current stream."""
+        from humming.core.runtime.launch import current_stream
+
+        args, fire = self.launches[name]
+        with args.lock:
+            for slot, value in zip(args.slots, values):
+                slot.value = value
+            fire(current_stream(self.device))
+
+
+_lock = threading.Lock()
+_devices: dict[tuple[int, str], _Kernels | str] = {}  # (device index, forced profile) -> kernels or why not
+_cubins: dict[tuple, bytes] = {}  # (profile, its source, live target) -> the module
+
+
+def _target():
+    """(the profile, the live target when it is not the profile's own) of the current device."""
+    from humming.devices.current import emulation_arch, resolve_profile
+
+    caps = resolve_profile(None)
+    return caps, emulation_arch(caps)
+
+
+def _cubin(caps, run_arch: str | None) -> bytes:
+    """The routing module for a profile, compiled for ``run_arch`` when the profile is emulated on another GPU."""
+    key = (caps.name, caps.source, run_arch)
+    hit = _cubins.get(key)
+    if hit is not None:
+        return hit
+    from humming.core.compile.compiler import compile_cuda
+    from humming.devices import get_backend
+
+    backend = get_backend(caps)
+    route = backend.compile_route(caps)
+    if route.compiler == "vendor_nvcc" and not run_arch:
+        cubin = backend.compile_source(route_source(), caps, route)
+    else:
+        if route.compiler != "nvrtc" and not run_arch:
+            raise UnsupportedOnDevice(f"{caps.name}: compile route {route.compiler} has no runner here ({route.reason})")
+        cubin = compile_cuda(route_source(), list(KERNEL_NAMES), run_arch or route.arch,
+                             options=route.options if route.compiler == "nvrtc" else (),
+                             min_nvrtc=None if run_arch else route.min_nvrtc).cubin
+    _cubins[key] = cubin
+    return cubin
+
+
+def _kernels(device: int) -> _Kernels | str:
+    """The kernels of ``device``, or why it has none (remembered: a device without them is not asked again). A
+    source the compiler rejects is reported with a warning once; :func:`route_cuda` and the grouped forms then raise
+    UnsupportedOnDevice with the compiler's log, and routing runs on the torch ops."""
+    key = (device, settings.raw("HUMMING_DEVICE_PROFILE"))
+    hit = _devices.get(key)
+    if hit is None:
+        with _lock:
+            hit = _devices.get(key)
+            if hit is None:
+                try:
+                    with torch.cuda.device(device):  # function handles are fetched in the device's context
+                        hit = _Kernels(_cubin(*_target()), device)
+                except UnsupportedOnDevice as exc:
+                    hit = f"no routing kernel on cuda:{device}: {exc}"
+                except CompileError as exc:  # routing stays correct on the torch ops; the reason is kept and shown
+                    hit = f"the routing kernels do not compile for cuda:{device}: {exc}"
+                    warnings.warn(hit + "; routing runs on torch ops", stacklevel=3)
+                _devices[key] = hit
+    return hit
+
+
+def _device_index(t: torch.Tensor) -> int:
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+def available(device: torch.device | int) -> bool:
+    """Whether the routing kernels run on this CUDA device (compiles them on the first call)."""
+    index = device if isinstance(device, int) else (device.index if device.index is not None
+                                                    else torch.cuda.current_device())
+    return isinstance(_kernels(index), _Kernels)
+
+
+def _launch(device: int, name: str, values: list) -> None:
+    kernels = _kernels(device)
+    if isinstance(kernels, str):
+        raise UnsupportedOnDevice(kernels)
+    if device == torch.cuda.current_device():
+        kernels.launch(name, values)
+    else:  # the kernel's function handle is fetched in the current context
+        with torch.cuda.device(device):
+            kernels.launch(name, values)
+
+
+def _outputs(cap: int, block_m: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    sorted_ids = torch.empty(cap, dtype=torch.int32, device=device)
+    expert_ids = torch.empty(cap // block_m, dtype=torch.int32, device=device)
+    num_padded = torch.empty(1, dtype=torch.int32, device=device)
+    if _POISON:
+        for t in (sorted_ids, expert_ids, num_padded):
+            t.fill_(-7777)
+    return sorted_ids, expert_ids, num_padded
+
+
+def _cuda_input(t: torch.Tensor, what: str) -> torch.Tensor:
+    if not t.is_cuda:
+        raise ShapeError(f"{what} must be a CUDA tensor for the routing kernel, got one on {t.device}")
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None or t.numel() == 0 else t.data_ptr()
+
+
+# ------------------------------------------------------------------------------------------------- the forms
+def route_cuda(topk_ids: torch.Tensor, num_experts: int, block_m: int, expert_map: torch.Tensor | None = None
+               ) -> Routing:
+    """:func:`~humming.core.moe.routing.route` in one kernel launch: the same routing (stable within an expert) for
+    CUDA ``topk_ids [T, top_k]`` and ``expert_map`` (int32 or int64, each). Raises :class:`RoutingKernelLimit`
+    beyond :data:`MAX_ROUTE_SLOTS` slots or :data:`~humming.core.moe.route_source.MAX_EXPERTS` experts and
+    UnsupportedOnDevice where the device has no kernel."""
+    _check_int_tensor(topk_ids, "topk_ids", 2, "[num_tokens, top_k]")
+    _check_count(num_experts, "num_experts", 1)
+    _check_block_m(block_m)
+    num_tokens, top_k = (int(d) for d in topk_ids.shape)
+    num_slots = num_tokens * top_k
+    if not fits_route(num_slots, num_experts):
+        raise RoutingKernelLimit(f"the routing kernel takes up to {MAX_ROUTE_SLOTS} slots and {MAX_EXPERTS} experts, "
+                                 f"got {num_slots} slots and {num_experts} experts; route() uses the torch ops there")
+    cap = capacity(num_slots, num_experts, block_m)
+    _check_size(num_slots, cap)
+    ids = _cuda_input(topk_ids, "topk_ids")
+    emap = None
+    if expert_map is not None:
+        _check_int_tensor(expert_map, "expert_map", 1, "[num_global_experts]")
+        if expert_map.device != topk_ids.device:
+            raise ShapeError(f"expert_map is on {expert_map.device}, topk_ids on {topk_ids.device}; "
+                             f"move them to one device")
+        emap = _cuda_input(expert_map, "expert_map")
+    sorted_ids, expert_ids, num_padded = _outputs(cap, block_m, ids.device)
+    name = route_kernel_name(_BITS[ids.dtype], _BITS[emap.dtype] if emap is not None else 32)
+    _launch(_device_index(ids), name, [
+        _ptr(ids), _ptr(emap), int(emap is not None), 0 if emap is None else int(emap.shape[0]),
+        num_slots, num_experts, block_m, cap,
+        _ptr(sorted_ids), _ptr(expert_ids), num_padded.data_ptr(),
+    ])
+    return Routing(sorted_ids, expert_ids, num_padded, block_m, num_tokens, top_k, num_experts)
+
+
+def _layout(form: str, src: torch.Tensor, num_experts: int, size: int, num_rows: int, block_m: int) -> Routing:
+    """One launch of a grouped-form kernel: ``size`` is num_rows (offsets) or capacity_per_expert (counts)."""
+    cap = capacity(num_rows, num_experts, block_m)
+    _check_size(num_rows, cap)
+    if not fits_layout(cap, num_experts):
+        raise RoutingKernelLimit(f"the grouped routing kernels take up to {MAX_LAYOUT_CAPACITY} entries and "
+                                 f"{MAX_EXPERTS} experts, got {cap} entries and {num_experts} experts; the torch ops "
+                                 f"route them instead")
+    src = _cuda_input(src, "expert_offsets" if form == "offsets" else "counts")
+    sorted_ids, expert_ids, num_padded = _outputs(cap, block_m, src.device)
+    _launch(_device_index(src), layout_kernel_name(form, _BITS[src.dtype]), [
+        _ptr(src), num_experts, size, block_m, cap, _ptr(sorted_ids), _ptr(expert_ids), num_padded.data_ptr(),
+    ])
+    return Routing(sorted_ids, expert_ids, num_padded, block_m, num_rows, 1, num_experts)
+
+
+def routing_from_offsets_cuda(expert_offsets: torch.Tensor, num_rows: int, block_m: int) -> Routing:
+    """:func:`~humming.core.moe.routing.routing_from_offsets` in one kernel launch (CUDA offsets, int32 or int64)."""
+    _check_int_tensor(expert_offsets, "expert_offsets", 1, "[num_experts + 1]")
+    _check_count(num_rows, "num_rows", 0)
+    _check_block_m(block_m)
+    num_experts = int(expert_offsets.shape[0]) - 1
+    if num_experts < 1:
+        raise ShapeError(f"expert_offsets must be [num_experts + 1] with at least one expert, "
+                         f"got shape {tuple(expert_offsets.shape)}")
+    return _layout("offsets", expert_offsets, num_experts, num_rows, num_rows, block_m)
+
+
+def routing_from_counts_cuda(counts: torch.Tensor, capacity_per_expert: int, block_m: int) -> Routing:
+    """:func:`~humming.core.moe.routing.routing_from_counts` in one kernel launch (CUDA counts, int32 or int64)."""
+    _check_int_tensor(counts, "counts", 1, "[num_experts]")
+    _check_count(capacity_per_expert, "capacity_per_expert", 0)
+    _check_block_m(block_m)
+    num_experts = int(counts.shape[0])
+    if num_experts < 1:
+        raise ShapeError("counts must name at least one expert, got shape (0,)")
+    return _layout("counts", counts, num_experts, capacity_per_expert, num_experts * capacity_per_expert, block_m)
