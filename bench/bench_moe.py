@@ -137,6 +137,42 @@ def bench_gemm(name, experts, top_k, n, k, scheme, tokens_list, calls, rounds, b
     torch.cuda.empty_cache()
 
 
+def bench_layer(name, experts, top_k, hidden, inter, scheme, tokens_list, calls, rounds, rows):
+    """The whole layer (routing, gate+up, activation, down with router weights, sum) against its two GEMMs alone
+    (routing made outside their graph)."""
+    torch.manual_seed(1)
+    group = 32 if scheme == "w4a16" else None
+
+    def stacked(n, k):
+        return humming.quantize(torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16) * 0.05, scheme,
+                                group_size=group)
+
+    layer = humming.nn.QuantMoE(stacked(2 * inter, hidden), stacked(hidden, inter))
+    for tokens in tokens_list:
+        ids = torch.rand(tokens, experts, device="cuda").argsort(dim=1)[:, :top_k].to(torch.int32)
+        tw = torch.softmax(torch.randn(tokens, top_k, device="cuda"), dim=1)
+        x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+        bm = humming.moe.block_m(layer.w13, tokens, top_k, torch.bfloat16)
+        routing = route(ids, experts, bm)
+        h = torch.empty(tokens, top_k, 2 * inter, device="cuda", dtype=torch.bfloat16)
+        a = torch.randn(tokens * top_k, inter, device="cuda", dtype=torch.bfloat16)
+        o = torch.empty(tokens, top_k, hidden, device="cuda", dtype=torch.bfloat16)
+
+        def gemms(x=x, ids=ids, tw=tw, routing=routing, h=h, a=a, o=o):
+            humming.moe_gemm(x, layer.w13, ids, routing=routing, out=h)
+            humming.moe_gemm(a, layer.w2, ids, tw, routing=routing, out=o, gather=False)
+
+        graphs = {"layer": graph_of(lambda x=x, ids=ids, tw=tw: layer(x, ids, tw), calls),
+                  "gemms": graph_of(gemms, calls)}
+        us = time_graphs(graphs, calls, rounds)
+        rows.append({"model": name, "gemm": "layer", "tokens": tokens, "layer_us": us["layer"],
+                     "two_gemms_us": us["gemms"], "layer_over_gemms": us["layer"] / us["gemms"]})
+        print(f"{name:14} layer   T={tokens:5} bm={bm:3}  layer {us['layer']:9.1f} us  two GEMMs {us['gemms']:9.1f} us"
+              f"  x{us['layer'] / us['gemms']:5.2f}", flush=True)
+    layer = None
+    torch.cuda.empty_cache()
+
+
 def plot(rows, path, gpu):
     try:
         import matplotlib
@@ -144,7 +180,7 @@ def plot(rows, path, gpu):
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    keys = sorted({(r["model"], r["gemm"]) for r in rows})
+    keys = sorted({(r["model"], r["gemm"]) for r in rows if r["gemm"] != "layer"})
     fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.2), squeeze=False)
     for ax, key in zip(axes[0], keys):
         sel = [r for r in rows if (r["model"], r["gemm"]) == key and r.get("speedup_vs_torch")]
@@ -165,6 +201,7 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--layer", action="store_true", help="also time the whole QuantMoE layer against its two GEMMs")
     ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                     help="a tuning knob for the run (humming.tuning.override), e.g. moe.raster=0")
     args = ap.parse_args()
@@ -187,6 +224,8 @@ def run(args, overrides: dict) -> None:
         experts, top_k, hidden, inter, scheme = MODELS[name]
         bench_gemm(name, experts, top_k, 2 * inter, hidden, scheme, tokens, args.calls, args.rounds, bw, rows)
         bench_gemm(name, experts, top_k, hidden, inter, scheme, tokens, args.calls, args.rounds, bw, rows)
+        if args.layer:
+            bench_layer(name, experts, top_k, hidden, inter, scheme, tokens, args.calls, args.rounds, rows)
     result = {"gpu": gpu, "torch": torch.__version__, "copy_bandwidth_gbs": bw, "knobs": overrides, "rows": rows}
     with open(os.path.join(args.out, "bench_moe.json"), "w") as f:
         json.dump(result, f, indent=1)
