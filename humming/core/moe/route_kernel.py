@@ -33,13 +33,13 @@ from humming.core.moe.route_source import (
     route_kernel_name,
     route_source,
 )
-from humming.core.moe.routing import (
+from humming.core.moe.routing_base import (
     Routing,
-    _check_block_m,
-    _check_count,
-    _check_int_tensor,
-    _check_size,
     capacity,
+    check_block_m,
+    check_count,
+    check_int_tensor,
+    check_size,
 )
 from humming.errors import CompileError, ShapeError, UnsupportedOnDevice
 
@@ -212,20 +212,20 @@ def route_cuda(topk_ids: torch.Tensor, num_experts: int, block_m: int, expert_ma
     CUDA ``topk_ids [T, top_k]`` and ``expert_map`` (int32 or int64, each). Raises :class:`RoutingKernelLimit`
     beyond :data:`MAX_ROUTE_SLOTS` slots or :data:`~humming.core.moe.route_source.MAX_EXPERTS` experts and
     UnsupportedOnDevice where the device has no kernel."""
-    _check_int_tensor(topk_ids, "topk_ids", 2, "[num_tokens, top_k]")
-    _check_count(num_experts, "num_experts", 1)
-    _check_block_m(block_m)
+    check_int_tensor(topk_ids, "topk_ids", 2, "[num_tokens, top_k]")
+    check_count(num_experts, "num_experts", 1)
+    check_block_m(block_m)
     num_tokens, top_k = (int(d) for d in topk_ids.shape)
     num_slots = num_tokens * top_k
     if not fits_route(num_slots, num_experts):
         raise RoutingKernelLimit(f"the routing kernel takes up to {MAX_ROUTE_SLOTS} slots and {MAX_EXPERTS} experts, "
                                  f"got {num_slots} slots and {num_experts} experts; route() uses the torch ops there")
     cap = capacity(num_slots, num_experts, block_m)
-    _check_size(num_slots, cap)
+    check_size(num_slots, cap)
     ids = _cuda_input(topk_ids, "topk_ids")
     emap = None
     if expert_map is not None:
-        _check_int_tensor(expert_map, "expert_map", 1, "[num_global_experts]")
+        check_int_tensor(expert_map, "expert_map", 1, "[num_global_experts]")
         if expert_map.device != topk_ids.device:
             raise ShapeError(f"expert_map is on {expert_map.device}, topk_ids on {topk_ids.device}; "
                              f"move them to one device")
@@ -243,7 +243,7 @@ def route_cuda(topk_ids: torch.Tensor, num_experts: int, block_m: int, expert_ma
 def _layout(form: str, src: torch.Tensor, num_experts: int, size: int, num_rows: int, block_m: int) -> Routing:
     """One launch of a grouped-form kernel: ``size`` is num_rows (offsets) or capacity_per_expert (counts)."""
     cap = capacity(num_rows, num_experts, block_m)
-    _check_size(num_rows, cap)
+    check_size(num_rows, cap)
     if not fits_layout(cap, num_experts):
         raise RoutingKernelLimit(f"the grouped routing kernels take up to {MAX_LAYOUT_CAPACITY} entries and "
                                  f"{MAX_EXPERTS} experts, got {cap} entries and {num_experts} experts; the torch ops "
@@ -258,9 +258,9 @@ def _layout(form: str, src: torch.Tensor, num_experts: int, size: int, num_rows:
 
 def routing_from_offsets_cuda(expert_offsets: torch.Tensor, num_rows: int, block_m: int) -> Routing:
     """:func:`~humming.core.moe.routing.routing_from_offsets` in one kernel launch (CUDA offsets, int32 or int64)."""
-    _check_int_tensor(expert_offsets, "expert_offsets", 1, "[num_experts + 1]")
-    _check_count(num_rows, "num_rows", 0)
-    _check_block_m(block_m)
+    check_int_tensor(expert_offsets, "expert_offsets", 1, "[num_experts + 1]")
+    check_count(num_rows, "num_rows", 0)
+    check_block_m(block_m)
     num_experts = int(expert_offsets.shape[0]) - 1
     if num_experts < 1:
         raise ShapeError(f"expert_offsets must be [num_experts + 1] with at least one expert, "
@@ -270,9 +270,9 @@ def routing_from_offsets_cuda(expert_offsets: torch.Tensor, num_rows: int, block
 
 def routing_from_counts_cuda(counts: torch.Tensor, capacity_per_expert: int, block_m: int) -> Routing:
     """:func:`~humming.core.moe.routing.routing_from_counts` in one kernel launch (CUDA counts, int32 or int64)."""
-    _check_int_tensor(counts, "counts", 1, "[num_experts]")
-    _check_count(capacity_per_expert, "capacity_per_expert", 0)
-    _check_block_m(block_m)
+    check_int_tensor(counts, "counts", 1, "[num_experts]")
+    check_count(capacity_per_expert, "capacity_per_expert", 0)
+    check_block_m(block_m)
     num_experts = int(counts.shape[0])
     if num_experts < 1:
         raise ShapeError("counts must name at least one expert, got shape (0,)")

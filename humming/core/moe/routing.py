@@ -28,10 +28,17 @@ instead of failing, and :func:`check_ids` / :func:`check_expert_map` check them 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from humming.core.moe import route_kernel
+from humming.core.moe.routing_base import (
+    Routing,
+    capacity,
+    check_block_m,
+    check_count,
+    check_int_tensor,
+    check_size,
+)
 from humming.errors import ShapeError
 
 __all__ = [
@@ -44,90 +51,12 @@ __all__ = [
     "check_expert_map",
 ]
 
-_ID_DTYPES = (torch.int32, torch.int64)
-_INT32_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class Routing:
-    """Slots sorted by expert in blocks of ``block_m`` (see the module docstring).
-
-    sorted_ids: int32 ``[capacity]``: slot ids sorted by local expert, stable; each expert's run padded to a
-        multiple of ``block_m`` with the sentinel ``num_slots``; entries past ``num_padded`` are the sentinel too.
-    expert_ids: int32 ``[capacity // block_m]``: the local expert of each block of ``block_m`` entries; -1 for
-        blocks past the used length.
-    num_padded: int32 ``[1]``: the used length of ``sorted_ids``.
-    num_experts: the number of local experts.
-    """
-
-    sorted_ids: torch.Tensor
-    expert_ids: torch.Tensor
-    num_padded: torch.Tensor
-    block_m: int
-    num_tokens: int
-    top_k: int
-    num_experts: int
-
-    @property
-    def num_slots(self) -> int:
-        """``num_tokens * top_k``; also the padding sentinel in ``sorted_ids``."""
-        return self.num_tokens * self.top_k
-
-    @property
-    def capacity(self) -> int:
-        """``len(sorted_ids)``: :func:`capacity` of this routing's slots, experts and block size."""
-        return int(self.sorted_ids.shape[0])
-
-
-def capacity(num_slots: int, num_experts: int, block_m: int) -> int:
-    """The static length of ``sorted_ids``: ``round_up(num_slots + min(num_experts, num_slots) * (block_m - 1),
-    block_m)`` (0 for no slots). It bounds the used length of any routing: only a non-empty expert pads its run, by
-    less than ``block_m``, and at most ``min(num_experts, num_slots)`` experts are non-empty. Slots that all go to
-    different experts fill it exactly."""
-    _check_block_m(block_m)
-    if num_slots < 0 or num_experts < 0:
-        raise ShapeError(f"num_slots and num_experts must be non-negative, got {num_slots} and {num_experts}")
-    if num_slots == 0:
-        return 0
-    bound = num_slots + min(num_experts, num_slots) * (block_m - 1)
-    return -(-bound // block_m) * block_m
-
-
-# ------------------------------------------------------------------------------------------------- host checks
-def _check_block_m(block_m: int) -> None:
-    if isinstance(block_m, bool) or not isinstance(block_m, int) or block_m <= 0 or block_m & (block_m - 1):
-        raise ShapeError(f"block_m must be a positive power of two (the kernel's token tile), got {block_m!r}; "
-                         f"use 16, 32, 64 or 128")
-
-
-def _check_count(value: int, what: str, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ShapeError(f"{what} must be an integer >= {minimum}, got {value!r}")
-
-
-def _check_int_tensor(t: object, what: str, dim: int, shape_hint: str) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        raise ShapeError(f"{what} must be a tensor {shape_hint}, got {type(t).__name__}")
-    if t.dtype not in _ID_DTYPES:
-        raise ShapeError(f"{what} must be int32 or int64 {shape_hint}, got {t.dtype}")
-    if t.dim() != dim:
-        raise ShapeError(f"{what} must be {dim}-D {shape_hint}, got shape {tuple(t.shape)}")
-    return t
-
-
-def _check_size(num_slots: int, cap: int) -> None:
-    if cap > _INT32_MAX:
-        raise ShapeError(f"routing of {num_slots} slots needs {cap} int32 entries, more than int32 indexes; "
-                         f"split the batch")
-
 
 def _kernels_for(t: torch.Tensor):
     """:mod:`humming.core.moe.route_kernel` when ``t`` is a CUDA tensor on a device with the routing kernels, else
     None (the torch ops)."""
     if not t.is_cuda:
         return None
-    from humming.core.moe import route_kernel
-
     return route_kernel if route_kernel.available(t.device) else None
 
 
@@ -176,18 +105,18 @@ def route(topk_ids: torch.Tensor, num_experts: int, block_m: int, *,
     host synchronisation: one kernel launch on CUDA where the sizes fit it, torch ops elsewhere (see the module
     docstring).
     """
-    _check_int_tensor(topk_ids, "topk_ids", 2, "[num_tokens, top_k]")
-    _check_count(num_experts, "num_experts", 1)
-    _check_block_m(block_m)
+    check_int_tensor(topk_ids, "topk_ids", 2, "[num_tokens, top_k]")
+    check_count(num_experts, "num_experts", 1)
+    check_block_m(block_m)
     if expert_map is not None:
-        _check_int_tensor(expert_map, "expert_map", 1, "[num_global_experts]")
+        check_int_tensor(expert_map, "expert_map", 1, "[num_global_experts]")
         if expert_map.device != topk_ids.device:
             raise ShapeError(f"expert_map is on {expert_map.device}, topk_ids on {topk_ids.device}; "
                              f"move them to one device")
     num_tokens, top_k = (int(d) for d in topk_ids.shape)
     num_slots = num_tokens * top_k
     cap = capacity(num_slots, num_experts, block_m)
-    _check_size(num_slots, cap)
+    check_size(num_slots, cap)
     kernels = _kernels_for(topk_ids)
     if kernels is not None and kernels.fits_route(num_slots, num_experts):
         return kernels.route_cuda(topk_ids, num_experts, block_m, expert_map)
@@ -224,15 +153,15 @@ def routing_from_offsets(expert_offsets: torch.Tensor, num_rows: int, block_m: i
         out of range. Rows outside ``[offsets[0], offsets[E])`` are in no expert's run.
     Slot id = row; ``top_k = 1``, ``num_tokens = num_rows``.
     """
-    _check_int_tensor(expert_offsets, "expert_offsets", 1, "[num_experts + 1]")
-    _check_count(num_rows, "num_rows", 0)
-    _check_block_m(block_m)
+    check_int_tensor(expert_offsets, "expert_offsets", 1, "[num_experts + 1]")
+    check_count(num_rows, "num_rows", 0)
+    check_block_m(block_m)
     num_experts = int(expert_offsets.shape[0]) - 1
     if num_experts < 1:
         raise ShapeError(f"expert_offsets must be [num_experts + 1] with at least one expert, "
                          f"got shape {tuple(expert_offsets.shape)}")
     cap = capacity(num_rows, num_experts, block_m)
-    _check_size(num_rows, cap)
+    check_size(num_rows, cap)
     kernels = _kernels_for(expert_offsets)
     if kernels is not None and kernels.fits_layout(cap, num_experts):
         return kernels.routing_from_offsets_cuda(expert_offsets, num_rows, block_m)
@@ -249,15 +178,15 @@ def routing_from_counts(counts: torch.Tensor, capacity_per_expert: int, block_m:
     counts: int32/int64 ``[E]``; clamped to ``[0, capacity_per_expert]`` (a count above the capacity keeps the
         first ``cap`` rows). Slot id = row; ``top_k = 1``, ``num_tokens = E * cap``.
     """
-    _check_int_tensor(counts, "counts", 1, "[num_experts]")
-    _check_count(capacity_per_expert, "capacity_per_expert", 0)
-    _check_block_m(block_m)
+    check_int_tensor(counts, "counts", 1, "[num_experts]")
+    check_count(capacity_per_expert, "capacity_per_expert", 0)
+    check_block_m(block_m)
     num_experts = int(counts.shape[0])
     if num_experts < 1:
         raise ShapeError("counts must name at least one expert, got shape (0,)")
     num_rows = num_experts * capacity_per_expert
     cap = capacity(num_rows, num_experts, block_m)
-    _check_size(num_rows, cap)
+    check_size(num_rows, cap)
     kernels = _kernels_for(counts)
     if kernels is not None and kernels.fits_layout(cap, num_experts):
         return kernels.routing_from_counts_cuda(counts, capacity_per_expert, block_m)
@@ -271,8 +200,8 @@ def routing_from_counts(counts: torch.Tensor, capacity_per_expert: int, block_m:
 def check_ids(topk_ids: torch.Tensor, num_experts: int) -> None:
     """Raise :class:`ShapeError` naming the first id of ``topk_ids`` outside ``[-1, num_experts)`` (-1 means "no
     expert"). Synchronises with the device: for debugging and tests, not the hot path."""
-    _check_int_tensor(topk_ids, "topk_ids", 2, "[num_tokens, top_k]")
-    _check_count(num_experts, "num_experts", 1)
+    check_int_tensor(topk_ids, "topk_ids", 2, "[num_tokens, top_k]")
+    check_count(num_experts, "num_experts", 1)
     bad = (topk_ids < -1) | (topk_ids >= num_experts)
     if bool(bad.any()):
         t, j = (int(v) for v in torch.nonzero(bad)[0])
@@ -283,8 +212,8 @@ def check_ids(topk_ids: torch.Tensor, num_experts: int) -> None:
 def check_expert_map(expert_map: torch.Tensor, num_local_experts: int) -> None:
     """Raise :class:`ShapeError` naming the first entry of ``expert_map`` outside ``[-1, num_local_experts)``, or a
     local expert that two global experts map to. Synchronises with the device: for debugging and tests."""
-    _check_int_tensor(expert_map, "expert_map", 1, "[num_global_experts]")
-    _check_count(num_local_experts, "num_local_experts", 1)
+    check_int_tensor(expert_map, "expert_map", 1, "[num_global_experts]")
+    check_count(num_local_experts, "num_local_experts", 1)
     bad = (expert_map < -1) | (expert_map >= num_local_experts)
     if bool(bad.any()):
         g = int(torch.nonzero(bad)[0, 0])
