@@ -51,7 +51,8 @@ def test_token_tile_and_padding():
     assert token_tile(1, 8, 256) == 16 and token_tile(512, 8, 256) == 16 and token_tile(1024, 8, 256) == 32
     assert token_tile(8192, 8, 256) == 128 and token_tile(8192, 8, 256, largest=64) == 64
     assert token_tile(4, 2, 8) == 16 and token_tile(2048, 8, 256) == 64
-    assert padded_shape(192, 96) == (192, 128) and padded_shape(2880, 2880) == (2880, 2880)
+    assert padded_shape(192, 96) == (192, 128) and padded_shape(2880, 2880) == (2880, 2944)
+    assert padded_shape(2880, 1088) == (2880, 1152) and padded_shape(64, 960) == (64, 960) and padded_shape(2048, 7168) == (2048, 7168)
     with pytest.raises(ShapeError, match="multiples of 16"):
         padded_shape(200, 96)
     caps = resolve_profile("nvidia-h200")

@@ -20,14 +20,14 @@ from humming.core.routes import widened_ranges as act_widen
 from humming.core.runtime import layer as dense_layer
 from humming.core.runtime.compiled import compile_plan
 from humming.core.runtime.kernel import ArgBlock
-from humming.core.runtime.launch import current_stream
+from humming.core.runtime.launch import current_stream, workspace
 from humming.core.tuning import knobs
 from humming.devices.current import emulation_arch
 from humming.errors import ShapeError, UnsupportedOnDevice
 from humming.options import DEFAULT
 
 KINDS = "ppppppppp" + "iiii" + "f" + "p" + "ppppp" + "iiiiiiii"
-_A, _C, _GS, _SORTED, _EXPERTS, _NPAD, _TOPK_W, _NUM_SLOTS, _A_DIV = 0, 6, 14, 15, 16, 17, 18, 20, 21
+_A, _C, _WS, _CNT, _GS, _SORTED, _EXPERTS, _NPAD, _TOPK_W, _NUM_SLOTS, _A_DIV = 0, 6, 7, 8, 14, 15, 16, 17, 18, 20, 21
 
 _lock = threading.Lock()
 
@@ -89,12 +89,12 @@ class MoeLayer:
             lay, t = w.layout, plan.tiles
             values = [0, w.qweight.data_ptr(), *(0 if x is None else x.data_ptr()
                                                  for x in (w.scales, w.zeros, w.channel_scale, w.bias)),
-                      0, 0, 0, capacity, lay.n, lay.k, lay.k, 1.0, 0,
+                      0, 0, 0, capacity, lay.n, lay.k, lay.k // plan.splits, 1.0, 0,
                       0, 0, 0, 0, w.expert_scale.data_ptr(),
                       0, 1, self.k, self.n, w.stride(w.qweight), w.stride(w.scales), w.stride(w.zeros),
                       int(knobs.value("moe.raster", self.caps))]
             args = ArgBlock(KINDS, values)
-            grid = (capacity // t.bm * (lay.n // t.bn), 1, 1)
+            grid = (capacity // t.bm * (lay.n // t.bn), 1, plan.splits)
             device = self.device.index if self.device.index is not None else torch.cuda.current_device()
             fire = kernel.launcher(device, grid, plan.threads, args) if grid[0] else None
             spec = self.launches[key] = (fire, args, w)
@@ -119,12 +119,18 @@ class MoeLayer:
         if routing.num_experts != self.experts:
             raise ShapeError(f"the routing is over {routing.num_experts} experts; the weight has {self.experts}")
         fire, args, _ = self._spec(plan, routing.capacity)
+        ws = cnt = None
+        if plan.splits > 1 and fire is not None:  # split-K partials and tile counters of the current stream
+            tiles = routing.capacity // plan.tiles.bm * (plan.layout.n // plan.tiles.bn)
+            ws, cnt = workspace(self.device, tiles * plan.splits * plan.tiles.bm * plan.tiles.bn, tiles)
         if dense_layer.POISON_OUTPUTS and every_row:
             out.fill_(float("nan"))
         if fire is None:
             return out
         slots = args.slots
         with args.lock:
+            if ws is not None:
+                slots[_WS].value, slots[_CNT].value = ws.data_ptr(), cnt.data_ptr()
             slots[_A].value = a.data_ptr()
             slots[_C].value = out.data_ptr()
             slots[_SORTED].value = routing.sorted_ids.data_ptr()

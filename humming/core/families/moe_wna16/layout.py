@@ -20,10 +20,14 @@ ALIGN = 16  # N and K of a MoE weight must be multiples of this (16-byte activat
 
 
 def padded_shape(n: int, k: int) -> tuple[int, int]:
-    """(N, K) padded to whole weight atoms."""
+    """(N, K) padded to whole weight atoms; an odd number of K atoms from 16 on gets one more (at most 1/16 more
+    bytes), so that two warps can split every K stage (gpt-oss: K 2880 = 45 atoms -> 46)."""
     if n % ALIGN or k % ALIGN:
         raise ShapeError(f"MoE weights need N and K that are multiples of {ALIGN}, got N={n} K={k}")
-    return -(-n // ATOM_N) * ATOM_N, -(-k // ATOM_K) * ATOM_K
+    atoms_k = -(-k // ATOM_K)
+    if atoms_k % 2 and atoms_k >= 16:
+        atoms_k += 1
+    return -(-n // ATOM_N) * ATOM_N, atoms_k * ATOM_K
 
 
 def moe_layout(scheme, n: int, k: int, act: str) -> WeightLayout:

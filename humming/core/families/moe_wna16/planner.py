@@ -48,6 +48,27 @@ def _tile_shapes(bm: int, n_pad: int, k_pad: int) -> list[tuple[Tiles, str]]:
     return out
 
 
+SPLIT_BLOCKS_PER_SM = 4  # split K until the tiles in use give each SM about this many blocks (token tiles <= 32)
+
+
+def moe_splits(t: Tiles, n_pad: int, k_pad: int, tokens: int, top_k: int, experts: int, caps) -> tuple[int, str]:
+    """Split-K for few rows per expert (decode): the tiles in use (the experts reached x channel tiles) are too few
+    to keep every SM streaming weights, so K is split (partials added by the tile's last block, in split order)."""
+    slots = tokens * top_k
+    used = min(experts, slots) * max(1, -(-slots // max(1, min(experts, slots)) // t.bm)) * (n_pad // t.bn)
+    sms = caps.limits.sms or 80
+    target = SPLIT_BLOCKS_PER_SM * sms if t.bm <= 32 else sms  # (larger token tiles: one block per SM)
+    splits = 1
+    for s in (2, 4, 8):
+        if used * splits >= target or k_pad % (t.bk * s) or k_pad // (t.bk * s) < 2:
+            break
+        splits = s
+    if splits == 1:
+        return 1, f"no split-K: about {used} tiles in use fill {sms} SMs (or K has no room to split)"
+    return splits, (f"split-K {splits}: about {used} tiles in use (experts reached x channel tiles) for {sms} SMs; "
+                    f"partials added by each tile's last block in split order")
+
+
 def plan_moe(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> Plan:
     """The plan of an indexed MoE GEMM: ``tokens`` rows of x, each sent to ``top_k`` of ``experts`` weights [N, K];
     ``act``: the 16-bit type the kernel multiplies (quantized activations: the type they are changed to,
@@ -72,10 +93,11 @@ def plan_moe(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, 
             t = Tiles(tiles.bm, tiles.bn, tiles.bk, stages, tiles.warps_m, tiles.warps_n, tiles.warps_k)
             smem = t.smem_bytes(layout)
             if smem <= limit:
+                splits, split_why = moe_splits(t, layout.n, layout.k, tokens, top_k, experts, caps)
                 reasons += [why, f"{stages} stages: {smem // 1024} KiB of {caps.limits.smem_per_block_kb} KiB shared "
-                                 f"memory per block", "no split-K: the experts' blocks fill the GPU"]
+                                 f"memory per block", split_why]
                 return Plan(scheme=scheme.name, profile=caps.name, m=tokens, n=n, k=k, act=act, out=act,
-                            family=FAMILY, instruction=instruction, path=PATH, layout=layout, tiles=t, splits=1,
+                            family=FAMILY, instruction=instruction, path=PATH, layout=layout, tiles=t, splits=splits,
                             async_copy=bool(caps.memory.cp_async), smem_bytes=smem, reasons=tuple(reasons),
                             row_scale=step == "codes16" and scheme.act_scale.mode == "dynamic_token")
     raise UnsupportedOnDevice(f"no MoE tile fits {caps.name}'s {limit} B of shared memory per block")
