@@ -19,6 +19,7 @@ from humming.core.moe.routing import Routing, route, routing_from_counts, routin
 from humming.core.runtime.moe_layer import MoeLayer
 from humming.devices.current import resolve_profile
 from humming.errors import ShapeError
+from humming.moe_ops import WEIGHTS
 from humming.options import resolve as resolve_options
 
 __all__ = ["Routing", "route", "block_m", "moe_gemm", "grouped_gemm", "masked_gemm", "prepared"]
@@ -86,6 +87,14 @@ def moe_gemm(x: torch.Tensor, qw, topk_ids: torch.Tensor, topk_weights: torch.Te
     ``route`` for these ids (with ``block_m(...)``), reused across the GEMMs of a layer; made here otherwise.
     ``expert_map``: global -> local expert id (-1: not on this GPU); the weight holds the local experts and the rows
     of slots elsewhere are zero. ``out``: [T, top_k, N] of x's dtype."""
+    if torch.compiler.is_compiling():  # traced: the custom op (its weight prepared before tracing)
+        if routing is not None or out is not None or profile is not None or options is not None:
+            raise ShapeError("under torch.compile, moe_gemm takes no routing, out, profile or options")
+        h = qw.__dict__.get("_humming_moe_handle")
+        if h is None:
+            raise ShapeError("under torch.compile, prepare the weight first: humming.moe_ops.handle(qw) or "
+                             "QuantMoE.prepare()")
+        return torch.ops.humming.moe_gemm(x, topk_ids, topk_weights, expert_map, h, gather)
     n, k = qw.shape
     _check_x(x, k, "x")
     if not isinstance(topk_ids, torch.Tensor) or topk_ids.dim() != 2:
@@ -172,3 +181,15 @@ def masked_gemm(x: torch.Tensor, qw, counts: torch.Tensor, *, out: torch.Tensor 
     if cap:
         _launch(layer, x, routing_from_counts(counts, cap, plan.tiles.bm), y, plan, 1, every_row=False)
     return y
+
+
+@torch.library.custom_op("humming::moe_gemm", mutates_args=())
+def _moe_gemm_op(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor | None,
+                 expert_map: torch.Tensor | None, weight: int, gather: bool) -> torch.Tensor:
+    """moe_gemm of the stacked weight with handle ``weight`` (humming.moe_ops), as traced graphs call it."""
+    return moe_gemm(x, WEIGHTS[weight], topk_ids, topk_weights, gather=gather, expert_map=expert_map)
+
+
+@_moe_gemm_op.register_fake
+def _(x, topk_ids, topk_weights, expert_map, weight, gather):
+    return x.new_empty((topk_ids.shape[0], topk_ids.shape[1], WEIGHTS[weight].shape[0]))

@@ -100,8 +100,18 @@ class QuantMoE(torch.nn.Module):
                 self.expert_map = self.expert_map.to(probe.device)
         return self
 
+    def prepare(self) -> QuantMoE:
+        """Make the weights' handles for the ``humming::moe_gemm`` custom op: call before ``torch.compile``."""
+        from humming.moe_ops import handle
+
+        handle(self.w13)
+        handle(self.w2)
+        return self
+
     def forward(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
         """x [T, H], topk_ids int [T, top_k], topk_weights float [T, top_k] -> [T, H]."""
+        if torch.compiler.is_compiling():
+            return self._traced(x, topk_ids, topk_weights)
         if not x.is_cuda:
             ids = topk_ids if self.expert_map is None else local_ids(topk_ids, self.expert_map)
             return reference_moe_layer(x, self.w13, self.w2, ids, topk_weights, activation=self.activation,
@@ -124,4 +134,16 @@ class QuantMoE(torch.nn.Module):
                                                               expert_map=self.expert_map)
         o = moe.moe_gemm(a, self.w2, topk_ids, topk_weights, routing=down_routing, gather=False,
                          expert_map=self.expert_map)
+        return o.sum(dim=1)
+
+    def _traced(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+        """The layer as torch.compile traces it: the two GEMMs as custom ops (each routes its own rows), the
+        activation and the sum as torch operations."""
+        from humming import moe
+
+        tokens, top_k = topk_ids.shape
+        h = moe.moe_gemm(x, self.w13, topk_ids, expert_map=self.expert_map)
+        a = reference_activation(h.view(tokens * top_k, -1), self.activation, interleaved=self.interleaved,
+                                 alpha=self.swiglu_alpha, limit=self.swiglu_limit).to(x.dtype)
+        o = moe.moe_gemm(a, self.w2, topk_ids, topk_weights, gather=False, expert_map=self.expert_map)
         return o.sum(dim=1)

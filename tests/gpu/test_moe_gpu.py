@@ -213,3 +213,19 @@ def test_quant_moe_layer_graph():
         graph.replay()
         torch.cuda.synchronize()
         close(y, reference_moe_layer(x, layer.w13, layer.w2, ids, tw), f"layer graph {skew}", rel=3e-2)
+
+
+def test_quant_moe_layer_compiled():
+    """torch.compile(fullgraph=True) of the layer on the GPU (the custom op runs the MoE kernels)."""
+    from humming.core.moe.reference import reference_moe_layer
+
+    e, top_k, hidden, inter, tokens = 16, 4, 256, 128, 37
+    torch.manual_seed(23)
+    layer = humming.nn.QuantMoE.from_experts(torch.randn(e, inter, hidden, device="cuda") * 0.05,
+                                             torch.randn(e, hidden, inter, device="cuda") * 0.05,
+                                             torch.randn(e, inter, hidden, device="cuda") * 0.05, "w4a16",
+                                             group_size=64).prepare()
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    ids, tw = random_ids(tokens, top_k, e), torch.rand(tokens, top_k, device="cuda")
+    y = torch.compile(layer, fullgraph=True)(x, ids, tw)
+    close(y, reference_moe_layer(x, layer.w13, layer.w2, ids, tw), "compiled layer", rel=3e-2)

@@ -74,3 +74,19 @@ def test_quant_moe_cpu_and_errors():
         humming.nn.QuantMoE(layer.w13, layer.w2, w13_bias=torch.zeros(e, 3))
     with pytest.raises(humming.SchemeError, match="activation"):
         humming.nn.QuantMoE(layer.w13, layer.w2, activation="gelu")
+
+
+def test_quant_moe_compiles_fullgraph():
+    """torch.compile(fullgraph=True) traces the layer through the humming::moe_gemm custom op (its fake gives the
+    shapes); the compiled layer matches the eager one."""
+    torch.manual_seed(2)
+    e, hidden, inter = 4, 128, 64
+    layer = humming.nn.QuantMoE.from_experts(torch.randn(e, inter, hidden) * 0.05, torch.randn(e, hidden, inter) * 0.05,
+                                             torch.randn(e, inter, hidden) * 0.05, "w4a16", group_size=32).prepare()
+    x = torch.randn(5, hidden, dtype=torch.bfloat16)
+    ids, tw = torch.randint(0, e, (5, 2)), torch.rand(5, 2)
+    compiled = torch.compile(layer, fullgraph=True)
+    torch.testing.assert_close(compiled(x, ids, tw).float(), layer(x, ids, tw).float(), atol=1e-2, rtol=1e-2)
+    unprepared = humming.quantize(torch.randn(4, 64, 128), "w4a16")
+    with pytest.raises(Exception, match="prepare the weight first"):
+        torch.compile(lambda a: humming.moe_gemm(a, unprepared, ids), fullgraph=True)(x)
