@@ -12,6 +12,7 @@ from humming.core.families.moe_wna16.layout import padded_shape
 from humming.core.families.moe_wna16.planner import token_tile
 from humming.core.problem import Problem, scheme_of
 from humming.core.registry import refusal, select
+from humming.core.tuning import knobs
 from humming.devices.current import resolve_profile
 from humming.errors import ShapeError, UnsupportedOnDevice
 
@@ -39,7 +40,7 @@ def test_moe_kernel_compiles(profile, compiled_without_spills):
                 select(moe_problem(*case), profile)
             continue
         plan = select(moe_problem(*case), profile).plan
-        assert plan.tiles.bm == token_tile(case[2], case[4], case[3])
+        assert plan.tiles.bm == token_tile(case[2], case[4], case[3], knobs.value("moe.max_token_tile", profile))
         mod = compiled_without_spills(plan, profile)
         ptx = mod.ptx
         assert re.search(r"mma\.sync\.aligned\.m16n8k(16|8)", ptx), plan.kernel_name
@@ -77,3 +78,13 @@ def test_moe_refusals():
                        top_k=2), caps)
     # a dense problem never reaches the MoE family
     assert select(dense, caps).family.name != "moe_wna16"
+
+
+def test_moe_128_row_tile_compiles(set_knobs, compiled_without_spills):
+    """The 128-row token tile (knob moe.max_token_tile 128) compiles without spills."""
+    set_knobs({"moe.max_token_tile": 128})
+    caps = resolve_profile("nvidia-h200")
+    for case in (("w4a16", "bf16", 8192, 8, 2, 4096, 1024), ("w4a8-fp8", "bf16", 8192, 8, 2, 1024, 1024)):
+        plan = select(moe_problem(*case), caps).plan
+        assert plan.tiles.bm == 128
+        compiled_without_spills(plan, caps)
