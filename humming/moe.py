@@ -57,6 +57,14 @@ def _check_x(x, k: int, what: str) -> None:
         raise ShapeError(f"{what} has {x.shape[-1]} input features but the weight expects K={k}")
 
 
+def _same_device(x: torch.Tensor, **tensors) -> None:
+    """Every given tensor on x's device (a kernel would read another device's pointer)."""
+    for name, t in tensors.items():
+        if t is not None and (not isinstance(t, torch.Tensor) or t.device != x.device):
+            where = t.device if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ShapeError(f"{name} must be a tensor on x's device ({x.device}), got {where}")
+
+
 def _output(out, shape: tuple, x: torch.Tensor, zero: bool) -> torch.Tensor:
     if out is None:
         return (torch.zeros if zero else torch.empty)(shape, dtype=x.dtype, device=x.device)
@@ -104,8 +112,13 @@ def moe_gemm(x: torch.Tensor, qw, topk_ids: torch.Tensor, topk_weights: torch.Te
     if x.dim() != 2 or x.shape[0] != rows:
         raise ShapeError(f"x must be [{rows}, {k}] ({'one row per token' if gather else 'one row per slot'}, "
                          f"{tokens} tokens x top_k {top_k}), got {tuple(x.shape)}")
-    if topk_weights is not None and tuple(topk_weights.shape) != (tokens, top_k):
-        raise ShapeError(f"topk_weights must be [{tokens}, {top_k}] like topk_ids, got {tuple(topk_weights.shape)}")
+    _same_device(x, topk_ids=topk_ids, topk_weights=topk_weights, expert_map=expert_map)
+    if topk_ids.dtype not in (torch.int32, torch.int64):
+        raise ShapeError(f"topk_ids must be int32 or int64, got {topk_ids.dtype}")
+    if topk_weights is not None and (tuple(topk_weights.shape) != (tokens, top_k)
+                                     or not topk_weights.is_floating_point()):
+        raise ShapeError(f"topk_weights must be a float tensor [{tokens}, {top_k}] like topk_ids, got "
+                         f"{topk_weights.dtype} {tuple(topk_weights.shape)}")
     if not x.is_cuda:
         ids = topk_ids if expert_map is None else local_ids(topk_ids, expert_map)
         y = reference.reference_moe_gemm(x, qw, ids, topk_weights, gather=gather)
@@ -148,6 +161,7 @@ def grouped_gemm(x: torch.Tensor, qw, expert_offsets: torch.Tensor, *, out: torc
     if not isinstance(expert_offsets, torch.Tensor) or tuple(expert_offsets.shape) != (experts + 1,):
         raise ShapeError(f"expert_offsets must be an integer tensor [{experts + 1}] (E + 1 row offsets), got "
                          f"{getattr(expert_offsets, 'shape', expert_offsets)}")
+    _same_device(x, expert_offsets=expert_offsets)
     if not x.is_cuda:
         y = reference.reference_grouped_gemm(x, qw, expert_offsets)
         return y if out is None else out.copy_(y)
@@ -171,6 +185,7 @@ def masked_gemm(x: torch.Tensor, qw, counts: torch.Tensor, *, out: torch.Tensor 
         raise ShapeError(f"x must be [{experts}, capacity, {k}] (one slab per expert), got {tuple(x.shape)}")
     if not isinstance(counts, torch.Tensor) or tuple(counts.shape) != (experts,):
         raise ShapeError(f"counts must be an integer tensor [{experts}], got {getattr(counts, 'shape', counts)}")
+    _same_device(x, counts=counts)
     if not x.is_cuda:
         y = reference.reference_masked_gemm(x, qw, counts)
         return y if out is None else out.copy_(y)

@@ -30,6 +30,19 @@ def test_bad_inputs(qw):
         humming.moe_gemm(x, qw, ids, gather=False)
     with pytest.raises(ShapeError, match="topk_weights"):
         humming.moe_gemm(x, qw, ids, torch.rand(3, 3))
+    meta = torch.device("meta")
+    with pytest.raises(ShapeError, match="x's device"):
+        humming.moe_gemm(x, qw, ids.to(meta))
+    with pytest.raises(ShapeError, match="x's device"):
+        humming.moe_gemm(x, qw, ids, torch.rand(3, 2, device=meta))
+    with pytest.raises(ShapeError, match="x's device"):
+        humming.moe_gemm(x, qw, ids, expert_map=torch.arange(4, device=meta))
+    with pytest.raises(ShapeError, match="int32 or int64"):
+        humming.moe_gemm(x, qw, ids.float())
+    with pytest.raises(ShapeError, match="float tensor"):
+        humming.moe_gemm(x, qw, ids, torch.ones(3, 2, dtype=torch.int32))
+    with pytest.raises(ShapeError, match="x's device"):
+        humming.grouped_gemm(x, qw, torch.tensor([0, 1, 2, 3, 3], device=meta))
     with pytest.raises(ShapeError, match="expert_offsets"):
         humming.grouped_gemm(x, qw, torch.tensor([0, 3]))
     with pytest.raises(ShapeError, match="one slab per expert"):
