@@ -13,7 +13,8 @@ gather is not timed). The bytes bound: the active experts' weight bytes (4-bit c
 bandwidth measured in the same run (a device-to-device copy of 1 GiB). Writes OUT/bench_moe.json and, with
 matplotlib, OUT/bench_moe.png, naming the GPU.
 
-    python bench/bench_moe.py --out OUTDIR [--tokens 1,8,32,128,512,2048,8192] [--models deepseek-v3,...]
+    python bench/bench_moe.py --out OUTDIR [--tokens 1,8,32,128,512,2048,8192] [--models deepseek-v3,...] [--layer]
+        [--scheme w4a8-fp8]
         [--knob moe.raster=0 ...]
 """
 from __future__ import annotations
@@ -92,6 +93,12 @@ def grouped_reference(x, w_t, ids, experts):
     return (lambda: torch._grouped_mm(xs, w_t, offs=offs)), ""
 
 
+def group_for(scheme: str, k: int) -> int | None:
+    """The scheme's group size, or 32 where that does not divide K (gpt-oss's 2880, Qwen3's 768)."""
+    ws = humming.schemes.get(scheme).weight_scale
+    return 32 if ws.granularity == "group" and k % ws.group_size else None
+
+
 def moe_call(x, qw, ids, routing, y):
     return lambda: humming.moe_gemm(x, qw, ids, routing=routing, out=y)
 
@@ -103,7 +110,7 @@ def route_call(ids, experts, bm):
 def bench_gemm(name, experts, top_k, n, k, scheme, tokens_list, calls, rounds, bw, rows):
     torch.manual_seed(0)
     qw = humming.quantize(torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16) * 0.05, scheme,
-                          group_size=32 if scheme == "w4a16" and k % 128 else None)
+                          group_size=group_for(scheme, k))
     w_t = qw.dequantize(torch.bfloat16).transpose(1, 2)  # [E, K, N] (column-major per expert, as _grouped_mm reads)
     bytes_per_expert = qw.nbytes / experts
     for tokens in tokens_list:
@@ -141,11 +148,10 @@ def bench_layer(name, experts, top_k, hidden, inter, scheme, tokens_list, calls,
     """The whole layer (routing, gate+up, activation, down with router weights, sum) against its two GEMMs alone
     (routing made outside their graph)."""
     torch.manual_seed(1)
-    group = 32 if scheme == "w4a16" else None
 
     def stacked(n, k):
         return humming.quantize(torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16) * 0.05, scheme,
-                                group_size=group)
+                                group_size=group_for(scheme, k))
 
     layer = humming.nn.QuantMoE(stacked(2 * inter, hidden), stacked(hidden, inter))
     for tokens in tokens_list:
@@ -189,7 +195,7 @@ def plot(rows, path, gpu):
         ax.set_title(f"{key[0]} {key[1]}", fontsize=8)
         ax.set_xlabel("tokens")
     axes[0][0].set_ylabel("speedup vs torch bf16 grouped")
-    fig.suptitle(f"humming MoE W4A16 vs torch._grouped_mm bf16, {gpu}", fontsize=9)
+    fig.suptitle(f"humming MoE vs torch._grouped_mm bf16, {gpu}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -201,6 +207,7 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--scheme", default="", help="every model's experts in this scheme (default: W4A16, gpt-oss MXFP4)")
     ap.add_argument("--layer", action="store_true", help="also time the whole QuantMoE layer against its two GEMMs")
     ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                     help="a tuning knob for the run (humming.tuning.override), e.g. moe.raster=0")
@@ -222,6 +229,7 @@ def run(args, overrides: dict) -> None:
     tokens = [int(t) for t in args.tokens.split(",")]
     for name in args.models.split(","):
         experts, top_k, hidden, inter, scheme = MODELS[name]
+        scheme = args.scheme or scheme
         bench_gemm(name, experts, top_k, 2 * inter, hidden, scheme, tokens, args.calls, args.rounds, bw, rows)
         bench_gemm(name, experts, top_k, hidden, inter, scheme, tokens, args.calls, args.rounds, bw, rows)
         if args.layer:
