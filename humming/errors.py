@@ -19,6 +19,11 @@ class ShapeError(HummingError, ValueError):
     """Tensor shapes, dtypes or strides do not meet a kernel's or a format's constraints."""
 
 
+class SettingsError(HummingError, ValueError):
+    """A ``HUMMING_*`` environment setting cannot be parsed, or names something that cannot be used (a pinned NVRTC
+    that does not load); the message names the variable, its value and what it takes."""
+
+
 class UnsupportedOnDevice(HummingError):
     """The device (profile) offers no path for the request; the message says what was missing."""
 
@@ -49,6 +54,7 @@ __all__ = [
     "ProfileError",
     "SchemeError",
     "ShapeError",
+    "SettingsError",
     "UnsupportedOnDevice",
     "CompileError",
     "LaunchError",

@@ -514,14 +514,9 @@ def discovery_problems() -> list[str]:
 
 
 def _selection_env() -> tuple[int, int | None] | None:
-    """Parse ``HUMMING_NVRTC``: None for auto, else (major, minor or None)."""
-    value = (settings.raw(ENV_SELECT) or "auto").lower()
-    if value in ("", "auto"):
-        return None
-    m = re.match(r"^(\d+)(?:\.(\d+))?$", value)
-    if not m:
-        raise UnsupportedOnDevice(f"{ENV_SELECT}={value!r} is not understood; use 12, 13, a version such as 12.9, or auto")
-    return int(m.group(1)), (int(m.group(2)) if m.group(2) else None)
+    """``HUMMING_NVRTC`` as humming.settings reads it: None for auto, else (major, minor or None); SettingsError for
+    a value it cannot read."""
+    return settings.value(ENV_SELECT)
 
 
 def _way_out(arch: str, min_version: tuple[int, int] | None, installed: Sequence[NvrtcToolchain]) -> str:
