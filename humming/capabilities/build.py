@@ -1,6 +1,7 @@
 """A merged profile -> Capabilities, checked against the target rules (what the target can have)."""
 from __future__ import annotations
 
+from humming.capabilities.ceilings import check_limits
 from humming.capabilities.checks import Where, to_version
 from humming.capabilities.document import EXTENSION_MMA_FAMILY, ProfileDoc
 from humming.capabilities.entries import Declared
@@ -128,6 +129,7 @@ def build(chain: list[ProfileDoc], merged: Merged, rules: Rules) -> Capabilities
     target, rule = _target(merged, rules, backend, concrete, locate, top)
     decls = merged.instructions()
     _check_instructions(decls, rule, backend, rules, locate)
+    check_limits(merged.limits, backend, target.arch, target.compute_capability, locate)
     limits = {k: v for k, (v, _) in merged.limits.items()}
     if concrete:
         for key in REQUIRED_LIMITS:

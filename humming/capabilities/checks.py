@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from humming.capabilities.excerpt import excerpt
 from humming.errors import ProfileError
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+MAX_KEY_SHOWN = 60  # a key longer than this is cut in the key paths of messages
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,7 @@ class Where:
     path: str = ""
 
     def key(self, name: str) -> Where:
+        name = name if len(name) <= MAX_KEY_SHOWN else name[:MAX_KEY_SHOWN] + "..."
         return Where(self.file, f"{self.path}.{name}" if self.path else name)
 
     def item(self, index: int) -> Where:
@@ -47,41 +51,56 @@ class Str(Spec):
     def check(self, value: Any, where: Where) -> None:
         if not isinstance(value, str):
             hint = " (YAML read it as a boolean; quote it)" if isinstance(value, bool) else ""
-            where.fail(f"expected a string, got {type_name(value)} {value!r}{hint}")
+            where.fail(f"expected a string, got {type_name(value)} {excerpt(value)}{hint}")
 
 
 class Ident(Spec):
     def check(self, value: Any, where: Where) -> None:
         Str().check(value, where)
         if not _IDENT.match(value):
-            where.fail(f"{value!r} is not a valid name (letters, digits, '_', '-', '.')")
+            where.fail(f"{excerpt(value)} is not a valid name (letters, digits, '_', '-', '.')")
 
 
 class Int(Spec):
-    def __init__(self, minimum: int | None = 0, choices: tuple[int, ...] = ()):
-        self.minimum, self.choices = minimum, choices
+    """An integer, at least `minimum`, at most `maximum` (when given), one of `choices` (when given)."""
+
+    def __init__(self, minimum: int | None = 0, choices: tuple[int, ...] = (), maximum: int | None = None):
+        self.minimum, self.choices, self.maximum = minimum, choices, maximum
 
     def check(self, value: Any, where: Where) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
-            where.fail(f"expected an integer, got {type_name(value)} {value!r}")
+            where.fail(f"expected an integer, got {type_name(value)} {excerpt(value)}")
         if self.choices and value not in self.choices:
-            where.fail(f"{value} is not one of {list(self.choices)}")
+            where.fail(f"{excerpt(value)} is not one of {list(self.choices)}")
         if self.minimum is not None and value < self.minimum:
-            where.fail(f"{value} is below the minimum {self.minimum}")
+            where.fail(f"{excerpt(value)} is below the minimum {self.minimum}")
+        if self.maximum is not None and value > self.maximum:
+            where.fail(f"{excerpt(value)} is above the maximum {self.maximum}")
 
 
 class Num(Spec):
+    """A finite number (never NaN or infinity), not negative; above zero when `positive`; at most `maximum`."""
+
+    def __init__(self, maximum: float | None = None, positive: bool = False):
+        self.maximum, self.positive = maximum, positive
+
     def check(self, value: Any, where: Where) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            where.fail(f"expected a number, got {type_name(value)} {value!r}")
+            where.fail(f"expected a number, got {type_name(value)} {excerpt(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            where.fail(f"{value} is not a finite number (NaN and infinity are refused; null means unknown)")
         if value < 0:
-            where.fail(f"{value} is negative")
+            where.fail(f"{excerpt(value)} is negative")
+        if self.positive and value == 0:
+            where.fail("0 is not allowed (must be above zero; null means unknown)")
+        if self.maximum is not None and value > self.maximum:
+            where.fail(f"{excerpt(value)} is above the maximum {self.maximum:g}")
 
 
 class Bool(Spec):
     def check(self, value: Any, where: Where) -> None:
         if not isinstance(value, bool):
-            where.fail(f"expected true or false, got {type_name(value)} {value!r}")
+            where.fail(f"expected true or false, got {type_name(value)} {excerpt(value)}")
 
 
 class Word(Spec):
@@ -93,7 +112,7 @@ class Word(Spec):
     def check(self, value: Any, where: Where) -> None:
         Str().check(value, where)
         if value not in self.words:
-            where.fail(f"unknown {self.what} {value!r} (known: {', '.join(self.words)}){closest(value, self.words)}")
+            where.fail(f"unknown {self.what} {excerpt(value)} (known: {', '.join(self.words)}){closest(value, self.words)}")
 
 
 class Version(Spec):
@@ -106,7 +125,7 @@ class Version(Spec):
             return
         if isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value):
             return
-        where.fail(f"expected a version like \"13.4\" or [13, 4], got {value!r}")
+        where.fail(f"expected a version like \"13.4\" or [13, 4], got {excerpt(value)}")
 
 
 class Pair(Spec):
@@ -114,7 +133,7 @@ class Pair(Spec):
 
     def check(self, value: Any, where: Where) -> None:
         if not (isinstance(value, list) and len(value) == 2 and all(type(v) is int and v >= 0 for v in value)):
-            where.fail(f"expected [major, minor], got {value!r}")
+            where.fail(f"expected [major, minor], got {excerpt(value)}")
 
 
 class Triple(Spec):
@@ -122,7 +141,7 @@ class Triple(Spec):
 
     def check(self, value: Any, where: Where) -> None:
         if not (isinstance(value, list) and len(value) == 3 and all(type(v) is int and v > 0 for v in value)):
-            where.fail(f"expected a shape [m, n, k] of positive integers, got {value!r}")
+            where.fail(f"expected a shape [m, n, k] of positive integers, got {excerpt(value)}")
 
 
 class Free(Spec):
@@ -147,7 +166,7 @@ class ListOf(Spec):
 
     def check(self, value: Any, where: Where) -> None:
         if not isinstance(value, list):
-            where.fail(f"expected a list, got {type_name(value)} {value!r}")
+            where.fail(f"expected a list, got {type_name(value)} {excerpt(value)}")
         if self.nonempty and not value:
             where.fail("must not be empty")
         for i, item in enumerate(value):
@@ -157,7 +176,7 @@ class ListOf(Spec):
             for i, item in enumerate(value):
                 key = repr(item)
                 if key in seen:
-                    where.item(i).fail(f"duplicate entry {item!r}")
+                    where.item(i).fail(f"duplicate entry {excerpt(item)}")
                 seen.add(key)
 
 
@@ -189,7 +208,7 @@ class Either(Spec):
         if isinstance(value, list) and any(isinstance(o, ListOf) for o in self.options):
             # A list was meant: report the inner error, which names the exact item.
             where.fail(errors[-1].split(": ", 2)[-1])
-        where.fail(f"expected {self.expected}, got {type_name(value)} {value!r}")
+        where.fail(f"expected {self.expected}, got {type_name(value)} {excerpt(value)}")
 
 
 class Struct(Spec):
@@ -200,17 +219,17 @@ class Struct(Spec):
 
     def check(self, value: Any, where: Where) -> None:
         if not isinstance(value, dict):
-            where.fail(f"expected a mapping, got {type_name(value)} {value!r}")
+            where.fail(f"expected a mapping, got {type_name(value)} {excerpt(value)}")
         for key in value:
             if not isinstance(key, str):
-                where.fail(f"keys must be strings, got {type_name(key)} {key!r}")
+                where.fail(f"keys must be strings, got {type_name(key)} {excerpt(key)}")
             if key not in self.fields:
                 where.key(key).fail(
-                    f"unknown {self.what} {key!r} (known: {', '.join(self.fields)}){closest(key, self.fields)}"
+                    f"unknown {self.what} {excerpt(key)} (known: {', '.join(self.fields)}){closest(key, self.fields)}"
                 )
         for key in self.required:
             if key not in value:
-                where.fail(f"missing required key {key!r}")
+                where.fail(f"missing required key {excerpt(key)}")
         for key, item in value.items():
             self.fields[key].check(item, where.key(key))
 
@@ -223,7 +242,7 @@ class MapOf(Spec):
 
     def check(self, value: Any, where: Where) -> None:
         if not isinstance(value, dict):
-            where.fail(f"expected a mapping, got {type_name(value)} {value!r}")
+            where.fail(f"expected a mapping, got {type_name(value)} {excerpt(value)}")
         for key, item in value.items():
             self.keys.check(key, where.key(str(key)))
             self.values.check(item, where.key(str(key)))

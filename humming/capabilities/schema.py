@@ -3,6 +3,7 @@
 Profile grammar (every section optional except `name`; sections merge along `extends`):
 
     name: nvidia-b300                 extends: nvidia-blackwell-datacenter
+    replaces: nvidia-b300             # only in a HUMMING_PROFILE_PATH file meant to replace a visible profile
     abstract: false                   verified: true        display_name: "NVIDIA B300"
     vendor: nvidia                    backend: nvidia
     match: {names: ["B300"], compute_capability: [10, 3]}   # cc defaults to the target's
@@ -83,18 +84,28 @@ TARGET = Struct({
     "arch": Nullable(Ident()), "family": Nullable(Ident()), "min_nvrtc": Version(),
     "compiler": Word(V.COMPILERS, "compiler"), "fallback_compiler": Nullable(Word(V.COMPILERS, "compiler")),
 })
-MEMORY = Struct({**{k: Bool() for k in V.MEMORY_FEATURES}, "tmem_kb": Nullable(Int(1))})
+# Upper bounds for any backend: far above every device known, so that only a typo or a hostile file hits them
+# (sms 1e9, smem 1e9 KB). Numbers must be finite (NaN and infinity are refused) and above zero; null means unknown.
+# Tighter, per-target ceilings for NVIDIA targets are in humming.capabilities.ceilings.
+MAX_LIMITS: dict[str, int] = {
+    "sms": 4096, "smem_per_block_kb": 4096, "max_threads_per_block": 4096, "registers_per_thread": 1024,
+    "l2_mb": 4096, "memory_gb": 65536, "memory_tb_s": 1000, "peak_tflops": 1_000_000, "tmem_kb": 4096,
+}
+WARP_SIZES = (8, 16, 32, 64, 128)
+MEMORY = Struct({**{k: Bool() for k in V.MEMORY_FEATURES},
+                 "tmem_kb": Nullable(Int(1, maximum=MAX_LIMITS["tmem_kb"]))})
 LIMITS = Struct({
-    **{k: Nullable(Int(1)) for k in ("sms", "smem_per_block_kb", "max_threads_per_block",
-                                      "registers_per_thread", "warp_size")},
-    **{k: Nullable(Num()) for k in ("l2_mb", "memory_gb", "memory_tb_s")},
-    "peak_tflops": MapOf(Num(), keys=Str()),
+    **{k: Nullable(Int(1, maximum=MAX_LIMITS[k])) for k in ("sms", "smem_per_block_kb", "max_threads_per_block",
+                                                            "registers_per_thread")},
+    "warp_size": Nullable(Int(1, choices=WARP_SIZES)),
+    **{k: Nullable(Num(MAX_LIMITS[k], positive=True)) for k in ("l2_mb", "memory_gb", "memory_tb_s")},
+    "peak_tflops": MapOf(Num(MAX_LIMITS["peak_tflops"], positive=True), keys=Str()),
 })
 FORMATS = Struct({"hidden": ListOf(Word(V.HIDDEN_FORMATS, "hidden format"), unique=True)})
 
 PROFILE = Struct(
     {
-        "name": Ident(), "extends": Nullable(Ident()), "abstract": Bool(), "verified": Bool(),
+        "name": Ident(), "replaces": Ident(), "extends": Nullable(Ident()), "abstract": Bool(), "verified": Bool(),
         "vendor": Ident(), "backend": Word(V.BACKENDS, "backend"), "display_name": Str(),
         "match": MATCH, "target": TARGET,
         "mma_sync": MMA_SYNC, "wgmma": WGMMA, "tcgen05": TCGEN05, "vendor_extensions": MapOf(EXTENSION),

@@ -7,43 +7,48 @@ from typing import Any
 
 import yaml
 
+from humming.capabilities.excerpt import clip
+from humming.capabilities.loader import load_bounded
 from humming.errors import ProfileError
 
 RULES_FILE = "_targets.yaml"  # files starting with "_" are not profiles
 
 
-class _StrictSafeLoader(yaml.SafeLoader):
-    """yaml.SafeLoader (no Python objects, ever) that also rejects a key given twice in one mapping."""
+MAX_FILE_BYTES = 1 << 20  # 1 MiB; the largest built-in profile file is under 10 KB
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *anchor' may be overridden by own keys
-                continue
-            key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            if not isinstance(key, (str, int, float, bool)) or key is None:
-                continue  # the base class reports unhashable keys
-            if key in seen:
-                raise ProfileError(f"key {key!r} given twice (lines {seen[key]} and {line})")
-            seen[key] = line
-        return super().construct_mapping(node, deep=deep)
+
+def _read_text(path: Path, display: str) -> str:
+    """The file as UTF-8 text; ProfileError if it cannot be read, is larger than MAX_FILE_BYTES or is not UTF-8."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ProfileError(f"{display}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ProfileError(f"{display}: larger than {MAX_FILE_BYTES} bytes; a profile is a small text file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ProfileError(f"{display}: line {line}: not UTF-8 text (byte {data[exc.start]:#04x} at offset "
+                           f"{exc.start}); save the file as UTF-8") from None
 
 
 def read_yaml(path: Path, display: str) -> Any:
+    """The YAML document in `path`, read safely (see humming.capabilities.loader for the bounds); every failure
+    is a ProfileError naming `display`."""
+    text = _read_text(path, display)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProfileError(f"{display}: cannot read: {exc.strerror or exc}") from None
-    try:
-        return yaml.load(text, Loader=_StrictSafeLoader)  # noqa: S506 - a SafeLoader subclass
+        return load_bounded(text)
     except ProfileError as exc:
         raise ProfileError(f"{display}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "YAML"
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ProfileError(f"{display}: {where}: invalid YAML: {problem}") from None
+        raise ProfileError(f"{display}: {where}: invalid YAML: {clip(problem, 200)}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # e.g. an integer of more than 4300 digits
+        raise ProfileError(f"{display}: YAML value cannot be read: {clip(str(exc), 200)}") from None
 
 
 def builtin_profile_dir() -> Path:
