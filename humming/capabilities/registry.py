@@ -1,8 +1,9 @@
 """The profile registry: built-in profiles plus every directory in HUMMING_PROFILE_PATH.
 
-HUMMING_PROFILE_PATH is an os.pathsep-separated list of directories; a profile in a later directory
-replaces one of the same name from an earlier directory (or a built-in). Inside one directory a
-name may appear only once.
+HUMMING_PROFILE_PATH is an os.pathsep-separated list of directories. A profile in a later directory
+replaces one of the same name from an earlier directory (or a built-in) only when its file says so with
+`replaces: NAME` (its own name); otherwise the name clash is a ProfileError, so that a copied or
+misnamed file never silently takes a built-in's place. Inside one directory a name may appear only once.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from humming.capabilities.checks import Where, closest
 from humming.capabilities.document import ProfileDoc, parse_document
 from humming.capabilities.inherit import merge
 from humming.capabilities.model import Capabilities
+from humming.capabilities.replacing import check_replaces, check_siblings
 from humming.capabilities.rules import Rules, load_rules
 from humming.capabilities.yamlio import builtin_profile_dir, display_name, profile_files
 from humming.errors import ProfileError
@@ -43,13 +45,22 @@ class Registry:
         self.dirs: list[Path] = [self.builtin] + list(env_profile_dirs() if extra_dirs is None else extra_dirs)
         self.rules: Rules = load_rules(self.dirs, self.builtin)
         self.docs: dict[str, ProfileDoc] = {}
+        self.by_name: dict[str, list[ProfileDoc]] = {}  # every file of each name, in directory order
+        self._read: set[Path] = set()  # a file below two path directories (a dir and its subdir) is read once
         for directory in self.dirs:
-            self.docs.update(self._read_directory(directory))
+            found = self._read_directory(directory)
+            for name, doc in found.items():
+                check_replaces(doc, self.by_name.get(name, []))
+                self.by_name.setdefault(name, []).append(doc)
+            self.docs.update(found)
         self._built: dict[str, Capabilities] = {}
 
     def _read_directory(self, directory: Path) -> dict[str, ProfileDoc]:
         docs: dict[str, ProfileDoc] = {}
         for path in profile_files(directory):
+            if path.resolve() in self._read:
+                continue
+            self._read.add(path.resolve())
             doc = parse_document(path, display_name(path, self.builtin))
             if doc.name in docs:
                 doc.where.key("name").fail(f"duplicate profile name {doc.name!r} (also in {docs[doc.name].display})")
@@ -77,6 +88,7 @@ class Registry:
         path = Path(path)
         doc = parse_document(path, display_name(path, self.builtin))
         local: dict[str, ProfileDoc] = {}
+        siblings: list[ProfileDoc] = []
         for sibling in profile_files(path.parent):
             if sibling.resolve() == path.resolve():
                 continue
@@ -84,7 +96,12 @@ class Registry:
                 other = parse_document(sibling, display_name(sibling, self.builtin))
             except ProfileError:
                 continue
+            siblings.append(other)
             local.setdefault(other.name, other)
+        check_siblings(doc, siblings)
+        visible = [d for d in self.by_name.get(doc.name, []) if d.path.resolve() != path.resolve()]
+        if not path.resolve().is_relative_to(self.builtin.resolve()):  # a built-in is the one replaced
+            check_replaces(doc, visible)
         docs = {**self.docs, **local, doc.name: doc}
         return self._resolve(doc, docs)
 

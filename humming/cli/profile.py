@@ -9,7 +9,8 @@ HELP = "check profile files (validate FILE...) or print a resolved profile (show
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    validate = sub.add_parser("validate", help="check YAML profile files; exit 1 if any is invalid")
+    validate = sub.add_parser("validate", help="check YAML profile files; exit 1 if any is invalid or two of them "
+                                                  "(or a file and a visible profile) share a name")
     validate.add_argument("files", nargs="+", metavar="FILE")
     show = sub.add_parser("show", help="print a profile after inheritance, as YAML")
     show.add_argument("name")
@@ -17,16 +18,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _validate(files: list[str]) -> int:
+    from pathlib import Path
+
     from humming.capabilities import load_profile_file
     from humming.errors import ProfileError
 
     failed = 0
+    given: dict[str, str] = {}  # profile name -> the file given earlier that defines it
     for path in files:
         try:
             caps = load_profile_file(path)
         except ProfileError as exc:
             failed += 1
             print(f"FAIL  {exc}")
+            continue
+        earlier = given.setdefault(caps.name, path)
+        if earlier != path and Path(earlier).resolve() != Path(path).resolve():
+            failed += 1
+            print(f"FAIL  {path}: name: profile {caps.name!r} is also defined by {earlier} (given before); "
+                  "a directory defines a name once, and a later path directory's file replaces it only with "
+                  f"'replaces: {caps.name}'")
             continue
         kind = "family" if caps.abstract else ("unverified" if not caps.verified else "device")
         print(f"ok    {path}: {caps.name} ({kind}, target {caps.target.arch or 'unknown'}, "

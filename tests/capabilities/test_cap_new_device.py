@@ -134,9 +134,9 @@ def test_later_directory_overrides_by_name(tmp_path, monkeypatch):
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir()
     second.mkdir()
-    (first / "h200.yaml").write_text("name: nvidia-h200\nextends: nvidia-hopper\nmatch: {names: [H200]}\n"
+    (first / "h200.yaml").write_text("name: nvidia-h200\nreplaces: nvidia-h200\nextends: nvidia-hopper\nmatch: {names: [H200]}\n"
                                      "limits: {sms: 1}\n")
-    (second / "h200.yaml").write_text("name: nvidia-h200\nextends: nvidia-hopper\nmatch: {names: [H200]}\n"
+    (second / "h200.yaml").write_text("name: nvidia-h200\nreplaces: nvidia-h200\nextends: nvidia-hopper\nmatch: {names: [H200]}\n"
                                       "limits: {sms: 2}\n")
     monkeypatch.setenv("HUMMING_PROFILE_PATH", os.pathsep.join([str(first), str(second)]))
     reload_profiles()

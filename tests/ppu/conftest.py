@@ -48,10 +48,13 @@ def profile_dir(tmp_path, monkeypatch):
 
 
 def write_810e_variant(directory: Path, edit) -> Path:
-    """A copy of the shipped 810E profile (same name, so it replaces the built-in one), changed by ``edit(doc)``."""
+    """A copy of the shipped 810E profile (same name and `replaces:` it, so it replaces the built-in one), changed
+    by ``edit(doc)``."""
     from humming.capabilities import reload_profiles
 
     doc = yaml.safe_load(PPU_810E_YAML.read_text())
+    name = doc.pop("name")
+    doc = {"name": name, "replaces": name, **doc}
     edit(doc)
     path = directory / "zhenwu-810e.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
