@@ -13,6 +13,9 @@ from humming.errors import ProfileError
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 MAX_KEY_SHOWN = 60  # a key longer than this is cut in the key paths of messages
+MAX_IDENT = 100  # characters in a name (profile, target, extension, key of vendor data)
+MAX_MMA_DIM = 1024  # an MMA shape's m, n, k; the largest known is 256
+MAX_CC = 1000  # a compute capability's major or minor number
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ class Str(Spec):
 class Ident(Spec):
     def check(self, value: Any, where: Where) -> None:
         Str().check(value, where)
+        if len(value) > MAX_IDENT:
+            where.fail(f"{excerpt(value, 60)} is longer than {MAX_IDENT} characters; names are short")
         if not _IDENT.match(value):
             where.fail(f"{excerpt(value)} is not a valid name (letters, digits, '_', '-', '.')")
 
@@ -121,9 +126,9 @@ class Version(Spec):
     def check(self, value: Any, where: Where) -> None:
         if isinstance(value, float):
             where.fail(f"write versions as a string, e.g. \"{value}\" (a YAML number loses '13.10' vs '13.1')")
-        if isinstance(value, str) and re.fullmatch(r"\d+\.\d+", value):
+        if isinstance(value, str) and re.fullmatch(r"\d{1,4}\.\d{1,4}", value):
             return
-        if isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value):
+        if isinstance(value, list) and len(value) == 2 and all(type(v) is int and 0 <= v < 10_000 for v in value):
             return
         where.fail(f"expected a version like \"13.4\" or [13, 4], got {excerpt(value)}")
 
@@ -132,7 +137,7 @@ class Pair(Spec):
     """A compute capability [major, minor]."""
 
     def check(self, value: Any, where: Where) -> None:
-        if not (isinstance(value, list) and len(value) == 2 and all(type(v) is int and v >= 0 for v in value)):
+        if not (isinstance(value, list) and len(value) == 2 and all(type(v) is int and 0 <= v <= MAX_CC for v in value)):
             where.fail(f"expected [major, minor], got {excerpt(value)}")
 
 
@@ -140,8 +145,8 @@ class Triple(Spec):
     """An MMA shape [m, n, k]."""
 
     def check(self, value: Any, where: Where) -> None:
-        if not (isinstance(value, list) and len(value) == 3 and all(type(v) is int and v > 0 for v in value)):
-            where.fail(f"expected a shape [m, n, k] of positive integers, got {excerpt(value)}")
+        if not (isinstance(value, list) and len(value) == 3 and all(type(v) is int and 0 < v <= MAX_MMA_DIM for v in value)):
+            where.fail(f"expected a shape [m, n, k] of integers from 1 to {MAX_MMA_DIM}, got {excerpt(value)}")
 
 
 class Free(Spec):
@@ -198,16 +203,18 @@ class Either(Spec):
         self.options, self.expected = options, expected
 
     def check(self, value: Any, where: Where) -> None:
-        errors = []
+        errors: dict[type, str] = {}
         for option in self.options:
             try:
                 option.check(value, where)
                 return
             except ProfileError as exc:
-                errors.append(str(exc))
-        if isinstance(value, list) and any(isinstance(o, ListOf) for o in self.options):
-            # A list was meant: report the inner error, which names the exact item.
-            where.fail(errors[-1].split(": ", 2)[-1])
+                errors[type(option)] = str(exc)
+        # The option of the value's own kind (a list for ListOf, a mapping for Struct) was meant: report its
+        # inner error, which names the exact item or key.
+        meant = ListOf if isinstance(value, list) else Struct if isinstance(value, dict) else None
+        if meant in errors:
+            raise ProfileError(errors[meant])
         where.fail(f"expected {self.expected}, got {type_name(value)} {excerpt(value)}")
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from humming.capabilities import vocabulary as V
 from humming.capabilities.checks import (
+    MAX_MMA_DIM,
     Bool,
     Either,
     Free,
@@ -46,7 +47,8 @@ from humming.capabilities.checks import (
 
 ELEMENT = Word(V.ELEMENT_TYPES, "type")
 ACC = Word(V.ACCUMULATOR_TYPES, "accumulator type")
-N_RANGE = Struct({"min": Int(1), "max": Int(1), "step": Int(1)}, required=("min", "max", "step"))
+N_VALUE = Int(1, maximum=MAX_MMA_DIM)
+N_RANGE = Struct({"min": N_VALUE, "max": N_VALUE, "step": N_VALUE}, required=("min", "max", "step"))
 SCALE = Struct(
     {"format": Word(V.SCALE_FORMATS, "scale format"), "vec": ListOf(Int(1, (1, 2, 4)), nonempty=True),
      "min_nvrtc": Version()},
@@ -59,7 +61,7 @@ _ENTRY_FIELDS = {
     "a_types": ListOf(ELEMENT, nonempty=True, unique=True),
     "b_types": ListOf(ELEMENT, nonempty=True, unique=True),
     "acc": ListOf(ACC, nonempty=True, unique=True),
-    "n_values": Either(ListOf(Int(1), nonempty=True), N_RANGE, expected="a list of N or {min, max, step}"),
+    "n_values": Either(ListOf(N_VALUE, nonempty=True), N_RANGE, expected="a list of N or {min, max, step}"),
     "scales": ListOf(SCALE, nonempty=True),
     "min_nvrtc": Version(),
 }
