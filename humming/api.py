@@ -19,7 +19,9 @@ from humming.core.common.layout import act_name
 from humming.core.path_table import path_table  # noqa: F401  (humming.device.info's table)
 from humming.core.plan import Plan
 from humming.core.problem import Problem, scheme_of
+from humming.core.quant import arguments
 from humming.core.quant.experts import dense_only
+from humming.core.quant.group_checks import group_size_override
 from humming.core.registry import select
 from humming.core.runtime import compiled
 from humming.core.runtime.launch import tma_boxes  # noqa: F401  (tools read the plans' tensor maps)
@@ -34,9 +36,12 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
          options=None) -> Plan:
     """The plan humming.gemm runs for C[M, N] = A[M, K] @ W[N, K]^T of a scheme on a profile (default: the current
     device): the kernel family the registry chooses, its tiles and the reason for each choice. ``act``: the 16-bit
-    type of the activations and the output; ``options``: numerics (humming.GemmOptions)."""
-    caps = resolve_profile(profile)
+    type of the activations and the output; ``options``: numerics (humming.GemmOptions). M, N and K are ints in
+    [1, 2**31 - 1] and ``group_size`` a positive int or None (ShapeError / SchemeError naming the fix otherwise)."""
+    m, n, k = arguments.dimensions(m, n, k)
     sch = scheme_of(scheme)
+    group_size = group_size_override(group_size, sch, k)
+    caps = resolve_profile(profile)
     if group_size is not None:
         sch = sch.with_(group_size=group_size)
     return select(Problem(sch, m, n, k, act, resolve_options(options)), caps).plan
@@ -125,7 +130,10 @@ def _run(x: torch.Tensor, handle: int, bias, gscale, out) -> torch.Tensor:
     n = lay.n
     flat = x.dim() == 2  # the common case needs no reshape/view (each costs host time on every call)
     x2 = x if flat else x.reshape(-1, lay.k)
-    if x2.shape[0] == 0:  # no tokens (an empty batch in a server): nothing to launch
+    m = x2.shape[0]
+    if m > arguments.MAX_DIM:  # (the kernels take M as a C int)
+        arguments.rows(m)
+    if m == 0:  # no tokens (an empty batch in a server): nothing to launch
         return x.new_empty((*x.shape[:-1], n)) if out is None else out
     if torch.compiler.is_compiling():
         if lay.scheme.act:
@@ -149,14 +157,23 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None,
     """y = x @ dequantize(qw)^T (+ bias). CUDA tensors run the generated kernel for the current device (or the
     profile forced by HUMMING_DEVICE_PROFILE / ``profile``); CPU tensors run the reference. ``out``: a tensor of
     shape [*x.shape[:-1], N] with x's dtype and device, contiguous, 16-byte aligned and separate from x, that
-    receives the result and is returned (ShapeError otherwise). ``options``: numerics (humming.GemmOptions)."""
-    cache = qw.__dict__.get("_humming_prepared")
+    receives the result and is returned (ShapeError otherwise). ``options``: numerics (humming.GemmOptions).
+    ``x`` must be a torch.Tensor [..., K] and ``qw`` a QuantizedWeight (ShapeError naming the fix otherwise; checked
+    in full on the first call for a (weight, dtype, device), by isinstance and shape on later ones)."""
+    if not isinstance(x, torch.Tensor):
+        arguments.activation(x, "humming.gemm")
+    try:
+        cache = qw.__dict__.get("_humming_prepared")
+    except AttributeError:  # (not a QuantizedWeight: the checks below name it)
+        cache = None
     handle = cache.get((x.dtype, x.device, profile, options)) if cache else None
     if handle is None:
+        arguments.quantized_weight(qw, "humming.gemm")
+        arguments.activation(x, "humming.gemm")
         dense_only(qw, "humming.gemm")
         n, k = qw.shape
         if x.shape[-1] != k:
-            raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={k}")
+            raise arguments.features_error(x, k)
         if out is not None:
             check_out(out, x, n)
         if not x.is_cuda:
@@ -168,8 +185,8 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None,
         cache = qw.__dict__["_humming_prepared"]
         cache[(x.dtype, x.device, profile, options)] = handle  # (x.device as given: the hot path's key)
         return _run(x, handle, bias, None, out)
-    if x.shape[-1] != qw.shape[1]:
-        raise ShapeError(f"x has {x.shape[-1]} input features but the weight expects K={qw.shape[1]}")
+    if x.shape[-1:] != qw.shape[1:]:  # (a 0-d x included)
+        raise arguments.features_error(x, qw.shape[1])
     return _run(x, handle, bias, None, None) if out is None else gemm_prepared(x, handle, bias, out=out)
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from humming.core.quant import arguments
+from humming.core.quant.experts import dense_only
 from humming.errors import ShapeError
 
 
@@ -10,10 +12,15 @@ class QuantLinear(torch.nn.Module):
     """A linear layer whose weight is a humming QuantizedWeight: y = x @ W^T + b.
 
     CUDA inputs run the generated kernel for the current device (traceable by torch.compile through the
-    ``humming::wna16_gemm`` custom op); CPU inputs run the reference."""
+    ``humming::wna16_gemm`` custom op); CPU inputs run the reference. The weight must be a dense QuantizedWeight
+    and the input a torch.Tensor [..., in_features] (ShapeError naming the fix otherwise)."""
 
     def __init__(self, qweight, bias: torch.Tensor | None = None):
         super().__init__()
+        arguments.quantized_weight(qweight, "QuantLinear")
+        dense_only(qweight, "QuantLinear")
+        if bias is not None and not isinstance(bias, torch.Tensor):
+            raise ShapeError(f"QuantLinear: bias must be a torch.Tensor or None, got {type(bias).__name__}")
         self.qweight = qweight
         self.out_features, self.in_features = qweight.shape
         if bias is not None and bias.shape != (self.out_features,):
@@ -25,6 +32,9 @@ class QuantLinear(torch.nn.Module):
         """Quantize an nn.Linear with a scheme (a Scheme or a preset name such as 'w4a16')."""
         from humming.core.quant.quantize import quantize
 
+        if not isinstance(linear, torch.nn.Linear):
+            raise ShapeError(f"QuantLinear.from_linear takes a torch.nn.Linear, got {type(linear).__name__}; for a "
+                             "weight tensor use QuantLinear(humming.quantize(w, scheme), bias)")
         qw = quantize(linear.weight.detach(), scheme, **quantize_kwargs)
         return cls(qw, linear.bias)
 
@@ -52,6 +62,8 @@ class QuantLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from humming.api import gemm, gemm_prepared
 
+        if not isinstance(x, torch.Tensor):
+            arguments.activation(x, "QuantLinear")
         bias = None if self.bias is None else self.bias.to(x.dtype)
         if getattr(self.qweight.scheme, "act", None):  # quantized activations: eager paths only for now
             if torch.compiler.is_compiling():

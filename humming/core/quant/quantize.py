@@ -61,9 +61,10 @@ import torch
 
 from humming.core.quant import formats
 from humming.core.quant.experts import ExpertStack, dense_only, per_expert
+from humming.core.quant.group_checks import group_size_override, indivisible_error, warn_lost_groups
 from humming.core.quant.packing import pack_bits, unpack_bits
 from humming.core.quant.scales import decode_scales, encode_scales, scale_storage_dtype
-from humming.core.quant.schemes import Scheme, valid_group_sizes
+from humming.core.quant.schemes import Scheme
 from humming.core.quant.schemes import get as get_scheme
 from humming.core.quant.weight_checks import scale_shape, validate_weight
 from humming.errors import SchemeError, ShapeError
@@ -378,7 +379,10 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
     stacked (``num_experts == E``; :mod:`humming.core.quant.experts`); ``act_order`` may then be a permutation
     ``[K]`` shared by the experts or ``[E, K]``, and ``bias`` ``[E, N]`` (or ``[N]``, shared).
 
-    group_size: override the scheme's group size (None keeps it).
+    group_size: override the scheme's group size: a positive int (None keeps the scheme's; zero, negative or
+        non-int values are a SchemeError naming sizes that divide K and the per-channel scheme).
+    A group of nonzero weights that dequantizes to all zeros (weights below the scales' smallest step) is reported
+    by one LostGroupsWarning per call, with the count.
     act_order: True orders columns by descending norm before grouping (pass a permutation tensor ``[K]`` for a
         real GPTQ order, e.g. ``argsort(H.diag(), descending=True)``); False disables it; None follows the
         scheme. The result then carries ``g_idx`` with ``g_idx[perm[j]] = j // group_size``.
@@ -392,6 +396,8 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
         return QuantizedWeight.stack([quantize(w, scheme, group_size=group_size, act_order=o, bias=b)
                                       for w, o, b in zip(weight.unbind(0), orders, biases)])
     sch = _as_scheme(scheme)
+    group_size = group_size_override(group_size, sch, weight.shape[-1] if isinstance(weight, torch.Tensor)
+                                     and weight.dim() else None)
     if group_size is not None and group_size != sch.weight_scale.group_size:
         sch = sch.with_(group_size=group_size)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
@@ -404,11 +410,7 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
         raise ShapeError(f"weight must not be empty, got shape {tuple(weight.shape)}")
     ws = sch.weight_scale
     if ws.granularity == "group" and k % ws.group_size:
-        options = valid_group_sizes(k)
-        fix = f"use group_size {', '.join(map(str, options))}" if options else \
-            "no allowed group size divides it: pad K to a multiple of 16"
-        raise ShapeError(f"group_size {ws.group_size} does not divide K={k}; {fix}, or per-channel scales "
-                         f"(group_size=None)")
+        raise indivisible_error(sch, k)
     w = weight.detach().to(torch.float32)
     if not bool(torch.isfinite(w).all()):
         raise ShapeError("weight contains NaN or infinity; quantization needs finite values")
@@ -446,6 +448,7 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
             q = torch.round(wg / s[..., None] + z[..., None]).clamp(0, qmax_code)
             zeros = z.to(torch.float32)
         codes = q.to(torch.uint8)
+        deq = (q - z[..., None]) * s[..., None]
     else:
         amax = wg.abs().amax(-1)
         elem_max = _symmetric_max(fmt)
@@ -465,6 +468,8 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
             stored, s = encode_scales(s_raw, ws.format)
         denom = s if gs_t is None else s * gs_t
         codes = fmt.encode(wg / denom[..., None], saturate=True)
+        deq = fmt.decode(codes) * denom[..., None]
+    warn_lost_groups(wg, deq, sch)  # (a warning where whole groups of nonzero weights became zeros)
 
     codes = ungroup(codes)
     if ws.granularity == "channel":
