@@ -72,7 +72,8 @@ def _unverified_off(family: Family) -> bool:
 
 
 class _Asker:
-    """The ``ask`` a family's refusal gets: would another family (not excluded) take this problem?"""
+    """The ``ask`` a family's refusal gets: would another family (not excluded) take this problem, and plan it within
+    the profile's limits?"""
 
     def __init__(self, problem: Problem, caps, allowed):
         self.problem, self.caps, self.allowed = problem, caps, allowed
@@ -81,7 +82,14 @@ class _Asker:
         family = BY_NAME[name]
         if not self.allowed(family) or _unverified_off(family):
             return False
-        return family.refusal(self.problem, self.caps, self) is None
+        if family.refusal(self.problem, self.caps, self) is not None:
+            return False
+        if family.is_route:
+            return True
+        try:
+            return not limit_refusal(family.plan(self.problem, self.caps), self.caps)
+        except UnsupportedOnDevice:
+            return False
 
 
 class Registry:
@@ -92,13 +100,17 @@ class Registry:
 
     def select(self, problem: Problem, caps, *, row_scale: bool = False) -> Selection:
         """The first family that takes the problem, and its plan; ``row_scale``: only families whose kernels take
-        per-token output scales. Raises the family's planning error, or UnsupportedOnDevice when none takes it."""
+        per-token output scales. A family whose plan breaks a declared limit (``limit_refusal``) or which cannot plan
+        the problem on this device (UnsupportedOnDevice from its planner) hands it on, and the plan chosen says so.
+        Raises the first such planning error when no family plans it, ShapeError from a planner at once, or
+        UnsupportedOnDevice when none takes it."""
         def allowed(f: Family) -> bool:
             return not row_scale or f.is_route or f.row_scale
 
         ask = _Asker(problem, caps, allowed)
         refusals: list[tuple[str, str]] = []
         notes: list[str] = []
+        failed: list[UnsupportedOnDevice] = []  # planning errors of families that took the problem
         for family in self.families:
             if not allowed(family):
                 continue
@@ -110,7 +122,18 @@ class Registry:
             if why is not None:
                 refusals.append((family.name, why))
                 continue
-            p = family.plan(problem, caps, self) if family.is_route else family.plan(problem, caps)
+            try:
+                p = family.plan(problem, caps, self) if family.is_route else family.plan(problem, caps)
+            except UnsupportedOnDevice as exc:  # (e.g. no tile fits the shared memory): a later family may plan it
+                failed.append(exc)
+                refusals.append((family.name, str(exc).splitlines()[0]))
+                notes.append(f"not {family.name}: {str(exc).splitlines()[0]}")
+                continue
+            over = limit_refusal(p, caps)
+            if over:  # the plan breaks a limit the profile declares: a later family may fit
+                refusals.append((family.name, over))
+                notes.append(f"not {family.name}: {over}")
+                continue
             for later in self.families[self.families.index(family) + 1:]:
                 if later.announce and allowed(later) and _unverified_off(later) and \
                         later.refusal(problem, caps, ask) is None:
@@ -118,12 +141,32 @@ class Registry:
             if notes:
                 p = replace(p, reasons=p.reasons + tuple(notes))
             return Selection(family, p, family_of(p), tuple(refusals))
+        if failed:
+            raise failed[0]
         if problem.quantized_activations and not problem.is_moe:
             from humming.core.families.runnable import no_kernel
 
             raise no_kernel(problem, caps)
         raise UnsupportedOnDevice(f"{problem.scheme.name} on {caps.name}: no kernel family takes M={problem.m} "
                                   f"N={problem.n} K={problem.k}: " + "; ".join(f"{n}: {w}" for n, w in refusals))
+
+
+WARP_SIZE = 32  # every generated kernel's warp (lane arithmetic, shuffles, mma fragments)
+
+
+def limit_refusal(plan, caps) -> str:
+    """Why a plan breaks a limit the profile declares ("" when it fits): threads per block, warp size, shared memory
+    per block."""
+    lim = caps.limits
+    if lim.warp_size is not None and lim.warp_size != WARP_SIZE:
+        return f"the kernels are written for {WARP_SIZE}-thread warps; {caps.name} declares warp_size {lim.warp_size}"
+    if lim.max_threads_per_block is not None and plan.threads > lim.max_threads_per_block:
+        return (f"its plan runs {plan.threads} threads per block; {caps.name} allows {lim.max_threads_per_block} "
+                f"(max_threads_per_block)")
+    if lim.smem_per_block_kb is not None and plan.smem_bytes > lim.smem_per_block_kb * 1024:
+        return (f"its plan needs {plan.smem_bytes} B of shared memory per block; {caps.name} allows "
+                f"{lim.smem_per_block_kb * 1024} (smem_per_block_kb)")
+    return ""
 
 
 DEFAULT = Registry()
