@@ -96,10 +96,12 @@ def test_env_path_pins_a_library(monkeypatch):
     chosen = nvrtc.select_toolchain("sm_80")
     assert os.path.realpath(chosen.path) == os.path.realpath(oldest.path)
     assert chosen.version == oldest.version
-    # a directory works too, and a bogus path is reported, not fatal
-    monkeypatch.setenv("HUMMING_NVRTC_PATH", os.pathsep.join([os.path.dirname(oldest.path), "/nonexistent/libnvrtc.so"]))
+    # a directory works too; a bogus item beside it is an error (a pin is a pin: tests/compiler/test_nvrtc_pin.py)
+    monkeypatch.setenv("HUMMING_NVRTC_PATH", os.path.dirname(oldest.path))
     assert nvrtc.select_toolchain("sm_80").version == oldest.version
-    assert any("/nonexistent/libnvrtc.so" in p for p in nvrtc.discovery_problems())
+    monkeypatch.setenv("HUMMING_NVRTC_PATH", os.pathsep.join([os.path.dirname(oldest.path), "/nonexistent/libnvrtc.so"]))
+    with pytest.raises(SettingsError, match="/nonexistent/libnvrtc.so: does not exist"):
+        nvrtc.select_toolchain("sm_80")
 
 
 def test_nonexistent_suffix_gets_a_spelling_hint():

@@ -6,7 +6,9 @@ major version of cuda-bindings is installed -- or none.
 
 Where we look, in priority order:
   1. ``HUMMING_NVRTC_PATH``: ``os.pathsep``-separated libnvrtc files or directories. When set, selection
-     considers only these libraries (an explicit pin), though ``available_toolchains()`` lists all.
+     considers only these libraries (an explicit pin), though ``available_toolchains()`` lists all; an item that
+     gives no loadable NVRTC (missing, an empty directory, not a library, not NVRTC) makes selection raise
+     SettingsError listing what was tried -- never a fallback to another NVRTC.
   2. pip wheels on every ``sys.path`` entry: ``nvidia/cu13/lib/libnvrtc.so.13*`` (nvidia-cuda-nvrtc 13.x) and
      ``nvidia/cuda_nvrtc/lib/libnvrtc.so.12*`` (nvidia-cuda-nvrtc-cu12).
   3. a system CUDA: ``$CUDA_HOME``/``$CUDA_PATH``, ``/usr/local/cuda*``, ``LD_LIBRARY_PATH`` and
@@ -31,13 +33,14 @@ import ctypes.util
 import glob
 import os
 import re
+import struct
 import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from humming import settings
-from humming.errors import UnsupportedOnDevice
+from humming.errors import SettingsError, UnsupportedOnDevice
 
 # --------------------------------------------------------------------------------------------------------
 # Data: NVRTC target tables (FACTS.md section 3; verified against NVRTC 12.9.86 and 13.5.37)
@@ -369,14 +372,17 @@ def _libs_in_dir(directory: str, pattern: str = "libnvrtc.so*") -> list[str]:
     return sorted(found, key=lambda p: (os.path.basename(p) == "libnvrtc.so", len(p)))
 
 
-def _env_path_candidates() -> list[str]:
-    value = settings.raw(ENV_PATH)
-    out: list[str] = []
-    for item in filter(None, (s.strip() for s in value.split(os.pathsep))):
+def _env_path_items() -> list[tuple[str, list[str], str]]:
+    """``HUMMING_NVRTC_PATH``'s items: (item, the library files it names, why it names none or '')."""
+    out: list[tuple[str, list[str], str]] = []
+    for item in filter(None, (s.strip() for s in settings.raw(ENV_PATH).split(os.pathsep))):
         if os.path.isdir(item):
-            out += _libs_in_dir(item)
+            libs = _libs_in_dir(item)
+            out.append((item, libs, "" if libs else "a directory with no libnvrtc.so* file in it"))
+        elif os.path.exists(item):
+            out.append((item, [item], ""))
         else:
-            out.append(item)
+            out.append((item, [], "does not exist"))
     return out
 
 
@@ -441,6 +447,7 @@ class _Discovery:
     toolchains: list[NvrtcToolchain]
     pinned: list[NvrtcToolchain]
     problems: list[str]
+    pin_failures: list[str]  # HUMMING_NVRTC_PATH items that gave no loadable library, with what was tried
 
 
 _lock = threading.RLock()
@@ -448,7 +455,37 @@ _loaded: dict[str, _Library] = {}  # real path -> library (never unloaded)
 _discovery: dict[str, _Discovery] = {}  # keyed by HUMMING_NVRTC_PATH value
 
 
+def _elf_problem(path: str) -> str:
+    """Why ``path`` cannot be a whole ELF shared library ('' when its headers and loadable segments lie inside the
+    file). Checked before dlopen, which maps a truncated library and dies of SIGBUS instead of failing."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF" or len(head) < 64:
+                return "not an ELF shared library"
+            if head[4] != 2 or head[5] != 1:
+                return "not a 64-bit little-endian ELF library"
+            phoff, shoff = struct.unpack_from("<QQ", head, 32)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 54)
+            if phoff + phentsize * phnum > size or shoff + shentsize * shnum > size:
+                return f"truncated ELF file ({size} bytes; its headers reach past the end)"
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError as e:
+        return f"cannot be read ({e})"
+    for i in range(phnum):
+        p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
+        if p_type == 1 and p_offset + p_filesz > size:  # PT_LOAD
+            return f"truncated ELF file ({size} bytes; a loadable segment ends at {p_offset + p_filesz})"
+    return ""
+
+
 def _load(candidate: str) -> _Library:
+    if os.sep in candidate:
+        problem = _elf_problem(candidate)
+        if problem:
+            raise OSError(problem)
     if os.sep not in candidate:  # a soname from find_library: load it and find out where it lives
         probe = ctypes.CDLL(candidate)
         real = _loaded_path(probe)
@@ -461,6 +498,14 @@ def _load(candidate: str) -> _Library:
     return _loaded[real]
 
 
+def _try_load(cand: str, problems: list[str]) -> _Library | None:
+    try:
+        return _load(cand)
+    except (OSError, AttributeError, NvrtcCallError) as e:
+        problems.append(f"{cand}: {e}")
+        return None
+
+
 def _discover() -> _Discovery:
     key = settings.raw(ENV_PATH)
     with _lock:
@@ -469,39 +514,61 @@ def _discover() -> _Discovery:
         toolchains: list[NvrtcToolchain] = []
         pinned: list[NvrtcToolchain] = []
         problems: list[str] = []
+        pin_failures: list[str] = []
         by_path: dict[str, NvrtcToolchain] = {}
         seen_versions: set[tuple[int, int]] = set()
-        groups: tuple[tuple[str, list[str]], ...] = (
-            (ENV_PATH, _env_path_candidates()),
-            ("wheel", _wheel_candidates()),
-            ("system", _system_candidates()),
-        )
-        for origin, candidates in groups:
-            for cand in candidates:
-                try:
-                    lib = _load(cand)
-                except (OSError, AttributeError, NvrtcCallError) as e:
-                    problems.append(f"{cand}: {e}")
-                    continue
-                real = os.path.realpath(lib.path)
-                known = real in by_path
-                if not known:
-                    by_path[real] = _make_toolchain(lib, origin)
-                tc = by_path[real]
-                if origin == ENV_PATH and tc not in pinned:
-                    pinned.append(tc)
-                if known or lib.version in seen_versions:
-                    continue  # same file, or another copy of a version we already have (first found wins)
+
+        def add(lib: _Library, origin: str) -> NvrtcToolchain:
+            real = os.path.realpath(lib.path)
+            known = real in by_path
+            if not known:
+                by_path[real] = _make_toolchain(lib, origin)
+            tc = by_path[real]
+            if not known and lib.version not in seen_versions:  # (first found of a version wins)
                 seen_versions.add(lib.version)
                 toolchains.append(tc)
+            return tc
+
+        for item, candidates, why in _env_path_items():
+            tried: list[str] = []
+            loaded = [lib for lib in (_try_load(c, tried) for c in candidates) if lib is not None]
+            problems += tried
+            for lib in loaded:
+                tc = add(lib, ENV_PATH)
+                if tc not in pinned:
+                    pinned.append(tc)
+            if not loaded:
+                pin_failures.append(f"{item}: {why}" if why else "; ".join(tried))
+        for origin, candidates in (("wheel", _wheel_candidates()), ("system", _system_candidates())):
+            for cand in candidates:
+                lib = _try_load(cand, problems)
+                if lib is not None:
+                    add(lib, origin)
         toolchains.sort(key=lambda t: t.version, reverse=True)
-        result = _Discovery(toolchains, pinned, problems)
+        result = _Discovery(toolchains, pinned, problems, pin_failures)
         _discovery[key] = result
         return result
 
 
+def _check_pin(disc: _Discovery) -> None:
+    """SettingsError where ``HUMMING_NVRTC_PATH`` names something that gives no loadable NVRTC (a missing path, a
+    directory without libnvrtc, a file that is not a library or not NVRTC): a pin is never silently replaced by
+    another NVRTC. The message lists every item tried and why it failed, and the libraries that do load."""
+    if not disc.pin_failures:
+        return
+    others = [t for t in disc.toolchains if t.origin != ENV_PATH]
+    found = ("; NVRTC libraries that do load: " + ", ".join(t.path for t in others)) if others else ""
+    raise SettingsError(
+        f"{ENV_PATH}={settings.raw(ENV_PATH)!r} pins NVRTC, but "
+        f"{'it gives' if len(disc.pin_failures) == 1 else 'these give'} no loadable libnvrtc:\n"
+        + "\n".join("  - " + f for f in disc.pin_failures)
+        + f"\nway out: point {ENV_PATH} at a libnvrtc.so.* file or a directory holding one (e.g. a CUDA toolkit's "
+        f"lib64), or unset it to use the installed wheels{found}")
+
+
 def available_toolchains(refresh: bool = False) -> list[NvrtcToolchain]:
-    """Every loadable NVRTC, newest first (one per (major, minor) version). ``refresh`` searches again."""
+    """Every loadable NVRTC, newest first (one per (major, minor) version). ``refresh`` searches again. (A broken
+    ``HUMMING_NVRTC_PATH`` is not an error here, so diagnostics can list what loads: ``pin_problems`` says why.)"""
     if refresh:
         with _lock:
             _discovery.clear()
@@ -511,6 +578,12 @@ def available_toolchains(refresh: bool = False) -> list[NvrtcToolchain]:
 def discovery_problems() -> list[str]:
     """Libraries that were found but could not be loaded, with the reason (for diagnostics)."""
     return list(_discover().problems)
+
+
+def pin_problems() -> list[str]:
+    """The ``HUMMING_NVRTC_PATH`` items that give no loadable NVRTC, each with what was tried and why it failed
+    (empty where it is unset or every item loads)."""
+    return list(_discover().pin_failures)
 
 
 def _selection_env() -> tuple[int, int | None] | None:
@@ -544,9 +617,11 @@ def select_toolchain(arch: str, min_version: tuple[int, int] | None = None) -> N
     """The NVRTC to compile ``arch`` with: honours ``HUMMING_NVRTC`` and ``HUMMING_NVRTC_PATH``; otherwise the
     newest installed library that accepts ``arch`` (and is at least ``min_version``).
 
-    Raises ``UnsupportedOnDevice`` naming what is installed, what the target needs and what to install."""
+    Raises ``UnsupportedOnDevice`` naming what is installed, what the target needs and what to install, and
+    ``SettingsError`` where ``HUMMING_NVRTC_PATH`` names something that does not load (``_check_pin``)."""
     parse_arch(arch)  # validate early with a clear message
     disc = _discover()
+    _check_pin(disc)
     want = _selection_env()
     pool = disc.pinned if disc.pinned else disc.toolchains
     reasons = []
@@ -606,6 +681,7 @@ __all__ = [
     "NvrtcCallError",
     "available_toolchains",
     "discovery_problems",
+    "pin_problems",
     "parse_arch",
     "select_toolchain",
 ]
