@@ -1,9 +1,24 @@
-"""Argument parsing shared by the `tune` and `build` commands."""
+"""Argument parsing shared by the commands: sizes (M, N, K, group sizes) are positive ints that fit a C int."""
 from __future__ import annotations
 
+import argparse
 import re
 
 from humming.errors import ShapeError
+
+MAX_DIM = 2**31 - 1  # (humming.core.quant.arguments.MAX_DIM, without importing torch for a usage error)
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a whole number in [1, 2**31 - 1] (sizes, group sizes, counts); a usage error naming
+    the range otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (expected 1 to {MAX_DIM})") from None
+    if not 1 <= value <= MAX_DIM:
+        raise argparse.ArgumentTypeError(f"{value} is out of range (expected 1 to {MAX_DIM})")
+    return value
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -13,7 +28,10 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
         match = re.fullmatch(r"(\d+)\s*[xX*]\s*(\d+)", item)
         if not match:
             raise ShapeError(f"shape {item!r} is not NxK (e.g. 8192x8192: N output features, K input features)")
-        shapes.append((int(match.group(1)), int(match.group(2))))
+        n, k = int(match.group(1)), int(match.group(2))
+        if not (1 <= n <= MAX_DIM and 1 <= k <= MAX_DIM):
+            raise ShapeError(f"shape {item!r}: N and K must be from 1 to {MAX_DIM}")
+        shapes.append((n, k))
     return shapes
 
 
@@ -23,8 +41,8 @@ def parse_ms(text: str) -> list[int]:
         ms = [int(v) for v in text.replace(" ", "").split(",") if v]
     except ValueError:
         raise ShapeError(f"--m {text!r}: expected comma-separated positive integers, e.g. 1,16,128") from None
-    if not ms or min(ms) < 1:
-        raise ShapeError(f"--m {text!r}: expected comma-separated positive integers, e.g. 1,16,128")
+    if not ms or min(ms) < 1 or max(ms) > MAX_DIM:
+        raise ShapeError(f"--m {text!r}: expected comma-separated integers from 1 to {MAX_DIM}, e.g. 1,16,128")
     return ms
 
 

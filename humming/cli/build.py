@@ -16,6 +16,8 @@ import os
 import sys
 import time
 
+from humming.cli._args import positive_int
+
 HELP = "precompile the kernels of a model's layer shapes (all M buckets) into the kernel cache"
 
 
@@ -24,7 +26,7 @@ def add_arguments(p) -> None:
     p.add_argument("--model-config", default=None, help="a HuggingFace config.json of a Llama-like decoder")
     p.add_argument("--fused", action="store_true", help="with --model-config: fused qkv and gate_up GEMMs (vLLM)")
     p.add_argument("--scheme", default="w4a16", help="preset or scheme string (see humming.schemes.names())")
-    p.add_argument("--group-size", type=int, default=None)
+    p.add_argument("--group-size", type=positive_int, default=None)
     p.add_argument("--profile", default=None, help="target profile (default: this device or HUMMING_DEVICE_PROFILE)")
     p.add_argument("--dtype", default="f16", choices=["f16", "bf16"], help="activation type")
     p.add_argument("--m", default=None,

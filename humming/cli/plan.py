@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 
+from humming.cli._args import positive_int
+
 HELP = "plan a quantized GEMM for a profile: instructions, tiles, and why"
 
 
 def add_arguments(p) -> None:
     p.add_argument("--scheme", default="w4a16", help="preset or scheme string (see humming.schemes.names())")
-    p.add_argument("--m", type=int, default=16)
-    p.add_argument("--n", type=int, default=4096)
-    p.add_argument("--k", type=int, default=4096)
+    p.add_argument("--m", type=positive_int, default=16)
+    p.add_argument("--n", type=positive_int, default=4096)
+    p.add_argument("--k", type=positive_int, default=4096)
     p.add_argument("--profile", default=None, help="profile name (default: this device or HUMMING_DEVICE_PROFILE)")
     p.add_argument("--act", default="f16", choices=["f16", "bf16"], help="activation type")
-    p.add_argument("--group-size", type=int, default=None)
+    p.add_argument("--group-size", type=positive_int, default=None)
     p.add_argument("--source", action="store_true", help="print the generated CUDA C++")
     p.add_argument("--compile", action="store_true", help="also compile it with NVRTC and report time and registers")
     p.add_argument("--json", action="store_true")

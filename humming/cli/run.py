@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import time
 
+from humming.cli._args import positive_int
+
 HELP = "quantize a layer, plan, compile and run it (checked against the reference)"
 
 
 def add_arguments(p) -> None:
     p.add_argument("--scheme", default="w4a16")
     p.add_argument("--profile", default=None, help="profile to plan for (default: this device; CPU default nvidia-h200)")
-    p.add_argument("--n", type=int, default=4096)
-    p.add_argument("--k", type=int, default=4096)
-    p.add_argument("--m", type=int, nargs="+", default=[1, 16, 128])
+    p.add_argument("--n", type=positive_int, default=4096)
+    p.add_argument("--k", type=positive_int, default=4096)
+    p.add_argument("--m", type=positive_int, nargs="+", default=[1, 16, 128])
     p.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
     p.add_argument("--seed", type=int, default=0)
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import sys
 
+from humming.cli._args import positive_int
+
 HELP = "time candidate kernel configurations on this GPU and store the winners for the planner"
 
 
 def add_arguments(p) -> None:
     p.add_argument("--scheme", default="w4a16", help="preset or scheme string (see humming.schemes.names())")
-    p.add_argument("--group-size", type=int, default=None)
+    p.add_argument("--group-size", type=positive_int, default=None)
     p.add_argument("--shapes", default="8192x8192,28672x8192,4096x14336", help="NxK,... (output x input features)")
     p.add_argument("--m", default="1,16,128,1024", help="comma-separated M values; each is stored for its M bucket")
     p.add_argument("--dtype", default="f16", choices=["f16", "bf16"], help="activation type")
