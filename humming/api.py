@@ -192,11 +192,13 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None,
 
 def warmup(qw, dtype: torch.dtype, ms, device=None, profile=None, workers: int | None = None) -> list:
     """Plan every M in ``ms`` for a weight and compile the distinct kernels in parallel (NVRTC releases the GIL).
-    Returns the CompiledModules (cache hits included)."""
+    Returns the CompiledModules (cache hits included). Each M is an int in [1, 2**31 - 1] (ShapeError otherwise)."""
+    arguments.quantized_weight(qw, "humming.api.warmup")
+    ms = [arguments.dimension("M", m) for m in ms]
     lay = _registry[prepared(qw, dtype, torch.device(device or "cuda"), profile)]
     unique: dict[str, Plan] = {}
     for m in ms:
-        p = lay.plan_for(int(m))
+        p = lay.plan_for(m)
         unique.setdefault(p.kernel_name, p)
     with ThreadPoolExecutor(max_workers=workers or min(16, os.cpu_count() or 1)) as pool:
         results = list(pool.map(lambda p: compiled.compile_plan(p, lay.caps, lay.run_arch)[1], unique.values()))

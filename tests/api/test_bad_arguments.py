@@ -195,3 +195,14 @@ def test_quant_linear_from_linear_refuses_other_modules():
         humming.nn.QuantLinear.from_linear(torch.randn(8, 128), "w4a16")
     with pytest.raises(SchemeError, match="group_size must be a positive int"):
         humming.nn.QuantLinear.from_linear(torch.nn.Linear(128, 8), "w4a16", group_size=0)
+
+
+def test_warmup_refuses_bad_ms_before_preparing(qw):
+    from humming.api import warmup
+
+    with pytest.raises(ShapeError, match="M must be at least 1"):
+        warmup(qw, torch.float16, [16, 0])
+    with pytest.raises(ShapeError, match="M must be an int"):
+        warmup(qw, torch.float16, [1.5])
+    with pytest.raises(ShapeError, match="QuantizedWeight"):
+        warmup(torch.randn(8, 8), torch.float16, [16])
