@@ -206,3 +206,19 @@ def test_warmup_refuses_bad_ms_before_preparing(qw):
         warmup(qw, torch.float16, [1.5])
     with pytest.raises(ShapeError, match="QuantizedWeight"):
         warmup(torch.randn(8, 8), torch.float16, [16])
+
+
+def test_the_warning_counts_groups_that_really_dequantize_to_zero():
+    """One bit with integer zero points has the levels 0 and scale: a group whose values all round to the zero code
+    is lost however large its scale; the warning's count is the dequantized weight's."""
+    torch.manual_seed(0)
+    w = torch.randn(256, 512) * 0.05
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        qw = humming.quantize(w, "w2a16-zp[weight=uint1]")
+    lost = [c for c in caught if issubclass(c.category, LostGroupsWarning)]
+    zero_groups = int((qw.dequantize().reshape(256, -1, qw.group_size) == 0).all(-1).sum())
+    if zero_groups:
+        assert len(lost) == 1 and f"{zero_groups} of {256 * 512 // qw.group_size} groups" in str(lost[0].message)
+    else:
+        assert not lost

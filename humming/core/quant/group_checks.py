@@ -14,8 +14,8 @@ __all__ = ["group_size_override", "indivisible_error", "warn_lost_groups", "Lost
 
 
 class LostGroupsWarning(UserWarning):
-    """Quantization turned whole groups of nonzero weights into zeros (weights far below the scale format's
-    smallest step)."""
+    """Quantization turned whole groups of nonzero weights into zeros (weights below the scale format's smallest
+    step, or too few levels for the group's range, e.g. one bit with integer zero points)."""
 
 
 def _channel_scheme(sch: Scheme) -> str:
@@ -80,8 +80,9 @@ def warn_lost_groups(wg: torch.Tensor, deq: torch.Tensor, scheme: Scheme) -> int
     if lost:
         total = wg[..., 0].numel()
         f32 = _f32_scheme(scheme)
-        alt = f", or quantize with scheme={f32!r}" if f32 and scheme.weight_scale.format != "f32" else ""
-        warnings.warn(f"quantizing with {scheme}: {lost} of {total} groups of nonzero weights became all zeros (their "
-                      f"values are below the smallest step the {scheme.weight_scale.format} scales can give); rescale "
-                      f"the weight (and undo it on the output){alt}", LostGroupsWarning, stacklevel=3)
+        tiny = (f"; weights below the {scheme.weight_scale.format} scales' smallest step: quantize with scheme={f32!r}"
+                if f32 and scheme.weight_scale.format != "f32" else "")
+        warnings.warn(f"quantizing with {scheme}: {lost} of {total} groups of nonzero weights became all zeros (every "
+                      f"value rounds to the zero code); rescale the weight (and undo it on the output), or use a "
+                      f"format with more levels or a smaller group{tiny}", LostGroupsWarning, stacklevel=3)
     return lost
