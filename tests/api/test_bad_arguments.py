@@ -65,12 +65,17 @@ def test_plan_takes_numpy_and_tensor_ints():
     assert p.kernel_name == humming.plan("w4a16", 16, 256, 512, profile=PROFILE).kernel_name
 
 
-@pytest.mark.parametrize("bad", [0, -1, -128, 1.5, True])
+@pytest.mark.parametrize("bad", [0, -2, -128, 1.5, True])
 def test_plan_refuses_bad_group_sizes(bad):
     with pytest.raises(SchemeError, match="group_size must be a positive int") as e:
         humming.plan("w4a16", 16, 256, 512, profile=PROFILE, group_size=bad)
     g = int(re.search(r"pass group_size=(\d+)", str(e.value)).group(1))
     assert humming.plan("w4a16", 16, 256, 512, profile=PROFILE, group_size=g).kernel_name
+
+
+def test_gptq_minus_one_means_per_channel():
+    assert humming.quantize(torch.randn(64, 320), "w4a16", group_size=-1).scales.shape == (64, 1)
+    assert humming.plan("w4a16", 16, 256, 512, profile=PROFILE, group_size=-1).layout.scale_group in (0, 512)
 
 
 def test_gemm_rows_beyond_a_c_int_are_refused():
@@ -120,7 +125,7 @@ def test_gemm_refuses_non_tensor_x(qw, x):
 
 
 # ------------------------------------------------------------------------------------------------ quantize
-@pytest.mark.parametrize("bad", [0, -1, -128, 1.5, True, "128"])
+@pytest.mark.parametrize("bad", [0, -2, -128, 1.5, True, "128"])
 def test_quantize_refuses_bad_group_sizes_with_a_fix_that_works(bad):
     w = torch.randn(64, 320)
     with pytest.raises(SchemeError, match="group_size must be a positive int") as e:

@@ -46,13 +46,16 @@ def _group_fix(k: int | None, current: int | None) -> str:
     return f"group_size={best} (sizes that{where}: {', '.join(map(str, options))})"
 
 
+PER_CHANNEL = -1  # GPTQ's group_size for one scale per output row, taken as such
+
+
 def group_size_override(value, sch: Scheme, k: int | None = None) -> int | None:
-    """``value`` as a group-size override of ``sch``: None (keep the scheme's group) or an int >= 1 (the scheme then
-    checks it is an allowed size). A bool, a non-int, zero or a negative number (GPTQ's -1 included) is a SchemeError
-    naming group sizes that divide ``k`` and the per-channel scheme."""
+    """``value`` as a group-size override of ``sch``: None (keep the scheme's group), an int >= 1 (the scheme then
+    checks it is an allowed size) or -1 (GPTQ's spelling of one scale per output row). A bool, a non-int, zero or
+    another negative number is a SchemeError naming group sizes that divide ``k`` and the per-channel scheme."""
     if value is None:
         return None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+    if isinstance(value, int) and not isinstance(value, bool) and (value >= 1 or value == PER_CHANNEL):
         return value
     fix = _group_fix(k, sch.weight_scale.group_size or 128) or "a multiple of 16 after padding K to one"
     channel = _channel_scheme(sch)
