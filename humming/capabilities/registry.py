@@ -99,7 +99,7 @@ class Registry:
             siblings.append(other)
             local.setdefault(other.name, other)
         check_siblings(doc, siblings)
-        visible = [d for d in self.by_name.get(doc.name, []) if d.path.resolve() != path.resolve()]
+        visible = [d for d in self.by_name.get(doc.name, []) if not _same_file(d.path, path)]
         if not path.resolve().is_relative_to(self.builtin.resolve()):  # a built-in is the one replaced
             check_replaces(doc, visible)
         docs = {**self.docs, **local, doc.name: doc}
@@ -124,6 +124,16 @@ class Registry:
     def _resolve(self, doc: ProfileDoc, docs: dict[str, ProfileDoc]) -> Capabilities:
         chain = self._chain(doc, docs)
         return build(chain, merge(chain), self.rules)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """The same file, or a byte-identical copy of it (validating another checkout's copy of a built-in)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
 
 
 _DEFAULT: tuple[str, Registry] | None = None

@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from humming.capabilities import Registry
+from humming.capabilities.yamlio import builtin_profile_dir
 from humming.cli import profile as profile_cli
 from humming.errors import ProfileError
 
 H200 = "name: nvidia-h200\nextends: nvidia-hopper\nmatch: {names: [H200]}\nlimits: {sms: 7}\n"
-BUILTIN_H200 = Path(__file__).resolve().parents[2] / "device_profiles" / "nvidia" / "h200.yaml"
+BUILTIN_H200 = builtin_profile_dir() / "nvidia" / "h200.yaml"
 
 
 def _write(directory: Path, name: str, text: str) -> Path:
@@ -89,3 +90,8 @@ def test_validate_reports_same_name_files_given_together(tmp_path: Path, capsys:
 
 def test_validate_of_the_builtin_itself_is_fine(capsys: pytest.CaptureFixture):
     assert profile_cli._validate([str(BUILTIN_H200)]) == 0
+
+
+def test_validate_of_an_identical_copy_of_a_builtin_is_fine(tmp_path: Path):
+    copy = _write(tmp_path, "h200.yaml", BUILTIN_H200.read_text(encoding="utf-8"))
+    assert profile_cli._validate([str(copy)]) == 0
