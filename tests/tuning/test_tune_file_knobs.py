@@ -55,3 +55,22 @@ def test_a_profile_directory_carries_its_tuning_data(tmp_path, monkeypatch):
     monkeypatch.setenv("HUMMING_PROFILE_PATH", str(bad))
     with pytest.raises(ProfileError, match="nvidia-h200.yaml"):
         knobs.value("register_a.raster", h200)
+
+
+def test_tuning_data_is_read_with_the_profiles_bounds(tmp_path):
+    """A tuning-data file is read like a profile: an alias bomb or bytes that are not UTF-8 are named errors."""
+    import time
+
+    bomb = tmp_path / "bomb.yaml"
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]"
+              for i in range(1, 9)]
+    bomb.write_text("\n".join(lines) + "\n")
+    start = time.perf_counter()
+    with pytest.raises(ProfileError):
+        knobs.read_knobs(bomb)
+    assert time.perf_counter() - start < 2
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"moe:\n  raster: 8  # caf\xe9\n")
+    with pytest.raises(ProfileError, match="UTF-8"):
+        knobs.read_knobs(latin)

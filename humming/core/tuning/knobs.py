@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from humming import settings
 from humming.errors import ProfileError
 
@@ -170,10 +168,9 @@ def read_knobs(path: Path) -> dict:
         hit = _files.get(key)
     if hit is not None:
         return hit
-    try:
-        tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProfileError(f"{path}: not readable tuning data ({exc})") from exc
+    from humming.capabilities.yamlio import read_yaml  # (the profiles' bounded reader: size, UTF-8, nesting, aliases)
+
+    tree = read_yaml(path, str(path)) or {}
     if not isinstance(tree, dict):
         raise ProfileError(f"{path}: tuning data must be a mapping of knob groups")
     values = _flatten(tree)
