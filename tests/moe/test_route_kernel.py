@@ -124,7 +124,7 @@ class _Recorder:
         self.calls: list[str] = []
         self.fits_route, self.fits_layout = route_kernel.fits_route, route_kernel.fits_layout
 
-    def route_cuda(self, *args):
+    def launch_route(self, *args):
         self.calls.append("route")
         return "kernel"
 

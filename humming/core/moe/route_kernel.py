@@ -40,6 +40,7 @@ from humming.core.moe.routing_base import (
     check_count,
     check_int_tensor,
     check_size,
+    route_arguments,
 )
 from humming.errors import CompileError, ShapeError, UnsupportedOnDevice
 
@@ -212,24 +213,21 @@ def route_cuda(topk_ids: torch.Tensor, num_experts: int, block_m: int, expert_ma
     CUDA ``topk_ids [T, top_k]`` and ``expert_map`` (int32 or int64, each). Raises :class:`RoutingKernelLimit`
     beyond :data:`MAX_ROUTE_SLOTS` slots or :data:`~humming.core.moe.route_source.MAX_EXPERTS` experts and
     UnsupportedOnDevice where the device has no kernel."""
-    check_int_tensor(topk_ids, "topk_ids", 2, "[num_tokens, top_k]")
-    check_count(num_experts, "num_experts", 1)
-    check_block_m(block_m)
-    num_tokens, top_k = (int(d) for d in topk_ids.shape)
-    num_slots = num_tokens * top_k
+    num_tokens, top_k, num_slots, cap = route_arguments(topk_ids, num_experts, block_m, expert_map)
     if not fits_route(num_slots, num_experts):
         raise RoutingKernelLimit(f"the routing kernel takes up to {MAX_ROUTE_SLOTS} slots and {MAX_EXPERTS} experts, "
                                  f"got {num_slots} slots and {num_experts} experts; route() uses the torch ops there")
-    cap = capacity(num_slots, num_experts, block_m)
-    check_size(num_slots, cap)
+    return launch_route(topk_ids, num_experts, block_m, expert_map, cap)
+
+
+def launch_route(topk_ids: torch.Tensor, num_experts: int, block_m: int, expert_map: torch.Tensor | None,
+                 cap: int) -> Routing:
+    """The routing kernel's launch for arguments already checked (``route_arguments``; ``cap`` their capacity) and
+    sizes that fit it."""
+    num_tokens, top_k = (int(d) for d in topk_ids.shape)
+    num_slots = num_tokens * top_k
     ids = _cuda_input(topk_ids, "topk_ids")
-    emap = None
-    if expert_map is not None:
-        check_int_tensor(expert_map, "expert_map", 1, "[num_global_experts]")
-        if expert_map.device != topk_ids.device:
-            raise ShapeError(f"expert_map is on {expert_map.device}, topk_ids on {topk_ids.device}; "
-                             f"move them to one device")
-        emap = _cuda_input(expert_map, "expert_map")
+    emap = None if expert_map is None else _cuda_input(expert_map, "expert_map")
     sorted_ids, expert_ids, num_padded = _outputs(cap, block_m, ids.device)
     name = route_kernel_name(_BITS[ids.dtype], _BITS[emap.dtype] if emap is not None else 32)
     _launch(_device_index(ids), name, [

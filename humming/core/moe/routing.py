@@ -38,6 +38,7 @@ from humming.core.moe.routing_base import (
     check_count,
     check_int_tensor,
     check_size,
+    route_arguments,
 )
 from humming.errors import ShapeError
 
@@ -105,21 +106,10 @@ def route(topk_ids: torch.Tensor, num_experts: int, block_m: int, *,
     host synchronisation: one kernel launch on CUDA where the sizes fit it, torch ops elsewhere (see the module
     docstring).
     """
-    check_int_tensor(topk_ids, "topk_ids", 2, "[num_tokens, top_k]")
-    check_count(num_experts, "num_experts", 1)
-    check_block_m(block_m)
-    if expert_map is not None:
-        check_int_tensor(expert_map, "expert_map", 1, "[num_global_experts]")
-        if expert_map.device != topk_ids.device:
-            raise ShapeError(f"expert_map is on {expert_map.device}, topk_ids on {topk_ids.device}; "
-                             f"move them to one device")
-    num_tokens, top_k = (int(d) for d in topk_ids.shape)
-    num_slots = num_tokens * top_k
-    cap = capacity(num_slots, num_experts, block_m)
-    check_size(num_slots, cap)
+    num_tokens, top_k, num_slots, cap = route_arguments(topk_ids, num_experts, block_m, expert_map)
     kernels = _kernels_for(topk_ids)
     if kernels is not None and kernels.fits_route(num_slots, num_experts):
-        return kernels.route_cuda(topk_ids, num_experts, block_m, expert_map)
+        return kernels.launch_route(topk_ids, num_experts, block_m, expert_map, cap)
     device = topk_ids.device
 
     ids = topk_ids.reshape(-1).to(torch.int64)

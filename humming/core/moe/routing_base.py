@@ -92,3 +92,21 @@ def check_size(num_slots: int, cap: int) -> None:
     if cap > _INT32_MAX:
         raise ShapeError(f"routing of {num_slots} slots needs {cap} int32 entries, more than int32 indexes; "
                          f"split the batch")
+
+
+def route_arguments(topk_ids, num_experts: int, block_m: int, expert_map) -> tuple[int, int, int, int]:
+    """The checks of a routing's arguments (ids [T, top_k], the expert count, block_m, an optional expert map on the
+    ids' device); returns (num_tokens, top_k, num_slots, capacity)."""
+    check_int_tensor(topk_ids, "topk_ids", 2, "[num_tokens, top_k]")
+    check_count(num_experts, "num_experts", 1)
+    check_block_m(block_m)
+    if expert_map is not None:
+        check_int_tensor(expert_map, "expert_map", 1, "[num_global_experts]")
+        if expert_map.device != topk_ids.device:
+            raise ShapeError(f"expert_map is on {expert_map.device}, topk_ids on {topk_ids.device}; "
+                             f"move them to one device")
+    num_tokens, top_k = (int(d) for d in topk_ids.shape)
+    num_slots = num_tokens * top_k
+    cap = capacity(num_slots, num_experts, block_m)
+    check_size(num_slots, cap)
+    return num_tokens, top_k, num_slots, cap
