@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from humming.core.common.layout import act_name
 from humming.core.path_table import path_table  # noqa: F401  (humming.device.info's table)
 from humming.core.plan import Plan
 from humming.core.problem import Problem, scheme_of
@@ -26,7 +25,7 @@ from humming.core.registry import select
 from humming.core.runtime import compiled
 from humming.core.runtime.launch import tma_boxes  # noqa: F401  (tools read the plans' tensor maps)
 from humming.core.runtime.layer import LAYERS as _registry  # noqa: F401  (handles: indices into it)
-from humming.core.runtime.layer import Layer, register
+from humming.core.runtime.layer import Layer, kept_prepared, register
 from humming.devices.current import live_arch, resolve_profile  # noqa: F401  (re-exported)
 from humming.errors import ShapeError
 from humming.options import resolve as resolve_options
@@ -61,16 +60,8 @@ def compile_plan(p: Plan, profile=None, run_arch: str | None = None):
 def prepared(qw, dtype: torch.dtype, device, profile=None, options=None) -> int:
     """The handle of ``qw`` prepared for (activation dtype, device, profile, options): made once, kept on the
     weight."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    cache = qw.__dict__.setdefault("_humming_prepared", {})
-    key = (dtype, device, profile, options)
-    handle = cache.get(key)
-    if handle is None:
-        act_name(dtype)  # (a clear error for an unsupported dtype)
-        handle = cache[key] = register(Layer(qw, dtype, device, resolve_profile(profile), resolve_options(options)))
-    return handle
+    return kept_prepared(qw, "_humming_prepared", dtype, device, profile, options, lambda dt, dev: register(
+        Layer(qw, dt, dev, resolve_profile(profile), resolve_options(options))))
 
 
 def plan_for(handle: int, m: int) -> Plan:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from humming.core.common.layout import act_name
 from humming.core.moe import reference
 from humming.core.moe.reference import local_ids
 from humming.core.moe.routing import Routing, route, routing_from_counts, routing_from_offsets
+from humming.core.runtime.layer import kept_prepared
 from humming.core.runtime.moe_layer import MoeLayer
 from humming.devices.current import resolve_profile
 from humming.errors import ShapeError
@@ -31,16 +31,8 @@ def prepared(qw, dtype: torch.dtype, device, profile=None, options=None) -> MoeL
     if not getattr(qw, "num_experts", None):
         raise ShapeError("MoE GEMMs take expert-stacked weights: humming.quantize(w [E, N, K], scheme) or "
                          "QuantizedWeight.stack([...]); a dense weight goes to humming.gemm")
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    cache = qw.__dict__.setdefault("_humming_moe_prepared", {})
-    key = (dtype, device, profile, options)
-    layer = cache.get(key)
-    if layer is None:
-        act_name(dtype)  # (a clear error for an unsupported dtype)
-        layer = cache[key] = MoeLayer(qw, dtype, device, resolve_profile(profile), resolve_options(options))
-    return layer
+    return kept_prepared(qw, "_humming_moe_prepared", dtype, device, profile, options,
+                         lambda dt, dev: MoeLayer(qw, dt, dev, resolve_profile(profile), resolve_options(options)))
 
 
 def block_m(qw, tokens: int, top_k: int, dtype: torch.dtype = torch.bfloat16, device="cuda", profile=None) -> int:

@@ -119,6 +119,21 @@ class Layer:
         return y
 
 
+def kept_prepared(qw, slot: str, dtype: torch.dtype, device, profile, options, make):
+    """What ``make(dtype, device)`` prepares of ``qw`` for (activation dtype, device, profile, options), made once
+    and kept on the weight under ``slot`` (a CUDA device without an index is the current one)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    cache = qw.__dict__.setdefault(slot, {})
+    key = (dtype, device, profile, options)
+    kept = cache.get(key)
+    if kept is None:
+        act_name(dtype)  # (a clear error for an unsupported dtype)
+        kept = cache[key] = make(dtype, device)
+    return kept
+
+
 def register(layer: Layer) -> int:
     """Keep a layer; returns its handle."""
     with _lock:
