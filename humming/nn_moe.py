@@ -110,8 +110,8 @@ class QuantMoE(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
         """x [T, H], topk_ids int [T, top_k], topk_weights float [T, top_k] -> [T, H]."""
-        if torch.compiler.is_compiling():
-            return self._traced(x, topk_ids, topk_weights)
+        if torch.compiler.is_compiling():  # the GEMMs as custom ops, each routing its own rows
+            return self._mlp(x, topk_ids, topk_weights, None, None)
         if not x.is_cuda:
             ids = topk_ids if self.expert_map is None else local_ids(topk_ids, self.expert_map)
             return reference_moe_layer(x, self.w13, self.w2, ids, topk_weights, activation=self.activation,
@@ -127,23 +127,20 @@ class QuantMoE(torch.nn.Module):
         bm13 = moe.block_m(self.w13, tokens, top_k, x.dtype, x.device)
         bm2 = moe.block_m(self.w2, tokens, top_k, x.dtype, x.device)
         routing = moe.route(topk_ids, self.num_experts, bm13, expert_map=self.expert_map)
-        h = moe.moe_gemm(x, self.w13, topk_ids, routing=routing, expert_map=self.expert_map)
-        a = reference_activation(h.view(tokens * top_k, -1), self.activation, interleaved=self.interleaved,
-                                 alpha=self.swiglu_alpha, limit=self.swiglu_limit).to(x.dtype)
         down_routing = routing if bm2 == bm13 else moe.route(topk_ids, self.num_experts, bm2,
                                                               expert_map=self.expert_map)
-        o = moe.moe_gemm(a, self.w2, topk_ids, topk_weights, routing=down_routing, gather=False,
-                         expert_map=self.expert_map)
-        return o.sum(dim=1)
+        return self._mlp(x, topk_ids, topk_weights, routing, down_routing)
 
-    def _traced(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
-        """The layer as torch.compile traces it: the two GEMMs as custom ops (each routes its own rows), the
-        activation and the sum as torch operations."""
+    def _mlp(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, routing, down_routing
+             ) -> torch.Tensor:
+        """Gate+up GEMM, activation, down GEMM with the router weights, sum over the top-k slots; ``routing`` /
+        ``down_routing``: the GEMMs' routings (None: each GEMM routes its own rows, as traced graphs do)."""
         from humming import moe
 
         tokens, top_k = topk_ids.shape
-        h = moe.moe_gemm(x, self.w13, topk_ids, expert_map=self.expert_map)
+        h = moe.moe_gemm(x, self.w13, topk_ids, routing=routing, expert_map=self.expert_map)
         a = reference_activation(h.view(tokens * top_k, -1), self.activation, interleaved=self.interleaved,
                                  alpha=self.swiglu_alpha, limit=self.swiglu_limit).to(x.dtype)
-        o = moe.moe_gemm(a, self.w2, topk_ids, topk_weights, gather=False, expert_map=self.expert_map)
+        o = moe.moe_gemm(a, self.w2, topk_ids, topk_weights, routing=down_routing, gather=False,
+                         expert_map=self.expert_map)
         return o.sum(dim=1)
