@@ -2,14 +2,14 @@
 # All GPU tests plus the benchmarks, for the GPU machine. Full logs under $OUT; a short table last.
 #   bash scripts/gpu_suite.sh [--workers N] [PART] [pytest arguments...]
 #   PART:
-#     all        every GPU test, the smoke run and both benchmarks (default; may exceed one 10-minute device call)
+#     all        every GPU test, the smoke run and the benchmarks (default; may exceed one 10-minute device call)
 #     tests      every GPU test, no benchmark
 #     wna16      the WnA16 GPU tests (mma.sync stream / tile, wgmma and register-A forms, upconvert)
 #     quant      the W8A8 / W4A8 GPU tests (mma.sync, wgmma, register-A W4A8, widened) and activation quantization
 #     ppu        the WnA16 GPU tests with the Zhenwu 810E profile forced (emulation), and the YAML-only example device
 #                of docs/porting.md
 #     smoke      every preset scheme through humming.gemm against the reference (scripts/smoke_gemm.py)
-#     bench      the W4A16 and the quantized benchmarks (bench/; tables last)
+#     bench      the W4A16, the quantized and the MoE benchmarks (bench/; tables last)
 #     sustained  W4A16 M 1024 / 4096: each library alone for seconds under the power cap (scripts/sustained.py;
 #                ~2 minutes, not part of "all"; the extra arguments go to sustained.py)
 # Extra arguments go to pytest (e.g. -k "w4a16 and not bf16").
@@ -62,7 +62,8 @@ esac
 case "$PART" in
   bench|all) python3 bench/bench_wna16.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -30
              python3 bench/bench_quantized.py --out "$OUT" --ms 1,16,128,512,1024,2048,4096 2>&1 \
-               | tee "$OUT/bench_quantized.log" | tail -18 ;;
+               | tee "$OUT/bench_quantized.log" | tail -18
+             python3 bench/bench_moe.py --out "$OUT" --layer 2>&1 | tee "$OUT/bench_moe.log" | tail -30 ;;
 esac
 echo "gpu suite ($PART) exit code: $rc"
 exit $rc
