@@ -15,7 +15,10 @@ matplotlib, OUT/bench_moe.png, naming the GPU.
 
     python bench/bench_moe.py --out OUTDIR [--tokens 1,8,32,128,512,2048,8192] [--models deepseek-v3,...] [--layer]
         [--scheme w4a8-fp8]
-        [--knob moe.raster=0 ...]
+        [--knob moe.raster=0 ...] [--ab moe.wgmma_min_rows=null ...]
+
+``--ab NAME=VALUE``: humming timed a second time, in the same rounds, with the plan chosen under those knob values
+(e.g. the MoE tile kernel against the register-A kernel where the latter is the default); column humming_ab_us.
 """
 from __future__ import annotations
 
@@ -103,11 +106,24 @@ def moe_call(x, qw, ids, routing, y):
     return lambda: humming.moe_gemm(x, qw, ids, routing=routing, out=y)
 
 
+def ab_call(x, qw, ids, top_k, overrides):
+    """(humming's GEMM with the plan chosen under the knob values ``overrides``, that plan's kernel name)."""
+    from humming.core.registry import select
+    from humming.moe import _launch
+
+    layer = humming.moe.prepared(qw, x.dtype, x.device)
+    with humming.tuning.override(overrides):
+        plan = select(layer.problem(x.shape[0], top_k), layer.caps).plan
+    routing = route(ids, layer.experts, plan.tiles.bm)
+    y = torch.empty(x.shape[0], top_k, qw.shape[0], device=x.device, dtype=x.dtype)
+    return (lambda: _launch(layer, x, routing, y, plan, top_k)), plan.kernel_name
+
+
 def route_call(ids, experts, bm):
     return lambda: route(ids, experts, bm)
 
 
-def bench_gemm(name, experts, top_k, n, k, scheme, tokens_list, calls, rounds, bw, rows):
+def bench_gemm(name, experts, top_k, n, k, scheme, tokens_list, calls, rounds, bw, rows, ab=None):
     torch.manual_seed(0)
     qw = humming.quantize(torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16) * 0.05, scheme,
                           group_size=group_for(scheme, k))
@@ -124,6 +140,10 @@ def bench_gemm(name, experts, top_k, n, k, scheme, tokens_list, calls, rounds, b
         ref, why = grouped_reference(x, w_t, ids, experts)
         if ref is not None:
             graphs["torch_grouped_bf16"] = graph_of(ref, calls)
+        ab_kernel = None
+        if ab:
+            fn, ab_kernel = ab_call(x, qw, ids, top_k, ab)
+            graphs["humming_ab"] = graph_of(fn, calls)
         us = time_graphs(graphs, calls, rounds)
         active = int(torch.unique(ids).numel())
         bound_us = active * bytes_per_expert / bw / 1e3
@@ -132,14 +152,18 @@ def bench_gemm(name, experts, top_k, n, k, scheme, tokens_list, calls, rounds, b
                "humming_us": us["humming"], "route_us": us["route"],
                "torch_grouped_bf16_us": us.get("torch_grouped_bf16"), "torch_note": why,
                "active_experts": active, "bytes_bound_us": bound_us,
-               "bandwidth_fraction": bound_us / us["humming"]}
+               "bandwidth_fraction": bound_us / us["humming"],
+               "kernel": humming.moe.prepared(qw, x.dtype, x.device).plan_for(tokens, top_k).kernel_name}
+        if ab:
+            row.update(humming_ab_us=us["humming_ab"], ab_kernel=ab_kernel)
         if row["torch_grouped_bf16_us"]:
             row["speedup_vs_torch"] = row["torch_grouped_bf16_us"] / us["humming"]
         rows.append(row)
         print(f"{name:14} {row['gemm']:7} T={tokens:5} bm={bm:2}  humming {us['humming']:9.1f} us  route "
               f"{us['route']:6.1f} us  torch {row['torch_grouped_bf16_us'] or float('nan'):9.1f} us  "
               f"x{row.get('speedup_vs_torch', float('nan')):5.2f}  bound {bound_us:8.1f} us "
-              f"({100 * row['bandwidth_fraction']:.0f}%)", flush=True)
+              f"({100 * row['bandwidth_fraction']:.0f}%)"
+              + (f"  A/B {us['humming_ab']:9.1f} us" if ab else ""), flush=True)
     qw = w_t = None
     torch.cuda.empty_cache()
 
@@ -211,16 +235,23 @@ def main() -> None:
     ap.add_argument("--layer", action="store_true", help="also time the whole QuantMoE layer against its two GEMMs")
     ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                     help="a tuning knob for the run (humming.tuning.override), e.g. moe.raster=0")
+    ap.add_argument("--ab", action="append", default=[], metavar="NAME=VALUE",
+                    help="also time humming with the plan chosen under these knob values (column humming_ab_us)")
     args = ap.parse_args()
-    overrides = {}
-    for item in args.knob:
-        name, _, value = item.partition("=")
-        overrides[name] = json.loads(value)
+    overrides, ab = _knob_values(args.knob), _knob_values(args.ab)
     with humming.tuning.override(overrides):
-        run(args, overrides)
+        run(args, overrides, ab)
 
 
-def run(args, overrides: dict) -> None:
+def _knob_values(items: list[str]) -> dict:
+    values = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        values[name] = json.loads(value)
+    return values
+
+
+def run(args, overrides: dict, ab: dict) -> None:
     os.makedirs(args.out, exist_ok=True)
     gpu = torch.cuda.get_device_name()
     bw = copy_bandwidth()
@@ -230,11 +261,12 @@ def run(args, overrides: dict) -> None:
     for name in args.models.split(","):
         experts, top_k, hidden, inter, scheme = MODELS[name]
         scheme = args.scheme or scheme
-        bench_gemm(name, experts, top_k, 2 * inter, hidden, scheme, tokens, args.calls, args.rounds, bw, rows)
-        bench_gemm(name, experts, top_k, hidden, inter, scheme, tokens, args.calls, args.rounds, bw, rows)
+        bench_gemm(name, experts, top_k, 2 * inter, hidden, scheme, tokens, args.calls, args.rounds, bw, rows, ab)
+        bench_gemm(name, experts, top_k, hidden, inter, scheme, tokens, args.calls, args.rounds, bw, rows, ab)
         if args.layer:
             bench_layer(name, experts, top_k, hidden, inter, scheme, tokens, args.calls, args.rounds, rows)
-    result = {"gpu": gpu, "torch": torch.__version__, "copy_bandwidth_gbs": bw, "knobs": overrides, "rows": rows}
+    result = {"gpu": gpu, "torch": torch.__version__, "copy_bandwidth_gbs": bw, "knobs": overrides, "ab_knobs": ab,
+              "rows": rows}
     with open(os.path.join(args.out, "bench_moe.json"), "w") as f:
         json.dump(result, f, indent=1)
     plot(rows, os.path.join(args.out, "bench_moe.png"), gpu)

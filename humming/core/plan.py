@@ -223,6 +223,8 @@ class Plan:
         kind = "wgmma" if self.family == "wgmma" else "stream" if self.path == "stream" else "tile"
         if self.path == "wgmma-rs":
             kind = "wgmmars"  # register-A wgmma (bm = tokens, bn = channels)
+        elif self.path == "moe-wgmma-rs":
+            kind = "moewgmmars"  # the register-A kernel's rows routed to experts (humming.core.families.moe_register_a)
         elif self.path == "moe_indexed":
             kind = "moe"  # the tile kernel's rows routed to experts (humming.core.families.moe_wna16)
         fold = "f" if o("fold") == 1 else tag("f", "fold")
@@ -269,10 +271,10 @@ class Plan:
 
 def row_scale_refusal(plan) -> str:
     """Why the plan's kernel cannot take per-token scales in GS (``Plan.row_scale``); "" when it can: the WnA16
-    stream, tile, MoE tile and register-A wgmma kernels can."""
+    stream, tile, MoE tile, register-A wgmma and MoE register-A kernels can."""
     if plan.is_8bit or getattr(plan.instruction, "scale_format", None):
         return "the 8-bit and block-scaled kernels take their activation scales as such"
-    if plan.family in ("mma_sync", "mma_sync_moe") or plan.path == "wgmma-rs":
+    if plan.family in ("mma_sync", "mma_sync_moe") or plan.path in ("wgmma-rs", "moe-wgmma-rs"):
         return ""
     return f"the {plan.family} {plan.path} kernel has no per-token output scale"
 

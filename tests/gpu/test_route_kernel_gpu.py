@@ -90,13 +90,13 @@ def test_route_cuda_matches_the_torch_ops():
 
 def test_route_on_cuda_runs_the_kernel(monkeypatch):
     calls = []
-    real = route_kernel.route_cuda
+    real = route_kernel.launch_route
 
     def counted(*args):
         calls.append(args[1:3])
         return real(*args)
 
-    monkeypatch.setattr(route_kernel, "route_cuda", counted)
+    monkeypatch.setattr(route_kernel, "launch_route", counted)
     ids = torch.randint(0, 96, (33, 8), dtype=torch.int32)
     emap = torch.cat([torch.randperm(64), torch.full((32,), -1)]).to(torch.int32)  # 96 global ids, 32 unmapped
     assert_same(route(ids.cuda(), 64, 16, expert_map=emap.cuda()), route(ids, 64, 16, expert_map=emap), "route()")

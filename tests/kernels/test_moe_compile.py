@@ -33,6 +33,12 @@ def moe_problem(scheme, act, tokens, experts, top_k, n, k):
 
 @pytest.mark.parametrize("profile", PROFILES, ids=[p.name for p in PROFILES])
 def test_moe_kernel_compiles(profile, compiled_without_spills):
+    with knobs.override({"moe.wgmma_min_rows": None}):  # the tile kernel everywhere (sm_90a: the register-A form's
+        # prefill cases are tests/kernels/test_moe_register_a_compile.py's)
+        _compile_cases(profile, compiled_without_spills)
+
+
+def _compile_cases(profile, compiled_without_spills):
     for case in CASES:
         act = case[1]
         if not profile.find_mma(family="mma_sync", a_type=act):
@@ -82,7 +88,7 @@ def test_moe_refusals():
 
 def test_moe_128_row_tile_compiles(set_knobs, compiled_without_spills):
     """The 128-row token tile (knob moe.max_token_tile 128) compiles without spills."""
-    set_knobs({"moe.max_token_tile": 128})
+    set_knobs({"moe.max_token_tile": 128, "moe.wgmma_min_rows": None})
     caps = resolve_profile("nvidia-h200")
     for case in (("w4a16", "bf16", 8192, 8, 2, 4096, 1024), ("w4a8-fp8", "bf16", 8192, 8, 2, 1024, 1024)):
         plan = select(moe_problem(*case), caps).plan

@@ -86,6 +86,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "tile in turn (0: all token tiles form one group)", lo=0, hi=1024),
     _k("moe.max_token_tile", "int", "MoE tile kernel: the largest token tile (rows per block) the planner picks",
        choices=(16, 32, 64, 128)),
+    _k("moe.wgmma_min_rows", "float", "MoE GEMMs on the register-A wgmma kernel from this many rows per expert on "
+       "average (null: never)", optional=True, lo=0, hi=1 << 30),
+    _k("moe.wgmma_max_token_tile", "int", "MoE register-A kernel: the largest token tile the planner picks",
+       choices=(64, 128, 256)),
     _k("wgmma.stagger", "bool", "the warp-specialised register-A kernels start their second consumer warpgroup late"),
     _k("wgmma.fit_token_tile", "bool", "register-A token tiles fitted to M (M / tiles rounded up to 16 rows)"),
     _k("wgmma_8bit.enabled", "bool", "W8A8 / W4A8 from M 64 on the wgmma kernels (false: mma.sync)"),

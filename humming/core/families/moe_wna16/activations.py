@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from humming.core.families.moe_wna16.layout import padded_shape
 from humming.core.routes import widened_ranges as act_widen
 from humming.errors import UnsupportedOnDevice
 
@@ -21,7 +22,7 @@ def activation_step(scheme, n: int, k: int) -> tuple[str, str]:
     for activations no exact 16-bit change takes (scales varying along K that are not block scales)."""
     if not getattr(scheme, "act", None):
         return "x", "16-bit activations as they are"
-    why_not = act_widen.refusal(scheme, n, k)
+    why_not = act_widen.refusal(scheme, *padded_shape(n, k))  # (the weights are padded when prepared)
     if not why_not:
         scale = ("per-token scales per output row in the epilogue" if scheme.act_scale.mode == "dynamic_token"
                  else "the per-tensor scale in the epilogue")

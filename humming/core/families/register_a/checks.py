@@ -5,17 +5,17 @@ from __future__ import annotations
 from humming.core.families.register_a.planner import BC, BK, PATH, SMALL_BC, cluster_refusal, layout_refusal
 
 
-def check_plan(plan, caps) -> None:
+def check_plan(plan, caps, path: str = PATH) -> None:
     """Raise ValueError unless the kernel is written for ``plan`` (``caps``: the profile, None to skip its
-    capabilities)."""
+    capabilities; ``path``: the plan's path, the MoE form's own)."""
     t = plan.tiles
     small = t.bn == SMALL_BC  # the small-M form: one warpgroup (64 channels), BT = 16..128 tokens, split-K
     if small:
-        if plan.path != PATH or (t.bk, t.threads) != (BK, 160 if t.cluster else 128) or t.stages < 4 or t.bm % 16 \
+        if plan.path != path or (t.bk, t.threads) != (BK, 160 if t.cluster else 128) or t.stages < 4 or t.bm % 16 \
                 or t.bm > 128:
             raise ValueError(f"the small-M register-A wgmma kernel is written for 16..128 tokens (a multiple of 16) x "
                              f"64 channels x 64 k, 128 threads (160 with cluster), >= 4 stages; got {t}")
-    elif plan.path != PATH or (t.bn, t.bk, t.threads) != (BC, BK, 384 if t.bulk == 2 else 256) or t.stages < 4 \
+    elif plan.path != path or (t.bn, t.bk, t.threads) != (BC, BK, 384 if t.bulk == 2 else 256) or t.stages < 4 \
             or t.bm % (16 if t.bulk else 32) or not 64 <= t.bm <= 256:
         raise ValueError(f"the register-A wgmma kernel is written for 64..256 tokens (a multiple of 16, of 32 with "
                          f"cp.async copies) x 128 channels x 64 k, 256 threads (384 with the producer warpgroup), >= 4 "

@@ -53,9 +53,10 @@ _STSM_SCALES = """  float cs_h[2], bs_h[2];  // channels 8h + g's scale and bias
 _SMALL_TILE = {"threads": "128", "row_chunks": "8", "row_shift": "3", "chunk_mask": "7"}
 
 
-def staging_stores(stsm: bool, staging: str, row_scale: bool) -> str:
-    """The scaled accumulators into the staging tile at ``staging`` (``row_scale``: per-token scales GS [M])."""
-    row_pair = _ROW_PAIR_SCALED if row_scale else _ROW_PAIR
+def staging_stores(stsm: bool, staging: str, row_scale: bool, row_pair: str = "") -> str:
+    """The scaled accumulators into the staging tile at ``staging`` (``row_scale``: per-token scales GS [M];
+    ``row_pair``: another value pair's code, register_a.token_rows)."""
+    row_pair = row_pair or (_ROW_PAIR_SCALED if row_scale else _ROW_PAIR)
     if stsm:
         return _STSM_SCALES + stmatrix_staging(staging, "      const float cs = cs_h[h], bs = bs_h[h];" + row_pair)
     return _STS_STAGING.fill(row_pair=row_pair, staging=staging)

@@ -49,7 +49,8 @@ from humming.core.families.register_a.activations import (
 from humming.core.families.register_a.checks import check_plan
 from humming.core.families.register_a.fold import fold_parts
 from humming.core.families.register_a.kernel import HEAD, SLAB, STAGING_AFTER_SLOTS, TILE_START, indented
-from humming.core.families.register_a.planner import BK, OUT_PAD, RING_2WG, SMALL_BC, fold_group_atoms, small_ring
+from humming.core.families.register_a.planner import BK, OUT_PAD, PATH, RING_2WG, SMALL_BC, fold_group_atoms, small_ring
+from humming.core.families.register_a.token_rows import TokenRows
 from humming.core.families.register_a.weights import (
     DECODE_RAW,
     TAB,
@@ -69,10 +70,15 @@ __all__ = ["X16_DECODE", "wgmma_rs_kernel_source"]
 _PLAIN_WAIT_PAD, _FOLD_WAIT_PAD = " " * 13, " " * 11
 
 
-def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
+def wgmma_rs_kernel_source(plan, backend, caps=None, rows: TokenRows | None = None, path: str = PATH) -> str:
+    """The CUDA C++ of a register-A plan; ``rows``: another source of the token rows (the MoE form, whose plans have
+    their own ``path``)."""
     t = plan.tiles
     lay = plan.layout
-    check_plan(plan, caps)
+    check_plan(plan, caps, path)
+    if rows and (t.bn == SMALL_BC or t.bulk or t.streamk or t.tail or t.cluster):
+        raise ValueError("token rows from a routing are written for the two-warpgroup form with cp.async stages, "
+                         f"without stream-K, tail or clusters; got {t}")
     small = t.bn == SMALL_BC  # the small-M form (the two-warpgroup form otherwise)
     tma = bool(t.bulk)  # the activations by TMA tensor copy (one thread, an mbarrier per slot) instead of cp.async
     ws = t.bulk == 2  # a producer warpgroup issues the tensor copies; the consumers release slots by mbarrier
@@ -134,7 +140,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         splitk_code = splitk.tail_splitk(own=t.bm <= 128)
     else:
         ktiles_line = "const int ktiles = K / BK;"
-        load_code = tma_load_stage("kt * BK") if tma else LOAD_STAGE
+        load_code = rows.load_stage if rows else tma_load_stage("kt * BK") if tma else LOAD_STAGE
         wsrc_line = f"const uint32_t* wsrc = B + (size_t)slab * ktiles * ATOM_WORDS + {wsrc_lane};"
         splitk_code = ""
     gs_doc, scale_line, _ = gs_epilogue_parts(plan, "")
@@ -148,7 +154,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     else:
         commit, commit_in_loop = "\n    copy_commit();", "\n        copy_commit();"
         stage_wait, final_wait = stage_loop.CP_ASYNC_STAGE_WAIT, stage_loop.CP_ASYNC_FINAL_WAIT
-        params_end = ") {        " + gs_doc
+        params_end = (",        " + gs_doc + rows.params.removeprefix(",") + ") {" if rows else
+                      ") {        " + gs_doc)
     prologue = "" if ws else stage_loop.prologue(commit)
     refill = "" if ws else stage_loop.refill(next_slot, commit_in_loop)
     after_commit = stage_loop.STAGGER_GIVE if t.stagger else ""
@@ -203,7 +210,9 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
     staging = "stg0" if t.streamk else "x0"  # stream-K: a staging tile after the activation slots (which keep loading)
     if t.stsm:
         prelude += backend.helpers("stmatrix", caps=caps)
-    if t.streamk:
+    if rows:
+        tile_code = rows.tile
+    elif t.streamk:
         tile_code = streamk.SCHEDULE
     else:
         tile_code = splitk.TAIL_TILE if t.tail else pair_cluster.tile(t.raster) if pair else tile_of_block(t.raster)
@@ -246,8 +255,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None) -> str:
         early_fetch=(streamk.early_fetch(ring.fetch("s", "s", "          "), SLAB, wsrc_line, TAB, bool(pair))
                      if early else ""),
         splitk=splitk_code, scale_line=scale_line,
-        staging_stores=epilogue.staging_stores(bool(t.stsm), staging, plan.row_scale),
-        copy_out=epilogue.copy_out(small, block_sync, staging, closes=not t.streamk))
+        staging_stores=epilogue.staging_stores(bool(t.stsm), staging, plan.row_scale, rows.row_pair if rows else ""),
+        copy_out=rows.copy_out if rows else epilogue.copy_out(small, block_sync, staging, closes=not t.streamk))
     if not t.streamk:
         return head + body
     # the tile body runs once per segment (with the early ring, the ring's declarations before the segment loop)

@@ -1,0 +1,107 @@
+"""The CUDA C++ of the MoE register-A kernel: the two-warpgroup register-A wgmma WnA16 kernel
+(humming.core.families.register_a.generator; int4 weights decoded in registers as wgmma's A, activations the B
+operand in swizzled shared memory) with its token rows taken from a routing (humming.core.moe.routing).
+
+A block takes token tile mb, entries [mb*BT, +BT) of the routing's sorted slots, all of one expert (EXPERT_IDS[mb];
+-1 or past the used length NPAD: nothing to do), and channel tile nb (128 channels); the 1-D grid is ordered as the
+MoE tile kernel's (groups of ``raster`` token tiles take every channel tile in turn). Block row r is slot
+s = SORTED[mb*BT + r] (the sentinel num_slots pads an expert's run): its activations are row s / a_div of A (a_div =
+top_k when A is the tokens [T, KA], 1 when A holds one row per slot), copied by cp.async (columns past the real K,
+KA, and padding rows zero-filled); its outputs go to row s of C [slots, n_out], times the slot's router weight
+TOPK_W[s] where given. The expert's weights, tables, bias and global factor sit at fixed strides: the weights are the
+MoE tile kernel's (humming.core.families.moe_wna16.layout), so both kernels run one prepared copy."""
+from __future__ import annotations
+
+from humming.core.families.moe_register_a.planner import PATH
+from humming.core.families.register_a.generator import wgmma_rs_kernel_source
+from humming.core.families.register_a.token_rows import TokenRows
+
+# the MoE tile kernel's parameters (humming.core.runtime.moe_layer launches both)
+PARAMS = """,
+    const int* __restrict__ SORTED,      // routing: slot of each entry, by expert, padded with num_slots
+    const int* __restrict__ EXPERT_IDS,  // routing: expert of each block of BT entries (-1: none)
+    const int* __restrict__ NPAD,        // routing: entries in use
+    const float* __restrict__ TOPK_W,    // router weight of each slot, or null
+    const float* __restrict__ ES,        // each expert's global factor [E]
+    int num_slots, int a_div, int KA, int n_out, int b_stride, int s_stride, int z_stride, int raster"""
+
+TILE = """  // this block's tile (a 1-D grid): groups of `raster` token tiles take every channel tile in turn, token tiles
+  // fastest, so that a group's activations stay in the L2 while its experts' weights stream (0: one group)
+  const int n_tiles = N / BC, m_tiles = gridDim.x / n_tiles;
+  const int group = raster > 0 && raster < m_tiles ? raster : m_tiles;
+  const int first_m = blockIdx.x / (group * n_tiles) * group;
+  const int group_rows = min(group, m_tiles - first_m);
+  const int in_group = blockIdx.x - first_m * n_tiles;
+  const int mb = first_m + in_group % group_rows, nb = in_group / group_rows;
+  const int m0 = mb * BT, n0 = nb * BC;
+  // this block's expert, the slot of each of its rows and the row of A it reads (-1: a padding row)
+  __shared__ int slot_of_row[BT], a_row[BT];
+  if (m0 >= NPAD[0]) return;
+  const int expert = EXPERT_IDS[mb];
+  if (expert < 0) return;
+  for (int r = tid; r < BT; r += THREADS) {
+    const int s = SORTED[m0 + r];
+    slot_of_row[r] = s;
+    a_row[r] = s < num_slots ? s / a_div : -1;
+  }
+  B += (size_t)expert * b_stride;
+  if (S) S += (size_t)expert * s_stride;
+  if (Z) Z += (size_t)expert * z_stride;
+  if (CS) CS += (size_t)expert * N;
+  if (BIAS) BIAS += (size_t)expert * N;
+  out_scale *= ES[expert];
+  __syncthreads();"""
+
+LOAD_STAGE = """  // activations: thread tid copies chunk tid % 8 of block rows tid / 8 + 32 i ((row mod 8) is the same for every i),
+  // gathered: block row r is row a_row[r] of A; padding rows and columns past KA zero-filled
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  auto load_stage = [&](int slot, int kt) {
+    const uint32_t base = x0 + slot * X_BYTES;
+    const int col = kt * BK + lch * 8;
+    #pragma unroll
+    for (int i = 0; i < BT / 32; ++i) {
+      const int row = a_row[lrow + 32 * i];  // (read per stage: registers are the weights' ring's)
+      const bool ok = row >= 0 && col < KA;  // (the source stays a valid address)
+      copy_16_async(base + lswz + i * 32 * 128, ok ? A + (size_t)row * KA + col : A, ok);
+    }
+  };
+"""
+
+# the value pair of tokens 8j + 2q, +1 (block rows): (acc x scale x channel scale [x per-token scale] + bias) x
+# router weight, as the MoE tile kernel computes it; padding rows get 0 (never stored)
+_ROW_PAIR = """
+      const int t0 = 8 * j + 2 * q, s0 = slot_of_row[t0], s1 = slot_of_row[t0 + 1];
+      const bool in0 = s0 < num_slots, in1 = s1 < num_slots;{row_scales}
+      const float w0 = TOPK_W && in0 ? load_f32(TOPK_W + s0) : 1.0f, w1 = TOPK_W && in1 ? load_f32(TOPK_W + s1) : 1.0f;
+      const uint32_t v = f32x2_to_act2((acc[4 * j + 2 * h] * cs{rs0} + bs) * w0, (acc[4 * j + 2 * h + 1] * cs{rs1} + bs) * w1);"""
+_ROW_SCALES = """
+      const float rs0 = in0 ? load_f32(GS + s0 / a_div) : 0.0f, rs1 = in1 ? load_f32(GS + s1 / a_div) : 0.0f;"""
+
+COPY_OUT = """  __syncthreads();
+  // copy-out: 16-byte chunk c = tid + 256 i is block row c / 16, channels 8 (c % 16) .. +7, stored to row
+  // slot_of_row[row] of C (padding rows and channels past n_out are not)
+  #pragma unroll
+  for (int i = 0; i < BT * (BC / 8) / THREADS; ++i) {
+    const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;
+    const int dst = slot_of_row[row];
+    if (dst < num_slots && n0 + ch * 8 < n_out) {
+      uint32_t r[4];
+      lds_128(r, x0 + (row * OUT_LD + ch * 8) * 2);
+      store_g128(C + (size_t)dst * n_out + n0 + ch * 8, r);
+    }
+  }
+}
+"""
+
+
+def token_rows(row_scale: bool) -> TokenRows:
+    """The routed rows; ``row_scale``: GS holds a scale per token (quantized activations), read for slot s at s /
+    a_div."""
+    pair = _ROW_PAIR.format(row_scales=_ROW_SCALES if row_scale else "", rs0=" * rs0" if row_scale else "",
+                            rs1=" * rs1" if row_scale else "")
+    return TokenRows(params=PARAMS, tile=TILE, load_stage=LOAD_STAGE, row_pair=pair, copy_out=COPY_OUT)
+
+
+def moe_register_a_source(plan, backend, caps=None) -> str:
+    return wgmma_rs_kernel_source(plan, backend, caps, rows=token_rows(plan.row_scale), path=PATH)
