@@ -52,46 +52,24 @@ TILE = """  // this block's tile (a 1-D grid): groups of `raster` token tiles ta
   out_scale *= ES[expert];
   __syncthreads();"""
 
+# the rows of A in registers, BT / 32 per thread, read once from shared memory (255 registers and no spills at 256
+# tokens with the ring of 5; a_row computed in registers spilled there)
 LOAD_STAGE = """  // activations: thread tid copies chunk tid % 8 of block rows tid / 8 + 32 i ((row mod 8) is the same for every i),
   // gathered: block row r is row a_row[r] of A; padding rows and columns past KA zero-filled
   const int lrow = tid >> 3, lch = tid & 7;
   const uint32_t lswz = swz128(lrow, lch);
+  int my_rows[BT / 32];  // the row of A of each of this thread's block rows (-1: a padding row)
+  #pragma unroll
+  for (int i = 0; i < BT / 32; ++i) my_rows[i] = a_row[lrow + 32 * i];
   auto load_stage = [&](int slot, int kt) {
     const uint32_t base = x0 + slot * X_BYTES;
     const int col = kt * BK + lch * 8;
     #pragma unroll
     for (int i = 0; i < BT / 32; ++i) {
-      const int row = a_row[lrow + 32 * i];  // (read per stage: registers are the weights' ring's)
-      const bool ok = row >= 0 && col < KA;  // (the source stays a valid address)
-      copy_16_async(base + lswz + i * 32 * 128, ok ? A + (size_t)row * KA + col : A, ok);
+      const bool ok = my_rows[i] >= 0 && col < KA;  // (the source stays a valid address)
+      copy_16_async(base + lswz + i * 32 * 128, ok ? A + (size_t)my_rows[i] * KA + col : A, ok);
     }
   };
-"""
-
-# the value pair of tokens 8j + 2q, +1 (block rows): (acc x scale x channel scale [x per-token scale] + bias) x
-# router weight, as the MoE tile kernel computes it; padding rows get 0 (never stored)
-_ROW_PAIR = """
-      const int t0 = 8 * j + 2 * q, s0 = slot_of_row[t0], s1 = slot_of_row[t0 + 1];
-      const bool in0 = s0 < num_slots, in1 = s1 < num_slots;{row_scales}
-      const float w0 = TOPK_W && in0 ? load_f32(TOPK_W + s0) : 1.0f, w1 = TOPK_W && in1 ? load_f32(TOPK_W + s1) : 1.0f;
-      const uint32_t v = f32x2_to_act2((acc[4 * j + 2 * h] * cs{rs0} + bs) * w0, (acc[4 * j + 2 * h + 1] * cs{rs1} + bs) * w1);"""
-_ROW_SCALES = """
-      const float rs0 = in0 ? load_f32(GS + s0 / a_div) : 0.0f, rs1 = in1 ? load_f32(GS + s1 / a_div) : 0.0f;"""
-
-COPY_OUT = """  __syncthreads();
-  // copy-out: 16-byte chunk c = tid + 256 i is block row c / 16, channels 8 (c % 16) .. +7, stored to row
-  // slot_of_row[row] of C (padding rows and channels past n_out are not)
-  #pragma unroll
-  for (int i = 0; i < BT * (BC / 8) / THREADS; ++i) {
-    const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;
-    const int dst = slot_of_row[row];
-    if (dst < num_slots && n0 + ch * 8 < n_out) {
-      uint32_t r[4];
-      lds_128(r, x0 + (row * OUT_LD + ch * 8) * 2);
-      store_g128(C + (size_t)dst * n_out + n0 + ch * 8, r);
-    }
-  }
-}
 """
 
 
