@@ -73,6 +73,33 @@ LOAD_STAGE = """  // activations: thread tid copies chunk tid % 8 of block rows 
 """
 
 
+# the value pair of tokens 8j + 2q, +1 (block rows): (acc x scale x channel scale [x per-token scale] + bias) x
+# router weight, as the MoE tile kernel computes it; padding rows get 0 (never stored)
+_ROW_PAIR = """
+      const int t0 = 8 * j + 2 * q, s0 = slot_of_row[t0], s1 = slot_of_row[t0 + 1];
+      const bool in0 = s0 < num_slots, in1 = s1 < num_slots;{row_scales}
+      const float w0 = TOPK_W && in0 ? load_f32(TOPK_W + s0) : 1.0f, w1 = TOPK_W && in1 ? load_f32(TOPK_W + s1) : 1.0f;
+      const uint32_t v = f32x2_to_act2((acc[4 * j + 2 * h] * cs{rs0} + bs) * w0, (acc[4 * j + 2 * h + 1] * cs{rs1} + bs) * w1);"""
+_ROW_SCALES = """
+      const float rs0 = in0 ? load_f32(GS + s0 / a_div) : 0.0f, rs1 = in1 ? load_f32(GS + s1 / a_div) : 0.0f;"""
+
+COPY_OUT = """  __syncthreads();
+  // copy-out: 16-byte chunk c = tid + 256 i is block row c / 16, channels 8 (c % 16) .. +7, stored to row
+  // slot_of_row[row] of C (padding rows and channels past n_out are not)
+  #pragma unroll
+  for (int i = 0; i < BT * (BC / 8) / THREADS; ++i) {
+    const int c = tid + THREADS * i, row = c >> 4, ch = c & 15;
+    const int dst = slot_of_row[row];
+    if (dst < num_slots && n0 + ch * 8 < n_out) {
+      uint32_t r[4];
+      lds_128(r, x0 + (row * OUT_LD + ch * 8) * 2);
+      store_g128(C + (size_t)dst * n_out + n0 + ch * 8, r);
+    }
+  }
+}
+"""
+
+
 def token_rows(row_scale: bool) -> TokenRows:
     """The routed rows; ``row_scale``: GS holds a scale per token (quantized activations), read for slot s at s /
     a_div."""

@@ -24,7 +24,8 @@ MIN_ROWS_KNOB = "moe.wgmma_min_rows"  # rows per expert on average from which th
 MAX_TILE_KNOB = "moe.wgmma_max_token_tile"  # 256: measured on the H100 against 128 (us): Mixtral-8x7B gate+up at 512
 # rows per expert 2645 -> 2132, at 2048 rows 9183 -> 7315; Qwen3-30B-A3B gate+up at 512 rows 1069 -> 843, DeepSeek-V3
 # at 256 rows 10611 -> 9298
-TOKEN_TILES = (64, 128, 256)  # multiples of 32 (the cp.async rows of 256 threads), wgmma m64nBTk16
+TOKEN_TILES = (64, 128, 256)
+WIDE_RING = 4  # weight atoms in flight per lane at 256 tokens (the accumulators take 128 registers)  # multiples of 32 (the cp.async rows of 256 threads), wgmma m64nBTk16
 
 
 def rows_per_expert(tokens: int, top_k: int, experts: int) -> float:
@@ -75,6 +76,7 @@ def plan_moe_register_a(caps, scheme, tokens: int, n: int, k: int, act: str, exp
         raise UnsupportedOnDevice(f"no MoE register-A tile of {bt} tokens with {MIN_STAGES} stages fits "
                                   f"{caps.name}'s shared memory")
     smem = smem_bytes(bt, stages)
+    ring = RING_2WG if bt <= 128 else WIDE_RING  # (the routed rows' registers: the ring of 5 spills at 256 tokens)
     reasons = [
         f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (int4 weights) decoded from registers, B (activations) "
         "K-major in 128-byte-swizzled shared memory",
@@ -89,11 +91,11 @@ def plan_moe_register_a(caps, scheme, tokens: int, n: int, k: int, act: str, exp
         f"{rows:.1f} rows per expert on average",
         f"tile {BC} channels x {bt} tokens x {BK} k: 2 warpgroups x m64n{bt}k16; {stages} cp.async activation slots "
         f"({stages - 2} in flight), {smem // 1024} KiB of {caps.limits.smem_per_block_kb} KiB shared memory; "
-        f"{RING_2WG} weight atoms in flight per lane",
+        f"{ring} weight atoms in flight per lane",
         "epilogue: scales and bias per channel, router weight per row, the tile transposed through shared memory, "
         "16-byte stores of whole rows to their slots; no split-K",
     ]
-    tiles = RegisterATiles(bt, BC, BK, stages, 1, 8, 1, prefetch=RING_2WG)
+    tiles = RegisterATiles(bt, BC, BK, stages, 1, 8, 1, prefetch=ring)
     plan = Plan(scheme=scheme.name, profile=caps.name, m=tokens, n=n, k=k, act=act, out=act, family="wgmma",
                 instruction=replace(form, shape=(64, bt, 16)), path=PATH, layout=layout, tiles=tiles, splits=1,
                 async_copy=True, smem_bytes=smem, reasons=tuple(reasons),
