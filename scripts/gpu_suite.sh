@@ -10,6 +10,7 @@
 #                of docs/porting.md
 #     smoke      every preset scheme through humming.gemm against the reference (scripts/smoke_gemm.py)
 #     bench      the W4A16, the quantized and the MoE benchmarks (bench/; tables last)
+#     sanitize   compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over the MoE kernels (scripts/sanitize_moe.py)
 #     sustained  W4A16 M 1024 / 4096: each library alone for seconds under the power cap (scripts/sustained.py;
 #                ~2 minutes, not part of "all"; the extra arguments go to sustained.py)
 # Extra arguments go to pytest (e.g. -k "w4a16 and not bf16").
@@ -49,12 +50,19 @@ case "$PART" in
        unset HUMMING_DEVICE_PROFILE
        run_tests gpu-new-device tests/gpu/test_new_device_gpu.py "$@" ;;
   tests|all) run_tests gpu-tests tests/gpu "$@" ;;
-  smoke|bench|sustained) ;;
-  *) echo "unknown part $PART (all, tests, wna16, quant, ppu, smoke, bench, sustained)"; exit 2 ;;
+  smoke|bench|sustained|sanitize) ;;
+  *) echo "unknown part $PART (all, tests, wna16, quant, ppu, smoke, bench, sustained, sanitize)"; exit 2 ;;
 esac
 case "$PART" in
   smoke|all) python3 scripts/smoke_gemm.py >"$OUT/smoke.log" 2>&1 || rc=1
              echo "== smoke: $(grep -E "failed, worst error" "$OUT/smoke.log" || tail -1 "$OUT/smoke.log")" ;;
+esac
+case "$PART" in
+  sanitize|all) for tool in memcheck racecheck initcheck synccheck; do
+                  compute-sanitizer --tool "$tool" --report-api-errors no python3 scripts/sanitize_moe.py \
+                    >"$OUT/sanitize_$tool.log" 2>&1 || rc=1
+                  echo "== sanitize $tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize_$tool.log" | tail -1)"
+                done ;;
 esac
 case "$PART" in
   sustained) python3 scripts/sustained.py --out "$OUT" "$@" 2>&1 | tee "$OUT/sustained.log" | tail -8 ;;
