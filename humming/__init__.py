@@ -8,7 +8,9 @@ Public API (imported lazily so that `import humming` stays cheap and works witho
   humming.moe_gemm / grouped_gemm / masked_gemm    mixture-of-experts GEMMs on expert-stacked weights
   humming.GemmOptions                   numerics a caller chooses (fast FP8 accumulation, W4A8 widening, ...)
   humming.tuning.override({...})        tuning knobs (kernel variants, thresholds) for an experiment
-  humming.nn.QuantLinear                a drop-in torch module
+  humming.nn.QuantLinear / QuantMoE     drop-in torch modules; quantize_model / load_quantized for whole models
+  humming.checkpoints.load_dir(path)    a quantized checkpoint directory as module name -> QuantizedWeight
+  humming.transformers.from_pretrained  a transformers model of a quantized checkpoint on humming's kernels
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "schemes": ("humming.schemes", None),
     "checkpoints": ("humming.checkpoints", None),
     "nn": ("humming.nn", None),
+    "transformers": ("humming.transformers", None),
     "Scheme": ("humming.core.quant.schemes", "Scheme"),
     "QuantizedWeight": ("humming.core.quant.quantize", "QuantizedWeight"),
     "quantize": ("humming.core.quant.quantize", "quantize"),

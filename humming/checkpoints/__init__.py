@@ -46,6 +46,7 @@ from humming.checkpoints import awq, compressed_tensors, fp8_block, gpt_oss, gpt
 from humming.checkpoints.awq import from_awq
 from humming.checkpoints.compressed_tensors import from_nvfp4 as from_compressed_tensors_nvfp4
 from humming.checkpoints.compressed_tensors import from_pack_quantized
+from humming.checkpoints.directory import Checkpoint, load_dir
 from humming.checkpoints.experts import harmonize, name_pattern, resolve_experts, template_parts
 from humming.checkpoints.fp8_block import from_fp8_block
 from humming.checkpoints.gpt_oss import from_gpt_oss
@@ -57,6 +58,8 @@ from humming.errors import SchemeError
 
 __all__ = [
     "LAYOUTS",
+    "load_dir",
+    "Checkpoint",
     "load_safetensors",
     "import_tensors",
     "import_experts",

@@ -22,7 +22,7 @@ from humming.core.quant.packing import pack_bits, packed_length
 from humming.core.quant.quantize import QuantizedWeight
 from humming.errors import SchemeError, ShapeError
 
-__all__ = ["slice_experts", "take_rows", "permute_rows", "slice_columns", "permute_columns"]
+__all__ = ["slice_experts", "take_rows", "permute_rows", "slice_columns", "permute_columns", "cat_rows"]
 
 
 def _rebuild(qw: QuantizedWeight, shape: tuple[int, int], **changes) -> QuantizedWeight:
@@ -122,6 +122,57 @@ def permute_rows(qw: QuantizedWeight, perm: torch.Tensor) -> QuantizedWeight:
                           f"cannot be reordered")
     idx = _index(perm, qw, qw.shape[0], "perm")
     return _rows(qw, idx, None if ws.granularity == "tensor" else idx)
+
+
+def _same(tensors: list, name: str, what: str) -> torch.Tensor | None:
+    """The one value every weight holds for ``name`` (all None, or all equal), or ShapeError."""
+    first = tensors[0]
+    for t in tensors[1:]:
+        if (t is None) != (first is None) or (t is not None and not torch.equal(t.to(first.device), first)):
+            raise ShapeError(f"{what}: the weights differ in {name}; they can only be joined where it is shared "
+                             f"(requantize them with one {name})")
+    return first
+
+
+def cat_rows(weights: Sequence[QuantizedWeight], *, what: str = "weights") -> QuantizedWeight:
+    """The weights' rows one after another (of every expert): an ``[sum N, K]`` weight, e.g. gate and up projections
+    as one gate+up weight. They must share the scheme, K, the expert count and what is not per row (a global
+    scale, act-order ``g_idx``, a static input scale, per-tensor scales); with block scales every weight but the
+    last must end on a whole block."""
+    weights = list(weights)
+    if not weights:
+        raise ShapeError(f"{what}: cat_rows needs at least one weight")
+    first = weights[0]
+    for qw in weights[1:]:
+        if qw.scheme != first.scheme or qw.shape[1] != first.shape[1] or qw.num_experts != first.num_experts:
+            raise ShapeError(f"{what}: cat_rows needs one scheme, K and expert count; got {first.scheme} "
+                             f"{list(first.shape)} x {first.num_experts} and {qw.scheme} {list(qw.shape)} x "
+                             f"{qw.num_experts}")
+    ws = first.scheme.weight_scale
+    if ws.granularity == "block":
+        bad = [qw.shape[0] for qw in weights[:-1] if qw.shape[0] % ws.block[0]]
+        if bad:
+            raise ShapeError(f"{what}: N={bad[0]} is not a whole number of {ws.block[0]}-row scale blocks")
+    dim = 0 if first.num_experts is None else 1
+
+    def joined(name: str) -> torch.Tensor | None:
+        parts = [getattr(qw, name) for qw in weights]
+        if all(p is None for p in parts):
+            return None
+        if name == "bias" and any(p is None for p in parts):  # a missing bias is zeros
+            parts = [torch.zeros(*([qw.num_experts] if dim else []), qw.shape[0], dtype=next(
+                p for p in parts if p is not None).dtype, device=qw.device) if p is None else p
+                for p, qw in zip(parts, weights)]
+        return torch.cat(parts, dim)
+
+    per_row_scales = ws.granularity != "tensor"
+    scales = joined("scales") if per_row_scales else _same([qw.scales for qw in weights], "scales", what)
+    zeros = joined("zeros") if per_row_scales else _same([qw.zeros for qw in weights], "zeros", what)
+    return QuantizedWeight(first.scheme, (sum(qw.shape[0] for qw in weights), first.shape[1]), joined("packed"),
+                           scales, zeros=zeros, bias=joined("bias"), num_experts=first.num_experts,
+                           global_scale=_same([qw.global_scale for qw in weights], "global_scale", what),
+                           g_idx=_same([qw.g_idx for qw in weights], "g_idx", what),
+                           input_scale=_same([qw.input_scale for qw in weights], "input_scale", what))
 
 
 # ------------------------------------------------------------------------------------------------- columns (K)

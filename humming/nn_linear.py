@@ -1,0 +1,83 @@
+"""humming.nn.QuantLinear: a linear layer on a humming QuantizedWeight."""
+from __future__ import annotations
+
+import torch
+
+from humming.core.quant import arguments
+from humming.core.quant.experts import dense_only
+from humming.errors import ShapeError
+
+
+class QuantLinear(torch.nn.Module):
+    """A linear layer whose weight is a humming QuantizedWeight: y = x @ W^T + b.
+
+    CUDA inputs run the generated kernel for the current device (traceable by torch.compile through the
+    ``humming::wna16_gemm`` custom op); CPU inputs run the reference. The weight must be a dense QuantizedWeight
+    and the input a torch.Tensor [..., in_features] (ShapeError naming the fix otherwise)."""
+
+    def __init__(self, qweight, bias: torch.Tensor | None = None):
+        super().__init__()
+        arguments.quantized_weight(qweight, "QuantLinear")
+        dense_only(qweight, "QuantLinear")
+        if bias is not None and not isinstance(bias, torch.Tensor):
+            raise ShapeError(f"QuantLinear: bias must be a torch.Tensor or None, got {type(bias).__name__}")
+        self.qweight = qweight
+        self.out_features, self.in_features = qweight.shape
+        if bias is not None and bias.shape != (self.out_features,):
+            raise ShapeError(f"bias must have shape ({self.out_features},), got {tuple(bias.shape)}")
+        self.bias = None if bias is None else torch.nn.Parameter(bias.detach().clone(), requires_grad=False)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, scheme, **quantize_kwargs) -> QuantLinear:
+        """Quantize an nn.Linear with a scheme (a Scheme or a preset name such as 'w4a16')."""
+        from humming.core.quant.quantize import quantize
+
+        if not isinstance(linear, torch.nn.Linear):
+            raise ShapeError(f"QuantLinear.from_linear takes a torch.nn.Linear, got {type(linear).__name__}; for a "
+                             "weight tensor use QuantLinear(humming.quantize(w, scheme), bias)")
+        qw = quantize(linear.weight.detach(), scheme, **quantize_kwargs)
+        return cls(qw, linear.bias)
+
+    @classmethod
+    def from_quantized(cls, qweight, bias: torch.Tensor | None = None) -> QuantLinear:
+        """Wrap an imported checkpoint (see humming.checkpoints) or any QuantizedWeight."""
+        return cls(qweight, bias if bias is not None else qweight.bias)
+
+    def _apply(self, fn, recurse=True):  # .cuda() / .to() move the quantized tensors too
+        super()._apply(fn, recurse)
+        probe = fn(torch.empty(0, device=self.qweight.packed.device))
+        if probe.device != self.qweight.packed.device:
+            self.qweight = self.qweight.to(probe.device)
+        return self
+
+    def prepare(self, dtype: torch.dtype, device: torch.device | str = "cuda") -> int:
+        """Repack the weight for the kernels of this device and activation dtype (done on first use anyway;
+        call it before torch.compile if the module has not run eagerly)."""
+        from humming.api import prepared
+
+        self._handle = prepared(self.qweight, dtype, torch.device(device))
+        self._handle_key = (dtype, torch.device(device).type)
+        return self._handle
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from humming.api import gemm, gemm_prepared
+
+        if not isinstance(x, torch.Tensor):
+            arguments.activation(x, "QuantLinear")
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        if getattr(self.qweight.scheme, "act", None):  # quantized activations: eager paths only for now
+            if torch.compiler.is_compiling():
+                raise RuntimeError(f"QuantLinear: {self.qweight.scheme.name} (quantized activations) is not "
+                                   f"traceable by torch.compile yet; use a WnA16 scheme or run it eagerly")
+            return gemm(x, self.qweight, bias=bias)
+        if torch.compiler.is_compiling():
+            handle = getattr(self, "_handle", None)
+            if handle is None:
+                raise RuntimeError("QuantLinear: call .prepare(dtype, device) (or run once eagerly) before torch.compile")
+            return gemm_prepared(x, handle, bias)
+        if x.is_cuda and getattr(self, "_handle_key", None) != (x.dtype, "cuda"):
+            self.prepare(x.dtype, x.device)
+        return gemm(x, self.qweight, bias=bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, scheme={self.qweight.scheme}"
