@@ -8,7 +8,9 @@ layout                      tensors under ``prefix``                            
 ``awq``                     qweight, qzeros, scales[, bias]                     :func:`awq.from_awq`
 ``compressed-tensors``      weight_packed, weight_scale[, weight_zero_point,    :mod:`compressed_tensors`
                             weight_g_idx, weight_shape, weight_global_scale,
-                            input_global_scale]; or fp8/int8 ``weight``
+                            input_global_scale] (pack-quantized, nvfp4, mxfp4,
+                            mxfp6); or fp8/int8 ``weight`` (float-, int-,
+                            naive-quantized, mxfp8 with E8M0 weight_scale)
 ``modelopt``                weight, weight_scale[, weight_scale_2, input_scale] :mod:`modelopt`
 ``mx``                      weight, weight_scale (E8M0)                         :func:`mx.from_mx`
 ``gpt-oss``                 blocks, scales                                      :func:`gpt_oss.from_gpt_oss`
@@ -28,7 +30,7 @@ layer per expert, gathered by a prefix with ``{e}`` where the expert index goes 
     gate = humming.checkpoints.load_experts(path, "model.layers.0.mlp.experts.{e}.gate_proj", layout="gptq")
     down = humming.checkpoints.import_experts(state_dict, "model.layers.3.mlp.experts.{e}.down_proj", "fp8-block")
 
-Layout options are passed through (gptq: bits, group_size, sym; compressed-tensors: num_bits, group_size, block;
+Layout options are passed through (gptq: bits, group_size, sym; compressed-tensors: num_bits, group_size, block, format;
 modelopt: quant_algo; mx: element_format; gpt-oss: expert, bias_name; fp8-block: block). ``activations="w4a8-fp8"``
 (a preset) sets how activations are quantized (checkpoints store weights; the default keeps what the layout implies,
 16-bit activations for weight-only layouts). Malformed tensors raise ShapeError, missing tensors and

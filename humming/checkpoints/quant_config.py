@@ -23,6 +23,7 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
+from humming.checkpoints.compressed_tensors import FORMATS
 from humming.errors import SchemeError
 
 __all__ = ["ModuleQuant", "QuantConfig", "parse_quant_config"]
@@ -125,6 +126,8 @@ def _ct_groups(cfg: dict) -> tuple[_Group, ...]:
         fmt = group.get("format") or top_format
         if fmt in ("sparse-bitmask", "sparse-24-bitmask", "marlin-24"):
             raise _unsupported("compressed-tensors", "format", fmt, "is a sparse format humming does not import")
+        if fmt in FORMATS:  # (mixed-precision / dense at the top: each group names its own, or the tensors tell)
+            options["format"] = fmt
         quant = ModuleQuant("compressed-tensors", options, _ct_activations(group.get("input_activations"), weights))
         groups.append(_Group(tuple(group.get("targets") or ("Linear",)), quant))
     if not groups:
