@@ -112,3 +112,51 @@ def _save_sharded(tensors: dict[str, torch.Tensor], path: str) -> None:
         weight_map.update({n: file for n in part})
     with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": weight_map}, f)
+
+
+def gpt_oss_config():
+    import transformers
+
+    return transformers.GptOssConfig(vocab_size=256, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_local_experts=4,
+                                     num_experts_per_tok=2, max_position_embeddings=4096, tie_word_embeddings=False)
+
+
+def write_gpt_oss_checkpoint(path: str, seed: int = 0) -> torch.nn.Module:
+    """A gpt-oss-layout checkpoint of a tiny GptOss model in ``path``: the experts' MXFP4 ``*_blocks`` [E, N, K/32,
+    16] / ``*_scales`` [E, N, K/32] (N x K: gate_up 2I x H with gate and up interleaved, down H x I; random codes and
+    exponents) and their biases, the rest in bf16 as the release keeps it; quantization_config quant_method mxfp4.
+    Returns the reference model holding the dequantized experts."""
+    import transformers
+
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    ref = transformers.AutoModelForCausalLM.from_config(gpt_oss_config(), dtype=torch.float32).eval()
+    tensors: dict[str, torch.Tensor] = {}
+    stacked: set[str] = set()
+    fp4 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+    for name, module in ref.named_modules():
+        if type(module).__name__ != "GptOssExperts":
+            continue
+        for proj in ("gate_up_proj", "down_proj"):
+            w_t = getattr(module, proj)  # [E, K, N]: transformers keeps x @ W
+            e, k, n = w_t.shape
+            codes = torch.randint(0, 16, (e, n, k), generator=g, dtype=torch.uint8)
+            exps = torch.randint(119, 124, (e, n, k // 32), generator=g, dtype=torch.uint8)
+            w = fp4[codes.long()] * torch.pow(2.0, exps.float() - 127).repeat_interleave(32, -1)
+            w_t.data.copy_(w.transpose(1, 2))
+            packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).reshape(e, n, k // 32, 16)
+            tensors[f"{name}.{proj}_blocks"] = packed.contiguous()
+            tensors[f"{name}.{proj}_scales"] = exps.contiguous()
+            getattr(module, proj + "_bias").data.normal_(0, 0.02, generator=g)
+            stacked.add(f"{name}.{proj}")
+    for name, value in ref.state_dict().items():
+        if name not in stacked:
+            tensors[name] = value.detach().clone().contiguous()
+    _save_sharded(tensors, path)
+    cfg = ref.config.to_dict()
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return ref

@@ -72,3 +72,21 @@ def test_quantize_model_in_place():
     with torch.no_grad():
         after = model(ids).logits
     assert (after - before).abs().max() < 0.05 * before.abs().max()
+
+
+def test_gpt_oss_mxfp4_checkpoint(tmp_path):
+    """gpt-oss's stacked MXFP4 experts (interleaved gate/up, biases, clamped SwiGLU) become QuantMoE layers."""
+    from ._build import write_gpt_oss_checkpoint
+
+    ref = write_gpt_oss_checkpoint(str(tmp_path), seed=4)
+    ckpt = load_dir(tmp_path)
+    assert ckpt.quant.method == "mxfp4" and not ckpt.modules and len(ckpt.stacked) == 4
+    gate_up = ckpt["model.layers.0.mlp.experts.gate_up_proj"]
+    assert gate_up.num_experts == 4 and tuple(gate_up.shape) == (256, 128) and gate_up.bias is not None
+    model = humming.transformers.from_pretrained(tmp_path, dtype=torch.float32)
+    moes = [m for m in model.modules() if isinstance(m, humming.nn.QuantMoE)]
+    assert len(moes) == 2 and moes[0].interleaved and moes[0].activation == "swiglu_clamped"
+    ids = torch.randint(0, 256, (2, 12))
+    with torch.no_grad():
+        got, want = model(ids).logits, ref(ids).logits
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), (got - want).abs().max()
