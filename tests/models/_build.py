@@ -25,7 +25,7 @@ def tiny_config(arch: str):
     if arch == "qwen3":
         return transformers.Qwen3Config(intermediate_size=256, head_dim=32, **common)
     if arch == "qwen3_moe":
-        return transformers.Qwen3MoeConfig(moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2,
+        return transformers.Qwen3MoeConfig(moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2,
                                            decoder_sparse_step=1, head_dim=32, intermediate_size=256,
                                            norm_topk_prob=True, **common)
     if arch == "mixtral":

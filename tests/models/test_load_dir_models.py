@@ -46,7 +46,7 @@ def test_load_dir_lazy_and_named_errors(tmp_path):
     qw = ckpt[name]
     assert qw.scheme.weight == "uint4" and tuple(qw.shape) == (128, 128)
     gate = ckpt["model.layers.1.mlp.experts.{e}.gate_proj"]
-    assert gate.num_experts == 8 and tuple(gate.shape) == (64, 128)
+    assert gate.num_experts == 8 and tuple(gate.shape) == (128, 128)
     assert "model.embed_tokens.weight" in ckpt.plain_tensors()
     with pytest.raises(KeyError, match="not a quantized module"):
         ckpt["model.layers.0.self_attn.nope"]

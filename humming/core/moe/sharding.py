@@ -22,24 +22,13 @@ distributed MoE layer) gives the unsharded layer's output.
 """
 from __future__ import annotations
 
-import operator
-
 import torch
 
+from humming.core.quant.sharding import checked_rank
 from humming.core.quant.slicing import permute_columns, permute_rows, slice_columns, slice_experts, take_rows
 from humming.errors import ShapeError
 
 __all__ = ["tensor_parallel", "expert_parallel", "order_by_group"]
-
-
-def _rank(rank: int, world: int) -> tuple[int, int]:
-    try:
-        rank, world = operator.index(rank), operator.index(world)
-    except TypeError:
-        raise ShapeError(f"rank and world must be integers, got {rank!r} and {world!r}") from None
-    if world < 1 or not 0 <= rank < world:
-        raise ShapeError(f"rank must lie in [0, world) with world >= 1, got rank {rank} of world {world}")
-    return rank, world
 
 
 def _intermediate(w13, w2) -> int:
@@ -70,7 +59,7 @@ def order_by_group(w13, w2, *, interleaved: bool = False):
 def tensor_parallel(w13, w2, rank: int, world: int, *, interleaved: bool = False):
     """Rank ``rank``'s ``(w13, w2)`` of a ``world``-way split of the intermediate size I (module docstring).
     ShapeError when I is not a multiple of ``world`` or a slice would split a scale group."""
-    rank, world = _rank(rank, world)
+    rank, world = checked_rank(rank, world)
     inter = _intermediate(w13, w2)
     if inter % world:
         raise ShapeError(f"tensor parallelism splits the intermediate size I={inter} over {world} ranks; "
@@ -93,7 +82,7 @@ def expert_parallel(w13, w2, rank: int, world: int, expert_map: torch.Tensor | N
     """Rank ``rank``'s ``(w13, w2, expert_map)`` of a ``world``-way split of the experts (module docstring).
     ``expert_map``: the layer's own map (global -> its local ids), composed with the split; None: the layer holds
     every expert. ShapeError when E is not a multiple of ``world``."""
-    rank, world = _rank(rank, world)
+    rank, world = checked_rank(rank, world)
     _intermediate(w13, w2)
     count = w13.num_experts
     if count % world:
