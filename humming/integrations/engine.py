@@ -58,6 +58,15 @@ def _leaf(name: str, prefix: str) -> str:
     return name[len(prefix) + 1:] if prefix and name.startswith(prefix + ".") else name
 
 
+def _loaded(layer, attr: str, prefix: str) -> dict:
+    """The checkpoint tensors load_weight put on ``layer`` (SchemeError where there are none)."""
+    tensors = getattr(layer, attr, None)
+    if not tensors:
+        raise SchemeError(f"{prefix}: no checkpoint tensor was loaded (load_weight) before "
+                          f"process_weights_after_loading")
+    return tensors
+
+
 class LinearMethod:
     """One quantized linear layer (module ``prefix`` of the checkpoint), split ``parallel`` ("column": the output
     features; "row": the input features; None: whole) over ``tp_size`` ranks."""
@@ -84,10 +93,7 @@ class LinearMethod:
         from humming.checkpoints import import_tensors
         from humming.core.quant.sharding import shard_linear
 
-        tensors = getattr(layer, "humming_tensors", None)
-        if not tensors:
-            raise SchemeError(f"{self.prefix}: no checkpoint tensor was loaded (load_weight) before "
-                              f"process_weights_after_loading")
+        tensors = _loaded(layer, "humming_tensors", self.prefix)
         m = self.module
         try:
             qw = import_tensors(tensors, "", m.layout, activations=m.activations, **m.options)
@@ -140,10 +146,7 @@ class MoEMethod:
         from humming.core.quant.slicing import cat_rows
         from humming.nn_moe import QuantMoE
 
-        tensors = getattr(layer, "humming_expert_tensors", None)
-        if not tensors:
-            raise SchemeError(f"{self.prefix}: no expert tensor was loaded (load_weight) before "
-                              f"process_weights_after_loading")
+        tensors = _loaded(layer, "humming_expert_tensors", self.prefix)
         m = self.module
         try:
             gate, up, down = (import_experts(tensors, f"{{e}}.{proj}", m.layout, experts=self.num_experts,

@@ -391,6 +391,21 @@ class TinyModel(torch.nn.Module):
         self.lm_head = torch.nn.Linear(128, 64, bias=False)
 
 
+def calibrate(model: torch.nn.Module, config: QuantizationConfig) -> None:
+    """Apply ``config`` to ``model`` and set every quantized module's parameters from its weight's min / max (what
+    llm-compressor's min-max observer would give)."""
+    apply_quantization_config(model, config, show_progress=False)
+    with torch.no_grad():
+        for module in model.modules():
+            scheme = getattr(module, "quantization_scheme", None)
+            if scheme is None:
+                continue
+            for name, value in qparams(module.weight.data, scheme.weights).items():
+                if hasattr(module, name):
+                    param = getattr(module, name)
+                    param.data = value.to(param.dtype).reshape(param.shape)
+
+
 def test_model_compressor_mixed_precision_state_dict():
     """A model quantized with one scheme per projection, compressed by ModelCompressor (format mixed-precision):
     every quantized layer of its state dict imports and equals the library's decompressed weight."""
@@ -408,16 +423,7 @@ def test_model_compressor_mixed_precision_state_dict():
     config = QuantizationConfig(
         config_groups={g: preset_name_to_scheme(p, [t]) for g, (p, t) in groups.items()}, ignore=["lm_head"],
         quantization_status=QuantizationStatus.FROZEN)
-    apply_quantization_config(model, config, show_progress=False)
-    with torch.no_grad():
-        for module in model.modules():
-            scheme = getattr(module, "quantization_scheme", None)
-            if scheme is None:
-                continue
-            for name, value in qparams(module.weight.data, scheme.weights).items():
-                if hasattr(module, name):
-                    getattr(module, name).data = value.to(getattr(module, name).dtype).reshape(
-                        getattr(module, name).shape)
+    calibrate(model, config)
     compressor = ModelCompressor.from_pretrained_model(model)
     assert compressor.quantization_config.format == "mixed-precision"
     compressed_model = copy.deepcopy(model)

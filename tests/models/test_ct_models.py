@@ -17,12 +17,11 @@ from compressed_tensors.compressors import ModelCompressor  # noqa: E402
 from compressed_tensors.quantization import (  # noqa: E402
     QuantizationConfig,
     QuantizationStatus,
-    apply_quantization_config,
     preset_name_to_scheme,
 )
 
 import humming  # noqa: E402
-from tests.checkpoints.test_ct_library import qparams  # noqa: E402
+from tests.checkpoints.test_ct_library import calibrate  # noqa: E402
 
 from ._build import tiny_config  # noqa: E402
 
@@ -37,16 +36,7 @@ def compressed_checkpoint(preset: str, path) -> torch.nn.Module:
     model = transformers.AutoModelForCausalLM.from_config(tiny_config("qwen3"), dtype=torch.float32).eval()
     config = QuantizationConfig(config_groups={"group_0": preset_name_to_scheme(preset, ["Linear"])},
                                 ignore=["lm_head"], quantization_status=QuantizationStatus.FROZEN)
-    apply_quantization_config(model, config, show_progress=False)
-    with torch.no_grad():
-        for module in model.modules():
-            scheme = getattr(module, "quantization_scheme", None)
-            if scheme is None:
-                continue
-            for name, value in qparams(module.weight.data, scheme.weights).items():
-                if hasattr(module, name):
-                    getattr(module, name).data = value.to(getattr(module, name).dtype).reshape(
-                        getattr(module, name).shape)
+    calibrate(model, config)
     compressor = ModelCompressor.from_pretrained_model(model)
     compressor.compress_model(model)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}

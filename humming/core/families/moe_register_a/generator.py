@@ -13,27 +13,11 @@ MoE tile kernel's (humming.core.families.moe_wna16.layout), so both kernels run 
 from __future__ import annotations
 
 from humming.core.families.moe_register_a.planner import PATH
+from humming.core.families.moe_wna16.generator import EXPERT_OPERANDS, MOE_PARAMS, moe_place
 from humming.core.families.register_a.generator import wgmma_rs_kernel_source
 from humming.core.families.register_a.token_rows import TokenRows
 
-# the MoE tile kernel's parameters (humming.core.runtime.moe_layer launches both)
-PARAMS = """,
-    const int* __restrict__ SORTED,      // routing: slot of each entry, by expert, padded with num_slots
-    const int* __restrict__ EXPERT_IDS,  // routing: expert of each block of BT entries (-1: none)
-    const int* __restrict__ NPAD,        // routing: entries in use
-    const float* __restrict__ TOPK_W,    // router weight of each slot, or null
-    const float* __restrict__ ES,        // each expert's global factor [E]
-    int num_slots, int a_div, int KA, int n_out, int b_stride, int s_stride, int z_stride, int raster"""
-
-TILE = """  // this block's tile (a 1-D grid): groups of `raster` token tiles take every channel tile in turn, token tiles
-  // fastest, so that a group's activations stay in the L2 while its experts' weights stream (0: one group)
-  const int n_tiles = N / BC, m_tiles = gridDim.x / n_tiles;
-  const int group = raster > 0 && raster < m_tiles ? raster : m_tiles;
-  const int first_m = blockIdx.x / (group * n_tiles) * group;
-  const int group_rows = min(group, m_tiles - first_m);
-  const int in_group = blockIdx.x - first_m * n_tiles;
-  const int mb = first_m + in_group % group_rows, nb = in_group / group_rows;
-  const int m0 = mb * BT, n0 = nb * BC;
+TILE = moe_place("BC") + """  const int m0 = mb * BT, n0 = nb * BC;
   // this block's expert, the slot of each of its rows and the row of A it reads (-1: a padding row)
   __shared__ int slot_of_row[BT], a_row[BT];
   if (m0 >= NPAD[0]) return;
@@ -44,13 +28,7 @@ TILE = """  // this block's tile (a 1-D grid): groups of `raster` token tiles ta
     slot_of_row[r] = s;
     a_row[r] = s < num_slots ? s / a_div : -1;
   }
-  B += (size_t)expert * b_stride;
-  if (S) S += (size_t)expert * s_stride;
-  if (Z) Z += (size_t)expert * z_stride;
-  if (CS) CS += (size_t)expert * N;
-  if (BIAS) BIAS += (size_t)expert * N;
-  out_scale *= ES[expert];
-  __syncthreads();"""
+""" + EXPERT_OPERANDS + "  __syncthreads();"
 
 # the rows of A in registers, BT / 32 per thread, read once from shared memory (255 registers and no spills at 256
 # tokens with the ring of 5; a_row computed in registers spilled there)
@@ -105,7 +83,7 @@ def token_rows(row_scale: bool) -> TokenRows:
     a_div."""
     pair = _ROW_PAIR.format(row_scales=_ROW_SCALES if row_scale else "", rs0=" * rs0" if row_scale else "",
                             rs1=" * rs1" if row_scale else "")
-    return TokenRows(params=PARAMS, tile=TILE, load_stage=LOAD_STAGE, row_pair=pair, copy_out=COPY_OUT)
+    return TokenRows(params=MOE_PARAMS, tile=TILE, load_stage=LOAD_STAGE, row_pair=pair, copy_out=COPY_OUT)
 
 
 def moe_register_a_source(plan, backend, caps=None) -> str:

@@ -21,13 +21,27 @@ MOE_PARAMS = """,
 
 # A 1-D grid of token tiles x channel tiles: groups of `raster` token tiles take every channel tile in turn, token
 # tiles fastest, so that a group's activations stay in the L2 while its experts' weights stream (0: one group)
-MOE_PLACE = """
-  const int n_tiles = N / cfg::BN, m_tiles = gridDim.x / n_tiles;
+def moe_place(width: str) -> str:
+    """The block's (mb, nb) in the 1-D grid, channel tiles of ``width`` (a C constant)."""
+    return f"""
+  const int n_tiles = N / {width}, m_tiles = gridDim.x / n_tiles;
   const int group = raster > 0 && raster < m_tiles ? raster : m_tiles;
   const int first_m = blockIdx.x / (group * n_tiles) * group;
   const int group_rows = min(group, m_tiles - first_m);
   const int in_group = blockIdx.x - first_m * n_tiles;
   const int mb = first_m + in_group % group_rows, nb = in_group / group_rows;
+"""
+
+
+MOE_PLACE = moe_place("cfg::BN")
+
+# the block's expert's weights, tables, bias and global factor (each at its fixed stride)
+EXPERT_OPERANDS = """  B += (size_t)expert * b_stride;
+  if (S) S += (size_t)expert * s_stride;
+  if (Z) Z += (size_t)expert * z_stride;
+  if (CS) CS += (size_t)expert * N;
+  if (BIAS) BIAS += (size_t)expert * N;
+  out_scale *= ES[expert];
 """
 
 MOE_SETUP = """
@@ -37,13 +51,7 @@ MOE_SETUP = """
   const int expert = EXPERT_IDS[mb];
   if (expert < 0) return;
   for (int r = tid; r < BM; r += THREADS) slot_of_row[r] = SORTED[m0 + r];
-  B += (size_t)expert * b_stride;
-  if (S) S += (size_t)expert * s_stride;
-  if (Z) Z += (size_t)expert * z_stride;
-  if (CS) CS += (size_t)expert * N;
-  if (BIAS) BIAS += (size_t)expert * N;
-  out_scale *= ES[expert];
-  __syncthreads();
+""" + EXPERT_OPERANDS + """  __syncthreads();
 """
 
 # A row per slot (a_div 1) or per token (a_div top_k); columns past the real K (KA) read as zeros
