@@ -19,6 +19,7 @@ from humming.core.path_table import path_table  # noqa: F401  (humming.device.in
 from humming.core.plan import Plan
 from humming.core.problem import Problem, scheme_of
 from humming.core.quant import arguments
+from humming.core.quant.arguments import check_out  # noqa: F401  (re-exported: the out= checks)
 from humming.core.quant.experts import dense_only
 from humming.core.quant.group_checks import group_size_override
 from humming.core.registry import select
@@ -27,7 +28,7 @@ from humming.core.runtime.launch import tma_boxes  # noqa: F401  (tools read the
 from humming.core.runtime.layer import LAYERS as _registry  # noqa: F401  (handles: indices into it)
 from humming.core.runtime.layer import Layer, kept_prepared, register
 from humming.devices.current import live_arch, resolve_profile  # noqa: F401  (re-exported)
-from humming.errors import ShapeError
+from humming.errors import ShapeError  # noqa: F401  (re-exported)
 from humming.options import resolve as resolve_options
 
 
@@ -59,7 +60,13 @@ def compile_plan(p: Plan, profile=None, run_arch: str | None = None):
 
 def prepared(qw, dtype: torch.dtype, device, profile=None, options=None) -> int:
     """The handle of ``qw`` prepared for (activation dtype, device, profile, options): made once, kept on the
-    weight."""
+    weight. ``qw``: a dense QuantizedWeight whose N and K are multiples of 64 (the kernels' weight tiles);
+    ``dtype``: torch.float16 or torch.bfloat16; ``device``: where the kernels run. A weight elsewhere is copied to
+    ``device`` once and the copy kept with the handle (humming.gemm, finding no preparation for x's device,
+    refuses x on another device than the weight). ShapeError naming the fix otherwise."""
+    arguments.quantized_weight(qw, "humming.api.prepared")
+    dense_only(qw, "humming.api.prepared")
+    device = arguments.prepare_args(dtype, device, "humming.api.prepared")
     return kept_prepared(qw, "_humming_prepared", dtype, device, profile, options, lambda dt, dev: register(
         Layer(qw, dt, dev, resolve_profile(profile), resolve_options(options))))
 
@@ -67,32 +74,6 @@ def prepared(qw, dtype: torch.dtype, device, profile=None, options=None) -> int:
 def plan_for(handle: int, m: int) -> Plan:
     """The plan a prepared weight runs M with."""
     return _registry[handle].plan_for(m)
-
-
-def check_out(out: torch.Tensor, x: torch.Tensor, n: int, kernel_writes: bool = True) -> None:
-    """The checks of an ``out=`` argument: a tensor of shape [*x.shape[:-1], N] with x's dtype and device and, where a
-    kernel writes it (``kernel_writes``; under torch.compile the traced graph copies into it), contiguous (the
-    kernels write whole rows), its start 16-byte aligned (16-byte stores), and sharing no memory with x (the kernels
-    read x while they write). Raises ShapeError naming what is wrong."""
-    if not isinstance(out, torch.Tensor):
-        raise ShapeError(f"out must be a torch.Tensor, not {type(out).__name__}")
-    want = (*x.shape[:-1], n)
-    if out.shape != want:
-        raise ShapeError(f"out has shape {tuple(out.shape)}; this GEMM writes {want} (x's leading dimensions x N)")
-    if out.dtype != x.dtype:
-        raise ShapeError(f"out is {out.dtype}; this GEMM writes x's dtype, {x.dtype}")
-    if (out.get_device() != x.get_device()) if kernel_writes else (out.device != x.device):  # (ints: no objects)
-        raise ShapeError(f"out is on {out.device}, x on {x.device}: give an output on x's device")
-    if not kernel_writes:
-        return
-    if not out.is_contiguous() or out.data_ptr() % 16:
-        raise ShapeError("out must be contiguous and start on a 16-byte boundary (the kernels store whole 16-byte "
-                         "chunks of rows); e.g. torch.empty(..., device=x.device, dtype=x.dtype)")
-    if out.numel() and x.numel():
-        o0, x0 = out.data_ptr(), x.data_ptr()
-        if o0 < x0 + x.numel() * x.element_size() and x0 < o0 + out.numel() * out.element_size():
-            raise ShapeError("out shares memory with x (the kernels read x while they write out): give a separate "
-                             "output")
 
 
 @torch.library.custom_op("humming::wna16_gemm", mutates_args=())
@@ -109,7 +90,10 @@ def _(x, bias, gscale, handle):
 def gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None = None,
                   gscale: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """The hot path once a weight is prepared. Under torch.compile WnA16 weights go through the
-    ``humming::wna16_gemm`` custom op, which traces. ``out``: where the result goes (``check_out``), returned."""
+    ``humming::wna16_gemm`` custom op, which traces. ``out``: where the result goes (``check_out``), returned.
+    ``bias``: None or float16 / bfloat16 / float32 [N] on x's device (ShapeError / DeviceMismatchError otherwise)."""
+    if bias is not None:
+        arguments.bias(bias, x, _registry[handle].n, "humming.api.gemm_prepared")
     if out is not None:
         check_out(out, x, _registry[handle].n, kernel_writes=not torch.compiler.is_compiling())
     return _run(x, handle, bias, gscale, out)
@@ -149,8 +133,14 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None,
     profile forced by HUMMING_DEVICE_PROFILE / ``profile``); CPU tensors run the reference. ``out``: a tensor of
     shape [*x.shape[:-1], N] with x's dtype and device, contiguous, 16-byte aligned and separate from x, that
     receives the result and is returned (ShapeError otherwise). ``options``: numerics (humming.GemmOptions).
-    ``x`` must be a torch.Tensor [..., K] and ``qw`` a QuantizedWeight (ShapeError naming the fix otherwise; checked
-    in full on the first call for a (weight, dtype, device), by isinstance and shape on later ones)."""
+
+    Checked on the host (humming.core.quant.arguments), each failure a ShapeError naming the fix: ``x`` a
+    torch.Tensor [..., K] (float16 or bfloat16 for the kernels, any float for the reference) and ``qw`` a dense
+    QuantizedWeight, both on one device (DeviceMismatchError otherwise: x on the CPU never silently runs the
+    reference for GPU weights, nor is a CPU weight silently copied to x's GPU); in full on the first call for a
+    (weight, dtype, device), by isinstance and shape on later ones. ``bias`` (every call): None or a 1-D float16 /
+    bfloat16 / float32 tensor of N elements on x's device. A non-contiguous or misaligned x or bias is copied (the
+    kernels read contiguous rows), not refused."""
     if not isinstance(x, torch.Tensor):
         arguments.activation(x, "humming.gemm")
     try:
@@ -165,20 +155,29 @@ def gemm(x: torch.Tensor, qw, bias: torch.Tensor | None = None, profile=None,
         n, k = qw.shape
         if x.shape[-1] != k:
             raise arguments.features_error(x, k)
+        arguments.weight_device(qw, x, "humming.gemm")
+        arguments.weight_tensors_device(qw, "humming.gemm")
+        arguments.bias(bias, x, n, "humming.gemm")
         if out is not None:
             check_out(out, x, n)
         if not x.is_cuda:
             from humming.core.quant.reference import reference_gemm
 
+            arguments.reference_activation(x, "humming.gemm")
             y = reference_gemm(x, qw, bias=bias)
             return y if out is None else out.copy_(y)
+        arguments.kernel_activation(x, "humming.gemm")
         handle = prepared(qw, x.dtype, x.device, profile, options)
         cache = qw.__dict__["_humming_prepared"]
         cache[(x.dtype, x.device, profile, options)] = handle  # (x.device as given: the hot path's key)
         return _run(x, handle, bias, None, out)
     if x.shape[-1:] != qw.shape[1:]:  # (a 0-d x included)
         raise arguments.features_error(x, qw.shape[1])
-    return _run(x, handle, bias, None, None) if out is None else gemm_prepared(x, handle, bias, out=out)
+    if bias is not None:
+        arguments.bias(bias, x, qw.shape[0], "humming.gemm")
+    if out is not None:
+        check_out(out, x, qw.shape[0], kernel_writes=not torch.compiler.is_compiling())
+    return _run(x, handle, bias, None, out)
 
 
 def warmup(qw, dtype: torch.dtype, ms, device=None, profile=None, workers: int | None = None) -> list:

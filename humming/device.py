@@ -17,6 +17,7 @@ from typing import Any
 from humming import settings
 from humming.capabilities import FORCE_ENV, Capabilities, DetectedDevice, get_profile, match_device, specialize
 from humming.capabilities import summary as S
+from humming.capabilities.registry import default_registry
 from humming.devices.current import (  # noqa: F401  (re-exported: humming.device.current_profile, ...)
     HOW_TO_FORCE,
     NO_DEVICE,
@@ -158,6 +159,7 @@ def _paths(caps: Capabilities) -> tuple[tuple[dict, ...] | None, str | None]:
 
 def info(profile: str | None = None) -> DeviceInfo:
     """Describe the detected device (or, with `profile`, the named profile) and how it was chosen."""
+    default_registry()  # (a bad HUMMING_PROFILE_PATH is a ProfileError here, not a silent empty list)
     detected = detect_devices()
     device = current_device()
     notes: list[str] = []

@@ -19,6 +19,12 @@ class ShapeError(HummingError, ValueError):
     """Tensor shapes, dtypes or strides do not meet a kernel's or a format's constraints."""
 
 
+class DeviceMismatchError(ShapeError):
+    """The tensors of one call are on different devices (x on the CPU with the weights on a GPU, a bias or an output
+    on another device than x): a kernel would read another device's memory and the CPU reference would run where the
+    caller expects the GPU. A ShapeError, so existing ``except ShapeError`` handlers keep catching it."""
+
+
 class SettingsError(HummingError, ValueError):
     """A ``HUMMING_*`` environment setting cannot be parsed, or names something that cannot be used (a pinned NVRTC
     that does not load); the message names the variable, its value and what it takes."""
@@ -54,6 +60,7 @@ __all__ = [
     "ProfileError",
     "SchemeError",
     "ShapeError",
+    "DeviceMismatchError",
     "SettingsError",
     "UnsupportedOnDevice",
     "CompileError",

@@ -15,10 +15,11 @@ import torch
 from humming.core.moe import reference
 from humming.core.moe.reference import local_ids
 from humming.core.moe.routing import Routing, route, routing_from_counts, routing_from_offsets
+from humming.core.quant import arguments
 from humming.core.runtime.layer import kept_prepared
 from humming.core.runtime.moe_layer import MoeLayer
 from humming.devices.current import resolve_profile
-from humming.errors import ShapeError
+from humming.errors import DeviceMismatchError, ShapeError
 from humming.moe_ops import WEIGHTS
 from humming.options import resolve as resolve_options
 
@@ -27,12 +28,25 @@ __all__ = ["Routing", "route", "block_m", "moe_gemm", "grouped_gemm", "masked_ge
 
 def prepared(qw, dtype: torch.dtype, device, profile=None, options=None) -> MoeLayer:
     """The stacked weight ``qw`` prepared for (activation dtype, device, profile, options): made once, kept on the
-    weight."""
-    if not getattr(qw, "num_experts", None):
-        raise ShapeError("MoE GEMMs take expert-stacked weights: humming.quantize(w [E, N, K], scheme) or "
-                         "QuantizedWeight.stack([...]); a dense weight goes to humming.gemm")
+    weight. ``dtype``: torch.float16 or torch.bfloat16; a weight on another device than ``device`` is copied there
+    once (the MoE GEMMs themselves refuse x on another device than the weight). ShapeError naming the fix
+    otherwise."""
+    _stacked(qw, "humming.moe.prepared")
+    return _prepared(qw, dtype, arguments.prepare_args(dtype, device, "humming.moe.prepared"), profile, options)
+
+
+def _prepared(qw, dtype: torch.dtype, device, profile=None, options=None) -> MoeLayer:
+    """``prepared`` with its arguments checked (the GEMMs' per-call path)."""
     return kept_prepared(qw, "_humming_moe_prepared", dtype, device, profile, options,
                          lambda dt, dev: MoeLayer(qw, dt, dev, resolve_profile(profile), resolve_options(options)))
+
+
+def _stacked(qw, where: str) -> None:
+    """``qw`` is an expert-stacked QuantizedWeight."""
+    arguments.quantized_weight(qw, where)
+    if not qw.num_experts:
+        raise ShapeError(f"{where}: MoE GEMMs take expert-stacked weights: humming.quantize(w [E, N, K], scheme) or "
+                         "QuantizedWeight.stack([...]); a dense weight goes to humming.gemm")
 
 
 def block_m(qw, tokens: int, top_k: int, dtype: torch.dtype = torch.bfloat16, device="cuda", profile=None) -> int:
@@ -40,21 +54,18 @@ def block_m(qw, tokens: int, top_k: int, dtype: torch.dtype = torch.bfloat16, de
     return prepared(qw, dtype, device, profile).plan_for(tokens, top_k).tiles.bm
 
 
-def _check_x(x, k: int, what: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise ShapeError(f"{what} must be a torch.Tensor, not {type(x).__name__}")
-    if x.dtype not in (torch.float16, torch.bfloat16):
-        raise ShapeError(f"{what} must be float16 or bfloat16, got {x.dtype}")
+def _check_x(x, qw, where: str) -> tuple[int, int]:
+    """The per-call checks of x and the stacked weight: an expert-stacked QuantizedWeight on x's device, x a float16
+    or bfloat16 tensor [..., K] (on the CPU too). Returns (N, K)."""
+    _stacked(qw, where)
+    arguments.activation(x, where)
+    n, k = qw.shape
+    if x.dtype not in arguments.KERNEL_DTYPES:
+        raise ShapeError(f"{where}: x must be float16 or bfloat16, got {x.dtype}; pass x.half() or x.bfloat16()")
     if x.shape[-1] != k:
-        raise ShapeError(f"{what} has {x.shape[-1]} input features but the weight expects K={k}")
-
-
-def _same_device(x: torch.Tensor, **tensors) -> None:
-    """Every given tensor on x's device (a kernel would read another device's pointer)."""
-    for name, t in tensors.items():
-        if t is not None and (not isinstance(t, torch.Tensor) or t.device != x.device):
-            where = t.device if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ShapeError(f"{name} must be a tensor on x's device ({x.device}), got {where}")
+        raise ShapeError(f"{where}: x has {x.shape[-1]} input features but the weight expects K={k}")
+    arguments.weight_device(qw, x, where, "the expert weights")
+    return n, k
 
 
 def _output(out, shape: tuple, x: torch.Tensor, zero: bool) -> torch.Tensor:
@@ -63,8 +74,11 @@ def _output(out, shape: tuple, x: torch.Tensor, zero: bool) -> torch.Tensor:
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(shape) or out.dtype != x.dtype:
         raise ShapeError(f"out must be a {x.dtype} tensor of shape {tuple(shape)}, got "
                          f"{getattr(out, 'dtype', type(out).__name__)} {tuple(getattr(out, 'shape', ()))}")
-    if out.device != x.device or not out.is_contiguous():
-        raise ShapeError("out must be contiguous and on x's device")
+    if out.device != x.device:
+        raise DeviceMismatchError(f"out is on {out.device}, x on {x.device}: give an output on x's device")
+    if not out.is_contiguous():
+        raise ShapeError("out must be contiguous (the kernels write whole rows); e.g. torch.empty(..., "
+                         "device=x.device, dtype=x.dtype)")
     if zero:
         out.zero_()
     return out
@@ -95,8 +109,7 @@ def moe_gemm(x: torch.Tensor, qw, topk_ids: torch.Tensor, topk_weights: torch.Te
             raise ShapeError("under torch.compile, prepare the weight first: humming.moe_ops.handle(qw) or "
                              "QuantMoE.prepare()")
         return torch.ops.humming.moe_gemm(x, topk_ids, topk_weights, expert_map, h, gather)
-    n, k = qw.shape
-    _check_x(x, k, "x")
+    n, k = _check_x(x, qw, "humming.moe_gemm")
     if not isinstance(topk_ids, torch.Tensor) or topk_ids.dim() != 2:
         raise ShapeError(f"topk_ids must be an integer tensor [T, top_k], got {getattr(topk_ids, 'shape', topk_ids)}")
     tokens, top_k = topk_ids.shape
@@ -104,7 +117,7 @@ def moe_gemm(x: torch.Tensor, qw, topk_ids: torch.Tensor, topk_weights: torch.Te
     if x.dim() != 2 or x.shape[0] != rows:
         raise ShapeError(f"x must be [{rows}, {k}] ({'one row per token' if gather else 'one row per slot'}, "
                          f"{tokens} tokens x top_k {top_k}), got {tuple(x.shape)}")
-    _same_device(x, topk_ids=topk_ids, topk_weights=topk_weights, expert_map=expert_map)
+    arguments.same_device(x, "humming.moe_gemm", topk_ids=topk_ids, topk_weights=topk_weights, expert_map=expert_map)
     if topk_ids.dtype not in (torch.int32, torch.int64):
         raise ShapeError(f"topk_ids must be int32 or int64, got {topk_ids.dtype}")
     if topk_weights is not None and (tuple(topk_weights.shape) != (tokens, top_k)
@@ -115,7 +128,7 @@ def moe_gemm(x: torch.Tensor, qw, topk_ids: torch.Tensor, topk_weights: torch.Te
         ids = topk_ids if expert_map is None else local_ids(topk_ids, expert_map)
         y = reference.reference_moe_gemm(x, qw, ids, topk_weights, gather=gather)
         return y if out is None else out.copy_(y)
-    layer = prepared(qw, x.dtype, x.device, profile, options)
+    layer = _prepared(qw, x.dtype, x.device, profile, options)
     plan = layer.plan_for(tokens, top_k)
     y = _output(out, (tokens, top_k, n), x, zero=expert_map is not None)
     if tokens == 0:
@@ -145,20 +158,19 @@ def grouped_gemm(x: torch.Tensor, qw, expert_offsets: torch.Tensor, *, out: torc
                  profile=None, options=None) -> torch.Tensor:
     """Rows contiguous per expert: expert e multiplies rows [expert_offsets[e], expert_offsets[e + 1]) of x [rows, K]
     (``expert_offsets``: int [E + 1], from 0 to rows). Returns [rows, N]; rows outside every range are zero."""
-    n, k = qw.shape
-    _check_x(x, k, "x")
+    n, k = _check_x(x, qw, "humming.grouped_gemm")
     if x.dim() != 2:
         raise ShapeError(f"x must be [rows, K], got {tuple(x.shape)}")
     experts = qw.num_experts
     if not isinstance(expert_offsets, torch.Tensor) or tuple(expert_offsets.shape) != (experts + 1,):
         raise ShapeError(f"expert_offsets must be an integer tensor [{experts + 1}] (E + 1 row offsets), got "
                          f"{getattr(expert_offsets, 'shape', expert_offsets)}")
-    _same_device(x, expert_offsets=expert_offsets)
+    arguments.same_device(x, "humming.grouped_gemm", expert_offsets=expert_offsets)
     if not x.is_cuda:
         y = reference.reference_grouped_gemm(x, qw, expert_offsets)
         return y if out is None else out.copy_(y)
     rows = x.shape[0]
-    layer = prepared(qw, x.dtype, x.device, profile, options)
+    layer = _prepared(qw, x.dtype, x.device, profile, options)
     plan = layer.plan_for(rows, 1)
     y = _output(out, (rows, n), x, zero=True)
     if rows:
@@ -170,19 +182,18 @@ def masked_gemm(x: torch.Tensor, qw, counts: torch.Tensor, *, out: torch.Tensor 
                 options=None) -> torch.Tensor:
     """A fixed capacity of rows per expert: x [E, cap, K], expert e multiplies its first counts[e] rows
     (``counts``: int [E], on the GPU; larger counts are clamped to cap). Returns [E, cap, N]; other rows are zero."""
-    n, k = qw.shape
-    _check_x(x, k, "x")
+    n, k = _check_x(x, qw, "humming.masked_gemm")
     experts = qw.num_experts
     if x.dim() != 3 or x.shape[0] != experts:
         raise ShapeError(f"x must be [{experts}, capacity, {k}] (one slab per expert), got {tuple(x.shape)}")
     if not isinstance(counts, torch.Tensor) or tuple(counts.shape) != (experts,):
         raise ShapeError(f"counts must be an integer tensor [{experts}], got {getattr(counts, 'shape', counts)}")
-    _same_device(x, counts=counts)
+    arguments.same_device(x, "humming.masked_gemm", counts=counts)
     if not x.is_cuda:
         y = reference.reference_masked_gemm(x, qw, counts)
         return y if out is None else out.copy_(y)
     cap = x.shape[1]
-    layer = prepared(qw, x.dtype, x.device, profile, options)
+    layer = _prepared(qw, x.dtype, x.device, profile, options)
     plan = layer.plan_for(experts * cap, 1)
     y = _output(out, (experts, cap, n), x, zero=True)
     if cap:

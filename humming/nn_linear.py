@@ -5,15 +5,17 @@ import torch
 
 from humming.core.quant import arguments
 from humming.core.quant.experts import dense_only
-from humming.errors import ShapeError
+from humming.errors import DeviceMismatchError, ShapeError
 
 
 class QuantLinear(torch.nn.Module):
     """A linear layer whose weight is a humming QuantizedWeight: y = x @ W^T + b.
 
     CUDA inputs run the generated kernel for the current device (traceable by torch.compile through the
-    ``humming::wna16_gemm`` custom op); CPU inputs run the reference. The weight must be a dense QuantizedWeight
-    and the input a torch.Tensor [..., in_features] (ShapeError naming the fix otherwise)."""
+    ``humming::wna16_gemm`` custom op); CPU inputs run the reference. The weight must be a dense QuantizedWeight,
+    the bias None or a float16 / bfloat16 / float32 tensor [out_features] on the weight's device, and the input a
+    torch.Tensor [..., in_features] on the weight's device (ShapeError / DeviceMismatchError naming the fix
+    otherwise; ``module.to(device)`` moves the weight and the bias together)."""
 
     def __init__(self, qweight, bias: torch.Tensor | None = None):
         super().__init__()
@@ -25,6 +27,13 @@ class QuantLinear(torch.nn.Module):
         self.out_features, self.in_features = qweight.shape
         if bias is not None and bias.shape != (self.out_features,):
             raise ShapeError(f"bias must have shape ({self.out_features},), got {tuple(bias.shape)}")
+        if bias is not None and bias.dtype not in arguments.BIAS_DTYPES:
+            raise ShapeError(f"QuantLinear: bias must be float16, bfloat16 or float32, got {bias.dtype}; pass "
+                             "bias.float()")
+        if bias is not None and bias.device != qweight.packed.device:
+            dev = qweight.packed.device
+            raise DeviceMismatchError(f"QuantLinear: bias is on {bias.device}, the weight on {dev}; pass "
+                                      f"bias.to('{dev}') (module.to(device) then moves both)")
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach().clone(), requires_grad=False)
 
     @classmethod
@@ -55,8 +64,9 @@ class QuantLinear(torch.nn.Module):
         call it before torch.compile if the module has not run eagerly)."""
         from humming.api import prepared
 
-        self._handle = prepared(self.qweight, dtype, torch.device(device))
-        self._handle_key = (dtype, torch.device(device).type)
+        device = arguments.prepare_args(dtype, device, "QuantLinear.prepare")
+        self._handle = prepared(self.qweight, dtype, device)
+        self._handle_key = (dtype, device.type)
         return self._handle
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -76,6 +86,7 @@ class QuantLinear(torch.nn.Module):
                 raise RuntimeError("QuantLinear: call .prepare(dtype, device) (or run once eagerly) before torch.compile")
             return gemm_prepared(x, handle, bias)
         if x.is_cuda and getattr(self, "_handle_key", None) != (x.dtype, "cuda"):
+            arguments.weight_device(self.qweight, x, "QuantLinear", "the layer's weight")  # (before a copy)
             self.prepare(x.dtype, x.device)
         return gemm(x, self.qweight, bias=bias)
 

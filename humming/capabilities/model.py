@@ -99,6 +99,7 @@ class Limits:
     max_threads_per_block: int | None = None
     registers_per_thread: int | None = None
     warp_size: int | None = None
+    max_cluster_size: int | None = None  # blocks in one thread-block cluster (None: no limit beyond the planners')
     l2_mb: float | None = None
     memory_gb: float | None = None
     memory_tb_s: float | None = None

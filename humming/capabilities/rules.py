@@ -82,8 +82,8 @@ def load_rules(dirs: list[Path], builtin: Path) -> Rules:
     files = []
     for directory in dirs:
         path = directory / RULES_FILE
-        if not path.is_file():
-            continue
+        if not path.exists() and not path.is_symlink():
+            continue  # (a FIFO, device or dangling link of that name is refused by read_yaml)
         shown = display_name(path, builtin)
         raw = read_yaml(path, shown) or {}
         top = Where(shown)

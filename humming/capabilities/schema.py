@@ -13,7 +13,7 @@ Profile grammar (every section optional except `name`; sections merge along `ext
     tcgen05:  {kinds: {KIND: ENTRY or [ENTRY...]}, kinds_remove: [KIND...]}
     vendor_extensions: {NAME: {spelling, description, confirmed, mma: [ENTRY...], data: {...}}}
     memory: {cp_async, ldmatrix, stmatrix, tma, mbarrier, setmaxnreg, griddepcontrol, cluster_multicast, cluster_dsmem: bool, tmem_kb: int|null}
-    limits: {sms, smem_per_block_kb, max_threads_per_block, registers_per_thread, warp_size,
+    limits: {sms, smem_per_block_kb, max_threads_per_block, registers_per_thread, warp_size, max_cluster_size,
              l2_mb, memory_gb, memory_tb_s, peak_tflops: {type: TFLOPS}}
     formats: {hidden: [e3m4, e0m3]}
     notes: [text...]                  sources: [text...]
@@ -91,14 +91,15 @@ TARGET = Struct({
 # Tighter, per-target ceilings for NVIDIA targets are in humming.capabilities.ceilings.
 MAX_LIMITS: dict[str, int] = {
     "sms": 4096, "smem_per_block_kb": 4096, "max_threads_per_block": 4096, "registers_per_thread": 1024,
-    "l2_mb": 4096, "memory_gb": 65536, "memory_tb_s": 1000, "peak_tflops": 1_000_000, "tmem_kb": 4096,
+    "max_cluster_size": 64, "l2_mb": 4096, "memory_gb": 65536, "memory_tb_s": 1000, "peak_tflops": 1_000_000,
+    "tmem_kb": 4096,
 }
 WARP_SIZES = (8, 16, 32, 64, 128)
 MEMORY = Struct({**{k: Bool() for k in V.MEMORY_FEATURES},
                  "tmem_kb": Nullable(Int(1, maximum=MAX_LIMITS["tmem_kb"]))})
 LIMITS = Struct({
     **{k: Nullable(Int(1, maximum=MAX_LIMITS[k])) for k in ("sms", "smem_per_block_kb", "max_threads_per_block",
-                                                            "registers_per_thread")},
+                                                            "registers_per_thread", "max_cluster_size")},
     "warp_size": Nullable(Int(1, choices=WARP_SIZES)),
     **{k: Nullable(Num(MAX_LIMITS[k], positive=True)) for k in ("l2_mb", "memory_gb", "memory_tb_s")},
     "peak_tflops": MapOf(Num(MAX_LIMITS["peak_tflops"], positive=True), keys=Str()),

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import importlib.resources
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +19,35 @@ RULES_FILE = "_targets.yaml"  # files starting with "_" are not profiles
 MAX_FILE_BYTES = 1 << 20  # 1 MiB; the largest built-in profile file is under 10 KB
 
 
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    for test, word in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
 def _read_text(path: Path, display: str) -> str:
-    """The file as UTF-8 text; ProfileError if it cannot be read, is larger than MAX_FILE_BYTES or is not UTF-8."""
+    """The file as UTF-8 text; ProfileError if it is not a regular file (a FIFO, a device, a directory: reading a
+    FIFO would wait for a writer forever), cannot be read, is larger than MAX_FILE_BYTES or is not UTF-8."""
     try:
-        with path.open("rb") as handle:
+        # opened without blocking (a FIFO with no writer would block open() itself), then checked on the open
+        # descriptor, so that the file cannot be swapped between the check and the read
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        raise ProfileError(f"{display}: cannot read: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ProfileError(f"{display}: {_kind(mode)}, not a profile file; a profile is a regular YAML file")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ProfileError(f"{display}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if len(data) > MAX_FILE_BYTES:
         raise ProfileError(f"{display}: larger than {MAX_FILE_BYTES} bytes; a profile is a small text file")
     try:
@@ -73,10 +97,11 @@ def display_name(path: Path, builtin: Path) -> str:
 
 def profile_files(directory: Path) -> list[Path]:
     """Every *.yaml / *.yml below `directory` that is a profile (not _targets.yaml or other _files, nor the tuning
-    data in a `tuning/` folder)."""
+    data in a `tuning/` folder). Entries that are not regular files (a FIFO, a device, a dangling link) are listed
+    too, so that reading them refuses them by name instead of skipping them silently; folders are searched."""
     if not directory.is_dir():
         return []
-    files = [p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()]
+    files = [p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml") and not p.is_dir()]
     return sorted(p for p in files if not p.name.startswith("_") and TUNING_DIR not in p.relative_to(directory).parts)
 
 

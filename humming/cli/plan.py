@@ -58,11 +58,13 @@ def main(args) -> int:
         print(api.source(plan))
     if args.compile:
         from humming.core.compile.compiler import compile_cuda
+        from humming.core.runtime.compiled import check_registers
         from humming.devices import get_backend
 
         caps = api.resolve_profile(plan.profile)
         route = get_backend(caps).compile_route(caps)
         mod = compile_cuda(api.source(plan), [plan.kernel_name], route.arch, min_nvrtc=route.min_nvrtc)
+        check_registers(mod.cubin, plan.kernel_name, caps)  # the profile's registers_per_thread
         print(f"compiled {plan.kernel_name} for {mod.arch} with NVRTC {mod.nvrtc_version[0]}.{mod.nvrtc_version[1]}: "
               f"{len(mod.cubin)} B cubin, {mod.original_compile_seconds:.2f} s"
               + (" (cache hit)" if mod.cache_hit else ""))

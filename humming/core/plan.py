@@ -348,8 +348,11 @@ def with_cluster_splits(caps, plan: Plan) -> Plan:
     """The plan with its split-K partials added inside a thread-block cluster where that applies: the register-ring
     stream kernel with 2 .. launch.cluster_splits splits and no balance (with room in shared memory), or the small-M
     register-A wgmma form without its multicast cluster (the partials land in the first block's activation slots),
-    on a profile declaring cluster_dsmem. The tuning knob launch.cluster_splits: 0 never; N (2..8): up to N splits."""
-    most = knobs.value(CLUSTER_SPLITS_KNOB, caps)
+    on a profile declaring cluster_dsmem. The tuning knob launch.cluster_splits: 0 never; N (2..8): up to N splits (and
+    at most the profile's max_cluster_size)."""
+    most = knobs.value(CLUSTER_SPLITS_KNOB, caps) or 0
+    if caps.limits.max_cluster_size is not None:  # the splits of a slab are one cluster
+        most = min(most, caps.limits.max_cluster_size)
     t = plan.tiles
     if plan.cluster_splits or not 1 < plan.splits <= most or not caps.memory.cluster_dsmem:
         return plan

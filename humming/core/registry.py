@@ -155,10 +155,24 @@ class Registry:
 WARP_SIZE = 32  # every generated kernel's warp (lane arithmetic, shuffles, mma fragments)
 
 
+def cluster_size(plan) -> int:
+    """Blocks in one thread-block cluster of the plan's launch (1: no clusters)."""
+    dims = getattr(plan, "cluster_dims", None)
+    return dims[0] * dims[1] * dims[2] if dims else 1
+
+
 def limit_refusal(plan, caps) -> str:
     """Why a plan breaks a limit the profile declares ("" when it fits): threads per block, warp size, shared memory
-    per block."""
+    per block, thread-block clusters (where the profile declares none, or larger than max_cluster_size). Registers per
+    thread are known only once the kernel is compiled (humming.core.runtime.compiled.check_registers)."""
     lim = caps.limits
+    blocks = cluster_size(plan)
+    if blocks > 1 and not (caps.memory.cluster_dsmem or caps.memory.cluster_multicast):
+        return (f"its plan launches thread-block clusters of {blocks} blocks; {caps.name} declares no clusters "
+                f"(memory.cluster_dsmem / cluster_multicast)")
+    if lim.max_cluster_size is not None and blocks > lim.max_cluster_size:
+        return (f"its plan launches thread-block clusters of {blocks} blocks; {caps.name} allows "
+                f"{lim.max_cluster_size} (max_cluster_size)")
     if lim.warp_size is not None and lim.warp_size != WARP_SIZE:
         return f"the kernels are written for {WARP_SIZE}-thread warps; {caps.name} declares warp_size {lim.warp_size}"
     if lim.max_threads_per_block is not None and plan.threads > lim.max_threads_per_block:

@@ -72,7 +72,13 @@ def weight_decode(fmt, act: str) -> WeightDecode:
                 f"use {'bf16' if act == 'f16' else 'a narrower format'} activations"
             )
         if fmt.exp_bits == 0:
-            raise SchemeError(f"{fmt.name} has no exponent field; it has no bit-placement decode")
+            # e0m3 is a sign-magnitude integer (-7..7): nothing to place into a 16-bit float's exponent, and its
+            # values (scale amax / 7) are exactly those of symmetric int4, which every kernel decodes
+            raise SchemeError(f"{fmt.name} weights (sign-magnitude integers {int(fmt.min)}..{int(fmt.max)}) have no "
+                              f"kernel decode: the kernels widen float codes by placing their exponent and mantissa "
+                              f"bits, and {fmt.name} has no exponent field; symmetric int4 quantization gives exactly "
+                              f"the same weights (scale amax / 7, codes -7..7): quantize with weight='int4', e.g. "
+                              f"scheme.with_(weight='int4') (the CPU reference runs {fmt.name} as it is)")
         fix = target["bias"] - int(fmt.bias)
         return WeightDecode("float", bits, cb, act, exp_bits=fmt.exp_bits, man_bits=fmt.man_bits, exponent_fix=fix)
     raise SchemeError(f"weight format {fmt.name} of kind {fmt.kind!r} cannot be decoded by a kernel")

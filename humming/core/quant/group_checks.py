@@ -70,10 +70,10 @@ def indivisible_error(sch: Scheme, k: int) -> ShapeError:
     and the per-channel scheme, or padding K where no size divides it."""
     fix = _group_fix(k, sch.weight_scale.group_size)
     channel = _channel_scheme(sch)
-    fixes = [fix] if fix else ["pad K to a multiple of 16 (no allowed group size divides it)"]
+    fixes = [f"pass {fix}"] if fix else ["pad K to a multiple of 16 (no allowed group size divides it)"]
     if channel:
-        fixes.append(f"scheme={channel!r} (one scale per output row)")
-    return ShapeError(f"group_size {sch.weight_scale.group_size} does not divide K={k}; pass " + " or ".join(fixes))
+        fixes.append(f"pass scheme={channel!r} (one scale per output row)")
+    return ShapeError(f"group_size {sch.weight_scale.group_size} does not divide K={k}; " + " or ".join(fixes))
 
 
 def warn_lost_groups(wg: torch.Tensor, deq: torch.Tensor, scheme: Scheme) -> int:

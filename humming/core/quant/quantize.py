@@ -342,7 +342,26 @@ def _group_view(w: torch.Tensor, scheme: Scheme, perm: torch.Tensor | None):
     return wg, ungroup_block
 
 
-def _symmetric_max(fmt: formats.Format) -> float:
+def _one_bit_fixes(sch: Scheme) -> str:
+    """Scheme strings that quantize to one bit (or close to it) with ``sch``'s group, where they are valid."""
+    fixes = []
+    for change in ({"weight": "uint1", "zero_point": "float"}, {"weight": "uint1", "zero_point": "int"},
+                   {"weight": "ternary"}):
+        try:
+            fixes.append(repr(str(sch.with_(**change))))
+        except SchemeError:  # (e.g. zero points with ue8m0 scales)
+            pass
+    return " or ".join(fixes) or "'w1a16' or 'w1a16-ternary'"
+
+
+def _symmetric_max(fmt: formats.Format, sch: Scheme) -> float:
+    """The largest code value symmetric scales map amax to; a format without a positive level (int1: -1 and 0) has
+    none (scale = amax / 0), which is a SchemeError naming one-bit schemes that work."""
+    if fmt.max <= 0:
+        raise SchemeError(f"symmetric {fmt.name} weights cannot be quantized: {fmt.name} holds only {fmt.min} and "
+                          f"{fmt.max}, so there is no positive level and the scale amax / {fmt.max} is undefined; "
+                          f"for one bit use zero points (two levels placed on the weights' range) or ternary codes: "
+                          f"scheme={_one_bit_fixes(sch)} (checkpoints with int1 codes still load)")
     return float(fmt.max)
 
 
@@ -451,7 +470,7 @@ def quantize(weight: torch.Tensor, scheme: str | Scheme, *, group_size: int | No
         deq = (q - z[..., None]) * s[..., None]
     else:
         amax = wg.abs().amax(-1)
-        elem_max = _symmetric_max(fmt)
+        elem_max = _symmetric_max(fmt, sch)
         if sch.weight_global_scale:
             sf = formats.get(ws.format)
             tensor_amax = w.abs().amax()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.cubin import register_counts
 from humming.core.registry import kernel_source
 from humming.core.runtime.kernel import LoadedKernel
 from humming.devices import get_backend
@@ -44,15 +45,33 @@ def compile_plan(plan, caps, run_arch: str | None = None):
         return hit
 
 
+def check_registers(cubin: bytes, kernel_name: str, caps) -> None:
+    """UnsupportedOnDevice where the compiled kernel uses more registers per thread than the profile declares
+    (limits.registers_per_thread): the device could not launch it. Nothing to check where the profile declares no
+    limit or the binary is not one whose register count can be read (a vendor compiler's)."""
+    limit = caps.limits.registers_per_thread
+    used = register_counts(cubin).get(kernel_name) if limit is not None else None
+    if used is not None and used > limit:
+        # __launch_bounds__ on every kernel makes ptxas ignore -maxrregcount, so the limit is checked, not imposed
+        raise UnsupportedOnDevice(
+            f"{kernel_name} uses {used} registers per thread (ptxas); {caps.name} declares registers_per_thread "
+            f"{limit}, so the device could not launch it. If the device allows more, declare its true limit in "
+            f"the profile ({caps.source or caps.name}); otherwise this plan cannot run on it (a smaller tile, set "
+            f"through the tuning knobs, needs fewer registers).")
+
+
 def _compile_now(plan, caps, run_arch: str | None):
     backend = get_backend(caps)
     route = backend.compile_route(caps)
     text = kernel_source(plan, backend, caps)
     if route.compiler == "vendor_nvcc" and not run_arch:
-        return LoadedKernel(backend.compile_source(text, caps, route), plan.kernel_name, plan.smem_bytes), None
+        cubin = backend.compile_source(text, caps, route)
+        check_registers(cubin, plan.kernel_name, caps)
+        return LoadedKernel(cubin, plan.kernel_name, plan.smem_bytes), None
     if route.compiler != "nvrtc" and not run_arch:
         raise UnsupportedOnDevice(f"{caps.name}: compile route {route.compiler} has no runner here ({route.reason})")
     module = compile_cuda(text, [plan.kernel_name], run_arch or route.arch,
                           options=route.options if route.compiler == "nvrtc" else (),
                           min_nvrtc=None if run_arch else route.min_nvrtc)
+    check_registers(module.cubin, plan.kernel_name, caps)
     return LoadedKernel(module.cubin, plan.kernel_name, plan.smem_bytes), module

@@ -11,7 +11,7 @@ import threading
 
 import torch
 
-from humming.core.common.layout import act_name
+from humming.core.common.layout import act_name, check_shape
 from humming.core.problem import Problem
 from humming.core.registry import family_of, select
 from humming.core.runtime.compiled import compile_plan
@@ -32,6 +32,7 @@ class Layer:
     (the tuner does), ``launches[m]`` holds what runs M."""
 
     def __init__(self, qw, dtype: torch.dtype, device: torch.device, caps, options=DEFAULT):
+        check_shape(*qw.shape)  # N and K whole weight tiles for every dense family: named before planning or packing
         self.qw = qw.to(device)
         self.scheme = qw.scheme
         self.n, self.k = qw.shape

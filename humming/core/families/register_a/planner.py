@@ -80,6 +80,11 @@ def _load_words(layout) -> str:
 CLUSTER_SIZES = (2, 4)  # blocks per cluster of the small form's multicast variant (portable sizes, at most 8)
 
 
+def over_cluster_limit(caps, blocks: int) -> bool:
+    """Whether clusters of ``blocks`` blocks exceed the profile's declared max_cluster_size."""
+    return caps.limits.max_cluster_size is not None and blocks > caps.limits.max_cluster_size
+
+
 def cluster_refusal(caps, n: int, stages: int, tma: bool, cluster: int) -> str:
     """Why the small form cannot use thread-block clusters of ``cluster`` blocks here ('' if it can, or for 0); the
     profile's capability is not asked when ``caps`` is None (the generator's check of a given plan)."""
@@ -89,6 +94,8 @@ def cluster_refusal(caps, n: int, stages: int, tma: bool, cluster: int) -> str:
         return f"cluster takes {' or '.join(map(str, CLUSTER_SIZES))} blocks, not {cluster}"
     if caps is not None and not caps.memory.cluster_multicast:
         return f"{caps.name} does not declare cluster_multicast (thread-block clusters with multicast tensor copies)"
+    if caps is not None and over_cluster_limit(caps, cluster):
+        return f"cluster {cluster}: {caps.name} declares max_cluster_size {caps.limits.max_cluster_size}"
     if not tma:
         return "cluster multicasts tensor copies: it needs the TMA activation stages (tma=True)"
     if (n // SMALL_BC) % cluster:
@@ -140,6 +147,7 @@ def pair_cluster_blocks(caps, n: int, producer_warp: bool, streamk: int, tail: i
         return 0, ""
     why = ("" if want == 2 else f"the two-warpgroup form's clusters take 2 blocks, not {want}") or (
         f"{caps.name} does not declare cluster_multicast" if not caps.memory.cluster_multicast else
+        f"{caps.name} declares max_cluster_size {caps.limits.max_cluster_size}" if over_cluster_limit(caps, want) else
         "clusters need the producer warpgroup (TMA copies)" if not producer_warp else
         "clusters exclude tail" if tail else
         f"stream-K pairs need an even block count, not {streamk}" if streamk % 2 else

@@ -167,6 +167,8 @@ def cluster_blocks(caps, n: int, bt: int, streamk: int) -> tuple[int, str]:
         return 0, ""
     if not caps.memory.cluster_multicast:
         return 0, f"no cluster: {caps.name} does not declare cluster_multicast"
+    if caps.limits.max_cluster_size is not None and want > caps.limits.max_cluster_size:
+        return 0, f"no cluster: {caps.name} declares max_cluster_size {caps.limits.max_cluster_size}"
     if streamk:
         return 0, "no cluster: stream-K runs"
     if (n // BC) % want:
