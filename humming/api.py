@@ -76,21 +76,23 @@ def plan_for(handle: int, m: int) -> Plan:
     return _registry[handle].plan_for(m)
 
 
-@torch.library.custom_op("humming::wna16_gemm", mutates_args=())
-def _wna16_gemm_op(x: torch.Tensor, bias: torch.Tensor | None, gscale: torch.Tensor | None,
-                   handle: int) -> torch.Tensor:
-    return _registry[handle].run(x, bias, gscale)
+@torch.library.custom_op("humming::gemm", mutates_args=())
+def _gemm_op(x: torch.Tensor, bias: torch.Tensor | None, gscale: torch.Tensor | None, handle: int) -> torch.Tensor:
+    """One GEMM of the prepared weight ``handle`` as traced graphs call it (every scheme: quantized activations are
+    quantized inside), in x's dtype."""
+    y = _registry[handle].run(x, bias, gscale)
+    return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
-@_wna16_gemm_op.register_fake
+@_gemm_op.register_fake
 def _(x, bias, gscale, handle):
     return x.new_empty((x.shape[0], _registry[handle].n))
 
 
 def gemm_prepared(x: torch.Tensor, handle: int, bias: torch.Tensor | None = None,
                   gscale: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The hot path once a weight is prepared. Under torch.compile WnA16 weights go through the
-    ``humming::wna16_gemm`` custom op, which traces. ``out``: where the result goes (``check_out``), returned.
+    """The hot path once a weight is prepared. Under torch.compile it goes through the ``humming::gemm`` custom op
+    (every scheme), which traces. ``out``: where the result goes (``check_out``), returned.
     ``bias``: None or float16 / bfloat16 / float32 [N] on x's device (ShapeError / DeviceMismatchError otherwise)."""
     if bias is not None:
         arguments.bias(bias, x, _registry[handle].n, "humming.api.gemm_prepared")
@@ -111,11 +113,8 @@ def _run(x: torch.Tensor, handle: int, bias, gscale, out) -> torch.Tensor:
     if m == 0:  # no tokens (an empty batch in a server): nothing to launch
         return x.new_empty((*x.shape[:-1], n)) if out is None else out
     if torch.compiler.is_compiling():
-        if lay.scheme.act:
-            raise RuntimeError(f"{lay.scheme.name} (quantized activations) is not traceable by torch.compile yet; "
-                               "use a WnA16 scheme or run it eagerly")
         b = None if bias is None else bias.to(dtype=x.dtype)
-        res = torch.ops.humming.wna16_gemm(x2.contiguous(), b, gscale, handle)
+        res = torch.ops.humming.gemm(x2.contiguous(), b, gscale, handle)
         if out is None:
             return res if flat else res.view(*x.shape[:-1], n)
         return out.copy_(res.view(out.shape))  # (the custom op is functional: the traced graph copies)

@@ -55,12 +55,12 @@ def block_m(qw, tokens: int, top_k: int, dtype: torch.dtype = torch.bfloat16, de
 
 
 def _check_x(x, qw, where: str) -> tuple[int, int]:
-    """The per-call checks of x and the stacked weight: an expert-stacked QuantizedWeight on x's device, x a float16
-    or bfloat16 tensor [..., K] (on the CPU too). Returns (N, K)."""
+    """The per-call checks of x and the stacked weight: an expert-stacked QuantizedWeight on x's device, x a float
+    tensor [..., K] (float16 or bfloat16 for the kernels; the CPU reference takes any float). Returns (N, K)."""
     _stacked(qw, where)
     arguments.activation(x, where)
     n, k = qw.shape
-    if x.dtype not in arguments.KERNEL_DTYPES:
+    if x.dtype not in arguments.KERNEL_DTYPES and (x.is_cuda or not x.is_floating_point()):
         raise ShapeError(f"{where}: x must be float16 or bfloat16, got {x.dtype}; pass x.half() or x.bfloat16()")
     if x.shape[-1] != k:
         raise ShapeError(f"{where}: x has {x.shape[-1]} input features but the weight expects K={k}")

@@ -12,8 +12,8 @@ class QuantLinear(torch.nn.Module):
     """A linear layer whose weight is a humming QuantizedWeight: y = x @ W^T + b.
 
     CUDA inputs run the generated kernel for the current device (traceable by torch.compile through the
-    ``humming::wna16_gemm`` custom op); CPU inputs run the reference. The weight must be a dense QuantizedWeight,
-    the bias None or a float16 / bfloat16 / float32 tensor [out_features] on the weight's device, and the input a
+    ``humming::gemm`` custom op, every scheme); CPU inputs run the reference (traced as torch operations). The
+    weight must be a dense QuantizedWeight, the bias None or a float16 / bfloat16 / float32 tensor [out_features] on the weight's device, and the input a
     torch.Tensor [..., in_features] on the weight's device (ShapeError / DeviceMismatchError naming the fix
     otherwise; ``module.to(device)`` moves the weight and the bias together)."""
 
@@ -75,12 +75,11 @@ class QuantLinear(torch.nn.Module):
         if not isinstance(x, torch.Tensor):
             arguments.activation(x, "QuantLinear")
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        if getattr(self.qweight.scheme, "act", None):  # quantized activations: eager paths only for now
-            if torch.compiler.is_compiling():
-                raise RuntimeError(f"QuantLinear: {self.qweight.scheme.name} (quantized activations) is not "
-                                   f"traceable by torch.compile yet; use a WnA16 scheme or run it eagerly")
-            return gemm(x, self.qweight, bias=bias)
         if torch.compiler.is_compiling():
+            if not x.is_cuda:  # the reference, traced as torch operations
+                from humming.core.quant.reference import reference_gemm
+
+                return reference_gemm(x, self.qweight, bias=bias)
             handle = getattr(self, "_handle", None)
             if handle is None:
                 raise RuntimeError("QuantLinear: call .prepare(dtype, device) (or run once eagerly) before torch.compile")

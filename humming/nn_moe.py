@@ -101,7 +101,8 @@ class QuantMoE(torch.nn.Module):
         return self
 
     def prepare(self) -> QuantMoE:
-        """Make the weights' handles for the ``humming::moe_gemm`` custom op: call before ``torch.compile``."""
+        """Make the weights' handles for the ``humming::moe_gemm`` custom op (every eager call does; call it before a
+        ``torch.compile`` that comes before any eager call)."""
         from humming.moe_ops import handle
 
         handle(self.w13)
@@ -112,6 +113,7 @@ class QuantMoE(torch.nn.Module):
         """x [T, H], topk_ids int [T, top_k], topk_weights float [T, top_k] -> [T, H]."""
         if torch.compiler.is_compiling():  # the GEMMs as custom ops, each routing its own rows
             return self._mlp(x, topk_ids, topk_weights, None, None)
+        self.prepare()  # (a later torch.compile of the module finds the handles made)
         if not x.is_cuda:
             ids = topk_ids if self.expert_map is None else local_ids(topk_ids, self.expert_map)
             return reference_moe_layer(x, self.w13, self.w2, ids, topk_weights, activation=self.activation,

@@ -25,3 +25,22 @@ def test_checkpoint_model_on_gpu(arch, dtype, tmp_path):
     assert err <= 0.03 * want.abs().max().item() + 0.02, f"{arch} {dtype}: max error {err:.3g}"
     out = model.generate(ids[:2, :5], max_new_tokens=6, do_sample=False)
     assert out.shape == (2, 11)
+
+
+def test_compiled_model_and_quantized_activations_on_gpu(tmp_path):
+    """torch.compile(fullgraph=True) on the GPU: a whole tiny Qwen3-MoE on humming layers (humming::gemm and
+    humming::moe_gemm custom ops), and QuantLinear with quantized activations (W8A8-FP8, W4A8-INT8)."""
+    write_gptq_checkpoint("qwen3_moe", str(tmp_path), seed=12)
+    model = humming.transformers.from_pretrained(tmp_path, dtype=torch.bfloat16, device="cuda")
+    ids = torch.randint(0, 256, (2, 12), device="cuda")
+    with torch.no_grad():
+        eager = model(ids).logits.float()
+        compiled = torch.compile(model, fullgraph=True)(ids).logits.float()
+    assert (compiled - eager).abs().max().item() <= 0.02 * eager.abs().max().item()
+    for scheme in ("w8a8-fp8", "w4a8-int8"):
+        torch._dynamo.reset()
+        layer = humming.nn.QuantLinear.from_linear(torch.nn.Linear(1024, 512).cuda().half(), scheme)
+        x = torch.randn(16, 1024, device="cuda", dtype=torch.float16)
+        want = layer(x)
+        got = torch.compile(layer, fullgraph=True)(x)
+        assert torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-3), scheme

@@ -23,7 +23,8 @@ def test_bad_inputs(qw):
     with pytest.raises(ShapeError, match="K=128"):
         humming.moe_gemm(torch.randn(3, 64, dtype=torch.bfloat16), qw, ids)
     with pytest.raises(ShapeError, match="float16 or bfloat16"):
-        humming.moe_gemm(x.float(), qw, ids)
+        humming.moe_gemm(x.int(), qw, ids)
+    assert humming.moe_gemm(x.float(), qw, ids).dtype == torch.float32  # (the CPU reference takes any float)
     with pytest.raises(ShapeError, match="topk_ids"):
         humming.moe_gemm(x, qw, ids.reshape(-1))
     with pytest.raises(ShapeError, match=r"\[6, 128\]"):

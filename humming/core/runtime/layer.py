@@ -3,7 +3,7 @@ options). Per M it asks the registry which family runs the GEMM (once; the launc
 that family's kernels read them (once per layout: families reading the same layout share the tensors), compiles
 the kernel and launches it on torch's current stream.
 
-Layers are kept in ``LAYERS`` and named by their index there (a handle), which the ``humming::wna16_gemm`` custom op
+Layers are kept in ``LAYERS`` and named by their index there (a handle), which the ``humming::gemm`` custom op
 takes as an argument."""
 from __future__ import annotations
 
