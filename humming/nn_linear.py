@@ -6,6 +6,35 @@ import torch
 from humming.core.quant import arguments
 from humming.core.quant.experts import dense_only
 from humming.errors import DeviceMismatchError, ShapeError
+from humming.moe_ops import WEIGHTS
+from humming.moe_ops import handle as weight_handle
+
+
+@torch.library.custom_op("humming::reference_gemm", mutates_args=())
+def _reference_op(x: torch.Tensor, bias: torch.Tensor | None, weight: int) -> torch.Tensor:
+    """The reference GEMM of the weight with handle ``weight`` (humming.moe_ops), as traced CPU graphs call it where
+    the activations are quantized (the weight-only reference traces as torch operations)."""
+    from humming.core.quant.reference import reference_gemm
+
+    return reference_gemm(x, WEIGHTS[weight], bias=bias).to(x.dtype)
+
+
+@_reference_op.register_fake
+def _(x, bias, weight):
+    return x.new_empty((*x.shape[:-1], WEIGHTS[weight].shape[0]))
+
+
+def _reference(x: torch.Tensor, layer, bias: torch.Tensor | None) -> torch.Tensor:
+    """The CPU reference under torch.compile."""
+    if not getattr(layer.qweight.scheme, "act", None):
+        from humming.core.quant.reference import reference_gemm
+
+        return reference_gemm(x, layer.qweight, bias=bias)
+    h = getattr(layer, "_reference_handle", None)
+    if h is None:
+        raise RuntimeError("QuantLinear: run the layer once eagerly on the CPU before torch.compile (quantized "
+                           "activations trace through a custom op whose weight handle that call makes)")
+    return torch.ops.humming.reference_gemm(x, bias, h)
 
 
 class QuantLinear(torch.nn.Module):
@@ -76,14 +105,14 @@ class QuantLinear(torch.nn.Module):
             arguments.activation(x, "QuantLinear")
         bias = None if self.bias is None else self.bias.to(x.dtype)
         if torch.compiler.is_compiling():
-            if not x.is_cuda:  # the reference, traced as torch operations
-                from humming.core.quant.reference import reference_gemm
-
-                return reference_gemm(x, self.qweight, bias=bias)
+            if not x.is_cuda:  # the reference
+                return _reference(x, self, bias)
             handle = getattr(self, "_handle", None)
             if handle is None:
                 raise RuntimeError("QuantLinear: call .prepare(dtype, device) (or run once eagerly) before torch.compile")
             return gemm_prepared(x, handle, bias)
+        if not x.is_cuda and getattr(self.qweight.scheme, "act", None):
+            self._reference_handle = weight_handle(self.qweight)  # (for a later torch.compile on the CPU)
         if x.is_cuda and getattr(self, "_handle_key", None) != (x.dtype, "cuda"):
             arguments.weight_device(self.qweight, x, "QuantLinear", "the layer's weight")  # (before a copy)
             self.prepare(x.dtype, x.device)

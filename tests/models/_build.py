@@ -82,9 +82,6 @@ def write_gptq_checkpoint(arch: str, path: str, seed: int = 0) -> torch.nn.Modul
                         rows = slice(0, inter) if proj == "gate" else slice(inter, two_i)
                         module.gate_up_proj.data[e, rows].copy_(w)
             quantized |= {f"{name}.gate_up_proj", f"{name}.down_proj"}
-    for name, module in ref.named_modules():
-        if name.endswith("mlp.gate") and hasattr(module, "weight"):  # decisive routers: no top-k near ties, so a
-            module.weight.data.mul_(20.0)  # 16-bit run picks the experts the reference picks
     for name, value in ref.state_dict().items():
         if name not in quantized:
             if arch == "mixtral":
