@@ -107,6 +107,11 @@ class Registry:
         UnsupportedOnDevice when none takes it."""
         def allowed(f: Family) -> bool:
             return not row_scale or f.is_route or f.row_scale
+        if caps.limits.smem_per_block_kb is None:  # (every planner sizes its tiles by it)
+            raise UnsupportedOnDevice(f"{caps.name} declares no limits.smem_per_block_kb"
+                                      + (" (an abstract family profile: plan for one of its devices' profiles)"
+                                         if getattr(caps, "abstract", False) else "")
+                                      + "; the planners size their tiles by it")
 
         ask = _Asker(problem, caps, allowed)
         refusals: list[tuple[str, str]] = []

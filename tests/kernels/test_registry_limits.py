@@ -139,3 +139,13 @@ def test_register_counts_of_what_is_not_a_cubin_are_empty():
 
     assert register_counts(b"") == {} and register_counts(b"\x7fELF" + bytes(100)) == {}
     assert register_counts(b"not an elf at all" * 10) == {}
+
+
+def test_abstract_profile_without_shared_memory_is_a_named_error():
+    """An abstract family profile (no smem_per_block_kb) is refused by name, not a TypeError inside a planner."""
+    import humming
+    from humming.errors import UnsupportedOnDevice
+
+    for scheme in ("w4a16", "w8a8-int8"):
+        with pytest.raises(UnsupportedOnDevice, match="abstract family profile"):
+            humming.plan(scheme, 16, 1024, 1024, profile="thead-ppu")
