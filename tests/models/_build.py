@@ -1,7 +1,8 @@
 """Tiny transformers models built from their configs (nothing downloaded) and quantized checkpoint directories of
-them: random GPTQ tensors (tests/checkpoints/_writers.py, AutoGPTQ's packing loop) for every linear layer and every
-expert projection, the rest of the model's tensors as they are, in two shards with an index and a config.json
-naming the quantization; and the same model with the checkpoint's dequantized weights as the reference."""
+them: random quantized tensors in a checkpoint family's layout (tests/checkpoints/_writers.py: AutoGPTQ's and
+AutoAWQ's packing loops, DeepSeek-V3's block FP8, ModelOpt's NVFP4) for every linear layer and every expert
+projection, the rest of the model's tensors as they are, in two shards with an index and a config.json naming the
+quantization; and the same model with the checkpoint's dequantized weights as the reference."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,15 @@ import os
 import numpy as np
 import torch
 
-from tests.checkpoints._writers import gptq_tensors
+from tests.checkpoints._writers import (
+    FP4_VALUES,
+    awq_pack,
+    e4m3_bytes,
+    gptq_tensors,
+    ml_values,
+    pack_nibbles,
+    random_e4m3_scales,
+)
 
 GROUP = 64
 
@@ -44,6 +53,51 @@ def _gptq(n: int, k: int, rng) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     return gptq_tensors(q, z - 1, s, 4), torch.from_numpy(w.T.astype(np.float32))
 
 
+def _awq(n: int, k: int, rng) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Random AutoAWQ GEMM-packed tensors (4-bit, zero points, group 64) and the dequantized weight."""
+    g = k // GROUP
+    q, z = rng.integers(0, 16, size=(k, n)), rng.integers(0, 16, size=(g, n))
+    s = rng.uniform(0.002, 0.02, size=(g, n)).astype(np.float16)
+    gi = np.arange(k) // GROUP
+    w = (q - z[gi, :]) * s.astype(np.float64)[gi, :]
+    t = {"qweight": torch.from_numpy(awq_pack(q)), "qzeros": torch.from_numpy(awq_pack(z)), "scales": torch.from_numpy(s)}
+    return t, torch.from_numpy(w.T.astype(np.float32))
+
+
+def _fp8_block(n: int, k: int, rng) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """DeepSeek-V3 block FP8 of a random weight: e4m3 codes and float32 weight_scale_inv (amax / 448) per 128 x 128
+    block, and the dequantized weight."""
+    raw = rng.standard_normal((n, k)) * 0.02
+    blocks = np.pad(np.abs(raw), ((0, -n % 128), (0, -k % 128))).reshape(-(-n // 128), 128, -(-k // 128), 128)
+    sv = (blocks.max(axis=(1, 3)) / 448.0).astype(np.float32)
+    full = np.repeat(np.repeat(sv.astype(np.float64), 128, 0), 128, 1)[:n, :k]
+    codes = e4m3_bytes(raw / full)
+    w = ml_values(codes.view(torch.uint8).numpy(), "e4m3") * full
+    t = {"weight": codes, "weight_scale_inv": torch.from_numpy(sv)}
+    return t, torch.from_numpy(w.astype(np.float32))
+
+
+def _modelopt_nvfp4(n: int, k: int, rng) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Random ModelOpt NVFP4 weights (no input_scale: weight-only) and the dequantized weight."""
+    codes = rng.integers(0, 16, size=(n, k))
+    st, sv = random_e4m3_scales(rng, (n, k // 16))
+    ws2 = np.float32(rng.uniform(1e-4, 1e-3))
+    w = (np.array(FP4_VALUES, dtype=np.float32)[codes] * np.repeat(sv, 16, axis=1).astype(np.float32)) * ws2
+    t = {"weight": torch.from_numpy(pack_nibbles(codes)), "weight_scale": st, "weight_scale_2": torch.tensor(ws2)}
+    return t, torch.from_numpy(w.astype(np.float32))
+
+
+# layout: (tensor maker, quantization_config)
+LAYOUTS = {
+    "gptq": (_gptq, {"quant_method": "gptq", "bits": 4, "group_size": GROUP, "desc_act": False, "sym": False,
+                     "checkpoint_format": "gptq"}),
+    "awq": (_awq, {"quant_method": "awq", "bits": 4, "group_size": GROUP, "zero_point": True, "version": "gemm"}),
+    "fp8-block": (_fp8_block, {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                               "weight_block_size": [128, 128]}),
+    "modelopt-nvfp4": (_modelopt_nvfp4, {"quant_method": "modelopt", "quant_algo": "NVFP4"}),
+}
+
+
 def _checkpoint_experts_name(arch: str, layer: int, e: int, proj: str) -> str:
     if arch == "mixtral":  # the hub's Mixtral naming (transformers renames it to mlp.experts on load)
         return f"model.layers.{layer}.block_sparse_moe.experts.{e}.{ {'gate': 'w1', 'up': 'w3', 'down': 'w2'}[proj]}"
@@ -51,8 +105,14 @@ def _checkpoint_experts_name(arch: str, layer: int, e: int, proj: str) -> str:
 
 
 def write_gptq_checkpoint(arch: str, path: str, seed: int = 0) -> torch.nn.Module:
-    """A GPTQ checkpoint of a tiny ``arch`` model in ``path``; returns the reference model (float32) holding the
-    checkpoint's dequantized weights."""
+    """A GPTQ checkpoint of a tiny ``arch`` model in ``path`` (see write_checkpoint)."""
+    return write_checkpoint(arch, path, "gptq", seed)
+
+
+def write_checkpoint(arch: str, path: str, layout: str = "gptq", seed: int = 0) -> torch.nn.Module:
+    """A checkpoint of a tiny ``arch`` model in ``layout`` (LAYOUTS) in ``path``; returns the reference model
+    (float32) holding the checkpoint's dequantized weights."""
+    make, quant_config = LAYOUTS[layout]
     import transformers
 
     torch.manual_seed(seed)
@@ -63,7 +123,7 @@ def write_gptq_checkpoint(arch: str, path: str, seed: int = 0) -> torch.nn.Modul
     quantized: set[str] = set()
     for name, module in ref.named_modules():
         if isinstance(module, torch.nn.Linear) and not name.endswith("lm_head"):
-            t, w = _gptq(module.out_features, module.in_features, rng)
+            t, w = make(module.out_features, module.in_features, rng)
             tensors.update({f"{name}.{k}": v for k, v in t.items()})
             module.weight.data.copy_(w)
             quantized.add(name + ".weight")
@@ -73,7 +133,7 @@ def write_gptq_checkpoint(arch: str, path: str, seed: int = 0) -> torch.nn.Modul
             inter = two_i // 2
             for e in range(e_count):
                 for proj, (n, k) in (("gate", (inter, hidden)), ("up", (inter, hidden)), ("down", (hidden, inter))):
-                    t, w = _gptq(n, k, rng)
+                    t, w = make(n, k, rng)
                     prefix = _checkpoint_experts_name(arch, layer, e, proj)
                     tensors.update({f"{prefix}.{kk}": v for kk, v in t.items()})
                     if proj == "down":
@@ -89,8 +149,7 @@ def write_gptq_checkpoint(arch: str, path: str, seed: int = 0) -> torch.nn.Modul
             tensors[name] = value.detach().clone().contiguous()
     _save_sharded(tensors, path)
     cfg = config.to_dict()
-    cfg["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": GROUP, "desc_act": False,
-                                  "sym": False, "checkpoint_format": "gptq"}
+    cfg["quantization_config"] = dict(quant_config)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(cfg, f)
     return ref
