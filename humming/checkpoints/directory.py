@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
+from humming.checkpoints.experts import name_pattern
 from humming.checkpoints.quant_config import QuantConfig, parse_quant_config
 from humming.core.quant.quantize import QuantizedWeight
 from humming.errors import HummingError, SchemeError
@@ -76,7 +77,7 @@ class Checkpoint(Mapping):
         quant = self.quant.for_module(example)
         try:
             if "{e}" in name:
-                pattern = re.compile(re.escape(name).replace(re.escape("{e}"), r"\d+") + r"[._]")
+                pattern = name_pattern(name)
                 tensors = self._read([n for n in self.weight_map if pattern.match(n)])
                 return import_experts(tensors, name, quant.layout, activations=quant.activations, **quant.options)
             layout = "gpt-oss" if name in self.stacked else quant.layout

@@ -190,14 +190,19 @@ def test_quant_moe_layer(case):
         close(y, ref, f"{case} T={tokens}", rel=3e-2)
 
 
+def small_w4a16_layer(e: int, hidden: int, inter: int, seed: int):
+    """A QuantMoE of random W4A16 (group 64) experts on the GPU."""
+    torch.manual_seed(seed)
+    return humming.nn.QuantMoE.from_experts(torch.randn(e, inter, hidden, device="cuda") * 0.05,
+                                            torch.randn(e, hidden, inter, device="cuda") * 0.05,
+                                            torch.randn(e, inter, hidden, device="cuda") * 0.05, "w4a16",
+                                            group_size=64)
+
+
 def test_quant_moe_layer_graph():
     """The whole layer captured in a CUDA graph and replayed with new routing."""
     e, top_k, hidden, inter, tokens = 16, 4, 256, 128, 40
-    torch.manual_seed(19)
-    layer = humming.nn.QuantMoE.from_experts(torch.randn(e, inter, hidden, device="cuda") * 0.05,
-                                             torch.randn(e, hidden, inter, device="cuda") * 0.05,
-                                             torch.randn(e, inter, hidden, device="cuda") * 0.05, "w4a16",
-                                             group_size=64)
+    layer = small_w4a16_layer(e, hidden, inter, seed=19)
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.float16)
     ids, tw = random_ids(tokens, top_k, e), torch.rand(tokens, top_k, device="cuda")
     layer(x, ids, tw)
@@ -220,11 +225,7 @@ def test_quant_moe_layer_compiled():
     from humming.core.moe.reference import reference_moe_layer
 
     e, top_k, hidden, inter, tokens = 16, 4, 256, 128, 37
-    torch.manual_seed(23)
-    layer = humming.nn.QuantMoE.from_experts(torch.randn(e, inter, hidden, device="cuda") * 0.05,
-                                             torch.randn(e, hidden, inter, device="cuda") * 0.05,
-                                             torch.randn(e, inter, hidden, device="cuda") * 0.05, "w4a16",
-                                             group_size=64).prepare()
+    layer = small_w4a16_layer(e, hidden, inter, seed=23).prepare()
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     ids, tw = random_ids(tokens, top_k, e), torch.rand(tokens, top_k, device="cuda")
     y = torch.compile(layer, fullgraph=True)(x, ids, tw)
