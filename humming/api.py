@@ -17,7 +17,7 @@ import torch
 
 from humming.core.path_table import path_table  # noqa: F401  (humming.device.info's table)
 from humming.core.plan import Plan
-from humming.core.problem import Problem, scheme_of
+from humming.core.problem import dense_problem, scheme_of
 from humming.core.quant import arguments
 from humming.core.quant.arguments import check_out  # noqa: F401  (re-exported: the out= checks)
 from humming.core.quant.experts import dense_only
@@ -44,7 +44,7 @@ def plan(scheme, m: int, n: int, k: int, profile=None, act: str = "f16", group_s
     caps = resolve_profile(profile)
     if group_size is not None:
         sch = sch.with_(group_size=group_size)
-    return select(Problem(sch, m, n, k, act, resolve_options(options)), caps).plan
+    return select(dense_problem(sch, m, n, k, act, resolve_options(options)), caps).plan
 
 
 def source(p: Plan, profile=None) -> str:

@@ -10,7 +10,8 @@
 #                of docs/porting.md
 #     smoke      every preset scheme through humming.gemm against the reference (scripts/smoke_gemm.py)
 #     bench      the W4A16, the quantized and the MoE benchmarks (bench/; tables last)
-#     sanitize   compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over the MoE kernels (scripts/sanitize_moe.py)
+#     sanitize   compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over one small plan of every dense
+#                family and form and the MoE kernels (scripts/sanitize_dense.py, scripts/sanitize_moe.py)
 #     sustained  W4A16 M 1024 / 4096: each library alone for seconds under the power cap (scripts/sustained.py;
 #                ~2 minutes, not part of "all"; the extra arguments go to sustained.py)
 # Extra arguments go to pytest (e.g. -k "w4a16 and not bf16").
@@ -58,10 +59,13 @@ case "$PART" in
              echo "== smoke: $(grep -E "failed, worst error" "$OUT/smoke.log" || tail -1 "$OUT/smoke.log")" ;;
 esac
 case "$PART" in
-  sanitize|all) for tool in memcheck racecheck initcheck synccheck; do
-                  compute-sanitizer --tool "$tool" --report-api-errors no python3 scripts/sanitize_moe.py \
-                    >"$OUT/sanitize_$tool.log" 2>&1 || rc=1
-                  echo "== sanitize $tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize_$tool.log" | tail -1)"
+  sanitize|all) for script in sanitize_dense sanitize_moe; do
+                  for tool in memcheck racecheck initcheck synccheck; do
+                    compute-sanitizer --tool "$tool" --report-api-errors no python3 "scripts/$script.py" \
+                      >"$OUT/${script}_$tool.log" 2>&1 || rc=1
+                    echo "== $script $tool: $(grep -cE " ok$" "$OUT/${script}_$tool.log") ok," \
+                         "$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/${script}_$tool.log" | tail -1)"
+                  done
                 done ;;
 esac
 case "$PART" in

@@ -28,7 +28,9 @@ class Family:
     ``inputs``: how x reaches the kernel (INPUTS). ``row_scale``: its kernels take per-token output scales.
     ``unverified(caps)``: set for a family compiled for GPUs it never ran on: the note saying so (it runs only with
     HUMMING_UNVERIFIED_KERNELS=1); ``announce``: where it would have taken a problem but for that, the chosen plan
-    carries the note. ``tiles``: the class of its plans' tiles (Tiles, or its own subclass with its options)."""
+    carries the note. ``tiles``: the class of its plans' tiles (Tiles, or its own subclass with its options).
+    ``tails``: its plans take padded weights (``Problem.padded``): activations read up to the real K, outputs stored
+    up to the real N."""
 
     name: str
     doc: str
@@ -42,6 +44,7 @@ class Family:
     unverified: Callable | None = None
     announce: bool = False
     tiles: type = Tiles
+    tails: bool = False
 
     def __post_init__(self):
         if self.inputs not in INPUTS:

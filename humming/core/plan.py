@@ -112,6 +112,14 @@ class Plan:
     # (1 x 1 x splits) and add their partials in the first block's shared memory (distributed shared memory) instead
     # of a workspace round trip (planner.with_cluster_splits)
     cluster_splits: bool = False
+    # a weight padded to whole atoms (humming.core.quant.padding): N and K above are the padded sizes; the kernel
+    # stores n_out columns (the output's row length) and reads k_act columns of A (its row length); 0: not padded
+    n_out: int = 0
+    k_act: int = 0
+
+    @property
+    def padded(self) -> bool:
+        return bool(self.n_out or self.k_act)
 
     @property
     def threads(self) -> int:
@@ -233,19 +241,26 @@ class Plan:
                 f"{tag('p', 'prefetch')}{tag('v', 'balance')}{tag('o', 'occupancy')}{tag('q', 'tail')}"
                 f"{tag('k', 'streamk')}{flag('e', 'early')}{flag('m', 'stsm')}"
                 f"{'_ts' if self.row_scale else ''}{'_pdl' if self.pdl else ''}{'_cs' if self.cluster_splits else ''}"
-                f"_{self.kernel_key}")
+                f"{f'_o{self.n_out}a{self.k_act}' if self.padded else ''}_{self.kernel_key}")
+
+    @property
+    def dims(self) -> str:
+        """N and K as the summary spells them (a padded weight: the real sizes and the padded ones)."""
+        if self.padded:
+            return f"N={self.n_out} K={self.k_act} (padded to {self.n}x{self.k})"
+        return f"N={self.n} K={self.k}"
 
     def summary(self) -> str:
         t = self.tiles
         shape = "x".join(str(v) for v in self.instruction.shape)
         if self.path == "stream":
             return (
-                f"{self.scheme} M={self.m} N={self.n} K={self.k} on {self.profile}: {self.family} m{shape} "
+                f"{self.scheme} M={self.m} {self.dims} on {self.profile}: {self.family} m{shape} "
                 f"{self.instruction.a_type}x{self.instruction.b_type}->{self.acc_type}, stream (weights as A, registers only), "
                 f"{t.bm // 8} token tile(s), {t.warps_k} warps per 64-channel slab, split-K {self.splits}"
             )
         return (
-            f"{self.scheme} M={self.m} N={self.n} K={self.k} on {self.profile}: {self.family} m{shape} "
+            f"{self.scheme} M={self.m} {self.dims} on {self.profile}: {self.family} m{shape} "
             f"{self.instruction.a_type}x{self.instruction.b_type}->{self.acc_type}, {self.path}, tile {t.bm}x{t.bn}x{t.bk}, "
             f"{t.stages} stages, {t.threads} threads (warps {t.warps_m}x{t.warps_n}x{t.warps_k}), split-K {self.splits}, "
             f"smem {self.smem_bytes // 1024} KiB"
@@ -266,6 +281,7 @@ class Plan:
             **({"row_scale": True} if self.row_scale else {}),
             **({"pdl": True} if self.pdl else {}),
             **({"cluster_splits": True} if self.cluster_splits else {}),
+            **({"n_out": self.n_out, "k_act": self.k_act} if self.padded else {}),
         }
 
 

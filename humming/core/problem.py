@@ -14,7 +14,9 @@ class Problem:
     type of x and of the output ("f16" / "bf16"); ``options``: the caller's numerics; ``act_order``: the weights carry
     a K permutation (GPTQ desc_act). Mixture-of-experts GEMMs (``form`` not "dense"): ``experts`` stacked weights,
     each of the ``m`` tokens sent to ``top_k`` of them; ``form`` "indexed" (rows gathered by routing), "grouped"
-    (rows contiguous per expert) or "masked" (a fixed capacity of rows per expert)."""
+    (rows contiguous per expert) or "masked" (a fixed capacity of rows per expert). A weight padded to whole atoms
+    (humming.core.quant.padding): ``n`` and ``k`` are the padded sizes, ``n_out`` / ``k_act`` the real ones (0: not
+    padded); only families with ``tails`` take it."""
 
     scheme: object
     m: int
@@ -26,11 +28,18 @@ class Problem:
     form: str = "dense"
     experts: int = 0
     top_k: int = 1
+    n_out: int = 0
+    k_act: int = 0
     _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def is_moe(self) -> bool:
         return self.form != "dense"
+
+    @property
+    def padded(self) -> bool:
+        """The weight was padded: the kernel stores N columns of ``n_out`` and reads ``k_act`` of K."""
+        return bool(self.n_out or self.k_act)
 
     @property
     def quantized_activations(self) -> bool:
@@ -57,3 +66,15 @@ def _scheme_by_name(name: str):
 def scheme_of(scheme):
     """A Scheme from a Scheme or a preset's name."""
     return _scheme_by_name(scheme) if isinstance(scheme, str) else scheme
+
+
+def dense_problem(scheme, m: int, n: int, k: int, act: str = "f16", options: GemmOptions = DEFAULT,
+                  act_order: bool = False) -> Problem:
+    """The dense GEMM of a weight [N, K]: N and K that are multiples of 16 but not of 64 become a padded problem
+    (humming.core.quant.padding; ShapeError for other sizes)."""
+    from humming.core.quant.padding import ATOM, padded_dims
+
+    if n % ATOM == 0 and k % ATOM == 0:
+        return Problem(scheme, m, n, k, act, options, act_order=act_order)
+    n_pad, k_pad = padded_dims(n, k)
+    return Problem(scheme, m, n_pad, k_pad, act, options, act_order=act_order, n_out=n, k_act=k)

@@ -33,7 +33,7 @@ from humming.core.family import Family
 from humming.core.plan import row_scale_refusal
 from humming.core.problem import Problem
 from humming.core.routes.families import UPCONVERT, WIDENED
-from humming.errors import UnsupportedOnDevice
+from humming.errors import ShapeError, UnsupportedOnDevice
 
 # Asked first to last. Quantized activations: widened onto the WnA16 kernels where measured faster, then the kernels
 # of the instruction path the scheme runs (tcgen05, block-scaled mma.sync, upconvert, the 8-bit kernels from the
@@ -68,6 +68,25 @@ class Selection:
         return "\n".join(lines)
 
 
+def _refusal(family: Family, problem: Problem, caps, ask) -> str | None:
+    """The family's refusal, and for a padded weight (Problem.padded) the families whose kernels read and write only
+    whole atoms (routes plan on other families, which are asked in turn)."""
+    if problem.padded and not family.tails and not family.is_route:
+        return (f"the weight is padded to {problem.n}x{problem.k} (N={problem.n_out} K={problem.k_act}); its kernels "
+                f"read activations and store outputs in whole 64-column tiles")
+    return family.refusal(problem, caps, ask)
+
+
+def _padded_plan(plan, problem: Problem):
+    """The plan of a padded problem: the real N and K for the kernel's loads and stores, and what padding costs."""
+    if not problem.padded or plan.padded:
+        return plan
+    from humming.core.quant.padding import pad_note
+
+    return replace(plan, n_out=problem.n_out, k_act=problem.k_act,
+                   reasons=(pad_note(problem.n_out, problem.k_act, problem.n, problem.k),) + plan.reasons)
+
+
 def _unverified_off(family: Family) -> bool:
     return family.unverified is not None and not settings.flag("HUMMING_UNVERIFIED_KERNELS")
 
@@ -83,13 +102,13 @@ class _Asker:
         family = BY_NAME[name]
         if not self.allowed(family) or _unverified_off(family):
             return False
-        if family.refusal(self.problem, self.caps, self) is not None:
+        if _refusal(family, self.problem, self.caps, self) is not None:
             return False
         if family.is_route:
             return True
         try:
             return not limit_refusal(family.plan(self.problem, self.caps), self.caps)
-        except UnsupportedOnDevice:
+        except (UnsupportedOnDevice, ShapeError):  # (asked, not chosen: a shape its kernels cannot run is a no)
             return False
 
 
@@ -120,7 +139,7 @@ class Registry:
         for family in self.families:
             if not allowed(family):
                 continue
-            why = family.refusal(problem, caps, ask)
+            why = _refusal(family, problem, caps, ask)
             if why is None and _unverified_off(family):
                 if family.announce:
                     notes.append(family.unverified(caps))
@@ -142,13 +161,20 @@ class Registry:
                 continue
             for later in self.families[self.families.index(family) + 1:]:
                 if later.announce and allowed(later) and _unverified_off(later) and \
-                        later.refusal(problem, caps, ask) is None:
+                        _refusal(later, problem, caps, ask) is None:
                     notes.append(later.unverified(caps))
             if notes:
                 p = replace(p, reasons=p.reasons + tuple(notes))
+            p = _padded_plan(p, problem)
             return Selection(family, p, family_of(p), tuple(refusals))
         if failed:
             raise failed[0]
+        if problem.padded:
+            raise UnsupportedOnDevice(
+                f"{problem.scheme.name} on {caps.name}: N={problem.n_out} K={problem.k_act} are not whole 64 x 64 weight "
+                f"atoms, and no family that takes padded weights runs the scheme: "
+                + "; ".join(f"{n}: {w}" for n, w in refusals if not w.startswith("the weight is padded"))
+                + "; pad N and K to multiples of 64")
         if problem.quantized_activations and not problem.is_moe:
             from humming.core.families.runnable import no_kernel
 
@@ -202,7 +228,7 @@ def refusal(name: str, problem: Problem, caps) -> str | None:
     """Why the family (or route) ``name`` does not take the problem, asked as ``select`` asks it (None: it takes it;
     families asked before it may still take the problem first)."""
     family = BY_NAME[name]
-    why = family.refusal(problem, caps, _Asker(problem, caps, lambda f: True))
+    why = _refusal(family, problem, caps, _Asker(problem, caps, lambda f: True))
     if why is None and _unverified_off(family):
         why = family.unverified(caps)
     return why

@@ -208,15 +208,20 @@ def test_prepared_weight_types(qw, stacked):
 
 # ------------------------------------------------------------------------------------------------ W4A8 / W8A8 N
 @pytest.mark.parametrize("scheme", ["w4a8-int8", "w4a8-fp8", "w4a8-mxfp4", "w8a8-int8", "w8a8-fp8", "w4a16"])
-def test_n_not_a_multiple_of_64_is_named_before_packing(scheme):
-    """The issue: W4A8 with N=1000 failed inside the packing with a torch view error; every dense scheme now says
-    what the weight-only ones say, when the weight is prepared."""
+def test_n_not_a_multiple_of_16_is_named_before_packing(scheme):
+    """The issue: W4A8 with N=1000 failed inside the packing with a torch view error; every dense scheme now names the
+    fix when the weight is prepared. N=1008 (a multiple of 16) is padded once and runs on the tile kernel, whose
+    kernel stores the caller's N."""
     qw = humming.quantize(torch.randn(1000, 512) * 0.05, scheme)
-    with pytest.raises(ShapeError, match="N=1000 is not a multiple of 64; pad the output features to a multiple "
-                                         "of 64"):
+    with pytest.raises(ShapeError, match="N=1000 is not a multiple of 16: .* pad the weight's output features to a "
+                                         "multiple of 16"):
         api.prepared(qw, torch.float16, "cpu", profile="nvidia-h100")
-    padded = humming.quantize(torch.randn(1024, 512) * 0.05, scheme)  # the fix: padded to 1024
-    assert api.plan_for(api.prepared(padded, torch.float16, "cpu", profile="nvidia-h100"), 16).kernel_name
+    padded = humming.quantize(torch.randn(1008, 512) * 0.05, scheme)
+    plan = api.plan_for(api.prepared(padded, torch.float16, "cpu", profile="nvidia-h100"), 16)
+    assert (plan.n, plan.n_out, plan.k, plan.k_act) == (1024, 1008, 512, 512)
+    assert plan.kernel_name.startswith("hm_wna16_tile_") and "_o1008a512_" in plan.kernel_name
+    assert plan.reasons[0].startswith("padded once at prepare (N 1008 -> 1024)") or any(
+        r.startswith("padded once at prepare (N 1008 -> 1024)") for r in plan.reasons)
 
 
 # ------------------------------------------------------------------------------------------------ QuantLinear

@@ -60,7 +60,7 @@ def _layer(n: int, k: int, profile: str = PROFILE) -> Layer:
     weights are a stand-in)."""
     lay = Layer.__new__(Layer)
     lay.qw = types.SimpleNamespace(shape=(n, k), g_idx=None)
-    lay.scheme, lay.n, lay.k = scheme_of("w4a16"), n, k
+    lay.scheme, lay.n, lay.k, lay.act_order = scheme_of("w4a16"), n, k, False
     lay.dtype, lay.device, lay.act = torch.float16, torch.device("cpu", 0), "f16"
     lay.caps, lay.options, lay.run_arch = get_profile(profile), DEFAULT, None
     lay.plans, lay.launches, lay.packed, lay._weight_only = {}, {}, {}, None

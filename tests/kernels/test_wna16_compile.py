@@ -81,7 +81,8 @@ def test_plan_explains_itself():
     assert d["grid"][2] == p.splits and d["threads"] == p.tiles.threads
 
 
-@pytest.mark.parametrize("n,k,match", [(1000, 4096, "multiple of 64"), (4096, 4000, "multiple of 64"),
+@pytest.mark.parametrize("n,k,match", [(1000, 4096, "N=1000 is not a multiple of 16"),
+                                       (4096, 4004, "K=4004 is not a multiple of 16"),
                                        (4096, 4096 + 64, "group_size 128 does not divide K")])
 def test_shape_errors_name_the_constraint(n, k, match):
     with pytest.raises(humming.ShapeError, match=match):

@@ -108,12 +108,13 @@ def gs_epilogue_parts(plan, row: str) -> tuple[str, str, str]:
             f"\n          v *= load_f32(GS + {row});")
 
 
-def splitk_epilogue(acc: str, row_scale: str | None = None, indexed: bool = False) -> str:
+def splitk_epilogue(acc: str, row_scale: str | None = None, indexed: bool = False, padded: bool = False) -> str:
     """The shared tail of the tile kernels: fold the warps' K split (shared memory), add split-K partials
     (workspace, last block of a tile, fixed order), then scale, bias and store. ``acc`` names an fp32
     accumulator array [TM][TA*8][4]; ``row_scale`` a per-row fp32 scale pointer (per-token), if any. ``indexed``:
     the MoE form, whose block row r holds slot ``slot_of_row[r]`` (the sentinel ``num_slots``: a padding row): the
-    row goes to C row slot (``n_out`` columns), times the slot's router weight where TOPK_W is given."""
+    row goes to C row slot (``n_out`` columns), times the slot's router weight where TOPK_W is given. ``padded``: a
+    padded weight (Plan.padded): C has cfg::N_OUT columns, the padded ones are not stored."""
     if indexed:
         row = "const int row = (wm * TM + i) * 16 + (lane >> 2) + h * 8, slot = slot_of_row[row];"
         guard, dest = "slot < num_slots && col < n_out", "C + (size_t)slot * n_out + col"
@@ -122,6 +123,8 @@ def splitk_epilogue(acc: str, row_scale: str | None = None, indexed: bool = Fals
     else:
         row = "const int row = m0 + (wm * TM + i) * 16 + (lane >> 2) + h * 8;"
         guard, dest, router, scale_row = "row < M", "C + (size_t)row * N + col", "", "row"
+        if padded:  # a padded weight: C has the real N_OUT columns (cfg::N_OUT)
+            guard, dest = "row < M && col < N_OUT", "C + (size_t)row * N_OUT + col"
     row_mul = (f"\n          if ({row_scale}) {{{{ const float rs = load_f32({row_scale} + {scale_row}); v0 *= rs; v1 *= rs; }}}}"
                if row_scale else "")
     scale = ("const float scale = out_scale;  // GS holds one scale per token row (row_scale)" if row_scale == "GS"

@@ -11,8 +11,9 @@ import threading
 
 import torch
 
-from humming.core.common.layout import act_name, check_shape
-from humming.core.problem import Problem
+from humming.core.common.layout import act_name
+from humming.core.problem import Problem, dense_problem
+from humming.core.quant.padding import padded_weight
 from humming.core.registry import family_of, select
 from humming.core.runtime.compiled import compile_plan
 from humming.core.runtime.inputs import STEPS, gathered, wna16_weights
@@ -32,12 +33,12 @@ class Layer:
     (the tuner does), ``launches[m]`` holds what runs M."""
 
     def __init__(self, qw, dtype: torch.dtype, device: torch.device, caps, options=DEFAULT):
-        check_shape(*qw.shape)  # N and K whole weight tiles for every dense family: named before planning or packing
-        self.qw = qw.to(device)
-        self.scheme = qw.scheme
-        self.n, self.k = qw.shape
+        self.n, self.k = qw.shape  # what the caller multiplies: x [M, K] -> [M, N]
         self.dtype, self.device, self.caps, self.options = dtype, device, caps, options
-        self.act = act_name(dtype)
+        self.scheme, self.act_order, self.act = qw.scheme, qw.g_idx is not None, act_name(dtype)
+        shape = self.problem(1)  # (N and K multiples of 16, or a ShapeError before anything is packed)
+        # N and K that are not whole 64 x 64 weight atoms: the weight padded once, here (humming.core.quant.padding)
+        self.qw = padded_weight(qw, shape.n, shape.k).to(device)
         self.run_arch = emulation_arch(caps)  # the live GPU's target where the profile is emulated on it
         self.plans: dict[int, object] = {}
         self.launches: dict[int, LaunchSpec] = {}
@@ -46,7 +47,7 @@ class Layer:
 
     # ---------------------------------------------------------------- planning
     def problem(self, m: int) -> Problem:
-        return Problem(self.scheme, m, self.n, self.k, self.act, self.options, act_order=self.qw.g_idx is not None)
+        return dense_problem(self.scheme, m, self.n, self.k, self.act, self.options, act_order=self.act_order)
 
     def choose(self, m: int) -> tuple[str, object]:
         """(how the activations reach the kernel, the plan) for M: a forced plan (WnA16 activations) or the

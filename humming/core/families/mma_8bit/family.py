@@ -11,6 +11,7 @@ from humming.core.families.runnable import fallback
 from humming.core.family import Family
 
 FOUR_BIT = ("int4", "e2m1")
+K_TILE = 128  # every 8-bit tile's BK (planner.plan_w8a8)
 
 
 def refusal(problem, caps, ask) -> str | None:
@@ -19,6 +20,8 @@ def refusal(problem, caps, ask) -> str | None:
     choice = fallback(problem, caps)
     if not runs_on_w8a8(choice, problem.scheme):
         return f"an 8-bit kernel does not execute {choice.describe()}"
+    if problem.k % K_TILE:
+        return f"K={problem.k} is not a multiple of the 8-bit kernel's {K_TILE}-wide k tile"
     return None
 
 

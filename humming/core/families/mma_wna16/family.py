@@ -30,7 +30,7 @@ def rules_plan(problem, caps):
 def refusal(problem, caps, ask) -> str | None:
     if problem.quantized_activations:
         return "the scheme quantizes activations"
-    if problem.m < WGMMA_MIN_M or not knobs.value("wgmma_wna16.enabled", caps):
+    if problem.m < WGMMA_MIN_M or problem.padded or not knobs.value("wgmma_wna16.enabled", caps):
         return None
     try:
         if rules_plan(problem, caps).path == "wgmma-rs":
@@ -44,6 +44,11 @@ def refusal(problem, caps, ask) -> str | None:
 
 
 def plan(problem, caps):
+    if problem.padded:  # the tile kernel reads the real K and stores the real N (humming.core.quant.padding)
+        from humming.core.families.mma_wna16.planner import plan_wna16
+
+        return plan_wna16(caps, wna16_layout(problem, caps), problem.m, problem.act, scheme=problem.scheme.name,
+                          path="tile")
     return rules_plan(problem, caps)
 
 
@@ -60,4 +65,4 @@ def pack(qw, dtype, layout, caps):
 
 
 FAMILY = Family("mma_wna16", "mma.sync WnA16: stream (decode) and tile kernels", refusal, plan, "x", owns, source, pack,
-                row_scale=True, tiles=MmaWnA16Tiles)
+                row_scale=True, tiles=MmaWnA16Tiles, tails=True)

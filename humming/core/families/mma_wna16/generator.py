@@ -32,6 +32,13 @@ DENSE_ROWS = """\
 """
 
 
+# A padded weight (humming.core.quant.padding): rows of x [M, K_ACT]; columns past K_ACT read as zeros.
+PADDED_ROWS = """\
+      const bool ok = m0 + r < M && k0 + ch * 8 < K_ACT;
+      const uint16_t* src = ok ? A + (size_t)(m0 + r) * K_ACT + k0 + ch * 8 : A;
+"""
+
+
 @dataclass(frozen=True)
 class RowSource:
     """Where a tile kernel's rows come from and go to, other than rows m0 .. m0 + BM of A and C (the MoE forms,
@@ -96,7 +103,7 @@ constexpr int S_BYTES = S_ROWS * BN * 2;
 constexpr int Z_BYTES = Z_ROWS * BN * 2;
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES + S_BYTES + Z_BYTES;
 static_assert(KATOMS % WARPS_K == 0, "k atoms per stage must split evenly across warps");
-static_assert(STAGE_BYTES % 128 == 0, "stages stay 128-byte aligned");
+static_assert(STAGE_BYTES % 128 == 0, "stages stay 128-byte aligned");{padded_dims(plan)}
 }}
 
 extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
@@ -116,7 +123,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
     #pragma unroll
     for (int c = tid; c < BM * (BK / 8); c += THREADS) {{
       const int r = c / (BK / 8), ch = c % (BK / 8);
-{rows.rows if rows else DENSE_ROWS}      copy_16_async(base + r * BK * 2 + ((ch ^ (r & 7)) * 16), src, ok);
+{rows.rows if rows else PADDED_ROWS if plan.padded else DENSE_ROWS}      copy_16_async(base + r * BK * 2 + ((ch ^ (r & 7)) * 16), src, ok);
     }}
     // weights: NATOMS x KATOMS atoms, each contiguous in global memory
     #pragma unroll
@@ -178,9 +185,18 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
   copy_wait<0>();
   __syncthreads();
 
-{splitk_epilogue('acc', row_scale='GS' if plan.row_scale else None, indexed=bool(rows and rows.indexed))}}}
+{splitk_epilogue('acc', row_scale='GS' if plan.row_scale else None, indexed=bool(rows and rows.indexed),
+                 padded=plan.padded)}}}
 """
     return src
+
+
+def padded_dims(plan) -> str:
+    """The real sizes of a padded weight's GEMM as constants (none for a weight of whole atoms)."""
+    if not plan.padded:
+        return ""
+    return (f"\nconstexpr int N_OUT = {plan.n_out}, K_ACT = {plan.k_act};  // the real N and K of the padded weight "
+            f"(C's and A's row lengths)")
 
 
 def _table_load(ptr: str, rows: str, offset: str, row_expr: str) -> str:

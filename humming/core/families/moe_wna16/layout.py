@@ -14,9 +14,8 @@ import torch
 
 from humming.core.common.layout import ATOM_K, ATOM_N, WeightLayout
 from humming.core.families.mma_wna16.layout import layout_for, prepare
+from humming.core.quant.padding import ALIGN, padded_weight
 from humming.errors import ShapeError, UnsupportedOnDevice
-
-ALIGN = 16  # N and K of a MoE weight must be multiples of this (16-byte activation rows, two-column stores)
 
 
 def padded_shape(n: int, k: int) -> tuple[int, int]:
@@ -34,32 +33,6 @@ def moe_layout(scheme, n: int, k: int, act: str) -> WeightLayout:
     """The layout of one padded expert (step-major pair order: the tile kernel's cheaper reads)."""
     n_pad, k_pad = padded_shape(n, k)
     return layout_for(scheme, n_pad, k_pad, act)
-
-
-def _grow(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """A 2-D table grown to [rows, cols] by repeating its last row and column."""
-    if t.shape[0] < rows:
-        t = torch.cat([t, t[-1:].expand(rows - t.shape[0], t.shape[1])], 0)
-    if t.shape[1] < cols:
-        t = torch.cat([t, t[:, -1:].expand(t.shape[0], cols - t.shape[1])], 1)
-    return t.contiguous()
-
-
-def padded_expert(qw, n_to: int, k_to: int):
-    """One expert's dense QuantizedWeight padded to [n_to, k_to] (the module docstring)."""
-    from humming.core.quant.quantize import QuantizedWeight
-
-    scale_shape = QuantizedWeight.scale_shape
-
-    n, k = qw.shape
-    if (n, k) == (n_to, k_to):
-        return qw
-    codes = torch.nn.functional.pad(qw.codes(), (0, k_to - k, 0, n_to - n))
-    rows, cols = scale_shape(qw.scheme, n_to, k_to)
-    scales = _grow(qw.scales, rows, cols)
-    zeros = None if qw.zeros is None else _grow(qw.zeros, *scale_shape(qw.scheme, n_to, k_to))
-    bias = None if qw.bias is None else torch.nn.functional.pad(qw.bias, (0, n_to - n))
-    return QuantizedWeight.from_codes(codes, qw.scheme, scales, zeros=zeros, global_scale=qw.global_scale, bias=bias)
 
 
 @dataclass
@@ -104,7 +77,7 @@ def prepare_experts(qw, act_dtype: torch.dtype) -> ExpertWeights:
         raise UnsupportedOnDevice("act-order (g_idx) expert weights are not supported by the MoE kernels yet")
     n, k = qw.shape
     n_pad, k_pad = padded_shape(n, k)
-    packed = [prepare(padded_expert(qw.expert(e), n_pad, k_pad), act_dtype) for e in range(experts)]
+    packed = [prepare(padded_weight(qw.expert(e), n_pad, k_pad), act_dtype) for e in range(experts)]
     if any(p.perm is not None for p in packed):  # (an identity g_idx is dropped above; this cannot happen)
         raise UnsupportedOnDevice("act-order expert weights are not supported by the MoE kernels yet")
     first = packed[0]
