@@ -80,15 +80,16 @@ def kernel_plans(caps, shapes: Iterable[tuple[int, int]], scheme, ms: Iterable[i
     """{kernel name: a plan that uses it} over every shape and M: what the runtime would compile (the registry's
     choice for each M). Raises ShapeError for a shape the scheme's layout rejects."""
     from humming.core.families.mma_wna16.layout import layout_for
-    from humming.core.problem import Problem
+    from humming.core.problem import dense_problem
     from humming.core.registry import select
 
     plans: dict = {}
     ms = list(ms)
     for n, k in shapes:
-        layout_for(scheme, n, k, act, caps=caps)  # (a ShapeError names the shape)
+        first = dense_problem(scheme, 1, n, k, act)  # (N and K padded to whole atoms where they are not)
+        layout_for(scheme, first.n, first.k, act, caps=caps)  # (a ShapeError names the shape)
         for m in ms:
-            p = select(Problem(scheme, m, n, k, act), caps).plan
+            p = select(dense_problem(scheme, m, n, k, act), caps).plan
             plans.setdefault(p.kernel_name, p)
     return plans
 

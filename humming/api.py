@@ -60,7 +60,8 @@ def compile_plan(p: Plan, profile=None, run_arch: str | None = None):
 
 def prepared(qw, dtype: torch.dtype, device, profile=None, options=None) -> int:
     """The handle of ``qw`` prepared for (activation dtype, device, profile, options): made once, kept on the
-    weight. ``qw``: a dense QuantizedWeight whose N and K are multiples of 64 (the kernels' weight tiles);
+    weight. ``qw``: a dense QuantizedWeight whose N and K are multiples of 16 (others than multiples of 64 are padded to whole
+    weight tiles here, once: humming.core.quant.padding);
     ``dtype``: torch.float16 or torch.bfloat16; ``device``: where the kernels run. A weight elsewhere is copied to
     ``device`` once and the copy kept with the handle (humming.gemm, finding no preparation for x's device,
     refuses x on another device than the weight). ShapeError naming the fix otherwise."""

@@ -281,3 +281,36 @@ def test_concurrent_writers_leave_one_valid_entry(tmp_path):
     assert not leftovers, leftovers
     entry = kcache.CacheEntry.decode(entries[0].read_bytes(), expected_key=entries[0].stem)
     assert entry.cubin == results[0][2]
+
+
+def _unwritable_cache(tmp_path: Path, how: str, monkeypatch) -> Path:
+    """A cache directory that cannot be written: read-only (mode 0o500; root writes anyway, so that case is
+    skipped for root) or a path through a regular file (no one can create it)."""
+    if how == "read-only":
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            pytest.skip("root writes into read-only directories")
+        d = tmp_path / "ro"
+        d.mkdir()
+        d.chmod(0o500)
+    else:
+        blocker = tmp_path / "a-file"
+        blocker.write_text("not a directory")
+        d = blocker / "kernels"
+    monkeypatch.setenv("HUMMING_CACHE_DIR", str(d))  # (get_cache keeps one cache per directory)
+    return d
+
+
+@pytest.mark.parametrize("how", ["read-only", "under-a-file"])
+def test_unwritable_cache_directory_compiles_without_the_disk_cache(tmp_path, monkeypatch, how, caplog):
+    d = _unwritable_cache(tmp_path, how, monkeypatch)
+    try:
+        first = compile_cuda(MMA_K16, [KERNEL], "sm_80")
+        assert not first.cache_hit and first.cubin
+        assert compile_cuda(MMA_K16, [KERNEL], "sm_80").cache_level == "memory"  # the memory cache still works
+        assert "continuing without the disk cache" in caplog.text
+        kcache.clear_memory_caches()
+        again = compile_cuda(MMA_K16, [KERNEL], "sm_80")
+        assert not again.cache_hit and again.cubin == first.cubin
+    finally:
+        if how == "read-only":
+            d.chmod(0o700)
