@@ -15,6 +15,7 @@ layout                      tensors under ``prefix``                            
 ``mx``                      weight, weight_scale (E8M0)                         :func:`mx.from_mx`
 ``gpt-oss``                 blocks, scales                                      :func:`gpt_oss.from_gpt_oss`
 ``fp8-block`` (DeepSeek)    weight, weight_scale_inv (128x128 blocks)           :func:`fp8_block.from_fp8_block`
+torchao tensors             an MXTensor / NVFP4Tensor object (qdata, scale)     :func:`torchao_tensors.from_torchao`
 ==========================  ==================================================  ==========================
 
 Entry points::
@@ -55,6 +56,7 @@ from humming.checkpoints.gpt_oss import from_gpt_oss
 from humming.checkpoints.gptq import from_gptq
 from humming.checkpoints.modelopt import from_nvfp4 as from_modelopt_nvfp4
 from humming.checkpoints.mx import from_mx
+from humming.checkpoints.torchao_tensors import from_torchao
 from humming.core.quant.quantize import QuantizedWeight
 from humming.errors import SchemeError
 
@@ -73,6 +75,7 @@ __all__ = [
     "from_compressed_tensors_nvfp4",
     "from_modelopt_nvfp4",
     "from_mx",
+    "from_torchao",
     "from_gpt_oss",
     "from_fp8_block",
     "gptq",

@@ -5,7 +5,8 @@ Tensors of a layer (the layout AMD Quark and vLLM use; the OCP spec does not fix
 
 ``weight``        the element codes of W ``[N, K]``: for 8-bit elements float8_e4m3fn / float8_e5m2 or uint8
                   ``[N, K]``; for 4- and 6-bit elements uint8 ``[N, ceil(K * bits / 8)]``, each row an LSB-first
-                  bitstream (MXFP4: two codes per byte, low nibble = even k; MXFP6: four codes per three bytes)
+                  bitstream (MXFP4: two codes per byte, low nibble = even k; MXFP6: four codes per three bytes), or
+                  for 6-bit elements uint8 ``[N, K]``, one code a byte (torchao keeps fp6 so)
 ``weight_scale``  uint8 (or float8_e8m0fnu) ``[N, K / 32]`` E8M0 exponents
 
 ``W = value(code) * 2**(scale - 127)``. ``element_format``: "e2m1" (mxfp4), "e2m3"/"e3m2" (mxfp6),
@@ -58,9 +59,15 @@ def from_mx(weight: torch.Tensor, weight_scale: torch.Tensor, *, element_format:
         if fmt.bits == 8:
             check_shape(weight, (n, k), "weight", layout, "one byte per element, 32 elements per scale")
             codes = weight
+        elif fmt.bits == 6 and tuple(weight.shape) == (n, k):  # unpacked fp6, one code a byte (torchao's MXTensor)
+            if weight.numel() and int(weight.max()) >= 64:
+                raise ShapeError(f"{layout}: weight [N, K] of one byte per element holds codes up to "
+                                 f"{int(weight.max())}; 6-bit codes are below 64 (or pack them four per three bytes)")
+            codes = weight
         else:
             check_shape(weight, (n, packed_length(k, fmt.bits, 8)), "weight", layout,
-                        f"{k} {fmt.bits}-bit elements per row packed into bytes")
+                        f"{k} {fmt.bits}-bit elements per row packed into bytes"
+                        + (", or [N, K] one code a byte" if fmt.bits == 6 else ""))
             codes = unpack_bits(weight, fmt.bits, k, dim=1, word_bits=8)
     scheme = make_scheme(name, group=32, scale_fmt="ue8m0")
     return QuantizedWeight.from_codes(codes, scheme, weight_scale.contiguous(), bias=bias)
