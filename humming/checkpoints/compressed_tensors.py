@@ -104,8 +104,12 @@ def from_pack_quantized(weight_packed: torch.Tensor, weight_scale: torch.Tensor,
         raise SchemeError(f"{layout}: num_bits must be 1..8, got {num_bits}")
     k = shape[1] if shape is not None else words * 32 // num_bits
     if packed_length(k, num_bits) != words:
+        old = -(-k // (32 // num_bits))  # older compressed-tensors: 32 // bits whole codes per word
+        found = (f"; {words} words is the older layout of {32 // num_bits} whole codes per word (no code across two "
+                 f"words), which this importer does not read: re-save it with a current compressed-tensors"
+                 if old == words and 32 % num_bits else "")
         raise ShapeError(f"{layout}: weight_packed has {words} words per row, K={k} at {num_bits} bits needs "
-                         f"{packed_length(k, num_bits)}")
+                         f"{packed_length(k, num_bits)} (codes packed across word boundaries){found}")
     fmt = scale_format(weight_scale, "weight_scale", layout)
     per_tensor = weight_scale.numel() == 1 and n != 1  # strategy "tensor": one scale (and zero point)
     if per_tensor:

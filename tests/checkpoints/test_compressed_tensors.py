@@ -124,3 +124,15 @@ def test_malformed_compressed_tensors():
         compressed_tensors.load({"weight": torch.randn(4, 4)})
     with pytest.raises(SchemeError, match="weight_packed' is missing"):
         compressed_tensors.load({"something": torch.randn(4, 4)})
+
+
+@pytest.mark.parametrize("bits", [3, 5, 6, 7])
+def test_older_whole_codes_per_word_layout_is_named(bits):
+    """Older compressed-tensors releases put 32 // bits whole codes in each int32 word; the current layout packs the
+    bits across word boundaries. A 3-bit weight of the old layout gets an error that says which layout it found."""
+    n, k = 64, 640
+    old_words = -(-k // (32 // bits))
+    with pytest.raises(ShapeError, match=f"{old_words} words is the older layout of {32 // bits} whole codes per word"):
+        compressed_tensors.from_pack_quantized(torch.zeros(n, old_words, dtype=torch.int32),
+                                               torch.ones(n, k // 128, dtype=torch.float16), num_bits=bits,
+                                               weight_shape=torch.tensor([n, k]))
