@@ -45,23 +45,12 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const TmaMap
 """
 
 
-CLUSTER_PHASES = r"""// the cluster barrier in two halves: arrive early (relaxed: orders nothing), wait where the other blocks must have
-// started (before the first store into a peer's shared memory)
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-}
-"""
-
-
-def cluster_dsmem_helpers(caps, phases: bool = False) -> str:
+def cluster_dsmem_helpers(caps) -> str:
     """Cluster rank and barrier, and stores into a peer block's shared memory, for a profile that declares
-    cluster_dsmem (ValueError otherwise); ``phases``: the barrier's arrive and wait as two helpers too."""
+    cluster_dsmem (ValueError otherwise)."""
     if caps is not None and not caps.memory.cluster_dsmem:
         raise ValueError(f"{caps.name} does not declare cluster_dsmem (thread-block clusters, distributed shared memory)")
-    return CLUSTER_BASICS + CLUSTER_DSMEM + (CLUSTER_PHASES if phases else "")
+    return CLUSTER_BASICS + CLUSTER_DSMEM
 
 
 def cluster_multicast_helpers(caps) -> str:

@@ -201,17 +201,15 @@ def stream_kernel_source(plan, backend, caps=None) -> str:
         bulk_fold_sync = "\n    __syncthreads();  // every warp is done with its ring, which the fold overwrites"
         wbase_line = "const uint32_t* wbase = B + ((size_t)slab * katoms_total) * ATOM_U4 * 4;  // this slab's atoms"
     gs_doc, scale_line, row_mul = gs_epilogue_parts(plan, "tok")
-    split_code, cluster_arrive = _SPLITS_BY_WORKSPACE, ""
+    split_code = _SPLITS_BY_WORKSPACE
     if plan.cluster_splits:
         from humming.core.plan import cluster_splits_bytes
 
         if bulk or t.balance:
             raise ValueError("split-K clusters are written for the register-ring stream kernel without balance")
-        prelude += backend.helpers("cluster_dsmem", caps=caps, phases=True)
+        prelude += backend.helpers("cluster_dsmem", caps=caps)
         split_code = (f"  constexpr int CS_OFFSET = {plan.smem_bytes - cluster_splits_bytes(plan)};  "
                       f"// the other splits' partials (first block)\n" + _SPLITS_BY_CLUSTER)
-        cluster_arrive = ("\n  if (gridDim.z > 1) cluster_arrive_relaxed();  // (waited for before the first store into "
-                          "the first block)")
     pdl_trigger = ""
     if plan.pdl:
         prelude += backend.helpers("grid_dependency", caps=caps)
@@ -253,7 +251,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int last_block;{pdl_trigger}
   const int lane = threadIdx.x & 31, wk = threadIdx.x >> 5;
-{unit_code}{cluster_arrive}
+{unit_code}
   const int n0 = slab * 64;
   const int katoms_total = K / 64;
   const int atom0 = zsplit * (k_per_split / 64);
@@ -665,7 +663,7 @@ _SPLITS_BY_WORKSPACE = r"""  if (splits > 1) {
 _SPLITS_BY_CLUSTER = r"""  if (splits > 1) {
     const uint32_t rank = cluster_rank();  // = zsplit (the cluster spans the grid's z)
     constexpr int PART_BYTES = 4 * TOKEN_TILES * 32 * 16;
-    cluster_wait();  // every block of the cluster has started (its shared memory exists) before peers store into it
+    cluster_sync();  // every block of the cluster has started (its shared memory exists) before peers store into it
     if (rank > 0 && wk == 0) {
       const uint32_t dst = cluster_peer_addr(smem_u32(smem + CS_OFFSET), 0) + (rank - 1) * PART_BYTES;
       #pragma unroll
