@@ -601,3 +601,23 @@ def test_profiles_without_wgmma_keep_the_mma_sync_default_from_m_513():
     h200_layout = layout_for(W4, 4096, 4096, "f16", caps=H200)  # (as the runtime prepares it: the H200's pair order)
     assert api.plan("w4a16", 1024, 4096, 4096, profile=H200) == tuned.runtime_plan(H200, h200_layout, 1024, "f16",
                                                                                    "w4a16")
+
+
+@pytest.mark.parametrize("profile", ["nvidia-h100", "nvidia-h20"])
+def test_wide_layers_take_the_two_warpgroup_form_below_min_m(profile):
+    """register_a.wave_min_m: below register_a.min_m (513), from M 129 the two-warpgroup register-A form takes layers
+    whose 256-token tiles number at least one per SM (28672 output features: 224 tiles of 128 channels); narrower
+    layers keep the small form; the knob null turns the rule off."""
+    import humming
+
+    caps = get_profile(profile)
+    for m in (129, 256, 512):
+        p = humming.plan("w4a16", m, 28672, 8192, profile=profile)
+        assert p.path == "wgmma-rs" and p.tiles.bn == 128, p.explain()
+        assert "register_a.wave_min_m" in p.reasons[-1]
+        narrow = humming.plan("w4a16", m, 4096, 14336, profile=profile)
+        assert not (narrow.path == "wgmma-rs" and narrow.tiles.bn == 128), narrow.explain()
+    assert humming.plan("w4a16", 128, 28672, 8192, profile=profile).tiles.bn != 128  # below wave_min_m
+    with humming.tuning.override({"register_a.wave_min_m": None}):
+        assert humming.plan("w4a16", 256, 28672, 8192, profile=profile).tiles.bn != 128
+    assert caps.limits.sms <= 224

@@ -99,6 +99,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _k("wgmma_wna16.enabled", "bool", "WnA16 from M 128 on the wgmma kernels (false: the mma.sync kernels)"),
     _k("register_a.min_m", "int", "the two-warpgroup register-A W4A16 form from this M (null: never)", optional=True,
        lo=1, hi=1 << 30),
+    _k("register_a.wave_min_m", "int", "below min_m, from this M: the two-warpgroup form for layers whose "
+       "256-token tiles number one per SM (null: never)", optional=True, lo=1, hi=1 << 30),
     _k("register_a.any_group", "bool", "the register-A W4A16 forms for every group size they run, not only the "
        "tested 64 / 128 / 256 / per channel"),
     _k("register_a.tma", "bool", "register-A W4A16 activation stages by TMA tensor copy where declared"),

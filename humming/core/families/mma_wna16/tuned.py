@@ -173,12 +173,15 @@ def register_a_prefill_plan(caps, layout, m: int, act: str, scheme: str = "") ->
 
 def runs_register_a_prefill(caps, layout, m: int) -> bool:
     """True where humming.gemm runs M on the two-warpgroup register-A form (the register_a family):
-    M from the form's threshold, the wgmma kernels on, a declared wgmma k16 form for the activations and cp.async, the
-    live GPU of the profile's target, a layout it takes."""
+    M from the form's threshold (register_a.min_m; below it, wide layers from register_a.wave_min_m:
+    register_a.prefill.fills_a_wave), the wgmma kernels on, a declared wgmma k16 form for the activations and
+    cp.async, the live GPU of the profile's target, a layout it takes."""
     from humming.core.common.wgmma import wgmma_k16_form
     from humming.core.families.register_a import planner as rs
 
     lowest = rs.min_m(caps)
+    if lowest is not None and m < lowest and rs_prefill.fills_a_wave(caps, layout, m):
+        lowest = m  # a wide layer below min_m (register_a.wave_min_m)
     if lowest is None or m < lowest or not caps.memory.cp_async or wgmma_k16_form(caps, layout.decode.act) is None:
         return False
     try:

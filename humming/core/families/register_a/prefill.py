@@ -12,6 +12,14 @@ from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 STREAMK_KNOB = "register_a.streamk"  # false: the two-warpgroup form's default plans never take stream-K
+WAVE_MIN_M_KNOB = "register_a.wave_min_m"  # below register_a.min_m, from this M: the form where its tiles fill a wave
+
+# Below register_a.min_m the small form runs by default; from register_a.wave_min_m the two-warpgroup form takes the
+# layers whose 256-token tiles alone number at least one per SM (wide layers: N >= 128 x SMs). Its plans there are the
+# H200's tuned winners of the 129-256 and 257-512 buckets on 28672x8192 (256 x 128 tiles, stream-K over 132 blocks:
+# 175.6 us at M=256 against the small form's 473.4 when measured), and on the H100 the small form ran 28672x8192 M=256
+# in 235 us against cuBLAS fp16's 209 (issue 44). Narrower layers keep the small form, whose split-K fills the SMs
+# (H100: 4096x14336 M=256 53.4 us against cuBLAS's 58.5).
 
 
 # The default plan takes stream-K (one persistent block per SM) where the 256-token tiles give each SM at least
@@ -54,6 +62,14 @@ ROUNDS_KNOB = "register_a.rounds_rules"  # false: neither rule below
 # 93.1 / 82.0; at M 450 / 512 (128 tiles, 97%) the entry 96.1 / 100.3 against 101.8 / 110.2. (2) 8192x8192, stream-K
 # over 3 tiles of 208 / 4 plain tiles of 160: M=600 148.8 / 132.0, M=640 162.8 / 135.3
 ROUNDS_MIN_FILL = 0.9
+
+
+def fills_a_wave(caps, layout, m: int) -> bool:
+    """True where, below register_a.min_m, the two-warpgroup form takes M (the rule above): M >= the knob
+    register_a.wave_min_m and at least one 256-token tile per SM."""
+    lowest = knobs.value(WAVE_MIN_M_KNOB, caps)
+    sms = caps.limits.sms or 0
+    return lowest is not None and m >= lowest and sms > 0 and math.ceil(m / STREAMK_BT) * (layout.n // BC) >= sms
 
 
 def rounds_rules_on(caps=None) -> bool:
