@@ -68,11 +68,14 @@ class Selection:
         return "\n".join(lines)
 
 
+PADDED_REFUSAL = "the weight is padded"  # how the refusal of a family without tails begins
+
+
 def _refusal(family: Family, problem: Problem, caps, ask) -> str | None:
     """The family's refusal, and for a padded weight (Problem.padded) the families whose kernels read and write only
     whole atoms (routes plan on other families, which are asked in turn)."""
     if problem.padded and not family.tails and not family.is_route:
-        return (f"the weight is padded to {problem.n}x{problem.k} (N={problem.n_out} K={problem.k_act}); its kernels "
+        return (f"{PADDED_REFUSAL} to {problem.n}x{problem.k} (N={problem.n_out} K={problem.k_act}); its kernels "
                 f"read activations and store outputs in whole 64-column tiles")
     return family.refusal(problem, caps, ask)
 
@@ -173,7 +176,7 @@ class Registry:
             raise UnsupportedOnDevice(
                 f"{problem.scheme.name} on {caps.name}: N={problem.n_out} K={problem.k_act} are not whole 64 x 64 weight "
                 f"atoms, and no family that takes padded weights runs the scheme: "
-                + "; ".join(f"{n}: {w}" for n, w in refusals if not w.startswith("the weight is padded"))
+                + "; ".join(f"{n}: {w}" for n, w in refusals if not w.startswith(PADDED_REFUSAL))
                 + "; pad N and K to multiples of 64")
         if problem.quantized_activations and not problem.is_moe:
             from humming.core.families.runnable import no_kernel
