@@ -72,3 +72,13 @@ def test_act_order_weights_are_not_padded():
         padded_weight(qw, 256, 256)
     with pytest.raises(ShapeError, match="act-order"):
         api.prepared(qw, torch.float16, "cpu", profile="nvidia-h100")
+
+
+def test_static_activation_scale_and_global_scale_are_kept():
+    """A static per-tensor activation scale (FP8 checkpoints' input_scale) and NVFP4's global scale survive padding."""
+    qw = humming.quantize(torch.randn(208, 256) * 0.05, "w8a8-fp8-tensor")
+    qw.input_scale = torch.tensor(0.02)
+    big = padded_weight(qw, 256, 256)
+    assert big.input_scale is not None and float(big.input_scale) == float(qw.input_scale)
+    nv = humming.quantize(torch.randn(208, 256) * 0.05, "w4a16-nvfp4")
+    assert nv.global_scale is not None and torch.equal(padded_weight(nv, 256, 256).global_scale, nv.global_scale)

@@ -58,4 +58,5 @@ def padded_weight(qw, n_to: int, k_to: int):
     scales = grow_table(qw.scales, rows, cols)
     zeros = None if qw.zeros is None else grow_table(qw.zeros, rows, cols)
     bias = None if qw.bias is None else torch.nn.functional.pad(qw.bias, (0, n_to - n))
-    return QuantizedWeight.from_codes(codes, qw.scheme, scales, zeros=zeros, global_scale=qw.global_scale, bias=bias)
+    return QuantizedWeight.from_codes(codes, qw.scheme, scales, zeros=zeros, global_scale=qw.global_scale, bias=bias,
+                                      input_scale=qw.input_scale)
