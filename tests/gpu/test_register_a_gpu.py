@@ -145,6 +145,22 @@ def test_wgmma_rs_w4a16(name, group, dtype, n, k, set_knobs):
         assert err <= TOL[dtype], (m, err, p.explain())
 
 
+@pytest.mark.parametrize("m", [129, 200, 384])
+def test_wide_layer_takes_the_two_warpgroup_form_below_min_m(m):
+    """register_a.wave_min_m: a layer whose 256-token tiles number at least one per SM (17408 output features: 136
+    tiles of 128 channels) runs the two-warpgroup form below register_a.min_m, by the rules, correctly."""
+    caps = _require_wgmma(torch.float16)
+    n = 128 * max(136, caps.limits.sms)
+    torch.manual_seed(m)
+    qw = humming.quantize(torch.randn(n, 1024, device="cuda") * 0.05, "w4a16")
+    x = torch.randn(m, 1024, device="cuda", dtype=torch.float16)
+    out = humming.gemm(x, qw)
+    torch.cuda.synchronize()
+    p = _layer(qw, torch.float16).launches[m].plan
+    assert _two_warpgroup(p) and "register_a.wave_min_m" in p.reasons[-1], p.explain()
+    assert rel_error(out, humming.reference_gemm(x, qw, out_dtype=torch.float32)) <= TOL[torch.float16]
+
+
 def test_wgmma_rs_default_from_m_1024():
     """With the knobs' defaults: M 256 (below register_a.min_m) does not run the two-warpgroup form, M 1024 does."""
     _require_wgmma(torch.float16)
