@@ -372,7 +372,7 @@ def _fold_tt_outer_body(per_atom_code: str, lay, scales: bool, zeros: bool, deco
         const uint32_t one2 = f32x2_to_act2(1.0f, 1.0f);
         const uint32_t ones[4] = {{one2, one2, one2, one2}};
         // two chains of two MMAs (even / odd k16 steps) instead of one of four: 28672x8192 M=1 (x_smem) 37.9 ->
-        // 36.4 us (docs/performance.md, ninth session); the fold=1 form keeps one chain (two measured up to 6%
+        // 36.4 us (docs/performance.md); the fold=1 form keeps one chain (two measured up to 6%
         // slower there: more registers)
         float sx2[TOKEN_TILES][4];
         #pragma unroll
@@ -673,7 +673,7 @@ _SPLITS_BY_CLUSTER = r"""  if (splits > 1) {
           st_cluster_f32x4(dst + ((i * TOKEN_TILES + j) * 32 + lane) * 16, acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
     }
     // every split's partial is in the first block (which stays until it has read them). Letting the other blocks
-    // leave after their arrival alone measured the same (docs/performance.md, eleventh session)
+    // leave after their arrival alone measured the same (docs/performance.md)
     cluster_sync();
     if (rank > 0) return;
     if (wk == 0) {

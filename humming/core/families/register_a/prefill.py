@@ -15,10 +15,10 @@ STREAMK_KNOB = "register_a.streamk"  # false: the two-warpgroup form's default p
 WAVE_MIN_M_KNOB = "register_a.wave_min_m"  # below register_a.min_m, from this M: the form where its tiles fill a wave
 
 # Below register_a.min_m the small form runs by default; from register_a.wave_min_m the two-warpgroup form takes the
-# layers whose 256-token tiles alone number at least one per SM (wide layers: N >= 128 x SMs). Its plans there are the
+# layers whose 256-token tiles alone number at least one per SM (up to M 256: N >= 128 x SMs). Its plans there are the
 # H200's tuned winners of the 129-256 and 257-512 buckets on 28672x8192 (256 x 128 tiles, stream-K over 132 blocks:
 # 175.6 us at M=256 against the small form's 473.4 when measured), and on the H100 the small form ran 28672x8192 M=256
-# in 235 us against cuBLAS fp16's 209 (issue 44). Narrower layers keep the small form, whose split-K fills the SMs
+# in 235 us against cuBLAS fp16's 209. Narrower layers keep the small form, whose split-K fills the SMs
 # (H100: 4096x14336 M=256 53.4 us against cuBLAS's 58.5).
 
 
