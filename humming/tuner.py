@@ -236,6 +236,16 @@ def _clear_plan(api, handles, m: int) -> None:
         api._registry[h].launches.pop(m, None)
 
 
+def tunable_shape(n: int, k: int) -> None:
+    """ShapeError unless N and K are multiples of 64: other shapes are padded when prepared and run the tile kernel
+    by its rules (humming.core.quant.padding), with nothing stored to choose between."""
+    if n % 64 or k % 64:
+        from humming.errors import ShapeError
+
+        raise ShapeError(f"humming tune times weights of whole 64 x 64 atoms; {n}x{k} is padded when prepared and "
+                         f"runs the tile kernel by its rules (python -m humming plan shows its plan)")
+
+
 def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10, jobs: int | None = None,
                include_tile_for_stream: bool = True, progress=None, seed: int = 0,
                only: str | None = None, retime_top: int = 4) -> list[TuneResult]:
@@ -247,7 +257,9 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
     default and the plan the runtime chooses now (a tuned entry, if any), so a winner beats both.
 
     ``retime_top``: the fastest this many and the default are timed again in rotated rounds (_retime) before the
-    ranking is final; 0 keeps the first pass's times."""
+    ranking is final; 0 keeps the first pass's times. N and K must be multiples of 64: other shapes run padded on the
+    tile kernel by its rules (humming.core.quant.padding), with nothing stored to choose between."""
+    tunable_shape(n, k)
     torch = require_gpu()
     import humming
     from humming import api

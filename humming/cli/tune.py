@@ -65,6 +65,8 @@ def main(args) -> int:
 
     shapes = unique(parse_shapes(args.shapes))
     ms = unique(parse_ms(args.m))
+    for n, k in shapes:
+        tuner.tunable_shape(n, k)  # ShapeError -> exit status 2 with the message, before looking for a GPU
     tuner.require_gpu("`python -m humming tune`")  # UnsupportedOnDevice -> exit status 2 with the message
 
     from humming.core.problem import scheme_of

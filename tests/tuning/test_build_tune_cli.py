@@ -171,6 +171,13 @@ def test_tune_rejects_bad_arguments_before_looking_for_a_gpu(capsys):
     assert cli(["tune", "--m", "0"]) == 2
 
 
+def test_tune_names_a_padded_shape_before_looking_for_a_gpu(capsys):
+    """A shape that runs padded (N or K not a multiple of 64) has nothing to tune: a named error, GPU or not."""
+    assert cli(["tune", "--shapes", "1008x2048", "--m", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "ShapeError" in err and "1008x2048 is padded when prepared" in err and "Traceback" not in err
+
+
 def test_tune_cli_records_the_winner(monkeypatch, capsys, tmp_path):
     """The CLI's table and recording, with the GPU timing replaced by fixed numbers."""
     from humming import tuner
