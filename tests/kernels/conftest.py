@@ -26,6 +26,33 @@ def native_8bit_defaults(monkeypatch):
     return unset
 
 
+def route_or_skip(caps):
+    """The backend's compile route for the profile; skips (with the reason) where the installed NVRTC is too old for
+    its target."""
+    from humming.core.compile.nvrtc import select_toolchain
+    from humming.devices import get_backend
+    from humming.errors import UnsupportedOnDevice
+
+    route = get_backend(caps).compile_route(caps)
+    try:
+        select_toolchain(route.arch, route.min_nvrtc)
+    except UnsupportedOnDevice as exc:
+        pytest.skip(str(exc).splitlines()[0])
+    return route
+
+
+@pytest.fixture
+def compiled_for_profile():
+    """compile(plan, caps) -> (kernel, module) as the runtime compiles it (humming.core.runtime.compiled), skipping
+    where the installed NVRTC is too old for the profile's target."""
+    from humming.core.runtime.compiled import compile_plan
+
+    def compile_for(plan, caps):
+        route_or_skip(caps)
+        return compile_plan(plan, caps)
+    return compile_for
+
+
 @pytest.fixture
 def compiled_without_spills():
     """compile(plan, caps) -> the NVRTC module of the plan's kernel for the profile's target, compiled with ptxas
@@ -33,16 +60,9 @@ def compiled_without_spills():
     ptxas reported no spill stores."""
     from humming import api
     from humming.core.compile.compiler import compile_cuda
-    from humming.core.compile.nvrtc import select_toolchain
-    from humming.devices import get_backend
-    from humming.errors import UnsupportedOnDevice
 
     def compile_plan(plan, caps):
-        route = get_backend(caps).compile_route(caps)
-        try:
-            select_toolchain(route.arch, route.min_nvrtc)
-        except UnsupportedOnDevice as exc:
-            pytest.skip(str(exc).splitlines()[0])
+        route = route_or_skip(caps)
         mod = compile_cuda(api.source(plan, caps), [plan.kernel_name], route.arch,
                            options=(*route.options, "--ptxas-options=-v"), cache=False)
         spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", mod.log)]

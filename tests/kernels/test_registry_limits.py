@@ -99,38 +99,25 @@ def _derived_a100(tmp_path, limit: int):
     return Registry(extra_dirs=[tmp_path]).get(f"acme-a100-lowregs-{limit}")
 
 
-def _compile_or_skip(plan, caps):
-    from humming.core.compile.nvrtc import select_toolchain
-    from humming.core.runtime.compiled import compile_plan
-    from humming.devices import get_backend
-
-    route = get_backend(caps).compile_route(caps)
-    try:
-        select_toolchain(route.arch, route.min_nvrtc)
-    except UnsupportedOnDevice as exc:
-        pytest.skip(str(exc).splitlines()[0])
-    return compile_plan(plan, caps)
-
-
-def test_a_kernel_over_the_declared_registers_is_refused(tmp_path, monkeypatch):
+def test_a_kernel_over_the_declared_registers_is_refused(tmp_path, monkeypatch, compiled_for_profile):
     monkeypatch.setenv("HUMMING_CACHE_DIR", str(tmp_path / "cache"))
     caps = _derived_a100(tmp_path, 64)
     plan = select(Problem(scheme_of("w4a16"), 64, 4096, 4096, "f16"), caps).plan
     with pytest.raises(UnsupportedOnDevice) as info:
-        _compile_or_skip(plan, caps)
+        compiled_for_profile(plan, caps)
     text = str(info.value)
     used = int(text.split(" uses ")[1].split()[0])
     assert plan.kernel_name in text and used > 64
     assert "acme-a100-lowregs-64 declares registers_per_thread 64" in text
 
 
-def test_a_kernel_within_the_declared_registers_compiles(tmp_path, monkeypatch):
+def test_a_kernel_within_the_declared_registers_compiles(tmp_path, monkeypatch, compiled_for_profile):
     from humming.core.compile.cubin import register_counts
 
     monkeypatch.setenv("HUMMING_CACHE_DIR", str(tmp_path / "cache"))
     caps = _derived_a100(tmp_path, 255)
     plan = select(Problem(scheme_of("w4a16"), 64, 4096, 4096, "f16"), caps).plan
-    _, module = _compile_or_skip(plan, caps)
+    _, module = compiled_for_profile(plan, caps)
     assert 0 < register_counts(module.cubin)[plan.kernel_name] <= 255
 
 
