@@ -1,6 +1,7 @@
 """The MoE kernels once each on small random problems, checked against the reference: the program compute-sanitizer
 runs (memcheck, racecheck, initcheck, synccheck) over the routing kernel, the MoE tile kernel (decode: split-K; a
-64-row tile) and the MoE register-A kernel (sm_90a), gathered and per-slot activations, a padded K, skewed routing.
+64-row tile) and the MoE register-A kernel (sm_90a), gathered and per-slot activations, a padded K, skewed routing,
+and the gated activation between a layer's GEMMs (both activations, both gate/up layouts).
 
     compute-sanitizer --tool memcheck --report-api-errors no python scripts/sanitize_moe.py
 """
@@ -14,7 +15,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import humming  # noqa: E402
-from humming.core.moe.reference import reference_moe_gemm  # noqa: E402
+from humming.core.moe.activation_kernel import gated_activation_cuda  # noqa: E402
+from humming.core.moe.reference import reference_activation, reference_moe_gemm  # noqa: E402
 
 # (name, scheme, group, E, top_k, N, K, tokens): the tile kernel's split-K decode, its 64-row tile, the register-A
 # kernel with a padded K and with W4A8 (per-token scales)
@@ -39,6 +41,16 @@ def main() -> int:
             ok = err < 2e-2 and not torch.isnan(y).any()
             bad += not ok
             print(f"{name:16} {skew:8} {plan.kernel_name}: relative error {err:.2e} {'ok' if ok else 'WRONG'}")
+    for activation in ("silu", "swiglu_clamped"):
+        for interleaved in (False, True):
+            h = torch.randn(37, 2 * 96, device="cuda", dtype=torch.float16) * 4
+            a = gated_activation_cuda(h, activation, interleaved=interleaved)
+            ref = reference_activation(h, activation, interleaved=interleaved)
+            err = ((a.float() - ref).abs() / ref.abs().clamp(min=1)).max().item()
+            ok = err < 2e-3
+            bad += not ok
+            print(f"activation {activation:14} {'pairs' if interleaved else 'halves':8}: relative error {err:.2e} "
+                  f"{'ok' if ok else 'WRONG'}")
     torch.cuda.synchronize()
     return 1 if bad else 0
 

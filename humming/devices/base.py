@@ -75,7 +75,8 @@ class Backend(ABC):
         "tcgen05_blockscaled". A group added to a prelude, spelled from the profile (``caps=``) alone: "tensor_copy"
         (``mbarriers``), "cluster_dsmem", "cluster_multicast", "grid_dependency", "stmatrix", "e4m3_of_labels", and the
         activation-quantization kernel's "actquant" (``fmt``: the activation format's data, a
-        humming.formats Format; ``caps``) and "actquant_encoder" (the same)."""
+        humming.formats Format; ``caps``) and "actquant_encoder" (the same), and "elementwise" (conversions and global
+        loads / stores for the kernels between the GEMMs, e.g. the MoE gated activation)."""
         from humming.errors import UnsupportedOnDevice
 
         raise UnsupportedOnDevice(f"backend {self.name} spells no helper group {name!r}")

@@ -14,13 +14,15 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _poisoned_outputs(monkeypatch):
     """Every launch writes into a NaN-filled output (humming.core.runtime.layer), every activation quantization into
-    0xFF-filled codes and scales (humming.core.actquant.runtime): a kernel that leaves part of its output unwritten
+    0xFF-filled codes and scales (humming.core.actquant.runtime), every MoE gated activation into garbage: a kernel that leaves part of its output unwritten
     shows."""
     from humming.core.actquant import runtime as actquant_runtime
+    from humming.core.moe import activation_kernel
     from humming.core.runtime import layer
 
     monkeypatch.setattr(layer, "POISON_OUTPUTS", True)
     monkeypatch.setattr(actquant_runtime, "_POISON", True)
+    monkeypatch.setattr(activation_kernel, "_POISON", True)
 
 
 @pytest.fixture

@@ -42,6 +42,12 @@ def route_or_skip(caps):
 
 
 @pytest.fixture
+def nvrtc_route():
+    """route(caps) -> the profile's compile route, skipping where the installed NVRTC is too old for its target."""
+    return route_or_skip
+
+
+@pytest.fixture
 def compiled_for_profile():
     """compile(plan, caps) -> (kernel, module) as the runtime compiles it (humming.core.runtime.compiled), skipping
     where the installed NVRTC is too old for the profile's target."""

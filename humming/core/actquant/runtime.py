@@ -116,7 +116,7 @@ def _prepare(caps, run_arch, sch: Scheme, dtype: str, k: int, vec: int, wide: st
            k if a.mode == "dynamic_token" else None, vec, wide)
     if key in _prepared:
         return _prepared[key]
-    from humming.core.compile.compiler import compile_cuda
+    from humming.core.compile.compiler import compile_for_profile
     from humming.core.runtime.kernel import LoadedKernel
     from humming.devices import get_backend
 
@@ -126,17 +126,7 @@ def _prepare(caps, run_arch, sch: Scheme, dtype: str, k: int, vec: int, wide: st
         _prepared[key] = None
         return None
     source = actquant_source(plan, _spelling(caps)(plan.act, plan.scale_format, caps))
-    backend = get_backend(caps)
-    route = backend.compile_route(caps)
-    if route.compiler == "vendor_nvcc" and not run_arch:
-        cubin = backend.compile_source(source, caps, route)
-    else:
-        if route.compiler != "nvrtc" and not run_arch:
-            raise UnsupportedOnDevice(f"{caps.name}: compile route {route.compiler} has no runner here ({route.reason})")
-        module = compile_cuda(source, list(plan.kernel_names), run_arch or route.arch,
-                              options=route.options if route.compiler == "nvrtc" else (),
-                              min_nvrtc=None if run_arch else route.min_nvrtc)
-        cubin = module.cubin
+    cubin = compile_for_profile(source, plan.kernel_names, get_backend(caps), caps, run_arch)[0]
     prep = _Prepared(plan, LoadedKernel(cubin, plan.kernel_name, 0),
                      LoadedKernel(cubin, plan.amax_kernel_name, 0) if plan.needs_amax else None)
     with _lock:

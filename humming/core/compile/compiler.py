@@ -257,4 +257,21 @@ def compile_cuda(
         )
 
 
-__all__ = ["CompiledModule", "CompileStat", "build_options", "compile_cuda", "compile_stats", "reset_compile_stats"]
+def compile_for_profile(source: str, kernel_names: Sequence[str], backend, caps, run_arch: str | None = None
+                        ) -> tuple[bytes, CompiledModule | None]:
+    """(CUBIN, the NVRTC module or None) of ``source`` on the compile route ``backend`` gives profile ``caps``: the
+    vendor compiler the profile names, or NVRTC for its target. ``run_arch`` compiles for another target instead (a
+    profile emulated on the live GPU) with NVRTC and no options or version pin of the profile's route."""
+    route = backend.compile_route(caps)
+    if route.compiler == "vendor_nvcc" and not run_arch:
+        return backend.compile_source(source, caps, route), None
+    if route.compiler != "nvrtc" and not run_arch:
+        raise UnsupportedOnDevice(f"{caps.name}: compile route {route.compiler} has no runner here ({route.reason})")
+    module = compile_cuda(source, list(kernel_names), run_arch or route.arch,
+                          options=route.options if route.compiler == "nvrtc" else (),
+                          min_nvrtc=None if run_arch else route.min_nvrtc)
+    return module.cubin, module
+
+
+__all__ = ["CompiledModule", "CompileStat", "build_options", "compile_cuda", "compile_for_profile", "compile_stats",
+           "reset_compile_stats"]

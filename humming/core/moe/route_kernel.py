@@ -18,13 +18,10 @@ use every form.
 """
 from __future__ import annotations
 
-import threading
-import warnings
 from collections.abc import Callable
 
 import torch
 
-from humming import settings
 from humming.core.moe.route_source import (
     KERNEL_NAMES,
     MAX_EXPERTS,
@@ -42,7 +39,8 @@ from humming.core.moe.routing_base import (
     check_size,
     route_arguments,
 )
-from humming.errors import CompileError, ShapeError, UnsupportedOnDevice
+from humming.core.runtime.helper_kernels import HelperModule, device_index
+from humming.errors import ShapeError, UnsupportedOnDevice
 
 __all__ = [
     "RoutingKernelLimit",
@@ -106,66 +104,13 @@ class _Kernels:
             fire(current_stream(self.device))
 
 
-_lock = threading.Lock()
-_devices: dict[tuple[int, str], _Kernels | str] = {}  # (device index, forced profile) -> kernels or why not
-_cubins: dict[tuple, bytes] = {}  # (profile, its source, live target) -> the module
-
-
-def _target():
-    """(the profile, the live target when it is not the profile's own) of the current device."""
-    from humming.devices.current import emulation_arch, resolve_profile
-
-    caps = resolve_profile(None)
-    return caps, emulation_arch(caps)
-
-
-def _cubin(caps, run_arch: str | None) -> bytes:
-    """The routing module for a profile, compiled for ``run_arch`` when the profile is emulated on another GPU."""
-    key = (caps.name, caps.source, run_arch)
-    hit = _cubins.get(key)
-    if hit is not None:
-        return hit
-    from humming.core.compile.compiler import compile_cuda
-    from humming.devices import get_backend
-
-    backend = get_backend(caps)
-    route = backend.compile_route(caps)
-    if route.compiler == "vendor_nvcc" and not run_arch:
-        cubin = backend.compile_source(route_source(), caps, route)
-    else:
-        if route.compiler != "nvrtc" and not run_arch:
-            raise UnsupportedOnDevice(f"{caps.name}: compile route {route.compiler} has no runner here ({route.reason})")
-        cubin = compile_cuda(route_source(), list(KERNEL_NAMES), run_arch or route.arch,
-                             options=route.options if route.compiler == "nvrtc" else (),
-                             min_nvrtc=None if run_arch else route.min_nvrtc).cubin
-    _cubins[key] = cubin
-    return cubin
+_MODULE = HelperModule("routing", route_source, KERNEL_NAMES, _Kernels)
 
 
 def _kernels(device: int) -> _Kernels | str:
-    """The kernels of ``device``, or why it has none (remembered: a device without them is not asked again). A
-    source the compiler rejects is reported with a warning once; :func:`route_cuda` and the grouped forms then raise
-    UnsupportedOnDevice with the compiler's log, and routing runs on the torch ops."""
-    key = (device, settings.raw("HUMMING_DEVICE_PROFILE"))
-    hit = _devices.get(key)
-    if hit is None:
-        with _lock:
-            hit = _devices.get(key)
-            if hit is None:
-                try:
-                    with torch.cuda.device(device):  # function handles are fetched in the device's context
-                        hit = _Kernels(_cubin(*_target()), device)
-                except UnsupportedOnDevice as exc:
-                    hit = f"no routing kernel on cuda:{device}: {exc}"
-                except CompileError as exc:  # routing stays correct on the torch ops; the reason is kept and shown
-                    hit = f"the routing kernels do not compile for cuda:{device}: {exc}"
-                    warnings.warn(hit + "; routing runs on torch ops", stacklevel=3)
-                _devices[key] = hit
-    return hit
-
-
-def _device_index(t: torch.Tensor) -> int:
-    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+    """The kernels of ``device``, or why it has none (:func:`route_cuda` and the grouped forms then raise
+    UnsupportedOnDevice with the reason, and routing runs on the torch ops)."""
+    return _MODULE.on(device)
 
 
 def available(device: torch.device | int) -> bool:
@@ -230,7 +175,7 @@ def launch_route(topk_ids: torch.Tensor, num_experts: int, block_m: int, expert_
     emap = None if expert_map is None else _cuda_input(expert_map, "expert_map")
     sorted_ids, expert_ids, num_padded = _outputs(cap, block_m, ids.device)
     name = route_kernel_name(_BITS[ids.dtype], _BITS[emap.dtype] if emap is not None else 32)
-    _launch(_device_index(ids), name, [
+    _launch(device_index(ids), name, [
         _ptr(ids), _ptr(emap), int(emap is not None), 0 if emap is None else int(emap.shape[0]),
         num_slots, num_experts, block_m, cap,
         _ptr(sorted_ids), _ptr(expert_ids), num_padded.data_ptr(),
@@ -248,7 +193,7 @@ def _layout(form: str, src: torch.Tensor, num_experts: int, size: int, num_rows:
                                  f"route them instead")
     src = _cuda_input(src, "expert_offsets" if form == "offsets" else "counts")
     sorted_ids, expert_ids, num_padded = _outputs(cap, block_m, src.device)
-    _launch(_device_index(src), layout_kernel_name(form, _BITS[src.dtype]), [
+    _launch(device_index(src), layout_kernel_name(form, _BITS[src.dtype]), [
         _ptr(src), num_experts, size, block_m, cap, _ptr(sorted_ids), _ptr(expert_ids), num_padded.data_ptr(),
     ])
     return Routing(sorted_ids, expert_ids, num_padded, block_m, num_rows, 1, num_experts)

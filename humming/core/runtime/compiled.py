@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from humming.core.compile.compiler import compile_cuda
+from humming.core.compile.compiler import compile_for_profile
 from humming.core.compile.cubin import register_counts
 from humming.core.registry import kernel_source
 from humming.core.runtime.kernel import LoadedKernel
@@ -61,17 +61,6 @@ def check_registers(cubin: bytes, kernel_name: str, caps) -> None:
 
 
 def _compile_now(plan, caps, run_arch: str | None):
-    backend = get_backend(caps)
-    route = backend.compile_route(caps)
-    text = kernel_source(plan, backend, caps)
-    if route.compiler == "vendor_nvcc" and not run_arch:
-        cubin = backend.compile_source(text, caps, route)
-        check_registers(cubin, plan.kernel_name, caps)
-        return LoadedKernel(cubin, plan.kernel_name, plan.smem_bytes), None
-    if route.compiler != "nvrtc" and not run_arch:
-        raise UnsupportedOnDevice(f"{caps.name}: compile route {route.compiler} has no runner here ({route.reason})")
-    module = compile_cuda(text, [plan.kernel_name], run_arch or route.arch,
-                          options=route.options if route.compiler == "nvrtc" else (),
-                          min_nvrtc=None if run_arch else route.min_nvrtc)
-    check_registers(module.cubin, plan.kernel_name, caps)
-    return LoadedKernel(module.cubin, plan.kernel_name, plan.smem_bytes), module
+    cubin, module = compile_for_profile(source(plan, caps), [plan.kernel_name], get_backend(caps), caps, run_arch)
+    check_registers(cubin, plan.kernel_name, caps)
+    return LoadedKernel(cubin, plan.kernel_name, plan.smem_bytes), module

@@ -156,14 +156,16 @@ __device__ __forceinline__ uint32_t soft_f32_to_small(float x) {
 }
 """
 
-_SCALES = r"""
-// ---- scale conversions (software on every target; one per token or group)
-// round to nearest even; x finite (the caller clamps to the bf16 maximum first)
+_BF16_ROUND = r"""// round to nearest even; x finite (the caller clamps to the bf16 maximum first)
 __device__ __forceinline__ uint32_t f32_to_bf16_rn(float x) {
   const uint32_t u = f32_bits(x);
   return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
 }
-// ue4m3 (e4m3 without its sign): RNE, saturating at 448 (code 0x7E); x > 0
+"""
+
+_SCALES = r"""
+// ---- scale conversions (software on every target; one per token or group)
+""" + _BF16_ROUND + r"""// ue4m3 (e4m3 without its sign): RNE, saturating at 448 (code 0x7E); x > 0
 __device__ __forceinline__ uint32_t f32_to_ue4m3_rn_sat(float x) {
   return soft_f32_to_small<3, -6, 0x43E00000u, 0x7Eu, true, 0x7Fu, 0u>(x);
 }
@@ -307,6 +309,14 @@ def actquant_prelude(fmt, caps) -> str:
 def actquant_helpers(fmt, caps) -> str:
     """The helper group "actquant" (NvidiaBackend.helpers): ``actquant_prelude``."""
     return actquant_prelude(fmt, caps)
+
+
+def elementwise_helpers(caps=None) -> str:
+    """The helper group "elementwise" (kernels between the GEMMs, e.g. the MoE gated activation): the bit casts,
+    correctly rounded arithmetic, 16-bit decode and rounding (f16_to_f32, bf16_to_f32, f32_to_f16_rn,
+    f32_to_bf16_rn: finite values; larger than the bf16 maximum rounds to infinity) and the global loads and stores of
+    the contract above; the same on every target."""
+    return "\n".join([_COMMON, _BF16_ROUND])
 
 
 def encoder_description(fmt, caps) -> str:

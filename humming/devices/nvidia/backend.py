@@ -40,6 +40,7 @@ class NvidiaBackend(Backend):
         "e4m3_of_labels": convert.e4m3_of_labels_helpers,
         "actquant": actquant_spelling.actquant_helpers,        # fmt (a humming.formats Format), caps
         "actquant_encoder": actquant_spelling.encoder_description,  # fmt, caps
+        "elementwise": actquant_spelling.elementwise_helpers,  # caps
     }
     # spelling data a generator reads to write code, f(**params)
     DATA = {

@@ -39,7 +39,7 @@ _PORTABLE = NvidiaBackend()
 # declares what it uses); the wgmma, tcgen05 and block-scaled groups are not offered (their generators are never asked
 # for a PPU profile), and neither is any spelling data
 PORTABLE_HELPERS = frozenset({"stream_bulk", "cluster_dsmem", "grid_dependency", "e4m3_of_labels", "actquant",
-                              "actquant_encoder"})
+                              "actquant_encoder", "elementwise"})
 
 
 def vendor_nvcc() -> tuple[str | None, str]:
