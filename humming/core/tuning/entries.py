@@ -22,6 +22,9 @@ Format (one JSON object)::
         "splits": 1, "measured_us": 27.2, "default_us": 38.9, "m": 16, "date": "<when measured>",
         "device": "NVIDIA H200"}}}
 
+An MoE GEMM's entries are keyed ``<profile>|<scheme>|<layout>|<N>x<K>|e<E>t<top_k>|<bucket of tokens>`` and also
+hold ``experts`` and ``top_k``; the MoE families apply them (humming.core.families.moe_wna16.tuned).
+
 The layout key (``layout_key``) names what the kernel depends on: decode kind and bits, activation type, scale
 group and zero group. The scheme is part of the key, but two schemes with the same layout run the same kernel,
 so a lookup without a scheme (the runtime knows only the prepared layout) takes any entry of that layout.
@@ -127,8 +130,15 @@ def _profile_name(caps) -> str:
     return caps if isinstance(caps, str) else caps.name
 
 
-def entry_key(profile: str, scheme: str, layout: str, n: int, k: int, bucket: str) -> str:
-    return f"{profile}|{scheme}|{layout}|{n}x{k}|{bucket}"
+def shape_label(n: int, k: int, moe: tuple[int, int] | None = None) -> str:
+    """``NxK`` of a dense layer; ``NxK|e<E>t<top_k>`` of an MoE GEMM (E experts, top-k of them per token: an MoE
+    entry's bucket is that of the tokens)."""
+    return f"{n}x{k}" if moe is None else f"{n}x{k}|e{int(moe[0])}t{int(moe[1])}"
+
+
+def entry_key(profile: str, scheme: str, layout: str, n: int, k: int, bucket: str,
+              moe: tuple[int, int] | None = None) -> str:
+    return f"{profile}|{scheme}|{layout}|{shape_label(n, k, moe)}|{bucket}"
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -149,9 +159,23 @@ def shipped_files() -> list[Path]:
     return list(_shipped())
 
 
+_rules_only = threading.local()
+
+
 def tuning_enabled() -> bool:
-    """False when HUMMING_TUNE is 0/false/off/no: measured entries are not looked up."""
-    return settings.flag(ENV_ENABLE)
+    """False when HUMMING_TUNE is 0/false/off/no, or inside ``rules_only()``: measured entries are not looked up."""
+    return not getattr(_rules_only, "on", False) and settings.flag(ENV_ENABLE)
+
+
+@contextlib.contextmanager
+def rules_only():
+    """In this thread, plan by the rules alone (a tuner's default plan: what runs where nothing was measured)."""
+    before = getattr(_rules_only, "on", False)
+    _rules_only.on = True
+    try:
+        yield
+    finally:
+        _rules_only.on = before
 
 
 _load_lock = threading.Lock()
@@ -199,8 +223,9 @@ def _sources() -> list[tuple[str, dict]]:
 
 
 # ------------------------------------------------------------------------------------------------ lookup
-def lookup(caps, layout, n: int, k: int, m: int, scheme: str = "") -> dict | None:
-    """The stored winner for (profile, scheme, layout, N, K, bucket of M), or None.
+def lookup(caps, layout, n: int, k: int, m: int, scheme: str = "", moe: tuple[int, int] | None = None) -> dict | None:
+    """The stored winner for (profile, scheme, layout, N, K, bucket of M), or None; ``moe`` (experts, top_k): the
+    winner of that MoE GEMM with M its tokens.
 
     Files are searched in priority order (user file, then shipped); within a file an entry of ``scheme`` is
     preferred, any entry of the same layout is taken otherwise (the layout, not the scheme's name, decides
@@ -212,8 +237,8 @@ def lookup(caps, layout, n: int, k: int, m: int, scheme: str = "") -> dict | Non
     labels = (m_bucket(m),) + tuple(label for label, b in LEGACY_BUCKETS.items() if m in b)
     sources = _sources()
     for bucket in labels:  # a file's entry of M's own bucket wins over any file's entry of a legacy bucket
-        exact = entry_key(profile, scheme, lk, n, k, bucket) if scheme else None
-        suffix = f"|{lk}|{n}x{k}|{bucket}"
+        exact = entry_key(profile, scheme, lk, n, k, bucket, moe) if scheme else None
+        suffix = f"|{lk}|{shape_label(n, k, moe)}|{bucket}"
         prefix = f"{profile}|"
         for origin, found in sources:
             if exact and exact in found:
@@ -222,6 +247,14 @@ def lookup(caps, layout, n: int, k: int, m: int, scheme: str = "") -> dict | Non
             if same_layout:
                 return dict(found[same_layout[0]], origin=origin)
     return None
+
+
+def measured_reason(entry: dict, bucket: str) -> str:
+    """The plan's reason for a measured entry: its bucket, times, device, date and file."""
+    return (f"tuned for M bucket {entry.get('m_bucket') or bucket}: {entry.get('measured_us', '?')} us measured"
+            + (f" (the default plan of that run: {entry['default_us']} us)" if entry.get("default_us") else "")
+            + f" on {entry.get('device') or 'an unnamed device'}, {entry.get('date') or 'undated'} "
+              f"({entry.get('origin', 'given')})")
 
 
 # ------------------------------------------------------------------------------------------------ record
@@ -243,8 +276,10 @@ def _file_lock(path: Path):
 
 
 def make_entry(plan: Plan, measured_us: float, *, scheme: str | None = None, device: str = "",
-               default_us: float | None = None, date: str | None = None, **extra) -> tuple[str, dict]:
-    """(key, entry) for a measured plan; the bucket is that of ``plan.m``."""
+               default_us: float | None = None, date: str | None = None, moe: tuple[int, int] | None = None,
+               **extra) -> tuple[str, dict]:
+    """(key, entry) for a measured plan; the bucket is that of ``plan.m`` (an MoE plan's tokens, with ``moe`` its
+    (experts, top_k))."""
     scheme = plan.scheme if scheme is None else scheme
     lk, bucket = layout_key(plan.layout), m_bucket(plan.m)
     entry = {
@@ -254,15 +289,18 @@ def make_entry(plan: Plan, measured_us: float, *, scheme: str | None = None, dev
         "default_us": None if default_us is None else round(float(default_us), 2),
         "date": date or time.strftime("%Y-%m-%d"), "device": device,
     }
+    if moe is not None:
+        entry.update(experts=int(moe[0]), top_k=int(moe[1]))
     entry.update(extra)
-    return entry_key(plan.profile, scheme, lk, plan.n, plan.k, bucket), entry
+    return entry_key(plan.profile, scheme, lk, plan.n, plan.k, bucket, moe), entry
 
 
 def record(plan: Plan, measured_us: float, *, scheme: str | None = None, device: str = "",
            default_us: float | None = None, date: str | None = None, path: Path | str | None = None,
-           **extra) -> str:
+           moe: tuple[int, int] | None = None, **extra) -> str:
     """Store a measured winner (replacing the entry of the same key) in the user file; returns its key."""
-    key, entry = make_entry(plan, measured_us, scheme=scheme, device=device, default_us=default_us, date=date, **extra)
+    key, entry = make_entry(plan, measured_us, scheme=scheme, device=device, default_us=default_us, date=date,
+                            moe=moe, **extra)
     target = Path(path) if path is not None else tune_file()
     with _file_lock(target):
         entries = dict(read_entries(target))
@@ -298,6 +336,6 @@ def entries() -> list[dict]:
 
 __all__ = [
     "M_BUCKET_BOUNDS", "Bucket", "bucket_of", "buckets", "clear_memory", "entries", "layout_key", "lookup",
-    "m_bucket", "make_entry", "read_entries", "record", "shipped_files", "tune_file", "tuning_enabled",
+    "m_bucket", "make_entry", "measured_reason", "rules_only", "shape_label", "read_entries", "record", "shipped_files", "tune_file", "tuning_enabled",
     "write_entries",
 ]

@@ -15,7 +15,7 @@ from humming.core.families.register_a import prefill as rs_prefill
 from humming.core.families.register_a.tiles import RegisterATiles
 from humming.core.plan import Plan, Tiles
 from humming.core.tuning import knobs
-from humming.core.tuning.entries import layout_key, lookup, m_bucket
+from humming.core.tuning.entries import layout_key, lookup, m_bucket, measured_reason
 from humming.devices.current import runs_here
 from humming.errors import ShapeError, UnsupportedOnDevice
 
@@ -48,10 +48,7 @@ def tuned_plan(caps, layout, m: int, act: str, scheme: str = "") -> Plan | None:
         log.info("humming tuning: stored config for %s bucket %s from %s ignored: %s",
                  layout_key(layout), m_bucket(m), entry.get("origin"), exc)
         return None
-    why = (f"tuned for M bucket {entry.get('m_bucket') or m_bucket(m)}: {entry.get('measured_us', '?')} us measured"
-           + (f" (the default plan of that run: {entry['default_us']} us)" if entry.get("default_us") else "")
-           + f" on {entry.get('device') or 'an unnamed device'}, {entry.get('date') or 'undated'} ({entry['origin']})")
-    return dataclasses.replace(plan, reasons=plan.reasons + (why,))
+    return dataclasses.replace(plan, reasons=plan.reasons + (measured_reason(entry, m_bucket(m)),))
 
 
 def two_warpgroup_token_tile(m: int, bt: int, caps=None) -> int:

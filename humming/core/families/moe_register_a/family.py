@@ -3,12 +3,16 @@ for int4 weights where the experts get enough rows (prefill); the MoE tile kerne
 takes the rest and runs on the same prepared weights."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from humming.core.families.moe_register_a.generator import moe_register_a_source
 from humming.core.families.moe_register_a.planner import PATH, plan_moe_register_a
 from humming.core.families.moe_register_a.planner import refusal as plan_refusal
 from humming.core.families.moe_wna16.family import pack
+from humming.core.families.moe_wna16.tuned import entry_reason, entry_tiles, ignored, moe_entry
 from humming.core.families.register_a.tiles import RegisterATiles
 from humming.core.family import Family
+from humming.errors import HummingError
 
 
 def refusal(problem, caps, ask) -> str | None:
@@ -16,13 +20,23 @@ def refusal(problem, caps, ask) -> str | None:
         return "dense GEMMs run on the dense families"
     if problem.act_order:
         return "act-order (g_idx) expert weights are not supported by the MoE kernels"
+    entry = moe_entry(problem, caps)
+    if entry is not None and entry.get("path") != PATH:
+        return f"a measured entry chose {entry.get('path')} for this MoE GEMM ({entry.get('origin')})"
     return plan_refusal(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
-                        problem.top_k) or None
+                        problem.top_k, measured=entry is not None) or None
 
 
 def plan(problem, caps):
-    return plan_moe_register_a(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
-                               problem.top_k)
+    args = (caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts, problem.top_k)
+    entry = moe_entry(problem, caps)
+    if entry is not None:
+        try:
+            tuned = plan_moe_register_a(*args, token_tile=entry_tiles(entry)[0].bm)
+            return replace(tuned, reasons=tuned.reasons + (entry_reason(entry, problem.m),))
+        except (HummingError, KeyError, TypeError, ValueError) as exc:
+            ignored(entry, problem.m, exc)
+    return plan_moe_register_a(*args)
 
 
 def owns(plan) -> bool:

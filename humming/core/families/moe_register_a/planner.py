@@ -28,17 +28,25 @@ TOKEN_TILES = (64, 128, 256)
 WIDE_RING = 4  # weight atoms in flight per lane at 256 tokens (the accumulators take 128 registers)  # multiples of 32 (the cp.async rows of 256 threads), wgmma m64nBTk16
 
 
+def token_tiles(caps, act: str) -> list[int]:
+    """The token tiles a tuner may time on this profile (the wgmma N values it declares for ``act``)."""
+    form = wgmma_k16_form(caps, act)
+    return [b for b in TOKEN_TILES if form is not None and b in form.n_values]
+
+
 def rows_per_expert(tokens: int, top_k: int, experts: int) -> float:
     return tokens * top_k / max(experts, 1)
 
 
-def refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> str:
-    """Why this kernel does not take the MoE GEMM ("" when it does)."""
+def refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int,
+            measured: bool = False) -> str:
+    """Why this kernel does not take the MoE GEMM ("" when it does); ``measured``: a measured entry chose it (the
+    rows-per-expert threshold does not apply)."""
     lowest = knobs.value(MIN_ROWS_KNOB, caps)
-    if lowest is None:
+    if lowest is None and not measured:
         return f"the MoE register-A form is off ({MIN_ROWS_KNOB})"
     rows = rows_per_expert(tokens, top_k, experts)
-    if rows < lowest:
+    if not measured and rows < lowest:
         return f"{rows:.1f} rows per expert on average, the MoE register-A form takes >= {lowest:g} ({MIN_ROWS_KNOB})"
     if wgmma_k16_form(caps, act) is None:
         return f"{caps.name} declares no wgmma m64nNk16 {act}"
@@ -53,9 +61,17 @@ def refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, t
     return f"the register-A kernel cannot run these weights: {why}" if why else ""
 
 
-def plan_moe_register_a(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> Plan:
+def _threshold(caps) -> str:
+    lowest = knobs.value(MIN_ROWS_KNOB, caps)
+    return (f"off by rule, {MIN_ROWS_KNOB}" if lowest is None else
+            f"from {lowest:g} rows per expert on average, {MIN_ROWS_KNOB}")
+
+
+def plan_moe_register_a(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int,
+                        token_tile: int | None = None) -> Plan:
     """The plan of an indexed MoE GEMM on the register-A kernel (``tokens`` rows of x, each to ``top_k`` of
-    ``experts`` weights [N, K]), or UnsupportedOnDevice / ShapeError naming what is missing."""
+    ``experts`` weights [N, K]), or UnsupportedOnDevice / ShapeError naming what is missing. ``token_tile``: a
+    measured entry's or a tuning candidate's instead of the rule's."""
     if tokens < 0 or experts < 1 or top_k < 1:
         raise ShapeError(f"MoE GEMM: tokens={tokens}, experts={experts}, top_k={top_k}")
     form = wgmma_k16_form(caps, act)
@@ -70,6 +86,10 @@ def plan_moe_register_a(caps, scheme, tokens: int, n: int, k: int, act: str, exp
     largest = int(knobs.value(MAX_TILE_KNOB, caps))
     cands = [b for b in TOKEN_TILES if b <= largest and b in form.n_values] or [TOKEN_TILES[0]]
     bt = next((b for b in cands if rows <= b), cands[-1])
+    if token_tile is not None:
+        if token_tile not in TOKEN_TILES or token_tile not in form.n_values:
+            raise ShapeError(f"the MoE register-A kernel has no {token_tile}-token tile (it has {TOKEN_TILES})")
+        bt, largest = token_tile, f"measured {token_tile}"
     limit = caps.limits.smem_per_block_kb * 1024 - bt * 8  # (slot_of_row and a_row: static shared memory)
     stages = next((s for s in range(MAX_STAGES, MIN_STAGES - 1, -1) if smem_bytes(bt, s) <= limit), None)
     if stages is None:
@@ -80,7 +100,7 @@ def plan_moe_register_a(caps, scheme, tokens: int, n: int, k: int, act: str, exp
     reasons = [
         f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (int4 weights) decoded from registers, B (activations) "
         "K-major in 128-byte-swizzled shared memory",
-        f"MoE register-A (from {knobs.value(MIN_ROWS_KNOB, caps):g} rows per expert on average, {MIN_ROWS_KNOB}): "
+        f"MoE register-A ({_threshold(caps)}): "
         f"rows of x gathered through the routing's sorted slots by cp.async, the block's expert from the routing, "
         f"weights padded to {layout.n}x{layout.k} once when prepared (the MoE tile kernel's copy)",
     ]

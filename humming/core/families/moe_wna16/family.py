@@ -2,11 +2,14 @@
 of rows to experts, humming.core.moe.routing), on every profile with mma.sync for the activation type."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from humming.core.families.moe_wna16.activations import activation_step
 from humming.core.families.moe_wna16.generator import moe_kernel_source
 from humming.core.families.moe_wna16.layout import prepare_experts
 from humming.core.families.moe_wna16.planner import FAMILY as PLAN_FAMILY
-from humming.core.families.moe_wna16.planner import plan_moe
+from humming.core.families.moe_wna16.planner import PATH, plan_moe
+from humming.core.families.moe_wna16.tuned import entry_reason, entry_tiles, ignored, moe_entry
 from humming.core.family import Family
 from humming.errors import HummingError
 
@@ -25,8 +28,15 @@ def refusal(problem, caps, ask) -> str | None:
 
 
 def plan(problem, caps):
-    return plan_moe(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
-                    problem.top_k)
+    args = (caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts, problem.top_k)
+    entry = moe_entry(problem, caps)
+    if entry is not None and entry.get("path") == PATH:
+        try:
+            tuned = plan_moe(*args, forced=entry_tiles(entry))
+            return replace(tuned, reasons=tuned.reasons + (entry_reason(entry, problem.m),))
+        except (HummingError, KeyError, TypeError, ValueError) as exc:
+            ignored(entry, problem.m, exc)
+    return plan_moe(*args)
 
 
 def owns(plan) -> bool:

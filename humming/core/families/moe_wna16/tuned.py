@@ -1,0 +1,45 @@
+"""Measured MoE configurations: the entry `python -m humming tune --moe` stored for (profile, scheme, weight layout,
+N, K, experts, top_k, bucket of tokens) (humming.core.tuning.entries), and what the MoE families make of it: which
+kernel (the tile kernel or the register-A one) and its token tile, tile and split-K. An entry is only a request:
+the planner checks it and a stale one is ignored (logged), as for the dense families."""
+from __future__ import annotations
+
+import logging
+
+from humming.core.families.moe_wna16.activations import activation_step
+from humming.core.families.moe_wna16.layout import moe_layout
+from humming.core.plan import Tiles
+from humming.core.tuning.entries import lookup, m_bucket, measured_reason
+from humming.errors import HummingError
+
+log = logging.getLogger("humming.tuning")
+
+__all__ = ["moe_entry", "entry_tiles", "entry_reason", "ignored"]
+
+
+def moe_entry(problem, caps) -> dict | None:
+    """The stored winner for an MoE problem (its M: the tokens), or None (no entry, or weights no MoE kernel takes)."""
+    try:
+        step, _ = activation_step(problem.scheme, problem.n, problem.k)
+        scheme = problem.scheme.with_(act=None) if step != "x" else problem.scheme
+        layout = moe_layout(scheme, problem.n, problem.k, problem.act)
+    except HummingError:
+        return None
+    return lookup(caps, layout, problem.n, problem.k, problem.m, problem.scheme.name,
+                  moe=(problem.experts, problem.top_k))
+
+
+def entry_tiles(entry: dict) -> tuple[Tiles, int]:
+    """(tiles, splits) an entry stored (KeyError / TypeError where it is malformed)."""
+    t = entry["tiles"]
+    tiles = Tiles(*(int(t[name]) for name in ("bm", "bn", "bk", "stages", "warps_m", "warps_n", "warps_k")))
+    return tiles, int(entry["splits"])
+
+
+def entry_reason(entry: dict, tokens: int) -> str:
+    return measured_reason(entry, m_bucket(tokens))
+
+
+def ignored(entry: dict, tokens: int, exc: Exception) -> None:
+    log.info("humming tuning: stored MoE config %s (bucket %s, %s) ignored: %s", entry.get("path"), m_bucket(tokens),
+             entry.get("origin"), exc)
