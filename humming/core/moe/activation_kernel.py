@@ -13,6 +13,7 @@ torch's current stream (CUDA-graph capturable).
 from __future__ import annotations
 
 import ctypes
+import textwrap
 
 import torch
 
@@ -37,17 +38,17 @@ _ACT_BODIES = {
 }
 # how the eight (gate, up) pairs of outputs col..col+7 are read from the row
 _LOADERS = {
-    "halves": ("  uint32_t g[4], u[4];  // gate at col, up at inter + col: 8 values each\n"
-               "  ld_b128(g, row + col);\n"
-               "  ld_b128(u, row + inter + col);\n"
-               "  for (int i = 0; i < 4; ++i) {\n"
-               "    gate[2 * i] = LO(g[i]); gate[2 * i + 1] = HI(g[i]);\n"
-               "    up[2 * i] = LO(u[i]); up[2 * i + 1] = HI(u[i]);\n"
-               "  }"),
-    "pairs": ("  uint32_t w[8];  // gate, up alternate from 2 * col: each word is one (gate, up) pair\n"
-              "  ld_b128(*reinterpret_cast<uint32_t(*)[4]>(w), row + 2 * col);\n"
-              "  ld_b128(*reinterpret_cast<uint32_t(*)[4]>(w + 4), row + 2 * col + 8);\n"
-              "  for (int i = 0; i < 8; ++i) { gate[i] = LO(w[i]); up[i] = HI(w[i]); }"),
+    "halves": ("uint32_t g[4], u[4];  // gate at col, up at inter + col: 8 values each\n"
+               "ld_b128(g, row + col);\n"
+               "ld_b128(u, row + inter + col);\n"
+               "for (int i = 0; i < 4; ++i) {\n"
+               "  gate[2 * i] = LO(g[i]); gate[2 * i + 1] = HI(g[i]);\n"
+               "  up[2 * i] = LO(u[i]); up[2 * i + 1] = HI(u[i]);\n"
+               "}"),
+    "pairs": ("uint32_t w[8];  // gate, up alternate from 2 * col: each word is one (gate, up) pair\n"
+              "ld_b128(*reinterpret_cast<uint32_t(*)[4]>(w), row + 2 * col);\n"
+              "ld_b128(*reinterpret_cast<uint32_t(*)[4]>(w + 4), row + 2 * col + 8);\n"
+              "for (int i = 0; i < 8; ++i) { gate[i] = LO(w[i]); up[i] = HI(w[i]); }"),
 }
 
 
@@ -62,7 +63,7 @@ def _kernel(activation: str, layout: str, dt: str) -> str:
     to_f32, round_to = ("f16_to_f32", "f32_to_f16_rn") if dt == "f16" else ("bf16_to_f32", "f32_to_bf16_rn")
     name = f"humming_moe_{activation}_{layout}_{dt}"
     return f"""
-namespace {name}_ops {{
+namespace {name}_ops {{  // act(gate, up) in fp32
 __device__ __forceinline__ float act(float gate, float up, float alpha, float limit) {{
   {_ACT_BODIES[activation]}
 }}
@@ -78,11 +79,12 @@ extern "C" __global__ void __launch_bounds__({THREADS}) {name}(
     const int col = (int)(v - r * per_row) * {VEC};
     const uint16_t* row = h + r * 2 * inter;
     float gate[{VEC}], up[{VEC}];
-  {_LOADERS[layout]}
+{textwrap.indent(_LOADERS[layout], "    ")}
     uint32_t y[{VEC // 2}];
     for (int i = 0; i < {VEC // 2}; ++i) {{
-      y[i] = {round_to}({name}_ops::act(gate[2 * i], up[2 * i], alpha, limit))
-           | ({round_to}({name}_ops::act(gate[2 * i + 1], up[2 * i + 1], alpha, limit)) << 16);
+      using {name}_ops::act;
+      y[i] = {round_to}(act(gate[2 * i], up[2 * i], alpha, limit))
+           | ({round_to}(act(gate[2 * i + 1], up[2 * i + 1], alpha, limit)) << 16);
     }}
     uint16_t* dst = out + r * inter + col;
     st_b64(dst, y[0], y[1]);
