@@ -5,20 +5,17 @@ For one MoE GEMM shape (experts E, top_k, N, K, scheme) and each token count: th
 run on random weights and a uniform random routing, routed with the candidate's own token tile; each is checked
 against the reference MoE GEMM (a wrong one is reported, never a winner) and timed by CUDA-graph replay over several
 routings (consecutive calls reach different experts, as decode steps do, so the active experts' weights stream from
-memory); the fastest few and the rules' plan are timed again in balanced rounds. Nothing is recorded here.
+memory); the fastest few and the rules' plan are timed again in balanced rounds (humming.tuner.rerank). Nothing is recorded here.
 
     results = tune_moe("w4a16", 128, 8, 1536, 2048, [1, 64, 2048])     # -> list[TuneResult]
 """
 from __future__ import annotations
 
-import statistics
-
-from humming.tuner import L2_BYTES, Timing, TuneResult, graph_time_us, graph_timer, require_gpu, rotated_samples
+from humming.tuner import L2_BYTES, Timing, TuneResult, graph_time_us, graph_timer, require_gpu, rerank
 
 __all__ = ["moe_candidates", "tune_moe"]
 
 MAX_ROUTINGS = 16
-RETIME_ROUNDS = 6
 
 
 def moe_candidates(problem, caps) -> tuple[object, list]:
@@ -99,15 +96,7 @@ def tune_moe(scheme, experts: int, top_k: int, n: int, k: int, tokens_list, *, d
             raise RuntimeError(f"MoE T={tokens}: every candidate failed; first error: {result.failed[0].error}")
         result.timings.sort(key=lambda t: t.us)
         if retime_top and len(result.timings) > 1:
-            chosen = result.timings[:retime_top]
-            if result.default.us is not None and not any(result.default is c for c in chosen):
-                chosen.append(result.default)
-            medians = [statistics.median(s) for s in
-                       rotated_samples([graph_timer(timers[id(t)]) for t in chosen], RETIME_ROUNDS)]
-            for t, us in zip(chosen, medians):
-                t.us = us
-            rest = [t for t in result.timings if not any(t is c for c in chosen)]
-            result.timings[:] = sorted(chosen, key=lambda t: t.us) + rest
+            rerank(result, retime_top, lambda t, timers=timers: graph_timer(timers[id(t)]))
         results.append(result)
     return results
 

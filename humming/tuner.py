@@ -351,21 +351,28 @@ def _retime(api, handles, m: int, x, result: TuneResult, top: int, say) -> None:
     """Time the ``top`` fastest candidates and the default again in RETIME_ROUNDS rotated rounds (each one's graph
     captured with its plan set) and rank them by those medians ahead of the rest: the first pass timed them minutes
     apart. (TuneResult.timings is then no longer sorted by ``us`` past the re-timed ones.)"""
+    def timer(t: Timing):
+        _set_plan(api, handles, m, t.plan)  # (the graph captured next runs this plan)
+        return graph_timer([lambda h=h: api.gemm_prepared(x, h) for h in handles])
+    chosen = rerank(result, top, timer)
+    _clear_plan(api, handles, m)
+    say(f"  M={m}: the {len(chosen)} fastest (and the default) re-timed in {RETIME_ROUNDS} rotated rounds")
+
+
+def rerank(result: TuneResult, top: int, timer) -> list[Timing]:
+    """The ``top`` fastest of ``result`` and its default timed again, ``timer(timing)`` -> a timer of its plan, in
+    RETIME_ROUNDS rounds of balanced orders; they go first in ``result.timings``, by their new medians, and are
+    returned."""
     chosen = result.timings[:top]
     if result.default.us is not None and not any(result.default is c for c in chosen):
         chosen.append(result.default)
-    timers = []
-    for t in chosen:
-        _set_plan(api, handles, m, t.plan)  # (the graph captured next runs this plan)
-        timers.append(graph_timer([lambda h=h: api.gemm_prepared(x, h) for h in handles]))
-    medians = [statistics.median(s) for s in rotated_samples(timers, RETIME_ROUNDS)]
-    _clear_plan(api, handles, m)
+    medians = [statistics.median(s) for s in rotated_samples([timer(t) for t in chosen], RETIME_ROUNDS)]
     for t, us in zip(chosen, medians):
         t.us = us
     # the re-timed ones first, by their new times (the rest were slower in the first pass, in which they stay)
     rest = [t for t in result.timings if not any(t is c for c in chosen)]
     result.timings[:] = sorted(chosen, key=lambda t: t.us) + rest
-    say(f"  M={m}: the {len(chosen)} fastest (and the default) re-timed in {RETIME_ROUNDS} rotated rounds")
+    return chosen
 
 
 def _try_compile(api, plan, prep) -> str:
@@ -378,5 +385,5 @@ def _try_compile(api, plan, prep) -> str:
     return ""
 
 
-__all__ = ["GRAPH_MIN_CALLS", "L2_BYTES", "Timing", "TuneResult", "capture_graph", "copies_for", "cycled", "passes_for", "graph_time_us", "graph_timer", "require_gpu",
+__all__ = ["GRAPH_MIN_CALLS", "L2_BYTES", "Timing", "TuneResult", "capture_graph", "copies_for", "cycled", "passes_for", "graph_time_us", "graph_timer", "require_gpu", "rerank",
            "rotated_samples", "tune_layer"]
