@@ -2,6 +2,8 @@
 
     shapes = model_shapes(json.load(open("config.json")))          # [(name, N, K), ...] of a Llama-like decoder
     report = build_kernels([(n, k) for _, n, k in shapes], "w4a16", profile="nvidia-h200")
+    experts = moe_shapes(config)                                   # [(name, N, K, E, top_k), ...] of an MoE decoder
+    report = build_kernels(..., moe=[(n, k, e, top_k) for _, n, k, e, top_k in experts])
 
 Which kernels: for every layer shape and every M of the chosen M buckets (``humming.core.tuning.entries.buckets()``;
 the open bucket above 1024 is sampled), the plan the runtime will make (``humming.core.registry.select``); distinct kernels are compiled once, in parallel threads (NVRTC releases the
@@ -42,6 +44,8 @@ def model_shapes(config: dict, fused: bool = False) -> list[tuple[str, int, int]
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or hidden // heads)
     inter = cfg.get("intermediate_size")
+    if moe_shapes(config) and not _dense_mlp_layers(cfg):
+        inter = None  # every MLP is a mixture of experts (its intermediate_size is the experts')
     q, kv = heads * head_dim, kv_heads * head_dim
     shapes: list[tuple[str, int, int]]
     if fused:
@@ -55,6 +59,38 @@ def model_shapes(config: dict, fused: bool = False) -> list[tuple[str, int, int]
         else:
             shapes += [("gate_proj", inter, hidden), ("up_proj", inter, hidden), ("down_proj", hidden, inter)]
     return shapes
+
+
+# (experts, experts per token, intermediate size of one expert): the config keys of the MoE decoders, first found wins
+_MOE_KEYS = (("num_experts", "n_routed_experts", "num_local_experts"),
+             ("num_experts_per_tok", "experts_per_token"),
+             ("moe_intermediate_size", "intermediate_size"))
+
+
+def _first(cfg: dict, keys: tuple[str, ...]):
+    return next((cfg[key] for key in keys if cfg.get(key)), None)
+
+
+def _dense_mlp_layers(cfg: dict) -> bool:
+    """Whether an MoE decoder also has dense MLP layers (DeepSeek's first_k_dense_replace, Qwen3-MoE's
+    mlp_only_layers), whose size is intermediate_size."""
+    return bool(cfg.get("first_k_dense_replace") or cfg.get("mlp_only_layers")) and bool(cfg.get("moe_intermediate_size"))
+
+
+def moe_shapes(config: dict) -> list[tuple[str, int, int, int, int]]:
+    """(name, N, K, experts, top_k) of the expert GEMMs of an MoE decoder's HuggingFace config.json (Qwen3-MoE,
+    Mixtral, DeepSeek-V3, gpt-oss): gate+up as one GEMM [2I, H] and down [H, I] per expert; [] for a dense model."""
+    cfg = _text_config(config)
+    experts, top_k, inter = (_first(cfg, keys) for keys in _MOE_KEYS)
+    if not experts or not top_k:
+        return []
+    try:
+        hidden, experts, top_k, inter = int(cfg["hidden_size"]), int(experts), int(top_k), int(inter)
+    except (KeyError, TypeError, ValueError):
+        raise ShapeError("the MoE config needs integer hidden_size, a number of experts, experts per token and an "
+                         "intermediate size (moe_intermediate_size or intermediate_size)") from None
+    return [("experts.gate_up_proj", 2 * inter, hidden, experts, top_k),
+            ("experts.down_proj", hidden, inter, experts, top_k)]
 
 
 def unique_shapes(named: Iterable[tuple[str, int, int]]) -> list[tuple[tuple[int, int], list[str]]]:
@@ -94,6 +130,22 @@ def kernel_plans(caps, shapes: Iterable[tuple[int, int]], scheme, ms: Iterable[i
     return plans
 
 
+def moe_kernel_plans(caps, shapes: Iterable[tuple[int, int, int, int]], scheme, tokens: Iterable[int],
+                     act: str = "f16") -> dict:
+    """{kernel name: a plan that uses it} of indexed MoE GEMMs (N, K, experts, top_k) at each token count: what
+    humming.moe_gemm and QuantMoE would compile. Raises ShapeError for a shape the MoE kernels reject."""
+    from humming.core.problem import Problem
+    from humming.core.registry import select
+
+    plans: dict = {}
+    tokens = list(tokens)
+    for n, k, experts, top_k in shapes:
+        for t in tokens:
+            p = select(Problem(scheme, t, n, k, act, form="indexed", experts=experts, top_k=top_k), caps).plan
+            plans.setdefault(p.kernel_name, p)
+    return plans
+
+
 # ------------------------------------------------------------------------------------------------ build
 @dataclass
 class BuildReport:
@@ -116,9 +168,11 @@ class BuildReport:
 
 def build_kernels(shapes: Iterable[tuple[int, int]], scheme="w4a16", profile=None, ms: Iterable[int] | None = None,
                   *, act: str = "f16", exact: bool = False, jobs: int | None = None,
-                  progress: Callable[[int, int, str, bool], None] | None = None) -> BuildReport:
-    """Compile every distinct kernel of ``shapes`` x M buckets for a profile (default: this device's) through
-    the kernel cache. ``progress(done, total, kernel_name, cache_hit)`` is called after each kernel."""
+                  progress: Callable[[int, int, str, bool], None] | None = None,
+                  moe: Iterable[tuple[int, int, int, int]] = ()) -> BuildReport:
+    """Compile every distinct kernel of ``shapes`` x M buckets, and of the MoE GEMMs ``moe`` ((N, K, experts, top_k))
+    x the same buckets of tokens, for a profile (default: this device's) through the kernel cache.
+    ``progress(done, total, kernel_name, cache_hit)`` is called after each kernel."""
     from humming.core.compile.nvrtc import select_toolchain
     from humming.core.problem import scheme_of
     from humming.core.runtime.compiled import compile_plan, is_compiled
@@ -149,6 +203,15 @@ def build_kernels(shapes: Iterable[tuple[int, int]], scheme="w4a16", profile=Non
             found = kernel_plans(caps, [(n, k)], sch, m_values, act)
         except ShapeError as exc:
             report.skipped_shapes.append(((n, k), str(exc)))
+            continue
+        for name, p in found.items():
+            plans.setdefault(name, p)
+    for n, k, experts, top_k in dict.fromkeys(tuple(int(v) for v in shape) for shape in moe):
+        report.shapes.append((n, k))
+        try:
+            found = moe_kernel_plans(caps, [(n, k, experts, top_k)], sch, m_values, act)
+        except ShapeError as exc:
+            report.skipped_shapes.append(((n, k), f"MoE {experts} experts top-{top_k}: {exc}"))
             continue
         for name, p in found.items():
             plans.setdefault(name, p)
@@ -183,4 +246,5 @@ def build_kernels(shapes: Iterable[tuple[int, int]], scheme="w4a16", profile=Non
     return report
 
 
-__all__ = ["BuildReport", "build_kernels", "kernel_plans", "model_shapes", "ms_for", "unique_shapes"]
+__all__ = ["BuildReport", "build_kernels", "kernel_plans", "model_shapes", "moe_kernel_plans", "moe_shapes", "ms_for",
+           "unique_shapes"]

@@ -23,7 +23,8 @@ HELP = "precompile the kernels of a model's layer shapes (all M buckets) into th
 
 def add_arguments(p) -> None:
     p.add_argument("--shapes", default=None, help="NxK,... (output x input features)")
-    p.add_argument("--model-config", default=None, help="a HuggingFace config.json of a Llama-like decoder")
+    p.add_argument("--model-config", default=None, help="a HuggingFace config.json of a Llama-like decoder, dense or "
+                   "mixture-of-experts (Qwen3-MoE, Mixtral, gpt-oss; DeepSeek-V3's experts and dense MLPs)")
     p.add_argument("--fused", action="store_true", help="with --model-config: fused qkv and gate_up GEMMs (vLLM)")
     p.add_argument("--scheme", default="w4a16", help="preset or scheme string (see humming.schemes.names())")
     p.add_argument("--group-size", type=positive_int, default=None)
@@ -76,6 +77,7 @@ def main(args) -> int:
     from humming.errors import ShapeError, UnsupportedOnDevice
 
     named: list[tuple[str, int, int]] = []
+    experts: list[tuple[str, int, int, int, int]] = []
     if args.model_config:
         try:
             with open(args.model_config) as f:
@@ -83,6 +85,7 @@ def main(args) -> int:
         except (OSError, ValueError) as exc:
             raise ShapeError(f"cannot read the model config {args.model_config}: {exc}") from None
         named += aot.model_shapes(config, fused=args.fused)
+        experts = aot.moe_shapes(config)
     if args.shapes:
         named += [("--shapes", n, k) for n, k in parse_shapes(args.shapes)]
     if not named:
@@ -108,12 +111,16 @@ def main(args) -> int:
         raise UnsupportedOnDevice(f"{exc}; or name the target with --profile NAME") from None
     for (n, k), names in shapes:
         print(f"  {n}x{k}: {', '.join(names)}")
+    for name, n, k, e, top_k in experts:
+        print(f"  {n}x{k} x {e} experts, top-{top_k}: {name} (MoE)")
     m_values = aot.ms_for(ms, args.exact)
-    print(f"building {scheme} ({args.dtype}) on {caps.name} for {len(shapes)} layer shape(s) x "
+    print(f"building {scheme} ({args.dtype}) on {caps.name} for {len(shapes)} layer shape(s)"
+          + (f" and {len(experts)} MoE GEMM(s)" if experts else "") + " x "
           f"{_describe_ms(args, m_values)}, "
           f"{args.jobs or min(16, os.cpu_count() or 1)} job(s)", flush=True)
-    report = aot.build_kernels([s for s, _ in shapes], scheme, caps if args.profile else None, ms, act=args.dtype, exact=args.exact,
-                               jobs=args.jobs, progress=_Bar())
+    report = aot.build_kernels([s for s, _ in shapes], scheme, caps if args.profile else None, ms, act=args.dtype,
+                               exact=args.exact, jobs=args.jobs, progress=_Bar(),
+                               moe=[(n, k, e, top_k) for _, n, k, e, top_k in experts])
     for (n, k), why in report.skipped_shapes:
         print(f"skipped {n}x{k}: {why}", file=sys.stderr)
     for name, why in report.failed:

@@ -15,7 +15,7 @@ from humming.core.families.mma_wna16 import tuned
 from humming.core.families.mma_wna16.layout import layout_for
 from humming.core.runtime import compiled
 from humming.core.tuning import entries as tuning
-from humming.errors import UnsupportedOnDevice
+from humming.errors import ShapeError, UnsupportedOnDevice
 
 SHAPES = [(256, 512), (512, 1024)]
 
@@ -321,3 +321,41 @@ def test_retime_reranks_the_fastest_and_the_default(monkeypatch):
                                                         ("d", 8.0)]
     assert result.best.plan == "b" and result.winner(0.01).plan == "b" and result.winner(0.2).plan == "default"
     assert all(7 not in r.plans for r in registry) and "rotated rounds" in said[0]
+
+
+QWEN3_MOE = {"hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+             "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+             "mlp_only_layers": []}
+
+
+def test_moe_shapes_of_the_moe_decoders():
+    assert aot.moe_shapes(QWEN3_MOE) == [("experts.gate_up_proj", 1536, 2048, 128, 8),
+                                         ("experts.down_proj", 2048, 768, 128, 8)]
+    assert [n for n, *_ in aot.model_shapes(QWEN3_MOE)] == ["q_proj", "k_proj", "v_proj", "o_proj"]  # no dense MLP
+    mixtral = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+               "num_local_experts": 8, "num_experts_per_tok": 2}
+    assert aot.moe_shapes(mixtral)[0] == ("experts.gate_up_proj", 28672, 4096, 8, 2)
+    gpt_oss = {"hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+               "intermediate_size": 2880, "num_local_experts": 128, "experts_per_token": 4}
+    assert aot.moe_shapes(gpt_oss)[1] == ("experts.down_proj", 2880, 2880, 128, 4)
+    deepseek = {"hidden_size": 7168, "num_attention_heads": 128, "intermediate_size": 18432,
+                "moe_intermediate_size": 2048, "n_routed_experts": 256, "num_experts_per_tok": 8,
+                "first_k_dense_replace": 3}
+    assert aot.moe_shapes(deepseek)[0] == ("experts.gate_up_proj", 4096, 7168, 256, 8)
+    assert ("down_proj", 7168, 18432) in aot.model_shapes(deepseek)  # its first three layers are dense
+    assert aot.moe_shapes(LLAMA_8B) == []
+    with pytest.raises(ShapeError, match="MoE config"):
+        aot.moe_shapes({"hidden_size": 64, "num_experts": 4, "num_experts_per_tok": 2})
+
+
+def test_build_compiles_the_moe_kernels_of_a_model_config(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3_MOE))
+    assert cli(["build", "--model-config", str(path), "--profile", "nvidia-a100", "--m", "1", "--exact",
+                "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "1536x2048 x 128 experts, top-8: experts.gate_up_proj (MoE)" in out and "and 2 MoE GEMM(s)" in out
+    report = aot.build_kernels([], "w4a16", "nvidia-a100", [1], exact=True, moe=[(1536, 2048, 128, 8)])
+    assert report.ok and report.kernels == 1 and report.names[0].startswith("hm_wna16_moe_")
+    bad = aot.build_kernels([], "w4a16", "nvidia-a100", [1], exact=True, moe=[(1000, 2048, 128, 8)])
+    assert not bad.ok and "MoE 128 experts top-8" in bad.skipped_shapes[0][1]
