@@ -11,7 +11,17 @@ memory); the fastest few and the rules' plan are timed again in balanced rounds 
 """
 from __future__ import annotations
 
-from humming.tuner import L2_BYTES, Timing, TuneResult, graph_time_us, graph_timer, require_gpu, rerank
+from humming.tuner import (
+    L2_BYTES,
+    Timing,
+    TuneResult,
+    add_timing,
+    graph_time_us,
+    graph_timer,
+    require_gpu,
+    rerank,
+    time_candidate,
+)
 
 __all__ = ["moe_candidates", "tune_moe"]
 
@@ -76,27 +86,21 @@ def tune_moe(scheme, experts: int, top_k: int, n: int, k: int, tokens_list, *, d
         say(f"  T={tokens}: {len(plans)} candidates, {count} routings of {active} active experts")
         timers = {}
         for p in plans:
-            timing = Timing(p, None)
-            try:
-                calls = _calls(moe, layer, x, ids, p, top_k, torch)
-                timing.us = graph_time_us(calls, reps=reps)
+            def time_it(p=p, x=x, ids=ids, timers=timers):
+                calls = timers[id(p)] = _calls(moe, layer, x, ids, p, top_k, torch)
+                return graph_time_us(calls, reps=reps)
+
+            def wrong(p=p, x=x, ref=ref, ids0=ids[0], tokens=tokens):
                 out = torch.empty(tokens, top_k, n, device=device, dtype=torch_dtype)
-                moe._launch(layer, x, moe.route(ids[0], experts, p.tiles.bm), out, p, top_k)
+                moe._launch(layer, x, moe.route(ids0, experts, p.tiles.bm), out, p, top_k)
                 err = float((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)) if tokens else 0.0
-                if not err <= 2e-2:
-                    timing.us, timing.error = None, f"wrong result: relative error {err:.2e}"
-                timers[id(timing)] = calls
-            except Exception as exc:  # noqa: BLE001 - a config the device rejects is a result, not a crash
-                timing.us, timing.error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-                torch.cuda.synchronize()
-            (result.failed if timing.us is None else result.timings).append(timing)
-            if p is default:
-                result.default = timing
+                return "" if err <= 2e-2 else f"wrong result: relative error {err:.2e}"
+            add_timing(result, time_candidate(p, time_it, wrong), default)
         if not result.timings:
             raise RuntimeError(f"MoE T={tokens}: every candidate failed; first error: {result.failed[0].error}")
         result.timings.sort(key=lambda t: t.us)
         if retime_top and len(result.timings) > 1:
-            rerank(result, retime_top, lambda t, timers=timers: graph_timer(timers[id(t)]))
+            rerank(result, retime_top, lambda t, timers=timers: graph_timer(timers[id(t.plan)]))
         results.append(result)
     return results
 

@@ -224,6 +224,34 @@ class TuneResult:
         return self.best
 
 
+def time_candidate(plan, time_it, wrong, error: str = "") -> Timing:
+    """One candidate's Timing: ``time_it()`` -> us, then ``wrong()`` -> why its result is wrong ("" when right; a
+    candidate only counts if it is right); an exception (a configuration the device rejects) or a given ``error``
+    (e.g. it did not compile) is a failed result, not a crash."""
+    import torch
+
+    timing = Timing(plan, None, error)
+    if error:
+        return timing
+    try:
+        timing.us = time_it()
+        why = wrong()
+        if why:
+            timing.us, timing.error = None, why
+    except Exception as exc:  # noqa: BLE001 - a config the device rejects is a result, not a crash
+        timing.us, timing.error = None, f"{type(exc).__name__}: {exc}"
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    return timing
+
+
+def add_timing(result: TuneResult, timing: Timing, default) -> None:
+    """File a timing under the result's timings or failures; the default plan's is the result's default."""
+    (result.failed if timing.us is None else result.timings).append(timing)
+    if timing.plan is default:
+        result.default = timing
+
+
 def _set_plan(api, handles, m: int, plan) -> None:
     for h in handles:
         api._registry[h].plans[m] = plan
@@ -313,22 +341,14 @@ def tune_layer(scheme, n: int, k: int, ms, *, dtype: str = "f16", reps: int = 10
             result = TuneResult(scheme_str, n, k, m, Timing(default, None), device=torch.cuda.get_device_name(),
                                 emulated=prep.run_arch is not None)
             for p in plans:
-                timing = Timing(p, None, bad.get(p.kernel_name, ""))
-                if not timing.error:
+                def time_it(p=p, x=x, m=m):
                     _set_plan(api, handles, m, p)
-                    try:
-                        timing.us = graph_time_us([lambda h=h, x=x: api.gemm_prepared(x, h) for h in handles], reps=reps)
-                        # a candidate only counts if it is right: one more call, checked against the reference
-                        out = api.gemm_prepared(x, h0).double()
-                        err = float((out - ref).norm() / ref.norm().clamp_min(1e-30))
-                        if not err <= tol:
-                            timing.us, timing.error = None, f"wrong result: relative error {err:.2e} > {tol:.0e}"
-                    except Exception as exc:  # noqa: BLE001 - a config the device rejects is a result, not a crash
-                        timing.us, timing.error = None, f"{type(exc).__name__}: {exc}"
-                        torch.cuda.synchronize()
-                (result.failed if timing.us is None else result.timings).append(timing)
-                if p is default:
-                    result.default = timing
+                    return graph_time_us([lambda h=h: api.gemm_prepared(x, h) for h in handles], reps=reps)
+
+                def wrong(x=x, ref=ref, tol=tol):  # one more call, checked against the reference
+                    err = float((api.gemm_prepared(x, h0).double() - ref).norm() / ref.norm().clamp_min(1e-30))
+                    return "" if err <= tol else f"wrong result: relative error {err:.2e} > {tol:.0e}"
+                add_timing(result, time_candidate(p, time_it, wrong, bad.get(p.kernel_name, "")), default)
             _clear_plan(api, handles, m)
             if not result.timings:
                 raise RuntimeError(f"{n}x{k} M={m}: every candidate failed; first error: {result.failed[0].error}")
@@ -385,5 +405,5 @@ def _try_compile(api, plan, prep) -> str:
     return ""
 
 
-__all__ = ["GRAPH_MIN_CALLS", "L2_BYTES", "Timing", "TuneResult", "capture_graph", "copies_for", "cycled", "passes_for", "graph_time_us", "graph_timer", "require_gpu", "rerank",
+__all__ = ["GRAPH_MIN_CALLS", "L2_BYTES", "Timing", "TuneResult", "capture_graph", "copies_for", "cycled", "passes_for", "graph_time_us", "graph_timer", "require_gpu", "rerank", "time_candidate", "add_timing",
            "rotated_samples", "tune_layer"]

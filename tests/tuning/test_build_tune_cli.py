@@ -359,3 +359,22 @@ def test_build_compiles_the_moe_kernels_of_a_model_config(tmp_path, capsys):
     assert report.ok and report.kernels == 1 and report.names[0].startswith("hm_wna16_moe_")
     bad = aot.build_kernels([], "w4a16", "nvidia-a100", [1], exact=True, moe=[(1000, 2048, 128, 8)])
     assert not bad.ok and "MoE 128 experts top-8" in bad.skipped_shapes[0][1]
+
+
+def test_time_candidate_files_failures_as_results():
+    from humming import tuner
+
+    result = tuner.TuneResult("w4a16", 64, 64, 1, tuner.Timing("rules", None))
+    calls = []
+    ok = tuner.time_candidate("rules", lambda: 5.0, lambda: "")
+    wrong = tuner.time_candidate("b", lambda: 3.0, lambda: "wrong result: relative error 1.0e+00")
+
+    def raises():
+        raise RuntimeError("launch failed\nmore")
+    rejected = tuner.time_candidate("c", raises, lambda: "")
+    uncompiled = tuner.time_candidate("d", lambda: calls.append(1) or 1.0, lambda: "", "CompileError: x")  # never run
+    for t in (ok, wrong, rejected, uncompiled):
+        tuner.add_timing(result, t, "rules")
+    assert result.default is ok and [t.plan for t in result.timings] == ["rules"] and not calls
+    assert [(t.plan, t.us) for t in result.failed] == [("b", None), ("c", None), ("d", None)]
+    assert wrong.error.startswith("wrong result") and rejected.error.startswith("RuntimeError: launch failed")
