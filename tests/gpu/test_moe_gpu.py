@@ -63,7 +63,7 @@ def test_moe_gemm_every_scheme(scheme, dtype):
 
 
 QUANTIZED_ACTIVATIONS = ["w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w4a8-int8", "w4a8-fp8", "w4a8-mxfp4", "mxfp8",
-                         "mxfp6", "w4a4-nvfp4", "w4a4-mxfp4"]
+                         "mxfp6", "w4a4-nvfp4", "w4a4-mxfp4", "w8a8-fp8-block"]
 
 
 @pytest.mark.parametrize("scheme", QUANTIZED_ACTIVATIONS)

@@ -65,6 +65,15 @@ def test_group_sizes(scheme, group):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_block_weight_scales(dtype):
+    """DeepSeek-V3's 128x128-block FP8 weights with 16-bit activations: the block scales become every channel's
+    group scales when prepared (N 320: a partial last block)."""
+    qw = _weight(humming.schemes.get("w8a8-fp8-block", act=None), 320, 1024, dtype)
+    for m in (1, 33, 128):
+        _check(qw, m, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("weight", ["uint1", "uint3", "int5", "int6", "int7"])
 def test_other_integer_widths(weight, dtype):
     """int1..int8 (containers of 1, 2, 4 and 8 bits) with and without zero points."""

@@ -14,7 +14,7 @@ TOL = {torch.float16: 1e-3, torch.bfloat16: 5e-3}
 SCHEMES = ["w1a16", "w4a16", "w4a16-zp", "w8a16", "w8a16-zp", "w3a16", "w2a16", "w2a16-zp", "w1a16-ternary",
            "w4a16-fp4", "w8a16-fp8", "w4a16-nvfp4", "w4a16-mxfp4", "mxint4",
            "w2a16-zp[weight=uint1]", "w2a16-zp[weight=uint3]", "w4a16[weight=int5]", "w4a16[weight=int6]",
-           "w4a16[weight=int7]"]
+           "w4a16[weight=int7]", "w8a8-fp8-block[act=none]"]
 
 
 def unpack_atoms(qweight: torch.Tensor, n: int, k: int, cb: int, tile_major: bool = False) -> torch.Tensor:
@@ -65,7 +65,7 @@ def widen(codes: torch.Tensor, dec, dtype) -> torch.Tensor:
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_emulated_kernel_matches_reference(scheme, dtype, profile):
     torch.manual_seed(sum(map(ord, scheme)))
-    n, k = 128, 256
+    n, k = (320, 384) if "block" in scheme else (128, 256)  # 128x128 blocks: three along N, the last partial
     qw = humming.quantize(torch.randn(n, k) * 0.05, scheme)
     pk = prepare(qw, dtype, None if profile is None else api.resolve_profile(profile))
     lay, dec = pk.layout, pk.layout.decode

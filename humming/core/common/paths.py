@@ -148,8 +148,8 @@ def choose_path(caps, scheme, families: tuple[str, ...] = FAMILY_ORDER, block_sc
         raise UnsupportedOnDevice(
             f"{caps.name} declares no tensor-core instruction taking {act} x {b} "
             f"(declared operand types: {_declared_types(caps)}); "
-            + ("use the weight-only scheme (e.g. w8a16-fp8) on this device" if act.startswith("e")
-               else "use a WnA16 scheme on this device")
+            + (f"run its weights with 16-bit activations on this device: humming.schemes.get({name!r}, act=None) "
+               f"(or w8a16-fp8)" if act.startswith("e") else "use a WnA16 scheme on this device")
         )
     family, ins = hits[0]
     # legacy is a hardware fact: the newest declared family lacks these operand types (not a missing generator)

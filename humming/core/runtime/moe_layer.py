@@ -42,7 +42,7 @@ class MoeLayer:
         self.experts = qw.num_experts
         self.dtype, self.device, self.caps, self.options = dtype, device, caps, options
         self.step, _ = activation_step(self.scheme, self.n, self.k)
-        self.kernel_dtype = dtype if self.step == "x" else act_widen.act_dtype(caps, dtype)
+        self.kernel_dtype = dtype if self.step in ("x", "rescaled") else act_widen.act_dtype(caps, dtype)
         self.act = act_name(self.kernel_dtype)
         self.input_scale = None
         if self.step != "x" and qw.input_scale is not None:  # static per-tensor scales: one for all experts

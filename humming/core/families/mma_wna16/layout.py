@@ -59,7 +59,11 @@ def layout_for(scheme, n: int, k: int, act: str, *, act_order: bool = False, cap
         # as one group spanning K, keeps the fp32 accumulators away from underflow
         group = k
     elif spec.granularity == "block":
-        raise UnsupportedOnDevice("2-D block weight scales are not supported by the WnA16 kernels; use group scales")
+        # a (bn, bk) block's scale is the group scale (group bk along K) of each of its bn channels (``prepare``
+        # repeats it over them)
+        group = int(spec.block[1])
+        if k % group:
+            raise ShapeError(f"the {spec.block[0]}x{group} weight blocks do not divide K={k} along K")
     elif spec.granularity not in ("channel", "tensor"):
         raise SchemeError(f"unknown weight scale granularity {spec.granularity!r}")
     zero_group, zero_const = 0, 0.0
@@ -102,6 +106,8 @@ def prepare(qw, act_dtype: torch.dtype, caps=None) -> PackedWeight:
     fix_exp = decode.exponent_fix if decode.kind == "float" else 0
     max_value = float(fmt.max) if decode.kind == "float" else float(2**decode.bits)  # largest |code value|
     scale_vals = qw.scale_values().to(torch.float32)
+    if qw.scheme.weight_scale.granularity == "block":  # [N/bn, K/bk] -> the group scales [N, K/bk] of every channel
+        scale_vals = scale_vals.repeat_interleave(qw.scheme.weight_scale.block[0], dim=0)[:n]
     group = layout.scale_group
     if group and scale_vals.shape[1] == 1 and k != group * scale_vals.shape[1]:
         raise ShapeError(f"scales of shape {tuple(scale_vals.shape)} do not match group size {group} and K={k}")
