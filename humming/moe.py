@@ -15,6 +15,7 @@ import torch
 from humming.core.moe import reference
 from humming.core.moe.reference import local_ids
 from humming.core.moe.routing import Routing, route, routing_from_counts, routing_from_offsets
+from humming.core.moe.sharding import order_by_group
 from humming.core.quant import arguments
 from humming.core.runtime.layer import kept_prepared
 from humming.core.runtime.moe_layer import MoeLayer
@@ -23,7 +24,7 @@ from humming.errors import DeviceMismatchError, ShapeError
 from humming.moe_ops import WEIGHTS
 from humming.options import resolve as resolve_options
 
-__all__ = ["Routing", "route", "block_m", "moe_gemm", "grouped_gemm", "masked_gemm", "prepared"]
+__all__ = ["Routing", "route", "block_m", "moe_gemm", "grouped_gemm", "masked_gemm", "prepared", "order_by_group"]
 
 
 def prepared(qw, dtype: torch.dtype, device, profile=None, options=None) -> MoeLayer:

@@ -8,6 +8,7 @@ import torch
 
 from humming.core.moe.activation_kernel import gated_activation
 from humming.core.moe.reference import ACTIVATIONS, local_ids, reference_activation, reference_moe_layer
+from humming.core.moe.sharding import order_by_group
 from humming.errors import SchemeError, ShapeError
 
 
@@ -32,7 +33,8 @@ class QuantMoE(torch.nn.Module):
     as gpt-oss stores them); ``w2``: stacked experts [E, H, I]; ``activation``: "silu" (silu(gate) * up) or
     "swiglu_clamped" (gpt-oss, with ``swiglu_alpha`` and ``swiglu_limit``; humming.core.moe.reference defines both);
     ``w13_bias`` [E, 2I] / ``w2_bias`` [E, H]: optional. ``expert_map``: global -> local expert id (-1: not on this
-    GPU) for expert parallelism: this module holds the local experts and returns their part of the sum. CUDA inputs
+    GPU) for expert parallelism: this module holds the local experts and returns their part of the sum. An
+    act-order w2 is folded into the intermediate order (humming.core.moe.sharding.order_by_group). CUDA inputs
     run humming's MoE kernels (no host synchronisation: the layer captures in a CUDA graph); CPU inputs the
     reference."""
 
@@ -51,7 +53,10 @@ class QuantMoE(torch.nn.Module):
                              f"w2 [E, {w2.shape[0]}, {w2.shape[1]}]")
         if activation not in ACTIVATIONS:
             raise SchemeError(f"activation {activation!r} is unknown; use one of {ACTIVATIONS}")
-        self.w13, self.w2 = _with_bias(w13, w13_bias, "w13_bias"), _with_bias(w2, w2_bias, "w2_bias")
+        w13, w2 = _with_bias(w13, w13_bias, "w13_bias"), _with_bias(w2, w2_bias, "w2_bias")
+        if w2.g_idx is not None:  # act-order down projection: the intermediate channels ordered by its groups (the
+            w13, w2 = order_by_group(w13, w2, interleaved=interleaved)  # same output; its g_idx becomes natural)
+        self.w13, self.w2 = w13, w2.natural_order()
         self.num_experts, self.hidden, self.intermediate = w13.num_experts, hidden, two_i // 2
         self.activation, self.interleaved = activation, interleaved
         self.swiglu_alpha, self.swiglu_limit = swiglu_alpha, swiglu_limit

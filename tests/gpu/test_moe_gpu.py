@@ -230,3 +230,26 @@ def test_quant_moe_layer_compiled():
     ids, tw = random_ids(tokens, top_k, e), torch.rand(tokens, top_k, device="cuda")
     y = torch.compile(layer, fullgraph=True)(x, ids, tw)
     close(y, reference_moe_layer(x, layer.w13, layer.w2, ids, tw), "compiled layer", rel=3e-2)
+
+
+def test_quant_moe_layer_act_order_down_and_block_fp8():
+    """A GPTQ desc_act down projection (folded into the intermediate order) and DeepSeek-V3's 128x128-block FP8
+    experts (activations rescaled to 16 bits), whole layers against the reference layer of the given weights."""
+    from humming.core.moe.reference import reference_moe_layer
+
+    torch.manual_seed(29)
+    e, top_k, hidden, inter = 8, 2, 512, 256
+    w13 = humming.quantize(torch.randn(e, 2 * inter, hidden, device="cuda") * 0.05, "w4a16", group_size=64)
+    w2 = humming.quantize(torch.randn(e, hidden, inter, device="cuda") * 0.05, "w4a16", group_size=64,
+                          act_order=True)
+    act_order = humming.nn.QuantMoE(w13, w2)
+    assert act_order.w2.g_idx is None
+    block = humming.nn.QuantMoE.from_experts(torch.randn(e, inter, hidden, device="cuda") * 0.05,
+                                             torch.randn(e, hidden, inter, device="cuda") * 0.05,
+                                             torch.randn(e, inter, hidden, device="cuda") * 0.05, "w8a8-fp8-block")
+    for name, layer, given in (("act-order w2", act_order, (w13, w2)), ("block fp8", block, (block.w13, block.w2))):
+        for tokens in (1, 33, 300):
+            x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+            ids = random_ids(tokens, top_k, e)
+            tw = torch.softmax(torch.randn(tokens, top_k, device="cuda"), dim=1)
+            close(layer(x, ids, tw), reference_moe_layer(x, *given, ids, tw), f"{name} T={tokens}", rel=3e-2)

@@ -116,3 +116,25 @@ def test_expert_parallel_errors():
         layer.shard_expert_parallel(0, 3)
     with pytest.raises(ShapeError, match="rank"):
         layer.shard_expert_parallel(-1, 2)
+
+
+def test_act_order_down_projection_is_folded():
+    """An act-order w2 (GPTQ desc_act): QuantMoE orders every expert's intermediate channels by w2's groups, so w2
+    reaches the MoE kernels in natural group order (no g_idx) and the layer's output is that of the given weights."""
+    from humming.core.families.moe_wna16.layout import prepare_experts
+    from humming.core.moe.reference import reference_moe_layer
+
+    torch.manual_seed(3)
+    w13 = humming.quantize(torch.randn(E, 2 * INTER, H) * 0.05, "w4a16", group_size=32)
+    w2 = humming.quantize(torch.randn(E, H, INTER) * 0.05, "w4a16", group_size=32, act_order=True)
+    b13, b2 = torch.randn(E, 2 * INTER) * 0.1, torch.randn(E, H) * 0.1
+    for interleaved in (False, True):
+        layer = humming.nn.QuantMoE(w13, w2, w13_bias=b13, w2_bias=b2, interleaved=interleaved)
+        assert w2.g_idx is not None and layer.w2.g_idx is None
+        x, ids, tw = _inputs()
+        want = reference_moe_layer(x, w13, w2, ids, tw, interleaved=interleaved, w13_bias=b13, w2_bias=b2)
+        torch.testing.assert_close(layer(x, ids, tw), want, atol=1e-5, rtol=1e-5)
+        prepare_experts(layer.w2, torch.float16)  # the MoE kernels' packing takes it
+    with pytest.raises(humming.errors.UnsupportedOnDevice, match="gate/up projections without desc_act"):
+        prepare_experts(humming.quantize(torch.randn(2, 128, 256) * 0.05, "w4a16", group_size=32, act_order=True),
+                        torch.float16)

@@ -258,6 +258,20 @@ class QuantizedWeight(ExpertStack):
                                global_scale=t["global_scale"], g_idx=t["g_idx"], bias=t["bias"],
                                input_scale=t["input_scale"], validate=False, num_experts=self.num_experts)
 
+    def natural_order(self) -> QuantizedWeight:
+        """Itself, or the same weight without ``g_idx`` where that is the natural order (column k in group
+        k // group_size, for every expert): what an act-order weight becomes once its columns are sorted by group."""
+        ws = self.scheme.weight_scale
+        if self.g_idx is None or ws.granularity != "group":
+            return self
+        natural = torch.arange(self.shape[1], device=self.g_idx.device) // ws.group_size
+        if not torch.equal(self.g_idx.to(torch.int64), natural.expand_as(self.g_idx)):
+            return self
+        scheme = self.scheme.with_(act_order=False) if self.scheme.act_order else self.scheme
+        return QuantizedWeight(scheme, self.shape, self.packed, self.scales, zeros=self.zeros,
+                               global_scale=self.global_scale, g_idx=None, bias=self.bias,
+                               input_scale=self.input_scale, validate=False, num_experts=self.num_experts)
+
     def with_scheme(self, scheme: str | Scheme) -> QuantizedWeight:
         """The same tensors under another scheme whose weight side is identical (e.g. to choose how
         activations are quantized for an imported weight: ``qw.with_scheme(qw.scheme.with_(act="e4m3"))``)."""

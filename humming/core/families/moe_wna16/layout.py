@@ -73,12 +73,15 @@ def prepare_experts(qw, act_dtype: torch.dtype) -> ExpertWeights:
     if not experts:
         raise ShapeError("a MoE GEMM needs expert-stacked weights: humming.quantize(w [E, N, K], scheme) or "
                          "QuantizedWeight.stack([...])")
+    qw = qw.natural_order()  # (a g_idx sorted by group, as QuantMoE leaves w2's, is the natural order)
     if qw.g_idx is not None:
-        raise UnsupportedOnDevice("act-order (g_idx) expert weights are not supported by the MoE kernels yet")
+        raise UnsupportedOnDevice("act-order (g_idx) expert weights are not supported by the MoE kernels yet: export "
+                                  "the gate/up projections without desc_act (QuantMoE folds the down projection's "
+                                  "act-order into the intermediate order, humming.moe.order_by_group)")
     n, k = qw.shape
     n_pad, k_pad = padded_shape(n, k)
     packed = [prepare(padded_weight(qw.expert(e), n_pad, k_pad), act_dtype) for e in range(experts)]
-    if any(p.perm is not None for p in packed):  # (an identity g_idx is dropped above; this cannot happen)
+    if any(p.perm is not None for p in packed):  # (a natural g_idx is dropped above; this cannot happen)
         raise UnsupportedOnDevice("act-order expert weights are not supported by the MoE kernels yet")
     first = packed[0]
     return ExpertWeights(
