@@ -1,7 +1,7 @@
 """The MoE kernels once each on small random problems, checked against the reference: the program compute-sanitizer
 runs (memcheck, racecheck, initcheck, synccheck) over the routing kernel, the MoE tile kernel (decode: split-K; a
 64-row tile) and the MoE register-A kernel (sm_90a), gathered and per-slot activations, a padded K, skewed routing,
-and the gated activation between a layer's GEMMs (both activations, both gate/up layouts).
+act-order experts' row permutation, and the gated activation between a layer's GEMMs (both activations, both gate/up layouts).
 
     compute-sanitizer --tool memcheck --report-api-errors no python scripts/sanitize_moe.py
 """
@@ -19,16 +19,18 @@ from humming.core.moe.activation_kernel import gated_activation_cuda  # noqa: E4
 from humming.core.moe.reference import reference_activation, reference_moe_gemm  # noqa: E402
 
 # (name, scheme, group, E, top_k, N, K, tokens): the tile kernel's split-K decode, its 64-row tile, the register-A
-# kernel with a padded K and with W4A8 (per-token scales)
+# kernel with a padded K and with W4A8 (per-token scales), act-order experts (the permutation kernel first), block FP8
 CASES = [("tile-decode", "w4a16", 128, 16, 4, 256, 512, 3), ("tile-64", "w8a16", None, 8, 2, 192, 512, 300),
-         ("register-a", "w4a16-zp", 64, 8, 2, 256, 2880, 300), ("register-a-w4a8", "w4a8-fp8", None, 8, 2, 256, 640, 400)]
+         ("register-a", "w4a16-zp", 64, 8, 2, 256, 2880, 300), ("register-a-w4a8", "w4a8-fp8", None, 8, 2, 256, 640, 400),
+         ("act-order", "w4a16", 128, 8, 2, 256, 1024, 37), ("block-fp8", "w8a8-fp8-block", None, 8, 2, 256, 512, 33)]
 
 
 def main() -> int:
     bad = 0
     for name, scheme, group, e, top_k, n, k, tokens in CASES:
         torch.manual_seed(len(name))
-        qw = humming.quantize(torch.randn(e, n, k, device="cuda") * 0.05, scheme, group_size=group)
+        qw = humming.quantize(torch.randn(e, n, k, device="cuda") * 0.05, scheme, group_size=group,
+                              act_order=name == "act-order" or None)
         for skew in ("uniform", "one"):
             ids = (torch.rand(tokens, e, device="cuda").argsort(1)[:, :top_k] if skew == "uniform"
                    else torch.ones(tokens, top_k, device="cuda", dtype=torch.long)).to(torch.int32)

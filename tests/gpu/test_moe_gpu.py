@@ -233,13 +233,15 @@ def test_quant_moe_layer_compiled():
 
 
 def test_quant_moe_layer_act_order_down_and_block_fp8():
-    """A GPTQ desc_act down projection (folded into the intermediate order) and DeepSeek-V3's 128x128-block FP8
+    """GPTQ desc_act experts (gate/up: rows permuted per slot; down: folded into the intermediate order) and
+    DeepSeek-V3's 128x128-block FP8
     experts (activations rescaled to 16 bits), whole layers against the reference layer of the given weights."""
     from humming.core.moe.reference import reference_moe_layer
 
     torch.manual_seed(29)
     e, top_k, hidden, inter = 8, 2, 512, 256
-    w13 = humming.quantize(torch.randn(e, 2 * inter, hidden, device="cuda") * 0.05, "w4a16", group_size=64)
+    w13 = humming.quantize(torch.randn(e, 2 * inter, hidden, device="cuda") * 0.05, "w4a16", group_size=64,
+                           act_order=True)
     w2 = humming.quantize(torch.randn(e, hidden, inter, device="cuda") * 0.05, "w4a16", group_size=64,
                           act_order=True)
     act_order = humming.nn.QuantMoE(w13, w2)
@@ -247,9 +249,30 @@ def test_quant_moe_layer_act_order_down_and_block_fp8():
     block = humming.nn.QuantMoE.from_experts(torch.randn(e, inter, hidden, device="cuda") * 0.05,
                                              torch.randn(e, hidden, inter, device="cuda") * 0.05,
                                              torch.randn(e, inter, hidden, device="cuda") * 0.05, "w8a8-fp8-block")
-    for name, layer, given in (("act-order w2", act_order, (w13, w2)), ("block fp8", block, (block.w13, block.w2))):
+    for name, layer, given in (("act-order", act_order, (w13, w2)), ("block fp8", block, (block.w13, block.w2))):
         for tokens in (1, 33, 300):
             x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
             ids = random_ids(tokens, top_k, e)
             tw = torch.softmax(torch.randn(tokens, top_k, device="cuda"), dim=1)
             close(layer(x, ids, tw), reference_moe_layer(x, *given, ids, tw), f"{name} T={tokens}", rel=3e-2)
+
+
+@pytest.mark.parametrize("scheme", ["w4a16", "w8a16", "w4a8-fp8"])
+def test_moe_gemm_act_order(scheme):
+    """Act-order experts, each with its own g_idx: every routed row permuted into its expert's column order before
+    the GEMM (humming.core.moe.permute_kernel); the tile kernel and, at 2048 tokens, the register-A kernel."""
+    from humming.core.moe import permute_kernel
+
+    e, n, k = 8, 256, 1024
+    torch.manual_seed(31)
+    qw = humming.quantize(torch.randn(e, n, k, device="cuda") * 0.05, scheme, group_size=128, act_order=True)
+    permute_kernel._POISON = True
+    try:
+        for tokens, gather in ((1, True), (37, True), (2048, True), (40, False)):
+            ids = random_ids(tokens, 2, e)
+            tw = torch.rand(tokens, 2, device="cuda")
+            x = torch.randn(tokens if gather else tokens * 2, k, device="cuda", dtype=torch.bfloat16)
+            y = humming.moe_gemm(x, qw, ids, tw, gather=gather)
+            close(y, reference_moe_gemm(x, qw, ids, tw, gather=gather), f"{scheme} T={tokens} gather={gather}")
+    finally:
+        permute_kernel._POISON = False

@@ -135,6 +135,22 @@ def test_act_order_down_projection_is_folded():
         want = reference_moe_layer(x, w13, w2, ids, tw, interleaved=interleaved, w13_bias=b13, w2_bias=b2)
         torch.testing.assert_close(layer(x, ids, tw), want, atol=1e-5, rtol=1e-5)
         prepare_experts(layer.w2, torch.float16)  # the MoE kernels' packing takes it
-    with pytest.raises(humming.errors.UnsupportedOnDevice, match="gate/up projections without desc_act"):
-        prepare_experts(humming.quantize(torch.randn(2, 128, 256) * 0.05, "w4a16", group_size=32, act_order=True),
-                        torch.float16)
+
+
+def test_act_order_experts_are_sorted_by_group_when_prepared():
+    """Every expert's columns sorted by its own g_idx: the sorted weight, read through ExpertWeights.perm, is the
+    given weight; padding (K 2880 -> 2944 atoms) follows the sort."""
+    from humming.core.families.moe_wna16.layout import prepare_experts, sorted_by_group
+
+    torch.manual_seed(5)
+    qw = humming.quantize(torch.randn(3, 64, 2880) * 0.05, "w4a16", group_size=64, act_order=True)
+    ordered, perm = sorted_by_group(qw)
+    assert ordered.g_idx is None and perm.dtype == torch.int32 and perm.shape == (3, 2880)
+    assert not torch.equal(perm[0], perm[1])  # each expert its own order
+    given, sorted_w = qw.dequantize(), ordered.dequantize()
+    for e in range(3):
+        assert torch.equal(sorted_w[e], given[e][:, perm[e].long()])
+    ew = prepare_experts(qw, torch.bfloat16)
+    assert torch.equal(ew.perm, perm) and ew.layout.k == 2944
+    plain = humming.quantize(torch.randn(2, 64, 256) * 0.05, "w4a16", group_size=64)
+    assert sorted_by_group(plain) == (plain, None)

@@ -14,6 +14,7 @@ import torch
 
 from humming.core.common.layout import act_name
 from humming.core.families.moe_wna16.activations import activation_step, quantized_input
+from humming.core.moe.permute_kernel import permuted_rows
 from humming.core.problem import Problem
 from humming.core.registry import family_of, select
 from humming.core.routes import widened_ranges as act_widen
@@ -40,6 +41,7 @@ class MoeLayer:
         self.scheme = qw.scheme
         self.n, self.k = qw.shape
         self.experts = qw.num_experts
+        self.act_order = qw.natural_order().g_idx is not None  # (each slot's row permuted before the GEMM)
         self.dtype, self.device, self.caps, self.options = dtype, device, caps, options
         self.step, _ = activation_step(self.scheme, self.n, self.k)
         self.kernel_dtype = dtype if self.step in ("x", "rescaled") else act_widen.act_dtype(caps, dtype)
@@ -58,7 +60,7 @@ class MoeLayer:
 
     def problem(self, tokens: int, top_k: int, form: str = "indexed") -> Problem:
         return Problem(self.scheme, tokens, self.n, self.k, self.act, self.options, form=form, experts=self.experts,
-                       top_k=top_k)
+                       top_k=top_k, act_order=self.act_order)
 
     def plan_for(self, tokens: int, top_k: int):
         """The plan (M = tokens) a GEMM of ``tokens`` tokens, each to ``top_k`` experts, runs."""
@@ -118,7 +120,12 @@ class MoeLayer:
                              f"(route with humming.moe.route(..., block_m=humming.moe.block_m(...)))")
         if routing.num_experts != self.experts:
             raise ShapeError(f"the routing is over {routing.num_experts} experts; the weight has {self.experts}")
-        fire, args, _ = self._spec(plan, routing.capacity)
+        fire, args, w = self._spec(plan, routing.capacity)
+        if w.perm is not None and fire is not None:  # act-order experts: each slot's row in its expert's order
+            a = permuted_rows(a, routing, w.perm, a_div)
+            if gscale is not None and gscale.numel() > 1:  # per-token scales -> per slot
+                gscale = gscale.repeat_interleave(a_div)
+            a_div = 1
         ws = cnt = None
         if plan.splits > 1 and fire is not None:  # split-K partials and tile counters of the current stream
             tiles = routing.capacity // plan.tiles.bm * (plan.layout.n // plan.tiles.bn)

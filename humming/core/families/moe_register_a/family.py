@@ -8,7 +8,7 @@ from dataclasses import replace
 from humming.core.families.moe_register_a.generator import moe_register_a_source
 from humming.core.families.moe_register_a.planner import PATH, plan_moe_register_a
 from humming.core.families.moe_register_a.planner import refusal as plan_refusal
-from humming.core.families.moe_wna16.family import pack
+from humming.core.families.moe_wna16.family import pack, with_act_order
 from humming.core.families.moe_wna16.tuned import entry_reason, entry_tiles, ignored, moe_entry
 from humming.core.families.register_a.tiles import RegisterATiles
 from humming.core.family import Family
@@ -18,8 +18,6 @@ from humming.errors import HummingError
 def refusal(problem, caps, ask) -> str | None:
     if not problem.is_moe:
         return "dense GEMMs run on the dense families"
-    if problem.act_order:
-        return "act-order (g_idx) expert weights are not supported by the MoE kernels"
     entry = moe_entry(problem, caps)
     if entry is not None and entry.get("path") != PATH:
         return f"a measured entry chose {entry.get('path')} for this MoE GEMM ({entry.get('origin')})"
@@ -28,6 +26,10 @@ def refusal(problem, caps, ask) -> str | None:
 
 
 def plan(problem, caps):
+    return with_act_order(problem, _plan(problem, caps))
+
+
+def _plan(problem, caps):
     args = (caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts, problem.top_k)
     entry = moe_entry(problem, caps)
     if entry is not None:

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from humming.core.families.moe_wna16.activations import activation_step
 from humming.core.families.moe_wna16.generator import moe_kernel_source
-from humming.core.families.moe_wna16.layout import prepare_experts
+from humming.core.families.moe_wna16.layout import ACT_ORDER_REASON, prepare_experts
 from humming.core.families.moe_wna16.planner import FAMILY as PLAN_FAMILY
 from humming.core.families.moe_wna16.planner import PATH, plan_moe
 from humming.core.families.moe_wna16.tuned import entry_reason, entry_tiles, ignored, moe_entry
@@ -22,12 +22,14 @@ def refusal(problem, caps, ask) -> str | None:
             activation_step(problem.scheme, problem.n, problem.k)
         except HummingError as exc:
             return str(exc)
-    if problem.act_order:
-        return "act-order (g_idx) expert weights are not supported by the MoE kernels"
     return None
 
 
 def plan(problem, caps):
+    return with_act_order(problem, _plan(problem, caps))
+
+
+def _plan(problem, caps):
     args = (caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts, problem.top_k)
     entry = moe_entry(problem, caps)
     if entry is not None and entry.get("path") == PATH:
@@ -37,6 +39,11 @@ def plan(problem, caps):
         except (HummingError, KeyError, TypeError, ValueError) as exc:
             ignored(entry, problem.m, exc)
     return plan_moe(*args)
+
+
+def with_act_order(problem, p):
+    """The plan with the act-order reason where the experts are act-order (both MoE families run them alike)."""
+    return replace(p, reasons=p.reasons + (ACT_ORDER_REASON,)) if problem.act_order else p
 
 
 def owns(plan) -> bool:

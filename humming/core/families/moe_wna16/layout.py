@@ -5,7 +5,11 @@ expert e at a fixed stride.
 Padding: output features N and input features K that are multiples of 16 (any real model's) are padded to
 multiples of 64 with code 0 (a finite value in every format) and the last scale / zero row or column repeated. The
 kernel reads activations only up to the real K (zeros past it), so padded input columns add nothing; padded output
-columns are computed and never stored."""
+columns are computed and never stored.
+
+Act-order experts (GPTQ ``desc_act``): each expert's input columns are sorted by group first, so its groups are
+contiguous runs (then padded like any weight); the activations follow each expert's own order at run time
+(``ExpertWeights.perm``, humming.core.moe.permute_kernel)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,6 +54,9 @@ class ExpertWeights:
     channel_scale: torch.Tensor | None
     bias: torch.Tensor | None
     expert_scale: torch.Tensor
+    # act-order experts: int32 [E, K], the activation column of each sorted weight column per expert (the rows of A
+    # are permuted per slot before the GEMM, humming.core.moe.permute_kernel); None otherwise
+    perm: torch.Tensor | None = None
 
     @property
     def num_experts(self) -> int:
@@ -73,16 +80,12 @@ def prepare_experts(qw, act_dtype: torch.dtype) -> ExpertWeights:
     if not experts:
         raise ShapeError("a MoE GEMM needs expert-stacked weights: humming.quantize(w [E, N, K], scheme) or "
                          "QuantizedWeight.stack([...])")
-    qw = qw.natural_order()  # (a g_idx sorted by group, as QuantMoE leaves w2's, is the natural order)
-    if qw.g_idx is not None:
-        raise UnsupportedOnDevice("act-order (g_idx) expert weights are not supported by the MoE kernels yet: export "
-                                  "the gate/up projections without desc_act (QuantMoE folds the down projection's "
-                                  "act-order into the intermediate order, humming.moe.order_by_group)")
+    qw, perm = sorted_by_group(qw)
     n, k = qw.shape
     n_pad, k_pad = padded_shape(n, k)
     packed = [prepare(padded_weight(qw.expert(e), n_pad, k_pad), act_dtype) for e in range(experts)]
-    if any(p.perm is not None for p in packed):  # (a natural g_idx is dropped above; this cannot happen)
-        raise UnsupportedOnDevice("act-order expert weights are not supported by the MoE kernels yet")
+    if any(p.perm is not None for p in packed):  # (sorted_by_group left natural orders; this cannot happen)
+        raise UnsupportedOnDevice("an expert kept a column permutation after sorting its groups")
     first = packed[0]
     return ExpertWeights(
         layout=first.layout, n=n, k=k,
@@ -90,4 +93,25 @@ def prepare_experts(qw, act_dtype: torch.dtype) -> ExpertWeights:
         scales=_stack([p.scales for p in packed]), zeros=_stack([p.zeros for p in packed]),
         channel_scale=_stack([p.channel_scale for p in packed]), bias=_stack([p.bias for p in packed]),
         expert_scale=torch.tensor([float(p.out_scale) for p in packed], dtype=torch.float32,
-                                  device=first.qweight.device))
+                                  device=first.qweight.device),
+        perm=perm)
+
+
+ACT_ORDER_REASON = ("act-order experts: each expert's input columns sorted by group when prepared; before the GEMM one "
+                    "kernel writes every routed row in its expert's column order (slots x K x 2 bytes more traffic)")
+
+
+def sorted_by_group(qw):
+    """(the stacked weight with every expert's input columns sorted by its act-order group, so that its g_idx is the
+    natural order and is dropped; int32 [E, K]: the original column of each sorted column, or None where ``qw`` has
+    no g_idx, or a natural one). ShapeError where a g_idx does not form groups of exactly group_size columns."""
+    from humming.core.quant.slicing import permute_columns
+
+    qw = qw.natural_order()
+    if qw.g_idx is None:
+        return qw, None
+    perm = torch.argsort(qw.g_idx.to(torch.int64), dim=-1, stable=True)
+    ordered = permute_columns(qw, perm).natural_order()
+    if ordered.g_idx is not None:
+        raise ShapeError(f"an expert's act-order g_idx does not form groups of exactly {qw.group_size} columns")
+    return ordered, perm.to(torch.int32).contiguous()
