@@ -26,19 +26,45 @@ The parameter list is the one of the 8-bit mma.sync kernel (S, WS, CNT and k_per
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from humming.core.common.kernel_params import eight_bit_params
 from humming.core.common.wgmma import swizzled_stage_loader
 from humming.devices.base import HelperRequest
 
 # ---- CUDA text shared by the three tcgen05 kernels (W8A8, WnA16, block-scaled): one CTA of 128 threads, an mbarrier
 # per slot, the accumulator in Tensor Memory read back 32 columns at a time by the warp that owns the TMEM lanes
-TC_BLOCK_DECL = """\
+TC_BLOCK_HEAD = """\
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ __align__(8) uint64_t mma_bar[STAGES];  // completes once per commit of the stage using the slot
   __shared__ uint32_t tmem_slot;                      // written by tcgen05.alloc
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
 """
+TC_BLOCK_DECL = TC_BLOCK_HEAD + "  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;\n"
+# the epilogue's store of row ``row``'s 32 columns from col0 (packed: 16 words of two 16-bit values)
+_TC_STORE = """    if (row < M) {
+      uint16_t* out = C + (size_t)row * N + col0;
+      #pragma unroll
+      for (int q = 0; q < 4; ++q)
+        store_128(out + 8 * q, packed[4 * q], packed[4 * q + 1], packed[4 * q + 2], packed[4 * q + 3]);
+    }
+"""
+
+
+@dataclass(frozen=True)
+class Tcgen05Rows:
+    """Where the tcgen05 WnA16 kernel's rows come from and go to, other than rows m0 .. m0 + BM of A and C (the MoE
+    form, humming.core.families.moe_tcgen05). ``params``: parameters after GS (starting with ","); ``tile``: m0 / n0
+    and what follows from them, before Tensor Memory is allocated (it may return early; it fills the shared
+    ``a_row[BM]``: the row of A of each block row, -1 for padding, A having KA columns); ``after_row``: epilogue
+    lines after ``row`` is declared; ``weight``: what multiplies (accumulator x scale + bias) of the row;
+    ``store``: the row's 32 columns from col0 (``packed``) to C."""
+
+    params: str
+    tile: str
+    after_row: str
+    weight: str
+    store: str
 _TC_ROW_SCALE = "\n  const float rs = (TS && row < M) ? scale * load_f32(TS + row) : scale;"
 _TC_CHANNEL_SCALES = """\
       float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
@@ -71,10 +97,17 @@ def tmem_setup(alloc: str = "the accumulator's columns and gives up the permit",
 """
 
 
-def tmem_epilogue(after_row: str, pair_scales: str, mul0: str, mul1: str) -> str:
+def tmem_epilogue(after_row: str, pair_scales: str, mul0: str, mul1: str, weight: str = "",
+                  store: str = _TC_STORE) -> str:
     """From the wait for the last commit to the end of the kernel: thread t of warp w loads accumulator row 32w + t
     (``after_row`` follows the row's declaration), per column pair j, j + 1 ``pair_scales`` declares b0, b1 (and what
-    ``mul0``, ``mul1`` multiply the accumulators by), + bias, four 16-byte stores; TMEM freed by warp 0."""
+    ``mul0``, ``mul1`` multiply the accumulators by), + bias (times ``weight``), ``store`` (four 16-byte stores);
+    TMEM freed by warp 0."""
+    if weight:
+        pack_line = (f"f32x2_to_act2((tc_acc_to_f32(v[j]){mul0} + b0){weight}, "
+                     f"(tc_acc_to_f32(v[j + 1]){mul1} + b1){weight})")
+    else:
+        pack_line = f"f32x2_to_act2(tc_acc_to_f32(v[j]){mul0} + b0, tc_acc_to_f32(v[j + 1]){mul1} + b1)"
     return f"""\
   {{
     const int last = ktiles - 1;  // its commit covers every MMA of the tile
@@ -98,15 +131,9 @@ def tmem_epilogue(after_row: str, pair_scales: str, mul0: str, mul1: str) -> str
         const uint32_t bb = load_g32(BIAS + col0 + j);  // the two 16-bit biases of columns j, j + 1
         b0 = act_to_f32((uint16_t)(bb & 0xFFFFu)); b1 = act_to_f32((uint16_t)(bb >> 16));
       }}
-      packed[j / 2] = f32x2_to_act2(tc_acc_to_f32(v[j]){mul0} + b0, tc_acc_to_f32(v[j + 1]){mul1} + b1);
+      packed[j / 2] = {pack_line};
     }}
-    if (row < M) {{
-      uint16_t* out = C + (size_t)row * N + col0;
-      #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        store_128(out + 8 * q, packed[4 * q], packed[4 * q + 1], packed[4 * q + 2], packed[4 * q + 3]);
-    }}
-  }}
+{store}  }}
   tc_fence_before();
   __syncthreads();               // every warp's loads are complete before the columns are freed
   if (warp == 0) {{
@@ -204,7 +231,7 @@ def tcgen05_kernel_source(plan, backend, caps=None) -> str:
     return tcgen05_w8a8_kernel_source(plan, backend, caps)
 
 
-def tcgen05_wna16_kernel_source(plan, backend, caps=None) -> str:
+def tcgen05_wna16_kernel_source(plan, backend, caps=None, rows: Tcgen05Rows | None = None) -> str:
     """The tcgen05 WnA16 kernel: f16/bf16 activations x signed int4 weights dequantized into shared memory,
     kind::f16 -> fp32 in Tensor Memory. Compiled only, never run on hardware.
 
@@ -223,7 +250,8 @@ def tcgen05_wna16_kernel_source(plan, backend, caps=None) -> str:
       of stage kt (A slot kt % STAGES, B tile kt % 2) and commits to the slot's mbarrier -> everyone waits for the
       commit of kt-1 (its MMAs read the slot refilled now and the B tile written now) -> refill the slot of kt-1
       with stage kt + LOOKAHEAD -> dequantize stage kt+1 into B tile (kt+1) % 2 while the MMAs of kt run.
-    Epilogue: accumulator x out_scale (x *GS) x CS[n] + bias, the mma.sync tile kernel's parameter list."""
+    Epilogue: accumulator x out_scale (x *GS) x CS[n] + bias, the mma.sync tile kernel's parameter list.
+    ``rows``: the MoE form's rows (Tcgen05Rows)."""
     from humming.core.families.tcgen05.planner import WNA16_BK, WNA16_BQ, WNA16_PATH
     from humming.core.families.wgmma_dequant.generator import wna16_params, wna16_stage_lambdas
     from humming.core.families.wgmma_dequant.planner import scale_rows, stage_bytes
@@ -231,7 +259,8 @@ def tcgen05_wna16_kernel_source(plan, backend, caps=None) -> str:
     t = plan.tiles
     lay = plan.layout
     ins = plan.instruction
-    if plan.path != WNA16_PATH or (t.bm, t.bk, t.threads) != (128, WNA16_BK, 128) or t.stages < 3 or t.bn % 128:
+    if ((rows is None and plan.path != WNA16_PATH) or (t.bm, t.bk, t.threads) != (128, WNA16_BK, 128) or t.stages < 3
+            or t.bn % 128):
         raise ValueError(f"the tcgen05 WnA16 kernel is written for 128x(128|256)x64 tiles, 128 threads, >= 3 stages; "
                          f"got {t}")
     dec = lay.decode
@@ -267,15 +296,15 @@ static_assert(LOOKAHEAD >= 2, "at least three stages (stage kt+1 is waited for w
 static_assert(BN % 128 == 0 && (TMEM_COLS & (TMEM_COLS - 1)) == 0 && TMEM_COLS <= 512, "tile width, TMEM allocation");
 }}
 
-{wna16_params(plan.kernel_name)}  using namespace cfg;
-{TC_BLOCK_DECL}  const int ktiles = K / BK;
+{wna16_params(plan.kernel_name, rows.params if rows else "")}  using namespace cfg;
+{TC_BLOCK_HEAD + rows.tile if rows else TC_BLOCK_DECL}  const int ktiles = K / BK;
   // the swizzle repeats every 1024 bytes of address: start on such a boundary (1 KiB is reserved)
   const uint32_t bq0 = (smem_u32(smem) + 1023u) & ~1023u;      // BQ dequantized B tiles
   const uint32_t slot0 = bq0 + BQ * BQ_BYTES;                    // STAGES cp.async slots
   const unsigned char* sgen = smem + (slot0 - smem_u32(smem));   // generic pointer to slot 0 (scale reads)
 
 {tmem_setup()}
-{wna16_stage_lambdas(lay, 128)}
+{wna16_stage_lambdas(lay, 128, gathered=rows is not None)}
   #pragma unroll
   for (int s = 0; s < LOOKAHEAD; ++s) {{
     if (s < ktiles) load_stage(s, s);
@@ -308,7 +337,13 @@ static_assert(BN % 128 == 0 && (TMEM_COLS & (TMEM_COLS - 1)) == 0 && TMEM_COLS <
     }}
     if (kt + 1 < ktiles) dequant_stage(kt + 1);  // overlaps the MMAs just issued
   }}
-{tmem_epilogue("", _TC_SCALED_CHANNEL_SCALES, " * c0", " * c1")}"""
+{_wna16_epilogue(rows)}"""
+
+
+def _wna16_epilogue(rows: Tcgen05Rows | None) -> str:
+    if rows is None:
+        return tmem_epilogue("", _TC_SCALED_CHANNEL_SCALES, " * c0", " * c1")
+    return tmem_epilogue(rows.after_row, _TC_SCALED_CHANNEL_SCALES, " * c0", " * c1", rows.weight, rows.store)
 
 
 def _w4a8_loader() -> str:

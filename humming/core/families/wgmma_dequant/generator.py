@@ -42,9 +42,10 @@ def _c(v: float) -> str:
     return repr(float(v)) + "f"
 
 
-def wna16_params(kernel_name: str) -> str:
+def wna16_params(kernel_name: str, extra: str = "") -> str:
     """The kernel's signature line and the mma.sync tile kernel's parameter list, through the opening brace (shared
-    by the wgmma and tcgen05 WnA16 kernels: one launcher runs them all)."""
+    by the wgmma and tcgen05 WnA16 kernels: one launcher runs them all); ``extra``: parameters after GS (starting
+    with ",", e.g. a routing's)."""
     return f"""extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {kernel_name}(
     const uint16_t* __restrict__ A,      // activations [M, K], row-major (K-major)
     const uint32_t* __restrict__ B,      // int4 codes, 64x64 blocks of 2 KB (humming.core.families.wgmma_dequant.layout)
@@ -55,14 +56,32 @@ def wna16_params(kernel_name: str) -> str:
     uint16_t* __restrict__ C,            // output [M, N], row-major
     float* __restrict__ WS, int* __restrict__ CNT,   // unused (no split-K)
     int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{        // a device scalar multiplying the output (activation global scale) or null
+    const float* __restrict__ GS{extra}) {{        // GS: a device scalar multiplying the output (activation global scale) or null
 """
 
 
-def wna16_stage_lambdas(lay, threads: int) -> str:
+# the A rows of a stage: rows m0 .. m0 + BM of A [M, K] (rows past M zero-filled) ...
+_A_ROWS = """    #pragma unroll
+    for (int i = 0; i < BM / {r}; ++i) {{
+      const bool ok = m0 + lrow + {r} * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(slot_base + lswz + i * {r} * 128, ok ? a_src + ((size_t){r} * i * K + k0) : A, ok);
+    }}
+"""
+# ... or gathered: block row r is row a_row[r] of A [rows, KA] (-1: a padding row), columns past KA zero-filled
+_GATHERED_A_ROWS = """    #pragma unroll
+    for (int i = 0; i < BM / {r}; ++i) {{
+      const int ar = a_row[lrow + {r} * i];
+      const bool ok = ar >= 0 && k0 + lch * 8 < KA;  // padding rows and columns past the real K zero-filled
+      copy_16_async(slot_base + lswz + i * {r} * 128, ok ? A + (size_t)ar * KA + k0 + lch * 8 : A, ok);
+    }}
+"""
+
+
+def wna16_stage_lambdas(lay, threads: int, gathered: bool = False) -> str:
     """CUDA of ``load_stage(slot, kt)`` (A rows, raw int4 codes and group-scale rows of a stage, cp.async) and
     ``dequant_stage(kt)`` (this thread's raw chunks -> the swizzled dequantized B tile kt % BQ) for ``threads``
-    threads (shared by the wgmma and tcgen05 WnA16 kernels)."""
+    threads (shared by the wgmma and tcgen05 WnA16 kernels). ``gathered``: block row r is row ``a_row[r]`` of A
+    (a shared array the kernel fills; -1: a padding row), A having KA columns (the MoE form)."""
     r, cpp = threads // 8, threads // 2  # A rows per pass; channels of codes per pass
     group = lay.scale_group
     s_rows = scale_rows(group)
@@ -83,21 +102,17 @@ def wna16_stage_lambdas(lay, threads: int) -> str:
 """
     else:
         scale_decl = scale_math = scale_load = ""
+    a_src = "" if gathered else "  const uint16_t* a_src = A + (size_t)(m0 + lrow) * K + lch * 8;\n"
+    a_rows = (_GATHERED_A_ROWS if gathered else _A_ROWS).format(r=r)
     return f"""  // A: thread tid copies chunk tid % 8 of rows tid / 8 + {r} i ((row mod 8) is the same for every i)
   const int lrow = tid >> 3, lch = tid & 7;
   const uint32_t lswz = swz128(lrow, lch);
-  const uint16_t* a_src = A + (size_t)(m0 + lrow) * K + lch * 8;
-  // codes: raw chunk c = tid + {threads} i of a stage is 16 bytes of block (c / 128), i.e. channel n = c / 2
+{a_src}  // codes: raw chunk c = tid + {threads} i of a stage is 16 bytes of block (c / 128), i.e. channel n = c / 2
   const unsigned char* b_src = reinterpret_cast<const unsigned char*>(B) + (size_t)(n0 / 64) * (K / 64) * 2048;
   auto load_stage = [&](int slot, int kt) {{
     const uint32_t slot_base = slot0 + slot * STAGE_BYTES;
     const int k0 = kt * BK;
-    #pragma unroll
-    for (int i = 0; i < BM / {r}; ++i) {{
-      const bool ok = m0 + lrow + {r} * i < M;  // rows past M are zero-filled (the source stays a valid address)
-      copy_16_async(slot_base + lswz + i * {r} * 128, ok ? a_src + ((size_t){r} * i * K + k0) : A, ok);
-    }}
-    #pragma unroll
+{a_rows}    #pragma unroll
     for (int i = 0; i < BN / {cpp}; ++i) {{
       const int c = tid + {threads} * i;
       copy_16_async(slot_base + A_BYTES + c * 16, b_src + ((size_t)(c >> 7) * (K / 64) + kt) * 2048 + (c & 127) * 16, true);

@@ -1,0 +1,46 @@
+"""The MoE tcgen05 family: the indexed, grouped and masked expert GEMMs on the tcgen05 WnA16 kernel (Blackwell
+datacenter, int4 experts, prefill). Compiled for its targets, never run on hardware: it takes problems only with
+HUMMING_UNVERIFIED_KERNELS=1; the MoE tile kernel runs the rest."""
+from __future__ import annotations
+
+from humming.core.families.moe_tcgen05.generator import moe_tcgen05_source
+from humming.core.families.moe_tcgen05.layout import prepare_tcgen05_experts
+from humming.core.families.moe_tcgen05.planner import PATH, plan_moe_tcgen05, unverified_note
+from humming.core.families.moe_tcgen05.planner import refusal as plan_refusal
+from humming.core.families.moe_wna16.family import with_act_order
+from humming.core.families.moe_wna16.tuned import moe_entry
+from humming.core.family import Family
+from humming.devices.current import runs_here
+
+
+def refusal(problem, caps, ask) -> str | None:
+    if not problem.is_moe:
+        return "dense GEMMs run on the dense families"
+    entry = moe_entry(problem, caps)
+    if entry is not None and entry.get("path") != PATH:
+        return f"a measured entry chose {entry.get('path')} for this MoE GEMM ({entry.get('origin')})"
+    why = plan_refusal(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
+                       problem.top_k)
+    if why:
+        return why
+    if not runs_here(caps):
+        return f"the live GPU is not {caps.name}'s own target"
+    return None
+
+
+def plan(problem, caps):
+    return with_act_order(problem, plan_moe_tcgen05(caps, problem.scheme, problem.m, problem.n, problem.k,
+                                                    problem.act, problem.experts, problem.top_k))
+
+
+def owns(plan) -> bool:
+    return plan.path == PATH
+
+
+def pack(qw, dtype, layout, caps):
+    return prepare_tcgen05_experts(qw, dtype)
+
+
+FAMILY = Family("moe_tcgen05", "tcgen05 MoE W4A16: indexed / grouped / masked expert GEMMs, int4 experts dequantized "
+                "into shared memory (prefill on profiles declaring tcgen05)", refusal, plan, "x", owns, moe_tcgen05_source, pack,
+                unverified=unverified_note, announce=True)
