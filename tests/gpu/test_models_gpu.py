@@ -51,9 +51,11 @@ def test_compiled_model_and_quantized_activations_on_gpu(tmp_path):
 
 # (layout, architecture, tolerance as a fraction of the largest logit): the checkpoint families of
 # tests/models/test_load_dir_models.py on the GPU; block FP8 quantizes its activations per 128 columns to e4m3,
-# which the reference model (16-bit activations) does not (5-6% measured on the CPU). Block-FP8 experts have no MoE
-# kernel yet (humming plan --moe names why), so the DeepSeek-layout MoE model runs on the CPU only.
-GPU_FAMILIES = [("awq", "qwen3", 0.03), ("modelopt-nvfp4", "llama", 0.03), ("fp8-block", "qwen3", 0.1)]
+# which the reference model (16-bit activations) does not (5-6% measured on the CPU); the DeepSeek-layout MoE model's
+# block-FP8 experts run the MoE tile kernel on activations rescaled to 16 bits; GPTQ desc_act experts each their own
+# column order (the gate/up rows permuted per slot, the down projection folded into the intermediate order).
+GPU_FAMILIES = [("awq", "qwen3", 0.03), ("modelopt-nvfp4", "llama", 0.03), ("fp8-block", "qwen3", 0.1),
+                ("fp8-block", "qwen3_moe", 0.1), ("gptq-desc-act", "qwen3_moe", 0.03)]
 
 
 @pytest.mark.parametrize("layout, arch, tol", GPU_FAMILIES)

@@ -42,15 +42,20 @@ def tiny_config(arch: str):
     raise ValueError(arch)
 
 
-def _gptq(n: int, k: int, rng) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Random 4-bit asymmetric GPTQ (v1) tensors of an [n, k] weight and its dequantized value."""
+def _gptq(n: int, k: int, rng, desc_act: bool = False, order=None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Random 4-bit asymmetric GPTQ (v1) tensors of an [n, k] weight and its dequantized value; ``desc_act``: the
+    groups are taken in a column order (``order``, else a random one), as GPTQ's act-order writes: from the
+    Hessian of the weight's input, so projections of one input (an expert's gate and up) share it."""
     g = k // GROUP
     q = rng.integers(0, 16, size=(k, n))
     z = rng.integers(1, 16, size=(g, n))
     s = rng.uniform(0.002, 0.02, size=(g, n)).astype(np.float16)
     g_idx = np.arange(k) // GROUP
+    if desc_act:
+        g_idx = np.empty(k, dtype=np.int64)
+        g_idx[rng.permutation(k) if order is None else order] = np.arange(k) // GROUP
     w = s.astype(np.float64)[g_idx, :] * (q - z[g_idx, :])
-    return gptq_tensors(q, z - 1, s, 4), torch.from_numpy(w.T.astype(np.float32))
+    return gptq_tensors(q, z - 1, s, 4, g_idx=g_idx if desc_act else None), torch.from_numpy(w.T.astype(np.float32))
 
 
 def _awq(n: int, k: int, rng) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -91,6 +96,9 @@ def _modelopt_nvfp4(n: int, k: int, rng) -> tuple[dict[str, torch.Tensor], torch
 LAYOUTS = {
     "gptq": (_gptq, {"quant_method": "gptq", "bits": 4, "group_size": GROUP, "desc_act": False, "sym": False,
                      "checkpoint_format": "gptq"}),
+    "gptq-desc-act": (lambda n, k, rng, order=None: _gptq(n, k, rng, desc_act=True, order=order),
+                      {"quant_method": "gptq", "bits": 4, "group_size": GROUP, "desc_act": True, "sym": False,
+                       "checkpoint_format": "gptq"}),
     "awq": (_awq, {"quant_method": "awq", "bits": 4, "group_size": GROUP, "zero_point": True, "version": "gemm"}),
     "fp8-block": (_fp8_block, {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                "weight_block_size": [128, 128]}),
@@ -132,8 +140,10 @@ def write_checkpoint(arch: str, path: str, layout: str = "gptq", seed: int = 0) 
             e_count, two_i, hidden = module.gate_up_proj.shape
             inter = two_i // 2
             for e in range(e_count):
+                # act-order: the expert's gate and up share their input's column order
+                shared = {"order": rng.permutation(hidden)} if layout == "gptq-desc-act" else {}
                 for proj, (n, k) in (("gate", (inter, hidden)), ("up", (inter, hidden)), ("down", (hidden, inter))):
-                    t, w = make(n, k, rng)
+                    t, w = make(n, k, rng, **(shared if proj != "down" else {}))
                     prefix = _checkpoint_experts_name(arch, layer, e, proj)
                     tensors.update({f"{prefix}.{kk}": v for kk, v in t.items()})
                     if proj == "down":
