@@ -9,18 +9,16 @@ from humming.core.families.moe_register_a.generator import moe_register_a_source
 from humming.core.families.moe_register_a.planner import PATH, plan_moe_register_a
 from humming.core.families.moe_register_a.planner import refusal as plan_refusal
 from humming.core.families.moe_wna16.family import pack, with_act_order
-from humming.core.families.moe_wna16.tuned import entry_reason, entry_tiles, ignored, moe_entry
+from humming.core.families.moe_wna16.tuned import entry_reason, entry_tiles, ignored, moe_entry, other_kernel_chosen
 from humming.core.families.register_a.tiles import RegisterATiles
 from humming.core.family import Family
 from humming.errors import HummingError
 
 
 def refusal(problem, caps, ask) -> str | None:
-    if not problem.is_moe:
-        return "dense GEMMs run on the dense families"
-    entry = moe_entry(problem, caps)
-    if entry is not None and entry.get("path") != PATH:
-        return f"a measured entry chose {entry.get('path')} for this MoE GEMM ({entry.get('origin')})"
+    why, entry = other_kernel_chosen(problem, caps, PATH)
+    if why:
+        return why
     return plan_refusal(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
                         problem.top_k, measured=entry is not None) or None
 

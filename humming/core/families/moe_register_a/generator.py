@@ -13,22 +13,12 @@ MoE tile kernel's (humming.core.families.moe_wna16.layout), so both kernels run 
 from __future__ import annotations
 
 from humming.core.families.moe_register_a.planner import PATH
-from humming.core.families.moe_wna16.generator import EXPERT_OPERANDS, MOE_PARAMS, moe_place
+from humming.core.families.moe_wna16.generator import EXPERT_OPERANDS, MOE_PARAMS, moe_place, routed_rows
 from humming.core.families.register_a.generator import wgmma_rs_kernel_source
 from humming.core.families.register_a.token_rows import TokenRows
 
-TILE = moe_place("BC") + """  const int m0 = mb * BT, n0 = nb * BC;
-  // this block's expert, the slot of each of its rows and the row of A it reads (-1: a padding row)
-  __shared__ int slot_of_row[BT], a_row[BT];
-  if (m0 >= NPAD[0]) return;
-  const int expert = EXPERT_IDS[mb];
-  if (expert < 0) return;
-  for (int r = tid; r < BT; r += THREADS) {
-    const int s = SORTED[m0 + r];
-    slot_of_row[r] = s;
-    a_row[r] = s < num_slots ? s / a_div : -1;
-  }
-""" + EXPERT_OPERANDS + "  __syncthreads();"
+TILE = (moe_place("BC") + "  const int m0 = mb * BT, n0 = nb * BC;\n" + routed_rows("BT") + EXPERT_OPERANDS
+        + "  __syncthreads();")
 
 # the rows of A in registers, BT / 32 per thread, read once from shared memory (255 registers and no spills at 256
 # tokens with the ring of 5; a_row computed in registers spilled there)

@@ -8,17 +8,15 @@ from humming.core.families.moe_tcgen05.layout import prepare_tcgen05_experts
 from humming.core.families.moe_tcgen05.planner import PATH, plan_moe_tcgen05, unverified_note
 from humming.core.families.moe_tcgen05.planner import refusal as plan_refusal
 from humming.core.families.moe_wna16.family import with_act_order
-from humming.core.families.moe_wna16.tuned import moe_entry
+from humming.core.families.moe_wna16.tuned import other_kernel_chosen
 from humming.core.family import Family
 from humming.devices.current import runs_here
 
 
 def refusal(problem, caps, ask) -> str | None:
-    if not problem.is_moe:
-        return "dense GEMMs run on the dense families"
-    entry = moe_entry(problem, caps)
-    if entry is not None and entry.get("path") != PATH:
-        return f"a measured entry chose {entry.get('path')} for this MoE GEMM ({entry.get('origin')})"
+    why, _ = other_kernel_chosen(problem, caps, PATH)
+    if why:
+        return why
     why = plan_refusal(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
                        problem.top_k)
     if why:

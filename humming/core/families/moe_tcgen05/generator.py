@@ -11,21 +11,11 @@ humming.core.families.wgmma_dequant.layout), group scales, channel scales, bias 
 strides."""
 from __future__ import annotations
 
-from humming.core.families.moe_wna16.generator import EXPERT_OPERANDS, MOE_PARAMS, moe_place
+from humming.core.families.moe_wna16.generator import EXPERT_OPERANDS, MOE_PARAMS, moe_place, routed_rows
 from humming.core.families.tcgen05.generator import Tcgen05Rows, tcgen05_wna16_kernel_source
 
-TILE = moe_place("BN") + """  const int m0 = mb * BM, n0 = nb * BN;
-  // this block's expert, the slot of each of its rows and the row of A it reads (-1: a padding row)
-  __shared__ int slot_of_row[BM], a_row[BM];
-  if (m0 >= NPAD[0]) return;
-  const int expert = EXPERT_IDS[mb];
-  if (expert < 0) return;
-  for (int r = tid; r < BM; r += THREADS) {
-    const int s = SORTED[m0 + r];
-    slot_of_row[r] = s;
-    a_row[r] = s < num_slots ? s / a_div : -1;
-  }
-""" + EXPERT_OPERANDS  # (the barrier after the TMEM allocation publishes slot_of_row and a_row)
+# (the barrier after the TMEM allocation publishes slot_of_row and a_row)
+TILE = moe_place("BN") + "  const int m0 = mb * BM, n0 = nb * BN;\n" + routed_rows("BM") + EXPERT_OPERANDS
 
 AFTER_ROW = """
   const int slot = slot_of_row[warp * 32 + lane];   // this thread's row: its slot (num_slots: a padding row)

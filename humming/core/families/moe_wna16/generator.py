@@ -35,6 +35,23 @@ def moe_place(width: str) -> str:
 
 MOE_PLACE = moe_place("cfg::BN")
 
+
+def routed_rows(rows: str) -> str:
+    """A block's expert, the slot of each of its ``rows`` rows and the row of A each reads (-1: a padding row), in
+    shared memory; returns early for a block past the routing's used length or of no expert (both block-uniform).
+    Needs m0, mb, tid and THREADS; ends before the barrier that publishes the arrays."""
+    return f"""  // this block's expert, the slot of each of its rows and the row of A it reads (-1: a padding row)
+  __shared__ int slot_of_row[{rows}], a_row[{rows}];
+  if (m0 >= NPAD[0]) return;
+  const int expert = EXPERT_IDS[mb];
+  if (expert < 0) return;
+  for (int r = tid; r < {rows}; r += THREADS) {{
+    const int s = SORTED[m0 + r];
+    slot_of_row[r] = s;
+    a_row[r] = s < num_slots ? s / a_div : -1;
+  }}
+"""
+
 # the block's expert's weights, tables, bias and global factor (each at its fixed stride)
 EXPERT_OPERANDS = """  B += (size_t)expert * b_stride;
   if (S) S += (size_t)expert * s_stride;

@@ -14,7 +14,7 @@ from humming.errors import HummingError
 
 log = logging.getLogger("humming.tuning")
 
-__all__ = ["moe_entry", "entry_tiles", "entry_reason", "ignored"]
+__all__ = ["moe_entry", "entry_tiles", "entry_reason", "ignored", "other_kernel_chosen"]
 
 
 def moe_entry(problem, caps) -> dict | None:
@@ -43,3 +43,14 @@ def entry_reason(entry: dict, tokens: int) -> str:
 def ignored(entry: dict, tokens: int, exc: Exception) -> None:
     log.info("humming tuning: stored MoE config %s (bucket %s, %s) ignored: %s", entry.get("path"), m_bucket(tokens),
              entry.get("origin"), exc)
+
+
+def other_kernel_chosen(problem, caps, path: str) -> tuple[str | None, dict | None]:
+    """(why a family whose plans have ``path`` does not take an MoE problem before its own checks: a dense problem,
+    or a measured entry that chose another kernel; None when neither), and the problem's entry."""
+    if not problem.is_moe:
+        return "dense GEMMs run on the dense families", None
+    entry = moe_entry(problem, caps)
+    if entry is not None and entry.get("path") != path:
+        return f"a measured entry chose {entry.get('path')} for this MoE GEMM ({entry.get('origin')})", entry
+    return None, entry
