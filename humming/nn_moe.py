@@ -55,7 +55,10 @@ class QuantMoE(torch.nn.Module):
             raise SchemeError(f"activation {activation!r} is unknown; use one of {ACTIVATIONS}")
         w13, w2 = _with_bias(w13, w13_bias, "w13_bias"), _with_bias(w2, w2_bias, "w2_bias")
         if w2.g_idx is not None:  # act-order down projection: the intermediate channels ordered by its groups (the
-            w13, w2 = order_by_group(w13, w2, interleaved=interleaved)  # same output; its g_idx becomes natural)
+            try:                  # same output; its g_idx becomes natural)
+                w13, w2 = order_by_group(w13, w2, interleaved=interleaved)
+            except SchemeError:   # w13's scales cannot follow its rows (block scales): the MoE kernels permute
+                pass              # each routed row of h instead (humming.core.moe.permute_kernel)
         self.w13, self.w2 = w13, w2.natural_order()
         self.num_experts, self.hidden, self.intermediate = w13.num_experts, hidden, two_i // 2
         self.activation, self.interleaved = activation, interleaved
