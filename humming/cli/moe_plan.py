@@ -30,5 +30,5 @@ def moe_plan(args: argparse.Namespace) -> Plan:
     if args.group_size is not None:
         scheme = scheme.with_(group_size=args.group_size)
     problem = Problem(scheme, tokens, args.n, args.k, args.act, resolve_options(None), form=args.form or "indexed",
-                      experts=args.experts, top_k=args.top_k)
+                      experts=args.experts, top_k=args.top_k, act_order=bool(args.act_order))
     return select(problem, caps).plan

@@ -28,10 +28,12 @@ def add_arguments(p) -> None:
     moe.add_argument("--form", default=None, choices=["indexed", "grouped", "masked"],
                      help="how rows reach the experts (with --moe; default indexed): routed by index, contiguous per "
                           "expert, or a fixed capacity per expert")
+    moe.add_argument("--act-order", action="store_true", default=None,
+                     help="the experts are act-order (GPTQ desc_act: each its own column order; with --moe)")
 
 
 def _no_moe_options(args) -> None:
-    names = ("experts", "top_k", "tokens", "form")
+    names = ("experts", "top_k", "tokens", "form", "act_order")
     given = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
     if given:
         from humming.errors import ShapeError

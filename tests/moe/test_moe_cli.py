@@ -41,7 +41,13 @@ def test_plan_moe_as_a_command():
     (["--moe", "--experts", "4", "--top-k", "5"], "top-k"),
     (["--experts", "4"], "only with --moe"),
     (["--form", "masked"], "only with --moe"),
+    (["--act-order"], "only with --moe"),
 ])
 def test_plan_moe_errors(extra, message, capsys):
     assert main(["plan", "--profile", "nvidia-h200", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_plan_moe_act_order_says_what_it_costs(capsys):
+    assert main(ARGS + ["--act-order"]) == 0
+    assert "act-order experts" in capsys.readouterr().out
