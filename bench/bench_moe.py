@@ -9,7 +9,8 @@ Method: each GEMM captured ``--calls`` times in a CUDA graph (the stacked weight
 the L2, so no rotation is needed); humming's and torch's graphs replayed alternately for ``--rounds`` rounds, CUDA
 events, the median per library. humming is timed with its routing made outside the graph (the layer reuses one
 routing for both GEMMs; the routing's own time is a column); torch is given x already permuted by expert (its
-gather is not timed). The bytes bound: the active experts' weight bytes (4-bit codes and scales), once, at the copy
+gather is not timed). A second torch baseline, torch._scaled_grouped_mm (FP8 e4m3 x e4m3, row-wise scales: per
+token, per expert channel; cuBLAS / CUTLASS), where it runs: x permuted and quantized outside the timed call. The bytes bound: the active experts' weight bytes (4-bit codes and scales), once, at the copy
 bandwidth measured in the same run (a device-to-device copy of 1 GiB). Writes OUT/bench_moe.json and, with
 matplotlib, OUT/bench_moe.png, naming the GPU.
 
@@ -96,6 +97,34 @@ def grouped_reference(x, w_t, ids, experts):
     return (lambda: torch._grouped_mm(xs, w_t, offs=offs)), ""
 
 
+def scaled_grouped_reference(x, w_t, ids, experts):
+    """(a function running torch._scaled_grouped_mm, FP8 e4m3 x e4m3 with row-wise scales (activations per token,
+    weights per expert channel), on x permuted by expert and quantized outside the timed call, or None where it does
+    not run, why)."""
+    if not hasattr(torch, "_scaled_grouped_mm"):
+        return None, "torch has no _scaled_grouped_mm"
+    fp8, top = torch.float8_e4m3fn, torch.finfo(torch.float8_e4m3fn).max
+    flat = ids.reshape(-1).long()
+    order = flat.argsort(stable=True)
+    xs = x[order // ids.shape[1]].float()
+    scale_a = (xs.abs().amax(dim=1) / top).clamp(min=1e-12)
+    xq = (xs / scale_a[:, None]).to(fp8)
+    w = w_t.transpose(1, 2).float()  # [E, N, K]
+    scale_b = (w.abs().amax(dim=2) / top).clamp(min=1e-12)  # [E, N]
+    wq_t = (w / scale_b[:, :, None]).to(fp8).transpose(1, 2)  # [E, K, N], K contiguous (column-major per expert)
+    w = xs = None
+    offs = torch.bincount(flat, minlength=experts).cumsum(0).to(torch.int32)
+
+    def call():
+        return torch._scaled_grouped_mm(xq, wq_t, scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16,
+                                        use_fast_accum=True)
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001  (a build or GPU without it: reported in the JSON)
+        return None, f"torch._scaled_grouped_mm: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return call, ""
+
+
 def group_for(scheme: str, k: int) -> int | None:
     """The scheme's group size, or 32 where that does not divide K (gpt-oss's 2880, Qwen3's 768)."""
     ws = humming.schemes.get(scheme).weight_scale
@@ -140,6 +169,9 @@ def bench_gemm(name, experts, top_k, n, k, scheme, tokens_list, calls, rounds, b
         ref, why = grouped_reference(x, w_t, ids, experts)
         if ref is not None:
             graphs["torch_grouped_bf16"] = graph_of(ref, calls)
+        fp8_ref, fp8_why = scaled_grouped_reference(x, w_t, ids, experts)
+        if fp8_ref is not None:
+            graphs["torch_scaled_grouped_fp8"] = graph_of(fp8_ref, calls)
         ab_kernel = None
         if ab:
             fn, ab_kernel = ab_call(x, qw, ids, top_k, ab)
@@ -151,6 +183,7 @@ def bench_gemm(name, experts, top_k, n, k, scheme, tokens_list, calls, rounds, b
                "top_k": top_k, "n": n, "k": k, "scheme": scheme, "tokens": tokens, "block_m": bm,
                "humming_us": us["humming"], "route_us": us["route"],
                "torch_grouped_bf16_us": us.get("torch_grouped_bf16"), "torch_note": why,
+               "torch_scaled_grouped_fp8_us": us.get("torch_scaled_grouped_fp8"), "torch_fp8_note": fp8_why,
                "active_experts": active, "bytes_bound_us": bound_us,
                "bandwidth_fraction": bound_us / us["humming"],
                "kernel": humming.moe.prepared(qw, x.dtype, x.device).plan_for(tokens, top_k).kernel_name}
@@ -158,10 +191,13 @@ def bench_gemm(name, experts, top_k, n, k, scheme, tokens_list, calls, rounds, b
             row.update(humming_ab_us=us["humming_ab"], ab_kernel=ab_kernel)
         if row["torch_grouped_bf16_us"]:
             row["speedup_vs_torch"] = row["torch_grouped_bf16_us"] / us["humming"]
+        if row["torch_scaled_grouped_fp8_us"]:
+            row["speedup_vs_torch_fp8"] = row["torch_scaled_grouped_fp8_us"] / us["humming"]
         rows.append(row)
         print(f"{name:14} {row['gemm']:7} T={tokens:5} bm={bm:2}  humming {us['humming']:9.1f} us  route "
               f"{us['route']:6.1f} us  torch {row['torch_grouped_bf16_us'] or float('nan'):9.1f} us  "
-              f"x{row.get('speedup_vs_torch', float('nan')):5.2f}  bound {bound_us:8.1f} us "
+              f"x{row.get('speedup_vs_torch', float('nan')):5.2f}  fp8 x{row.get('speedup_vs_torch_fp8', float('nan')):5.2f}"
+              f"  bound {bound_us:8.1f} us "
               f"({100 * row['bandwidth_fraction']:.0f}%)"
               + (f"  A/B {us['humming_ab']:9.1f} us" if ab else ""), flush=True)
     qw = w_t = None
