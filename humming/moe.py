@@ -148,7 +148,7 @@ def _launch(layer: MoeLayer, x: torch.Tensor, routing: Routing, y: torch.Tensor,
             topk_weights: torch.Tensor | None = None, every_row: bool = True) -> None:
     """The activations' step (quantized once, where the scheme says) and the launch, into ``y`` (through a buffer
     of the kernel's type where that is not y's)."""
-    a, gscale = layer.activations(_rows(x.reshape(-1, x.shape[-1])))
+    a, gscale = layer.activations(_rows(x.reshape(-1, x.shape[-1])), plan)
     dest = y if y.dtype == layer.kernel_dtype else torch.zeros(y.shape, dtype=layer.kernel_dtype, device=y.device)
     layer.run(a, routing, dest, plan, a_div, topk_weights, every_row=every_row, gscale=gscale)
     if dest is not y:

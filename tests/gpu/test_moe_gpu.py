@@ -276,3 +276,22 @@ def test_moe_gemm_act_order(scheme):
             close(y, reference_moe_gemm(x, qw, ids, tw, gather=gather), f"{scheme} T={tokens} gather={gather}")
     finally:
         permute_kernel._POISON = False
+
+
+@pytest.mark.parametrize("scheme", ["w4a8-fp8", "w4a8-int8", "w4a8-fp8[granularity=channel,group_size=none]"])
+def test_moe_register_a8_with_the_knob_on(scheme):
+    """The MoE register-A W4A8 kernel (8-bit activation codes; off by default until measured: moe.w4a8_min_rows)
+    against the reference: gathered and per-slot rows, router weights, bias, a padded K, skewed routing."""
+    from humming.core.registry import family_of
+
+    e, n, k = 8, 384, 1040 if "channel" in scheme else 1024  # K 1040 (per-channel scales): padded to 1152
+    with humming.tuning.override({"moe.w4a8_min_rows": 16}):
+        qw = stacked(scheme, e, n, k, seed=37, bias=True)
+        for tokens, gather, skew in ((300, True, "uniform"), (1000, True, "one"), (200, False, "repeat")):
+            ids = random_ids(tokens, 2, e, skew)
+            tw = torch.rand(tokens, 2, device="cuda")
+            x = torch.randn(tokens if gather else tokens * 2, k, device="cuda", dtype=torch.bfloat16)
+            plan = humming.moe.prepared(qw, x.dtype, x.device).plan_for(tokens, 2)
+            assert family_of(plan).name == "moe_register_a8", plan.kernel_name
+            y = humming.moe_gemm(x, qw, ids, tw, gather=gather)
+            close(y, reference_moe_gemm(x, qw, ids, tw, gather=gather), f"{scheme} T={tokens} {skew} gather={gather}")

@@ -102,9 +102,15 @@ class MoeLayer:
             spec = self.launches[key] = (fire, args, w)
         return spec
 
-    def activations(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def activations(self, x: torch.Tensor, plan=None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(the kernel's A operand, its GS operand) for activations x [rows, K]: x itself, or x quantized once as
-        the scheme says and changed exactly to 16 bits (humming.core.families.moe_wna16.activations)."""
+        the scheme says and changed exactly to 16 bits (humming.core.families.moe_wna16.activations), or, for a
+        kernel of 8-bit activation codes (its family's inputs "codes8"), the codes and their per-token scales."""
+        if plan is not None and family_of(plan).inputs == "codes8":
+            from humming.core.runtime.inputs import quantize
+
+            qa = quantize(x, self.scheme, self.caps)
+            return qa.codes.contiguous(), qa.scale_values().to(device=x.device, dtype=torch.float32).reshape(-1)
         if self.step == "x":
             return x, None
         return quantized_input(x, self.scheme, self.caps, self.step, self.input_scale)

@@ -22,6 +22,8 @@ done) -> refill the slot of kt - 1 with stage kt + STAGES - 1 -> wgmma.fence, 4 
 promote. Then the epilogue (humming.core.families.register_a8.epilogue)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from humming.core.common.emit import Template
 from humming.core.common.kernel_params import eight_bit_params
 from humming.core.common.wgmma import PRODUCER_WARPGROUP
@@ -172,8 +174,24 @@ def _halves(release: str, to_f32: str) -> str:
             + f"{wait}\n{fence}{release}\n{promote}")
 
 
-def narrow_kernel_source(plan, backend, caps=None) -> str:
-    """The narrow form's kernel (the plan's checks done by humming.core.families.register_a8.generator)."""
+@dataclass(frozen=True)
+class Rs8Rows:
+    """Where the narrow form's token rows come from and go to, other than rows m0 .. m0 + BT of A and C (the MoE form,
+    humming.core.families.moe_register_a8; the lock-step cp.async pipeline only). ``params``: the whole parameter
+    list (signature line through the opening brace); ``tile``: m0 / n0 and what follows from them (may return early;
+    ends with the barrier its shared state needs); ``load_code``: the ``load_stage(slot, kt)`` lambda and its setup;
+    ``epilogue``: the scales and staging stores; ``copy_out``: the staged tile to C, closing the kernel."""
+
+    params: str
+    tile: str
+    load_code: str
+    epilogue: str
+    copy_out: str
+
+
+def narrow_kernel_source(plan, backend, caps=None, rows: Rs8Rows | None = None) -> str:
+    """The narrow form's kernel (the plan's checks done by humming.core.families.register_a8.generator); ``rows``:
+    the MoE form's rows (Rs8Rows)."""
     t = plan.tiles
     lay = plan.layout
     producer = t.bulk == 2  # a producer warpgroup brings the activations in by TMA; consumers release slots
@@ -209,6 +227,11 @@ def narrow_kernel_source(plan, backend, caps=None) -> str:
             s_doc="fp32 scales [K/group, N], natural column order", bias_doc="[N] or null")
         block_threads = ""
 
+    if rows is not None:
+        if producer or t.direct or t.stsm:
+            raise ValueError("the routed narrow W4A8 form runs the lock-step cp.async pipeline, promoted partials and "
+                             "16-bit staging stores")
+        params, load_code = rows.params, rows.load_code
     if t.direct:  # per-channel scales: the chain straight into the sums (humming.core.families.register_a8.direct)
         if not per_channel or chain != BT:
             raise ValueError(f"the narrow W4A8 form's direct accumulation is written for per-channel scales and one "
@@ -226,9 +249,11 @@ def narrow_kernel_source(plan, backend, caps=None) -> str:
         kernel_name=plan.kernel_name, summary=plan.summary(),
         prelude=backend.helpers("wgmma_rs8", request, n=chain, producer=producer) + stsm_prelude(plan, caps, backend),
         chain=chain, stages=t.stages, block_threads=block_threads, raster=t.raster, prefetch=t.prefetch or PF,
-        params=params, block_head=block_head(t.raster), load_code=load_code, scale_decl=scale_decl,
+        params=params, block_head=block_head(t.raster, tile=rows.tile if rows else None), load_code=load_code,
+        scale_decl=scale_decl,
         luts=luts(backend) if uses_tables(lay) else "", partials=partials, prologue=prologue,
         fetch_first=fetch("s", "s", "      "), widen=widening(lay, "wq[s][j >> 2][j & 3]", "      "),
         scale_pick=scale_pick, fetch_next=fetch("(s + PF) % R", "kt + PF", "        "), stage_wait=stage_wait,
-        chains=chains, final=final, sync=sync, epilogue=epilogue(False, bool(t.stsm), EPILOGUE_SCALES if t.direct else None),
-        copy_out=copy_out(sync))
+        chains=chains, final=final, sync=sync,
+        epilogue=rows.epilogue if rows else epilogue(False, bool(t.stsm), EPILOGUE_SCALES if t.direct else None),
+        copy_out=rows.copy_out if rows else copy_out(sync))

@@ -100,7 +100,10 @@ ${tile}
 """)
 
 
-def block_head(raster: int, pair: bool = False) -> str:
+def block_head(raster: int, pair: bool = False, tile: str | None = None) -> str:
     """The kernel body's start, the block's tile in launch order or rasterized in groups of ``raster`` token tiles
-    (``pair``: a cluster pair's block, humming.core.families.register_a.pair_cluster.tile)."""
-    return _BLOCK_HEAD.fill(tile=pair_cluster.tile(raster) if pair else tile_of_block(raster))
+    (``pair``: a cluster pair's block, humming.core.families.register_a.pair_cluster.tile; ``tile``: the lines giving
+    m0 / n0 instead, e.g. a routed block's)."""
+    if tile is None:
+        tile = pair_cluster.tile(raster) if pair else tile_of_block(raster)
+    return _BLOCK_HEAD.fill(tile=tile)

@@ -1,0 +1,45 @@
+"""The MoE register-A W4A8 family: the indexed, grouped and masked expert GEMMs of W4A8 experts (int4 weights,
+int8 / e4m3 activations per token) on the register-A wgmma W4A8 kernel (sm_90a prefill), off until measured (the
+knob moe.w4a8_min_rows); the MoE tile and register-A kernels run W4A8 on 16-bit activation codes otherwise."""
+from __future__ import annotations
+
+from humming.core.families.moe_register_a8.generator import moe_register_a8_source
+from humming.core.families.moe_register_a8.layout import prepare_rs8_experts
+from humming.core.families.moe_register_a8.planner import PATH, plan_moe_register_a8
+from humming.core.families.moe_register_a8.planner import refusal as plan_refusal
+from humming.core.families.moe_wna16.tuned import other_kernel_chosen
+from humming.core.families.register_a8.tiles import RegisterA8Tiles
+from humming.core.family import Family
+from humming.devices.current import runs_here
+
+
+def refusal(problem, caps, ask) -> str | None:
+    why, _ = other_kernel_chosen(problem, caps, PATH)
+    if why:
+        return why
+    if problem.act_order:
+        return "act-order experts (their rows are permuted in 16 bits) run on the 16-bit MoE kernels"
+    why = plan_refusal(caps, problem.scheme, problem.m, problem.n, problem.k, problem.experts, problem.top_k)
+    if why:
+        return why
+    if not runs_here(caps):
+        return f"the live GPU is not {caps.name}'s own target"
+    return None
+
+
+def plan(problem, caps):
+    return plan_moe_register_a8(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
+                                problem.top_k)
+
+
+def owns(plan) -> bool:
+    return plan.path == PATH
+
+
+def pack(qw, dtype, layout, caps):
+    return prepare_rs8_experts(qw, dtype, layout.a_type)
+
+
+FAMILY = Family("moe_register_a8", "wgmma MoE W4A8: indexed / grouped / masked expert GEMMs of int4 experts on 8-bit "
+                "activation codes (register-A, prefill)", refusal, plan, "codes8", owns, moe_register_a8_source, pack,
+                tiles=RegisterA8Tiles)
