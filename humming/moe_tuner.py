@@ -29,10 +29,12 @@ MAX_ROUTINGS = 16
 
 
 def moe_candidates(problem, caps) -> tuple[object, list]:
-    """(the rules' plan, every plan a tuner times: that one first, then the tile kernel's and the register-A
-    kernel's candidates) for an indexed MoE problem."""
+    """(the rules' plan, every plan a tuner times: that one first, then the tile kernel's, the register-A kernel's
+    and, for W4A8 experts, the register-A W4A8 kernel's candidates) for an indexed MoE problem."""
     from humming.core.families.moe_register_a.planner import plan_moe_register_a, token_tiles
     from humming.core.families.moe_register_a.planner import refusal as register_a_refusal
+    from humming.core.families.moe_register_a8.planner import plan_moe_register_a8
+    from humming.core.families.moe_register_a8.planner import refusal as rs8_refusal
     from humming.core.families.moe_wna16.planner import tile_candidates
     from humming.core.registry import select
     from humming.core.tuning.entries import rules_only
@@ -43,12 +45,30 @@ def moe_candidates(problem, caps) -> tuple[object, list]:
     plans = [default] + tile_candidates(*args)
     if not register_a_refusal(*args, measured=True):
         plans += [plan_moe_register_a(*args, token_tile=bt) for bt in token_tiles(caps, problem.act)]
+    if not problem.act_order and not rs8_refusal(caps, problem.scheme, problem.m, problem.n, problem.k,
+                                                 problem.experts, problem.top_k, measured=True):
+        plans.append(plan_moe_register_a8(*args))  # (8-bit activation codes: W4A8 experts)
     seen, unique = set(), []
     for p in plans:
         if (p.kernel_name, p.splits) not in seen:
             seen.add((p.kernel_name, p.splits))
             unique.append(p)
     return default, unique
+
+
+def keyed(plan):
+    """The winning plan as MoE entries store it: keyed by the tile kernel's layout of its weights, which every MoE
+    family looks entries up by (humming.core.families.moe_wna16.tuned.entry_layout)."""
+    import dataclasses
+
+    from humming.core.families.moe_wna16.tuned import entry_layout
+    from humming.core.problem import scheme_of
+
+    from humming.core.families.moe_register_a8.planner import PATH as RS8_PATH
+
+    if plan.path != RS8_PATH:  # (the tile and register-A kernels run the tile kernel's layout already)
+        return plan
+    return dataclasses.replace(plan, layout=entry_layout(scheme_of(plan.scheme), plan.n, plan.k, plan.act))
 
 
 def tune_moe(scheme, experts: int, top_k: int, n: int, k: int, tokens_list, *, dtype: str = "bf16",

@@ -162,8 +162,8 @@ def _main_moe(args) -> int:
                          "failed": [{"kernel": t.plan.kernel_name, "error": t.error} for t in res.failed]})
             if args.no_record or res.emulated:
                 continue
-            key = tuning.record(win.plan, win.us, device=res.device, default_us=res.default.us, path=target,
-                                moe=(args.experts, args.top_k))
+            key = tuning.record(moe_tuner.keyed(win.plan), win.us, device=res.device, default_us=res.default.us,
+                                path=target, moe=(args.experts, args.top_k))
             print(f"  recorded {key}: {win.plan.path}, {win.us:.1f} us -> {target}")
     if args.json:
         with open(args.json, "w") as f:

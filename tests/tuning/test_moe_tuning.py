@@ -134,3 +134,19 @@ def test_tune_moe_cli_records_the_winner_and_names_bad_arguments(monkeypatch, ca
     plan = select(_problem(2048), H100).plan
     assert "tuned for M bucket 1025-2048: 91.0 us measured (the default plan of that run: 100.0 us) on Fake GPU" \
         in plan.explain()
+
+
+def test_a_register_a8_winner_is_keyed_and_applied():
+    """A W4A8 bucket won by the register-A W4A8 kernel (off by rule) is stored under the tile kernel's layout and
+    moves that bucket onto it; the other buckets keep the rules."""
+    from humming.core.families.moe_register_a8.planner import PATH as RS8_PATH
+    from humming.core.families.moe_register_a8.planner import plan_moe_register_a8
+    from humming.moe_tuner import keyed
+
+    w4a8 = scheme_of("w4a8-fp8")
+    win = plan_moe_register_a8(H100, w4a8, 2048, N, K, "bf16", E, TOP_K)
+    _record(keyed(win))
+    chosen = select(Problem(w4a8, 2048, N, K, "bf16", form="indexed", experts=E, top_k=TOP_K), H100)
+    assert chosen.family.name == "moe_register_a8" and chosen.plan.path == RS8_PATH
+    assert select(Problem(w4a8, 64, N, K, "bf16", form="indexed", experts=E, top_k=TOP_K),
+                  H100).family.name != "moe_register_a8"

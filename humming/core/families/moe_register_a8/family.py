@@ -14,12 +14,13 @@ from humming.devices.current import runs_here
 
 
 def refusal(problem, caps, ask) -> str | None:
-    why, _ = other_kernel_chosen(problem, caps, PATH)
+    why, entry = other_kernel_chosen(problem, caps, PATH)
     if why:
         return why
     if problem.act_order:
         return "act-order experts (their rows are permuted in 16 bits) run on the 16-bit MoE kernels"
-    why = plan_refusal(caps, problem.scheme, problem.m, problem.n, problem.k, problem.experts, problem.top_k)
+    why = plan_refusal(caps, problem.scheme, problem.m, problem.n, problem.k, problem.experts, problem.top_k,
+                       measured=entry is not None)
     if why:
         return why
     if not runs_here(caps):

@@ -39,16 +39,17 @@ def a_type_of(scheme) -> str:
     return {"int8": "s8", "e4m3": "e4m3"}.get(scheme.act, "")
 
 
-def refusal(caps, scheme, tokens: int, n: int, k: int, experts: int, top_k: int) -> str:
-    """Why this kernel does not take the MoE GEMM ("" when it does)."""
+def refusal(caps, scheme, tokens: int, n: int, k: int, experts: int, top_k: int, measured: bool = False) -> str:
+    """Why this kernel does not take the MoE GEMM ("" when it does); ``measured``: a measured entry chose it (the
+    knob's threshold does not apply)."""
     lowest = knobs.value(MIN_ROWS_KNOB, caps)
-    if lowest is None:
+    if lowest is None and not measured:
         return f"the MoE register-A W4A8 form is off ({MIN_ROWS_KNOB} null until measured)"
     a_type = a_type_of(scheme)
     if not a_type or scheme.act_scale.mode != "dynamic_token":
         return "it takes int8 / e4m3 activations with per-token scales"
     rows = rows_per_expert(tokens, top_k, experts)
-    if rows < lowest:
+    if not measured and rows < lowest:
         return f"{rows:.1f} rows per expert on average, the MoE register-A W4A8 form takes >= {lowest:g} ({MIN_ROWS_KNOB})"
     try:
         n_pad, k_pad = padded_shape(n, k)
@@ -56,6 +57,12 @@ def refusal(caps, scheme, tokens: int, n: int, k: int, experts: int, top_k: int)
         return str(exc)
     why = rs8_refusal(scheme.with_(act=None), n_pad, k_pad, a_type)
     return f"the register-A W4A8 kernel cannot run these weights: {why}" if why else ""
+
+
+def _threshold(caps) -> str:
+    lowest = knobs.value(MIN_ROWS_KNOB, caps)
+    return (f"off by rule, {MIN_ROWS_KNOB}; chosen by a measured entry or a tuner" if lowest is None else
+            f"from {lowest:g} rows per expert on average, {MIN_ROWS_KNOB}")
 
 
 def plan_moe_register_a8(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> Plan:
@@ -74,8 +81,7 @@ def plan_moe_register_a8(caps, scheme, tokens: int, n: int, k: int, act: str, ex
     rows = rows_per_expert(tokens, top_k, experts)
     keep = [r for r in dense.reasons if not r.startswith(("epilogue", "blocks rasterized", "programmatic", "stmatrix"))]
     reasons = tuple(keep) + (
-        f"MoE register-A W4A8 (from {knobs.value(MIN_ROWS_KNOB, caps):g} rows per expert on average, "
-        f"{MIN_ROWS_KNOB}): {a_type} activation codes quantized once per token before the gather, rows gathered "
+        f"MoE register-A W4A8 ({_threshold(caps)}): {a_type} activation codes quantized once per token before the gather, rows gathered "
         f"through the routing's sorted slots by cp.async, the block's expert from the routing; weights padded to "
         f"{n_pad}x{k_pad} once when prepared (their own copy, in the register-A W4A8 layout)",
         f"token tile {BT}: {tokens} token(s) x top-{top_k} over {experts} experts = {rows:.1f} rows per expert on "

@@ -14,15 +14,20 @@ from humming.errors import HummingError
 
 log = logging.getLogger("humming.tuning")
 
-__all__ = ["moe_entry", "entry_tiles", "entry_reason", "ignored", "other_kernel_chosen"]
+__all__ = ["entry_layout", "moe_entry", "entry_tiles", "entry_reason", "ignored", "other_kernel_chosen"]
+
+
+def entry_layout(scheme, n: int, k: int, act: str):
+    """The layout MoE entries are keyed by, whichever kernel won: the MoE tile kernel's for these weights
+    (HummingError for weights no MoE kernel takes)."""
+    step, _ = activation_step(scheme, n, k)
+    return moe_layout(scheme.with_(act=None) if step != "x" else scheme, n, k, act)
 
 
 def moe_entry(problem, caps) -> dict | None:
     """The stored winner for an MoE problem (its M: the tokens), or None (no entry, or weights no MoE kernel takes)."""
     try:
-        step, _ = activation_step(problem.scheme, problem.n, problem.k)
-        scheme = problem.scheme.with_(act=None) if step != "x" else problem.scheme
-        layout = moe_layout(scheme, problem.n, problem.k, problem.act)
+        layout = entry_layout(problem.scheme, problem.n, problem.k, problem.act)
     except HummingError:
         return None
     return lookup(caps, layout, problem.n, problem.k, problem.m, problem.scheme.name,
