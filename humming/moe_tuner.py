@@ -61,10 +61,9 @@ def keyed(plan):
     family looks entries up by (humming.core.families.moe_wna16.tuned.entry_layout)."""
     import dataclasses
 
+    from humming.core.families.moe_register_a8.planner import PATH as RS8_PATH
     from humming.core.families.moe_wna16.tuned import entry_layout
     from humming.core.problem import scheme_of
-
-    from humming.core.families.moe_register_a8.planner import PATH as RS8_PATH
 
     if plan.path != RS8_PATH:  # (the tile and register-A kernels run the tile kernel's layout already)
         return plan

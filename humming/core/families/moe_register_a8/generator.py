@@ -13,7 +13,7 @@ bias and global factor sit at fixed strides. The parameter list is the MoE kerne
 routing's), so the MoE runtime launches it as the others."""
 from __future__ import annotations
 
-from humming.core.families.moe_register_a.generator import COPY_OUT
+from humming.core.families.moe_register_a.generator import COPY_OUT, gathered_load_stage
 from humming.core.families.moe_wna16.generator import MOE_PARAMS, moe_place, routed_rows
 from humming.core.families.register_a8.narrow import Rs8Rows, narrow_kernel_source
 
@@ -41,23 +41,8 @@ TILE = (moe_place("BC") + "  const int m0 = mb * BT, n0 = nb * BC;\n" + routed_r
   out_scale *= ES[expert];
   __syncthreads();""")
 
-# the activation codes of a stage, gathered through the routing
-LOAD_CODE = """  // activations: thread tid copies chunk tid % 8 (16 k) of block rows tid / 8 + 32 i ((row mod 8) is the same for
-  // every i), gathered: block row r is row a_row[r] of A; padding rows and columns past KA zero-filled
-  const int lrow = tid >> 3, lch = tid & 7;
-  const uint32_t lswz = swz128(lrow, lch);
-  int my_rows[BT / 32];  // the row of A of each of this thread's block rows (-1: a padding row)
-  #pragma unroll
-  for (int i = 0; i < BT / 32; ++i) my_rows[i] = a_row[lrow + 32 * i];
-  auto load_stage = [&](int slot, int kt) {
-    const uint32_t base = x0 + slot * X_BYTES;
-    const int col = kt * BK + lch * 16;
-    #pragma unroll
-    for (int i = 0; i < BT / 32; ++i) {
-      const bool ok = my_rows[i] >= 0 && col < KA;  // (the source stays a valid address)
-      copy_16_async(base + lswz + i * 32 * 128, ok ? A + (size_t)my_rows[i] * KA + col : A, ok);
-    }
-  };"""
+# the activation codes of a stage, gathered through the routing: 16 codes a chunk
+LOAD_CODE = gathered_load_stage(16)
 
 # facc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, block row 8 j + 2 q + e -> staging [row][channel]
 EPILOGUE = """  // facc[4j + 2h + e] = channel 64 wg + 16 w + 8 h + g, block row 8 j + 2 q + e -> staging [row][channel]:
