@@ -11,6 +11,7 @@ from humming.core.families.moe_register_a.planner import rows_per_expert
 from humming.core.families.register_a8.layout import WgmmaRs8Layout, rs8_group, rs8_refusal
 from humming.core.families.register_a8.planner import BT, plan_w4a8_wgmma_rs
 from humming.core.plan import Plan
+from humming.core.quant.padding import ALIGN
 from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
@@ -29,8 +30,8 @@ class MoeRs8Plan(Plan):
 
 def padded_shape(n: int, k: int) -> tuple[int, int]:
     """(N, K) padded to multiples of 128 (N and K must be multiples of 16)."""
-    if n % 16 or k % 16:
-        raise ShapeError(f"MoE weights need N and K that are multiples of 16, got N={n} K={k}")
+    if n % ALIGN or k % ALIGN:
+        raise ShapeError(f"MoE weights need N and K that are multiples of {ALIGN}, got N={n} K={k}")
     return -(-n // ATOM) * ATOM, -(-k // ATOM) * ATOM
 
 

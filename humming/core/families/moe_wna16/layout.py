@@ -74,27 +74,33 @@ def _stack(parts: list) -> torch.Tensor | None:
     return None if parts[0] is None else torch.stack(parts).contiguous()
 
 
-def prepare_experts(qw, act_dtype: torch.dtype) -> ExpertWeights:
-    """Repack a stacked QuantizedWeight (``num_experts`` set) for the MoE tile kernel."""
-    experts = getattr(qw, "num_experts", None)
-    if not experts:
+def stacked_experts(qw, pad_to, prepare_one) -> ExpertWeights:
+    """Every expert of the stacked QuantizedWeight ``qw`` (act-order experts sorted by group first) padded to
+    ``pad_to(n, k)`` and repacked by ``prepare_one(dense weight)`` (a family's packed weight: qweight, scales,
+    zeros, channel_scale, bias, out_scale; absent ones None), stacked at fixed strides."""
+    if not getattr(qw, "num_experts", None):
         raise ShapeError("a MoE GEMM needs expert-stacked weights: humming.quantize(w [E, N, K], scheme) or "
                          "QuantizedWeight.stack([...])")
     qw, perm = sorted_by_group(qw)
     n, k = qw.shape
-    n_pad, k_pad = padded_shape(n, k)
-    packed = [prepare(padded_weight(qw.expert(e), n_pad, k_pad), act_dtype) for e in range(experts)]
-    if any(p.perm is not None for p in packed):  # (sorted_by_group left natural orders; this cannot happen)
+    n_pad, k_pad = pad_to(n, k)
+    packed = [prepare_one(padded_weight(qw.expert(e), n_pad, k_pad)) for e in range(qw.num_experts)]
+    if any(getattr(p, "perm", None) is not None for p in packed):  # (sorted_by_group left natural orders)
         raise UnsupportedOnDevice("an expert kept a column permutation after sorting its groups")
     first = packed[0]
     return ExpertWeights(
         layout=first.layout, n=n, k=k,
         qweight=torch.stack([p.qweight.reshape(-1) for p in packed]).contiguous(),
-        scales=_stack([p.scales for p in packed]), zeros=_stack([p.zeros for p in packed]),
+        scales=_stack([p.scales for p in packed]), zeros=_stack([getattr(p, "zeros", None) for p in packed]),
         channel_scale=_stack([p.channel_scale for p in packed]), bias=_stack([p.bias for p in packed]),
         expert_scale=torch.tensor([float(p.out_scale) for p in packed], dtype=torch.float32,
                                   device=first.qweight.device),
         perm=perm)
+
+
+def prepare_experts(qw, act_dtype: torch.dtype) -> ExpertWeights:
+    """Repack a stacked QuantizedWeight (``num_experts`` set) for the MoE tile kernel."""
+    return stacked_experts(qw, padded_shape, lambda w: prepare(w, act_dtype))
 
 
 ACT_ORDER_REASON = ("act-order experts: each expert's input columns sorted by group when prepared; before the GEMM one "
