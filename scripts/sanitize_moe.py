@@ -1,6 +1,7 @@
 """The MoE kernels once each on small random problems, checked against the reference: the program compute-sanitizer
 runs (memcheck, racecheck, initcheck, synccheck) over the routing kernel, the MoE tile kernel (decode: split-K; a
-64-row tile), the MoE register-A kernel (sm_90a) and its W4A8 form (8-bit codes; its knob set here), gathered and
+64-row tile), the MoE register-A kernel (sm_90a), its W4A8 form and the wgmma W8A8 kernel (8-bit codes; their knobs
+set here; per-channel and 128x128-block scales), gathered and
 per-slot activations, a padded K, skewed routing, act-order experts' row permutation, block-FP8 experts, and the
 gated activation between a layer's GEMMs (both activations, both gate/up layouts).
 
@@ -24,9 +25,12 @@ from humming.core.moe.reference import reference_activation, reference_moe_gemm 
 CASES = [("tile-decode", "w4a16", 128, 16, 4, 256, 512, 3), ("tile-64", "w8a16", None, 8, 2, 192, 512, 300),
          ("register-a", "w4a16-zp", 64, 8, 2, 256, 2880, 300), ("register-a-w4a8", "w4a8-fp8", None, 8, 2, 256, 640, 400),
          ("act-order", "w4a16", 128, 8, 2, 256, 1024, 37), ("block-fp8", "w8a8-fp8-block", None, 8, 2, 256, 512, 33),
-         ("register-a8", "w4a8-fp8", None, 8, 2, 256, 512, 300)]
+         ("register-a8", "w4a8-fp8", None, 8, 2, 256, 512, 300),
+         ("wgmma-w8a8", "w8a8-int8", None, 8, 2, 208, 528, 300),
+         ("wgmma-w8a8-block", "w8a8-fp8-block", None, 8, 2, 256, 512, 300)]
 # the cases whose kernel is off by default (tuning knobs set for them)
-KNOBS = {"register-a8": {"moe.w4a8_min_rows": 16}}
+KNOBS = {"register-a8": {"moe.w4a8_min_rows": 16}, "wgmma-w8a8": {"moe.w8a8_min_rows": 16},
+         "wgmma-w8a8-block": {"moe.w8a8_min_rows": 16}}
 
 
 def main() -> int:

@@ -295,3 +295,23 @@ def test_moe_register_a8_with_the_knob_on(scheme):
             assert family_of(plan).name == "moe_register_a8", plan.kernel_name
             y = humming.moe_gemm(x, qw, ids, tw, gather=gather)
             close(y, reference_moe_gemm(x, qw, ids, tw, gather=gather), f"{scheme} T={tokens} {skew} gather={gather}")
+
+
+@pytest.mark.parametrize("scheme,k", [("w8a8-fp8", 1040), ("w8a8-int8", 1024), ("w8a8-fp8-block", 1024)])
+def test_moe_wgmma_8bit_with_the_knob_on(scheme, k):
+    """The MoE wgmma W8A8 kernel (8-bit activation codes and weights; off by default until measured:
+    moe.w8a8_min_rows) against the reference: gathered and per-slot rows, router weights, bias, a padded K (1040 ->
+    1152) and N (336 -> 384; not with 128x128 blocks), skewed routing."""
+    from humming.core.registry import family_of
+
+    e, n = 8, 384 if "block" in scheme else 336
+    with humming.tuning.override({"moe.w8a8_min_rows": 16}):
+        qw = stacked(scheme, e, n, k, seed=41, bias=True)
+        for tokens, gather, skew in ((300, True, "uniform"), (1000, True, "one"), (200, False, "repeat")):
+            ids = random_ids(tokens, 2, e, skew)
+            tw = torch.rand(tokens, 2, device="cuda")
+            x = torch.randn(tokens if gather else tokens * 2, k, device="cuda", dtype=torch.bfloat16)
+            plan = humming.moe.prepared(qw, x.dtype, x.device).plan_for(tokens, 2)
+            assert family_of(plan).name == "moe_wgmma_8bit", plan.kernel_name
+            y = humming.moe_gemm(x, qw, ids, tw, gather=gather)
+            close(y, reference_moe_gemm(x, qw, ids, tw, gather=gather), f"{scheme} T={tokens} {skew} gather={gather}")

@@ -22,25 +22,27 @@ TILE = (moe_place("BC") + "  const int m0 = mb * BT, n0 = nb * BC;\n" + routed_r
 
 # the rows of A in registers, BT / 32 per thread, read once from shared memory (255 registers and no spills at 256
 # tokens with the ring of 5; a_row computed in registers spilled there)
-def gathered_load_stage(chunk: int) -> str:
-    """The ``load_stage(slot, kt)`` lambda of the register-A kernels' routed form: 16-byte chunks of ``chunk``
-    elements of A (8 16-bit values; 16 8-bit codes) of the block rows gathered through a_row."""
+def gathered_load_stage(chunk: int, rows: str = "BT", base: str = "x0 + slot * X_BYTES", weights: str = "",
+                        setup: str = "") -> str:
+    """The ``load_stage(slot, kt)`` lambda of the routed kernels: 16-byte chunks of ``chunk`` elements of A (8 16-bit
+    values; 16 8-bit codes) of the ``rows`` block rows gathered through a_row, into the swizzled tile at ``base``;
+    ``weights``: statements copying the stage's weights after them (``setup``: what they need, before the lambda)."""
     return f"""  // activations: thread tid copies chunk tid % 8 of block rows tid / 8 + 32 i ((row mod 8) is the same for every i),
   // gathered: block row r is row a_row[r] of A; padding rows and columns past KA zero-filled
   const int lrow = tid >> 3, lch = tid & 7;
   const uint32_t lswz = swz128(lrow, lch);
-  int my_rows[BT / 32];  // the row of A of each of this thread's block rows (-1: a padding row)
+  int my_rows[{rows} / 32];  // the row of A of each of this thread's block rows (-1: a padding row)
   #pragma unroll
-  for (int i = 0; i < BT / 32; ++i) my_rows[i] = a_row[lrow + 32 * i];
-  auto load_stage = [&](int slot, int kt) {{
-    const uint32_t base = x0 + slot * X_BYTES;
+  for (int i = 0; i < {rows} / 32; ++i) my_rows[i] = a_row[lrow + 32 * i];
+{setup}  auto load_stage = [&](int slot, int kt) {{
+    const uint32_t base = {base};
     const int col = kt * BK + lch * {chunk};
     #pragma unroll
-    for (int i = 0; i < BT / 32; ++i) {{
+    for (int i = 0; i < {rows} / 32; ++i) {{
       const bool ok = my_rows[i] >= 0 && col < KA;  // (the source stays a valid address)
       copy_16_async(base + lswz + i * 32 * 128, ok ? A + (size_t)my_rows[i] * KA + col : A, ok);
     }}
-  }};
+{weights + chr(10) if weights else ""}  }};
 """
 
 

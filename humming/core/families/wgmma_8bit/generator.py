@@ -25,6 +25,8 @@ mma.sync 8-bit kernel (S, WS, CNT and k_per_split are unused), so the same launc
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from humming.core.common.kernel_params import _S_DOC, _TS_DOC, eight_bit_params
 from humming.core.common.wgmma import swizzled_stage_loader
 from humming.core.families.wgmma_8bit.pieces import (
@@ -39,16 +41,41 @@ from humming.core.families.wgmma_8bit.pieces import (
 from humming.devices.base import HelperRequest
 
 
-def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
+@dataclass(frozen=True)
+class W8A8Rows:
+    """Where the W8A8 kernel's token rows come from and go to, other than rows m0 .. m0 + BM of A and C (the MoE form,
+    humming.core.families.moe_wgmma_8bit; the lock-step cp.async kernel only). ``params``: the whole parameter list
+    (signature line through the opening brace); ``tile``: m0 / n0 and what follows from them (may return early; ends
+    with the barrier its shared state needs); ``load_stage``: the ``load_stage(stage, kt)`` lambda and its setup;
+    ``block_rows``: ts_lo / ts_hi, the activation block scales of the thread's rows (128x128 weight blocks);
+    ``epilogue(result, block)``: the scales and stores of the accumulators."""
+
+    params: str
+    tile: str
+    load_stage: str
+    block_rows: str
+    epilogue: object
+
+
+# the dense kernel's rows: block tile (blockIdx.x, blockIdx.y), rows past M zero-filled and not stored
+DENSE_BLOCK_ROWS = """\
+  const int arow = m0 + warp * 16 + (lane >> 2);
+  const float* ts_lo = TS + (size_t)min(arow, M - 1) * ktiles;
+  const float* ts_hi = TS + (size_t)min(arow + 8, M - 1) * ktiles;
+"""
+
+
+def wgmma_w8a8_kernel_source(plan, backend, caps=None, rows: W8A8Rows | None = None) -> str:
     """The W8A8 kernel (W4A8 layouts go to ``wgmma_w4a8_kernel_source``). With 128x128 weight blocks (layout
     ``weight_scale == "block"``, the w8a8-fp8-block / DeepSeek-V3 recipe) each stage is one 128-deep k block: its
     partial (started with scale-d = 0) is waited and added into fp32 registers times activation scale (row, k
     block) x weight scale (n block, k block); TS is then the [M, K/128] activation table, S the [N/128, K/128]
-    weight table, and the epilogue applies only out_scale, bias (CS is null). BN must be 128."""
+    weight table, and the epilogue applies only out_scale, bias (CS is null). BN must be 128. ``rows``: the MoE
+    form's rows (W8A8Rows)."""
     if getattr(plan.layout, "weight_bits", 8) == 4:
         return wgmma_w4a8_kernel_source(plan, backend, caps)
     t = plan.tiles
-    if t.bulk:  # the warp-specialised kernel with TMA tensor copies
+    if t.bulk and rows is None:  # the warp-specialised kernel with TMA tensor copies
         from humming.core.families.wgmma_8bit.generator_tma import wgmma_w8a8_tma_kernel_source
 
         return wgmma_w8a8_tma_kernel_source(plan, backend, caps)
@@ -67,13 +94,11 @@ def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
   float facc[WG_ACC_REGS];  // fp32 sums of the per-stage partials times their block scales
   #pragma unroll
   for (int i = 0; i < WG_ACC_REGS; ++i) facc[i] = 0.0f;
-  // block scales (a stage is one k block, BK = 128): activations TS [M, K/128] for this thread's rows
-  // arow and arow + 8 (clamped to a valid row: rows past M hold zeros), weights S [N/128, K/128] for this
-  // tile's n block (BN = 128: n0 / 128 = blockIdx.y)
-  const int arow = m0 + warp * 16 + (lane >> 2);
-  const float* ts_lo = TS + (size_t)min(arow, M - 1) * ktiles;
-  const float* ts_hi = TS + (size_t)min(arow + 8, M - 1) * ktiles;
-  const float* ws_blk = S + (size_t)blockIdx.y * ktiles;
+  // block scales (a stage is one k block, BK = 128): the activations' [rows, K/128] for this thread's rows
+  // (two: 8 apart; padding rows read a valid row's, their codes are zero), weights S [N/128, K/128] for this
+  // tile's n block (BN = 128: n0 / 128)
+""" + (rows.block_rows if rows else DENSE_BLOCK_ROWS) + """\
+  const float* ws_blk = S + (size_t)(n0 / 128) * ktiles;
 """
         accumulate = "ks > 0"  # the first k32 step of a stage overwrites the partial (scale-d = 0)
         wait_body = """\
@@ -113,6 +138,12 @@ def wgmma_w8a8_kernel_source(plan, backend, caps=None) -> str:
 
         def result(i: str) -> str:
             return f"wg_acc_to_f32(acc[{i}])"
+    if rows:
+        params, tile, epilogue = rows.params, rows.tile, rows.epilogue(result, block)
+    else:
+        params = eight_bit_params(plan.kernel_name, ts_doc=ts_doc, s_doc=s_doc)
+        tile = "  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;"
+        epilogue = wgmma_epilogue("warp", result, row_scale, volatile_note=True)
     src = f"""// ===== humming generated kernel: {plan.kernel_name}
 // {plan.summary()}
 {prelude}
@@ -130,16 +161,16 @@ static_assert(LOOKAHEAD >= 1, "at least three stages");
 static_assert(THREADS == 256 && BM % 32 == 0 && BN % 32 == 0, "256 threads copy 32 rows of 8 chunks at a time");
 }}
 
-{eight_bit_params(plan.kernel_name, ts_doc=ts_doc, s_doc=s_doc)}  using namespace cfg;
+{params}  using namespace cfg;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int ktiles = K / BK;
   const unsigned char* B = reinterpret_cast<const unsigned char*>(Bw);
+{tile}
+  const int ktiles = K / BK;
   // the swizzle repeats every 1024 bytes of address: start the stages on such a boundary (1 KiB is reserved)
   const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;
 
-{swizzled_stage_loader(32)}
+{rows.load_stage if rows else swizzled_stage_loader(32)}
   wg_acc_t acc[WG_ACC_REGS];
   #pragma unroll
   for (int i = 0; i < WG_ACC_REGS; ++i) acc[i] = 0;
@@ -174,7 +205,7 @@ static_assert(THREADS == 256 && BM % 32 == 0 && BN % 32 == 0, "256 threads copy 
   wgmma_fence_operand(acc);
   // accumulator fragment of m64nBN: warp w (of the warpgroup) holds rows 16w .. 16w+15; for n8 chunk j,
   // acc[4j + 2h + e] is row lane/4 + 8h, column 8j + 2*(lane%4) + e
-{wgmma_epilogue("warp", result, row_scale, volatile_note=True)}}}
+{epilogue}}}
 """
     return src
 

@@ -1,0 +1,47 @@
+"""The MoE wgmma W8A8 family: the indexed, grouped and masked expert GEMMs of W8A8 experts (int8 / e4m3 weights and
+activations: per-channel or per-tensor weight scales with per-token activation scales, or DeepSeek-V3's 128x128
+weight blocks with activations per 1x128 group) on the wgmma W8A8 kernel (sm_90a prefill), off until measured (the
+knob moe.w8a8_min_rows); the MoE tile and register-A kernels run W8A8 on 16-bit activation codes otherwise."""
+from __future__ import annotations
+
+from humming.core.families.moe_wgmma_8bit.generator import moe_wgmma_8bit_source
+from humming.core.families.moe_wgmma_8bit.layout import prepare_w8a8_experts
+from humming.core.families.moe_wgmma_8bit.planner import PATH, plan_moe_wgmma_8bit
+from humming.core.families.moe_wgmma_8bit.planner import refusal as plan_refusal
+from humming.core.families.moe_wna16.tuned import other_kernel_chosen
+from humming.core.families.wgmma_8bit.tiles import Wgmma8Tiles
+from humming.core.family import Family
+from humming.devices.current import runs_here
+
+
+def refusal(problem, caps, ask) -> str | None:
+    why, entry = other_kernel_chosen(problem, caps, PATH)
+    if why:
+        return why
+    if problem.act_order:
+        return "act-order experts (their rows are permuted in 16 bits) run on the 16-bit MoE kernels"
+    why = plan_refusal(caps, problem.scheme, problem.m, problem.n, problem.k, problem.experts, problem.top_k,
+                       measured=entry is not None)
+    if why:
+        return why
+    if not runs_here(caps):
+        return f"the live GPU is not {caps.name}'s own target"
+    return None
+
+
+def plan(problem, caps):
+    return plan_moe_wgmma_8bit(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
+                               problem.top_k)
+
+
+def owns(plan) -> bool:
+    return plan.path == PATH
+
+
+def pack(qw, dtype, layout, caps):
+    return prepare_w8a8_experts(qw, dtype)
+
+
+FAMILY = Family("moe_wgmma_8bit", "wgmma MoE W8A8: indexed / grouped / masked expert GEMMs of int8 / e4m3 experts on "
+                "8-bit activation codes (prefill)", refusal, plan, "codes8", owns, moe_wgmma_8bit_source, pack,
+                tiles=Wgmma8Tiles)
