@@ -73,7 +73,7 @@ def plan(problem, caps):
 
 
 def owns(plan) -> bool:
-    return plan.family == "wgmma" and plan.is_8bit and plan.path != "wgmma-rs8"
+    return plan.family == "wgmma" and plan.is_8bit and plan.path in ("native", "dequant-to-activation")
 
 
 def pack(qw, dtype, layout, caps):
