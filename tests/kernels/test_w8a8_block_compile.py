@@ -244,7 +244,7 @@ def _check_wgmma_block_indexing(src: str) -> None:
     for text in ("const int arow = m0 + warp * 16 + (lane >> 2);",
                  "const float* ts_lo = TS + (size_t)min(arow, M - 1) * ktiles;",
                  "const float* ts_hi = TS + (size_t)min(arow + 8, M - 1) * ktiles;",
-                 "const float* ws_blk = S + (size_t)blockIdx.y * ktiles;",
+                 "const float* ws_blk = S + (size_t)(n0 / 128) * ktiles;",
                  "const float wsc = load_f32(ws_blk + kt);",
                  "const float bs_lo = load_f32(ts_lo + kt) * wsc, bs_hi = load_f32(ts_hi + kt) * wsc;",
                  "wgmma_k32(acc, desc_a + 2 * ks, desc_b + 2 * ks, ks > 0);",
@@ -293,7 +293,7 @@ def _emulate_wgmma_block(p, packed, codes, ts_table, dec):
             acc = torch.zeros(2, 64, 128, dtype=torch.float64)  # scale-d = 0 at ks == 0: a fresh partial
             for wg, ks in itertools.product(range(2), range(4)):
                 acc[wg] += dec(smem[a_rd[wg][ks]]) @ dec(smem[b_rd[ks]]).t()
-            wsc = ws_flat[by * ktiles + kt]  # ws_blk = S + blockIdx.y * ktiles
+            wsc = ws_flat[by * ktiles + kt]  # ws_blk = S + (n0 / 128) * ktiles, n0 = 128 blockIdx.y
             facc += acc.reshape(128, 128) * (ts_flat[ts_index + kt] * wsc)[:, None]
         r = slice(m0, min(m, m0 + 128))
         v = facc[: r.stop - r.start] * packed.out_scale
