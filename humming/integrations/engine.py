@@ -127,17 +127,28 @@ class MoEMethod:
         if tp_size > 1 and ep_size > 1:
             raise ShapeError(f"{prefix}: split by tensor parallelism or by experts, not both")
         self.tp_rank, self.tp_size, self.ep_rank, self.ep_size = tp_rank, tp_size, ep_rank, ep_size
+        if not 0 <= ep_rank < max(ep_size, 1):
+            raise ShapeError(f"{prefix}: ep_rank {ep_rank} is outside [0, {ep_size})")
+        if self.num_experts % max(ep_size, 1):
+            raise ShapeError(f"{prefix}: expert parallelism splits {self.num_experts} experts over {ep_size} ranks; "
+                             f"the number of experts must be a multiple of the world size")
+        part = self.num_experts // max(ep_size, 1)
+        # this rank's experts: the only ones whose tensors are kept (the others' are dropped as they are loaded)
+        self.local_experts = range(ep_rank * part, (ep_rank + 1) * part)
 
     def create_weights(self, layer) -> None:
         layer.humming_expert_tensors = {}
 
     def load_weight(self, layer, name: str, tensor: torch.Tensor, expert_id: int, shard_id: str) -> None:
         """One checkpoint tensor (``name``: e.g. ``qweight`` or its full name) of expert ``expert_id``'s projection
-        ``shard_id`` ("w1" gate, "w3" up, "w2" down)."""
+        ``shard_id`` ("w1" gate, "w3" up, "w2" down). With expert parallelism, another rank's expert's tensor is
+        dropped here (this rank never holds more than its own experts)."""
         if shard_id not in SHARD_IDS:
             raise ShapeError(f"{self.prefix}: shard_id must be one of {sorted(SHARD_IDS)}, got {shard_id!r}")
         if not 0 <= int(expert_id) < self.num_experts:
             raise ShapeError(f"{self.prefix}: expert_id {expert_id} is outside [0, {self.num_experts})")
+        if int(expert_id) not in self.local_experts:
+            return
         leaf = name.rpartition(".")[2] if "." in name else name
         layer.humming_expert_tensors[f"{int(expert_id)}.{SHARD_IDS[shard_id]}.{leaf}"] = tensor
 
@@ -148,16 +159,20 @@ class MoEMethod:
 
         tensors = _loaded(layer, "humming_expert_tensors", self.prefix)
         m = self.module
+        local = list(self.local_experts)
         try:
-            gate, up, down = (import_experts(tensors, f"{{e}}.{proj}", m.layout, experts=self.num_experts,
+            gate, up, down = (import_experts(tensors, f"{{e}}.{proj}", m.layout, experts=local,
                                              activations=m.activations, **m.options) for proj in ("gate", "up", "down"))
         except HummingError as exc:
             raise type(exc)(f"{self.prefix}: {exc}") from None
-        layer_moe = QuantMoE(cat_rows([gate, up], what=f"{self.prefix} gate+up"), down, activation=self.activation)
+        expert_map = None
+        if self.ep_size > 1:  # global id -> this rank's local id (-1: another rank's expert)
+            expert_map = torch.full((self.num_experts,), -1, dtype=torch.int32, device=gate.device)
+            expert_map[local[0]:local[-1] + 1] = torch.arange(len(local), dtype=torch.int32, device=gate.device)
+        layer_moe = QuantMoE(cat_rows([gate, up], what=f"{self.prefix} gate+up"), down, activation=self.activation,
+                             expert_map=expert_map)
         if self.tp_size > 1:
             layer_moe = layer_moe.shard_tensor_parallel(self.tp_rank, self.tp_size)
-        elif self.ep_size > 1:
-            layer_moe = layer_moe.shard_expert_parallel(self.ep_rank, self.ep_size)
         layer.humming_moe = layer_moe
         del layer.humming_expert_tensors
 

@@ -92,8 +92,34 @@ def test_moe(checkpoint, split):
             method.load_weight(layer, name, t, expert_id=int(e),
                                shard_id={"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}[proj])
         method.process_weights_after_loading(layer)
+        if split and split[0] == "ep":  # only this rank's experts were kept, and the map routes to them
+            assert layer.humming_moe.num_experts == experts // world
+            assert layer.humming_moe.expert_map.tolist() == [e - rank * experts // world
+                                                              if e // (experts // world) == rank else -1
+                                                              for e in range(experts)]
         total = total + method.apply(layer, x, tw, ids)
     assert torch.allclose(total, want, atol=1e-4), (total - want).abs().max()
+
+
+def test_moe_expert_parallel_rank_needs_only_its_experts(checkpoint):
+    """An expert-parallel rank given only its own experts' tensors (as an engine's loader filters them) builds its
+    part; another rank's tensors are dropped as they arrive; a bad split is named."""
+    ckpt, config = checkpoint
+    prefix, experts, world, rank = "model.layers.0.mlp.experts", 8, 4, 2
+    names = [n for n in ckpt.weight_map if n.startswith(prefix + ".")]
+    proj_ids = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+    method, layer = MoEMethod(config, prefix, experts, ep_rank=rank, ep_size=world), types.SimpleNamespace()
+    method.create_weights(layer)
+    for name, t in ckpt._read(names).items():
+        e, proj = name[len(prefix) + 1:].split(".")[:2]
+        method.load_weight(layer, name, t, expert_id=int(e), shard_id=proj_ids[proj])
+        assert {int(key.split(".")[0]) for key in layer.humming_expert_tensors} <= {4, 5}
+    method.process_weights_after_loading(layer)
+    assert layer.humming_moe.num_experts == 2
+    with pytest.raises(ShapeError, match="multiple of the world size"):
+        MoEMethod(config, prefix, experts, ep_rank=0, ep_size=3)
+    with pytest.raises(ShapeError, match="ep_rank 4 is outside"):
+        MoEMethod(config, prefix, experts, ep_rank=4, ep_size=4)
 
 
 def test_errors(checkpoint):
