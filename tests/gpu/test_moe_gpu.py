@@ -278,40 +278,30 @@ def test_moe_gemm_act_order(scheme):
         permute_kernel._POISON = False
 
 
-@pytest.mark.parametrize("scheme", ["w4a8-fp8", "w4a8-int8", "w4a8-fp8[granularity=channel,group_size=none]"])
-def test_moe_register_a8_with_the_knob_on(scheme):
-    """The MoE register-A W4A8 kernel (8-bit activation codes; off by default until measured: moe.w4a8_min_rows)
-    against the reference: gathered and per-slot rows, router weights, bias, a padded K, skewed routing."""
+# the 8-bit MoE kernels, off by default until measured: (family, its knob, scheme, N, K); K 1040 is padded to 1152,
+# N 336 to 384 (not with 128x128 weight blocks)
+EIGHT_BIT_FORMS = [("moe_register_a8", "moe.w4a8_min_rows", "w4a8-fp8", 384, 1024),
+                   ("moe_register_a8", "moe.w4a8_min_rows", "w4a8-int8", 384, 1024),
+                   ("moe_register_a8", "moe.w4a8_min_rows", "w4a8-fp8[granularity=channel,group_size=none]", 384, 1040),
+                   ("moe_wgmma_8bit", "moe.w8a8_min_rows", "w8a8-fp8", 336, 1040),
+                   ("moe_wgmma_8bit", "moe.w8a8_min_rows", "w8a8-int8", 336, 1024),
+                   ("moe_wgmma_8bit", "moe.w8a8_min_rows", "w8a8-fp8-block", 384, 1024)]
+
+
+@pytest.mark.parametrize("family,knob,scheme,n,k", EIGHT_BIT_FORMS)
+def test_moe_8bit_kernels_with_their_knob_on(family, knob, scheme, n, k):
+    """The MoE register-A W4A8 and wgmma W8A8 kernels (8-bit activation codes) against the reference: gathered and
+    per-slot rows, router weights, bias, padded shapes, skewed routing."""
     from humming.core.registry import family_of
 
-    e, n, k = 8, 384, 1040 if "channel" in scheme else 1024  # K 1040 (per-channel scales): padded to 1152
-    with humming.tuning.override({"moe.w4a8_min_rows": 16}):
+    e = 8
+    with humming.tuning.override({knob: 16}):
         qw = stacked(scheme, e, n, k, seed=37, bias=True)
         for tokens, gather, skew in ((300, True, "uniform"), (1000, True, "one"), (200, False, "repeat")):
             ids = random_ids(tokens, 2, e, skew)
             tw = torch.rand(tokens, 2, device="cuda")
             x = torch.randn(tokens if gather else tokens * 2, k, device="cuda", dtype=torch.bfloat16)
             plan = humming.moe.prepared(qw, x.dtype, x.device).plan_for(tokens, 2)
-            assert family_of(plan).name == "moe_register_a8", plan.kernel_name
-            y = humming.moe_gemm(x, qw, ids, tw, gather=gather)
-            close(y, reference_moe_gemm(x, qw, ids, tw, gather=gather), f"{scheme} T={tokens} {skew} gather={gather}")
-
-
-@pytest.mark.parametrize("scheme,k", [("w8a8-fp8", 1040), ("w8a8-int8", 1024), ("w8a8-fp8-block", 1024)])
-def test_moe_wgmma_8bit_with_the_knob_on(scheme, k):
-    """The MoE wgmma W8A8 kernel (8-bit activation codes and weights; off by default until measured:
-    moe.w8a8_min_rows) against the reference: gathered and per-slot rows, router weights, bias, a padded K (1040 ->
-    1152) and N (336 -> 384; not with 128x128 blocks), skewed routing."""
-    from humming.core.registry import family_of
-
-    e, n = 8, 384 if "block" in scheme else 336
-    with humming.tuning.override({"moe.w8a8_min_rows": 16}):
-        qw = stacked(scheme, e, n, k, seed=41, bias=True)
-        for tokens, gather, skew in ((300, True, "uniform"), (1000, True, "one"), (200, False, "repeat")):
-            ids = random_ids(tokens, 2, e, skew)
-            tw = torch.rand(tokens, 2, device="cuda")
-            x = torch.randn(tokens if gather else tokens * 2, k, device="cuda", dtype=torch.bfloat16)
-            plan = humming.moe.prepared(qw, x.dtype, x.device).plan_for(tokens, 2)
-            assert family_of(plan).name == "moe_wgmma_8bit", plan.kernel_name
+            assert family_of(plan).name == family, plan.kernel_name
             y = humming.moe_gemm(x, qw, ids, tw, gather=gather)
             close(y, reference_moe_gemm(x, qw, ids, tw, gather=gather), f"{scheme} T={tokens} {skew} gather={gather}")

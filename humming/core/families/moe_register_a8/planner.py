@@ -8,31 +8,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from humming.core.families.moe_register_a.planner import rows_per_expert
+from humming.core.families.moe_wna16.routed_forms import RoutedPlan, padded_to_tiles
 from humming.core.families.register_a8.layout import WgmmaRs8Layout, rs8_group, rs8_refusal
 from humming.core.families.register_a8.planner import BT, plan_w4a8_wgmma_rs
-from humming.core.plan import Plan
-from humming.core.quant.padding import ALIGN
 from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "moe-wgmma-rs8"
 MIN_ROWS_KNOB = "moe.w4a8_min_rows"
-ATOM = 128  # N and K of the prepared experts: multiples of the kernel's 128-channel tile and 128-deep stage
-
-
-class MoeRs8Plan(Plan):
-    """A Plan of the MoE register-A W4A8 kernel (the dense kernel's name, marked as the MoE form)."""
-
-    @property
-    def kernel_name(self) -> str:
-        return "hm_moe_" + super().kernel_name.removeprefix("hm_")
-
-
-def padded_shape(n: int, k: int) -> tuple[int, int]:
-    """(N, K) padded to multiples of 128 (N and K must be multiples of 16)."""
-    if n % ALIGN or k % ALIGN:
-        raise ShapeError(f"MoE weights need N and K that are multiples of {ALIGN}, got N={n} K={k}")
-    return -(-n // ATOM) * ATOM, -(-k // ATOM) * ATOM
 
 
 def a_type_of(scheme) -> str:
@@ -53,7 +36,7 @@ def refusal(caps, scheme, tokens: int, n: int, k: int, experts: int, top_k: int,
     if not measured and rows < lowest:
         return f"{rows:.1f} rows per expert on average, the MoE register-A W4A8 form takes >= {lowest:g} ({MIN_ROWS_KNOB})"
     try:
-        n_pad, k_pad = padded_shape(n, k)
+        n_pad, k_pad = padded_to_tiles(n, k)
     except ShapeError as exc:
         return str(exc)
     why = rs8_refusal(scheme.with_(act=None), n_pad, k_pad, a_type)
@@ -66,14 +49,14 @@ def _threshold(caps) -> str:
             f"from {lowest:g} rows per expert on average, {MIN_ROWS_KNOB}")
 
 
-def plan_moe_register_a8(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> Plan:
+def plan_moe_register_a8(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> RoutedPlan:
     """The plan of an indexed MoE GEMM on the register-A W4A8 kernel, or UnsupportedOnDevice / ShapeError."""
     if tokens < 0 or experts < 1 or top_k < 1:
         raise ShapeError(f"MoE GEMM: tokens={tokens}, experts={experts}, top_k={top_k}")
     a_type = a_type_of(scheme)
     if not a_type:
         raise UnsupportedOnDevice(f"{scheme.name}: the MoE register-A W4A8 kernel takes int8 / e4m3 activations")
-    n_pad, k_pad = padded_shape(n, k)
+    n_pad, k_pad = padded_to_tiles(n, k)
     layout = WgmmaRs8Layout(a_type, n_pad, k_pad, rs8_group(scheme, k_pad))
     dense = plan_w4a8_wgmma_rs(caps, layout, max(tokens, 1), act, scheme=scheme.name, producer=False, tokens=BT,
                                streamk=0)
@@ -92,4 +75,4 @@ def plan_moe_register_a8(caps, scheme, tokens: int, n: int, k: int, act: str, ex
     )
     fields = {f: getattr(dense, f) for f in dense.__dataclass_fields__}
     fields.update(m=tokens, n=n, k=k, path=PATH, tiles=tiles, reasons=reasons, pdl=False)
-    return MoeRs8Plan(**fields)
+    return RoutedPlan(**fields)

@@ -8,25 +8,13 @@ from humming.core.families.moe_wgmma_8bit.generator import moe_wgmma_8bit_source
 from humming.core.families.moe_wgmma_8bit.layout import prepare_w8a8_experts
 from humming.core.families.moe_wgmma_8bit.planner import PATH, plan_moe_wgmma_8bit
 from humming.core.families.moe_wgmma_8bit.planner import refusal as plan_refusal
-from humming.core.families.moe_wna16.tuned import other_kernel_chosen
+from humming.core.families.moe_wna16.routed_forms import routed_refusal
 from humming.core.families.wgmma_8bit.tiles import Wgmma8Tiles
 from humming.core.family import Family
-from humming.devices.current import runs_here
 
 
 def refusal(problem, caps, ask) -> str | None:
-    why, entry = other_kernel_chosen(problem, caps, PATH)
-    if why:
-        return why
-    if problem.act_order:
-        return "act-order experts (their rows are permuted in 16 bits) run on the 16-bit MoE kernels"
-    why = plan_refusal(caps, problem.scheme, problem.m, problem.n, problem.k, problem.experts, problem.top_k,
-                       measured=entry is not None)
-    if why:
-        return why
-    if not runs_here(caps):
-        return f"the live GPU is not {caps.name}'s own target"
-    return None
+    return routed_refusal(problem, caps, PATH, plan_refusal)
 
 
 def plan(problem, caps):

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import torch
 
-from humming.core.families.moe_wgmma_8bit.planner import a_type_of, padded_shape
+from humming.core.families.moe_wgmma_8bit.planner import a_type_of
 from humming.core.families.moe_wna16.layout import ExpertWeights, stacked_experts
+from humming.core.families.moe_wna16.routed_forms import padded_to_tiles
 from humming.core.families.wgmma_8bit.layout import prepare_w8a8_wgmma
 
 
 def prepare_w8a8_experts(qw, act_dtype: torch.dtype) -> ExpertWeights:
     """Repack a stacked W8A8 QuantizedWeight (int8 / e4m3 experts) for the kernel."""
     a_type = a_type_of(qw.scheme)
-    return stacked_experts(qw, padded_shape, lambda w: prepare_w8a8_wgmma(w, act_dtype, a_type))
+    return stacked_experts(qw, padded_to_tiles, lambda w: prepare_w8a8_wgmma(w, act_dtype, a_type))

@@ -7,34 +7,17 @@ W8A8 on 16-bit activation codes)."""
 from __future__ import annotations
 
 from humming.core.families.moe_register_a.planner import rows_per_expert
+from humming.core.families.moe_wna16.routed_forms import RoutedPlan, padded_to_tiles
 from humming.core.families.wgmma_8bit.layout import WgmmaW8A8Layout
 from humming.core.families.wgmma_8bit.planner import BM, plan_w8a8_wgmma
-from humming.core.plan import Plan
-from humming.core.quant.padding import ALIGN
 from humming.core.tuning import knobs
 from humming.errors import ShapeError, UnsupportedOnDevice
 
 PATH = "moe-wgmma-8bit"
 MIN_ROWS_KNOB = "moe.w8a8_min_rows"
-ATOM = 128  # N and K of the prepared experts: multiples of the kernel's 128-channel tile and 128-byte stage
 _A_TYPES = {"int8": "s8", "e4m3": "e4m3"}
 # (weight scale granularity, activation scale mode) the kernel applies
 _SCALES = {("channel", "dynamic_token"), ("tensor", "dynamic_token"), ("block", "dynamic_group")}
-
-
-class MoeWgmma8Plan(Plan):
-    """A Plan of the MoE wgmma W8A8 kernel (the dense kernel's name, marked as the MoE form)."""
-
-    @property
-    def kernel_name(self) -> str:
-        return "hm_moe_" + super().kernel_name.removeprefix("hm_")
-
-
-def padded_shape(n: int, k: int) -> tuple[int, int]:
-    """(N, K) padded to multiples of 128 (N and K must be multiples of 16)."""
-    if n % ALIGN or k % ALIGN:
-        raise ShapeError(f"MoE weights need N and K that are multiples of {ALIGN}, got N={n} K={k}")
-    return -(-n // ATOM) * ATOM, -(-k // ATOM) * ATOM
 
 
 def a_type_of(scheme) -> str:
@@ -52,7 +35,7 @@ def scales_refusal(scheme, n: int, k: int) -> str:
     if granularity == "block":
         if scheme.weight_scale.block != (128, 128) or scheme.act_scale.group_size != 128:
             return "its block scales are 128x128 weight blocks with activations per 1x128 group"
-        if n % ATOM or k % ATOM:
+        if n % 128 or k % 128:
             return f"128x128 weight blocks need N and K that are multiples of 128 (not padded), got N={n} K={k}"
     return ""
 
@@ -86,11 +69,11 @@ def _threshold(caps) -> str:
 
 def expert_layout(scheme, n: int, k: int) -> WgmmaW8A8Layout:
     """The layout the experts are prepared in (padded to multiples of 128)."""
-    n_pad, k_pad = padded_shape(n, k)
+    n_pad, k_pad = padded_to_tiles(n, k)
     return WgmmaW8A8Layout(a_type_of(scheme), n_pad, k_pad, scheme.weight_scale.granularity)
 
 
-def plan_moe_wgmma_8bit(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> Plan:
+def plan_moe_wgmma_8bit(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> RoutedPlan:
     """The plan of an indexed MoE GEMM on the wgmma W8A8 kernel, or UnsupportedOnDevice / ShapeError."""
     if tokens < 0 or experts < 1 or top_k < 1:
         raise ShapeError(f"MoE GEMM: tokens={tokens}, experts={experts}, top_k={top_k}")
@@ -114,6 +97,6 @@ def plan_moe_wgmma_8bit(caps, scheme, tokens: int, n: int, k: int, act: str, exp
         "epilogue: per-token (or per-block) scales and router weight per row, scales and bias per channel, stored from "
         "registers to each row's slot; no split-K",
     )
-    return MoeWgmma8Plan(**{**{f: getattr(dense, f) for f in dense.__dataclass_fields__},
+    return RoutedPlan(**{**{f: getattr(dense, f) for f in dense.__dataclass_fields__},
                             "m": tokens, "n": n, "k": k, "path": PATH, "reasons": reasons, "pdl": False})
 
