@@ -23,27 +23,42 @@ TILE = (moe_place("BC") + "  const int m0 = mb * BT, n0 = nb * BC;\n" + routed_r
 # the rows of A in registers, BT / 32 per thread, read once from shared memory (255 registers and no spills at 256
 # tokens with the ring of 5; a_row computed in registers spilled there)
 def gathered_load_stage(chunk: int, rows: str = "BT", base: str = "x0 + slot * X_BYTES", weights: str = "",
-                        setup: str = "") -> str:
+                        setup: str = "", per_pass: int = 32) -> str:
     """The ``load_stage(slot, kt)`` lambda of the routed kernels: 16-byte chunks of ``chunk`` elements of A (8 16-bit
-    values; 16 8-bit codes) of the ``rows`` block rows gathered through a_row, into the swizzled tile at ``base``;
-    ``weights``: statements copying the stage's weights after them (``setup``: what they need, before the lambda)."""
-    return f"""  // activations: thread tid copies chunk tid % 8 of block rows tid / 8 + 32 i ((row mod 8) is the same for every i),
+    values; 16 8-bit codes) of the ``rows`` block rows gathered through a_row, into the swizzled tile at ``base``, by
+    8 x ``per_pass`` threads; ``weights``: statements copying the stage's weights after them (``setup``: what they
+    need, before the lambda)."""
+    r = per_pass
+    return f"""  // activations: thread tid copies chunk tid % 8 of block rows tid / 8 + {r} i ((row mod 8) is the same for every i),
   // gathered: block row r is row a_row[r] of A; padding rows and columns past KA zero-filled
   const int lrow = tid >> 3, lch = tid & 7;
   const uint32_t lswz = swz128(lrow, lch);
-  int my_rows[{rows} / 32];  // the row of A of each of this thread's block rows (-1: a padding row)
+  int my_rows[{rows} / {r}];  // the row of A of each of this thread's block rows (-1: a padding row)
   #pragma unroll
-  for (int i = 0; i < {rows} / 32; ++i) my_rows[i] = a_row[lrow + 32 * i];
+  for (int i = 0; i < {rows} / {r}; ++i) my_rows[i] = a_row[lrow + {r} * i];
 {setup}  auto load_stage = [&](int slot, int kt) {{
     const uint32_t base = {base};
     const int col = kt * BK + lch * {chunk};
     #pragma unroll
-    for (int i = 0; i < {rows} / 32; ++i) {{
+    for (int i = 0; i < {rows} / {r}; ++i) {{
       const bool ok = my_rows[i] >= 0 && col < KA;  // (the source stays a valid address)
-      copy_16_async(base + lswz + i * 32 * 128, ok ? A + (size_t)my_rows[i] * KA + col : A, ok);
+      copy_16_async(base + lswz + i * {r} * 128, ok ? A + (size_t)my_rows[i] * KA + col : A, ok);
     }}
 {weights + chr(10) if weights else ""}  }};
 """
+
+
+def gathered_8bit_stage(per_pass: int) -> str:
+    """``load_stage(slot, kt)`` of the routed 8-bit kernels (stage = A tile of BM rows, then B tile of BN rows, both
+    128-byte swizzled): the block rows' activation codes gathered through a_row, then BN rows of the block's expert's
+    K-major weights (B already at the expert), by 8 x ``per_pass`` threads."""
+    r = per_pass
+    return gathered_load_stage(16, rows="BM", base="smem0 + slot * STAGE_BYTES", per_pass=r, weights=f"""\
+    const uint32_t b_tile = base + A_BYTES + lswz;
+    #pragma unroll
+    for (int i = 0; i < BN / {r}; ++i)
+      copy_16_async(b_tile + i * {r} * 128, b_src + ((size_t){r} * i * K + kt * BK), true);""",
+                               setup="  const unsigned char* b_src = B + (size_t)(n0 + lrow) * K + lch * 16;\n")
 
 
 LOAD_STAGE = gathered_load_stage(8)

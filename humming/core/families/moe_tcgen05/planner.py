@@ -1,20 +1,24 @@
-"""Plans of the MoE tcgen05 kernel (Blackwell datacenter prefill): the tcgen05 WnA16 kernel (int4 dequantized into
-shared memory, kind::f16, the accumulator in Tensor Memory; humming.core.families.tcgen05) over routed rows, with
-128-row token tiles, where the experts get enough rows on average that a tile is mostly full (the tuning knob
-moe.tcgen05_min_rows). Compiled for its targets, never run on hardware: it takes problems only with
-HUMMING_UNVERIFIED_KERNELS=1."""
+"""Plans of the MoE tcgen05 kernels (Blackwell datacenter prefill): the tcgen05 WnA16 kernel (int4 dequantized into
+shared memory, kind::f16, the accumulator in Tensor Memory; humming.core.families.tcgen05) and the tcgen05 W8A8
+kernel (8-bit activation codes and weights as stored) over routed rows, with 128-row token tiles, where the experts
+get enough rows on average that a tile is mostly full (the tuning knob moe.tcgen05_min_rows). Compiled for their
+targets, never run on hardware: they take problems only with HUMMING_UNVERIFIED_KERNELS=1."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 from humming.core.families.moe_register_a.planner import rows_per_expert
+from humming.core.families.moe_wgmma_8bit.planner import a_type_of, expert_layout
 from humming.core.families.moe_wna16.layout import padded_shape
+from humming.core.families.moe_wna16.routed_forms import RoutedPlan
 from humming.core.families.tcgen05.planner import (
     STATIC_SMEM,
     WNA16_BK,
     WNA16_BQ,
     _need_tmem_pipeline,
+    plan_w8a8_tcgen05,
     tcgen05_f16_form,
+    tcgen05_smem_bytes,
     wna16_smem_bytes,
 )
 from humming.core.families.wgmma_dequant.layout import supports, wgmma_wna16_layout
@@ -114,3 +118,65 @@ def plan_moe_tcgen05(caps, scheme, tokens: int, n: int, k: int, act: str, expert
         scheme=scheme.name, profile=caps.name, m=tokens, n=n, k=k, act=act, out=act, family="tcgen05",
         instruction=replace(form, shape=(BT, bn, 16)), path=PATH, layout=layout,
         tiles=Tiles(BT, bn, WNA16_BK, stages, 4, 1, 1), splits=1, async_copy=True, smem_bytes=smem, reasons=reasons)
+
+
+# ---- W8A8 experts: the tcgen05 W8A8 kernel (kind::f8f6f4 e4m3 / kind::i8 s8, weights as stored) over routed rows
+W8A8_PATH = "moe-tcgen05-w8a8"
+_W8A8_SCALES = ("channel", "tensor")  # weight scale granularities its epilogue applies (activations per token)
+
+
+def w8a8_unverified_note(caps) -> str:
+    return (f"MoE tcgen05 W8A8 kernel (8-bit codes, 128-row token tiles) generated and compiled for "
+            f"{caps.target.arch}, not yet validated on hardware: set HUMMING_UNVERIFIED_KERNELS=1 to use it from "
+            f"{knobs.value(MIN_ROWS_KNOB, caps)} rows per expert")
+
+
+def w8a8_refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> str:
+    """Why the MoE tcgen05 W8A8 kernel does not take the MoE GEMM ("" when it does)."""
+    lowest = knobs.value(MIN_ROWS_KNOB, caps)
+    if lowest is None:
+        return f"the MoE tcgen05 forms are off ({MIN_ROWS_KNOB})"
+    if not a_type_of(scheme):
+        return "the MoE tcgen05 W8A8 kernel takes int8 x int8 or e4m3 x e4m3 experts"
+    if scheme.weight_scale.granularity not in _W8A8_SCALES or scheme.act_scale.mode != "dynamic_token":
+        return "it takes per-channel or per-tensor weight scales with per-token activation scales"
+    rows = rows_per_expert(tokens, top_k, experts)
+    if rows < lowest:
+        return f"{rows:.1f} rows per expert on average, the MoE tcgen05 forms take >= {lowest:g} ({MIN_ROWS_KNOB})"
+    try:
+        plan_moe_tcgen05_w8a8(caps, scheme, tokens, n, k, act, experts, top_k)
+    except (ShapeError, UnsupportedOnDevice) as exc:
+        return f"the tcgen05 W8A8 kernel cannot run these experts: {exc}"
+    return ""
+
+
+def plan_moe_tcgen05_w8a8(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> Plan:
+    """The plan of an indexed MoE GEMM of W8A8 experts on the tcgen05 W8A8 kernel, or UnsupportedOnDevice /
+    ShapeError naming what is missing."""
+    if tokens < 0 or experts < 1 or top_k < 1:
+        raise ShapeError(f"MoE GEMM: tokens={tokens}, experts={experts}, top_k={top_k}")
+    layout = expert_layout(scheme, n, k)
+    dense = plan_w8a8_tcgen05(caps, layout, max(tokens * top_k, 1), act, scheme=scheme.name)
+    t = dense.tiles
+    limit = caps.limits.smem_per_block_kb * 1024 - STATIC_SMEM - ROUTED_SMEM
+    stages = next((s for s in range(t.stages, 2, -1) if tcgen05_smem_bytes(t.bn, s) <= limit), None)
+    if stages is None:
+        raise UnsupportedOnDevice(f"no MoE tcgen05 W8A8 tile {BT}x{t.bn}x128 with 3 stages fits {caps.name}'s "
+                                  f"shared memory")
+    rows = rows_per_expert(tokens, top_k, experts)
+    keep = [r for r in dense.reasons if not r.startswith(("tile ", "no split-K", "tcgen05 kernel generated"))]
+    reasons = tuple(keep) + (
+        f"MoE tcgen05 W8A8 (from {knobs.value(MIN_ROWS_KNOB, caps):g} rows per expert on average, {MIN_ROWS_KNOB}): "
+        f"{layout.a_type} activation codes quantized once per token before the gather, rows gathered through the "
+        f"routing's sorted slots by cp.async, the block's expert from the routing; weights as stored, padded to "
+        f"{layout.n}x{layout.k} once when prepared",
+        f"token tile {BT}: {tokens} token(s) x top-{top_k} over {experts} experts = {rows:.1f} rows per expert on "
+        f"average",
+        f"tile {BT}x{t.bn}x128: {stages} cp.async slots, {t.bn} TMEM columns, "
+        f"{tcgen05_smem_bytes(t.bn, stages) // 1024} KiB of shared memory",
+        "epilogue: tcgen05.ld 32x32b, per-token scale and router weight per row, scales and bias per channel, 16-byte "
+        "stores of each row to its slot; no split-K",
+    )
+    return RoutedPlan(**{**{f: getattr(dense, f) for f in dense.__dataclass_fields__},
+                         "m": tokens, "n": n, "k": k, "path": W8A8_PATH, "reasons": reasons,
+                         "tiles": replace(t, stages=stages), "smem_bytes": tcgen05_smem_bytes(t.bn, stages)})

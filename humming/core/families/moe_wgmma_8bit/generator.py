@@ -14,12 +14,13 @@ expert's codes, scales, bias and global factor sit at fixed strides. The paramet
 the tile kernel and the routing's), so the MoE runtime launches it as the others."""
 from __future__ import annotations
 
-from humming.core.families.moe_register_a.generator import gathered_load_stage
+from humming.core.families.moe_register_a.generator import gathered_8bit_stage
 from humming.core.families.moe_wna16.generator import EXPERT_OPERANDS, MOE_PARAMS, moe_place, routed_rows
 from humming.core.families.wgmma_8bit.generator import W8A8Rows, wgmma_w8a8_kernel_source
 
 
-def _params(kernel_name: str) -> str:
+def moe_8bit_params(kernel_name: str) -> str:
+    """The routed 8-bit kernels' parameter list (the MoE kernels', 8-bit activation codes as A), through the brace."""
     return f"""extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) {kernel_name}(
     const unsigned char* __restrict__ A,  // activation codes [rows, KA] (row s / a_div of slot s)
     const uint32_t* __restrict__ Bw,      // weight codes [N, K] bytes (K-major) per expert
@@ -39,12 +40,7 @@ TILE = (moe_place("BN") + "  const int m0 = mb * BM, n0 = nb * BN;\n" + routed_r
         + "  __syncthreads();")
 
 # a stage: the block rows' activation codes gathered through the routing, then BN rows of the expert's weights
-LOAD_STAGE = gathered_load_stage(16, rows="BM", base="smem0 + slot * STAGE_BYTES", weights="""\
-    const uint32_t b_tile = base + A_BYTES + lswz;
-    #pragma unroll
-    for (int i = 0; i < BN / 32; ++i)
-      copy_16_async(b_tile + i * 32 * 128, b_src + ((size_t)32 * i * K + kt * BK), true);""",
-                                 setup="  const unsigned char* b_src = B + (size_t)(n0 + lrow) * K + lch * 16;\n")
+LOAD_STAGE = gathered_8bit_stage(32)
 
 # 128x128 weight blocks: the token scales of the thread's block rows br and br + 8 (a padding row reads token 0's)
 BLOCK_ROWS = """\
@@ -93,6 +89,6 @@ def epilogue(result, block: bool) -> str:
 
 
 def moe_wgmma_8bit_source(plan, backend, caps=None) -> str:
-    rows = W8A8Rows(params=_params(plan.kernel_name), tile=TILE, load_stage=LOAD_STAGE, block_rows=BLOCK_ROWS,
+    rows = W8A8Rows(params=moe_8bit_params(plan.kernel_name), tile=TILE, load_stage=LOAD_STAGE, block_rows=BLOCK_ROWS,
                     epilogue=epilogue)
     return wgmma_w8a8_kernel_source(plan, backend, caps, rows=rows)

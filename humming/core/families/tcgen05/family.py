@@ -47,7 +47,7 @@ def _quantized_refusal(problem, caps, kernel: str, k_multiple: int) -> str | Non
 
 
 def _owns_w8a8(plan) -> bool:
-    return plan.family == "tcgen05" and isinstance(plan.layout, WgmmaW8A8Layout)
+    return plan.family == "tcgen05" and isinstance(plan.layout, WgmmaW8A8Layout) and plan.path == "native"
 
 
 def _owns_blockscaled(plan) -> bool:  # W4A4: e2m1 activations

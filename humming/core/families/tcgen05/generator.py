@@ -40,7 +40,8 @@ TC_BLOCK_HEAD = """\
   __shared__ uint32_t tmem_slot;                      // written by tcgen05.alloc
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 """
-TC_BLOCK_DECL = TC_BLOCK_HEAD + "  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;\n"
+TC_BLOCK_TILE = "  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;"
+TC_BLOCK_DECL = TC_BLOCK_HEAD + TC_BLOCK_TILE + "\n"
 # the epilogue's store of row ``row``'s 32 columns from col0 (packed: 16 words of two 16-bit values)
 _TC_STORE = """    if (row < M) {
       uint16_t* out = C + (size_t)row * N + col0;
@@ -65,8 +66,23 @@ class Tcgen05Rows:
     after_row: str
     weight: str
     store: str
+
+
+@dataclass(frozen=True)
+class Tcgen05W8A8Rows:
+    """Where the tcgen05 W8A8 kernel's rows come from and go to (the MoE form, humming.core.families.moe_tcgen05):
+    ``params``: the whole parameter list (signature line through the opening brace); ``tile``: m0 / n0 and what
+    follows from them, before Tensor Memory is allocated (it may return early); ``load_stage``: the
+    ``load_stage(slot, kt)`` lambda and its setup; ``epilogue``: from the wait for the last commit to the end."""
+
+    params: str
+    tile: str
+    load_stage: str
+    epilogue: str
+
+
 _TC_ROW_SCALE = "\n  const float rs = (TS && row < M) ? scale * load_f32(TS + row) : scale;"
-_TC_CHANNEL_SCALES = """\
+TC_CHANNEL_SCALES = """\
       float c0 = 1.0f, c1 = 1.0f, b0 = 0.0f, b1 = 0.0f;
       if (CS) { c0 = load_f32(CS + col0 + j); c1 = load_f32(CS + col0 + j + 1); }
 """
@@ -144,7 +160,8 @@ def tmem_epilogue(after_row: str, pair_scales: str, mul0: str, mul1: str, weight
 """
 
 
-def tcgen05_w8a8_kernel_source(plan, backend, caps=None) -> str:
+def tcgen05_w8a8_kernel_source(plan, backend, caps=None, rows: Tcgen05W8A8Rows | None = None) -> str:
+    """The tcgen05 W8A8 kernel; ``rows``: the MoE form's rows (Tcgen05W8A8Rows)."""
     from humming.core.families.tcgen05.planner import KINDS
 
     t = plan.tiles
@@ -176,14 +193,15 @@ static_assert(THREADS == 128 && BM % 16 == 0 && BN % 16 == 0, "128 threads copy 
 static_assert((TMEM_COLS & (TMEM_COLS - 1)) == 0 && TMEM_COLS >= 32 && TMEM_COLS <= 512, "TMEM allocation size");
 }}
 
-{eight_bit_params(plan.kernel_name)}  using namespace cfg;
-{TC_BLOCK_DECL}  const int ktiles = K / BK;
-  const unsigned char* B = reinterpret_cast<const unsigned char*>(Bw);
+{rows.params if rows else eight_bit_params(plan.kernel_name)}  using namespace cfg;
+{TC_BLOCK_HEAD}  const unsigned char* B = reinterpret_cast<const unsigned char*>(Bw);
+{rows.tile if rows else TC_BLOCK_TILE}
+  const int ktiles = K / BK;
   // the swizzle repeats every 1024 bytes of address: start the stages on such a boundary (1 KiB is reserved)
   const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;
 
 {tmem_setup()}
-{swizzled_stage_loader(16)}
+{rows.load_stage if rows else swizzled_stage_loader(16)}
   #pragma unroll
   for (int s = 0; s < LOOKAHEAD; ++s) {{
     if (s < ktiles) load_stage(s, s);
@@ -215,7 +233,7 @@ static_assert((TMEM_COLS & (TMEM_COLS - 1)) == 0 && TMEM_COLS >= 32 && TMEM_COLS
       copy_commit();
     }}
   }}
-{tmem_epilogue(_TC_ROW_SCALE, _TC_CHANNEL_SCALES, " * rs * c0", " * rs * c1")}"""
+{rows.epilogue if rows else tmem_epilogue(_TC_ROW_SCALE, TC_CHANNEL_SCALES, " * rs * c0", " * rs * c1")}"""
 
 
 def tcgen05_kernel_source(plan, backend, caps=None) -> str:
