@@ -86,3 +86,80 @@ def test_packs_padded_experts():
     block = humming.quantize(torch.randn(2, 256, 384) * 0.05, "w8a8-fp8-block")
     ew = prepare_w8a8_experts(block, torch.bfloat16)
     assert ew.scales.shape == (2, 2, 3) and ew.channel_scale is None and ew.stride(ew.scales) == 6
+
+
+def _codes_to_float(codes: torch.Tensor, a_type: str) -> torch.Tensor:
+    return (codes.view(torch.int8) if a_type == "s8" else codes.view(torch.float8_e4m3fn)).float()
+
+
+def emulate_kernel(ew, codes: torch.Tensor, gs: torch.Tensor, routing, a_div: int, n_out: int, topk_w, bn: int,
+                   block: bool) -> torch.Tensor:
+    """The MoE wgmma W8A8 kernel's arithmetic in torch, through the same flat buffers and pointer arithmetic as its
+    source: B + expert * b_stride (bytes), CS / BIAS + expert * N, S + expert * s_stride + (n0 / 128) * ktiles + kt,
+    GS + s / a_div (or (s / a_div) * ktiles + kt), ES[expert]; padding rows and columns past n_out not stored."""
+    n, k = ew.layout.n, ew.layout.k
+    a_type, ktiles, ka = ew.layout.a_type, k // 128, codes.shape[1]
+    flat_b, b_stride = ew.qweight.reshape(-1), ew.stride(ew.qweight)
+    cs = None if ew.channel_scale is None else ew.channel_scale.reshape(-1)
+    bias = None if ew.bias is None else ew.bias.reshape(-1).float()
+    flat_s = None if ew.scales is None else ew.scales.reshape(-1)
+    out = torch.full((routing.num_slots, n_out), float("nan"))
+    for mb in range(routing.capacity // 128):
+        m0, expert = mb * 128, int(routing.expert_ids[mb])
+        if m0 >= int(routing.num_padded[0]) or expert < 0:
+            continue
+        slots = routing.sorted_ids[m0:m0 + 128].tolist()
+        rows = [s // a_div if s < routing.num_slots else -1 for s in slots]
+        a = torch.zeros(128, k)
+        for r, row in enumerate(rows):
+            if row >= 0:
+                a[r, :ka] = _codes_to_float(codes[row], a_type)
+        w = _codes_to_float(flat_b[expert * b_stride:(expert + 1) * b_stride].reshape(n, k), a_type)
+        for n0 in range(0, n, bn):
+            if block:
+                acc = torch.zeros(128, bn)
+                for kt in range(ktiles):
+                    part = a[:, kt * 128:(kt + 1) * 128] @ w[n0:n0 + bn, kt * 128:(kt + 1) * 128].T
+                    ts = torch.tensor([float(gs[max(row, 0) * ktiles + kt]) for row in rows])
+                    wsc = float(flat_s[expert * ew.stride(ew.scales) + (n0 // 128) * ktiles + kt])
+                    acc += part * (ts * wsc)[:, None]
+                rs = torch.full((128,), float(ew.expert_scale[expert]))
+            else:
+                acc = a @ w[n0:n0 + bn].T
+                rs = torch.tensor([float(ew.expert_scale[expert]) * (float(gs[row]) if row >= 0 else 0.0)
+                                   for row in rows])
+            for j in range(bn):
+                col = n0 + j
+                if col >= n_out:
+                    continue
+                c = float(cs[expert * n + col]) if cs is not None else 1.0
+                b = float(bias[expert * n + col]) if bias is not None else 0.0
+                for r, s in enumerate(slots):
+                    if s < routing.num_slots:
+                        wt = float(topk_w.reshape(-1)[s]) if topk_w is not None else 1.0
+                        out[s, col] = (float(acc[r, j]) * float(rs[r]) * c + b) * wt
+    return out
+
+
+@pytest.mark.parametrize("scheme,n,k,bn", [("w8a8-int8", 208, 400, 256), ("w8a8-fp8", 144, 272, 128),
+                                           ("w8a8-fp8-block", 256, 384, 128)])
+def test_kernel_indexing_emulated_matches_the_reference(scheme, n, k, bn):
+    """The prepared experts read through the kernel's own strides and the routing's slots give the reference MoE
+    GEMM (the activation codes and scales as the runtime quantizes them): the packer and the kernel agree."""
+    from humming.core.moe.reference import reference_moe_gemm
+    from humming.core.quant.quantize import quantize_activation
+
+    torch.manual_seed(11)
+    e, tokens, top_k = 4, 9, 2
+    qw = humming.quantize(torch.randn(e, n, k) * 0.05, scheme, bias=torch.randn(e, n).half())
+    ew = prepare_w8a8_experts(qw, torch.float16)  # (the bias as stored: f16)
+    x = torch.randn(tokens, k)
+    ids = torch.stack([torch.randperm(e)[:top_k] for _ in range(tokens)]).to(torch.int32)
+    ids[0, 1] = ids[0, 0]  # an expert repeated within a token's top-k
+    tw = torch.rand(tokens, top_k)
+    qa = quantize_activation(x, qw.scheme)
+    routing = humming.moe.route(ids, e, 128)
+    got = emulate_kernel(ew, qa.codes, qa.scale_values().float().reshape(-1), routing, top_k, n, tw, bn,
+                         "block" in scheme)
+    want = reference_moe_gemm(x, qw, ids, tw).reshape(tokens * top_k, n).float()
+    torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
