@@ -148,5 +148,25 @@ def test_a_register_a8_winner_is_keyed_and_applied():
     _record(keyed(win))
     chosen = select(Problem(w4a8, 2048, N, K, "bf16", form="indexed", experts=E, top_k=TOP_K), H100)
     assert chosen.family.name == "moe_register_a8" and chosen.plan.path == RS8_PATH
+    assert "tuned for M bucket 1025-2048: 100.0 us measured" in chosen.plan.explain()
     assert select(Problem(w4a8, 64, N, K, "bf16", form="indexed", experts=E, top_k=TOP_K),
                   H100).family.name != "moe_register_a8"
+
+
+@pytest.mark.parametrize("scheme", ["w8a8-fp8", "w8a8-int8", "w8a8-fp8-block"])
+def test_a_wgmma_w8a8_winner_is_a_candidate_keyed_and_applied(scheme):
+    """W8A8 experts: the wgmma W8A8 kernel (off by rule) is among the tuner's candidates; a bucket it wins is stored
+    under the tile kernel's layout and moves that bucket onto it; the other buckets keep the rules."""
+    from humming.core.families.moe_wgmma_8bit.planner import PATH as W8A8_PATH
+    from humming.moe_tuner import keyed, moe_candidates
+
+    sch = scheme_of(scheme)
+    problem = Problem(sch, 2048, N, K, "bf16", form="indexed", experts=E, top_k=TOP_K)
+    default, plans = moe_candidates(problem, H100)
+    assert default.path != W8A8_PATH and [p.path for p in plans].count(W8A8_PATH) == 1
+    _record(keyed(next(p for p in plans if p.path == W8A8_PATH)))
+    chosen = select(problem, H100)
+    assert chosen.family.name == "moe_wgmma_8bit" and chosen.plan.path == W8A8_PATH
+    assert "tuned for M bucket 1025-2048: 100.0 us measured" in chosen.plan.explain()
+    assert select(Problem(sch, 64, N, K, "bf16", form="indexed", experts=E, top_k=TOP_K),
+                  H100).family.name != "moe_wgmma_8bit"

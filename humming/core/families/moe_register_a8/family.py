@@ -7,7 +7,7 @@ from humming.core.families.moe_register_a8.generator import moe_register_a8_sour
 from humming.core.families.moe_register_a8.layout import prepare_rs8_experts
 from humming.core.families.moe_register_a8.planner import PATH, plan_moe_register_a8
 from humming.core.families.moe_register_a8.planner import refusal as plan_refusal
-from humming.core.families.moe_wna16.routed_forms import routed_refusal
+from humming.core.families.moe_wna16.routed_forms import routed_refusal, with_measured_reason
 from humming.core.families.register_a8.tiles import RegisterA8Tiles
 from humming.core.family import Family
 
@@ -17,8 +17,9 @@ def refusal(problem, caps, ask) -> str | None:
 
 
 def plan(problem, caps):
-    return plan_moe_register_a8(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
-                                problem.top_k)
+    p = plan_moe_register_a8(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
+                        problem.top_k)
+    return with_measured_reason(problem, caps, p)
 
 
 def owns(plan) -> bool:

@@ -8,7 +8,7 @@ from humming.core.families.moe_wgmma_8bit.generator import moe_wgmma_8bit_source
 from humming.core.families.moe_wgmma_8bit.layout import prepare_w8a8_experts
 from humming.core.families.moe_wgmma_8bit.planner import PATH, plan_moe_wgmma_8bit
 from humming.core.families.moe_wgmma_8bit.planner import refusal as plan_refusal
-from humming.core.families.moe_wna16.routed_forms import routed_refusal
+from humming.core.families.moe_wna16.routed_forms import routed_refusal, with_measured_reason
 from humming.core.families.wgmma_8bit.tiles import Wgmma8Tiles
 from humming.core.family import Family
 
@@ -18,8 +18,9 @@ def refusal(problem, caps, ask) -> str | None:
 
 
 def plan(problem, caps):
-    return plan_moe_wgmma_8bit(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
-                               problem.top_k)
+    p = plan_moe_wgmma_8bit(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
+                       problem.top_k)
+    return with_measured_reason(problem, caps, p)
 
 
 def owns(plan) -> bool:

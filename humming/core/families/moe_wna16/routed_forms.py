@@ -1,9 +1,12 @@
 """What the MoE forms of the dense 8-bit kernels (humming.core.families.moe_register_a8, moe_wgmma_8bit) share: their
-plans' kernel names, their experts padded to the kernels' 128-wide tiles, and the order in which they refuse an MoE
-problem (a measured entry that chose another kernel, act-order experts, their own planner's refusal, the live GPU)."""
+plans' kernel names, their experts padded to the kernels' 128-wide tiles, the order in which they refuse an MoE
+problem (a measured entry that chose another kernel, act-order experts, their own planner's refusal, the live GPU),
+and the measured entry's reason in their plans."""
 from __future__ import annotations
 
-from humming.core.families.moe_wna16.tuned import other_kernel_chosen
+from dataclasses import replace
+
+from humming.core.families.moe_wna16.tuned import entry_reason, moe_entry, other_kernel_chosen
 from humming.core.plan import Plan
 from humming.core.quant.padding import ALIGN
 from humming.devices.current import runs_here
@@ -42,3 +45,11 @@ def routed_refusal(problem, caps, path: str, plan_refusal) -> str | None:
     if not runs_here(caps):
         return f"the live GPU is not {caps.name}'s own target"
     return None
+
+
+def with_measured_reason(problem, caps, plan):
+    """The plan with the measured entry's reason where an entry chose its kernel for this bucket."""
+    entry = moe_entry(problem, caps)
+    if entry is None or entry.get("path") != plan.path:
+        return plan
+    return replace(plan, reasons=plan.reasons + (entry_reason(entry, problem.m),))
