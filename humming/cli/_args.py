@@ -53,3 +53,18 @@ def unique(items):
             seen.add(item)
             out.append(item)
     return out
+
+
+def knob_assignment(text: str) -> tuple[str, object]:
+    """An argparse ``type``: 'moe.w8a8_min_rows=16' -> ('moe.w8a8_min_rows', 16) (the value as JSON: a number,
+    true / false, null or a quoted string); the knob's name and value are checked when applied."""
+    import json
+
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. moe.w8a8_min_rows=16)")
+    try:
+        return name.strip(), json.loads(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: the value must be JSON (a number, true, false, null or "
+                                         f"\"text\")") from None

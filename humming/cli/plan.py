@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from humming.cli._args import positive_int
+from humming.cli._args import knob_assignment, positive_int
 
 HELP = "plan a quantized GEMM for a profile: instructions, tiles, and why"
 
@@ -20,6 +20,9 @@ def add_arguments(p) -> None:
     p.add_argument("--source", action="store_true", help="print the generated CUDA C++")
     p.add_argument("--compile", action="store_true", help="also compile it with NVRTC and report time and registers")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--knob", type=knob_assignment, action="append", default=[], metavar="NAME=VALUE",
+                   help="a tuning knob for this plan (repeatable; `humming info --knobs` lists them), e.g. "
+                        "moe.w8a8_min_rows=16 to see a kernel that is off by default")
     moe = p.add_argument_group("mixture of experts", "plan the MoE GEMM of stacked experts instead (humming.moe_gemm)")
     moe.add_argument("--moe", action="store_true", help="plan a mixture-of-experts GEMM")
     moe.add_argument("--experts", type=int, default=None, help="number of experts E (with --moe)")
@@ -42,6 +45,13 @@ def _no_moe_options(args) -> None:
 
 
 def main(args) -> int:
+    from humming.core.tuning import knobs
+
+    with knobs.override(dict(args.knob)):
+        return _main(args)
+
+
+def _main(args) -> int:
     from humming import api
 
     if args.moe:
