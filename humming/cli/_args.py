@@ -56,13 +56,13 @@ def unique(items):
 
 
 def knob_assignment(text: str) -> tuple[str, object]:
-    """An argparse ``type``: 'moe.w8a8_min_rows=16' -> ('moe.w8a8_min_rows', 16) (the value as JSON: a number,
+    """An argparse ``type``: 'moe.wgmma_8bit_min_rows=16' -> ('moe.wgmma_8bit_min_rows', 16) (the value as JSON: a number,
     true / false, null or a quoted string); the knob's name and value are checked when applied."""
     import json
 
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. moe.w8a8_min_rows=16)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. moe.wgmma_8bit_min_rows=16)")
     try:
         return name.strip(), json.loads(value)
     except ValueError:

@@ -22,7 +22,7 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--knob", type=knob_assignment, action="append", default=[], metavar="NAME=VALUE",
                    help="a tuning knob for this plan (repeatable; `humming info --knobs` lists them), e.g. "
-                        "moe.w8a8_min_rows=16 to see a kernel that is off by default")
+                        "moe.wgmma_8bit_min_rows=16 to see a kernel that is off by default")
     moe = p.add_argument_group("mixture of experts", "plan the MoE GEMM of stacked experts instead (humming.moe_gemm)")
     moe.add_argument("--moe", action="store_true", help="plan a mixture-of-experts GEMM")
     moe.add_argument("--experts", type=int, default=None, help="number of experts E (with --moe)")

@@ -283,9 +283,10 @@ def test_moe_gemm_act_order(scheme):
 EIGHT_BIT_FORMS = [("moe_register_a8", "moe.w4a8_min_rows", "w4a8-fp8", 384, 1024),
                    ("moe_register_a8", "moe.w4a8_min_rows", "w4a8-int8", 384, 1024),
                    ("moe_register_a8", "moe.w4a8_min_rows", "w4a8-fp8[granularity=channel,group_size=none]", 384, 1040),
-                   ("moe_wgmma_8bit", "moe.w8a8_min_rows", "w8a8-fp8", 336, 1040),
-                   ("moe_wgmma_8bit", "moe.w8a8_min_rows", "w8a8-int8", 336, 1024),
-                   ("moe_wgmma_8bit", "moe.w8a8_min_rows", "w8a8-fp8-block", 384, 1024)]
+                   ("moe_wgmma_8bit", "moe.wgmma_8bit_min_rows", "w8a8-fp8", 336, 1040),
+                   ("moe_wgmma_8bit", "moe.wgmma_8bit_min_rows", "w8a8-int8", 336, 1024),
+                   ("moe_wgmma_8bit", "moe.wgmma_8bit_min_rows", "w8a8-fp8-block", 384, 1024),
+                   ("moe_wgmma_8bit", "moe.wgmma_8bit_min_rows", "w4a8-mxfp4", 336, 1040)]
 
 
 @pytest.mark.parametrize("family,knob,scheme,n,k", EIGHT_BIT_FORMS)

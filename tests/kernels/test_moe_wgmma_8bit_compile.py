@@ -1,5 +1,5 @@
 """CPU: the MoE wgmma W8A8 kernel (humming.core.families.moe_wgmma_8bit: the lock-step wgmma W8A8 kernel over routed
-rows, 8-bit activation codes and weights) is off by default (moe.w8a8_min_rows null until measured), plans where the
+rows, 8-bit activation codes and weights) is off by default (moe.wgmma_8bit_min_rows null until measured), plans where the
 knob turns it on, compiles for sm_90a without spills, and packs padded experts. tests/gpu/test_moe_gpu.py checks its
 results with the knob on."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 import humming
 from humming.core.compile.compiler import compile_cuda
 from humming.core.compile.nvrtc import select_toolchain
-from humming.core.families.moe_wgmma_8bit.layout import prepare_w8a8_experts
+from humming.core.families.moe_wgmma_8bit.layout import prepare_w4a8_experts, prepare_w8a8_experts
 from humming.core.families.moe_wgmma_8bit.planner import PATH
 from humming.core.problem import Problem
 from humming.core.registry import family_of, kernel_source, select
@@ -21,7 +21,7 @@ from humming.devices import get_backend
 from humming.devices.current import resolve_profile
 from humming.errors import UnsupportedOnDevice
 
-ON = {"moe.w8a8_min_rows": 64}
+ON = {"moe.wgmma_8bit_min_rows": 64}
 NAME = "moe_wgmma_8bit"
 
 
@@ -33,12 +33,13 @@ def test_off_by_default_and_where_it_applies():
     caps = resolve_profile("nvidia-h200")
     assert select(_problem(), caps).family.name != NAME
     with knobs.override(ON):
-        for scheme in ("w8a8-fp8", "w8a8-int8", "w8a8-fp8-block"):
+        for scheme in ("w8a8-fp8", "w8a8-int8", "w8a8-fp8-block", "w4a8-mxfp4"):
             assert select(_problem(scheme), caps).family.name == NAME, scheme
         refused = {
             "rows": _problem(tokens=64),  # 16 rows per expert on average, under the knob's 64
             "w4a16": _problem("w4a16"),
-            "w4a8": _problem("w4a8-fp8"),
+            "int4 W4A8 (the register-A W4A8 form's)": _problem("w4a8-fp8"),
+            "NVFP4 W4A4": _problem("w4a4-nvfp4"),
             "static activation scale": _problem("w8a8-fp8-tensor"),
             "blocks on a padded shape": _problem("w8a8-fp8-block", n=1536 + 16),
         }
@@ -46,11 +47,11 @@ def test_off_by_default_and_where_it_applies():
             assert select(other, caps).family.name != NAME, why
         assert select(_problem(), resolve_profile("nvidia-a100")).family.name != NAME
         reasons = " ".join(select(_problem("w8a8-int8", n=96 * 2, k=2048), caps).plan.reasons)
-        assert "padded to 256x2048" in reasons and "moe.w8a8_min_rows" in reasons
+        assert "padded to 256x2048" in reasons and "moe.wgmma_8bit_min_rows" in reasons
 
 
 @pytest.mark.parametrize("scheme,n,k", [("w8a8-fp8", 1536, 2048), ("w8a8-int8", 2880, 2880),
-                                        ("w8a8-fp8-block", 512, 7168)])
+                                        ("w8a8-fp8-block", 512, 7168), ("w4a8-mxfp4", 5760, 2880)])
 def test_compiles_without_spills(scheme, n, k):
     try:
         tc = select_toolchain("sm_90a", None)
@@ -59,11 +60,13 @@ def test_compiles_without_spills(scheme, n, k):
     caps = resolve_profile("nvidia-h200")
     with knobs.override(ON):
         p = select(_problem(scheme, n=n, k=k), caps).plan
-    assert p.path == PATH and family_of(p).name == NAME and p.kernel_name.startswith("hm_moe_w8a8")
+    assert p.path == PATH and family_of(p).name == NAME and p.kernel_name.startswith(("hm_moe_w8a8", "hm_moe_w4a8"))
     assert (p.tiles.bm, p.tiles.bulk, p.splits) == (128, 0, 1)
     src = kernel_source(p, get_backend(caps), caps)
     routed = ["SORTED[m0 + r]", "EXPERT_IDS[mb]", "my_rows[i] * KA", "TOPK_W + s", "C + (size_t)row_slot[h] * n_out"]
     routed.append("GS + (size_t)max(a_row[br], 0) * ktiles" if "block" in scheme else "GS + s / a_div")
+    if "w4a8" in scheme:  # the raw packed codes copied and widened to e4m3 in shared memory
+        routed += ["b_src + ((size_t)64 * i * (K / 2) + k0 / 2)", "e2m1n4_to_e4m3x4"]
     for text in routed:
         assert text in src, text
     mod = compile_cuda(src, [p.kernel_name], "sm_90a", toolchain=tc, options=("--ptxas-options=-v",), cache=False)
@@ -86,6 +89,11 @@ def test_packs_padded_experts():
     block = humming.quantize(torch.randn(2, 256, 384) * 0.05, "w8a8-fp8-block")
     ew = prepare_w8a8_experts(block, torch.bfloat16)
     assert ew.scales.shape == (2, 2, 3) and ew.channel_scale is None and ew.stride(ew.scales) == 6
+    mxfp4 = humming.quantize(torch.randn(2, 208, 2880) * 0.05, "w4a8-mxfp4")
+    ew = prepare_w4a8_experts(mxfp4, torch.bfloat16)
+    assert (ew.layout.n, ew.layout.k, ew.layout.group) == (256, 2944, 32) and ew.layout.weight_format == "e2m1"
+    assert ew.qweight.dtype == torch.uint8 and ew.stride(ew.qweight) == 256 * 2944 // 2  # packed bytes per expert
+    assert ew.scales.shape == (2, 2944 // 32, 256) and ew.scales.dtype == torch.float32
 
 
 def _codes_to_float(codes: torch.Tensor, a_type: str) -> torch.Tensor:

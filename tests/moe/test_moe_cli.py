@@ -58,11 +58,11 @@ def test_plan_under_a_knob_shows_a_kernel_that_is_off_by_default(capsys):
             "1536", "--k", "2048", "--profile", "nvidia-h100", "--act", "bf16"]
     assert main(w8a8) == 0
     assert "moe-wgmma-8bit" not in capsys.readouterr().out
-    assert main(w8a8 + ["--knob", "moe.w8a8_min_rows=16"]) == 0
+    assert main(w8a8 + ["--knob", "moe.wgmma_8bit_min_rows=16"]) == 0
     out = capsys.readouterr().out
     assert "moe-wgmma-8bit" in out.splitlines()[0] and "from 16 rows per expert" in out
     with pytest.raises(SystemExit):
-        main(w8a8 + ["--knob", "moe.w8a8_min_rows"])  # not NAME=VALUE: a usage error
+        main(w8a8 + ["--knob", "moe.wgmma_8bit_min_rows"])  # not NAME=VALUE: a usage error
     assert "is not NAME=VALUE" in capsys.readouterr().err
     assert main(w8a8 + ["--knob", "moe.no_such_knob=1"]) != 0
     assert "unknown knob 'moe.no_such_knob'" in capsys.readouterr().err

@@ -14,9 +14,9 @@ expert's codes, scales, bias and global factor sit at fixed strides. The paramet
 the tile kernel and the routing's), so the MoE runtime launches it as the others."""
 from __future__ import annotations
 
-from humming.core.families.moe_register_a.generator import gathered_8bit_stage
+from humming.core.families.moe_register_a.generator import gathered_8bit_stage, gathered_load_stage
 from humming.core.families.moe_wna16.generator import EXPERT_OPERANDS, MOE_PARAMS, moe_place, routed_rows
-from humming.core.families.wgmma_8bit.generator import W8A8Rows, wgmma_w8a8_kernel_source
+from humming.core.families.wgmma_8bit.generator import W4A8_RAW_B_COPY, W8A8Rows, wgmma_w8a8_kernel_source
 
 
 def moe_8bit_params(kernel_name: str) -> str:
@@ -41,6 +41,9 @@ TILE = (moe_place("BN") + "  const int m0 = mb * BM, n0 = nb * BN;\n" + routed_r
 
 # a stage: the block rows' activation codes gathered through the routing, then BN rows of the expert's weights
 LOAD_STAGE = gathered_8bit_stage(32)
+# W4A8 (slots of the A tile and the raw packed weights): the gathered codes, then the raw B copy of the dense kernel
+W4A8_LOAD_STAGE = gathered_load_stage(16, rows="BM", base="smem0 + slot * SLOT_BYTES",
+                                      weights="    const int k0 = kt * BK;\n" + W4A8_RAW_B_COPY)
 
 # 128x128 weight blocks: the token scales of the thread's block rows br and br + 8 (a padding row reads token 0's)
 BLOCK_ROWS = """\
@@ -89,6 +92,7 @@ def epilogue(result, block: bool) -> str:
 
 
 def moe_wgmma_8bit_source(plan, backend, caps=None) -> str:
-    rows = W8A8Rows(params=moe_8bit_params(plan.kernel_name), tile=TILE, load_stage=LOAD_STAGE, block_rows=BLOCK_ROWS,
-                    epilogue=epilogue)
+    w4a8 = getattr(plan.layout, "weight_bits", 8) == 4  # (the W8A8 source hands 4-bit layouts to the W4A8 kernel)
+    rows = W8A8Rows(params=moe_8bit_params(plan.kernel_name), tile=TILE,
+                    load_stage=W4A8_LOAD_STAGE if w4a8 else LOAD_STAGE, block_rows=BLOCK_ROWS, epilogue=epilogue)
     return wgmma_w8a8_kernel_source(plan, backend, caps, rows=rows)

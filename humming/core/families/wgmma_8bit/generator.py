@@ -33,6 +33,7 @@ from humming.core.families.wgmma_8bit.pieces import (
     _ROW_SCALE,
     W4A8_ACC_DECL,
     W4A8_PARAM_DOCS,
+    _facc,
     w4a8_group_loop,
     w4a8_group_steps,
     w4a8_widen,
@@ -73,7 +74,7 @@ def wgmma_w8a8_kernel_source(plan, backend, caps=None, rows: W8A8Rows | None = N
     weight table, and the epilogue applies only out_scale, bias (CS is null). BN must be 128. ``rows``: the MoE
     form's rows (W8A8Rows)."""
     if getattr(plan.layout, "weight_bits", 8) == 4:
-        return wgmma_w4a8_kernel_source(plan, backend, caps)
+        return wgmma_w4a8_kernel_source(plan, backend, caps, rows=rows)
     t = plan.tiles
     if t.bulk and rows is None:  # the warp-specialised kernel with TMA tensor copies
         from humming.core.families.wgmma_8bit.generator_tma import wgmma_w8a8_tma_kernel_source
@@ -225,7 +226,33 @@ _W4A8_LOCKSTEP_UNDER_WGMMA = """\
 """
 
 
-def wgmma_w4a8_kernel_source(plan, backend, caps=None) -> str:
+# the W4A8 kernel's raw B copy of a stage (inside load_stage: base = the slot, k0 = its first k): thread tid copies
+# chunk tid % 4 (k 32c .. 32c+31) of weight rows tid / 4 + 64 i to raw + tid*16 + i*4096
+W4A8_RAW_B_COPY = """\
+    const uint32_t raw = base + A_BYTES + tid * 16;
+    #pragma unroll
+    for (int i = 0; i < BN / 64; ++i)
+      copy_16_async(raw + i * THREADS * 16, b_src + ((size_t)64 * i * (K / 2) + k0 / 2), true);"""
+
+_W4A8_DENSE_LOAD_STAGE = f"""\
+  // A: thread tid copies chunk tid % 8 of rows tid / 8 + 32 i (swizzled, as the W8A8 kernel)
+  const int lrow = tid >> 3, lch = tid & 7;
+  const uint32_t lswz = swz128(lrow, lch);
+  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
+  auto load_stage = [&](int slot, int kt) {{
+    const uint32_t base = smem0 + slot * SLOT_BYTES;
+    const int k0 = kt * BK;
+    #pragma unroll
+    for (int i = 0; i < BM / 32; ++i) {{
+      const bool ok = m0 + lrow + 32 * i < M;  // rows past M are zero-filled (the source stays a valid address)
+      copy_16_async(base + lswz + i * 32 * 128, ok ? a_src + (32 * i * K + k0) : A, ok);
+    }}
+{W4A8_RAW_B_COPY}
+  }};
+"""
+
+
+def wgmma_w4a8_kernel_source(plan, backend, caps=None, rows: W8A8Rows | None = None) -> str:
     """The wgmma W4A8 kernel: the W8A8 kernel's A operand, tiles, descriptors and epilogue; B arrives as packed
     4-bit rows ([N, K/2] bytes, see ``humming.core.families.wgmma_8bit.layout.pack_int4_kmajor``) and is widened per stage:
     s8 as 16 x code with two masks per 8 codes, e4m3 with three byte permutes per 4 codes.
@@ -239,10 +266,12 @@ def wgmma_w4a8_kernel_source(plan, backend, caps=None) -> str:
     for stage kt+1's copies and widen them into the next B tile, fence.proxy.async, barrier -> wait for the wgmma
     -> fp32 sums += partial x group scale (groups of 32 / 64 split the stage's four k32 steps into wgmma groups)
     -> next iteration. The barrier sits under the wgmma, not between the promotion and the next wgmma: with three
-    widened tiles, the one being overwritten was last read two stages ago."""
+    widened tiles, the one being overwritten was last read two stages ago. ``rows``: the MoE form's rows
+    (W8A8Rows; its load_stage copies the stage's raw B with W4A8_RAW_B_COPY, its epilogue gets block=False: the
+    group scales are applied in the loop)."""
     t = plan.tiles
     lay = plan.layout
-    if t.threads == 384:  # producer + two consumer warpgroups
+    if t.threads == 384 and rows is None:  # producer + two consumer warpgroups
         from humming.core.families.wgmma_8bit.generator_ws import wgmma_w4a8_ws_kernel_source
 
         return wgmma_w4a8_ws_kernel_source(plan, backend, caps)
@@ -271,34 +300,18 @@ static_assert(BK / 32 % GSTEPS == 0, "wgmma groups split the stage's k32 steps e
 static_assert(RAW_BYTES == (BN / 64) * THREADS * 16, "each thread copies BN/64 raw chunks");
 }}
 
-{eight_bit_params(plan.kernel_name, **W4A8_PARAM_DOCS)}  using namespace cfg;
+{rows.params if rows else eight_bit_params(plan.kernel_name, **W4A8_PARAM_DOCS)}  using namespace cfg;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int ktiles = K / BK;
   const unsigned char* B = reinterpret_cast<const unsigned char*>(Bw);
+{rows.tile if rows else "  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;"}
+  const int ktiles = K / BK;
   const uint32_t smem0 = (smem_u32(smem) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
 
-  // A: thread tid copies chunk tid % 8 of rows tid / 8 + 32 i (swizzled, as the W8A8 kernel)
-  const int lrow = tid >> 3, lch = tid & 7;
-  const uint32_t lswz = swz128(lrow, lch);
-  const unsigned char* a_src = A + (size_t)(m0 + lrow) * K + lch * 16;
   // raw B: thread tid copies chunk tid % 4 (k 32c .. 32c+31) of weight rows tid / 4 + 64 i, to raw + tid*16 + i*4096
   const int brow = tid >> 2, bch = tid & 3;
   const unsigned char* b_src = B + (size_t)(n0 + brow) * (K / 2) + bch * 16;
-  auto load_stage = [&](int slot, int kt) {{
-    const uint32_t a_tile = smem0 + slot * SLOT_BYTES + lswz, raw = smem0 + slot * SLOT_BYTES + A_BYTES + tid * 16;
-    const int k0 = kt * BK;
-    #pragma unroll
-    for (int i = 0; i < BM / 32; ++i) {{
-      const bool ok = m0 + lrow + 32 * i < M;  // rows past M are zero-filled (the source stays a valid address)
-      copy_16_async(a_tile + i * 32 * 128, ok ? a_src + (32 * i * K + k0) : A, ok);
-    }}
-    #pragma unroll
-    for (int i = 0; i < BN / 64; ++i)
-      copy_16_async(raw + i * THREADS * 16, b_src + ((size_t)64 * i * (K / 2) + k0 / 2), true);
-  }};
-  // widening: the 16 raw bytes this thread copied (32 codes, k 32c .. 32c+31 of a row) become chunks 2c and
+{rows.load_stage if rows else _W4A8_DENSE_LOAD_STAGE}  // widening: the 16 raw bytes this thread copied (32 codes, k 32c .. 32c+31 of a row) become chunks 2c and
   // 2c + 1 (16 widened bytes each) of the same row of the swizzled B tile; rows + 64 i keep (row mod 8)
   const uint32_t wswz0 = swz128(brow, 2 * bch), wswz1 = swz128(brow, 2 * bch + 1);
   auto widen_stage = [&](int slot, int buf) {{
@@ -336,7 +349,7 @@ static_assert(RAW_BYTES == (BN / 64) * THREADS * 16, "each thread copies BN/64 r
 {w4a8_group_loop(gsteps, lay.a_type, under_wgmma=_W4A8_LOCKSTEP_UNDER_WGMMA)}  }}
   // accumulator fragment of m64nBN: warp w (of the warpgroup) holds rows 16w .. 16w+15; for n8 chunk j,
   // facc[4j + 2h + e] is row lane/4 + 8h, column 8j + 2*(lane%4) + e
-{wgmma_epilogue("warp")}}}
+{rows.epilogue(_facc, False) if rows else wgmma_epilogue("warp")}}}
 """
 
 
