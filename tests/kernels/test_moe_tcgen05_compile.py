@@ -121,5 +121,5 @@ def test_w8a8_form_selected_only_with_unverified_kernels(monkeypatch):
     assert registry.select(_problem("w8a8-fp8"), caps).family.name == "moe_tcgen05_w8a8"
     # decode, block scales, static activation scales, W4A8: the other MoE kernels
     for problem in (_problem("w8a8-fp8", tokens=8), _problem("w8a8-fp8-block"), _problem("w8a8-fp8-tensor"),
-                    _problem("w4a8-fp8")):
+                    _problem("w4a8-fp8"), _problem("w4a8-mxfp4")):
         assert registry.select(problem, caps).family.name != "moe_tcgen05_w8a8", problem.scheme.name

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from humming.core.families.moe_register_a.planner import rows_per_expert
-from humming.core.families.moe_wgmma_8bit.planner import a_type_of, expert_layout
+from humming.core.families.moe_wgmma_8bit.planner import a_type_of, expert_layout, is_w4a8
 from humming.core.families.moe_wna16.layout import padded_shape
 from humming.core.families.moe_wna16.routed_forms import RoutedPlan
 from humming.core.families.tcgen05.planner import (
@@ -136,7 +136,7 @@ def w8a8_refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: i
     lowest = knobs.value(MIN_ROWS_KNOB, caps)
     if lowest is None:
         return f"the MoE tcgen05 forms are off ({MIN_ROWS_KNOB})"
-    if not a_type_of(scheme):
+    if not a_type_of(scheme) or is_w4a8(scheme):
         return "the MoE tcgen05 W8A8 kernel takes int8 x int8 or e4m3 x e4m3 experts"
     if scheme.weight_scale.granularity not in _W8A8_SCALES or scheme.act_scale.mode != "dynamic_token":
         return "it takes per-channel or per-tensor weight scales with per-token activation scales"
