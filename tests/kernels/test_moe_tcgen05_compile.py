@@ -88,8 +88,7 @@ W8A8_CASES = [(caps, scheme) for caps in PROFILES for scheme in ("w8a8-fp8", "w8
 
 
 @pytest.mark.parametrize("caps,scheme", W8A8_CASES, ids=[f"{c.name}-{s}" for c, s in W8A8_CASES])
-def test_w8a8_form_compiles_with_exactly_its_kind(caps, scheme, monkeypatch):
-    tc = _toolchain_or_skip(caps.target.arch)
+def test_w8a8_form_compiles_with_exactly_its_kind(caps, scheme, monkeypatch, compiled_without_spills):
     monkeypatch.setenv(UNVERIFIED_ENV, "1")
     chosen = registry.select(_problem(scheme, n=336, k=2880), caps)  # padded to 384 x 2944
     p = chosen.plan
@@ -99,10 +98,7 @@ def test_w8a8_form_compiles_with_exactly_its_kind(caps, scheme, monkeypatch):
     for routed in ("SORTED[m0 + r]", "EXPERT_IDS[mb]", "my_rows[i] * KA", "TOPK_W + slot", "GS + slot / a_div",
                    "C + (size_t)slot * n_out", "i * 16 * 128"):
         assert routed in src, routed
-    mod = compile_cuda(src, [p.kernel_name], caps.target.arch, toolchain=tc, options=("--ptxas-options=-v",),
-                       cache=False)
-    assert max(int(r) for r in re.findall(r"Used (\d+) registers", mod.log)) <= 255, mod.log
-    assert all(int(s) == 0 for s in re.findall(r"(\d+) bytes spill stores", mod.log)), mod.log
+    mod = compiled_without_spills(p, caps)
     static = max(int(s) for s in re.findall(r"(\d+) bytes smem", mod.log))
     assert static <= STATIC_SMEM + ROUTED_SMEM and p.smem_bytes + static <= caps.limits.smem_per_block_kb * 1024
     kind = "kind::i8" if scheme == "w8a8-int8" else "kind::f8f6f4"
