@@ -159,3 +159,56 @@ def test_kernel_indexing_emulated_matches_the_reference(scheme, n, k, bn):
                          "block" in scheme)
     want = reference_moe_gemm(x, qw, ids, tw).reshape(tokens * top_k, n).float()
     torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+
+
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def _natural_scales(table: torch.Tensor) -> torch.Tensor:
+    """The W4A8 kernel's scale table [K/group, N] back in natural column order: in each 128-column tile, the thread
+    of lane % 4 = q reads table column 32 q + 2 j + e for its accumulator column 8 j + 2 q + e (W4A8_ACC_DECL)."""
+    out = torch.empty_like(table)
+    for n0 in range(0, table.shape[1], 128):
+        for q in range(4):
+            for j in range(16):
+                for e in range(2):
+                    out[:, n0 + 8 * j + 2 * q + e] = table[:, n0 + 32 * q + 2 * j + e]
+    return out
+
+
+def test_w4a8_kernel_indexing_emulated_matches_the_reference():
+    """MXFP4 x FP8 experts: the packed codes at B + expert * b_stride (bytes; byte j of a row holds k = 2j in its low
+    nibble), the group scales at S + expert * s_stride in the kernel's column order, the routed rows' e4m3 codes and
+    token scales give the reference MoE GEMM."""
+    from humming.core.moe.reference import reference_moe_gemm
+    from humming.core.quant.quantize import quantize_activation
+
+    torch.manual_seed(5)
+    e, n, k, tokens, top_k = 3, 144, 320, 7, 2
+    qw = humming.quantize(torch.randn(e, n, k) * 0.05, "w4a8-mxfp4")
+    ew = prepare_w4a8_experts(qw, torch.bfloat16)
+    np_, kp, group = ew.layout.n, ew.layout.k, ew.layout.group
+    x = torch.randn(tokens, k)
+    ids = torch.stack([torch.randperm(e)[:top_k] for _ in range(tokens)]).to(torch.int32)
+    qa = quantize_activation(x, qw.scheme)
+    codes, gs = _codes_to_float(qa.codes, "e4m3"), qa.scale_values().float().reshape(-1)
+    routing = humming.moe.route(ids, e, 128)
+    flat_b, flat_s = ew.qweight.reshape(-1), ew.scales.reshape(-1)
+    lut = torch.tensor([v for v in E2M1] + [-v for v in E2M1])
+    out = torch.full((routing.num_slots, n), float("nan"))
+    for mb in range(routing.capacity // 128):
+        expert = int(routing.expert_ids[mb])
+        if mb * 128 >= int(routing.num_padded[0]) or expert < 0:
+            continue
+        raw = flat_b[expert * ew.stride(ew.qweight):(expert + 1) * ew.stride(ew.qweight)].reshape(np_, kp // 2)
+        nibbles = torch.stack([raw & 0xF, raw >> 4], dim=-1).reshape(np_, kp).long()
+        w = lut[nibbles]
+        table = flat_s[expert * ew.stride(ew.scales):(expert + 1) * ew.stride(ew.scales)].reshape(kp // group, np_)
+        w = w * _natural_scales(table).t().repeat_interleave(group, dim=1)
+        for s in routing.sorted_ids[mb * 128:(mb + 1) * 128].tolist():
+            if s < routing.num_slots:
+                a = torch.zeros(kp)
+                a[:k] = codes[s // top_k]
+                out[s] = (a @ w.t())[:n] * float(ew.expert_scale[expert]) * float(gs[s // top_k])
+    want = reference_moe_gemm(x, qw, ids).reshape(tokens * top_k, n).float()
+    torch.testing.assert_close(out, want, rtol=2e-3, atol=2e-3)
