@@ -31,6 +31,8 @@ MAX_ROUTINGS = 16
 def moe_candidates(problem, caps) -> tuple[object, list]:
     """(the rules' plan, every plan a tuner times: that one first, then the tile kernel's, the register-A kernel's
     and, for W4A8 / W8A8 experts, the 8-bit kernels' candidates) for an indexed MoE problem."""
+    from humming.core.families.moe_mma_8bit.planner import plan_moe_mma_8bit
+    from humming.core.families.moe_mma_8bit.planner import refusal as mma8_refusal
     from humming.core.families.moe_register_a.planner import plan_moe_register_a, token_tiles
     from humming.core.families.moe_register_a.planner import refusal as register_a_refusal
     from humming.core.families.moe_register_a8.planner import plan_moe_register_a8
@@ -52,7 +54,9 @@ def moe_candidates(problem, caps) -> tuple[object, list]:
         plans.append(plan_moe_register_a8(*args))  # (8-bit activation codes: W4A8 experts)
     if not problem.act_order and not w8a8_refusal(caps, problem.scheme, problem.m, problem.n, problem.k,
                                                   problem.experts, problem.top_k, measured=True):
-        plans.append(plan_moe_wgmma_8bit(*args))  # (8-bit activation codes: W8A8 experts)
+        plans.append(plan_moe_wgmma_8bit(*args))  # (8-bit activation codes: W8A8 / MXFP4 W4A8 experts)
+    if not problem.act_order and not mma8_refusal(problem, caps, measured=True):
+        plans.append(plan_moe_mma_8bit(problem, caps))  # (8-bit activation codes on mma.sync)
     seen, unique = set(), []
     for p in plans:
         if (p.kernel_name, p.splits) not in seen:
@@ -66,12 +70,13 @@ def keyed(plan):
     family looks entries up by (humming.core.families.moe_wna16.tuned.entry_layout)."""
     import dataclasses
 
+    from humming.core.families.moe_mma_8bit.planner import PATH as MMA8_PATH
     from humming.core.families.moe_register_a8.planner import PATH as RS8_PATH
     from humming.core.families.moe_wgmma_8bit.planner import PATH as W8A8_PATH
     from humming.core.families.moe_wna16.tuned import entry_layout
     from humming.core.problem import scheme_of
 
-    if plan.path not in (RS8_PATH, W8A8_PATH):  # (the tile and register-A kernels run the tile kernel's layout already)
+    if plan.path not in (RS8_PATH, W8A8_PATH, MMA8_PATH):  # (the tile and register-A kernels run the tile kernel's layout already)
         return plan
     return dataclasses.replace(plan, layout=entry_layout(scheme_of(plan.scheme), plan.n, plan.k, plan.act))
 

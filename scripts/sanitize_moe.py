@@ -1,7 +1,7 @@
 """The MoE kernels once each on small random problems, checked against the reference: the program compute-sanitizer
 runs (memcheck, racecheck, initcheck, synccheck) over the routing kernel, the MoE tile kernel (decode: split-K; a
-64-row tile), the MoE register-A kernel (sm_90a), its W4A8 form and the wgmma W8A8 kernel (8-bit codes; their knobs
-set here; per-channel and 128x128-block scales), gathered and
+64-row tile), the MoE register-A kernel (sm_90a), its W4A8 form, the wgmma 8-bit kernels (W8A8 per-channel and
+128x128-block scales, MXFP4 W4A8) and the mma.sync 8-bit tile kernel (8-bit codes; their knobs set here), gathered and
 per-slot activations, a padded K, skewed routing, act-order experts' row permutation, block-FP8 experts, and the
 gated activation between a layer's GEMMs (both activations, both gate/up layouts).
 
@@ -28,10 +28,12 @@ CASES = [("tile-decode", "w4a16", 128, 16, 4, 256, 512, 3), ("tile-64", "w8a16",
          ("register-a8", "w4a8-fp8", None, 8, 2, 256, 512, 300),
          ("wgmma-w8a8", "w8a8-int8", None, 8, 2, 208, 528, 300),
          ("wgmma-w8a8-block", "w8a8-fp8-block", None, 8, 2, 256, 512, 300),
-         ("wgmma-w4a8-mxfp4", "w4a8-mxfp4", None, 8, 2, 208, 544, 300)]
+         ("wgmma-w4a8-mxfp4", "w4a8-mxfp4", None, 8, 2, 208, 544, 300),
+         ("mma-8bit", "w8a8-int8", None, 8, 2, 208, 528, 300), ("mma-8bit-w4a8", "w4a8-mxfp4", None, 8, 2, 208, 544, 300)]
 # the cases whose kernel is off by default (tuning knobs set for them)
 KNOBS = {"register-a8": {"moe.w4a8_min_rows": 16}, "wgmma-w8a8": {"moe.wgmma_8bit_min_rows": 16},
-         "wgmma-w8a8-block": {"moe.wgmma_8bit_min_rows": 16}, "wgmma-w4a8-mxfp4": {"moe.wgmma_8bit_min_rows": 16}}
+         "wgmma-w8a8-block": {"moe.wgmma_8bit_min_rows": 16}, "wgmma-w4a8-mxfp4": {"moe.wgmma_8bit_min_rows": 16},
+         "mma-8bit": {"moe.mma_8bit_min_rows": 16}, "mma-8bit-w4a8": {"moe.mma_8bit_min_rows": 16}}
 
 
 def main() -> int:

@@ -19,6 +19,7 @@ from humming import settings
 from humming.core.families.mma_8bit.family import FAMILY as MMA_8BIT
 from humming.core.families.mma_blockscaled.family import FAMILY as MMA_BLOCKSCALED
 from humming.core.families.mma_wna16.family import FAMILY as MMA_WNA16
+from humming.core.families.moe_mma_8bit.family import FAMILY as MOE_MMA_8BIT
 from humming.core.families.moe_register_a.family import FAMILY as MOE_REGISTER_A
 from humming.core.families.moe_register_a8.family import FAMILY as MOE_REGISTER_A8
 from humming.core.families.moe_tcgen05.family import FAMILY as MOE_TCGEN05
@@ -51,7 +52,8 @@ FAMILIES: tuple[Family, ...] = (
     REGISTER_A, MMA_WNA16, WGMMA_DEQUANT, TCGEN05_WNA16,
 )
 # Mixture-of-experts GEMMs (Problem.form indexed / grouped / masked) choose among these.
-MOE_FAMILIES: tuple[Family, ...] = (MOE_TCGEN05, MOE_TCGEN05_W8A8, MOE_WGMMA_8BIT, MOE_REGISTER_A8, MOE_REGISTER_A, MOE_WNA16)
+MOE_FAMILIES: tuple[Family, ...] = (MOE_TCGEN05, MOE_TCGEN05_W8A8, MOE_WGMMA_8BIT, MOE_REGISTER_A8, MOE_REGISTER_A,
+                                    MOE_MMA_8BIT, MOE_WNA16)
 BY_NAME = {f.name: f for f in FAMILIES + MOE_FAMILIES}
 # (the MoE families first: each owns its own paths, while a dense family may own a plan by its instruction alone)
 KERNEL_FAMILIES = tuple(f for f in MOE_FAMILIES + FAMILIES if not f.is_route)

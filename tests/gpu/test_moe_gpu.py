@@ -286,7 +286,11 @@ EIGHT_BIT_FORMS = [("moe_register_a8", "moe.w4a8_min_rows", "w4a8-fp8", 384, 102
                    ("moe_wgmma_8bit", "moe.wgmma_8bit_min_rows", "w8a8-fp8", 336, 1040),
                    ("moe_wgmma_8bit", "moe.wgmma_8bit_min_rows", "w8a8-int8", 336, 1024),
                    ("moe_wgmma_8bit", "moe.wgmma_8bit_min_rows", "w8a8-fp8-block", 384, 1024),
-                   ("moe_wgmma_8bit", "moe.wgmma_8bit_min_rows", "w4a8-mxfp4", 336, 1056)]
+                   ("moe_wgmma_8bit", "moe.wgmma_8bit_min_rows", "w4a8-mxfp4", 336, 1056),
+                   # the mma.sync 8-bit tile kernel's MoE form (sm_80 instructions, run on the Hopper GPU)
+                   ("moe_mma_8bit", "moe.mma_8bit_min_rows", "w8a8-int8", 336, 1040),
+                   ("moe_mma_8bit", "moe.mma_8bit_min_rows", "w8a8-fp8", 336, 1024),
+                   ("moe_mma_8bit", "moe.mma_8bit_min_rows", "w4a8-mxfp4", 336, 1056)]
 
 
 @pytest.mark.parametrize("family,knob,scheme,n,k", EIGHT_BIT_FORMS)

@@ -29,7 +29,7 @@ def test_each_chosen_plan_has_one_owner(unverified, monkeypatch):
         assert {"tcgen05_w8a8", "tcgen05_blockscaled", "tcgen05_w4a8", "tcgen05_wna16"} <= seen
 
 
-MOE_KNOBS = {"moe.w4a8_min_rows": 1, "moe.wgmma_8bit_min_rows": 1}  # (the 8-bit MoE kernels, off by default, on)
+MOE_KNOBS = {"moe.w4a8_min_rows": 1, "moe.wgmma_8bit_min_rows": 1, "moe.mma_8bit_min_rows": 1}  # (the 8-bit MoE kernels, off by default, on)
 
 
 @pytest.mark.parametrize("unverified", ["0", "1"])

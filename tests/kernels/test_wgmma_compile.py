@@ -547,7 +547,8 @@ def test_widening_of_every_code_is_exact(a_type, fmt):
 def _check_w4a8_indexing(src: str) -> None:
     """The emulation below mirrors these statements of the generated W4A8 kernel; change both together."""
     for text in ("const int lrow = tid >> 3, lch = tid & 7;", "const uint32_t lswz = swz128(lrow, lch);",
-                 "copy_16_async(a_tile + i * 32 * 128,", "const int brow = tid >> 2, bch = tid & 3;",
+                 "const uint32_t base = smem0 + slot * SLOT_BYTES;", "copy_16_async(base + lswz + i * 32 * 128,",
+                 "const int brow = tid >> 2, bch = tid & 3;",
                  "b_src = B + (size_t)(n0 + brow) * (K / 2) + bch * 16;",
                  "raw = smem0 + slot * SLOT_BYTES + A_BYTES + tid * 16;",
                  "copy_16_async(raw + i * THREADS * 16, b_src + ((size_t)64 * i * (K / 2) + k0 / 2), true);",

@@ -170,3 +170,16 @@ def test_a_wgmma_w8a8_winner_is_a_candidate_keyed_and_applied(scheme):
     assert "tuned for M bucket 1025-2048: 100.0 us measured" in chosen.plan.explain()
     assert select(Problem(sch, 64, N, K, "bf16", form="indexed", experts=E, top_k=TOP_K),
                   H100).family.name != "moe_wgmma_8bit"
+
+
+def test_the_mma_8bit_moe_form_is_a_candidate_where_mma_sync_runs_8bit():
+    from humming.core.families.moe_mma_8bit.planner import PATH as MMA8_PATH
+    from humming.devices.current import resolve_profile
+    from humming.moe_tuner import keyed, moe_candidates
+
+    a100 = resolve_profile("nvidia-a100")
+    problem = Problem(scheme_of("w8a8-int8"), 2048, N, K, "f16", form="indexed", experts=E, top_k=TOP_K)
+    default, plans = moe_candidates(problem, a100)
+    assert default.path != MMA8_PATH and [p.path for p in plans].count(MMA8_PATH) == 1
+    win = keyed(next(p for p in plans if p.path == MMA8_PATH))
+    assert win.path == MMA8_PATH and type(win.layout).__name__ == "WeightLayout"  # keyed by the tile kernel's layout

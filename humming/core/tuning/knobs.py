@@ -92,6 +92,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "many rows per expert on average (null: never)", optional=True, lo=0, hi=1 << 30),
     _k("moe.wgmma_8bit_min_rows", "float", "MoE W8A8 and MXFP4 W4A8 GEMMs on the wgmma 8-bit kernels (8-bit activation "
        "codes) from this many rows per expert on average (null: never)", optional=True, lo=0, hi=1 << 30),
+    _k("moe.mma_8bit_min_rows", "float", "MoE W8A8 / W4A8 GEMMs on the mma.sync 8-bit tile kernel (8-bit activation "
+       "codes) from this many rows per expert on average (null: never)", optional=True, lo=0, hi=1 << 30),
     _k("moe.tcgen05_min_rows", "float", "MoE GEMMs on the tcgen05 kernel from this many rows per expert "
        "on average (null: never)", optional=True, lo=0, hi=1 << 30),
     _k("moe.wgmma_max_token_tile", "int", "MoE register-A kernel: the largest token tile the planner picks",

@@ -36,8 +36,8 @@ def plan(problem, caps):
     return plan_w8a8(caps, layout, problem.m, problem.act, choice, scheme=sch.name)
 
 
-def owns(plan) -> bool:
-    return plan.family == "mma_sync" and plan.is_8bit
+def owns(plan) -> bool:  # (not the MoE form's plans, humming.core.families.moe_mma_8bit: paths "moe-...")
+    return plan.family == "mma_sync" and plan.is_8bit and not plan.path.startswith("moe-")
 
 
 def pack(qw, dtype, layout, caps):

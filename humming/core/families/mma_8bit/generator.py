@@ -13,10 +13,19 @@ weight scale (n block, k block) instead, and the epilogue applies no per-token o
 from __future__ import annotations
 
 from humming.core.common.emit import Template
-from humming.core.common.mma_pieces import PIPELINE_HEAD, TILE_PREAMBLE, helper_prelude, splitk_epilogue
+from humming.core.common.mma_pieces import (
+    PIPELINE_HEAD,
+    STAGE_LOADER_HEAD,
+    TILE_PREAMBLE,
+    helper_prelude,
+    splitk_epilogue,
+    tile_place,
+)
 
 
-def w8a8_kernel_source(plan, backend, caps=None) -> str:
+def w8a8_kernel_source(plan, backend, caps=None, rows=None) -> str:
+    """The 8-bit tile kernel of a plan; ``rows`` (humming.core.families.mma_wna16.generator.RowSource): another source
+    of its rows, the MoE form's (8-bit codes of row slot / a_div, per-token scales GS; no 128x128 blocks)."""
     t = plan.tiles
     prelude = helper_prelude(plan, backend, caps, None)
     int4 = getattr(plan.layout, "weight_bits", 8) == 4
@@ -56,22 +65,11 @@ static_assert(BK >= 128, "the A swizzle needs 8 chunks of 16 bytes per row");
 }}
 
 extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
-    const unsigned char* __restrict__ A,  // activation codes [M, K]
-    const uint32_t* __restrict__ B,       // weight codes, k32 atom layout
-    const float* __restrict__ TS,         // {ts_doc}
-    const float* __restrict__ S,          // {s_doc}
-    const float* __restrict__ CS,         // per-channel weight scale [N] or null
-    const uint16_t* __restrict__ BIAS,    // [N] or null
-    uint16_t* __restrict__ C,             // output [M, N]
-    float* __restrict__ WS, int* __restrict__ CNT,
-    int M, int N, int K, int k_per_split, float out_scale,
-    const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null
-{TILE_PREAMBLE}    #pragma unroll
+{_MOE_PARAMS.format(s_doc=s_doc, moe=rows.params) if rows else _PARAMS.format(ts_doc=ts_doc, s_doc=s_doc)}
+{rows.head + tile_place(rows.block_m, rows.block_n) + rows.setup + STAGE_LOADER_HEAD if rows else TILE_PREAMBLE}    #pragma unroll
     for (int c = tid; c < BM * (BK / 16); c += THREADS) {{
       const int r = c / (BK / 16), ch = c % (BK / 16);
-      const bool ok = m0 + r < M;
-      const unsigned char* src = A + (size_t)(ok ? m0 + r : 0) * K + k0 + ch * 16;
-      copy_16_async(base + r * BK + ((ch ^ (r & 7)) * 16), src, ok);
+{rows.rows if rows else _DENSE_ROWS}      copy_16_async(base + r * BK + ((ch ^ (r & 7)) * 16), src, ok);
     }}
     #pragma unroll
     for (int c = tid; c < NATOMS * KATOMS * (ATOM_WORDS / 4); c += THREADS) {{
@@ -112,10 +110,41 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS) {plan.kernel_name}(
   copy_wait<0>();
   __syncthreads();
 
-{"" if int4 or block else _TO_FLOAT}{splitk_epilogue("facc", row_scale=None if block else "TS")}
+{"" if int4 or block else _TO_FLOAT}{splitk_epilogue("facc", row_scale="GS" if rows else None if block else "TS",
+                                                     indexed=bool(rows))}
 }}
 """
 
+
+_PARAMS = """\
+    const unsigned char* __restrict__ A,  // activation codes [M, K]
+    const uint32_t* __restrict__ B,       // weight codes, k32 atom layout
+    const float* __restrict__ TS,         // {ts_doc}
+    const float* __restrict__ S,          // {s_doc}
+    const float* __restrict__ CS,         // per-channel weight scale [N] or null
+    const uint16_t* __restrict__ BIAS,    // [N] or null
+    uint16_t* __restrict__ C,             // output [M, N]
+    float* __restrict__ WS, int* __restrict__ CNT,
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS) {{      // a device scalar multiplying the output (per-tensor activation scale) or null"""
+
+# the MoE form's parameters: the MoE kernels' list (humming.core.families.moe_wna16.generator), 8-bit codes as A
+_MOE_PARAMS = """\
+    const unsigned char* __restrict__ A,  // activation codes [rows, KA] (row s / a_div of slot s)
+    const uint32_t* __restrict__ B,       // weight codes, k32 atom layout, per expert
+    const float* __restrict__ S,          // {s_doc}, per expert
+    const uint16_t* __restrict__ Z,       // unused
+    const float* __restrict__ CS,         // per-channel weight scales [E, N] or null
+    const uint16_t* __restrict__ BIAS,    // [E, N] or null
+    uint16_t* __restrict__ C,             // output [slots, n_out]
+    float* __restrict__ WS, int* __restrict__ CNT,
+    int M, int N, int K, int k_per_split, float out_scale,
+    const float* __restrict__ GS{moe}) {{   // GS: the activations' per-token scales [rows]"""
+
+_DENSE_ROWS = """\
+      const bool ok = m0 + r < M;
+      const unsigned char* src = A + (size_t)(ok ? m0 + r : 0) * K + k0 + ch * 16;
+"""
 
 _TO_FLOAT = """\
   float facc[TM][TA * 8][4];

@@ -13,6 +13,9 @@ def plan_w8a8(caps, layout, m: int, act: str, choice, scheme: str = "",
     from humming.core.common.paths (native or legacy mma_sync)."""
     if m < 1:
         raise ShapeError(f"M={m}: a GEMM needs at least one row")
+    if act == "bf16" and not caps.find_mma(family="mma_sync", a_type="bf16"):  # (sm_75: no bf16 conversions)
+        raise UnsupportedOnDevice(f"{caps.name} declares no bf16 arithmetic (no bf16 mma.sync): the 8-bit kernel cannot "
+                                  f"write bf16 outputs there; use float16 activations")
     int4 = getattr(layout, "weight_bits", 8) == 4
     block = getattr(layout, "weight_scale", "") == "block"  # 128x128 weight blocks: fp32 sums next to the partials
     if choice.family != "mma_sync" or choice.a_type not in ("s8", "e4m3") or choice.b_type != choice.a_type:
