@@ -43,10 +43,22 @@ class MoeTcgen05Plan(Plan):
         return f"hm_moe_tcgen05_{d.kind}{d.bits}_{self.act}_m{t.bm}n{t.bn}k{t.bk}s{t.stages}_{self.kernel_key}"
 
 
-def unverified_note(caps) -> str:
-    return (f"MoE tcgen05 kernel (int4 experts dequantized into shared memory, kind::f16, 128-row token tiles) "
-            f"generated and compiled for {caps.target.arch}, not yet validated on hardware: set "
+def _note(caps, kernel: str) -> str:
+    return (f"{kernel} generated and compiled for {caps.target.arch}, not yet validated on hardware: set "
             f"HUMMING_UNVERIFIED_KERNELS=1 to use it from {knobs.value(MIN_ROWS_KNOB, caps)} rows per expert")
+
+
+def unverified_note(caps) -> str:
+    return _note(caps, "MoE tcgen05 kernel (int4 experts dequantized into shared memory, kind::f16, 128-row token "
+                       "tiles)")
+
+
+def _rows_refusal(lowest: float, tokens: int, top_k: int, experts: int) -> str:
+    """Why the experts' average rows are too few for the MoE tcgen05 forms' 128-row token tile ("" when they are not)."""
+    rows = rows_per_expert(tokens, top_k, experts)
+    if rows < lowest:
+        return f"{rows:.1f} rows per expert on average, the MoE tcgen05 forms take >= {lowest:g} ({MIN_ROWS_KNOB})"
+    return ""
 
 
 def refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> str:
@@ -63,9 +75,9 @@ def refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, t
         return f"{caps.name} declares no Tensor Memory"
     if tcgen05_f16_form(caps, act) is None:
         return f"{caps.name} declares no tcgen05 kind::f16 {act}"
-    rows = rows_per_expert(tokens, top_k, experts)
-    if rows < lowest:
-        return f"{rows:.1f} rows per expert on average, the MoE tcgen05 form takes >= {lowest:g} ({MIN_ROWS_KNOB})"
+    why = _rows_refusal(lowest, tokens, top_k, experts)
+    if why:
+        return why
     try:
         n_pad, _ = padded_shape(n, k)
     except ShapeError as exc:
@@ -126,9 +138,7 @@ _W8A8_SCALES = ("channel", "tensor")  # weight scale granularities its epilogue 
 
 
 def w8a8_unverified_note(caps) -> str:
-    return (f"MoE tcgen05 W8A8 kernel (8-bit codes, 128-row token tiles) generated and compiled for "
-            f"{caps.target.arch}, not yet validated on hardware: set HUMMING_UNVERIFIED_KERNELS=1 to use it from "
-            f"{knobs.value(MIN_ROWS_KNOB, caps)} rows per expert")
+    return _note(caps, "MoE tcgen05 W8A8 kernel (8-bit codes, 128-row token tiles)")
 
 
 def w8a8_refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> str:
@@ -140,9 +150,9 @@ def w8a8_refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: i
         return "the MoE tcgen05 W8A8 kernel takes int8 x int8 or e4m3 x e4m3 experts"
     if scheme.weight_scale.granularity not in _W8A8_SCALES or scheme.act_scale.mode != "dynamic_token":
         return "it takes per-channel or per-tensor weight scales with per-token activation scales"
-    rows = rows_per_expert(tokens, top_k, experts)
-    if rows < lowest:
-        return f"{rows:.1f} rows per expert on average, the MoE tcgen05 forms take >= {lowest:g} ({MIN_ROWS_KNOB})"
+    why = _rows_refusal(lowest, tokens, top_k, experts)
+    if why:
+        return why
     try:
         plan_moe_tcgen05_w8a8(caps, scheme, tokens, n, k, act, experts, top_k)
     except (ShapeError, UnsupportedOnDevice) as exc:
