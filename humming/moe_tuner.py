@@ -49,11 +49,9 @@ def moe_candidates(problem, caps) -> tuple[object, list]:
     plans = [default] + tile_candidates(*args)
     if not register_a_refusal(*args, measured=True):
         plans += [plan_moe_register_a(*args, token_tile=bt) for bt in token_tiles(caps, problem.act)]
-    if not problem.act_order and not rs8_refusal(caps, problem.scheme, problem.m, problem.n, problem.k,
-                                                 problem.experts, problem.top_k, measured=True):
+    if not problem.act_order and not rs8_refusal(problem, caps, measured=True):
         plans.append(plan_moe_register_a8(*args))  # (8-bit activation codes: W4A8 experts)
-    if not problem.act_order and not w8a8_refusal(caps, problem.scheme, problem.m, problem.n, problem.k,
-                                                  problem.experts, problem.top_k, measured=True):
+    if not problem.act_order and not w8a8_refusal(problem, caps, measured=True):
         plans.append(plan_moe_wgmma_8bit(*args))  # (8-bit activation codes: W8A8 / MXFP4 W4A8 experts)
     if not problem.act_order and not mma8_refusal(problem, caps, measured=True):
         plans.append(plan_moe_mma_8bit(problem, caps))  # (8-bit activation codes on mma.sync)

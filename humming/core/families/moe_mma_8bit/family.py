@@ -6,22 +6,10 @@ from __future__ import annotations
 
 from humming.core.families.moe_mma_8bit.generator import moe_mma_8bit_source
 from humming.core.families.moe_mma_8bit.layout import prepare_8bit_experts
-from humming.core.families.moe_mma_8bit.planner import PATH, plan_moe_mma_8bit
-from humming.core.families.moe_mma_8bit.planner import refusal as plan_refusal
-from humming.core.families.moe_wna16.routed_forms import routed_refusal, with_measured_reason
-from humming.core.family import Family
+from humming.core.families.moe_mma_8bit.planner import PATH, plan_moe_mma_8bit, refusal
+from humming.core.families.moe_wna16.routed_forms import routed_family
 
-
-def refusal(problem, caps, ask) -> str | None:
-    return routed_refusal(problem, caps, PATH, lambda caps, scheme, tokens, n, k, experts, top_k, measured:
-                          plan_refusal(problem, caps, measured=measured))
-
-
-def plan(problem, caps):
-    return with_measured_reason(problem, caps, plan_moe_mma_8bit(problem, caps))
-
-
-FAMILY = Family("moe_mma_8bit", "mma.sync MoE W8A8 / W4A8: indexed / grouped / masked expert GEMMs on 8-bit activation "
-                "codes (every profile with 8-bit mma.sync forms)", refusal, plan, "codes8",
-                lambda plan: plan.path == PATH, moe_mma_8bit_source,
-                lambda qw, dtype, layout, caps: prepare_8bit_experts(qw, dtype, layout))
+FAMILY = routed_family(
+    "moe_mma_8bit", "mma.sync MoE W8A8 / W4A8: indexed / grouped / masked expert GEMMs on 8-bit activation codes "
+    "(every profile with 8-bit mma.sync forms)", PATH, plan_moe_mma_8bit, refusal, moe_mma_8bit_source,
+    lambda qw, dtype, layout, caps: prepare_8bit_experts(qw, dtype, layout))

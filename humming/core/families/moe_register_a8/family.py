@@ -5,31 +5,11 @@ from __future__ import annotations
 
 from humming.core.families.moe_register_a8.generator import moe_register_a8_source
 from humming.core.families.moe_register_a8.layout import prepare_rs8_experts
-from humming.core.families.moe_register_a8.planner import PATH, plan_moe_register_a8
-from humming.core.families.moe_register_a8.planner import refusal as plan_refusal
-from humming.core.families.moe_wna16.routed_forms import routed_refusal, with_measured_reason
+from humming.core.families.moe_register_a8.planner import PATH, plan_moe_register_a8, refusal
+from humming.core.families.moe_wna16.routed_forms import problem_planner, routed_family
 from humming.core.families.register_a8.tiles import RegisterA8Tiles
-from humming.core.family import Family
 
-
-def refusal(problem, caps, ask) -> str | None:
-    return routed_refusal(problem, caps, PATH, plan_refusal)
-
-
-def plan(problem, caps):
-    p = plan_moe_register_a8(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
-                        problem.top_k)
-    return with_measured_reason(problem, caps, p)
-
-
-def owns(plan) -> bool:
-    return plan.path == PATH
-
-
-def pack(qw, dtype, layout, caps):
-    return prepare_rs8_experts(qw, dtype, layout.a_type)
-
-
-FAMILY = Family("moe_register_a8", "wgmma MoE W4A8: indexed / grouped / masked expert GEMMs of int4 experts on 8-bit "
-                "activation codes (register-A, prefill)", refusal, plan, "codes8", owns, moe_register_a8_source, pack,
-                tiles=RegisterA8Tiles)
+FAMILY = routed_family(
+    "moe_register_a8", "wgmma MoE W4A8: indexed / grouped / masked expert GEMMs of int4 experts on 8-bit activation "
+    "codes (register-A, prefill)", PATH, problem_planner(plan_moe_register_a8), refusal, moe_register_a8_source,
+    lambda qw, dtype, layout, caps: prepare_rs8_experts(qw, dtype, layout.a_type), tiles=RegisterA8Tiles)

@@ -23,9 +23,11 @@ def a_type_of(scheme) -> str:
     return {"int8": "s8", "e4m3": "e4m3"}.get(scheme.act, "")
 
 
-def refusal(caps, scheme, tokens: int, n: int, k: int, experts: int, top_k: int, measured: bool = False) -> str:
+def refusal(problem, caps, measured: bool = False) -> str:
     """Why this kernel does not take the MoE GEMM ("" when it does); ``measured``: a measured entry chose it (the
     knob's threshold does not apply)."""
+    scheme, tokens, n, k, experts, top_k = (problem.scheme, problem.m, problem.n, problem.k, problem.experts,
+                                            problem.top_k)
     lowest = knobs.value(MIN_ROWS_KNOB, caps)
     if lowest is None and not measured:
         return f"the MoE register-A W4A8 form is off ({MIN_ROWS_KNOB} null until measured)"

@@ -18,7 +18,7 @@ from humming.core.families.moe_tcgen05.planner import (
 from humming.core.families.moe_tcgen05.planner import refusal as plan_refusal
 from humming.core.families.moe_wgmma_8bit.layout import prepare_w8a8_experts
 from humming.core.families.moe_wna16.family import with_act_order
-from humming.core.families.moe_wna16.routed_forms import routed_refusal
+from humming.core.families.moe_wna16.routed_forms import problem_planner, routed_family
 from humming.core.families.moe_wna16.tuned import other_kernel_chosen
 from humming.core.family import Family
 from humming.devices.current import runs_here
@@ -55,15 +55,8 @@ FAMILY = Family("moe_tcgen05", "tcgen05 MoE W4A16: indexed / grouped / masked ex
                 unverified=unverified_note, announce=True)
 
 
-def _w8a8_refusal(problem, caps, ask) -> str | None:
-    return routed_refusal(problem, caps, W8A8_PATH, lambda caps, scheme, tokens, n, k, experts, top_k, measured:
-                          w8a8_refusal(caps, scheme, tokens, n, k, problem.act, experts, top_k))
-
-
-W8A8 = Family("moe_tcgen05_w8a8", "tcgen05 MoE W8A8: indexed / grouped / masked expert GEMMs of int8 / e4m3 experts on "
-              "8-bit activation codes (prefill on profiles declaring tcgen05)", _w8a8_refusal,
-              lambda problem, caps: plan_moe_tcgen05_w8a8(caps, problem.scheme, problem.m, problem.n, problem.k,
-                                                          problem.act, problem.experts, problem.top_k),
-              "codes8", lambda plan: plan.path == W8A8_PATH, moe_tcgen05_w8a8_source,
-              lambda qw, dtype, layout, caps: prepare_w8a8_experts(qw, dtype),
-              unverified=w8a8_unverified_note, announce=True)
+W8A8 = routed_family(
+    "moe_tcgen05_w8a8", "tcgen05 MoE W8A8: indexed / grouped / masked expert GEMMs of int8 / e4m3 experts on 8-bit "
+    "activation codes (prefill on profiles declaring tcgen05)", W8A8_PATH, problem_planner(plan_moe_tcgen05_w8a8),
+    w8a8_refusal, moe_tcgen05_w8a8_source, lambda qw, dtype, layout, caps: prepare_w8a8_experts(qw, dtype),
+    unverified=w8a8_unverified_note, announce=True)

@@ -141,16 +141,19 @@ def w8a8_unverified_note(caps) -> str:
     return _note(caps, "MoE tcgen05 W8A8 kernel (8-bit codes, 128-row token tiles)")
 
 
-def w8a8_refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> str:
-    """Why the MoE tcgen05 W8A8 kernel does not take the MoE GEMM ("" when it does)."""
+def w8a8_refusal(problem, caps, measured: bool = False) -> str:
+    """Why the MoE tcgen05 W8A8 kernel does not take the MoE GEMM ("" when it does); ``measured``: a measured entry
+    chose it (the knob's threshold does not apply)."""
+    scheme, tokens, n, k, act, experts, top_k = (problem.scheme, problem.m, problem.n, problem.k, problem.act,
+                                                 problem.experts, problem.top_k)
     lowest = knobs.value(MIN_ROWS_KNOB, caps)
-    if lowest is None:
+    if lowest is None and not measured:
         return f"the MoE tcgen05 forms are off ({MIN_ROWS_KNOB})"
     if not a_type_of(scheme) or is_w4a8(scheme):
         return "the MoE tcgen05 W8A8 kernel takes int8 x int8 or e4m3 x e4m3 experts"
     if scheme.weight_scale.granularity not in _W8A8_SCALES or scheme.act_scale.mode != "dynamic_token":
         return "it takes per-channel or per-tensor weight scales with per-token activation scales"
-    why = _rows_refusal(lowest, tokens, top_k, experts)
+    why = "" if measured else _rows_refusal(lowest, tokens, top_k, experts)
     if why:
         return why
     try:

@@ -7,32 +7,17 @@ from __future__ import annotations
 
 from humming.core.families.moe_wgmma_8bit.generator import moe_wgmma_8bit_source
 from humming.core.families.moe_wgmma_8bit.layout import prepare_w4a8_experts, prepare_w8a8_experts
-from humming.core.families.moe_wgmma_8bit.planner import PATH, plan_moe_wgmma_8bit
-from humming.core.families.moe_wgmma_8bit.planner import refusal as plan_refusal
-from humming.core.families.moe_wna16.routed_forms import routed_refusal, with_measured_reason
+from humming.core.families.moe_wgmma_8bit.planner import PATH, plan_moe_wgmma_8bit, refusal
+from humming.core.families.moe_wna16.routed_forms import problem_planner, routed_family
 from humming.core.families.wgmma_8bit.layout import WgmmaW4A8Layout
 from humming.core.families.wgmma_8bit.tiles import Wgmma8Tiles
-from humming.core.family import Family
-
-
-def refusal(problem, caps, ask) -> str | None:
-    return routed_refusal(problem, caps, PATH, plan_refusal)
-
-
-def plan(problem, caps):
-    p = plan_moe_wgmma_8bit(caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts,
-                       problem.top_k)
-    return with_measured_reason(problem, caps, p)
-
-
-def owns(plan) -> bool:
-    return plan.path == PATH
 
 
 def pack(qw, dtype, layout, caps):
     return prepare_w4a8_experts(qw, dtype) if isinstance(layout, WgmmaW4A8Layout) else prepare_w8a8_experts(qw, dtype)
 
 
-FAMILY = Family("moe_wgmma_8bit", "wgmma MoE W8A8 / MXFP4 W4A8: indexed / grouped / masked expert GEMMs of int8 / e4m3 / "
-                "e2m1 experts on 8-bit activation codes (prefill)", refusal, plan, "codes8", owns, moe_wgmma_8bit_source, pack,
-                tiles=Wgmma8Tiles)
+FAMILY = routed_family(
+    "moe_wgmma_8bit", "wgmma MoE W8A8 / MXFP4 W4A8: indexed / grouped / masked expert GEMMs of int8 / e4m3 / e2m1 "
+    "experts on 8-bit activation codes (prefill)", PATH, problem_planner(plan_moe_wgmma_8bit), refusal,
+    moe_wgmma_8bit_source, pack, tiles=Wgmma8Tiles)
