@@ -97,10 +97,25 @@ def grouped_reference(x, w_t, ids, experts):
     return (lambda: torch._grouped_mm(xs, w_t, offs=offs)), ""
 
 
-def scaled_grouped_reference(x, w_t, ids, experts):
+def fp8_grouped_weights(w_t, chunk: int = 8):
+    """(the weights [E, K, N] as e4m3 codes, K contiguous per expert as torch._scaled_grouped_mm reads them, their
+    row-wise scales [E, N]), made once per weight a few experts at a time (DeepSeek-V3's gate+up in fp32 at once
+    would be 28 GiB)."""
+    fp8, top = torch.float8_e4m3fn, torch.finfo(torch.float8_e4m3fn).max
+    experts, k, n = w_t.shape
+    codes = torch.empty(experts, n, k, device=w_t.device, dtype=fp8)
+    scales = torch.empty(experts, n, device=w_t.device, dtype=torch.float32)
+    for e0 in range(0, experts, chunk):
+        w = w_t[e0:e0 + chunk].transpose(1, 2).float()  # [chunk, N, K]
+        scales[e0:e0 + chunk] = (w.abs().amax(dim=2) / top).clamp(min=1e-12)
+        codes[e0:e0 + chunk] = (w / scales[e0:e0 + chunk, :, None]).to(fp8)
+    return codes.transpose(1, 2), scales
+
+
+def scaled_grouped_reference(x, fp8_weights, ids, experts):
     """(a function running torch._scaled_grouped_mm, FP8 e4m3 x e4m3 with row-wise scales (activations per token,
-    weights per expert channel), on x permuted by expert and quantized outside the timed call, or None where it does
-    not run, why)."""
+    weights per expert channel: ``fp8_weights`` from fp8_grouped_weights), on x permuted by expert and quantized
+    outside the timed call, or None where it does not run, why)."""
     if not hasattr(torch, "_scaled_grouped_mm"):
         return None, "torch has no _scaled_grouped_mm"
     fp8, top = torch.float8_e4m3fn, torch.finfo(torch.float8_e4m3fn).max
@@ -109,10 +124,8 @@ def scaled_grouped_reference(x, w_t, ids, experts):
     xs = x[order // ids.shape[1]].float()
     scale_a = (xs.abs().amax(dim=1) / top).clamp(min=1e-12)
     xq = (xs / scale_a[:, None]).to(fp8)
-    w = w_t.transpose(1, 2).float()  # [E, N, K]
-    scale_b = (w.abs().amax(dim=2) / top).clamp(min=1e-12)  # [E, N]
-    wq_t = (w / scale_b[:, :, None]).to(fp8).transpose(1, 2)  # [E, K, N], K contiguous (column-major per expert)
-    w = xs = None
+    xs = None
+    wq_t, scale_b = fp8_weights
     offs = torch.bincount(flat, minlength=experts).cumsum(0).to(torch.int32)
 
     def call():
@@ -157,6 +170,7 @@ def bench_gemm(name, experts, top_k, n, k, scheme, tokens_list, calls, rounds, b
     qw = humming.quantize(torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16) * 0.05, scheme,
                           group_size=group_for(scheme, k))
     w_t = qw.dequantize(torch.bfloat16).transpose(1, 2)  # [E, K, N] (column-major per expert, as _grouped_mm reads)
+    fp8_weights = fp8_grouped_weights(w_t) if hasattr(torch, "_scaled_grouped_mm") else None
     bytes_per_expert = qw.nbytes / experts
     for tokens in tokens_list:
         ids = torch.rand(tokens, experts, device="cuda").argsort(dim=1)[:, :top_k].to(torch.int32)
@@ -169,7 +183,7 @@ def bench_gemm(name, experts, top_k, n, k, scheme, tokens_list, calls, rounds, b
         ref, why = grouped_reference(x, w_t, ids, experts)
         if ref is not None:
             graphs["torch_grouped_bf16"] = graph_of(ref, calls)
-        fp8_ref, fp8_why = scaled_grouped_reference(x, w_t, ids, experts)
+        fp8_ref, fp8_why = scaled_grouped_reference(x, fp8_weights, ids, experts)
         if fp8_ref is not None:
             graphs["torch_scaled_grouped_fp8"] = graph_of(fp8_ref, calls)
         ab_kernel = None

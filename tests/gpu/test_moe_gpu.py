@@ -249,12 +249,19 @@ def test_quant_moe_layer_act_order_down_and_block_fp8():
     block = humming.nn.QuantMoE.from_experts(torch.randn(e, inter, hidden, device="cuda") * 0.05,
                                              torch.randn(e, hidden, inter, device="cuda") * 0.05,
                                              torch.randn(e, inter, hidden, device="cuda") * 0.05, "w8a8-fp8-block")
-    for name, layer, given in (("act-order", act_order, (w13, w2)), ("block fp8", block, (block.w13, block.w2))):
+    # block FP8 quantizes the intermediate activations to e4m3 again: where the kernel's 16-bit intermediate and the
+    # reference's fp32 one round to neighbouring e4m3 codes (steps of 6-12%), single outputs move by a few percent
+    # of the output scale (seen: 3.1% at T=33 on an H100), so its bound is wider and its mean error is checked too
+    for name, layer, given, rel in (("act-order", act_order, (w13, w2), 3e-2),
+                                    ("block fp8", block, (block.w13, block.w2), 6e-2)):
         for tokens in (1, 33, 300):
             x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
             ids = random_ids(tokens, top_k, e)
             tw = torch.softmax(torch.randn(tokens, top_k, device="cuda"), dim=1)
-            close(layer(x, ids, tw), reference_moe_layer(x, *given, ids, tw), f"{name} T={tokens}", rel=3e-2)
+            y, ref = layer(x, ids, tw), reference_moe_layer(x, *given, ids, tw)
+            close(y, ref, f"{name} T={tokens}", rel=rel)
+            mean_err = (y.float() - ref.float()).abs().mean().item()
+            assert mean_err <= 1.5e-2 * ref.float().abs().max().item() + 1e-4, f"{name} T={tokens}: mean error {mean_err:.3g}"
 
 
 @pytest.mark.parametrize("scheme", ["w4a16", "w8a16", "w4a8-fp8"])

@@ -104,3 +104,44 @@ def test_quant_moe_compiles_fullgraph():
     unprepared = humming.quantize(torch.randn(4, 64, 128), "w4a16")
     with pytest.raises(Exception, match="prepare the weight first"):
         torch.compile(lambda a: humming.moe_gemm(a, unprepared, ids), fullgraph=True)(x)
+
+
+@pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-a100", "nvidia-b200"])
+@pytest.mark.parametrize("scheme", ["w4a16", "w4a8-fp8", "w8a8-fp8"])
+def test_zero_tokens_plan_like_one(profile, scheme):
+    """An MoE problem of no tokens (an empty batch) plans as one token's does: no tuned-bucket lookup of M=0 (the
+    launch is skipped, but moe_gemm, grouped_gemm and masked_gemm plan before they look at the row count)."""
+    from humming.core.problem import Problem, scheme_of
+    from humming.core.registry import select
+    from humming.devices.current import resolve_profile
+    from humming.options import resolve
+
+    caps = resolve_profile(profile)
+    if scheme == "w4a8-fp8" and profile == "nvidia-a100":
+        scheme = "w4a8-int8"
+    plans = [select(Problem(scheme_of(scheme), tokens, 768, 2048, "bf16", resolve(None), form="indexed", experts=128,
+                            top_k=8), caps).plan for tokens in (0, 1)]
+    assert plans[0].kernel_name == plans[1].kernel_name
+
+
+def test_act_order_slots_keep_their_token_scale():
+    """Act-order experts give every slot its own permuted row, so per-token activation scales are repeated per slot,
+    also for a single token (whose per-token scales are one value, like a per-tensor scale: the plan tells them
+    apart); a 16-bit plan's GS operand is left as it is."""
+    from humming.core.problem import Problem, scheme_of
+    from humming.core.registry import select
+    from humming.core.runtime.moe_layer import per_slot_scales
+    from humming.devices.current import resolve_profile
+    from humming.options import resolve
+
+    caps = resolve_profile("nvidia-h200")
+
+    def plan(scheme):
+        return select(Problem(scheme_of(scheme), 1, 256, 1024, "bf16", resolve(None), form="indexed", experts=8,
+                              top_k=2, act_order=True), caps).plan
+
+    one_token = torch.tensor([3.0])
+    assert per_slot_scales(one_token, plan("w4a8-fp8"), 2).tolist() == [3.0, 3.0]
+    assert per_slot_scales(torch.tensor([1.0, 2.0]), plan("w4a8-fp8"), 2).tolist() == [1.0, 1.0, 2.0, 2.0]
+    assert per_slot_scales(one_token, plan("w4a16"), 2) is one_token
+    assert per_slot_scales(None, plan("w4a8-fp8"), 2) is None

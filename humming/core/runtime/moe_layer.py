@@ -33,6 +33,15 @@ _A, _C, _WS, _CNT, _GS, _SORTED, _EXPERTS, _NPAD, _TOPK_W, _NUM_SLOTS, _A_DIV = 
 _lock = threading.Lock()
 
 
+def per_slot_scales(gscale: torch.Tensor | None, plan, a_div: int) -> torch.Tensor | None:
+    """The GS operand once each slot has its own permuted row (act-order experts): per-token scales repeated for the
+    ``a_div`` slots of each token; a per-tensor scale as it is. The plan says which (one token's per-token scales
+    are one value too)."""
+    if gscale is None or not (plan.row_scale or family_of(plan).inputs == "codes8"):
+        return gscale
+    return gscale.repeat_interleave(a_div)
+
+
 class MoeLayer:
     """One stacked weight prepared for (dtype, device, profile, options)."""
 
@@ -129,8 +138,7 @@ class MoeLayer:
         fire, args, w = self._spec(plan, routing.capacity)
         if w.perm is not None and fire is not None:  # act-order experts: each slot's row in its expert's order
             a = permuted_rows(a, routing, w.perm, a_div)
-            if gscale is not None and gscale.numel() > 1:  # per-token scales -> per slot
-                gscale = gscale.repeat_interleave(a_div)
+            gscale = per_slot_scales(gscale, plan, a_div)
             a_div = 1
         ws = cnt = None
         if plan.splits > 1 and fire is not None:  # split-K partials and tile counters of the current stream

@@ -25,7 +25,10 @@ def entry_layout(scheme, n: int, k: int, act: str):
 
 
 def moe_entry(problem, caps) -> dict | None:
-    """The stored winner for an MoE problem (its M: the tokens), or None (no entry, or weights no MoE kernel takes)."""
+    """The stored winner for an MoE problem (its M: the tokens), or None (no entry, no tokens, or weights no MoE
+    kernel takes)."""
+    if problem.m < 1:  # no bucket holds zero tokens; the launch is skipped
+        return None
     try:
         layout = entry_layout(problem.scheme, problem.n, problem.k, problem.act)
     except HummingError:
