@@ -25,10 +25,12 @@ The indexed MoE GEMM (`humming.moe_gemm`; the grouped and masked forms run the s
 gate+up projection ({MOE_SHAPE["experts"]} experts, top-{MOE_SHAPE["top_k"]}, N={MOE_SHAPE["n"]}, K={MOE_SHAPE["k"]}) \
 at T={MOE_TOKENS[0]} / T={MOE_TOKENS[1]} tokens: the MoE family that runs it, "-" where none does (the reason:
 `python -m humming plan --moe --scheme NAME --profile NAME`). Families: `moe_wna16` (the mma.sync tile kernel over
-routed rows), `moe_register_a` (the register-A wgmma kernel, sm_90a), `moe_tcgen05` (compiled only; selected with
-HUMMING_UNVERIFIED_KERNELS=1). The 8-bit MoE kernels (`moe_register_a8`, `moe_wgmma_8bit`, `moe_mma_8bit`;
-`moe_tcgen05_w8a8` compiled only) are off by default until measured (their tuning knobs, docs/moe.md), so this table
-does not show them. Validation as above: the MoE GPU tests ran the sm_90a kernels.
+routed rows), `moe_register_a` (the register-A wgmma kernel, sm_90a), `moe_mma_8bit` (the mma.sync 8-bit tile
+kernel on 8-bit activation codes, from 128 rows per expert), `moe_tcgen05` (compiled only; selected with
+HUMMING_UNVERIFIED_KERNELS=1). The wgmma 8-bit MoE kernels (`moe_register_a8`, `moe_wgmma_8bit`; `moe_tcgen05_w8a8`
+compiled only) are off by default (slower than these where measured; their tuning knobs, docs/moe.md), so this
+table does not show them. Validation as above: the MoE GPU tests ran the sm_90a kernels (and the mma.sync ones on
+the Hopper GPU).
 """
 HEADER = f"""# Support matrix
 

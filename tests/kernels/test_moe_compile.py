@@ -33,8 +33,9 @@ def moe_problem(scheme, act, tokens, experts, top_k, n, k):
 
 @pytest.mark.parametrize("profile", PROFILES, ids=[p.name for p in PROFILES])
 def test_moe_kernel_compiles(profile, compiled_without_spills):
-    with knobs.override({"moe.wgmma_min_rows": None}):  # the tile kernel everywhere (sm_90a: the register-A form's
-        # prefill cases are tests/kernels/test_moe_register_a_compile.py's)
+    # the tile kernel everywhere (sm_90a: the register-A form's prefill cases are test_moe_register_a_compile.py's;
+    # 8-bit activation codes from 128 rows per expert: test_moe_mma_8bit_compile.py's)
+    with knobs.override({"moe.wgmma_min_rows": None, "moe.mma_8bit_min_rows": None}):
         _compile_cases(profile, compiled_without_spills)
 
 
@@ -89,7 +90,7 @@ def test_moe_refusals():
 
 def test_moe_128_row_tile_compiles(set_knobs, compiled_without_spills):
     """The 128-row token tile (knob moe.max_token_tile 128) compiles without spills."""
-    set_knobs({"moe.max_token_tile": 128, "moe.wgmma_min_rows": None})
+    set_knobs({"moe.max_token_tile": 128, "moe.wgmma_min_rows": None, "moe.mma_8bit_min_rows": None})
     caps = resolve_profile("nvidia-h200")
     for case in (("w4a16", "bf16", 8192, 8, 2, 4096, 1024), ("w4a8-fp8", "bf16", 8192, 8, 2, 1024, 1024)):
         plan = select(moe_problem(*case), caps).plan

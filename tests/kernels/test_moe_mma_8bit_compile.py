@@ -1,7 +1,7 @@
 """CPU: the MoE mma.sync 8-bit kernel (humming.core.families.moe_mma_8bit: the 8-bit tile kernel over routed rows, W8A8
-codes as stored and W4A8 codes widened in registers, 8-bit activation codes) is off by default (moe.mma_8bit_min_rows
-null until measured), plans where the knob turns it on on every profile with 8-bit mma.sync forms, compiles there
-without spills, and packs padded experts. tests/gpu/test_moe_gpu.py checks its results with the knob on."""
+codes as stored and W4A8 codes widened in registers, 8-bit activation codes) takes MoE GEMMs from
+moe.mma_8bit_min_rows rows per expert (128 by default; fewer: the MoE tile kernel on 16-bit codes), plans where the
+knob lets it on every profile with 8-bit mma.sync forms, compiles there without spills, and packs padded experts. tests/gpu/test_moe_gpu.py checks its results with the knob on."""
 from __future__ import annotations
 
 import pytest
@@ -27,9 +27,11 @@ def _problem(scheme="w8a8-int8", tokens=4096, n=336, k=2880, act="f16", experts=
     return Problem(humming.schemes.get(scheme), tokens, n, k, act, form="indexed", experts=experts, top_k=top_k)
 
 
-def test_off_by_default_and_where_it_applies():
+def test_rows_threshold_and_where_it_applies():
     a100 = resolve_profile("nvidia-a100")
-    assert select(_problem(), a100).family.name != NAME
+    assert knobs.value("moe.mma_8bit_min_rows", a100) == 128
+    assert select(_problem(tokens=4096), a100).family.name == NAME  # 1024 rows per expert
+    assert select(_problem(tokens=256), a100).family.name != NAME  # 64
     with knobs.override(ON):
         for scheme in ("w8a8-int8", "w4a8-int8"):
             chosen = select(_problem(scheme), a100)
