@@ -31,3 +31,5 @@ def test_every_case_quantizes_and_plans_its_form():
         assert p.padded == ("padded" in name), (name, p.summary())
         if name.endswith("cluster"):
             assert p.cluster_splits, p.explain()
+        if name.startswith("register-a-streamk"):  # persistent blocks; the first in clusters of two
+            assert p.tiles.streamk and bool(p.tiles.cluster) == (name == "register-a-streamk"), p.kernel_name
