@@ -59,12 +59,19 @@ case "$PART" in
              echo "== smoke: $(grep -E "failed, worst error" "$OUT/smoke.log" || tail -1 "$OUT/smoke.log")" ;;
 esac
 case "$PART" in
-  sanitize|all) for script in sanitize_dense sanitize_moe; do
+  sanitize|all) for script in sanitize_dense sanitize_moe; do  # the eight runs side by side (~7 minutes on an H100)
                   for tool in memcheck racecheck initcheck synccheck; do
-                    compute-sanitizer --tool "$tool" --report-api-errors no python3 "scripts/$script.py" \
-                      >"$OUT/${script}_$tool.log" 2>&1 || rc=1
-                    echo "== $script $tool: $(grep -cE " ok$" "$OUT/${script}_$tool.log") ok," \
-                         "$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/${script}_$tool.log" | tail -1)"
+                    ( compute-sanitizer --tool "$tool" --report-api-errors no python3 "scripts/$script.py" \
+                        >"$OUT/${script}_$tool.log" 2>&1; echo "exit $?" >>"$OUT/${script}_$tool.log" ) &
+                  done
+                done
+                wait
+                for script in sanitize_dense sanitize_moe; do
+                  for tool in memcheck racecheck initcheck synccheck; do
+                    log="$OUT/${script}_$tool.log"
+                    [ "$(tail -1 "$log")" = "exit 0" ] || rc=1
+                    echo "== $script $tool: $(grep -cE " ok$" "$log") ok," \
+                         "$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1), $(tail -1 "$log")"
                   done
                 done ;;
 esac
