@@ -111,7 +111,7 @@ def test_w8a8_form_selected_only_with_unverified_kernels(monkeypatch):
     caps = get_profile("nvidia-b200")
     monkeypatch.delenv(UNVERIFIED_ENV, raising=False)
     chosen = registry.select(_problem("w8a8-fp8"), caps)
-    assert chosen.family.name == "moe_wna16"
+    assert chosen.family.name == "moe_mma_8bit"  # (the verified 8-bit MoE kernel, from 128 rows per expert)
     assert any("MoE tcgen05 W8A8 kernel" in r and UNVERIFIED_ENV in r for r in chosen.plan.reasons)
     monkeypatch.setenv(UNVERIFIED_ENV, "1")
     assert registry.select(_problem("w8a8-fp8"), caps).family.name == "moe_tcgen05_w8a8"

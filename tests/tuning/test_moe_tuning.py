@@ -178,7 +178,8 @@ def test_the_mma_8bit_moe_form_is_a_candidate_where_mma_sync_runs_8bit():
     from humming.moe_tuner import keyed, moe_candidates
 
     a100 = resolve_profile("nvidia-a100")
-    problem = Problem(scheme_of("w8a8-int8"), 2048, N, K, "f16", form="indexed", experts=E, top_k=TOP_K)
+    # 64 rows per expert: under moe.mma_8bit_min_rows (128), so the rules choose the tile kernel and the tuner times both
+    problem = Problem(scheme_of("w8a8-int8"), 1024, N, K, "f16", form="indexed", experts=E, top_k=TOP_K)
     default, plans = moe_candidates(problem, a100)
     assert default.path != MMA8_PATH and [p.path for p in plans].count(MMA8_PATH) == 1
     win = keyed(next(p for p in plans if p.path == MMA8_PATH))
