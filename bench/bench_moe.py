@@ -308,18 +308,32 @@ def run(args, overrides: dict, ab: dict) -> None:
     print(f"{gpu}: copy bandwidth {bw:.0f} GB/s", flush=True)
     rows: list[dict] = []
     tokens = [int(t) for t in args.tokens.split(",")]
+
+    def save() -> None:  # after every GEMM: a run cut short by its deadline keeps what it measured
+        result = {"gpu": gpu, "torch": torch.__version__, "copy_bandwidth_gbs": bw, "knobs": overrides,
+                  "ab_knobs": ab, "rows": rows}
+        with open(os.path.join(args.out, "bench_moe.json"), "w") as f:
+            json.dump(result, f, indent=1)
+
     for name in args.models.split(","):
         experts, top_k, hidden, inter, scheme = MODELS[name]
         scheme = args.scheme or scheme
-        bench_gemm(name, experts, top_k, 2 * inter, hidden, scheme, tokens, args.calls, args.rounds, bw, rows, ab)
-        bench_gemm(name, experts, top_k, hidden, inter, scheme, tokens, args.calls, args.rounds, bw, rows, ab)
+        parts = [("gate_up", bench_gemm, (name, experts, top_k, 2 * inter, hidden, scheme, tokens, args.calls,
+                                          args.rounds, bw, rows, ab)),
+                 ("down", bench_gemm, (name, experts, top_k, hidden, inter, scheme, tokens, args.calls, args.rounds,
+                                       bw, rows, ab))]
         if args.layer:
-            bench_layer(name, experts, top_k, hidden, inter, scheme, tokens, args.calls, args.rounds, rows)
-    result = {"gpu": gpu, "torch": torch.__version__, "copy_bandwidth_gbs": bw, "knobs": overrides, "ab_knobs": ab,
-              "rows": rows}
-    with open(os.path.join(args.out, "bench_moe.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    plot(rows, os.path.join(args.out, "bench_moe.png"), gpu)
+            parts.append(("layer", bench_layer, (name, experts, top_k, hidden, inter, scheme, tokens, args.calls,
+                                                 args.rounds, rows)))
+        for part, fn, fn_args in parts:
+            try:
+                fn(*fn_args)
+            except torch.OutOfMemoryError as exc:  # a model too large for this GPU: said in the JSON, the rest runs
+                rows.append({"model": name, "gemm": part, "error": f"out of memory: {str(exc).splitlines()[0]}"})
+                print(f"{name:14} {part:7} out of memory on this GPU", flush=True)
+                torch.cuda.empty_cache()
+            save()
+    plot([r for r in rows if "error" not in r], os.path.join(args.out, "bench_moe.png"), gpu)
 
 
 if __name__ == "__main__":
