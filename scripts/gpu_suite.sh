@@ -4,6 +4,7 @@
 #   PART:
 #     all        every GPU test, the smoke run and the benchmarks (default; may exceed one 10-minute device call)
 #     tests      every GPU test, no benchmark
+#     check      "tests" and "sanitize" side by side (the correctness half of "all" in one ~10-minute device call)
 #     wna16      the WnA16 GPU tests (mma.sync stream / tile, wgmma and register-A forms, upconvert)
 #     quant      the W8A8 / W4A8 GPU tests (mma.sync, wgmma, register-A W4A8, widened) and activation quantization
 #     ppu        the WnA16 GPU tests with the Zhenwu 810E profile forced (emulation), and the YAML-only example device
@@ -51,8 +52,13 @@ case "$PART" in
        unset HUMMING_DEVICE_PROFILE
        run_tests gpu-new-device tests/gpu/test_new_device_gpu.py "$@" ;;
   tests|all) run_tests gpu-tests tests/gpu "$@" ;;
+  check) ( bash "$0" ${WORKERS:+--workers "$WORKERS"} tests "$@" >"$OUT/check-tests.out" 2>&1 ) & tests_pid=$!
+         ( bash "$0" sanitize >"$OUT/check-sanitize.out" 2>&1 ) & sanitize_pid=$!
+         wait "$tests_pid" || rc=1
+         wait "$sanitize_pid" || rc=1
+         grep -hE "^(==|FAILED)" "$OUT/check-tests.out" "$OUT/check-sanitize.out" ;;
   smoke|bench|sustained|sanitize) ;;
-  *) echo "unknown part $PART (all, tests, wna16, quant, ppu, smoke, bench, sustained, sanitize)"; exit 2 ;;
+  *) echo "unknown part $PART (all, tests, check, wna16, quant, ppu, smoke, bench, sustained, sanitize)"; exit 2 ;;
 esac
 case "$PART" in
   smoke|all) python3 scripts/smoke_gemm.py >"$OUT/smoke.log" 2>&1 || rc=1
