@@ -2,8 +2,8 @@
 profiles; prefill): the 8-bit tile kernel (humming.core.families.mma_8bit: int8 / e4m3 operands as stored, W4A8 int4 /
 e2m1 widened in registers) over routed rows, for W8A8 experts with per-channel or per-tensor weight scales and W4A8
 experts with group scales, both with per-token activation scales, where the experts get enough rows on average (the
-tuning knob moe.mma_8bit_min_rows; null, the default, keeps it off until it is measured: the MoE tile kernel then runs
-these schemes on 16-bit activation codes)."""
+tuning knob moe.mma_8bit_min_rows; below it, or with it null, the MoE tile kernel runs these schemes on 16-bit
+activation codes)."""
 from __future__ import annotations
 
 import math
@@ -12,7 +12,7 @@ from humming.core.common.quantized import runs_on_w8a8, w4a8_widening
 from humming.core.families.mma_8bit.layout import W4A8Layout, W8A8Layout
 from humming.core.families.mma_8bit.planner import plan_w8a8
 from humming.core.families.moe_register_a.planner import rows_per_expert
-from humming.core.families.moe_wna16.routed_forms import RoutedPlan, padded_to_tiles
+from humming.core.families.moe_wna16.routed_forms import RoutedPlan, padded_to_tiles, threshold_words
 from humming.core.families.runnable import fallback
 from humming.core.plan import Tiles
 from humming.core.tuning import knobs
@@ -40,7 +40,7 @@ def refusal(problem, caps, measured: bool = False) -> str:
     """Why this kernel does not take the MoE GEMM ("" when it does); ``measured``: a measured entry chose it."""
     lowest = knobs.value(MIN_ROWS_KNOB, caps)
     if lowest is None and not measured:
-        return f"the MoE mma.sync 8-bit form is off ({MIN_ROWS_KNOB} null until measured)"
+        return f"the MoE mma.sync 8-bit form is off ({MIN_ROWS_KNOB} null)"
     sch = problem.scheme
     if not problem.quantized_activations or sch.act not in ("int8", "e4m3"):
         return "it takes int8 / e4m3 activations"
@@ -68,7 +68,7 @@ def plan_moe_mma_8bit(problem, caps) -> RoutedPlan:
                       tiles=_token_tile(caps, layout), splits=1)
     kind = "W4A8, 4-bit codes widened in registers" if isinstance(layout, W4A8Layout) else "W8A8, codes as stored"
     reasons = dense.reasons + (
-        f"MoE mma.sync 8-bit ({_threshold(caps)}): {kind}; {choice.a_type} activation codes quantized once per token "
+        f"MoE mma.sync 8-bit ({threshold_words(caps, MIN_ROWS_KNOB)}): {kind}; {choice.a_type} activation codes quantized once per token "
         f"before the gather, rows gathered through the routing's sorted slots, the block's expert from the routing; "
         f"weights padded to {layout.n}x{layout.k} once when prepared (their own copy, k32 atoms)",
         f"token tile {dense.tiles.bm}: {tokens} token(s) x top-{top_k} over {experts} experts = {rows:.1f} rows per "
@@ -91,8 +91,3 @@ def _token_tile(caps, layout) -> Tiles:
         raise UnsupportedOnDevice(f"no 8-bit MoE tile 64x128x128 fits {caps.name}'s shared memory")
     return Tiles(64, 128, 128, stages, 2, 2, 1)
 
-
-def _threshold(caps) -> str:
-    lowest = knobs.value(MIN_ROWS_KNOB, caps)
-    return (f"off by rule, {MIN_ROWS_KNOB}; chosen by a measured entry or a tuner" if lowest is None else
-            f"from {lowest:g} rows per expert on average, {MIN_ROWS_KNOB}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from humming.core.families.moe_register_a.planner import rows_per_expert
-from humming.core.families.moe_wna16.routed_forms import RoutedPlan, padded_to_tiles
+from humming.core.families.moe_wna16.routed_forms import RoutedPlan, padded_to_tiles, threshold_words
 from humming.core.families.register_a8.layout import WgmmaRs8Layout, rs8_group, rs8_refusal
 from humming.core.families.register_a8.planner import BT, plan_w4a8_wgmma_rs
 from humming.core.tuning import knobs
@@ -45,11 +45,6 @@ def refusal(problem, caps, measured: bool = False) -> str:
     return f"the register-A W4A8 kernel cannot run these weights: {why}" if why else ""
 
 
-def _threshold(caps) -> str:
-    lowest = knobs.value(MIN_ROWS_KNOB, caps)
-    return (f"off by rule, {MIN_ROWS_KNOB}; chosen by a measured entry or a tuner" if lowest is None else
-            f"from {lowest:g} rows per expert on average, {MIN_ROWS_KNOB}")
-
 
 def plan_moe_register_a8(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int) -> RoutedPlan:
     """The plan of an indexed MoE GEMM on the register-A W4A8 kernel, or UnsupportedOnDevice / ShapeError."""
@@ -67,7 +62,7 @@ def plan_moe_register_a8(caps, scheme, tokens: int, n: int, k: int, act: str, ex
     rows = rows_per_expert(tokens, top_k, experts)
     keep = [r for r in dense.reasons if not r.startswith(("epilogue", "blocks rasterized", "programmatic", "stmatrix"))]
     reasons = tuple(keep) + (
-        f"MoE register-A W4A8 ({_threshold(caps)}): {a_type} activation codes quantized once per token before the gather, rows gathered "
+        f"MoE register-A W4A8 ({threshold_words(caps, MIN_ROWS_KNOB)}): {a_type} activation codes quantized once per token before the gather, rows gathered "
         f"through the routing's sorted slots by cp.async, the block's expert from the routing; weights padded to "
         f"{n_pad}x{k_pad} once when prepared (their own copy, in the register-A W4A8 layout)",
         f"token tile {BT}: {tokens} token(s) x top-{top_k} over {experts} experts = {rows:.1f} rows per expert on "

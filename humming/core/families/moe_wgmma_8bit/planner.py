@@ -9,7 +9,7 @@ them off until measured: the MoE kernels then run these schemes on 16-bit activa
 from __future__ import annotations
 
 from humming.core.families.moe_register_a.planner import rows_per_expert
-from humming.core.families.moe_wna16.routed_forms import RoutedPlan, padded_to_tiles
+from humming.core.families.moe_wna16.routed_forms import RoutedPlan, padded_to_tiles, threshold_words
 from humming.core.families.wgmma_8bit.layout import WgmmaW4A8Layout, WgmmaW8A8Layout, wgmma_w4a8_group
 from humming.core.families.wgmma_8bit.planner import BM, plan_w4a8_wgmma, plan_w8a8_wgmma
 from humming.core.tuning import knobs
@@ -80,11 +80,6 @@ def refusal(problem, caps, measured: bool = False) -> str:
     return ""
 
 
-def _threshold(caps) -> str:
-    lowest = knobs.value(MIN_ROWS_KNOB, caps)
-    return (f"off by rule, {MIN_ROWS_KNOB}; chosen by a measured entry or a tuner" if lowest is None else
-            f"from {lowest:g} rows per expert on average, {MIN_ROWS_KNOB}")
-
 
 def expert_layout(scheme, n: int, k: int) -> WgmmaW8A8Layout | WgmmaW4A8Layout:
     """The layout the experts are prepared in (padded to multiples of 128)."""
@@ -114,7 +109,7 @@ def plan_moe_wgmma_8bit(caps, scheme, tokens: int, n: int, k: int, act: str, exp
         dense = plan_w8a8_wgmma(caps, layout, max(tokens * top_k, 1), act, scheme=scheme.name, tma=False)
     keep = [r for r in dense.reasons if not r.startswith("no split-K")]
     reasons = tuple(keep) + (
-        f"MoE wgmma {'W4A8' if is_w4a8(scheme) else 'W8A8'} ({_threshold(caps)}): {a_type} activation codes quantized once per token before the gather, "
+        f"MoE wgmma {'W4A8' if is_w4a8(scheme) else 'W8A8'} ({threshold_words(caps, MIN_ROWS_KNOB)}): {a_type} activation codes quantized once per token before the gather, "
         f"rows gathered through the routing's sorted slots by cp.async, the block's expert from the routing; weights "
         f"padded to {layout.n}x{layout.k} once when prepared (their own copy, K-major {'packed 4-bit codes' if is_w4a8(scheme) else 'bytes as stored'})",
         f"token tile {BM}: {tokens} token(s) x top-{top_k} over {experts} experts = {rows:.1f} rows per expert on "

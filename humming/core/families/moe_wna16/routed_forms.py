@@ -10,6 +10,7 @@ from humming.core.families.moe_wna16.tuned import entry_reason, moe_entry, other
 from humming.core.family import Family
 from humming.core.plan import Plan
 from humming.core.quant.padding import ALIGN
+from humming.core.tuning import knobs
 from humming.devices.current import runs_here
 from humming.errors import ShapeError
 
@@ -29,6 +30,13 @@ def padded_to_tiles(n: int, k: int) -> tuple[int, int]:
     if n % ALIGN or k % ALIGN:
         raise ShapeError(f"MoE weights need N and K that are multiples of {ALIGN}, got N={n} K={k}")
     return -(-n // TILE_ATOM) * TILE_ATOM, -(-k // TILE_ATOM) * TILE_ATOM
+
+
+def threshold_words(caps, knob: str) -> str:
+    """How a form's rows-per-expert knob decides for ``caps`` (the words of its plans' reasons)."""
+    lowest = knobs.value(knob, caps)
+    return (f"off by rule, {knob}; chosen by a measured entry or a tuner" if lowest is None else
+            f"from {lowest:g} rows per expert on average, {knob}")
 
 
 def routed_refusal(problem, caps, path: str, plan_refusal) -> str | None:
