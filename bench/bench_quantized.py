@@ -4,7 +4,8 @@ torch._int_mm, W4A8-FP8 / W4A8-INT8 vs cuBLAS fp16, on layer shapes of a Llama-3
 
     python bench/bench_quantized.py --out OUTDIR [--ms 1,16,128,1024,4096] [--shapes 8192x8192,28672x8192]
         [--schemes w8a8-fp8,w8a8-int8] [--no-fast-accum] [--graph-min-calls 16] [--graph-target-us 1000]
-Every scheme is timed twice: "native" (humming.GemmOptions(act_widen=False): the 8-bit kernels, wgmma from M >= 64
+Any preset scheme runs (--schemes w4a16,w4a8-mxfp4,w4a16-nvfp4,w4a4-nvfp4: the formats of the headline, each
+against cuBLAS fp16 and beside W4A16 int4). Every scheme with 8-bit activations is timed twice: "native" (humming.GemmOptions(act_widen=False): the 8-bit kernels, wgmma from M >= 64
 where declared) and "widened" (act_widen=True: codes widened to f16 on the weight-only kernels,
 humming.core.routes.widened_ranges); the default column is the one humming.gemm picks without the option (bold in the
 table). W8A8-FP8 also with GemmOptions(fast_accum=True) from M >= 64 (no fp32 promotion of partial sums; JSON key
@@ -89,6 +90,12 @@ def baselines(x: torch.Tensor, n: int, k: int, reps: int, row: dict) -> tuple[di
     return timers, keep
 
 
+def variants_of(scheme: str) -> dict:
+    """The call options timed for ``scheme``: native and widened for 8-bit activations, the default otherwise."""
+    spec = humming.schemes.get(scheme)
+    return VARIANTS if spec.quantizes_activations and spec.act_bits == 8 else {"native": None}
+
+
 def _time_scheme(row: dict, key: str, qws: list, x: torch.Tensor, reps: int, options):
     """A timer of humming.gemm's graph over the weight copies with the call options ``options`` (planned, compiled
     and captured now) or None where humming refuses (row[key_why]); row[key_err]: error vs reference."""
@@ -137,7 +144,7 @@ def main() -> None:
             row = {"n": n, "k": k, "m": m}
             timers, keep = baselines(x, n, k, reps, row)
             for s, qws in weights.items():
-                keys = [(f"{s}_{variant}", options) for variant, options in VARIANTS.items()]
+                keys = [(f"{s}_{variant}", options) for variant, options in variants_of(s).items()]
                 if ((s == "w8a8-fp8" and m >= 64) or (s == "w4a8-fp8" and m >= 256)) and not args.no_fast_accum:
                     keys.append((f"{s}_fast", FAST))
                 for key, options in keys:
@@ -156,7 +163,8 @@ def main() -> None:
             del timers, keep
             torch.cuda.empty_cache()
             for s in weights:
-                picked = "widened" if widened_ranges.applies(caps, humming.schemes.get(s), m, n, k) else "native"
+                picked = ("widened" if "widened" in variants_of(s)
+                          and widened_ranges.applies(caps, humming.schemes.get(s), m, n, k) else "native")
                 row[f"{s}_default"] = picked
                 row[f"{s}_us"] = row.get(f"{s}_{picked}_us")
             rows.append(row)

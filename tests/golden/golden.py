@@ -2,7 +2,8 @@
 kernel's source byte for byte.
 
 A *case* is a planning question asked through the public API (profile, scheme, M, N, K, activation type, group
-size, and a variant setting), or one of the tuner's candidate plans. Its *record* is what the code answers: the
+size, and a variant setting), a mixture-of-experts GEMM (the model shapes of the MoE benchmark through the registry's
+``select``: form, experts, top-k, tokens, act-order, MoE knobs), or one of the tuner's candidate plans. Its *record* is what the code answers: the
 kernel's name, the SHA-256 of its CUDA source, the launch shape (grid, threads, cluster, PDL), shared memory,
 workspace and the plan's reasons; or the error it raises.
 
@@ -187,7 +188,8 @@ _active = {"options": None}
 def _apply(setting: dict):
     from humming.core.tuning import knobs
 
-    parts = translated(setting)
+    parts = translated({a: b for a, b in setting.items() if a != "__knobs__"})
+    parts["knobs"].update(setting.get("__knobs__", {}))
     os.environ.update(parts["env"])
     _active["options"] = parts["options"] or None
     try:
@@ -244,12 +246,50 @@ def cases():
         for scheme, m, (n, k) in itertools.product(("w4a16", "w8a16"), (1, 8, 16, 64, 128, 512, 1024),
                                                     ((8192, 8192), (4096, 14336))):
             yield f"cand|{profile}|{scheme}|f16|{m}|{n}x{k}", "cand", (profile, scheme, m, n, k, "f16")
-
-
+    yield from moe_cases(schemes)
     for profile in ("nvidia-h200", "nvidia-a100", "nvidia-t4", "nvidia-rtx-5090", "nvidia-b300", "thead-zhenwu-810e"):
         for scheme, dtype, k in itertools.product(_act_schemes(), ("f16", "bf16", "f32"), (64, 2048, 4096, 14336)):
             for wide in ("", "f16", "bf16"):
                 yield f"aq|{profile}|{scheme}|{dtype}|{k}|{wide}", "aq", (profile, scheme, dtype, k, wide)
+
+
+# Mixture-of-experts GEMMs: (experts, top-k, [(N, K) of the gate+up and the down GEMM]) of the models the MoE
+# benchmark runs, tensor-parallel shards (TP8) included
+MOE_MODELS = {"deepseek-v3": (256, 8, ((4096, 7168), (7168, 2048), (512, 7168), (7168, 256))),
+              "qwen3-30b-a3b": (128, 8, ((1536, 2048), (2048, 768), (192, 2048), (2048, 96))),
+              "mixtral-8x7b": (8, 2, ((28672, 4096), (4096, 14336))),
+              "gpt-oss-120b": (128, 4, ((5760, 2880), (2880, 2880)))}
+MOE_TOKENS_FULL = (1, 8, 33, 64, 128, 512, 2048, 8192, 16384)
+MOE_TOKENS_FEW = (1, 64, 512, 8192)
+MOE_PROFILES = HOPPER + ("nvidia-a100", "nvidia-l40s", "nvidia-t4", "nvidia-rtx-5090", "nvidia-b200",
+                         "thead-zhenwu-810e")
+F16_ONLY = ("nvidia-t4",)  # no bf16 tensor cores: its MoE cases run f16 activations
+MOE_KNOBS = ({"moe.wgmma_8bit_min_rows": 1}, {"moe.w4a8_min_rows": 1}, {"moe.mma_8bit_min_rows": None},
+             {"moe.wgmma_min_rows": None})
+
+
+def moe_cases(schemes):
+    """The MoE plans ``humming.core.registry.select`` makes: every scheme and profile on the model shapes (every form
+    and more token counts on the H200), act-order experts, and the MoE knobs that are off by default switched on."""
+    for profile in MOE_PROFILES:
+        full = profile == "nvidia-h200"
+        forms = ("indexed", "grouped", "masked") if full else ("indexed",)
+        tokens = MOE_TOKENS_FULL if full else MOE_TOKENS_FEW
+        for model, (experts, top_k, shapes) in MOE_MODELS.items():
+            for scheme, t, (n, k), form in itertools.product(schemes, tokens, shapes, forms):
+                yield _moe_case(profile, model, scheme, t, n, k, experts, top_k, form, False, {})
+            if full:
+                for scheme, t, (n, k) in itertools.product(("w4a16", "w8a16", "w4a8-fp8", "w4a8-int8"), tokens, shapes):
+                    yield _moe_case(profile, model, scheme, t, n, k, experts, top_k, "indexed", True, {})
+                for knob, scheme, t, (n, k) in itertools.product(MOE_KNOBS, schemes, MOE_TOKENS_FEW, shapes):
+                    yield _moe_case(profile, model, scheme, t, n, k, experts, top_k, "indexed", False, knob)
+
+
+def _moe_case(profile, model, scheme, tokens, n, k, experts, top_k, form, act_order, knob):
+    extra = ",".join(f"{a}={b}" for a, b in sorted(knob.items()))
+    act = "f16" if profile in F16_ONLY else "bf16"
+    key = f"moe|{profile}|{model}|{scheme}|{act}|{form}|{tokens}|{n}x{k}|{'act-order' if act_order else ''}|{extra}"
+    return key, "moe", (profile, scheme, tokens, n, k, experts, top_k, form, act_order, act, {"__knobs__": knob})
 
 
 def _plan_case(profile, scheme, m, n, k, act, group, setting):
@@ -435,6 +475,8 @@ def run_case(kind: str, fields: tuple, sources: dict):
             return _error(exc, sources)
     if kind == "aq":
         return _record_actquant(fields, sources)
+    if kind == "moe":
+        return _record_moe(fields, sources)
     profile, scheme, m, n, k, act = fields
     from humming import schemes as _schemes_mod
     from humming.capabilities import get_profile
@@ -452,6 +494,22 @@ def run_case(kind: str, fields: tuple, sources: dict):
         tiles = ",".join(f"{a}={b}" for a, b in sorted(vars(p.tiles).items()) if b)
         out[f"{p.path}|{tiles}|s{p.splits}"] = _record_plan(p, profile, sources)
     return out
+
+
+def _record_moe(fields: tuple, sources: dict):
+    """The plan of one MoE GEMM: T tokens, each to top-k of E stacked [N, K] experts, in the given form."""
+    from humming.capabilities import get_profile
+    from humming.core.problem import Problem, scheme_of
+    from humming.core.registry import select
+    from humming.options import resolve as resolve_options
+
+    profile, scheme, tokens, n, k, experts, top_k, form, act_order, act, _setting = fields
+    try:
+        problem = Problem(scheme_of(scheme), tokens, n, k, act, resolve_options(None), form=form, experts=experts,
+                          top_k=top_k, act_order=act_order)
+        return _record_plan(select(problem, get_profile(profile)).plan, profile, sources)
+    except Exception as exc:  # noqa: BLE001 - every answer is recorded, errors included
+        return _error(exc, sources)
 
 
 def _record_actquant(fields: tuple, tables: dict):
@@ -482,7 +540,7 @@ def record_all(progress: bool = False) -> dict:
     records: dict[str, object] = {}
     by_setting: dict[str, list] = {}
     for key, kind, fields in cases():
-        setting = fields[-1] if kind == "plan" else {}
+        setting = fields[-1] if kind in ("plan", "moe") else {}
         by_setting.setdefault(json.dumps(setting, sort_keys=True), []).append((key, kind, fields))
     for setting, group in by_setting.items():
         with clean_environment(json.loads(setting)):
