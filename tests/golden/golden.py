@@ -3,9 +3,9 @@ kernel's source byte for byte.
 
 A *case* is a planning question asked through the public API (profile, scheme, M, N, K, activation type, group
 size, and a variant setting), a mixture-of-experts GEMM (the model shapes of the MoE benchmark through the registry's
-``select``: form, experts, top-k, tokens, act-order, MoE knobs), or one of the tuner's candidate plans. Its *record* is what the code answers: the
-kernel's name, the SHA-256 of its CUDA source, the launch shape (grid, threads, cluster, PDL), shared memory,
-workspace and the plan's reasons; or the error it raises.
+``select``: form, experts, top-k, tokens, act-order, MoE knobs), or one of the tuner's candidate plans. Its *record*
+is what the code answers: the kernel's name, the SHA-256 of its CUDA source, the launch shape (grid, threads, cluster,
+PDL), shared memory, workspace and the plan's reasons; or the error it raises.
 
     python tests/golden/golden.py --write            record the current code's answers (tests/golden/kernels.json.gz)
     python tests/golden/golden.py --check            compare (what tests/golden/test_golden.py does)
