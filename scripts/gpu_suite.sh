@@ -41,7 +41,8 @@ run_tests() {  # name, pytest args...
   grep -E "^FAILED" "$OUT/$name.log" | head -20
 }
 WNA16_TESTS=(tests/gpu/test_wna16_gpu.py tests/gpu/test_wgmma_wna16_gpu.py tests/gpu/test_register_a_gpu.py
-             tests/gpu/test_register_a_options_gpu.py tests/gpu/test_wgmma_rs*_gpu.py tests/gpu/test_stream*_gpu.py)
+             tests/gpu/test_register_a_options_gpu.py tests/gpu/test_register_a_float_codes_gpu.py
+             tests/gpu/test_wgmma_rs*_gpu.py tests/gpu/test_stream*_gpu.py)
 QUANT_TESTS=(tests/gpu/test_w8a8_gpu.py tests/gpu/test_wgmma_gpu.py tests/gpu/test_wgmma_tma_w8a8_gpu.py
              tests/gpu/test_register_a8_gpu.py tests/gpu/test_widen_gpu.py tests/gpu/test_actquant_gpu.py)
 case "$PART" in

@@ -1,7 +1,7 @@
 """One small plan of every dense kernel family and form, each once on random data against the reference: the program
 compute-sanitizer runs (memcheck, racecheck, initcheck, synccheck) over the stream kernel (register ring, x ring,
 cluster splits), the tile kernel (whole atoms and a padded weight), the register-A wgmma forms (small, 64 rows,
-two-warpgroup, stream-K), the 8-bit kernels (mma.sync, wgmma, 128x128 blocks, W4A8), the widened and upconvert routes
+two-warpgroup, stream-K; e2m1 codes with the knob that takes them), the 8-bit kernels (mma.sync, wgmma, 128x128 blocks, W4A8), the widened and upconvert routes
 and the activation-quantization kernels they run first. Prints each case's kernel, so the coverage shows.
 
     compute-sanitizer --tool memcheck --report-api-errors no python scripts/sanitize_dense.py [--only NAME,...]
@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import humming  # noqa: E402
 from humming.core.runtime import layer as layer_mod  # noqa: E402
+from humming.core.tuning import knobs  # noqa: E402
 
 # (name, scheme, M, N, K): the forms the registry picks for these on an H100 / H200 (the printed kernel names say
 # which ran)
@@ -36,7 +37,11 @@ CASES = [
     ("w4a8-wgmma", "w4a8-fp8", 1024, 2048, 2048), ("w4a8-mxfp4-wgmma", "w4a8-mxfp4", 300, 512, 1024),
     ("widened", "w4a8-int8", 16, 512, 1024), ("widened-padded", "w8a8-int8", 64, 1008, 2880),
     ("upconvert", "w4a4-nvfp4", 64, 512, 1024),
+    ("register-a-e2m1-small", "w4a16-mxfp4", 16, 512, 1024), ("register-a-e2m1-2wg", "w4a16-nvfp4", 1024, 512, 1024),
 ]
+# the tuning knobs of the cases that run a layout off by default (humming.core.tuning.knobs)
+CASE_KNOBS = {"register-a-e2m1-small": {"register_a.any_group": True},
+              "register-a-e2m1-2wg": {"register_a.any_group": True}}
 
 
 def main() -> int:
@@ -51,11 +56,12 @@ def main() -> int:
             continue
         torch.manual_seed(len(name))
         try:
-            qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, scheme)
-            bias = torch.randn(n, device="cuda", dtype=torch.float16)
-            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
-            y = humming.gemm(x, qw, bias=bias)
-            ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
+            with knobs.override(CASE_KNOBS.get(name, {})):  # (the plan is made in the first gemm call)
+                qw = humming.quantize(torch.randn(n, k, device="cuda") * 0.05, scheme)
+                bias = torch.randn(n, device="cuda", dtype=torch.float16)
+                x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+                y = humming.gemm(x, qw, bias=bias)
+                ref = humming.reference_gemm(x, qw, bias=bias, out_dtype=torch.float32)
         except Exception as exc:  # noqa: BLE001  (the other cases still run under the sanitizer)
             bad += 1
             print(f"{name:20} {scheme:24} M={m:<5} {n}x{k:<5} FAILED {type(exc).__name__}: {str(exc).splitlines()[0]}")

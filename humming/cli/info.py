@@ -1,5 +1,5 @@
-"""`python -m humming info [--profile NAME] [--json] [--knobs]`: the device, its profile and why; or the tuning knobs'
-values for it."""
+"""`python -m humming info [--profile NAME] [--json] [--knobs [--markdown]]`: the device, its profile and why; or the
+tuning knobs' values for it (``--markdown``: every knob's default and meaning, the table of docs/tuning.md)."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +14,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--knobs", action="store_true",
                         help="list the tuning knobs with their values for the profile (defaults, the profile's tuning "
                              "file, the user tune file) and what each one chooses")
+    parser.add_argument("--markdown", action="store_true",
+                        help="with --knobs: every knob's default (defaults.yaml) and meaning as the markdown table of "
+                             "docs/tuning.md (no profile needed)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -30,6 +33,9 @@ def _knobs(args: argparse.Namespace) -> int:
     from humming.core.tuning import knobs
     from humming.devices.current import resolve_profile
 
+    if args.markdown:
+        print(knobs.markdown_table(), end="")
+        return 0
     caps = resolve_profile(args.profile)
     values = knobs.table(caps)
     if args.json:

@@ -265,7 +265,7 @@ MOE_PROFILES = HOPPER + ("nvidia-a100", "nvidia-l40s", "nvidia-t4", "nvidia-rtx-
                          "thead-zhenwu-810e")
 F16_ONLY = ("nvidia-t4",)  # no bf16 tensor cores: its MoE cases run f16 activations
 MOE_KNOBS = ({"moe.wgmma_8bit_min_rows": 1}, {"moe.w4a8_min_rows": 1}, {"moe.mma_8bit_min_rows": None},
-             {"moe.wgmma_min_rows": None})
+             {"moe.wgmma_min_rows": None}, {"register_a.any_group": True})
 
 
 def moe_cases(schemes):

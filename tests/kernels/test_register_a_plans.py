@@ -116,8 +116,10 @@ def test_selection_is_opt_in_and_gated():
             assert humming.plan("w4a16", 1024, 1024, 2048, profile=H200).family == "mma_sync"
         assert humming.plan("w4a16", 127, 1024, 2048, profile=H200).tiles.bn == 64  # below one 128-token tile
         assert humming.plan("w4a16", 1024, 1088, 2048, profile=H200).path != PATH  # N % 128
-        assert humming.plan(_scheme("w4a16", 32), 1024, 1024, 2048, profile=H200).path == "wgmma-dequant-smem"
-        for other in ("w8a16", "w4a16-fp4", "w2a16"):  # not int4: the other kernels
+        # groups of 32 and e2m1 codes: decoded with a table row per group (tests/kernels/test_register_a_float_codes.py)
+        assert humming.plan(_scheme("w4a16", 32), 1024, 1024, 2048, profile=H200).path == PATH
+        assert humming.plan("w4a16-fp4", 1024, 1024, 2048, profile=H200).path == PATH
+        for other in ("w8a16", "w2a16"):  # not 4-bit codes: the other kernels
             assert humming.plan(other, 1024, 1024, 2048, profile=H200).path != PATH, other
         for profile in ("nvidia-l40s", "nvidia-a100", "nvidia-b300"):
             assert humming.plan("w4a16", 1024, 1024, 2048, profile=profile).path != PATH
@@ -135,8 +137,8 @@ def test_names_are_distinct():
 
 def test_plan_refuses_what_it_does_not_run():
     caps = _caps()
-    with pytest.raises(UnsupportedOnDevice, match="group 32 is not a multiple of 64"):
-        plan_wna16_wgmma_rs(caps, layout_for(_scheme("w4a16", 32), 1024, 2048, "f16"), 1024, "f16")
+    with pytest.raises(UnsupportedOnDevice, match="zero group 32 is not a multiple of 64"):
+        plan_wna16_wgmma_rs(caps, layout_for(_scheme("w4a16-zp", 32), 1024, 2048, "f16"), 1024, "f16")
     with pytest.raises(ShapeError, match="multiple of 128"):
         plan_wna16_wgmma_rs(caps, layout_for(_scheme(), 1088, 2048, "f16"), 1024, "f16")
     with pytest.raises(UnsupportedOnDevice, match="4-bit integer"):

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 import humming
+from humming.core.tuning import knobs
 
 _SPEC = importlib.util.spec_from_file_location(
     "sanitize_dense", Path(__file__).resolve().parents[2] / "scripts" / "sanitize_dense.py")
@@ -25,7 +26,8 @@ def test_every_case_quantizes_and_plans_its_form():
     assert len(names) == len(set(names))
     for name, scheme, m, n, k in sanitize_dense.CASES:
         humming.quantize(torch.randn(n, k) * 0.05, scheme)
-        p = humming.plan(scheme, m, n, k, profile="nvidia-h100")
+        with knobs.override(sanitize_dense.CASE_KNOBS.get(name, {})):
+            p = humming.plan(scheme, m, n, k, profile="nvidia-h100")
         want = next(v for key, v in EXPECTED.items() if name.startswith(key))
         assert want in p.kernel_name, (name, p.kernel_name)
         assert p.padded == ("padded" in name), (name, p.summary())

@@ -109,8 +109,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        lo=1, hi=1 << 30),
     _k("register_a.wave_min_m", "int", "below min_m, from this M: the two-warpgroup form for layers whose "
        "256-token tiles number one per SM (null: never)", optional=True, lo=1, hi=1 << 30),
-    _k("register_a.any_group", "bool", "the register-A W4A16 forms for every group size they run, not only the "
-       "tested 64 / 128 / 256 / per channel"),
+    _k("register_a.any_group", "bool", "the register-A W4A16 forms (dense and MoE) for every layout they decode, "
+       "not only the GPU-tested int4 with groups of 64 / 128 / 256 / per channel: other groups, groups of 16 / 32 "
+       "(MX, NVFP4), e2m1 codes"),
     _k("register_a.tma", "bool", "register-A W4A16 activation stages by TMA tensor copy where declared"),
     _k("register_a.producer", "bool", "a producer warpgroup issues the two-warpgroup form's copies"),
     _k("register_a.prefetch", "int", "weight atoms in flight per lane (null: the form's rule)", optional=True,
@@ -318,3 +319,29 @@ def value(name: str, caps=None) -> Any:
 def table(caps=None) -> dict:
     """Every knob's value for a profile (for `humming info` and the tuning docs)."""
     return {name: value(name, caps) for name in sorted(KNOBS)}
+
+
+def values_words(knob: Knob) -> str:
+    """The values a knob takes, as the tuning docs' table says them ("bool", "int 0..8", "64 / 128 / 256 or null")."""
+    if knob.kind == "bool":
+        words = "bool"
+    elif knob.choices:
+        words = " / ".join(str(c) for c in knob.choices)
+    elif knob.lo is not None and (knob.hi is None or knob.hi >= 1 << 30):
+        words = f"{knob.kind} >= {knob.lo:g}"
+    elif knob.lo is not None:
+        words = f"{knob.kind} {knob.lo:g}..{knob.hi:g}"
+    else:
+        words = knob.kind
+    return words + (" or null" if knob.optional else "")
+
+
+def markdown_table() -> str:
+    """Every knob with its defaults.yaml value and meaning, the table of docs/tuning.md (in declaration order)."""
+    base = defaults()
+    rows = ["| knob | values | default | what it decides |", "|---|---|---|---|"]
+    for name, knob in KNOBS.items():
+        default = json.dumps(base.get(name))
+        rows.append(f"| `{name}` | {values_words(knob)} | `{default}` | {' '.join(knob.doc.split())} |")
+    return "\n".join(rows) + "\n"
+

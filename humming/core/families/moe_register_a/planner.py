@@ -9,8 +9,8 @@ from dataclasses import replace
 from humming.core.common.wgmma import require_wgmma, wgmma_k16_form
 from humming.core.families.moe_wna16.activations import activation_step
 from humming.core.families.moe_wna16.layout import moe_layout
-from humming.core.families.register_a.layout import BC, BK, layout_refusal
-from humming.core.families.register_a.planner import MAX_STAGES, MIN_STAGES, RING_2WG, smem_bytes, with_stsm
+from humming.core.families.register_a.layout import BC, BK, layout_refusal, untested_refusal
+from humming.core.families.register_a.planner import MAX_STAGES, MIN_STAGES, RING_2WG, forced, smem_bytes, with_stsm
 from humming.core.families.register_a.tiles import RegisterATiles
 from humming.core.plan import Plan
 from humming.core.tuning import knobs
@@ -57,7 +57,7 @@ def refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, t
         layout = moe_layout(scheme.with_(act=None) if step != "x" else scheme, n, k, act)
     except (ShapeError, UnsupportedOnDevice) as exc:
         return str(exc)
-    why = layout_refusal(layout)
+    why = layout_refusal(layout) or ("" if forced(caps) else untested_refusal(layout))
     return f"the register-A kernel cannot run these weights: {why}" if why else ""
 
 

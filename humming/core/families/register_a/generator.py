@@ -49,6 +49,7 @@ from humming.core.families.register_a.activations import (
 from humming.core.families.register_a.checks import check_plan
 from humming.core.families.register_a.fold import fold_parts
 from humming.core.families.register_a.kernel import HEAD, SLAB, STAGING_AFTER_SLOTS, TILE_START, indented
+from humming.core.families.register_a.layout import int4_codes
 from humming.core.families.register_a.planner import BK, OUT_PAD, PATH, RING_2WG, SMALL_BC, fold_group_atoms, small_ring
 from humming.core.families.register_a.token_rows import TokenRows
 from humming.core.families.register_a.weights import (
@@ -95,7 +96,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None, rows: TokenRows | None = No
     s_group, z_group = lay.scale_group, lay.zero_group
     _, math, zero_decl = pair_decode(lay, bool(s_group), bool(z_group))
     # f16: odd pairs decoded in place as magic + 16 code (no shift; x 1/16 in the zero-point fma), X16_DECODE
-    x16 = X16_DECODE and plan.act == "f16" and t.fold != 2
+    x16 = X16_DECODE and plan.act == "f16" and t.fold != 2 and int4_codes(lay.decode)
     if x16:
         zero_decl += X16_CONSTANTS
     ring = WeightRing(lay, split=bool(small or t.tail or t.streamk), walk=not t.early and not t.occupancy)

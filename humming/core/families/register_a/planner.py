@@ -14,7 +14,15 @@ import math
 from dataclasses import replace
 
 from humming.core.common.wgmma import STAGGER_KNOB, declared_option, require_wgmma, stagger_wanted, wgmma_k16_form
-from humming.core.families.register_a.layout import BC, BK, SMALL_BC, layout_refusal
+from humming.core.families.register_a.layout import (
+    BC,
+    BK,
+    SMALL_BC,
+    e2m1_codes,
+    layout_refusal,
+    scale_rows_per_atom,
+    untested_refusal,
+)
 from humming.core.families.register_a.tiles import RegisterATiles
 from humming.core.plan import _DEFAULT_SMS, TAIL_SPLITS, Plan
 from humming.core.tuning import knobs
@@ -374,17 +382,21 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
     limit = caps.limits.smem_per_block_kb * 1024
     sms = caps.limits.sms or _DEFAULT_SMS
     d = layout.decode
-    zero = ("zero points per " + ("channel" if layout.zero_group < 0 else f"group of {layout.zero_group}")
-            if layout.zero_group else f"constant offset {layout.zero_const:g} (magic number and zero, exact)")
     scale = (f"group scales per {layout.scale_group}" if layout.scale_group
              else "per-channel scales in the fp32 epilogue" if layout.channel_scale else "a per-tensor scale")
+    if e2m1_codes(d):
+        codes, decode = "e2m1", f"e2m1: sign and bits under the {act} mantissa, exact, {scale}"
+    else:
+        zero = ("zero points per " + ("channel" if layout.zero_group < 0 else f"group of {layout.zero_group}")
+                if layout.zero_group else f"constant offset {layout.zero_const:g} (magic number and zero, exact)")
+        codes, decode = "int4", f"{d.kind}{d.bits}: magic number | code, {zero}, {scale}"
     reasons = [
         f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (weights) from registers, B (activations) K-major in "
         "128-byte-swizzled shared memory",
-        f"path {PATH} (from M {min_m(caps) or DEFAULT_MIN_M}, {MIN_M_KNOB}): C^T = W x^T per tile; each warp loads its 16 channels x 64 k of int4 codes "
+        f"path {PATH} (from M {min_m(caps) or DEFAULT_MIN_M}, {MIN_M_KNOB}): C^T = W x^T per tile; each warp loads its 16 channels x 64 k of {codes} codes "
         f"(the mma.sync atom layout, the stream kernel's prepared weights; {_load_words(layout)}) from global memory "
         "atoms ahead in a register ring, "
-        f"decodes them in registers ({d.kind}{d.bits}: magic number | code, {zero}, {scale}) into the m16n8k16 A "
+        f"decodes them in registers ({decode}) into the m16n8k16 A "
         "fragment that each warp of a warpgroup supplies; no shared-memory traffic for the weights",
     ]
     if bt is not None and (bt % WIDE_BT_UNIT or not WIDE_MIN_BT <= bt <= 256):
@@ -509,6 +521,8 @@ def small_default(caps, layout, m: int, act: str, scheme: str = "") -> Plan | No
         return None
     if wgmma_k16_form(caps, act) is None or not caps.memory.cp_async or layout_refusal(layout, SMALL_BC):
         return None
+    if untested_refusal(layout) and not forced(caps):
+        return None
     bt = 16 * math.ceil(m / 16) if m <= SMALL_MAX_M else SMALL_MAX_BT
     stages = 8 if bt <= 32 else 4 if bt <= 64 else (6 if layout.n <= 16384 else 4)
     # fold=1 spills (ptxas, 20-128 bytes) at 32 tokens with per-group zero tables or groups of 256, and at 16 with
@@ -605,6 +619,9 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
     if fold:
         if bt > 32:
             raise ShapeError(f"fold keeps three accumulator sets: token tiles up to 32, not {bt}")
+        if scale_rows_per_atom(layout) > 1 or e2m1_codes(layout.decode):
+            raise ShapeError("fold is written for integer codes with groups of whole 64-wide atoms, not "
+                             + ("e2m1 codes" if e2m1_codes(layout.decode) else f"groups of {layout.scale_group}"))
         ga = fold_group_atoms(layout)
         if ga and (katoms // splits) % ga:
             raise ShapeError(f"fold: each split's {katoms // splits} k atoms must hold whole groups of {ga} atoms")

@@ -1,9 +1,11 @@
-"""The register-A kernel's A operand: the lane's ring of int4 weight atoms in flight (codes, and the scale / zero
+"""The register-A kernel's A operand: the lane's ring of 4-bit weight atoms in flight (codes, and the scale / zero
 table rows that travel with them), its loads, and the decode of an atom's codes into wgmma A fragments a[ks][0..3]
-in the activation type (dq_raw: magic number | code, + -(magic + zero), x scale)."""
+in the activation type (dq_raw: int4: magic number | code, + -(magic + zero), x scale; e2m1: sign and bits under the
+mantissa, x scale). Scale groups of 16 / 32 k (NVFP4, MX) put 4 / 2 table rows of each atom in the ring."""
 from __future__ import annotations
 
 from humming.core.common.emit import Template, lines
+from humming.core.families.register_a.layout import int4_codes, scale_rows_per_atom
 from humming.core.families.register_a.planner import BK
 
 X16_DECODE = True  # f16: odd pairs decoded in place as magic + 16 code (decode_pairs_x16)
@@ -35,8 +37,17 @@ class WeightRing:
         self.tile_major = lay.tile_major
         self.offset = "kt0 + " if split else ""
         self.decl, self.loads, self.pick, self.fixed, self.row_ptrs = [], [], [], [], []
+        rows = scale_rows_per_atom(lay)
         for ptr, var, group in (("S", "s", lay.scale_group), ("Z", "z", lay.zero_group)):
-            if group > 0:  # one row per atom: travels in the ring with the codes
+            if var == "s" and rows > 1:  # groups of 16 / 32 k: a row per group, all of the atom's in the ring
+                self.decl.append(f"uint32_t sq[R][{rows}];  // this lane's two channels' S values of each atom in "
+                                 f"flight, one per group of {group} k")
+                self.loads += [Template(f"sq[${{slot}}][{j}] = load_g32(S + (size_t)((unsigned)(${{atom}}) * {rows} + {j}) "
+                                        "* N + tab);") for j in range(rows)]
+                step = 4 // rows  # k16 steps per group
+                pick = f"sq[s][ks / {step}]" if step > 1 else "sq[s][ks]"
+                self.pick.append(f"const uint32_t ss = h ? dup_hi({pick}) : dup_lo({pick});  // the group of step ks")
+            elif group > 0:  # one row per atom: travels in the ring with the codes
                 self.decl.append(f"uint32_t {var}q[R];  // this lane's two channels' {ptr} values of each atom in flight")
                 if walk and group % BK == 0:
                     first = "kt0" if split else "0"
@@ -54,7 +65,7 @@ class WeightRing:
             elif group < 0:  # one row (per channel): loaded once
                 self.fixed.append(f"const uint32_t {var}w = {_table(ptr, group, '0')};  // this lane's two channels")
                 self.pick.append(f"const uint32_t {var}{var} = h ? dup_hi({var}w) : dup_lo({var}w);")
-        if not lay.zero_group:
+        if not lay.zero_group and int4_codes(lay.decode):
             self.pick.append("const uint32_t zz = zz_const;")
 
     def declarations(self) -> str:

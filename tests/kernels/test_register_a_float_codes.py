@@ -1,0 +1,138 @@
+"""CPU: the register-A kernels (dense two-warpgroup and small forms, MoE) on e2m1 codes and on scale groups of 16 / 32
+k (W4A16-MXFP4 / NVFP4 / FP4, MXINT4, GPTQ g32): which layouts they decode, that the default selection leaves these
+to the other kernels until they have run on a GPU (the tuning knob register_a.any_group takes them), the generated
+decode (a table row per group in the weight ring, the group of each k16 step, no magic number for float codes), and
+NVRTC compiles for sm_90a without spills (ptxas verbose)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import humming
+from humming import api
+from humming.capabilities import get_profile
+from humming.core.families.mma_wna16.layout import layout_for
+from humming.core.families.register_a.layout import (
+    default_refusal,
+    layout_refusal,
+    scale_rows_per_atom,
+    untested_refusal,
+)
+from humming.core.families.register_a.planner import plan_wna16_wgmma_rs
+from humming.core.problem import Problem, scheme_of
+from humming.core.registry import select
+from humming.core.tuning import knobs
+from humming.errors import ShapeError, UnsupportedOnDevice
+
+ANY_GROUP = "register_a.any_group"
+H200 = "nvidia-h200"
+# (scheme, scale group, table rows per 64-wide atom)
+SUB_ATOM = [("w4a16-mxfp4", 32, 2), ("w4a16-nvfp4", 16, 4), ("w4a16-fp4", 32, 2), ("mxint4", 32, 2)]
+
+
+def _layout(name, n=4096, k=8192, act="f16", group=None):
+    sch = scheme_of(name) if group is None else scheme_of(name).with_(group_size=group)
+    return layout_for(sch, n, k, act, caps=get_profile(H200))
+
+
+@pytest.mark.parametrize("name,group,rows", SUB_ATOM, ids=[c[0] for c in SUB_ATOM])
+def test_layouts_it_decodes(name, group, rows):
+    lay = _layout(name)
+    assert lay.scale_group == group and scale_rows_per_atom(lay) == rows
+    assert layout_refusal(lay) == ""
+    assert untested_refusal(lay) and ANY_GROUP in default_refusal(lay)  # not by default until run on a GPU
+
+
+def test_int4_groups_of_32_decode_and_other_groups_do_not():
+    assert layout_refusal(_layout("w4a16", group=32)) == ""
+    # zero points keep a row per atom: an int4 layout with zero groups of 32 is left to the other kernels
+    assert "zero group 32 is not a multiple of 64" in layout_refusal(_layout("w4a16-zp", group=32))
+    assert "not int8" in layout_refusal(_layout("w8a16")) and "e2m1" in layout_refusal(_layout("w8a16"))
+    # the tested layouts keep their default
+    assert default_refusal(_layout("w4a16")) == "" and untested_refusal(_layout("w4a16", group=64)) == ""
+
+
+@pytest.mark.parametrize("name", ["w4a16-mxfp4", "w4a16-nvfp4", "mxint4"])
+@pytest.mark.parametrize("m", [64, 1024, 4096])
+def test_default_plans_stay_on_the_other_kernels_and_the_knob_takes_them(name, m):
+    before = humming.plan(name, m, 8192, 8192, profile=H200, act="bf16")
+    assert before.path != "wgmma-rs", before.explain()
+    with knobs.override({ANY_GROUP: True}):
+        after = humming.plan(name, m, 8192, 8192, profile=H200, act="bf16")
+    assert after.path == "wgmma-rs", after.explain()
+    codes = "float4" if name != "mxint4" else "int4"
+    assert after.kernel_name.startswith(f"hm_wna16_wgmmars_{codes}_bf16_")
+    if name != "mxint4" and after.tiles.bn == 128:  # the two-warpgroup form's words (the small form: "float4")
+        assert "e2m1 codes (the mma.sync atom layout" in after.explain()
+        assert "e2m1: sign and bits under the bf16 mantissa" in after.explain()
+
+
+@pytest.mark.parametrize("name,group,rows", SUB_ATOM, ids=[c[0] for c in SUB_ATOM])
+def test_ring_holds_a_table_row_per_group(name, group, rows):
+    caps = get_profile(H200)
+    plan = plan_wna16_wgmma_rs(caps, _layout(name), 1024, "f16", scheme=name)
+    src = api.source(plan, caps)
+    assert f"uint32_t sq[R][{rows}];" in src
+    for j in range(rows):
+        assert re.search(rf"sq\[s\]\[{j}\] = load_g32\(S \+ \(size_t\)\(\(unsigned\)\(s\) \* {rows} \+ {j}\) \* N", src)
+    pick = "sq[s][ks / 2]" if rows == 2 else "sq[s][ks]"
+    assert f"const uint32_t ss = h ? dup_hi({pick}) : dup_lo({pick});" in src
+    if name == "mxint4":
+        assert "zz_const" in src and "dq_raw_x16" in src  # int4: the magic number, the one-shift f16 decode
+    else:
+        assert "zz_const" not in src and "dq_raw_x16" not in src and "v = act2_mul(v, ss);" in src
+
+
+def test_fold_refuses_sub_atom_groups_and_float_codes():
+    caps = get_profile(H200)
+    for name in ("mxint4", "w4a16-mxfp4"):
+        with pytest.raises(ShapeError, match="fold is written for integer codes"):
+            plan_wna16_wgmma_rs(caps, _layout(name), 16, "f16", scheme=name, small=True, fold=1)
+
+
+def _moe(name, tokens=8192, n=5760, k=2880, act="bf16"):
+    return Problem(scheme_of(name), tokens, n, k, act, form="indexed", experts=128, top_k=4)
+
+
+def test_moe_selection():
+    caps = get_profile(H200)
+    sel = select(_moe("w4a16-mxfp4"), caps)
+    assert sel.family.name == "moe_wna16" and "e2m1 codes" in dict(sel.refusals)["moe_register_a"]
+    with knobs.override({ANY_GROUP: True}):
+        sel = select(_moe("w4a16-mxfp4"), caps)
+        assert sel.family.name == "moe_register_a", sel.explain()
+        assert sel.plan.kernel_name.startswith("hm_wna16_moewgmmars_float4_bf16_")
+        down = select(_moe("w4a16-mxfp4", n=2880), caps)  # gpt-oss's down GEMM: 2880 channels, not whole blocks
+        assert down.family.name != "moe_register_a"
+        assert "N=2880 is not a multiple of 128" in dict(down.refusals)["moe_register_a"]
+
+
+def _compiles_without_spills(plan, caps, compiled_without_spills):
+    ptx = compiled_without_spills(plan, caps).ptx
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16", ptx), plan.kernel_name
+    return ptx
+
+
+@pytest.mark.parametrize("name", ["w4a16-mxfp4", "w4a16-nvfp4", "mxint4"])
+@pytest.mark.parametrize("act", ["f16", "bf16"])
+def test_dense_forms_compile(name, act, compiled_without_spills):
+    caps = get_profile(H200)
+    with knobs.override({ANY_GROUP: True}):
+        for m in (16, 128, 1024, 4096):  # the small form (two sizes), the two-warpgroup form, stream-K
+            _compiles_without_spills(humming.plan(name, m, 8192, 8192, profile=H200, act=act), caps,
+                                     compiled_without_spills)
+
+
+@pytest.mark.parametrize("name,tokens", [("w4a16-mxfp4", 8192), ("w4a16-nvfp4", 512), ("w4a8-mxfp4", 2048)])
+def test_moe_form_compiles(name, tokens, compiled_without_spills):
+    caps = get_profile(H200)
+    with knobs.override({ANY_GROUP: True}):
+        sel = select(_moe(name, tokens), caps)
+    assert sel.family.name == "moe_register_a", sel.explain()
+    _compiles_without_spills(sel.plan, caps, compiled_without_spills)
+
+
+def test_explicit_plan_without_wgmma_is_refused():
+    with pytest.raises(UnsupportedOnDevice, match="declares no wgmma"):
+        plan_wna16_wgmma_rs(get_profile("nvidia-l40s"), _layout("w4a16-mxfp4"), 1024, "f16")
