@@ -132,7 +132,8 @@ class Plan:
             return (1, t.option("streamk"), 1)
         if t.option("tail"):  # every tile in launch order along y, then the tail tiles' K quarters
             return (1, math.ceil(self.m / t.bm) * (self.n // t.bn) + t.option("tail") * (TAIL_SPLITS - 1), 1)
-        return (math.ceil(self.m / t.bm), self.n // t.bn + t.option("balance"), self.splits)
+        # (channel tiles rounded up: the MoE register-A form's last one may be half past N)
+        return (math.ceil(self.m / t.bm), -(-self.n // t.bn) + t.option("balance"), self.splits)
 
     @property
     def partials(self) -> int:
@@ -200,6 +201,8 @@ class Plan:
             *(("pdl",) if self.pdl else ()),
             *(("cluster_splits",) if self.cluster_splits else ()),
             *(("stsm",) if t.option("stsm") else ()),
+            # the register-A form's last 128-channel block half past N (the MoE form; register_a.kernel.ragged_n)
+            *(("ragged_n",) if t.bn == 128 and self.path == "moe-wgmma-rs" and self.layout.n % 128 else ()),
             # x_smem reserves 1 token row (M=1) or the token tile's, over the K range of one split: compiled in
             *(("x_smem", 1 if self.m == 1 else t.bm, self.k // self.splits) if t.option("x_smem") else ()),
             *streamk_k,

@@ -1,7 +1,8 @@
 """The register-A kernels on the layouts the tuning knob register_a.any_group adds (not taken by default until these
 pass): e2m1 codes (W4A16-MXFP4 / NVFP4 / FP4: sign and bits under the 16-bit mantissa) and scale groups of 16 / 32 k
 (a table row per group in the weight ring; MXINT4, int4 g32), dense (the small form, the two-warpgroup form and
-stream-K) and MoE (gpt-oss-shaped experts, W4A16 and W4A8 on widened codes), fp16 / bf16, against the reference on
+stream-K) and MoE (gpt-oss-shaped experts, W4A16 and W4A8 on widened codes; N of an odd number of 64-channel slabs,
+the last block half past N, with a bias), fp16 / bf16, against the reference on
 fresh random data with poisoned outputs; each case checks that the register-A kernel ran."""
 from __future__ import annotations
 
@@ -51,13 +52,20 @@ def test_dense(name, group, dtype, set_knobs):
         assert err <= TOL[dtype], f"{name} g{group} {dtype} M={m}: relative error {err:.2e} ({plan.kernel_name})"
 
 
+# (scheme, N, K): gpt-oss's K (2880 = 45 atoms) with fewer experts and channels; N of an odd number of 64-channel
+# slabs (the last 128-channel block half past N): gpt-oss's down GEMM (2880), Qwen3-30B-A3B's gate+up at TP8 (192)
+MOE_CASES = [("w4a16-mxfp4", 768, 2880), ("w4a16-nvfp4", 768, 2880), ("w4a8-mxfp4", 768, 2880),
+             ("w4a16-mxfp4", 2880, 2880), ("w4a16", 192, 2048), ("w4a16-zp", 320, 1024)]
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-@pytest.mark.parametrize("name", ["w4a16-mxfp4", "w4a16-nvfp4", "w4a8-mxfp4"])
-def test_moe(name, dtype, set_knobs):
+@pytest.mark.parametrize("name,n,k", MOE_CASES, ids=[f"{c[0]}-{c[1]}x{c[2]}" for c in MOE_CASES])
+def test_moe(name, n, k, dtype, set_knobs):
     set_knobs({ANY_GROUP: True, "moe.wgmma_min_rows": 1, "moe.mma_8bit_min_rows": None})
-    e, top_k, n, k = 16, 4, 768, 2880  # gpt-oss's K (2880 = 45 atoms), fewer experts and channels
+    e, top_k = 16, 4
     torch.manual_seed(e + n + k + len(name))
-    qw = humming.quantize(torch.randn(e, n, k, device="cuda") * 0.05, name)
+    bias = torch.randn(e, n, device="cuda", dtype=torch.float16) if name == "w4a16-zp" else None
+    qw = humming.quantize(torch.randn(e, n, k, device="cuda") * 0.05, name, bias=bias)
     for tokens, skew in ((256, False), (1000, True)):
         ids = (torch.randint(0, 3, (tokens, top_k), device="cuda", dtype=torch.int32) if skew else
                torch.rand(tokens, e, device="cuda").argsort(dim=1)[:, :top_k].to(torch.int32))

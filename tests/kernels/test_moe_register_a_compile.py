@@ -71,7 +71,7 @@ def test_token_tiles_and_threshold():
     ("w4a16-mxfp4", None, 4096, 1024, "e2m1 codes: not yet run on a GPU"),  # (gpt-oss: register_a.any_group)
     ("w8a16", None, 4096, 1024, "4-bit integer codes"),
     ("w4a16", 32, 4096, 1024, "scale group 32: sub-atom groups have not run on a GPU yet"),
-    ("w4a16", 128, 192, 2048, "not a multiple of 128"),          # (Qwen3-30B-A3B gate+up at TP8)
+    ("w4a16", 128, 192, 2048, "odd number of 64-channel slabs"),  # (Qwen3-30B-A3B gate+up at TP8; with the knob)
 ])
 def test_hands_on_to_the_tile_kernel(scheme, group, n, k, why):
     caps = resolve_profile("nvidia-h200")

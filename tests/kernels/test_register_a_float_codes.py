@@ -1,8 +1,9 @@
 """CPU: the register-A kernels (dense two-warpgroup and small forms, MoE) on e2m1 codes and on scale groups of 16 / 32
 k (W4A16-MXFP4 / NVFP4 / FP4, MXINT4, GPTQ g32): which layouts they decode, that the default selection leaves these
 to the other kernels until they have run on a GPU (the tuning knob register_a.any_group takes them), the generated
-decode (a table row per group in the weight ring, the group of each k16 step, no magic number for float codes), and
-NVRTC compiles for sm_90a without spills (ptxas verbose)."""
+decode (a table row per group in the weight ring, the group of each k16 step, no magic number for float codes), the
+MoE form over an odd number of 64-channel slabs (the last block half past N; also with the knob only), and NVRTC
+compiles for sm_90a without spills (ptxas verbose)."""
 from __future__ import annotations
 
 import re
@@ -103,9 +104,26 @@ def test_moe_selection():
         sel = select(_moe("w4a16-mxfp4"), caps)
         assert sel.family.name == "moe_register_a", sel.explain()
         assert sel.plan.kernel_name.startswith("hm_wna16_moewgmmars_float4_bf16_")
-        down = select(_moe("w4a16-mxfp4", n=2880), caps)  # gpt-oss's down GEMM: 2880 channels, not whole blocks
-        assert down.family.name != "moe_register_a"
-        assert "N=2880 is not a multiple of 128" in dict(down.refusals)["moe_register_a"]
+        # gpt-oss's down GEMM: 2880 channels = 45 slabs of 64, the last 128-channel block half past N
+        down = select(_moe("w4a16-mxfp4", n=2880), caps)
+        assert down.family.name == "moe_register_a", down.explain()
+        assert down.plan.grid[1] == 23 and "ragged_n" not in down.plan.kernel_name
+        src = api.source(down.plan, caps)
+        assert "const int slab = min(n0 / 64 + wg, N / 64 - 1);" in src and "(N + BC - 1) / BC" in src
+        assert "CS && n0 + ch < N ?" in src and "BIAS && n0 + ch < N ?" in src
+
+
+def test_moe_ragged_n_is_taken_with_the_knob_only():
+    caps = get_profile(H200)
+    qwen_tp8 = Problem(scheme_of("w4a16"), 8192, 192, 2048, "bf16", form="indexed", experts=128, top_k=8)
+    sel = select(qwen_tp8, caps)  # Qwen3-30B-A3B gate+up at TP8: 192 channels = 3 slabs
+    assert sel.family.name == "moe_wna16"
+    assert "N=192 is an odd number of 64-channel slabs" in dict(sel.refusals)["moe_register_a"]
+    with knobs.override({ANY_GROUP: True}):
+        ragged = select(qwen_tp8, caps).plan
+        whole = select(qwen_tp8.with_(n=256), caps).plan
+    assert ragged.path == whole.path == "moe-wgmma-rs" and ragged.kernel_name != whole.kernel_name
+    assert "min(n0 / 64 + wg" in api.source(ragged, caps) and "min(n0 / 64 + wg" not in api.source(whole, caps)
 
 
 def _compiles_without_spills(plan, caps, compiled_without_spills):
@@ -124,11 +142,13 @@ def test_dense_forms_compile(name, act, compiled_without_spills):
                                      compiled_without_spills)
 
 
-@pytest.mark.parametrize("name,tokens", [("w4a16-mxfp4", 8192), ("w4a16-nvfp4", 512), ("w4a8-mxfp4", 2048)])
-def test_moe_form_compiles(name, tokens, compiled_without_spills):
+@pytest.mark.parametrize("name,tokens,n", [("w4a16-mxfp4", 8192, 5760), ("w4a16-nvfp4", 512, 5760),
+                                           ("w4a8-mxfp4", 2048, 5760), ("w4a16-mxfp4", 4096, 2880),
+                                           ("w4a16", 8192, 192)])
+def test_moe_form_compiles(name, tokens, n, compiled_without_spills):
     caps = get_profile(H200)
     with knobs.override({ANY_GROUP: True}):
-        sel = select(_moe(name, tokens), caps)
+        sel = select(_moe(name, tokens, n=n, k=2880 if n != 192 else 2048), caps)
     assert sel.family.name == "moe_register_a", sel.explain()
     _compiles_without_spills(sel.plan, caps, compiled_without_spills)
 

@@ -105,7 +105,8 @@ class MoeLayer:
                       0, 1, self.k, self.n, w.stride(w.qweight), w.stride(w.scales), w.stride(w.zeros),
                       int(knobs.value("moe.raster", self.caps))]
             args = ArgBlock(KINDS, values)
-            grid = (capacity // t.bm * (lay.n // t.bn), 1, plan.splits)
+            # (channel tiles rounded up: the MoE register-A form's last one may be half past N)
+            grid = (capacity // t.bm * -(-lay.n // t.bn), 1, plan.splits)
             device = self.device.index if self.device.index is not None else torch.cuda.current_device()
             fire = kernel.launcher(device, grid, plan.threads, args) if grid[0] else None
             spec = self.launches[key] = (fire, args, w)
@@ -142,7 +143,7 @@ class MoeLayer:
             a_div = 1
         ws = cnt = None
         if plan.splits > 1 and fire is not None:  # split-K partials and tile counters of the current stream
-            tiles = routing.capacity // plan.tiles.bm * (plan.layout.n // plan.tiles.bn)
+            tiles = routing.capacity // plan.tiles.bm * -(-plan.layout.n // plan.tiles.bn)
             ws, cnt = workspace(self.device, tiles * plan.splits * plan.tiles.bm * plan.tiles.bn, tiles)
         if dense_layer.POISON_OUTPUTS and every_row:
             out.fill_(float("nan"))

@@ -15,10 +15,15 @@ from __future__ import annotations
 from humming.core.families.moe_register_a.planner import PATH
 from humming.core.families.moe_wna16.generator import EXPERT_OPERANDS, MOE_PARAMS, moe_place, routed_rows
 from humming.core.families.register_a.generator import wgmma_rs_kernel_source
+from humming.core.families.register_a.kernel import ragged_n
 from humming.core.families.register_a.token_rows import TokenRows
 
-TILE = (moe_place("BC") + "  const int m0 = mb * BT, n0 = nb * BC;\n" + routed_rows("BT") + EXPERT_OPERANDS
-        + "  __syncthreads();")
+
+def tile(ragged: bool) -> str:
+    """The block's token and channel tile, its expert and routed rows (``ragged``: N an odd number of 64-channel
+    slabs, the last channel tile half past it)."""
+    return (moe_place("BC", ragged) + "  const int m0 = mb * BT, n0 = nb * BC;\n" + routed_rows("BT") + EXPERT_OPERANDS
+            + "  __syncthreads();")
 
 # the rows of A in registers, BT / 32 per thread, read once from shared memory (255 registers and no spills at 256
 # tokens with the ring of 5; a_row computed in registers spilled there)
@@ -91,13 +96,13 @@ COPY_OUT = """  __syncthreads();
 """
 
 
-def token_rows(row_scale: bool) -> TokenRows:
+def token_rows(row_scale: bool, ragged: bool = False) -> TokenRows:
     """The routed rows; ``row_scale``: GS holds a scale per token (quantized activations), read for slot s at s /
-    a_div."""
+    a_div; ``ragged``: the last channel tile half past N."""
     pair = _ROW_PAIR.format(row_scales=_ROW_SCALES if row_scale else "", rs0=" * rs0" if row_scale else "",
                             rs1=" * rs1" if row_scale else "")
-    return TokenRows(params=MOE_PARAMS, tile=TILE, load_stage=LOAD_STAGE, row_pair=pair, copy_out=COPY_OUT)
+    return TokenRows(params=MOE_PARAMS, tile=tile(ragged), load_stage=LOAD_STAGE, row_pair=pair, copy_out=COPY_OUT)
 
 
 def moe_register_a_source(plan, backend, caps=None) -> str:
-    return wgmma_rs_kernel_source(plan, backend, caps, rows=token_rows(plan.row_scale), path=PATH)
+    return wgmma_rs_kernel_source(plan, backend, caps, rows=token_rows(plan.row_scale, ragged_n(plan)), path=PATH)

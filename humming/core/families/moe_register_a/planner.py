@@ -9,7 +9,7 @@ from dataclasses import replace
 from humming.core.common.wgmma import require_wgmma, wgmma_k16_form
 from humming.core.families.moe_wna16.activations import activation_step
 from humming.core.families.moe_wna16.layout import moe_layout
-from humming.core.families.register_a.layout import BC, BK, layout_refusal, untested_refusal
+from humming.core.families.register_a.layout import BC, BK, SMALL_BC, layout_refusal, untested_refusal
 from humming.core.families.register_a.planner import MAX_STAGES, MIN_STAGES, RING_2WG, forced, smem_bytes, with_stsm
 from humming.core.families.register_a.tiles import RegisterATiles
 from humming.core.plan import Plan
@@ -57,8 +57,17 @@ def refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, t
         layout = moe_layout(scheme.with_(act=None) if step != "x" else scheme, n, k, act)
     except (ShapeError, UnsupportedOnDevice) as exc:
         return str(exc)
-    why = layout_refusal(layout) or ("" if forced(caps) else untested_refusal(layout))
+    why = layout_refusal(layout, SMALL_BC) or ("" if forced(caps) else untested_refusal(layout) or ragged_refusal(layout))
     return f"the register-A kernel cannot run these weights: {why}" if why else ""
+
+
+def ragged_refusal(layout) -> str:
+    """Why an N of an odd number of 64-channel slabs (the last 128-channel block half past it) is not taken by
+    default ("" when N is whole blocks): not yet run on a GPU."""
+    if layout.n % BC == 0:
+        return ""
+    return (f"N={layout.n} is an odd number of 64-channel slabs (the last block half empty): not yet run on a GPU; "
+            "the tuning knob register_a.any_group takes it")
 
 
 def _threshold(caps) -> str:
@@ -79,7 +88,7 @@ def plan_moe_register_a(caps, scheme, tokens: int, n: int, k: int, act: str, exp
                   "MoE register-A wgmma pipeline")
     step, step_why = activation_step(scheme, n, k)
     layout = moe_layout(scheme.with_(act=None) if step != "x" else scheme, n, k, act)
-    why = layout_refusal(layout)
+    why = layout_refusal(layout, SMALL_BC)  # (N in whole 64-channel slabs: the last block may hold one)
     if why:
         raise UnsupportedOnDevice(f"the MoE register-A kernel does not apply: {why}; the MoE tile kernel runs it")
     rows = rows_per_expert(tokens, top_k, experts)

@@ -21,10 +21,12 @@ MOE_PARAMS = """,
 
 # A 1-D grid of token tiles x channel tiles: groups of `raster` token tiles take every channel tile in turn, token
 # tiles fastest, so that a group's activations stay in the L2 while its experts' weights stream (0: one group)
-def moe_place(width: str) -> str:
-    """The block's (mb, nb) in the 1-D grid, channel tiles of ``width`` (a C constant)."""
+def moe_place(width: str, ragged: bool = False) -> str:
+    """The block's (mb, nb) in the 1-D grid, channel tiles of ``width`` (a C constant; ``ragged``: the last one
+    partly past N)."""
+    n_tiles = f"(N + {width} - 1) / {width}" if ragged else f"N / {width}"
     return f"""
-  const int n_tiles = N / {width}, m_tiles = gridDim.x / n_tiles;
+  const int n_tiles = {n_tiles}, m_tiles = gridDim.x / n_tiles;
   const int group = raster > 0 && raster < m_tiles ? raster : m_tiles;
   const int first_m = blockIdx.x / (group * n_tiles) * group;
   const int group_rows = min(group, m_tiles - first_m);

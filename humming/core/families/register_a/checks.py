@@ -20,7 +20,8 @@ def check_plan(plan, caps, path: str = PATH) -> None:
         raise ValueError(f"the register-A wgmma kernel is written for 64..256 tokens (a multiple of 16, of 32 with "
                          f"cp.async copies) x 128 channels x 64 k, 256 threads (384 with the producer warpgroup), >= 4 "
                          f"stages; got {t}")
-    why = layout_refusal(plan.layout, t.bn)
+    # the MoE form takes N in whole 64-channel slabs: its last block may hold one (ragged_n)
+    why = layout_refusal(plan.layout, SMALL_BC if path != PATH else t.bn)
     if why:
         raise ValueError(f"the register-A wgmma kernel cannot run this layout: {why}")
     if t.raster and small:

@@ -29,37 +29,41 @@ _ROW_PAIR_SCALED = """
 _STS_STAGING = Template("""  #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int ch = wg * 64 + w * 16 + 8 * h + g;
-    const float cs = CS ? scale * load_f32(CS + n0 + ch) : scale;
-    const float bs = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
+    const float cs = CS${live} ? scale * load_f32(CS + n0 + ch) : scale;
+    const float bs = BIAS${live} ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
     #pragma unroll
     for (int j = 0; j < BT / 8; ++j) {${row_pair}
       const uint32_t o = ${staging} + ((8 * j + 2 * q) * OUT_LD + ch) * 2;   // tokens 8j + 2q and 8j + 2q + 1
       sts_u16(o, (uint16_t)(v & 0xFFFFu));
       sts_u16(o + OUT_LD * 2, (uint16_t)(v >> 16));
     }
-  }""")
+  }""", live="")
 # (RegisterATiles.stsm) one stmatrix .trans per two 8-token blocks x both channel halves (matrix i = token block j + i / 2,
 # channels 8 (i % 2) + g), the channels' scales and biases loaded first
-_STSM_SCALES = """  float cs_h[2], bs_h[2];  // channels 8h + g's scale and bias
+_STSM_SCALES = Template("""  float cs_h[2], bs_h[2];  // channels 8h + g's scale and bias
   #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int ch = wg * 64 + w * 16 + 8 * h + g;
-    cs_h[h] = CS ? scale * load_f32(CS + n0 + ch) : scale;
-    bs_h[h] = BIAS ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
+    cs_h[h] = CS${live} ? scale * load_f32(CS + n0 + ch) : scale;
+    bs_h[h] = BIAS${live} ? act_to_f32(load_u16(BIAS + n0 + ch)) : 0.0f;
   }
-"""
+""", live="")
+RAGGED_LIVE = " && n0 + ch < N"  # a ragged N: the tables are read only for channels below N
 
 # the small form's tile: 64 channels (8 chunks a token row) and 128 threads (STAGED_COPY_OUT's shape slots)
 _SMALL_TILE = {"threads": "128", "row_chunks": "8", "row_shift": "3", "chunk_mask": "7"}
 
 
-def staging_stores(stsm: bool, staging: str, row_scale: bool, row_pair: str = "") -> str:
+def staging_stores(stsm: bool, staging: str, row_scale: bool, row_pair: str = "", ragged: bool = False) -> str:
     """The scaled accumulators into the staging tile at ``staging`` (``row_scale``: per-token scales GS [M];
-    ``row_pair``: another value pair's code, register_a.token_rows)."""
+    ``row_pair``: another value pair's code, register_a.token_rows; ``ragged``: channels past N in the tile, their
+    table values not read)."""
     row_pair = row_pair or (_ROW_PAIR_SCALED if row_scale else _ROW_PAIR)
+    live = RAGGED_LIVE if ragged else ""
     if stsm:
-        return _STSM_SCALES + stmatrix_staging(staging, "      const float cs = cs_h[h], bs = bs_h[h];" + row_pair)
-    return _STS_STAGING.fill(row_pair=row_pair, staging=staging)
+        return _STSM_SCALES.fill(live=live) + stmatrix_staging(staging, "      const float cs = cs_h[h], bs = bs_h[h];"
+                                                               + row_pair)
+    return _STS_STAGING.fill(row_pair=row_pair, staging=staging, live=live)
 
 
 def copy_out(small: bool, sync: str, staging: str, closes: bool) -> str:

@@ -48,7 +48,15 @@ from humming.core.families.register_a.activations import (
 )
 from humming.core.families.register_a.checks import check_plan
 from humming.core.families.register_a.fold import fold_parts
-from humming.core.families.register_a.kernel import HEAD, SLAB, STAGING_AFTER_SLOTS, TILE_START, indented
+from humming.core.families.register_a.kernel import (
+    HEAD,
+    RAGGED_SLAB,
+    SLAB,
+    STAGING_AFTER_SLOTS,
+    TILE_START,
+    indented,
+    ragged_n,
+)
 from humming.core.families.register_a.layout import int4_codes
 from humming.core.families.register_a.planner import BK, OUT_PAD, PATH, RING_2WG, SMALL_BC, fold_group_atoms, small_ring
 from humming.core.families.register_a.token_rows import TokenRows
@@ -81,6 +89,9 @@ def wgmma_rs_kernel_source(plan, backend, caps=None, rows: TokenRows | None = No
         raise ValueError("token rows from a routing are written for the two-warpgroup form with cp.async stages, "
                          f"without stream-K, tail or clusters; got {t}")
     small = t.bn == SMALL_BC  # the small-M form (the two-warpgroup form otherwise)
+    ragged = ragged_n(plan)
+    if ragged and not rows:
+        raise ValueError(f"N={lay.n}: an odd number of 64-channel slabs is written for the MoE form only")
     tma = bool(t.bulk)  # the activations by TMA tensor copy (one thread, an mbarrier per slot) instead of cp.async
     ws = t.bulk == 2  # a producer warpgroup issues the tensor copies; the consumers release slots by mbarrier
     cluster = t.cluster if small else 0  # the small form's multicast clusters
@@ -233,7 +244,7 @@ def wgmma_rs_kernel_source(plan, backend, caps=None, rows: TokenRows | None = No
         workspace_doc=("// split-K partials and tile counters" if small or t.tail or t.streamk else
                        "// unused (no split-K)"),
         params_end=params_end, tile=tile_code, pdl_trigger=pdl_trigger, ktiles=ktiles_line,
-        slab="" if t.streamk else SLAB,
+        slab="" if t.streamk else RAGGED_SLAB if ragged else SLAB,
         # slot 0's descriptor, declared where ptxas's loop comes out shortest (the small form: at the top, the
         # others: with the accumulators; 1210 -> 1096 SASS instructions per 10 stream-K stages with the unsigned
         # slot arithmetic)
@@ -256,7 +267,8 @@ def wgmma_rs_kernel_source(plan, backend, caps=None, rows: TokenRows | None = No
         early_fetch=(streamk.early_fetch(ring.fetch("s", "s", "          "), SLAB, wsrc_line, TAB, bool(pair))
                      if early else ""),
         splitk=splitk_code, scale_line=scale_line,
-        staging_stores=epilogue.staging_stores(bool(t.stsm), staging, plan.row_scale, rows.row_pair if rows else ""),
+        staging_stores=epilogue.staging_stores(bool(t.stsm), staging, plan.row_scale, rows.row_pair if rows else "",
+                                               ragged),
         copy_out=rows.copy_out if rows else epilogue.copy_out(small, block_sync, staging, closes=not t.streamk))
     if not t.streamk:
         return head + body

@@ -66,6 +66,15 @@ ${desc0}
 """, slab="", row_ptrs="", ring="", fixed="", fold_decl="", desc0="")
 
 SLAB = "  const int slab = n0 / 64 + wg;                                 // this warpgroup's 64-channel atom row\n"
+# N an odd number of 64-channel slabs (the MoE form): warpgroup 1 of the last block repeats the last slab (its
+# channels past N are neither scaled from the tables nor stored)
+RAGGED_SLAB = ("  const int slab = min(n0 / 64 + wg, N / 64 - 1);               // this warpgroup's 64-channel atom row "
+               "(the last block of an odd slab count: warpgroup 1 repeats the last, nothing of it is stored)\n")
+
+
+def ragged_n(plan) -> bool:
+    """A 128-channel form over an odd number of 64-channel slabs: its last block holds one (the MoE form only)."""
+    return plan.tiles.bn == 128 and plan.layout.n % 128 != 0
 STAGING_AFTER_SLOTS = "  const uint32_t stg0 = x0 + STAGES * X_BYTES;                  // the staging tile\n"
 
 
