@@ -111,7 +111,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "256-token tiles number one per SM (null: never)", optional=True, lo=1, hi=1 << 30),
     _k("register_a.any_group", "bool", "the register-A W4A16 forms (dense and MoE) for every layout they decode, "
        "not only the GPU-tested int4 with groups of 64 / 128 / 256 / per channel: other groups, groups of 16 / 32 "
-       "(MX, NVFP4), e2m1 codes"),
+       "(MX, NVFP4), e2m1 codes; and MoE N of an odd number of 64-channel slabs"),
     _k("register_a.tma", "bool", "register-A W4A16 activation stages by TMA tensor copy where declared"),
     _k("register_a.producer", "bool", "a producer warpgroup issues the two-warpgroup form's copies"),
     _k("register_a.prefetch", "int", "weight atoms in flight per lane (null: the form's rule)", optional=True,
