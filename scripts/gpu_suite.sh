@@ -15,6 +15,10 @@
 #                family and form and the MoE kernels (scripts/sanitize_dense.py, scripts/sanitize_moe.py)
 #     sustained  W4A16 M 1024 / 4096: each library alone for seconds under the power cap (scripts/sustained.py;
 #                ~2 minutes, not part of "all"; the extra arguments go to sustained.py)
+#     ab         the kernels that are off by default until measured, each timed against the default in one run:
+#                register-A on e2m1 codes (register_a.any_group; dense W4A16-MXFP4 / NVFP4, MoE gpt-oss), the wgmma
+#                W8A8 MoE form (moe.wgmma_8bit_min_rows), the register-A W4A8 MoE form (moe.w4a8_min_rows); not part
+#                of "all"
 # Extra arguments go to pytest (e.g. -k "w4a16 and not bf16").
 # --workers N runs the tests in N pytest-xdist processes sharing the GPU (the kernel compiles, most of the wall time,
 # then run in parallel); needs pytest-xdist importable (e.g. unpacked wheels on PYTHONPATH). The GPU machine has no
@@ -58,8 +62,8 @@ case "$PART" in
          wait "$tests_pid" || rc=1
          wait "$sanitize_pid" || rc=1
          grep -hE "^(==|FAILED)" "$OUT/check-tests.out" "$OUT/check-sanitize.out" ;;
-  smoke|bench|sustained|sanitize) ;;
-  *) echo "unknown part $PART (all, tests, check, wna16, quant, ppu, smoke, bench, sustained, sanitize)"; exit 2 ;;
+  smoke|bench|sustained|sanitize|ab) ;;
+  *) echo "unknown part $PART (all, tests, check, wna16, quant, ppu, smoke, bench, sustained, sanitize, ab)"; exit 2 ;;
 esac
 case "$PART" in
   smoke|all) python3 scripts/smoke_gemm.py >"$OUT/smoke.log" 2>&1 || rc=1
@@ -90,6 +94,19 @@ case "$PART" in
              python3 bench/bench_quantized.py --out "$OUT" --ms 1,16,128,512,1024,2048,4096 2>&1 \
                | tee "$OUT/bench_quantized.log" | tail -18
              python3 bench/bench_moe.py --out "$OUT" --layer 2>&1 | tee "$OUT/bench_moe.log" | tail -30 ;;
+esac
+case "$PART" in
+  ab) for scheme in w4a16-mxfp4 w4a16-nvfp4; do
+        python3 scripts/ab_knobs.py --knob register_a.any_group --values true,default --scheme "$scheme" \
+          --ms 128,1024,4096 --shapes 8192x8192,28672x8192 --out "$OUT" 2>&1 | tee "$OUT/ab_$scheme.log" | tail -8 \
+          || rc=1
+      done
+      python3 bench/bench_moe.py --out "$OUT/moe_e2m1" --models gpt-oss-120b --tokens 512,2048,8192 \
+        --ab register_a.any_group=true 2>&1 | tee "$OUT/ab_moe_e2m1.log" | tail -12 || rc=1
+      python3 bench/bench_moe.py --out "$OUT/moe_w8a8" --models qwen3-30b-a3b,deepseek-v3 --tokens 128,2048,8192 \
+        --scheme w8a8-fp8 --ab moe.wgmma_8bit_min_rows=1 2>&1 | tee "$OUT/ab_moe_w8a8.log" | tail -12 || rc=1
+      python3 bench/bench_moe.py --out "$OUT/moe_w4a8" --models qwen3-30b-a3b,deepseek-v3 --tokens 128,2048,8192 \
+        --scheme w4a8-fp8 --ab moe.w4a8_min_rows=1 2>&1 | tee "$OUT/ab_moe_w4a8.log" | tail -12 || rc=1 ;;
 esac
 echo "gpu suite ($PART) exit code: $rc"
 exit $rc
