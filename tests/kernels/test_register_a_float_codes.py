@@ -156,3 +156,17 @@ def test_moe_form_compiles(name, tokens, n, compiled_without_spills):
 def test_explicit_plan_without_wgmma_is_refused():
     with pytest.raises(UnsupportedOnDevice, match="declares no wgmma"):
         plan_wna16_wgmma_rs(get_profile("nvidia-l40s"), _layout("w4a16-mxfp4"), 1024, "f16")
+
+
+def test_moe_tuner_times_them_and_a_measured_entry_takes_them():
+    """`humming tune --moe` checks every candidate against the reference on the GPU, so it times these layouts with the
+    knob off, and an entry it stores is taken (refusal with measured=True)."""
+    from humming.core.families.moe_register_a.planner import refusal
+    from humming.moe_tuner import moe_candidates
+
+    caps = get_profile(H200)
+    problem = _moe("w4a16-mxfp4", n=2880)  # e2m1 and a ragged N
+    _, plans = moe_candidates(problem, caps)
+    assert sum(p.path == "moe-wgmma-rs" for p in plans) == 3  # one per token tile
+    args = (caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts, problem.top_k)
+    assert "e2m1 codes" in refusal(*args) and refusal(*args, measured=True) == ""

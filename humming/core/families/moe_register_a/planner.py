@@ -57,7 +57,10 @@ def refusal(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, t
         layout = moe_layout(scheme.with_(act=None) if step != "x" else scheme, n, k, act)
     except (ShapeError, UnsupportedOnDevice) as exc:
         return str(exc)
-    why = layout_refusal(layout, SMALL_BC) or ("" if forced(caps) else untested_refusal(layout) or ragged_refusal(layout))
+    # (what has not run on a GPU yet is taken with the knob, or where a measured entry chose it: the tuner checks
+    # every candidate against the reference)
+    untested = "" if forced(caps) or measured else untested_refusal(layout) or ragged_refusal(layout)
+    why = layout_refusal(layout, SMALL_BC) or untested
     return f"the register-A kernel cannot run these weights: {why}" if why else ""
 
 
