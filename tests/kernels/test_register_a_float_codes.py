@@ -137,9 +137,23 @@ def _compiles_without_spills(plan, caps, compiled_without_spills):
 def test_dense_forms_compile(name, act, compiled_without_spills):
     caps = get_profile(H200)
     with knobs.override({ANY_GROUP: True}):
-        for m in (16, 128, 1024, 4096):  # the small form (two sizes), the two-warpgroup form, stream-K
-            _compiles_without_spills(humming.plan(name, m, 8192, 8192, profile=H200, act=act), caps,
-                                     compiled_without_spills)
+        # the small form (three sizes), the two-warpgroup form, stream-K; where NVFP4's four table rows an atom
+        # spilled with the int4 rings (32 tokens; 256 tokens on the wide layer, stream-K)
+        for m, n, k in ((16, 8192, 8192), (32, 8192, 8192), (128, 8192, 8192), (1024, 8192, 8192),
+                        (4096, 8192, 8192), (256, 28672, 8192)):
+            _compiles_without_spills(humming.plan(name, m, n, k, profile=H200, act=act), caps, compiled_without_spills)
+
+
+def test_rings_of_sub_atom_tables():
+    with knobs.override({ANY_GROUP: True}):
+        nv = humming.plan("w4a16-nvfp4", 32, 8192, 8192, profile=H200, act="bf16")
+        mx = humming.plan("w4a16-mxfp4", 32, 8192, 8192, profile=H200, act="bf16")
+        wide = humming.plan("w4a16-nvfp4", 256, 28672, 8192, profile=H200, act="bf16")
+        int4 = humming.plan("w4a16", 256, 28672, 8192, profile=H200, act="bf16")
+        occupied = humming.plan("mxint4", 32, 28672, 8192, profile=H200, act="bf16")
+    assert nv.tiles.prefetch == 6 and mx.tiles.prefetch == 0  # (0: the form's rule, 7 atoms at 8 stages)
+    assert wide.tiles.prefetch == 4 and int4.tiles.prefetch == 5  # one atom fewer with four table rows an atom
+    assert not occupied.tiles.occupancy and "6 atoms ahead" in nv.explain()
 
 
 @pytest.mark.parametrize("name,tokens,n", [("w4a16-mxfp4", 8192, 5760), ("w4a16-nvfp4", 512, 5760),

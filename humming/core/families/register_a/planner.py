@@ -197,6 +197,13 @@ RING_2WG = 5
 RING_KNOB = "register_a.prefetch"
 
 
+def table_ring(pf: int, layout) -> int:
+    """The ring depth for ``layout``: one atom fewer than ``pf`` where four table rows travel with each atom (scale
+    groups of 16, NVFP4), whose registers they take (ptxas, bf16: the small form at 32 tokens spilled 16 bytes with
+    7 atoms, none with 6; the two-warpgroup stream-K form 8 bytes with 5, none with 4)."""
+    return max(2, pf - 1) if scale_rows_per_atom(layout) == 4 else pf
+
+
 def ring_env(caps=None) -> int:
     """The tuning knob register_a.prefetch as a ring depth (0: not set, the form's rule)."""
     return knobs.value(RING_KNOB, caps) or 0
@@ -448,7 +455,7 @@ def _plan_register_a(caps, layout, m: int, act: str, scheme: str = "", bt: int |
         reasons.append(f"staggered start ({STAGGER_KNOB} false: off): warpgroup 1 issues its first wgmmas after warpgroup "
                        "0's, so each decodes while the other's wgmmas run")
     forced_ring = ring_env(caps)
-    prefetch = forced_ring or RING_2WG
+    prefetch = forced_ring or table_ring(RING_2WG, layout)
     reasons.append(f"{prefetch} weight atoms in flight per lane" + (f" ({RING_KNOB})" if forced_ring else "")
                    + (f": a trip of {2 * (prefetch + 1)} stages is whole rounds of the {stages} activation slots, every "
                       "slot index and phase a constant" if 2 * (prefetch + 1) % stages == 0 and not (streamk or tail)
@@ -547,7 +554,7 @@ def _occupancy_default(caps, layout, m: int, act: str, scheme: str, bt: int, tab
     28672x8192 (H200, the tuner's winners: M=16 45.1 us against 50.3, M=32 53.1
     against 55.1; measured with the TMA activation copies only, so profiles without them keep the form's rule. None
     where it does not apply."""
-    if not tma_wanted(caps, None):
+    if not tma_wanted(caps, None) or scale_rows_per_atom(layout) > 1:  # (sub-atom tables spill at 72 registers)
         return None
     sms = caps.limits.sms or _DEFAULT_SMS
     slabs, katoms = layout.n // SMALL_BC, layout.k // BK
@@ -645,6 +652,8 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
     why = occupancy_refusal(bt, occupancy, prefetch, cluster)
     if why:
         raise ShapeError(why)
+    if not prefetch and not occupancy and table_ring(1 << 10, layout) != 1 << 10:  # (sub-atom tables: a shorter ring)
+        prefetch = table_ring(small_ring(caps, bt, stages, cluster)[0], layout)
     pf, blocks = small_ring(caps, bt, stages, cluster, occupancy, prefetch)
     d = layout.decode
     reasons = [
