@@ -19,7 +19,7 @@ ANY_GROUP = "register_a.any_group"
 TOL = {torch.float16: 1e-3, torch.bfloat16: 5e-3}
 # (scheme, group size or None for the scheme's own)
 LAYOUTS = [("w4a16-mxfp4", None), ("w4a16-nvfp4", None), ("w4a16-fp4", None), ("mxint4", None), ("w4a16", 32),
-           ("w4a16", 16)]
+           ("w4a16", 16), ("w4a4-nvfp4", None)]  # (W4A4-NVFP4: activations upconverted exactly, the upconvert route)
 
 
 def _sm90() -> bool:

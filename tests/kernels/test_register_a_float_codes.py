@@ -184,3 +184,15 @@ def test_moe_tuner_times_them_and_a_measured_entry_takes_them():
     assert sum(p.path == "moe-wgmma-rs" for p in plans) == 3  # one per token tile
     args = (caps, problem.scheme, problem.m, problem.n, problem.k, problem.act, problem.experts, problem.top_k)
     assert "e2m1 codes" in refusal(*args) and refusal(*args, measured=True) == ""
+
+
+def test_upconvert_route_takes_the_register_a_forms_with_the_knob():
+    """W4A4-NVFP4 on Hopper: activations upconverted exactly to 16 bits onto the WnA16 kernels; with the knob, the
+    small register-A form below M 513 and the two-warpgroup form from it, as for W4A16-NVFP4."""
+    for m, small in ((16, True), (1024, False), (4096, False)):
+        assert humming.plan("w4a4-nvfp4", m, 8192, 8192, profile=H200, act="bf16").path != "wgmma-rs"
+        with knobs.override({ANY_GROUP: True}):
+            p = humming.plan("w4a4-nvfp4", m, 8192, 8192, profile=H200, act="bf16")
+        assert p.path == "wgmma-rs" and (p.tiles.bn == 64) == small, p.explain()
+        assert "upconvert" in p.explain()
+

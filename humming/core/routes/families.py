@@ -5,8 +5,9 @@
   scales applied per output row in the fp32 epilogue (``Plan.row_scale``). Taken in the M ranges measured faster
   (humming.core.routes.widened_ranges), or always where the profile has no native path (fp8 without fp8 tensor cores).
 * upconvert: NVFP4 / MX activations and weights times their block scales are exact in bf16 (or f16): activations
-  quantized as the reference does and dequantized without their global scale, multiplied on the mma.sync WnA16
-  kernels, the global activation scale in the fp32 epilogue.
+  quantized as the reference does and dequantized without their global scale, multiplied on the WnA16 kernels (the
+  mma.sync ones; the register-A forms where they take the weights), the global activation scale in the fp32
+  epilogue.
 
 A route plans with another family's planner: the plan it returns belongs to that family's kernel."""
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from humming.core.common.layout import act_name
 from humming.core.families.mma_wna16.layout import layout_for
 from humming.core.families.mma_wna16.planner import plan_wna16
-from humming.core.families.mma_wna16.tuned import choose_plan
+from humming.core.families.mma_wna16.tuned import choose_plan, register_a_prefill_plan, runs_register_a_prefill
 from humming.core.families.runnable import fallback
 from humming.core.family import Family
 from humming.core.routes import widened_ranges as act_widen
@@ -74,6 +75,8 @@ def _upconvert_plan(problem, caps, registry):
     layout = layout_for(sch.with_(act=None), problem.n, problem.k, choice.a_type, caps=caps)
     if problem.padded:  # (the tile kernel reads the real K and stores the real N)
         p = plan_wna16(caps, layout, problem.m, choice.a_type, scheme=sch.name, path="tile")
+    elif runs_register_a_prefill(caps, layout, problem.m):  # the two-warpgroup register-A form where it runs
+        p = register_a_prefill_plan(caps, layout, problem.m, choice.a_type, scheme=sch.name)
     else:
         p = choose_plan(caps, layout, problem.m, choice.a_type, scheme=sch.name)
     return replace(p, reasons=choice.reasons + p.reasons)
@@ -81,5 +84,5 @@ def _upconvert_plan(problem, caps, registry):
 
 WIDENED = Family("widened", "8-bit activation codes widened exactly onto the WnA16 kernels", _widened_refusal,
                  _widened_plan, "codes16")
-UPCONVERT = Family("upconvert", "NVFP4 / MX activations dequantized exactly onto the mma.sync WnA16 kernels",
+UPCONVERT = Family("upconvert", "NVFP4 / MX activations dequantized exactly onto the WnA16 kernels",
                    _upconvert_refusal, _upconvert_plan, "upconvert")
