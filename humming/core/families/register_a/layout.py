@@ -27,7 +27,7 @@ def e2m1_codes(d) -> bool:
 def untested_refusal(layout) -> str:
     """Why a layout the kernel decodes has not run on a GPU yet ("" when it has): e2m1 codes, sub-atom groups."""
     if e2m1_codes(layout.decode):
-        return ("e2m1 codes: not yet run on a GPU; the tuning knob register_a.any_group takes them")
+        return "e2m1 codes: not yet run on a GPU; the tuning knob register_a.any_group takes them"
     if layout.scale_group in SUB_ATOM_GROUPS:
         return (f"scale group {layout.scale_group}: sub-atom groups have not run on a GPU yet; the tuning knob "
                 "register_a.any_group takes them")

@@ -652,8 +652,9 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
     why = occupancy_refusal(bt, occupancy, prefetch, cluster)
     if why:
         raise ShapeError(why)
-    if not prefetch and not occupancy and table_ring(1 << 10, layout) != 1 << 10:  # (sub-atom tables: a shorter ring)
-        prefetch = table_ring(small_ring(caps, bt, stages, cluster)[0], layout)
+    if not prefetch and not occupancy:  # (four table rows an atom: a shorter ring, table_ring)
+        ring = small_ring(caps, bt, stages, cluster)[0]
+        prefetch = 0 if table_ring(ring, layout) == ring else table_ring(ring, layout)
     pf, blocks = small_ring(caps, bt, stages, cluster, occupancy, prefetch)
     d = layout.decode
     reasons = [
