@@ -56,6 +56,7 @@ VARIANTS: tuple[tuple[dict, tuple[str, ...], tuple[str, ...]], ...] = (
     ({"HUMMING_WGMMA_WNA16": "0"}, W4A16, HOPPER[:1]),
     ({"HUMMING_WGMMA_RS": "0"}, W4A16, HOPPER[:1]),
     ({"HUMMING_WGMMA_RS": "1"}, W4A16, HOPPER[:1]),
+    ({"HUMMING_WGMMA_RS": "1"}, ("w4a16-mxfp4", "w4a4-nvfp4", "w4a4-mxfp4"), HOPPER[:1]),  # e2m1 on register-A
     ({"HUMMING_WGMMA_FAST_ACCUM": "1"}, W8, HOPPER[:1]),
     ({"HUMMING_W4A8_WIDEN": "prmt"}, W4A8, HOPPER[:1] + ("nvidia-l40s", "nvidia-rtx-5090")),
     ({"HUMMING_WGMMA_W4A8_RS": "0"}, W4A8, HOPPER[:1]),
