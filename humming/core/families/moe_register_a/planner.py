@@ -9,6 +9,7 @@ from dataclasses import replace
 from humming.core.common.wgmma import require_wgmma, wgmma_k16_form
 from humming.core.families.moe_wna16.activations import activation_step
 from humming.core.families.moe_wna16.layout import moe_layout
+from humming.core.families.moe_wna16.routed_forms import threshold_words
 from humming.core.families.register_a.layout import BC, BK, SMALL_BC, layout_refusal, untested_refusal
 from humming.core.families.register_a.planner import MAX_STAGES, MIN_STAGES, RING_2WG, forced, smem_bytes, with_stsm
 from humming.core.families.register_a.tiles import RegisterATiles
@@ -73,12 +74,6 @@ def ragged_refusal(layout) -> str:
             "the tuning knob register_a.any_group takes it")
 
 
-def _threshold(caps) -> str:
-    lowest = knobs.value(MIN_ROWS_KNOB, caps)
-    return (f"off by rule, {MIN_ROWS_KNOB}" if lowest is None else
-            f"from {lowest:g} rows per expert on average, {MIN_ROWS_KNOB}")
-
-
 def plan_moe_register_a(caps, scheme, tokens: int, n: int, k: int, act: str, experts: int, top_k: int,
                         token_tile: int | None = None) -> Plan:
     """The plan of an indexed MoE GEMM on the register-A kernel (``tokens`` rows of x, each to ``top_k`` of
@@ -112,7 +107,7 @@ def plan_moe_register_a(caps, scheme, tokens: int, n: int, k: int, act: str, exp
     reasons = [
         f"wgmma m64nNk16 {act} declared ({caps.target.arch}): A (int4 weights) decoded from registers, B (activations) "
         "K-major in 128-byte-swizzled shared memory",
-        f"MoE register-A ({_threshold(caps)}): "
+        f"MoE register-A ({threshold_words(caps, MIN_ROWS_KNOB)}): "
         f"rows of x gathered through the routing's sorted slots by cp.async, the block's expert from the routing, "
         f"weights padded to {layout.n}x{layout.k} once when prepared (the MoE tile kernel's copy)",
     ]

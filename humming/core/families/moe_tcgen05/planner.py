@@ -10,7 +10,7 @@ from dataclasses import replace
 from humming.core.families.moe_register_a.planner import rows_per_expert
 from humming.core.families.moe_wgmma_8bit.planner import a_type_of, expert_layout, is_w4a8
 from humming.core.families.moe_wna16.layout import padded_shape
-from humming.core.families.moe_wna16.routed_forms import RoutedPlan
+from humming.core.families.moe_wna16.routed_forms import RoutedPlan, threshold_words
 from humming.core.families.tcgen05.planner import (
     STATIC_SMEM,
     WNA16_BK,
@@ -115,7 +115,7 @@ def plan_moe_tcgen05(caps, scheme, tokens: int, n: int, k: int, act: str, expert
     reasons = (
         f"tcgen05 kind::f16 m128nBNk16 {act} x {act} -> f32 declared ({caps.target.arch}): one CTA, both operands "
         f"K-major in 128-byte-swizzled shared memory, accumulator in Tensor Memory",
-        f"MoE tcgen05 (from {knobs.value(MIN_ROWS_KNOB, caps):g} rows per expert on average, {MIN_ROWS_KNOB}): rows of "
+        f"MoE tcgen05 ({threshold_words(caps, MIN_ROWS_KNOB)}): rows of "
         f"x gathered through the routing's sorted slots by cp.async, the block's expert from the routing, int4 codes "
         f"dequantized into shared memory while the previous stage's MMAs run; weights padded to {n_pad}x{k_pad} once "
         f"when prepared",
@@ -179,7 +179,7 @@ def plan_moe_tcgen05_w8a8(caps, scheme, tokens: int, n: int, k: int, act: str, e
     rows = rows_per_expert(tokens, top_k, experts)
     keep = [r for r in dense.reasons if not r.startswith(("tile ", "no split-K", "tcgen05 kernel generated"))]
     reasons = tuple(keep) + (
-        f"MoE tcgen05 W8A8 (from {knobs.value(MIN_ROWS_KNOB, caps):g} rows per expert on average, {MIN_ROWS_KNOB}): "
+        f"MoE tcgen05 W8A8 ({threshold_words(caps, MIN_ROWS_KNOB)}): "
         f"{layout.a_type} activation codes quantized once per token before the gather, rows gathered through the "
         f"routing's sorted slots by cp.async, the block's expert from the routing; weights as stored, padded to "
         f"{layout.n}x{layout.k} once when prepared",

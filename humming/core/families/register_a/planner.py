@@ -652,9 +652,10 @@ def _plan_small(caps, layout, m: int, act: str, scheme: str, form, bt: int | Non
     why = occupancy_refusal(bt, occupancy, prefetch, cluster)
     if why:
         raise ShapeError(why)
-    if not prefetch and not occupancy:  # (four table rows an atom: a shorter ring, table_ring)
+    if not prefetch and not occupancy:  # (four table rows an atom: a shorter ring, table_ring; else the rule's)
         ring = small_ring(caps, bt, stages, cluster)[0]
-        prefetch = 0 if table_ring(ring, layout) == ring else table_ring(ring, layout)
+        shorter = table_ring(ring, layout)
+        prefetch = shorter if shorter != ring else 0
     pf, blocks = small_ring(caps, bt, stages, cluster, occupancy, prefetch)
     d = layout.decode
     reasons = [
